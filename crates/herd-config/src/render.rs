@@ -1,0 +1,106 @@
+//! Writes a configuration as a commented `herd.toml` that lists every option with its default.
+
+use std::fmt::Write;
+
+use crate::Config;
+
+/// Renders `config` as TOML with a comment above each key giving its meaning and default.
+/// Parsing the output gives `config` back.
+pub fn render(config: &Config) -> String {
+    let d = Config::default();
+    let c = config;
+    let q = |s: &str| quote(s);
+    let bindir = c
+        .postgres
+        .bindir
+        .as_ref()
+        .map(|p| q(&p.display().to_string()))
+        .unwrap_or_default();
+    // (section, key, help, value, default); an empty value leaves the key commented out.
+    let entries: Vec<(&str, &str, &str, String, String)> = vec![
+        ("cluster", "replicas", "Hot-standby replicas beside the primary.",
+            c.cluster.replicas.to_string(), d.cluster.replicas.to_string()),
+        ("cluster", "commit_mode", "When a commit is acknowledged: async | remote_write | on | remote_apply.",
+            q(c.cluster.commit_mode.as_str()), q(d.cluster.commit_mode.as_str())),
+        ("cluster", "sync_standbys",
+            "Standbys that confirm each commit in the synchronous modes: \"ANY k\" (quorum) or \"FIRST k\".",
+            q(&c.cluster.sync_standbys.to_string()), q(&d.cluster.sync_standbys.to_string())),
+        ("network", "listen_address",
+            "Address of every server and of Herd's API. Keep 127.0.0.1 unless you need remote access.",
+            q(&c.network.listen_address.to_string()), q(&d.network.listen_address.to_string())),
+        ("network", "port", "The cluster's endpoint; node i listens on port + 1 + i.",
+            c.network.port.to_string(), d.network.port.to_string()),
+        ("network", "api_port", "Herd's HTTP API (/status, /primary, /replica); 0 means port + 100.",
+            c.network.api_port.to_string(), d.network.api_port.to_string()),
+        ("postgres", "bindir",
+            "Directory of the PostgreSQL 15 server programs; unset: PATH, pg_config --bindir, /usr/lib/postgresql/15/bin.",
+            bindir, "unset".into()),
+        ("postgres", "os_user", "OS user that runs the servers when Herd runs as root (created if absent).",
+            q(&c.postgres.os_user), q(&d.postgres.os_user)),
+        ("postgres", "shared_buffers", "PostgreSQL shared_buffers of each server.",
+            q(&c.postgres.shared_buffers), q(&d.postgres.shared_buffers)),
+        ("postgres", "max_connections", "PostgreSQL max_connections of each server.",
+            c.postgres.max_connections.to_string(), d.postgres.max_connections.to_string()),
+        ("postgres", "work_mem", "PostgreSQL work_mem of each server.",
+            q(&c.postgres.work_mem), q(&d.postgres.work_mem)),
+        ("postgres", "max_slot_wal_keep_size", "WAL a replication slot may retain for an absent replica.",
+            q(&c.postgres.max_slot_wal_keep_size), q(&d.postgres.max_slot_wal_keep_size)),
+        ("supervisor", "probe_interval_ms", "How often each node is probed, in milliseconds.",
+            c.supervisor.probe_interval_ms.to_string(), d.supervisor.probe_interval_ms.to_string()),
+        ("supervisor", "restart_backoff_ms",
+            "First delay before restarting a dead replica, doubled per failed attempt, in milliseconds.",
+            c.supervisor.restart_backoff_ms.to_string(), d.supervisor.restart_backoff_ms.to_string()),
+        ("supervisor", "ready_timeout_s", "How long `herd up` waits for every replica to stream, in seconds.",
+            c.supervisor.ready_timeout_s.to_string(), d.supervisor.ready_timeout_s.to_string()),
+    ];
+    let mut out = String::from(
+        "# Herd cluster configuration. Every option is listed with its default.\n\
+         # Command-line flags of `herd up` override these values and are saved here.\n\
+         # Change commit_mode / sync_standbys at run time with `herd config set`.\n",
+    );
+    let mut current = "";
+    for (section, key, help, value, default) in entries {
+        if section != current {
+            let _ = write!(out, "\n[{section}]\n");
+            current = section;
+        }
+        let _ = writeln!(out, "# {help} (default: {default})");
+        if value.is_empty() {
+            let _ = writeln!(out, "# {key} = \"\"");
+        } else {
+            let _ = writeln!(out, "{key} = {value}");
+        }
+    }
+    out
+}
+
+fn quote(s: &str) -> String {
+    // TOML basic strings share JSON's escapes for the characters that can occur here.
+    format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::{Path, PathBuf};
+
+    use super::*;
+
+    #[test]
+    fn rendering_round_trips_and_documents_defaults() {
+        let mut c = Config::default();
+        c.cluster.replicas = 3;
+        c.cluster.commit_mode = herd_core::CommitMode::RemoteApply;
+        c.postgres.bindir = Some(PathBuf::from("/opt/pg/bin"));
+        let text = render(&c);
+        assert!(text.contains("(default: \"on\")"), "{text}");
+        assert!(text.contains("replicas = 3"), "{text}");
+        let back = Config::parse(&text, Path::new("herd.toml")).expect("valid");
+        assert_eq!(back, c);
+        let defaults = render(&Config::default());
+        assert!(defaults.contains("# bindir = \"\""), "{defaults}");
+        assert_eq!(
+            Config::parse(&defaults, Path::new("x")).expect("valid"),
+            Config::default()
+        );
+    }
+}

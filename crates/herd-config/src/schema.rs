@@ -1,0 +1,335 @@
+//! The configuration's structure and defaults.
+
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+
+use herd_core::{CommitMode, SyncStandbys};
+use serde::{Deserialize, Serialize};
+
+use crate::ConfigError;
+
+/// Highest replica count `herd up` accepts on one machine.
+pub const MAX_REPLICAS: u32 = 8;
+
+/// The whole `herd.toml`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// Topology and commit mode.
+    pub cluster: ClusterConfig,
+    /// Addresses and ports.
+    pub network: NetworkConfig,
+    /// The PostgreSQL servers.
+    pub postgres: PostgresConfig,
+    /// The supervisor's timings.
+    pub supervisor: SupervisorConfig,
+}
+
+/// `[cluster]`
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ClusterConfig {
+    /// Number of hot-standby replicas beside the primary.
+    pub replicas: u32,
+    /// When a commit is acknowledged.
+    pub commit_mode: CommitMode,
+    /// How many standbys confirm a commit in the synchronous modes.
+    pub sync_standbys: SyncStandbys,
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        ClusterConfig {
+            replicas: 2,
+            commit_mode: CommitMode::On,
+            sync_standbys: SyncStandbys::default(),
+        }
+    }
+}
+
+/// `[network]`
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct NetworkConfig {
+    /// Address every server and Herd's API listen on.
+    pub listen_address: IpAddr,
+    /// The cluster's endpoint; node `i` listens on `port + 1 + i`.
+    pub port: u16,
+    /// Herd's HTTP API; 0 means `port + 100`.
+    pub api_port: u16,
+}
+
+impl Default for NetworkConfig {
+    fn default() -> Self {
+        NetworkConfig {
+            listen_address: IpAddr::from([127, 0, 0, 1]),
+            port: 7432,
+            api_port: 0,
+        }
+    }
+}
+
+/// `[postgres]`
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PostgresConfig {
+    /// Directory of the PostgreSQL 15 server programs; empty means search for them.
+    pub bindir: Option<PathBuf>,
+    /// OS user that runs the servers when Herd runs as root.
+    pub os_user: String,
+    /// `shared_buffers` of every server.
+    pub shared_buffers: String,
+    /// `max_connections` of every server.
+    pub max_connections: u32,
+    /// `work_mem` of every server.
+    pub work_mem: String,
+    /// `max_slot_wal_keep_size`: WAL a slot may hold for an absent replica before it is dropped.
+    pub max_slot_wal_keep_size: String,
+}
+
+impl Default for PostgresConfig {
+    fn default() -> Self {
+        PostgresConfig {
+            bindir: None,
+            os_user: "postgres".into(),
+            shared_buffers: "128MB".into(),
+            max_connections: 100,
+            work_mem: "4MB".into(),
+            max_slot_wal_keep_size: "2GB".into(),
+        }
+    }
+}
+
+/// `[supervisor]`
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SupervisorConfig {
+    /// How often each node is probed, in milliseconds.
+    pub probe_interval_ms: u64,
+    /// Delay before restarting a replica that died, doubled on each failed attempt, in milliseconds.
+    pub restart_backoff_ms: u64,
+    /// How long `herd up` waits for every replica to stream, in seconds.
+    pub ready_timeout_s: u64,
+}
+
+impl Default for SupervisorConfig {
+    fn default() -> Self {
+        SupervisorConfig {
+            probe_interval_ms: 500,
+            restart_backoff_ms: 500,
+            ready_timeout_s: 120,
+        }
+    }
+}
+
+impl Config {
+    /// Reads and validates a `herd.toml`.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Config::parse(&text, path)
+    }
+
+    /// Parses and validates configuration text; `path` is only used in messages.
+    pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
+        let config: Config = toml::from_str(text).map_err(|e| ConfigError::Syntax {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        })?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks the cross-field rules a single value's type cannot express.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let c = &self.cluster;
+        if c.replicas > MAX_REPLICAS {
+            return Err(ConfigError::invalid(
+                "cluster.replicas",
+                c.replicas,
+                format!("0 to {MAX_REPLICAS}"),
+            ));
+        }
+        if c.replicas > 0 && c.sync_standbys.count > c.replicas {
+            // Commits would wait forever for standbys that do not exist.
+            return Err(ConfigError::invalid(
+                "cluster.sync_standbys",
+                c.sync_standbys,
+                format!("k must be at most the number of replicas ({})", c.replicas),
+            ));
+        }
+        let n = &self.network;
+        let last_node_port = u32::from(n.port) + 1 + c.replicas;
+        if n.port < 1024 || last_node_port > u32::from(u16::MAX) {
+            return Err(ConfigError::invalid(
+                "network.port",
+                n.port,
+                format!(
+                    "1024 to {}, leaving room for {} node ports after it",
+                    u16::MAX as u32 - 1 - c.replicas,
+                    c.replicas + 1
+                ),
+            ));
+        }
+        if n.api_port != 0
+            && (n.api_port as u32) >= u32::from(n.port)
+            && (n.api_port as u32) <= last_node_port
+        {
+            return Err(ConfigError::invalid(
+                "network.api_port",
+                n.api_port,
+                format!(
+                    "a port outside the node ports {}..={last_node_port}",
+                    n.port
+                ),
+            ));
+        }
+        let p = &self.postgres;
+        if p.max_connections < 10 {
+            return Err(ConfigError::invalid(
+                "postgres.max_connections",
+                p.max_connections,
+                "at least 10",
+            ));
+        }
+        if p.os_user.is_empty() {
+            return Err(ConfigError::invalid(
+                "postgres.os_user",
+                "",
+                "an OS user name",
+            ));
+        }
+        let s = &self.supervisor;
+        if s.probe_interval_ms == 0 || s.restart_backoff_ms == 0 || s.ready_timeout_s == 0 {
+            return Err(ConfigError::invalid(
+                "supervisor",
+                "0",
+                "probe_interval_ms, restart_backoff_ms and ready_timeout_s must be positive",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The port of node `index` (0 is the first primary).
+    pub fn node_port(&self, index: usize) -> u16 {
+        // validate() guarantees the sum fits.
+        self.network
+            .port
+            .saturating_add(1)
+            .saturating_add(index as u16)
+    }
+
+    /// The HTTP API's port.
+    pub fn api_port(&self) -> u16 {
+        if self.network.api_port == 0 {
+            self.network.port.saturating_add(100)
+        } else {
+            self.network.api_port
+        }
+    }
+
+    /// Changes one run-time setting named as on the command line (`commit-mode`, `sync-standbys`),
+    /// validating the result.
+    pub fn set(&mut self, key: &str, value: &str) -> Result<(), ConfigError> {
+        let invalid = |e: herd_core::ParseError| ConfigError::invalid(key, value, e.expected);
+        // Work on a copy so a rejected value leaves `self` untouched.
+        let mut next = self.clone();
+        match key.replace('_', "-").trim_start_matches("cluster.") {
+            "commit-mode" => next.cluster.commit_mode = value.parse().map_err(invalid)?,
+            "sync-standbys" => next.cluster.sync_standbys = value.parse().map_err(invalid)?,
+            _ => return Err(ConfigError::invalid(
+                "key",
+                key,
+                "one of commit-mode, sync-standbys (other settings: edit herd.toml, then restart)",
+            )),
+        }
+        next.validate()?;
+        *self = next;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Config, ConfigError> {
+        Config::parse(text, Path::new("herd.toml"))
+    }
+
+    #[test]
+    fn empty_file_gives_defaults() {
+        let c = parse("").expect("valid");
+        assert_eq!(c, Config::default());
+        assert_eq!(c.cluster.replicas, 2);
+        assert_eq!(c.cluster.commit_mode, CommitMode::On);
+        assert_eq!(c.cluster.sync_standbys.to_string(), "ANY 1");
+        assert_eq!(c.node_port(0), 7433);
+        assert_eq!(c.api_port(), 7532);
+    }
+
+    #[test]
+    fn bad_enum_value_names_key_value_and_allowed_values() {
+        let err = parse("[cluster]\ncommit_mode = \"fast\"\n")
+            .expect_err("invalid")
+            .to_string();
+        for part in ["commit_mode", "fast", "remote_apply", "line 2"] {
+            assert!(err.contains(part), "{part} missing from: {err}");
+        }
+    }
+
+    #[test]
+    fn unknown_keys_are_rejected() {
+        let err = parse("[cluster]\nreplica = 3\n")
+            .expect_err("typo")
+            .to_string();
+        assert!(err.contains("replica"), "{err}");
+    }
+
+    #[test]
+    fn cross_field_rules() {
+        let cases = [
+            (
+                "[cluster]\nreplicas = 1\nsync_standbys = \"ANY 2\"\n",
+                "cluster.sync_standbys",
+            ),
+            ("[cluster]\nreplicas = 9\n", "cluster.replicas"),
+            ("[network]\nport = 80\n", "network.port"),
+            ("[network]\nport = 65534\n", "network.port"),
+            (
+                "[network]\nport = 7000\napi_port = 7002\n",
+                "network.api_port",
+            ),
+            (
+                "[postgres]\nmax_connections = 2\n",
+                "postgres.max_connections",
+            ),
+        ];
+        for (text, key) in cases {
+            let err = parse(text).expect_err(text).to_string();
+            assert!(err.contains(key), "{key} missing from: {err}");
+        }
+    }
+
+    #[test]
+    fn set_changes_run_time_keys_only() {
+        let mut c = Config::default();
+        c.set("commit-mode", "remote_apply").expect("valid");
+        assert_eq!(c.cluster.commit_mode, CommitMode::RemoteApply);
+        c.set("sync_standbys", "FIRST 2").expect("valid");
+        assert_eq!(c.cluster.sync_standbys.to_string(), "FIRST 2");
+        assert!(
+            c.set("sync-standbys", "ANY 3").is_err(),
+            "more than the replicas"
+        );
+        assert_eq!(
+            c.cluster.sync_standbys.to_string(),
+            "FIRST 2",
+            "unchanged after a rejection"
+        );
+        assert!(c.set("commit-mode", "fast").is_err());
+        assert!(c.set("port", "1").is_err());
+    }
+}

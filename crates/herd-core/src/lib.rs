@@ -1,0 +1,13 @@
+//! Domain types shared by every Herd crate. Pure data and parsing; no I/O.
+
+mod commit;
+mod lsn;
+mod node;
+mod status;
+
+pub use commit::{CommitMode, ParseError, SyncMethod, SyncStandbys};
+pub use lsn::Lsn;
+pub use node::{NodeName, Role};
+pub use status::{
+    ClusterStatus, LagInfo, NodeState, NodeStatus, SupervisorInfo, SyncState, STATUS_VERSION,
+};

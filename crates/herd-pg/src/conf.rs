@@ -1,0 +1,218 @@
+//! Server configuration written by Herd. initdb's `postgresql.conf` is kept and told to include
+//! `herd.conf`, which Herd owns and rewrites whole (then reloads) whenever a setting changes.
+
+use std::fmt::Write;
+use std::net::IpAddr;
+use std::path::Path;
+
+use crate::PgError;
+
+/// The file Herd owns inside each node's data directory.
+pub const HERD_CONF: &str = "herd.conf";
+
+/// Everything that differs between Herd's nodes or comes from `herd.toml`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ServerSettings {
+    /// `listen_addresses`.
+    pub listen_address: IpAddr,
+    /// `port`.
+    pub port: u16,
+    /// `shared_buffers`.
+    pub shared_buffers: String,
+    /// `max_connections`.
+    pub max_connections: u32,
+    /// `work_mem`.
+    pub work_mem: String,
+    /// `max_slot_wal_keep_size`.
+    pub max_slot_wal_keep_size: String,
+    /// `synchronous_commit`.
+    pub synchronous_commit: String,
+    /// `synchronous_standby_names`.
+    pub synchronous_standby_names: String,
+    /// Replicas only: `primary_conninfo` and `primary_slot_name`.
+    pub upstream: Option<Upstream>,
+}
+
+/// Where a replica streams from.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Upstream {
+    /// libpq connection string to the primary (password from a passfile, never inline).
+    pub conninfo: String,
+    /// The replication slot reserved for this replica on the primary.
+    pub slot: String,
+}
+
+/// Renders `herd.conf`.
+pub fn render_server_conf(s: &ServerSettings) -> String {
+    let mut out =
+        String::from("# Written by Herd; edits are overwritten. Change herd.toml instead.\n");
+    let mut set = |key: &str, value: &str| {
+        let _ = writeln!(out, "{key} = {}", quote(value));
+    };
+    set("listen_addresses", &s.listen_address.to_string());
+    set("port", &s.port.to_string());
+    // TCP only: no socket file to clash with other clusters, and SCRAM applies to every login.
+    set("unix_socket_directories", "");
+    set("password_encryption", "scram-sha-256");
+    set("max_connections", &s.max_connections.to_string());
+    set("shared_buffers", &s.shared_buffers);
+    set("work_mem", &s.work_mem);
+    set("maintenance_work_mem", "64MB");
+    set("effective_cache_size", "512MB");
+    set("wal_level", "replica");
+    // pg_rewind needs hint bits WAL-logged to rejoin a former primary.
+    set("wal_log_hints", "on");
+    set("max_wal_senders", "16");
+    set("max_replication_slots", "16");
+    set("max_slot_wal_keep_size", &s.max_slot_wal_keep_size);
+    set("max_wal_size", "1GB");
+    set("hot_standby", "on");
+    set("hot_standby_feedback", "on");
+    set("recovery_prefetch", "try");
+    // Frequent standby replies keep pg_stat_replication's positions and lag times fresh.
+    set("wal_receiver_status_interval", "1s");
+    set("synchronous_commit", &s.synchronous_commit);
+    set("synchronous_standby_names", &s.synchronous_standby_names);
+    set("log_line_prefix", "%m [%p] %q%u@%d ");
+    if let Some(up) = &s.upstream {
+        set("primary_conninfo", &up.conninfo);
+        set("primary_slot_name", &up.slot);
+    }
+    out
+}
+
+/// Renders `pg_hba.conf`: SCRAM-SHA-256 over TCP for everyone, nothing trusted.
+pub fn render_hba(listen_address: IpAddr, replication_user: &str) -> String {
+    let mut out = String::from(
+        "# Written by Herd. TCP only, SCRAM-SHA-256 for every user; no trust, no peer.\n\
+         host all all 127.0.0.1/32 scram-sha-256\n",
+    );
+    let _ = writeln!(
+        out,
+        "host replication {replication_user} 127.0.0.1/32 scram-sha-256"
+    );
+    if !listen_address.is_loopback() {
+        // The operator chose to listen beyond loopback: accept password logins from anywhere.
+        out.push_str("host all all 0.0.0.0/0 scram-sha-256\n");
+        let _ = writeln!(
+            out,
+            "host replication {replication_user} 0.0.0.0/0 scram-sha-256"
+        );
+    }
+    out
+}
+
+/// Writes `herd.conf` and `pg_hba.conf` into `datadir`, makes `postgresql.conf` include
+/// `herd.conf`, and creates or removes `standby.signal` to match the role.
+pub fn write_node_conf(
+    datadir: &Path,
+    settings: &ServerSettings,
+    hba: &str,
+) -> Result<(), PgError> {
+    let write = |name: &str, text: &str| {
+        let path = datadir.join(name);
+        std::fs::write(&path, text).map_err(|e| PgError::io("writing", path, e))
+    };
+    write(HERD_CONF, &render_server_conf(settings))?;
+    write("pg_hba.conf", hba)?;
+    let main = datadir.join("postgresql.conf");
+    let text = std::fs::read_to_string(&main).map_err(|e| PgError::io("reading", &main, e))?;
+    let include = format!("include '{HERD_CONF}'");
+    if !text.lines().any(|l| l.trim() == include) {
+        write("postgresql.conf", &format!("{text}\n{include}\n"))?;
+    }
+    let signal = datadir.join("standby.signal");
+    if settings.upstream.is_some() {
+        write("standby.signal", "")?;
+    } else if signal.exists() {
+        std::fs::remove_file(&signal).map_err(|e| PgError::io("removing", signal, e))?;
+    }
+    Ok(())
+}
+
+/// A postgresql.conf string literal.
+fn quote(value: &str) -> String {
+    format!("'{}'", value.replace('\\', "\\\\").replace('\'', "''"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings() -> ServerSettings {
+        ServerSettings {
+            listen_address: IpAddr::from([127, 0, 0, 1]),
+            port: 7433,
+            shared_buffers: "128MB".into(),
+            max_connections: 100,
+            work_mem: "4MB".into(),
+            max_slot_wal_keep_size: "2GB".into(),
+            synchronous_commit: "on".into(),
+            synchronous_standby_names: "ANY 1 (\"node1\", \"node2\")".into(),
+            upstream: None,
+        }
+    }
+
+    #[test]
+    fn primary_conf_has_replication_and_safety_settings() {
+        let text = render_server_conf(&settings());
+        for line in [
+            "listen_addresses = '127.0.0.1'",
+            "port = '7433'",
+            "wal_log_hints = 'on'",
+            "recovery_prefetch = 'try'",
+            "synchronous_standby_names = 'ANY 1 (\"node1\", \"node2\")'",
+            "unix_socket_directories = ''",
+        ] {
+            assert!(text.lines().any(|l| l == line), "missing {line} in\n{text}");
+        }
+        assert!(!text.contains("primary_conninfo"));
+    }
+
+    #[test]
+    fn replica_conf_quotes_conninfo() {
+        let mut s = settings();
+        s.upstream = Some(Upstream {
+            conninfo: "host=127.0.0.1 passfile='/a b/pgpass'".into(),
+            slot: "node1".into(),
+        });
+        let text = render_server_conf(&s);
+        assert!(
+            text.contains("primary_conninfo = 'host=127.0.0.1 passfile=''/a b/pgpass'''"),
+            "{text}"
+        );
+        assert!(text.contains("primary_slot_name = 'node1'"));
+    }
+
+    #[test]
+    fn hba_never_trusts() {
+        let local = render_hba(IpAddr::from([127, 0, 0, 1]), "replicator");
+        assert!(local
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .all(|l| l.ends_with("scram-sha-256")));
+        assert!(!local.contains("0.0.0.0/0"));
+        let wide = render_hba(IpAddr::from([10, 0, 0, 5]), "replicator");
+        assert!(wide.contains("0.0.0.0/0 scram-sha-256"));
+    }
+
+    #[test]
+    fn writing_conf_is_idempotent_and_tracks_role() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let d = tmp.path();
+        std::fs::write(d.join("postgresql.conf"), "# initdb\n").expect("write");
+        let mut s = settings();
+        s.upstream = Some(Upstream {
+            conninfo: "host=x".into(),
+            slot: "node1".into(),
+        });
+        write_node_conf(d, &s, "hba").expect("write");
+        write_node_conf(d, &s, "hba").expect("write again");
+        let main = std::fs::read_to_string(d.join("postgresql.conf")).expect("read");
+        assert_eq!(main.matches("include 'herd.conf'").count(), 1);
+        assert!(d.join("standby.signal").exists());
+        s.upstream = None;
+        write_node_conf(d, &s, "hba").expect("write as primary");
+        assert!(!d.join("standby.signal").exists());
+    }
+}

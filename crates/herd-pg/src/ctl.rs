@@ -1,0 +1,283 @@
+//! Running initdb, pg_ctl and pg_basebackup as the servers' OS user.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::process::Command;
+
+use crate::{OsUser, PgBinaries, PgError};
+
+/// How `pg_ctl stop` ends sessions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StopMode {
+    /// Roll back open transactions, checkpoint, and (on a primary) send all WAL to the standbys.
+    Fast,
+    /// Abort without a checkpoint; crash recovery runs on the next start. Used for fencing.
+    Immediate,
+}
+
+/// Runs PostgreSQL programs with the right binaries and OS user.
+#[derive(Clone, Debug)]
+pub struct Pg {
+    bins: PgBinaries,
+    user: Option<OsUser>,
+}
+
+impl Pg {
+    /// Programs from `bins`, run as `user` (or as the current user when `None`).
+    pub fn new(bins: PgBinaries, user: Option<OsUser>) -> Self {
+        Pg { bins, user }
+    }
+
+    /// The binaries in use.
+    pub fn binaries(&self) -> &PgBinaries {
+        &self.bins
+    }
+
+    /// The OS user the servers run as, when not the current one.
+    pub fn os_user(&self) -> Option<&OsUser> {
+        self.user.as_ref()
+    }
+
+    /// Gives `path` to the servers' OS user (no-op when Herd is not root).
+    pub fn hand_over(&self, path: &Path) -> Result<(), PgError> {
+        match &self.user {
+            Some(u) => u.chown_tree(path),
+            None => Ok(()),
+        }
+    }
+
+    fn command(&self, program: &str, cwd: &Path) -> Command {
+        let mut cmd = Command::new(self.bins.program(program));
+        cmd.current_dir(cwd)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .env_remove("PGDATA")
+            .env_remove("PGPASSWORD")
+            .env("LC_MESSAGES", "C")
+            // Own process group: a Ctrl-C aimed at Herd's terminal must not reach the servers;
+            // Herd shuts them down itself, in order.
+            .process_group(0)
+            .kill_on_drop(true);
+        if let Some(u) = &self.user {
+            cmd.uid(u.uid()).gid(u.gid());
+        }
+        cmd
+    }
+
+    async fn run(
+        &self,
+        program: &str,
+        cwd: &Path,
+        args: &[String],
+        timeout: Duration,
+    ) -> Result<String, PgError> {
+        let mut cmd = self.command(program, cwd);
+        cmd.args(args);
+        self.run_command(program, args, cmd, timeout).await
+    }
+
+    async fn run_command(
+        &self,
+        program: &str,
+        args: &[String],
+        mut cmd: Command,
+        timeout: Duration,
+    ) -> Result<String, PgError> {
+        let label = format!(
+            "{program} {}",
+            args.first().map(String::as_str).unwrap_or("")
+        );
+        let child = cmd.spawn().map_err(|e| PgError::Command {
+            program: label.clone(),
+            status: "not started".into(),
+            detail: e.to_string(),
+        })?;
+        let out = tokio::time::timeout(timeout, child.wait_with_output())
+            .await
+            .map_err(|_| {
+                PgError::Timeout(format!(
+                    "{label} did not finish within {}s",
+                    timeout.as_secs()
+                ))
+            })?
+            .map_err(|e| PgError::Command {
+                program: label.clone(),
+                status: "wait failed".into(),
+                detail: e.to_string(),
+            })?;
+        if out.status.success() {
+            return Ok(String::from_utf8_lossy(&out.stdout).into_owned());
+        }
+        let mut detail = String::from_utf8_lossy(&out.stderr).trim().to_string();
+        if detail.is_empty() {
+            detail = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        }
+        Err(PgError::Command {
+            program: label,
+            status: out.status.to_string(),
+            detail: tail(&detail, 1500),
+        })
+    }
+
+    /// Creates a new primary data directory with SCRAM authentication and `superuser`, whose
+    /// password is read from `pwfile`.
+    pub async fn initdb(
+        &self,
+        datadir: &Path,
+        superuser: &str,
+        pwfile: &Path,
+    ) -> Result<(), PgError> {
+        let args = vec![
+            "-D".into(),
+            path_arg(datadir),
+            "-U".into(),
+            superuser.into(),
+            format!("--pwfile={}", path_arg(pwfile)),
+            "--auth=scram-sha-256".into(),
+            "--encoding=UTF8".into(),
+            "--locale=C.UTF-8".into(),
+            "--data-checksums".into(),
+            "--no-instructions".into(),
+        ];
+        self.run("initdb", parent(datadir), &args, Duration::from_secs(300))
+            .await
+            .map(drop)
+    }
+
+    /// Starts the server and waits until it accepts connections (or, for a standby, reaches a
+    /// consistent state). The postmaster outlives Herd: it is not Herd's child process.
+    pub async fn start(&self, datadir: &Path, logfile: &Path) -> Result<(), PgError> {
+        let args = vec![
+            "start".into(),
+            "-D".into(),
+            path_arg(datadir),
+            "-l".into(),
+            path_arg(logfile),
+            "-w".into(),
+            "-t".into(),
+            "120".into(),
+            "-s".into(),
+        ];
+        match self
+            .run("pg_ctl", parent(datadir), &args, Duration::from_secs(130))
+            .await
+        {
+            Ok(_) => Ok(()),
+            // pg_ctl's own message is terse; the server log says why.
+            Err(PgError::Command {
+                program,
+                status,
+                detail,
+            }) => Err(PgError::Command {
+                program,
+                status,
+                detail: format!(
+                    "{detail}\nlast lines of {}:\n{}",
+                    logfile.display(),
+                    log_tail(logfile, 12)
+                ),
+            }),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Stops the server and waits for it to exit.
+    pub async fn stop(&self, datadir: &Path, mode: StopMode) -> Result<(), PgError> {
+        let mode = match mode {
+            StopMode::Fast => "fast",
+            StopMode::Immediate => "immediate",
+        };
+        let args = vec![
+            "stop".into(),
+            "-D".into(),
+            path_arg(datadir),
+            "-m".into(),
+            mode.into(),
+            "-w".into(),
+            "-t".into(),
+            "120".into(),
+            "-s".into(),
+        ];
+        self.run("pg_ctl", parent(datadir), &args, Duration::from_secs(130))
+            .await
+            .map(drop)
+    }
+
+    /// Makes the server re-read its configuration files.
+    pub async fn reload(&self, datadir: &Path) -> Result<(), PgError> {
+        let args = vec!["reload".into(), "-D".into(), path_arg(datadir), "-s".into()];
+        self.run("pg_ctl", parent(datadir), &args, Duration::from_secs(30))
+            .await
+            .map(drop)
+    }
+
+    /// Clones the primary at `host:port` into `datadir`, streaming WAL through `slot`, with the
+    /// password read from `passfile`.
+    pub async fn basebackup(
+        &self,
+        datadir: &Path,
+        host: &str,
+        port: u16,
+        user: &str,
+        slot: &str,
+        passfile: &Path,
+    ) -> Result<(), PgError> {
+        let args: Vec<String> = vec![
+            "-D".into(),
+            path_arg(datadir),
+            "-h".into(),
+            host.into(),
+            "-p".into(),
+            port.to_string(),
+            "-U".into(),
+            user.into(),
+            "-S".into(),
+            slot.into(),
+            "-X".into(),
+            "stream".into(),
+            "-c".into(),
+            "fast".into(),
+            "-w".into(),
+        ];
+        let mut cmd = self.command("pg_basebackup", parent(datadir));
+        cmd.args(&args)
+            .env("PGPASSFILE", passfile)
+            .env("PGCONNECT_TIMEOUT", "10");
+        self.run_command("pg_basebackup", &args, cmd, Duration::from_secs(1800))
+            .await
+            .map(drop)
+    }
+}
+
+fn path_arg(p: &Path) -> String {
+    p.display().to_string()
+}
+
+fn parent(p: &Path) -> &Path {
+    p.parent().unwrap_or(Path::new("/"))
+}
+
+fn tail(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_string();
+    }
+    let mut start = text.len() - max;
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    format!("…{}", &text[start..])
+}
+
+/// The last `lines` lines of a log file, or a note that it cannot be read.
+pub fn log_tail(path: &Path, lines: usize) -> String {
+    match std::fs::read_to_string(path) {
+        Ok(text) => {
+            let all: Vec<&str> = text.lines().collect();
+            all[all.len().saturating_sub(lines)..].join("\n")
+        }
+        Err(e) => format!("(cannot read {}: {e})", PathBuf::from(path).display()),
+    }
+}

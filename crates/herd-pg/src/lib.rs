@@ -1,0 +1,25 @@
+//! Runs PostgreSQL 15's programs (initdb, pg_ctl, pg_basebackup) as the right OS user, writes
+//! their configuration, and probes running servers over SQL. No other Herd crate starts a
+//! PostgreSQL program or touches a server's configuration files.
+
+mod bin;
+mod conf;
+mod ctl;
+mod datadir;
+mod error;
+mod osuser;
+mod probe;
+
+pub use bin::{PgBinaries, PG_MAJOR};
+pub use conf::{
+    render_hba, render_server_conf, write_node_conf, ServerSettings, Upstream, HERD_CONF,
+};
+pub use ctl::log_tail;
+pub use ctl::{Pg, StopMode};
+pub use datadir::{check_data_dir, postmaster_pid, DataDirState};
+pub use error::PgError;
+pub use osuser::OsUser;
+pub use probe::{
+    connect, create_physical_slot, ensure_role, probe, ConnSpec, PrimaryProbe, Probe, ReplicaProbe,
+    ReplicationRow,
+};

@@ -1,0 +1,258 @@
+//! SQL probes and administration of running servers.
+
+use std::time::Duration;
+
+use herd_core::{Lsn, SyncState};
+use tokio_postgres::{Client, NoTls};
+
+use crate::PgError;
+
+/// How to reach one server as an administrative user.
+#[derive(Clone)]
+pub struct ConnSpec {
+    /// Host address.
+    pub host: String,
+    /// TCP port.
+    pub port: u16,
+    /// Role name.
+    pub user: String,
+    /// Password (never printed).
+    pub password: String,
+    /// Database.
+    pub dbname: String,
+    /// Bound on connecting and on each probe.
+    pub timeout: Duration,
+}
+
+impl std::fmt::Debug for ConnSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}@{}:{}/{}",
+            self.user, self.host, self.port, self.dbname
+        )
+    }
+}
+
+/// Opens a connection; the connection task runs on the current runtime until the client drops.
+pub async fn connect(spec: &ConnSpec) -> Result<Client, PgError> {
+    let mut config = tokio_postgres::Config::new();
+    config
+        .host(&spec.host)
+        .port(spec.port)
+        .user(&spec.user)
+        .password(&spec.password)
+        .dbname(&spec.dbname)
+        .application_name("herd")
+        .connect_timeout(spec.timeout);
+    let connecting = config.connect(NoTls);
+    let (client, connection) = tokio::time::timeout(spec.timeout, connecting)
+        .await
+        .map_err(|_| PgError::Timeout(format!("connecting to {spec:?} timed out")))?
+        .map_err(|source| PgError::Sql {
+            context: format!("connecting to {spec:?}"),
+            source,
+        })?;
+    tokio::spawn(async move {
+        // Ends when the client is dropped or the server goes away; either is not an error here.
+        let _ = connection.await;
+    });
+    Ok(client)
+}
+
+/// What a server said about itself.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Probe {
+    /// Not in recovery: accepts writes.
+    Primary(PrimaryProbe),
+    /// In recovery (hot standby).
+    Replica(ReplicaProbe),
+}
+
+/// A primary's WAL position, sync settings and its walsenders.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PrimaryProbe {
+    /// `pg_current_wal_lsn()`.
+    pub current_lsn: Lsn,
+    /// `synchronous_standby_names` in effect.
+    pub synchronous_standby_names: String,
+    /// `synchronous_commit` in effect (server default).
+    pub synchronous_commit: String,
+    /// One row per walsender (`pg_stat_replication`).
+    pub replication: Vec<ReplicationRow>,
+}
+
+/// One row of `pg_stat_replication`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ReplicationRow {
+    /// The standby's `application_name` (Herd's node name).
+    pub application_name: String,
+    /// `startup`, `catchup`, `streaming`, …
+    pub state: String,
+    /// Last position written by the standby.
+    pub write_lsn: Option<Lsn>,
+    /// Last position flushed by the standby.
+    pub flush_lsn: Option<Lsn>,
+    /// Last position replayed by the standby.
+    pub replay_lsn: Option<Lsn>,
+    /// `write_lag` in seconds (NULL once an idle standby has caught up).
+    pub write_lag: Option<f64>,
+    /// `flush_lag` in seconds.
+    pub flush_lag: Option<f64>,
+    /// `replay_lag` in seconds.
+    pub replay_lag: Option<f64>,
+    /// `sync_state`.
+    pub sync_state: Option<SyncState>,
+}
+
+/// A standby's receive and replay positions.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ReplicaProbe {
+    /// `pg_last_wal_receive_lsn()`.
+    pub received_lsn: Option<Lsn>,
+    /// `pg_last_wal_replay_lsn()`.
+    pub replayed_lsn: Option<Lsn>,
+    /// `pg_stat_wal_receiver.status` (`streaming` when connected), `None` without a receiver.
+    pub receiver_status: Option<String>,
+}
+
+/// Asks a server for its role, positions and replication state.
+pub async fn probe(spec: &ConnSpec) -> Result<Probe, PgError> {
+    let client = connect(spec).await?;
+    tokio::time::timeout(spec.timeout, probe_client(&client, spec))
+        .await
+        .map_err(|_| PgError::Timeout(format!("probing {spec:?} timed out")))?
+}
+
+async fn probe_client(client: &Client, spec: &ConnSpec) -> Result<Probe, PgError> {
+    let sql = |source| PgError::Sql {
+        context: format!("probing {spec:?}"),
+        source,
+    };
+    let row = client
+        .query_one("select pg_is_in_recovery()", &[])
+        .await
+        .map_err(sql)?;
+    let in_recovery: bool = row.get(0);
+    if in_recovery {
+        let row = client
+            .query_one(
+                "select pg_last_wal_receive_lsn()::text, pg_last_wal_replay_lsn()::text, \
+                 (select status from pg_stat_wal_receiver)",
+                &[],
+            )
+            .await
+            .map_err(sql)?;
+        return Ok(Probe::Replica(ReplicaProbe {
+            received_lsn: lsn(row.get(0), spec)?,
+            replayed_lsn: lsn(row.get(1), spec)?,
+            receiver_status: row.get(2),
+        }));
+    }
+    let row = client
+        .query_one(
+            "select pg_current_wal_lsn()::text, current_setting('synchronous_standby_names'), \
+             current_setting('synchronous_commit')",
+            &[],
+        )
+        .await
+        .map_err(sql)?;
+    let current_lsn = lsn(row.get(0), spec)?.unwrap_or_default();
+    let rows = client
+        .query(
+            "select application_name, state, write_lsn::text, flush_lsn::text, replay_lsn::text, \
+             extract(epoch from write_lag)::float8, extract(epoch from flush_lag)::float8, \
+             extract(epoch from replay_lag)::float8, sync_state \
+             from pg_stat_replication order by application_name",
+            &[],
+        )
+        .await
+        .map_err(sql)?;
+    let mut replication = Vec::with_capacity(rows.len());
+    for r in rows {
+        replication.push(ReplicationRow {
+            application_name: r.get::<_, Option<String>>(0).unwrap_or_default(),
+            state: r.get::<_, Option<String>>(1).unwrap_or_default(),
+            write_lsn: lsn(r.get(2), spec)?,
+            flush_lsn: lsn(r.get(3), spec)?,
+            replay_lsn: lsn(r.get(4), spec)?,
+            write_lag: r.get(5),
+            flush_lag: r.get(6),
+            replay_lag: r.get(7),
+            sync_state: r
+                .get::<_, Option<String>>(8)
+                .as_deref()
+                .and_then(SyncState::from_pg),
+        });
+    }
+    Ok(Probe::Primary(PrimaryProbe {
+        current_lsn,
+        synchronous_standby_names: row.get(1),
+        synchronous_commit: row.get(2),
+        replication,
+    }))
+}
+
+fn lsn(text: Option<String>, spec: &ConnSpec) -> Result<Option<Lsn>, PgError> {
+    text.map(|t| {
+        t.parse()
+            .map_err(|e: herd_core::ParseError| PgError::Protocol {
+                context: format!("{spec:?}"),
+                detail: e.to_string(),
+            })
+    })
+    .transpose()
+}
+
+/// Creates or updates a login role with `password` stored as a SCRAM-SHA-256 verifier computed
+/// here, so the plaintext never appears in SQL or server logs.
+pub async fn ensure_role(
+    client: &Client,
+    name: &str,
+    password: &str,
+    replication: bool,
+) -> Result<(), PgError> {
+    let verifier = postgres_protocol::password::scram_sha_256(password.as_bytes());
+    let ident = postgres_protocol::escape::escape_identifier(name);
+    let literal = postgres_protocol::escape::escape_literal(&verifier);
+    let attrs = if replication {
+        "LOGIN REPLICATION"
+    } else {
+        "LOGIN"
+    };
+    let exists = client
+        .query_opt("select 1 from pg_roles where rolname = $1", &[&name])
+        .await
+        .map_err(|source| PgError::Sql {
+            context: format!("looking up role {name}"),
+            source,
+        })?
+        .is_some();
+    let verb = if exists { "ALTER" } else { "CREATE" };
+    client
+        .batch_execute(&format!(
+            "{verb} ROLE {ident} WITH {attrs} PASSWORD {literal}"
+        ))
+        .await
+        .map_err(|source| PgError::Sql {
+            context: format!("{verb} ROLE {name}"),
+            source,
+        })
+}
+
+/// Creates a physical replication slot unless it exists; `immediately_reserve` so WAL is kept
+/// from now on, before the replica first connects.
+pub async fn create_physical_slot(client: &Client, name: &str) -> Result<(), PgError> {
+    client
+        .execute(
+            "select pg_create_physical_replication_slot($1, true) \
+             where not exists (select 1 from pg_replication_slots where slot_name = $1)",
+            &[&name],
+        )
+        .await
+        .map(drop)
+        .map_err(|source| PgError::Sql {
+            context: format!("creating replication slot {name}"),
+            source,
+        })
+}
