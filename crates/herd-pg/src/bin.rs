@@ -141,7 +141,8 @@ fn major_of(version: &str) -> Option<u32> {
     let number = version
         .split_whitespace()
         .find(|w| w.starts_with(|c: char| c.is_ascii_digit()))?;
-    number.split('.').next()?.parse().ok()
+    let digits: String = number.chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().ok()
 }
 
 #[cfg(test)]

@@ -1,0 +1,93 @@
+//! Creating a new cluster: initdb the primary, create the replication role and slots, clone
+//! each replica with pg_basebackup, start everything.
+
+use herd_config::Config;
+use herd_pg::Pg;
+
+use crate::cluster::{REPLICATION_USER, SUPERUSER};
+use crate::{Cluster, ClusterError, ClusterState, Layout, Progress, Secrets};
+
+impl Cluster {
+    /// Creates a cluster in an empty data directory. `state.json` is written last, so a directory
+    /// without it never passes for a usable cluster. On failure the servers started so far are
+    /// stopped and the error says how to retry.
+    pub async fn bootstrap(
+        layout: Layout,
+        config: Config,
+        pg: &Pg,
+        progress: &dyn Progress,
+    ) -> Result<Cluster, ClusterError> {
+        let nodes_dir = layout.nodes();
+        let leftovers = std::fs::read_dir(&nodes_dir).map(|mut d| d.next().is_some()).unwrap_or(false);
+        if leftovers {
+            return Err(ClusterError::DataDir {
+                path: layout.root().to_path_buf(),
+                detail: format!(
+                    "{} holds node directories but no state.json: an earlier initialisation did not finish. \
+                     Remove the data directory to start afresh",
+                    nodes_dir.display()
+                ),
+            });
+        }
+        for dir in [layout.root().to_path_buf(), layout.nodes(), layout.logs(), layout.run()] {
+            std::fs::create_dir_all(&dir).map_err(|e| ClusterError::io("creating", &dir, e))?;
+        }
+        let secrets = Secrets::generate();
+        secrets.save(&layout, REPLICATION_USER)?;
+        pg.hand_over(layout.root())?;
+        if let Some(user) = pg.os_user() {
+            user.check_access(layout.root())?;
+        }
+        let cluster = Cluster { state: ClusterState::new(config.cluster.replicas), layout, config, secrets };
+        cluster.check_ports(None)?;
+        match cluster.create_nodes(pg, progress).await {
+            Ok(()) => {
+                cluster.state.save(&cluster.layout.state())?;
+                Ok(cluster)
+            }
+            Err(e) => {
+                // Leave no server of a half-made cluster running.
+                let _ = cluster.stop_all(pg, progress).await;
+                Err(e)
+            }
+        }
+    }
+
+    async fn create_nodes(&self, pg: &Pg, progress: &dyn Progress) -> Result<(), ClusterError> {
+        let primary = &self.state.primary;
+        let primary_dir = self.layout.node(primary);
+        progress.phase(&format!("initialising primary {primary} (initdb, SCRAM-SHA-256)"));
+        pg.initdb(&primary_dir, SUPERUSER, &Secrets::superuser_file(&self.layout)).await?;
+        progress.done(&format!("primary {primary} initialised"));
+        progress.phase(&format!("starting primary {primary} on port {}", self.port(primary)));
+        self.start_node(pg, primary).await?;
+        progress.done(&format!("primary {primary} started on port {}", self.port(primary)));
+
+        progress.phase("creating the replication role and one slot per replica");
+        let client = herd_pg::connect(&self.conn_spec(primary)).await?;
+        herd_pg::ensure_role(&client, REPLICATION_USER, &self.secrets.replication, true).await?;
+        for replica in self.state.replicas() {
+            herd_pg::create_physical_slot(&client, replica.as_str()).await?;
+        }
+        drop(client);
+        progress.done("replication role and slots created");
+
+        for replica in self.state.replicas() {
+            progress.phase(&format!("cloning replica {replica} from {primary} (pg_basebackup)"));
+            pg.basebackup(
+                &self.layout.node(&replica),
+                &self.host().to_string(),
+                self.port(primary),
+                REPLICATION_USER,
+                replica.as_str(),
+                &Secrets::pgpass(&self.layout),
+            )
+            .await?;
+            progress.done(&format!("replica {replica} cloned"));
+            progress.phase(&format!("starting replica {replica} on port {}", self.port(&replica)));
+            self.start_node(pg, &replica).await?;
+            progress.done(&format!("replica {replica} started on port {}", self.port(&replica)));
+        }
+        Ok(())
+    }
+}

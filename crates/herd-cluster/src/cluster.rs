@@ -1,0 +1,127 @@
+//! A cluster's identity: where it lives, its configuration, topology and secrets.
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use herd_config::Config;
+use herd_core::{NodeName, Role};
+use herd_pg::{ConnSpec, ServerSettings, Upstream};
+
+use crate::{ClusterError, ClusterState, Layout, Secrets};
+
+/// The superuser created by initdb; its password is in `secrets/superuser.password`.
+pub const SUPERUSER: &str = "postgres";
+/// The role replicas stream WAL with.
+pub const REPLICATION_USER: &str = "replicator";
+
+/// An existing cluster as recorded in its data directory.
+#[derive(Clone, Debug)]
+pub struct Cluster {
+    /// Its files.
+    pub layout: Layout,
+    /// Its configuration (herd.toml plus any overrides of this run).
+    pub config: Config,
+    /// Its topology.
+    pub state: ClusterState,
+    /// Its passwords.
+    pub secrets: Secrets,
+}
+
+impl Cluster {
+    /// Opens the cluster in `layout`; fails clearly when the directory holds no Herd cluster.
+    pub fn open(layout: Layout, config: Config) -> Result<Cluster, ClusterError> {
+        let state = ClusterState::load(&layout.state())?.ok_or_else(|| ClusterError::DataDir {
+            path: layout.root().to_path_buf(),
+            detail: "it holds no Herd cluster (state.json is missing); create one with `herd up`".into(),
+        })?;
+        let secrets = Secrets::load(&layout)?;
+        Ok(Cluster { layout, config, state, secrets })
+    }
+
+    /// The address Herd connects to the servers on.
+    pub fn host(&self) -> IpAddr {
+        let listen = self.config.network.listen_address;
+        if listen.is_unspecified() {
+            IpAddr::from([127, 0, 0, 1])
+        } else {
+            listen
+        }
+    }
+
+    /// The role Herd assigned to `node`.
+    pub fn role(&self, node: &NodeName) -> Role {
+        if *node == self.state.primary {
+            Role::Primary
+        } else {
+            Role::Replica
+        }
+    }
+
+    /// The TCP port of `node`.
+    pub fn port(&self, node: &NodeName) -> u16 {
+        self.config.node_port(self.state.index(node).unwrap_or(0))
+    }
+
+    /// How Herd reaches `node` as the superuser.
+    pub fn conn_spec(&self, node: &NodeName) -> ConnSpec {
+        ConnSpec {
+            host: self.host().to_string(),
+            port: self.port(node),
+            user: SUPERUSER.into(),
+            password: self.secrets.superuser.clone(),
+            dbname: "postgres".into(),
+            timeout: Duration::from_secs(3),
+        }
+    }
+
+    /// A libpq URL for `node` as the superuser; the password is included only when asked for.
+    pub fn url(&self, node: &NodeName, with_password: bool) -> String {
+        let auth = if with_password {
+            // Generated passwords are alphanumeric: no percent-encoding needed.
+            format!("{SUPERUSER}:{}", self.secrets.superuser)
+        } else {
+            SUPERUSER.to_string()
+        };
+        format!("postgresql://{auth}@{}:{}/postgres", self.host(), self.port(node))
+    }
+
+    /// The cluster's endpoint: the primary, until Herd's proxy serves `network.port`.
+    pub fn endpoint_url(&self, with_password: bool) -> String {
+        self.url(&self.state.primary, with_password)
+    }
+
+    /// The `synchronous_standby_names` for the recorded sync set.
+    pub fn synchronous_standby_names(&self) -> String {
+        self.config.cluster.sync_standbys.standby_names(&self.state.sync_set)
+    }
+
+    /// The server settings of `node` in its current role.
+    pub fn server_settings(&self, node: &NodeName) -> ServerSettings {
+        let pg = &self.config.postgres;
+        let upstream = (self.role(node) == Role::Replica).then(|| Upstream {
+            conninfo: format!(
+                "host={} port={} user={REPLICATION_USER} passfile='{}' application_name={node} connect_timeout=5",
+                self.host(),
+                self.port(&self.state.primary),
+                Secrets::pgpass(&self.layout).display(),
+            ),
+            slot: node.to_string(),
+        });
+        ServerSettings {
+            listen_address: self.config.network.listen_address,
+            port: self.port(node),
+            shared_buffers: pg.shared_buffers.clone(),
+            max_connections: pg.max_connections,
+            work_mem: pg.work_mem.clone(),
+            max_slot_wal_keep_size: pg.max_slot_wal_keep_size.clone(),
+            synchronous_commit: self.config.cluster.commit_mode.synchronous_commit().into(),
+            synchronous_standby_names: self.synchronous_standby_names(),
+            upstream,
+        }
+    }
+
+    /// `pg_hba.conf` for every node.
+    pub fn hba(&self) -> String {
+        herd_pg::render_hba(self.config.network.listen_address, REPLICATION_USER)
+    }
+}

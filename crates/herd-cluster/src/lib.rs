@@ -1,0 +1,28 @@
+//! A Herd cluster on one machine: its data directory, first-time bootstrap, resuming an existing
+//! cluster (adopting servers that still run), supervision through `herd-ha`'s decisions, run-time
+//! commit mode changes, and the status document.
+//!
+//! Everything that runs a PostgreSQL program goes through `herd-pg`.
+
+mod bootstrap;
+mod cluster;
+mod commit;
+mod error;
+mod layout;
+mod lifecycle;
+mod progress;
+mod runfiles;
+mod secrets;
+mod state;
+mod status;
+mod supervise;
+
+pub use cluster::{Cluster, REPLICATION_USER, SUPERUSER};
+pub use error::ClusterError;
+pub use layout::Layout;
+pub use progress::{Progress, SilentProgress};
+pub use runfiles::{read_supervisor, SupervisorLock};
+pub use secrets::Secrets;
+pub use state::ClusterState;
+pub use status::{observe, Observation};
+pub use supervise::supervise;

@@ -1,0 +1,105 @@
+//! Generated passwords, kept in files of mode 0600 under `secrets/`.
+
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use rand::distributions::{Alphanumeric, DistString};
+
+use crate::{ClusterError, Layout};
+
+/// The cluster's passwords.
+#[derive(Clone)]
+pub struct Secrets {
+    /// The superuser's (`postgres`) password.
+    pub superuser: String,
+    /// The replication role's password.
+    pub replication: String,
+}
+
+impl std::fmt::Debug for Secrets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secrets(..)")
+    }
+}
+
+const SUPERUSER_FILE: &str = "superuser.password";
+const REPLICATION_FILE: &str = "replication.password";
+const PGPASS_FILE: &str = "pgpass";
+
+impl Secrets {
+    /// Fresh random passwords (32 alphanumerics, ~190 bits).
+    pub fn generate() -> Secrets {
+        let mut rng = rand::thread_rng();
+        Secrets {
+            superuser: Alphanumeric.sample_string(&mut rng, 32),
+            replication: Alphanumeric.sample_string(&mut rng, 32),
+        }
+    }
+
+    /// Writes the password files and the replication passfile, each with mode 0600.
+    pub fn save(&self, layout: &Layout, replication_user: &str) -> Result<(), ClusterError> {
+        let dir = layout.secrets();
+        std::fs::create_dir_all(&dir).map_err(|e| ClusterError::io("creating", &dir, e))?;
+        write_private(&dir.join(SUPERUSER_FILE), &format!("{}\n", self.superuser))?;
+        write_private(&dir.join(REPLICATION_FILE), &format!("{}\n", self.replication))?;
+        write_private(&Self::pgpass(layout), &format!("*:*:*:{replication_user}:{}\n", self.replication))
+    }
+
+    /// Reads the passwords back.
+    pub fn load(layout: &Layout) -> Result<Secrets, ClusterError> {
+        let read = |name: &str| {
+            let path = layout.secrets().join(name);
+            std::fs::read_to_string(&path)
+                .map(|s| s.trim().to_string())
+                .map_err(|e| ClusterError::io("reading secret", path, e))
+        };
+        Ok(Secrets { superuser: read(SUPERUSER_FILE)?, replication: read(REPLICATION_FILE)? })
+    }
+
+    /// The superuser password file (initdb's `--pwfile`).
+    pub fn superuser_file(layout: &Layout) -> PathBuf {
+        layout.secrets().join(SUPERUSER_FILE)
+    }
+
+    /// The libpq passfile replicas use to reach the primary.
+    pub fn pgpass(layout: &Layout) -> PathBuf {
+        layout.secrets().join(PGPASS_FILE)
+    }
+}
+
+fn write_private(path: &Path, text: &str) -> Result<(), ClusterError> {
+    // Created 0600 from the start: the secret is never readable by others, not even briefly.
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| ClusterError::io("creating", path, e))?;
+    f.write_all(text.as_bytes()).map_err(|e| ClusterError::io("writing", path, e))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+
+    #[test]
+    fn secrets_are_private_and_round_trip() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let layout = Layout::new(tmp.path());
+        let s = Secrets::generate();
+        assert_eq!(s.superuser.len(), 32);
+        assert_ne!(s.superuser, s.replication);
+        s.save(&layout, "replicator").expect("save");
+        for f in [SUPERUSER_FILE, REPLICATION_FILE, PGPASS_FILE] {
+            let mode = std::fs::metadata(layout.secrets().join(f)).expect("meta").permissions().mode();
+            assert_eq!(mode & 0o777, 0o600, "{f}");
+        }
+        let back = Secrets::load(&layout).expect("load");
+        assert_eq!(back.superuser, s.superuser);
+        assert_eq!(format!("{back:?}"), "Secrets(..)");
+    }
+}

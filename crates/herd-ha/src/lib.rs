@@ -1,0 +1,7 @@
+//! The control plane's decision step. `decide()` is a pure function of what the supervisor
+//! observed; the supervisor carries the decisions out. Today it keeps every server running;
+//! failover (a later step) adds decisions here, not I/O.
+
+mod decide;
+
+pub use decide::{decide, Action, Decision, NodeObservation, Policy};
