@@ -38,13 +38,18 @@ impl Cluster {
         if let Some(user) = pg.os_user() {
             user.check_access(layout.root())?;
         }
-        let cluster = Cluster { state: ClusterState::new(config.cluster.replicas), layout, config, secrets };
+        let mut cluster = Cluster { state: ClusterState::new(config.cluster.replicas), layout, config, secrets };
         cluster.check_ports(None)?;
-        match cluster.create_nodes(pg, progress).await {
-            Ok(()) => {
-                cluster.state.save(&cluster.layout.state())?;
-                Ok(cluster)
-            }
+        // No synchronous standby until the replicas exist: commits (CREATE ROLE among them)
+        // would otherwise wait for standbys that are not there yet.
+        cluster.state.sync_set.clear();
+        let created = match cluster.create_nodes(pg, progress).await {
+            // Records the sync set and writes state.json: the cluster is complete only now.
+            Ok(()) => cluster.apply_commit_settings(pg).await,
+            Err(e) => Err(e),
+        };
+        match created {
+            Ok(()) => Ok(cluster),
             Err(e) => {
                 // Leave no server of a half-made cluster running.
                 let _ = cluster.stop_all(pg, progress).await;

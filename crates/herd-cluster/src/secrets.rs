@@ -41,6 +41,8 @@ impl Secrets {
     pub fn save(&self, layout: &Layout, replication_user: &str) -> Result<(), ClusterError> {
         let dir = layout.secrets();
         std::fs::create_dir_all(&dir).map_err(|e| ClusterError::io("creating", &dir, e))?;
+        std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700))
+            .map_err(|e| ClusterError::io("restricting", &dir, e))?;
         write_private(&dir.join(SUPERUSER_FILE), &format!("{}\n", self.superuser))?;
         write_private(&dir.join(REPLICATION_FILE), &format!("{}\n", self.replication))?;
         write_private(&Self::pgpass(layout), &format!("*:*:*:{replication_user}:{}\n", self.replication))
@@ -98,6 +100,8 @@ mod tests {
             let mode = std::fs::metadata(layout.secrets().join(f)).expect("meta").permissions().mode();
             assert_eq!(mode & 0o777, 0o600, "{f}");
         }
+        let mode = std::fs::metadata(layout.secrets()).expect("meta").permissions().mode();
+        assert_eq!(mode & 0o777, 0o700);
         let back = Secrets::load(&layout).expect("load");
         assert_eq!(back.superuser, s.superuser);
         assert_eq!(format!("{back:?}"), "Secrets(..)");

@@ -1,0 +1,77 @@
+//! Herd's HTTP API on 127.0.0.1:
+//!
+//! | route | answer |
+//! |---|---|
+//! | `GET /status` | the status document (`herd status --json`) |
+//! | `GET /primary` | 200 when some node serves as primary, else 503 |
+//! | `GET /primary/{node}` | 200 when `node` is the running primary, else 503 (404: no such node) |
+//! | `GET /replica` | 200 when at least one replica streams, else 503 |
+//! | `GET /replica/{node}` | 200 when `node` is a streaming replica, else 503 (404: no such node) |
+//!
+//! The replica checks take `?max_lag_bytes=N`: a replica further behind than N bytes of replay
+//! counts as unhealthy. Bodies are JSON: the node's status, or `{"reason": …}`.
+//! The supervisor publishes a fresh status every probe interval; requests never probe servers.
+
+mod health;
+
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use herd_core::ClusterStatus;
+use tokio::sync::watch;
+
+pub use health::{check, Check, Health};
+
+/// The routes, answering from the latest published status.
+pub fn router(status: watch::Receiver<ClusterStatus>) -> Router {
+    Router::new()
+        .route("/status", get(status_doc))
+        .route("/primary", get(|s, q| health_route(s, None, q, true)))
+        .route("/primary/{node}", get(|s, Path(n): Path<String>, q| health_route(s, Some(n), q, true)))
+        .route("/replica", get(|s, q| health_route(s, None, q, false)))
+        .route("/replica/{node}", get(|s, Path(n): Path<String>, q| health_route(s, Some(n), q, false)))
+        .with_state(status)
+}
+
+/// Serves the API on `listener` until `shutdown` completes.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    status: watch::Receiver<ClusterStatus>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router(status)).with_graceful_shutdown(shutdown).await
+}
+
+async fn status_doc(State(status): State<watch::Receiver<ClusterStatus>>) -> Json<ClusterStatus> {
+    Json(status.borrow().clone())
+}
+
+#[derive(serde::Deserialize)]
+struct LagQuery {
+    max_lag_bytes: Option<u64>,
+}
+
+async fn health_route(
+    State(status): State<watch::Receiver<ClusterStatus>>,
+    node: Option<String>,
+    Query(q): Query<LagQuery>,
+    primary: bool,
+) -> Response {
+    let what = match (primary, node) {
+        (true, node) => Check::Primary { node },
+        (false, node) => Check::Replica { node, max_lag_bytes: q.max_lag_bytes },
+    };
+    let snapshot = status.borrow().clone();
+    match check(&snapshot, &what) {
+        Health::Healthy(node) => (StatusCode::OK, Json(serde_json::json!(node))).into_response(),
+        Health::Unhealthy(reason) => {
+            (StatusCode::SERVICE_UNAVAILABLE, Json(serde_json::json!({ "reason": reason }))).into_response()
+        }
+        Health::NoSuchNode(name) => {
+            (StatusCode::NOT_FOUND, Json(serde_json::json!({ "reason": format!("no node named {name}") })))
+                .into_response()
+        }
+    }
+}

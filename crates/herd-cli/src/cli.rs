@@ -1,0 +1,125 @@
+//! Command-line definitions and dispatch.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+use herd_cluster::Layout;
+
+/// Herd: stock PostgreSQL 15 made highly available and read-scaled, from one binary.
+#[derive(Debug, Parser)]
+#[command(name = "herd", version, about)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Create (first run) or resume the cluster and supervise it.
+    Up(UpArgs),
+    /// Stop the supervisor and every server cleanly.
+    Down(DataDirArg),
+    /// Show every node's role, state, positions and lag.
+    Status(StatusArgs),
+    /// Print a libpq connection URL (credentials included).
+    Url(UrlArgs),
+    /// Change settings of a cluster.
+    Config {
+        #[command(subcommand)]
+        command: ConfigCommand,
+    },
+}
+
+/// `--data-dir`, shared by every command.
+#[derive(Debug, Args)]
+pub struct DataDirArg {
+    /// The cluster's data directory.
+    #[arg(long, env = "HERD_DATA_DIR", default_value = "herd-data")]
+    pub data_dir: PathBuf,
+}
+
+impl DataDirArg {
+    /// The layout of the (absolute) data directory.
+    pub fn layout(&self) -> anyhow::Result<Layout> {
+        let dir = std::path::absolute(&self.data_dir)
+            .map_err(|e| anyhow::anyhow!("invalid data directory {}: {e}", self.data_dir.display()))?;
+        Ok(Layout::new(dir))
+    }
+}
+
+/// Options of `herd up`; each overrides herd.toml and is saved there.
+#[derive(Debug, Args)]
+pub struct UpArgs {
+    #[command(flatten)]
+    pub dir: DataDirArg,
+    /// Number of hot-standby replicas (first run only).
+    #[arg(long)]
+    pub replicas: Option<u32>,
+    /// When commits are acknowledged: async, remote_write, on, remote_apply.
+    #[arg(long)]
+    pub commit_mode: Option<String>,
+    /// Standbys that confirm commits in synchronous modes: "ANY k" or "FIRST k".
+    #[arg(long)]
+    pub sync_standbys: Option<String>,
+    /// The cluster's endpoint port; node i listens on port + 1 + i.
+    #[arg(long)]
+    pub port: Option<u16>,
+    /// Port of Herd's HTTP API (default: port + 100).
+    #[arg(long)]
+    pub api_port: Option<u16>,
+    /// Directory of the PostgreSQL 15 server programs.
+    #[arg(long)]
+    pub pg_bindir: Option<PathBuf>,
+    /// Return once the cluster is ready, leaving the supervisor running in the background.
+    #[arg(long)]
+    pub detach: bool,
+}
+
+/// Options of `herd status`.
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    pub dir: DataDirArg,
+    /// Print the status document as JSON (documented in docs/status-json.md).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Options of `herd url`.
+#[derive(Debug, Args)]
+pub struct UrlArgs {
+    #[command(flatten)]
+    pub dir: DataDirArg,
+    /// The current primary.
+    #[arg(long, conflicts_with = "replica")]
+    pub primary: bool,
+    /// A replica: its position among the replicas (1, 2, …) or its node name.
+    #[arg(long, value_name = "N")]
+    pub replica: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+enum ConfigCommand {
+    /// Set commit-mode or sync-standbys; applied to the running servers by reload.
+    Set {
+        #[command(flatten)]
+        dir: DataDirArg,
+        /// commit-mode or sync-standbys.
+        key: String,
+        /// The new value, e.g. remote_apply or "ANY 2".
+        value: String,
+    },
+}
+
+/// Runs the parsed command.
+pub async fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Up(args) => crate::up::run(args).await,
+        Command::Down(dir) => crate::down::run(&dir.layout()?).await,
+        Command::Status(args) => crate::status::run(&args.dir.layout()?, args.json).await,
+        Command::Url(args) => crate::url::run(&args),
+        Command::Config { command: ConfigCommand::Set { dir, key, value } } => {
+            crate::config_cmd::set(&dir.layout()?, &key, &value).await
+        }
+    }
+}

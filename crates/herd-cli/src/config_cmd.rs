@@ -1,0 +1,24 @@
+//! `herd config set`: change the commit mode or sync quorum of a (running) cluster.
+
+use herd_cluster::Layout;
+use herd_pg::{OsUser, Pg, PgBinaries};
+
+pub async fn set(layout: &Layout, key: &str, value: &str) -> anyhow::Result<()> {
+    let mut cluster = crate::status::open(layout)?;
+    cluster.config.set(key, value)?;
+    let pg = Pg::new(
+        PgBinaries::locate(cluster.config.postgres.bindir.as_deref())?,
+        OsUser::for_servers(&cluster.config.postgres.os_user)?,
+    );
+    // herd.toml first: a supervisor restarting a server reads it from there.
+    std::fs::write(layout.config(), herd_config::render(&cluster.config))?;
+    cluster.apply_commit_settings(&pg).await?;
+    println!(
+        "commit mode {} with {} applied: synchronous_commit = {}, synchronous_standby_names = '{}'",
+        cluster.config.cluster.commit_mode,
+        cluster.config.cluster.sync_standbys,
+        cluster.config.cluster.commit_mode.synchronous_commit(),
+        cluster.synchronous_standby_names()
+    );
+    Ok(())
+}
