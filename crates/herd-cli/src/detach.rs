@@ -13,9 +13,12 @@ use indicatif::{ProgressBar, ProgressStyle};
 /// output in `logs/herd.log`, follows that log as progress, and returns when the supervisor has
 /// published its pid (which it does only once every replica streams).
 pub async fn run(layout: &Layout, config: &Config) -> anyhow::Result<()> {
-    if let Some(s) = read_supervisor(layout) {
-        bail!("a Herd supervisor (pid {}) already runs for {}; see `herd status`", s.pid, layout.root().display());
+    if herd_cluster::supervisor_running(layout) {
+        let pid = read_supervisor(layout).map_or("starting".to_string(), |s| format!("pid {}", s.pid));
+        bail!("a Herd supervisor ({pid}) already runs for {}; see `herd status`", layout.root().display());
     }
+    // Fail here, not in the background, on a machine without PostgreSQL.
+    herd_pg::PgBinaries::locate(config.postgres.bindir.as_deref())?;
     // herd.toml first: it marks the directory as Herd's for the supervisor about to start.
     crate::up::save_config(layout, config)?;
     std::fs::create_dir_all(layout.logs()).with_context(|| format!("creating {}", layout.logs().display()))?;

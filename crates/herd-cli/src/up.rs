@@ -76,11 +76,13 @@ fn effective_config(layout: &Layout, args: &UpArgs) -> anyhow::Result<Config> {
 
 /// Creates or resumes the cluster, supervises it until Ctrl-C / SIGTERM, then stops it cleanly.
 async fn supervise_foreground(layout: Layout, config: Config) -> anyhow::Result<()> {
-    let lock = SupervisorLock::acquire(&layout)?;
+    // Programs first: a machine without PostgreSQL fails here with nothing written.
     let pg = Pg::new(
         PgBinaries::locate(config.postgres.bindir.as_deref())?,
         OsUser::for_servers(&config.postgres.os_user)?,
     );
+    let lock = SupervisorLock::acquire(&layout)?;
+    save_config(&layout, &config)?;
     let api_addr = (config.network.listen_address, config.api_port());
     let progress = TermProgress::new();
     let fresh = !layout.state().exists();
@@ -93,7 +95,6 @@ async fn supervise_foreground(layout: Layout, config: Config) -> anyhow::Result<
     let api_listener = tokio::net::TcpListener::bind(api_addr).await.with_context(|| {
         format!("port {} on {} is already in use (Herd's HTTP API); choose another --api-port", api_addr.1, api_addr.0)
     })?;
-    save_config(&layout, &config)?;
     let cluster = if fresh {
         Cluster::bootstrap(layout.clone(), config.clone(), &pg, &progress).await?
     } else {

@@ -29,17 +29,19 @@ impl Cluster {
                 ),
             });
         }
+        let secrets = Secrets::generate();
+        let mut cluster = Cluster { state: ClusterState::new(config.cluster.replicas), layout, config, secrets };
+        // Before anything is written: a taken port fails the run with the directory untouched.
+        cluster.check_ports(None)?;
+        let layout = &cluster.layout;
         for dir in [layout.root().to_path_buf(), layout.nodes(), layout.logs(), layout.run()] {
             std::fs::create_dir_all(&dir).map_err(|e| ClusterError::io("creating", &dir, e))?;
         }
-        let secrets = Secrets::generate();
-        secrets.save(&layout, REPLICATION_USER)?;
+        cluster.secrets.save(layout, REPLICATION_USER)?;
         pg.hand_over(layout.root())?;
         if let Some(user) = pg.os_user() {
             user.check_access(layout.root())?;
         }
-        let mut cluster = Cluster { state: ClusterState::new(config.cluster.replicas), layout, config, secrets };
-        cluster.check_ports(None)?;
         // No synchronous standby until the replicas exist: commits (CREATE ROLE among them)
         // would otherwise wait for standbys that are not there yet.
         cluster.state.sync_set.clear();

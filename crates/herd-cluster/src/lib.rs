@@ -21,7 +21,7 @@ pub use cluster::{Cluster, REPLICATION_USER, SUPERUSER};
 pub use error::ClusterError;
 pub use layout::Layout;
 pub use progress::{Progress, SilentProgress};
-pub use runfiles::{read_supervisor, SupervisorLock};
+pub use runfiles::{read_supervisor, supervisor_running, SupervisorLock};
 pub use secrets::Secrets;
 pub use state::ClusterState;
 pub use status::{observe, Observation};

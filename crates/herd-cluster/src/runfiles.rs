@@ -21,20 +21,24 @@ impl SupervisorLock {
     pub fn acquire(layout: &Layout) -> Result<SupervisorLock, ClusterError> {
         let dir = layout.run();
         std::fs::create_dir_all(&dir).map_err(|e| ClusterError::io("creating", &dir, e))?;
-        let path = dir.join("supervisor.lock");
-        let file = File::options()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .map_err(|e| ClusterError::io("opening", &path, e))?;
-        let lock = Flock::lock(file, FlockArg::LockExclusiveNonblock).map_err(|_| {
-            ClusterError::AlreadyRunning {
-                pid: read_supervisor(layout).map(|s| s.pid).unwrap_or(0),
-                path: layout.root().to_path_buf(),
+        let path = lock_path(layout);
+        // `supervisor_running` briefly holds a shared lock; retry a little before concluding.
+        for _ in 0..20 {
+            let file = File::options()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(&path)
+                .map_err(|e| ClusterError::io("opening", &path, e))?;
+            if let Ok(lock) = Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+                return Ok(SupervisorLock { _lock: lock, info_path: dir.join("supervisor.json") });
             }
-        })?;
-        Ok(SupervisorLock { _lock: lock, info_path: dir.join("supervisor.json") })
+            std::thread::sleep(std::time::Duration::from_millis(25));
+        }
+        Err(ClusterError::AlreadyRunning {
+            pid: read_supervisor(layout).map(|s| s.pid).unwrap_or(0),
+            path: layout.root().to_path_buf(),
+        })
     }
 
     /// Publishes the supervisor's pid and API port for `herd status` and `herd down`.
@@ -50,10 +54,24 @@ impl Drop for SupervisorLock {
     }
 }
 
-/// The running supervisor of `layout`, if its published pid is alive.
+fn lock_path(layout: &Layout) -> PathBuf {
+    layout.run().join("supervisor.lock")
+}
+
+/// Whether a supervisor holds the data directory's lock (alive, ready or not). The lock dies
+/// with its process, so unlike a pid check this cannot be fooled by a zombie or a reused pid.
+pub fn supervisor_running(layout: &Layout) -> bool {
+    let Ok(file) = File::open(lock_path(layout)) else {
+        return false;
+    };
+    // A shared lock is granted only when no exclusive holder exists; it is dropped at once.
+    Flock::lock(file, FlockArg::LockSharedNonblock).is_err()
+}
+
+/// The running supervisor of `layout` once it is ready (it publishes its pid after every replica
+/// streams), or `None`.
 pub fn read_supervisor(layout: &Layout) -> Option<SupervisorInfo> {
     let text = std::fs::read_to_string(layout.run().join("supervisor.json")).ok()?;
     let info: SupervisorInfo = serde_json::from_str(&text).ok()?;
-    let pid = nix::unistd::Pid::from_raw(i32::try_from(info.pid).ok()?);
-    nix::sys::signal::kill(pid, None).is_ok().then_some(info)
+    supervisor_running(layout).then_some(info)
 }

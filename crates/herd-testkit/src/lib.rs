@@ -1,1 +1,136 @@
-//! placeholder
+//! Test support for Herd's integration tests: scratch data directories PostgreSQL's OS user can
+//! reach, blocks of free ports, a handle on a `herd` cluster that is always taken down (even when
+//! the test fails), and waiting with deadlines instead of fixed sleeps.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicU16, Ordering};
+use std::time::{Duration, Instant};
+
+/// Ports handed out so far in this process; each block is checked free before use.
+static NEXT_PORT: AtomicU16 = AtomicU16::new(0);
+
+/// A base port `p` such that `p..p + span` and `p + 100` (Herd's default API port) are free.
+pub fn free_port_block(span: u16) -> u16 {
+    // Spread test processes apart so parallel test binaries rarely probe the same block.
+    let seed = 20_000 + (std::process::id() % 150) as u16 * 200;
+    let _ = NEXT_PORT.compare_exchange(0, seed, Ordering::SeqCst, Ordering::SeqCst);
+    loop {
+        let base = NEXT_PORT.fetch_add(span.max(8), Ordering::SeqCst);
+        let base = if base > 60_000 { 20_000 + base % 1000 } else { base };
+        let all_free = (base..base + span).chain([base + 100]).all(|p| TcpListener::bind(("127.0.0.1", p)).is_ok());
+        if all_free {
+            return base;
+        }
+    }
+}
+
+/// A temporary directory that PostgreSQL's unprivileged OS user can enter (mode 0755), removed
+/// when dropped.
+pub fn scratch_dir() -> tempfile::TempDir {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::Builder::new().prefix("herd-test-").tempdir_in("/tmp").expect("creating a temp dir");
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod temp dir");
+    dir
+}
+
+/// Polls `f` every 100 ms until it returns `Some`, panicking with `what` after `timeout`.
+pub fn wait_until<T>(timeout: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A `herd` data directory on its own ports. Dropping it runs `herd down` and deletes it.
+pub struct TestCluster {
+    herd: PathBuf,
+    dir: tempfile::TempDir,
+    /// The endpoint port; nodes use the ports after it.
+    pub port: u16,
+}
+
+impl TestCluster {
+    /// A fresh data directory (nothing started yet) for the `herd` binary at `herd`.
+    pub fn new(herd: &Path) -> TestCluster {
+        TestCluster { herd: herd.to_path_buf(), dir: scratch_dir(), port: free_port_block(12) }
+    }
+
+    /// The data directory.
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    /// The HTTP API's port.
+    pub fn api_port(&self) -> u16 {
+        self.port + 100
+    }
+
+    /// Runs `herd <args> --data-dir <dir>` and returns its output, whatever the exit status.
+    pub fn herd(&self, args: &[&str]) -> Output {
+        self.herd_with_env(args, &[])
+    }
+
+    /// As [`TestCluster::herd`], with extra environment variables.
+    pub fn herd_with_env(&self, args: &[&str], env: &[(&str, &str)]) -> Output {
+        let mut cmd = Command::new(&self.herd);
+        cmd.args(args).arg("--data-dir").arg(self.data_dir());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        cmd.output().expect("running herd")
+    }
+
+    /// Runs `herd <args>` and panics with its output unless it succeeds; returns stdout.
+    pub fn herd_ok(&self, args: &[&str]) -> String {
+        let out = self.herd(args);
+        assert!(out.status.success(), "herd {args:?} failed: {}", describe(&out));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// `herd up --detach` on this cluster's ports with `extra` flags.
+    pub fn up(&self, extra: &[&str]) -> String {
+        let port = self.port.to_string();
+        let mut args = vec!["up", "--detach", "--port", &port];
+        args.extend_from_slice(extra);
+        self.herd_ok(&args)
+    }
+
+    /// `herd status --json`, parsed.
+    pub fn status(&self) -> serde_json::Value {
+        serde_json::from_str(&self.herd_ok(&["status", "--json"])).expect("status JSON")
+    }
+
+    /// `herd url` with `args` (e.g. `--replica 1`).
+    pub fn url(&self, args: &[&str]) -> String {
+        let mut all = vec!["url"];
+        all.extend_from_slice(args);
+        self.herd_ok(&all).trim().to_string()
+    }
+}
+
+impl Drop for TestCluster {
+    fn drop(&mut self) {
+        if self.data_dir().join("state.json").exists() {
+            let out = self.herd(&["down"]);
+            if !out.status.success() {
+                eprintln!("cleanup: herd down failed: {}", describe(&out));
+            }
+        }
+    }
+}
+
+/// Exit status, stdout and stderr of a finished command, for assertion messages.
+pub fn describe(out: &Output) -> String {
+    format!(
+        "{}\n--- stdout\n{}\n--- stderr\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}

@@ -1,0 +1,55 @@
+//! Shared helpers of the end-to-end tests (included with `mod common;`).
+
+#![allow(dead_code)]
+
+use std::time::Duration;
+
+use herd_testkit::TestCluster;
+use tokio_postgres::{Client, NoTls};
+
+/// A cluster handle for this test binary's `herd`.
+pub fn cluster() -> TestCluster {
+    TestCluster::new(std::path::Path::new(env!("CARGO_BIN_EXE_herd")))
+}
+
+/// Connects with a URL printed by `herd url`.
+pub async fn connect(url: &str) -> Client {
+    let (client, conn) = tokio_postgres::connect(url, NoTls).await.unwrap_or_else(|e| panic!("connecting to {url}: {e}"));
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    client
+}
+
+/// Waits (async) until `f` yields true, panicking after `timeout`.
+pub async fn eventually<F, Fut>(timeout: Duration, what: &str, mut f: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    while !f().await {
+        assert!(tokio::time::Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// `select count(*) from <table>` on `client`, or `None` when the query fails.
+pub async fn count(client: &Client, table: &str) -> Option<i64> {
+    client.query_one(&format!("select count(*) from {table}"), &[]).await.ok().map(|r| r.get(0))
+}
+
+/// The nodes of a status document with the given role.
+pub fn nodes_with_role<'a>(status: &'a serde_json::Value, role: &str) -> Vec<&'a serde_json::Value> {
+    status["nodes"].as_array().expect("nodes array").iter().filter(|n| n["role"] == role).collect()
+}
+
+/// A GET on Herd's API: (status code, parsed JSON body).
+pub fn api_get(port: u16, path: &str) -> (u16, serde_json::Value) {
+    let url = format!("http://127.0.0.1:{port}{path}");
+    match ureq::get(&url).timeout(Duration::from_secs(5)).call() {
+        Ok(resp) => (resp.status(), resp.into_json().expect("JSON body")),
+        Err(ureq::Error::Status(code, resp)) => (code, resp.into_json().expect("JSON body")),
+        Err(e) => panic!("GET {url}: {e}"),
+    }
+}
