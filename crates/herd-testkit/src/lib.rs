@@ -89,8 +89,22 @@ impl TestCluster {
     /// Runs `herd <args>` and panics with its output unless it succeeds; returns stdout.
     pub fn herd_ok(&self, args: &[&str]) -> String {
         let out = self.herd(args);
-        assert!(out.status.success(), "herd {args:?} failed: {}", describe(&out));
+        assert!(out.status.success(), "herd {args:?} failed: {}\n{}", describe(&out), self.log_tails());
         String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// The last lines of every log in the data directory, for failure messages.
+    pub fn log_tails(&self) -> String {
+        let mut out = String::new();
+        let Ok(entries) = std::fs::read_dir(self.data_dir().join("logs")) else {
+            return out;
+        };
+        for entry in entries.flatten() {
+            let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            out.push_str(&format!("--- {}\n{}\n", entry.path().display(), lines[lines.len().saturating_sub(15)..].join("\n")));
+        }
+        out
     }
 
     /// `herd up --detach` on this cluster's ports with `extra` flags.
