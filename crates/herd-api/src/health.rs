@@ -32,37 +32,34 @@ pub enum Health {
 
 /// Answers `what` from `status`.
 pub fn check(status: &ClusterStatus, what: &Check) -> Health {
-    let (node, ok): (&Option<String>, Box<dyn Fn(&NodeStatus) -> bool>) = match what {
-        Check::Primary { node } => (node, Box::new(|n| n.role == Role::Primary && n.state == NodeState::Running)),
-        Check::Replica { node, max_lag_bytes } => {
-            let max = *max_lag_bytes;
-            (
-                node,
-                Box::new(move |n| {
-                    let lag_ok = match (max, &n.lag) {
-                        (None, _) => true,
-                        (Some(max), Some(lag)) => lag.replay_bytes <= max,
-                        (Some(_), None) => false,
-                    };
-                    n.role == Role::Replica && n.state == NodeState::Streaming && lag_ok
-                }),
-            )
-        }
-    };
-    let kind = match what {
-        Check::Primary { .. } => "primary",
-        Check::Replica { .. } => "streaming replica within the lag bound",
+    let (node, kind) = match what {
+        Check::Primary { node } => (node, "primary"),
+        Check::Replica { node, .. } => (node, "streaming replica within the lag bound"),
     };
     match node {
         Some(name) => match status.node(name) {
             None => Health::NoSuchNode(name.clone()),
-            Some(n) if ok(n) => Health::Healthy(n.clone()),
+            Some(n) if satisfies(n, what) => Health::Healthy(n.clone()),
             Some(n) => Health::Unhealthy(format!("{} is a {} in state {:?}, not a {kind}", n.name, n.role, n.state)),
         },
-        None => match status.nodes.iter().find(|n| ok(n)) {
+        None => match status.nodes.iter().find(|n| satisfies(n, what)) {
             Some(n) => Health::Healthy(n.clone()),
             None => Health::Unhealthy(format!("no node is a {kind}")),
         },
+    }
+}
+
+fn satisfies(n: &NodeStatus, what: &Check) -> bool {
+    match what {
+        Check::Primary { .. } => n.role == Role::Primary && n.state == NodeState::Running,
+        Check::Replica { max_lag_bytes, .. } => {
+            let lag_ok = match (max_lag_bytes, &n.lag) {
+                (None, _) => true,
+                (Some(max), Some(lag)) => lag.replay_bytes <= *max,
+                (Some(_), None) => false,
+            };
+            n.role == Role::Replica && n.state == NodeState::Streaming && lag_ok
+        }
     }
 }
 

@@ -120,6 +120,12 @@ impl TestCluster {
         serde_json::from_str(&self.herd_ok(&["status", "--json"])).expect("status JSON")
     }
 
+    /// `herd status --json`, parsed, or `None` while there is no cluster to report on yet.
+    pub fn try_status(&self) -> Option<serde_json::Value> {
+        let out = self.herd(&["status", "--json"]);
+        out.status.success().then(|| serde_json::from_slice(&out.stdout).ok()).flatten()
+    }
+
     /// `herd url` with `args` (e.g. `--replica 1`).
     pub fn url(&self, args: &[&str]) -> String {
         let mut all = vec!["url"];
