@@ -40,7 +40,10 @@ pub fn check(status: &ClusterStatus, what: &Check) -> Health {
         Some(name) => match status.node(name) {
             None => Health::NoSuchNode(name.clone()),
             Some(n) if satisfies(n, what) => Health::Healthy(n.clone()),
-            Some(n) => Health::Unhealthy(format!("{} is a {} in state {:?}, not a {kind}", n.name, n.role, n.state)),
+            Some(n) => Health::Unhealthy(format!(
+                "{} is a {} in state {:?}, not a {kind}",
+                n.name, n.role, n.state
+            )),
         },
         None => match status.nodes.iter().find(|n| satisfies(n, what)) {
             Some(n) => Health::Healthy(n.clone()),
@@ -121,16 +124,73 @@ mod tests {
         let some = |n: &str| Some(n.to_string());
         let table: Vec<(Check, u16)> = vec![
             (Check::Primary { node: None }, 200),
-            (Check::Primary { node: some("node0") }, 200),
-            (Check::Primary { node: some("node1") }, 503),
-            (Check::Primary { node: some("node9") }, 404),
-            (Check::Replica { node: None, max_lag_bytes: None }, 200),
-            (Check::Replica { node: some("node1"), max_lag_bytes: None }, 200),
-            (Check::Replica { node: some("node1"), max_lag_bytes: Some(100) }, 200),
-            (Check::Replica { node: some("node1"), max_lag_bytes: Some(99) }, 503),
-            (Check::Replica { node: None, max_lag_bytes: Some(10) }, 503),
-            (Check::Replica { node: some("node2"), max_lag_bytes: None }, 503),
-            (Check::Replica { node: some("node0"), max_lag_bytes: None }, 503),
+            (
+                Check::Primary {
+                    node: some("node0"),
+                },
+                200,
+            ),
+            (
+                Check::Primary {
+                    node: some("node1"),
+                },
+                503,
+            ),
+            (
+                Check::Primary {
+                    node: some("node9"),
+                },
+                404,
+            ),
+            (
+                Check::Replica {
+                    node: None,
+                    max_lag_bytes: None,
+                },
+                200,
+            ),
+            (
+                Check::Replica {
+                    node: some("node1"),
+                    max_lag_bytes: None,
+                },
+                200,
+            ),
+            (
+                Check::Replica {
+                    node: some("node1"),
+                    max_lag_bytes: Some(100),
+                },
+                200,
+            ),
+            (
+                Check::Replica {
+                    node: some("node1"),
+                    max_lag_bytes: Some(99),
+                },
+                503,
+            ),
+            (
+                Check::Replica {
+                    node: None,
+                    max_lag_bytes: Some(10),
+                },
+                503,
+            ),
+            (
+                Check::Replica {
+                    node: some("node2"),
+                    max_lag_bytes: None,
+                },
+                503,
+            ),
+            (
+                Check::Replica {
+                    node: some("node0"),
+                    max_lag_bytes: None,
+                },
+                503,
+            ),
         ];
         for (c, want) in table {
             assert_eq!(code(check(&s, &c)), want, "{c:?}");

@@ -29,9 +29,15 @@ pub fn router(status: watch::Receiver<ClusterStatus>) -> Router {
     Router::new()
         .route("/status", get(status_doc))
         .route("/primary", get(|s, q| health_route(s, None, q, true)))
-        .route("/primary/{node}", get(|s, Path(n): Path<String>, q| health_route(s, Some(n), q, true)))
+        .route(
+            "/primary/{node}",
+            get(|s, Path(n): Path<String>, q| health_route(s, Some(n), q, true)),
+        )
         .route("/replica", get(|s, q| health_route(s, None, q, false)))
-        .route("/replica/{node}", get(|s, Path(n): Path<String>, q| health_route(s, Some(n), q, false)))
+        .route(
+            "/replica/{node}",
+            get(|s, Path(n): Path<String>, q| health_route(s, Some(n), q, false)),
+        )
         .with_state(status)
 }
 
@@ -41,7 +47,9 @@ pub async fn serve(
     status: watch::Receiver<ClusterStatus>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(status)).with_graceful_shutdown(shutdown).await
+    axum::serve(listener, router(status))
+        .with_graceful_shutdown(shutdown)
+        .await
 }
 
 async fn status_doc(State(status): State<watch::Receiver<ClusterStatus>>) -> Json<ClusterStatus> {
@@ -61,17 +69,23 @@ async fn health_route(
 ) -> Response {
     let what = match (primary, node) {
         (true, node) => Check::Primary { node },
-        (false, node) => Check::Replica { node, max_lag_bytes: q.max_lag_bytes },
+        (false, node) => Check::Replica {
+            node,
+            max_lag_bytes: q.max_lag_bytes,
+        },
     };
     let snapshot = status.borrow().clone();
     match check(&snapshot, &what) {
         Health::Healthy(node) => (StatusCode::OK, Json(serde_json::json!(node))).into_response(),
-        Health::Unhealthy(reason) => {
-            (StatusCode::SERVICE_UNAVAILABLE, Json(serde_json::json!({ "reason": reason }))).into_response()
-        }
-        Health::NoSuchNode(name) => {
-            (StatusCode::NOT_FOUND, Json(serde_json::json!({ "reason": format!("no node named {name}") })))
-                .into_response()
-        }
+        Health::Unhealthy(reason) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(serde_json::json!({ "reason": reason })),
+        )
+            .into_response(),
+        Health::NoSuchNode(name) => (
+            StatusCode::NOT_FOUND,
+            Json(serde_json::json!({ "reason": format!("no node named {name}") })),
+        )
+            .into_response(),
     }
 }

@@ -41,8 +41,9 @@ pub struct DataDirArg {
 impl DataDirArg {
     /// The layout of the (absolute) data directory.
     pub fn layout(&self) -> anyhow::Result<Layout> {
-        let dir = std::path::absolute(&self.data_dir)
-            .map_err(|e| anyhow::anyhow!("invalid data directory {}: {e}", self.data_dir.display()))?;
+        let dir = std::path::absolute(&self.data_dir).map_err(|e| {
+            anyhow::anyhow!("invalid data directory {}: {e}", self.data_dir.display())
+        })?;
         Ok(Layout::new(dir))
     }
 }
@@ -118,8 +119,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Down(dir) => crate::down::run(&dir.layout()?).await,
         Command::Status(args) => crate::status::run(&args.dir.layout()?, args.json).await,
         Command::Url(args) => crate::url::run(&args),
-        Command::Config { command: ConfigCommand::Set { dir, key, value } } => {
-            crate::config_cmd::set(&dir.layout()?, &key, &value).await
-        }
+        Command::Config {
+            command: ConfigCommand::Set { dir, key, value },
+        } => crate::config_cmd::set(&dir.layout()?, &key, &value).await,
     }
 }

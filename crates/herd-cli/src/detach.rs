@@ -14,14 +14,19 @@ use indicatif::{ProgressBar, ProgressStyle};
 /// published its pid (which it does only once every replica streams).
 pub async fn run(layout: &Layout, config: &Config) -> anyhow::Result<()> {
     if herd_cluster::supervisor_running(layout) {
-        let pid = read_supervisor(layout).map_or("starting".to_string(), |s| format!("pid {}", s.pid));
-        bail!("a Herd supervisor ({pid}) already runs for {}; see `herd status`", layout.root().display());
+        let pid =
+            read_supervisor(layout).map_or("starting".to_string(), |s| format!("pid {}", s.pid));
+        bail!(
+            "a Herd supervisor ({pid}) already runs for {}; see `herd status`",
+            layout.root().display()
+        );
     }
     // Fail here, not in the background, on a machine without PostgreSQL.
     herd_pg::PgBinaries::locate(config.postgres.bindir.as_deref())?;
     // herd.toml first: it marks the directory as Herd's for the supervisor about to start.
     crate::up::save_config(layout, config)?;
-    std::fs::create_dir_all(layout.logs()).with_context(|| format!("creating {}", layout.logs().display()))?;
+    std::fs::create_dir_all(layout.logs())
+        .with_context(|| format!("creating {}", layout.logs().display()))?;
     let log_path = layout.supervisor_log();
     let log = std::fs::OpenOptions::new()
         .create(true)
@@ -31,7 +36,10 @@ pub async fn run(layout: &Layout, config: &Config) -> anyhow::Result<()> {
     let start_offset = log.metadata().map(|m| m.len()).unwrap_or(0);
     let log_err = log.try_clone().context("duplicating the log file handle")?;
     let exe = std::env::current_exe().context("locating the herd executable")?;
-    let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--detach").collect();
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| a != "--detach")
+        .collect();
     let mut child = std::process::Command::new(exe)
         .args(&args)
         .env(crate::up::detached_env(), "1")
@@ -54,9 +62,15 @@ pub async fn run(layout: &Layout, config: &Config) -> anyhow::Result<()> {
         if let Some(line) = log_text.lines().rev().find(|l| !l.trim().is_empty()) {
             bar.set_message(line.trim().trim_start_matches(['…', '✓', ' ']).to_string());
         }
-        if let Some(status) = child.try_wait().context("checking the background supervisor")? {
+        if let Some(status) = child
+            .try_wait()
+            .context("checking the background supervisor")?
+        {
             bar.finish_and_clear();
-            bail!("the background supervisor exited ({status}) before the cluster was ready:\n{}", log_text.trim_end());
+            bail!(
+                "the background supervisor exited ({status}) before the cluster was ready:\n{}",
+                log_text.trim_end()
+            );
         }
         if read_supervisor(layout).is_some_and(|s| s.pid == pid) {
             bar.finish_and_clear();
@@ -64,14 +78,20 @@ pub async fn run(layout: &Layout, config: &Config) -> anyhow::Result<()> {
         }
         if Instant::now() >= deadline {
             bar.finish_and_clear();
-            bail!("the background supervisor (pid {pid}) is not ready yet; follow {}", log_path.display());
+            bail!(
+                "the background supervisor (pid {pid}) is not ready yet; follow {}",
+                log_path.display()
+            );
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let cluster = Cluster::open(layout.clone(), config.clone())?;
     let status = herd_cluster::observe(&cluster).await.status;
     print!("{}", crate::status::summary(&cluster, &status));
-    println!("Supervisor running in the background (pid {pid}); log: {}", log_path.display());
+    println!(
+        "Supervisor running in the background (pid {pid}); log: {}",
+        log_path.display()
+    );
     Ok(())
 }
 

@@ -14,16 +14,26 @@ use crate::progress::TermProgress;
 pub async fn run(layout: &Layout) -> anyhow::Result<()> {
     let cluster = crate::status::open(layout)?;
     if supervisor_running(layout) && read_supervisor(layout).is_none() {
-        bail!("the Herd supervisor of {} is still starting; try again once `herd up` has finished", layout.root().display());
+        bail!(
+            "the Herd supervisor of {} is still starting; try again once `herd up` has finished",
+            layout.root().display()
+        );
     }
     if let Some(sup) = read_supervisor(layout) {
         let pid = Pid::from_raw(i32::try_from(sup.pid).context("invalid supervisor pid")?);
-        eprintln!("Stopping the Herd supervisor (pid {}) and its servers…", sup.pid);
+        eprintln!(
+            "Stopping the Herd supervisor (pid {}) and its servers…",
+            sup.pid
+        );
         kill(pid, Signal::SIGTERM).with_context(|| format!("signalling supervisor {}", sup.pid))?;
         let deadline = Instant::now() + Duration::from_secs(300);
         while supervisor_running(layout) {
             if Instant::now() >= deadline {
-                bail!("the supervisor (pid {}) is still stopping after 300 s; see {}", sup.pid, layout.supervisor_log().display());
+                bail!(
+                    "the supervisor (pid {}) is still stopping after 300 s; see {}",
+                    sup.pid,
+                    layout.supervisor_log().display()
+                );
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }

@@ -15,7 +15,10 @@ pub struct TermProgress {
 impl TermProgress {
     /// Progress on stderr.
     pub fn new() -> Self {
-        TermProgress { bar: Mutex::new(None), tty: std::io::stderr().is_terminal() }
+        TermProgress {
+            bar: Mutex::new(None),
+            tty: std::io::stderr().is_terminal(),
+        }
     }
 
     fn finish_bar(&self) {

@@ -19,7 +19,11 @@ pub async fn run(layout: &Layout, json: bool) -> anyhow::Result<()> {
 
 /// Opens the cluster of `layout` with its saved configuration.
 pub fn open(layout: &Layout) -> anyhow::Result<Cluster> {
-    let config = if layout.config().exists() { Config::load(&layout.config())? } else { Config::default() };
+    let config = if layout.config().exists() {
+        Config::load(&layout.config())?
+    } else {
+        Config::default()
+    };
     Ok(Cluster::open(layout.clone(), config)?)
 }
 
@@ -52,15 +56,32 @@ pub fn table(s: &ClusterStatus) -> String {
         "commit mode: {}   sync standbys: {}   synchronous_standby_names: {}",
         s.commit_mode,
         s.sync_standbys,
-        s.synchronous_standby_names.as_deref().unwrap_or("(primary unreachable)")
+        s.synchronous_standby_names
+            .as_deref()
+            .unwrap_or("(primary unreachable)")
     );
     match &s.supervisor {
         Some(sup) => {
-            let _ = writeln!(out, "supervisor: pid {}, API port {}", sup.pid, sup.api_port);
+            let _ = writeln!(
+                out,
+                "supervisor: pid {}, API port {}",
+                sup.pid, sup.api_port
+            );
         }
         None => out.push_str("supervisor: not running (servers are not restarted if they die)\n"),
     }
-    let header = ["NODE", "ROLE", "STATE", "PID", "PORT", "LSN (current/received)", "REPLAYED", "LAG bytes w/f/r", "LAG time w/f/r", "SYNC"];
+    let header = [
+        "NODE",
+        "ROLE",
+        "STATE",
+        "PID",
+        "PORT",
+        "LSN (current/received)",
+        "REPLAYED",
+        "LAG bytes w/f/r",
+        "LAG time w/f/r",
+        "SYNC",
+    ];
     let rows: Vec<[String; 10]> = s.nodes.iter().map(row).collect();
     let mut widths = header.map(str::len);
     for r in &rows {
@@ -69,7 +90,11 @@ pub fn table(s: &ClusterStatus) -> String {
         }
     }
     let mut line = |cells: Vec<String>| {
-        let padded: Vec<String> = cells.iter().zip(widths).map(|(c, w)| format!("{c:<w$}")).collect();
+        let padded: Vec<String> = cells
+            .iter()
+            .zip(widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
         let _ = writeln!(out, "{}", padded.join("  ").trim_end());
     };
     line(header.iter().map(|h| h.to_string()).collect());
@@ -103,6 +128,11 @@ fn lag_cells(l: &LagInfo) -> (String, String) {
     let secs = |s: Option<f64>| s.map_or("?".to_string(), |s| format!("{:.1}ms", s * 1000.0));
     (
         format!("{}/{}/{}", l.write_bytes, l.flush_bytes, l.replay_bytes),
-        format!("{}/{}/{}", secs(l.write_seconds), secs(l.flush_seconds), secs(l.replay_seconds)),
+        format!(
+            "{}/{}/{}",
+            secs(l.write_seconds),
+            secs(l.flush_seconds),
+            secs(l.replay_seconds)
+        ),
     )
 }

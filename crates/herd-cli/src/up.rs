@@ -28,7 +28,9 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
 /// Refuses a non-empty directory that is not a Herd data directory, so nothing foreign is touched.
 fn check_foreign_dir(layout: &Layout) -> anyhow::Result<()> {
     let root = layout.root();
-    let non_empty = std::fs::read_dir(root).map(|mut d| d.next().is_some()).unwrap_or(false);
+    let non_empty = std::fs::read_dir(root)
+        .map(|mut d| d.next().is_some())
+        .unwrap_or(false);
     if non_empty && !layout.config().exists() {
         bail!(
             "{} is not empty and holds no herd.toml: it is not a Herd data directory. \
@@ -41,8 +43,13 @@ fn check_foreign_dir(layout: &Layout) -> anyhow::Result<()> {
 
 /// herd.toml (or the defaults) with this run's flags applied, validated.
 fn effective_config(layout: &Layout, args: &UpArgs) -> anyhow::Result<Config> {
-    let mut config = if layout.config().exists() { Config::load(&layout.config())? } else { Config::default() };
-    let invalid = |key: &str, e: herd_core::ParseError| anyhow::anyhow!("invalid value for --{key}: {e}");
+    let mut config = if layout.config().exists() {
+        Config::load(&layout.config())?
+    } else {
+        Config::default()
+    };
+    let invalid =
+        |key: &str, e: herd_core::ParseError| anyhow::anyhow!("invalid value for --{key}: {e}");
     if let Some(r) = args.replicas {
         config.cluster.replicas = r;
     }
@@ -92,9 +99,14 @@ async fn supervise_foreground(layout: Layout, config: Config) -> anyhow::Result<
         layout.root().display(),
         pg.binaries().version()
     );
-    let api_listener = tokio::net::TcpListener::bind(api_addr).await.with_context(|| {
-        format!("port {} on {} is already in use (Herd's HTTP API); choose another --api-port", api_addr.1, api_addr.0)
-    })?;
+    let api_listener = tokio::net::TcpListener::bind(api_addr)
+        .await
+        .with_context(|| {
+            format!(
+                "port {} on {} is already in use (Herd's HTTP API); choose another --api-port",
+                api_addr.1, api_addr.0
+            )
+        })?;
     let cluster = if fresh {
         Cluster::bootstrap(layout.clone(), config.clone(), &pg, &progress).await?
     } else {
@@ -109,7 +121,10 @@ async fn supervise_foreground(layout: Layout, config: Config) -> anyhow::Result<
         let _ = cluster.stop_all(&pg, &progress).await;
         return Err(e).context("the servers were stopped again");
     }
-    let info = SupervisorInfo { pid: std::process::id(), api_port: api_addr.1 };
+    let info = SupervisorInfo {
+        pid: std::process::id(),
+        api_port: api_addr.1,
+    };
     let first = herd_cluster::observe(&cluster).await.status;
     print!("{}", crate::status::summary(&cluster, &first));
     lock.publish(&info)?;
@@ -124,10 +139,15 @@ async fn supervise_foreground(layout: Layout, config: Config) -> anyhow::Result<
     let supervisor = {
         let cluster = cluster.clone();
         let pg = pg.clone();
-        tokio::spawn(async move { herd_cluster::supervise(cluster, &pg, &status_tx, shutdown_rx).await })
+        tokio::spawn(
+            async move { herd_cluster::supervise(cluster, &pg, &status_tx, shutdown_rx).await },
+        )
     };
     init_logging();
-    tracing::info!("supervising {} nodes; Ctrl-C or `herd down` stops the cluster", cluster.state.nodes.len());
+    tracing::info!(
+        "supervising {} nodes; Ctrl-C or `herd down` stops the cluster",
+        cluster.state.nodes.len()
+    );
     wait_for_signal().await?;
     tracing::info!("shutting down");
     let _ = shutdown_tx.send(true);
@@ -141,7 +161,8 @@ async fn supervise_foreground(layout: Layout, config: Config) -> anyhow::Result<
 }
 
 pub(crate) fn save_config(layout: &Layout, config: &Config) -> anyhow::Result<()> {
-    std::fs::create_dir_all(layout.root()).with_context(|| format!("creating {}", layout.root().display()))?;
+    std::fs::create_dir_all(layout.root())
+        .with_context(|| format!("creating {}", layout.root().display()))?;
     std::fs::write(layout.config(), herd_config::render(config))
         .with_context(|| format!("writing {}", layout.config().display()))
 }
@@ -150,7 +171,11 @@ fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("HERD_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(ansi).with_writer(std::io::stderr).try_init();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(ansi)
+        .with_writer(std::io::stderr)
+        .try_init();
 }
 
 /// Waits for SIGINT or SIGTERM. A detached supervisor also ignores SIGHUP, so closing the

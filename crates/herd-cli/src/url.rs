@@ -12,7 +12,10 @@ pub fn run(args: &UrlArgs) -> anyhow::Result<()> {
             let replicas = cluster.state.replicas();
             let node = match which.parse::<usize>() {
                 Ok(i) if (1..=replicas.len()).contains(&i) => replicas[i - 1].clone(),
-                Ok(i) => bail!("there is no replica {i}: the cluster has {} (numbered from 1)", replicas.len()),
+                Ok(i) => bail!(
+                    "there is no replica {i}: the cluster has {} (numbered from 1)",
+                    replicas.len()
+                ),
                 Err(_) => match replicas.iter().find(|n| n.as_str() == which) {
                     Some(n) => n.clone(),
                     None => bail!("{which} is not a replica; replicas: {}", names(&replicas)),
@@ -28,5 +31,9 @@ pub fn run(args: &UrlArgs) -> anyhow::Result<()> {
 }
 
 fn names(nodes: &[NodeName]) -> String {
-    nodes.iter().map(NodeName::as_str).collect::<Vec<_>>().join(", ")
+    nodes
+        .iter()
+        .map(NodeName::as_str)
+        .collect::<Vec<_>>()
+        .join(", ")
 }

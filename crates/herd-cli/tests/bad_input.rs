@@ -16,7 +16,11 @@ fn snapshot(dir: &Path) -> BTreeMap<String, Vec<u8>> {
     while let Some(d) = stack.pop() {
         for entry in std::fs::read_dir(&d).expect("read_dir") {
             let path = entry.expect("entry").path();
-            let rel = path.strip_prefix(dir).expect("prefix").display().to_string();
+            let rel = path
+                .strip_prefix(dir)
+                .expect("prefix")
+                .display()
+                .to_string();
             if rel.starts_with("logs") || rel.starts_with("run") {
                 continue;
             }
@@ -61,8 +65,16 @@ fn missing_postgres_programs() {
         if detach {
             args.push("--detach");
         }
-        fails_with(&c, &args, &env, &["not found", "apt-get install postgresql-15"]);
-        assert!(!c.data_dir().exists(), "nothing may be written when PostgreSQL is missing");
+        fails_with(
+            &c,
+            &args,
+            &env,
+            &["not found", "apt-get install postgresql-15"],
+        );
+        assert!(
+            !c.data_dir().exists(),
+            "nothing may be written when PostgreSQL is missing"
+        );
     }
 }
 
@@ -73,15 +85,28 @@ fn port_in_use_unknown_mode_damaged_dir() {
 
     // A node port taken by another program.
     let squatter = TcpListener::bind(("127.0.0.1", c.port + 2)).expect("bind");
-    fails_with(&c, &["up", "--detach", "--port", &port], &[], &["port", &(c.port + 2).to_string(), "in use"]);
+    fails_with(
+        &c,
+        &["up", "--detach", "--port", &port],
+        &[],
+        &["port", &(c.port + 2).to_string(), "in use"],
+    );
     assert!(!c.data_dir().join("state.json").exists());
-    assert!(!c.data_dir().join("nodes").join("node0").exists(), "no server may be initialised");
+    assert!(
+        !c.data_dir().join("nodes").join("node0").exists(),
+        "no server may be initialised"
+    );
     drop(squatter);
 
     // Unknown commit mode: nothing created.
     let fresh = cluster();
     let fresh_port = fresh.port.to_string();
-    fails_with(&fresh, &["up", "--port", &fresh_port, "--commit-mode", "fast"], &[], &["fast", "remote_apply"]);
+    fails_with(
+        &fresh,
+        &["up", "--port", &fresh_port, "--commit-mode", "fast"],
+        &[],
+        &["fast", "remote_apply"],
+    );
     assert!(!fresh.data_dir().exists());
 
     // Now a real cluster, stopped, to damage.
@@ -89,17 +114,49 @@ fn port_in_use_unknown_mode_damaged_dir() {
     c.herd_ok(&["down"]);
     let before = snapshot(&c.data_dir());
 
-    fails_with(&c, &["up", "--commit-mode", "fast"], &[], &["commit-mode", "fast", "async, remote_write, on, remote_apply"]);
-    fails_with(&c, &["config", "set", "commit-mode", "fast"], &[], &["fast", "remote_apply"]);
-    fails_with(&c, &["config", "set", "sync-standbys", "ANY 3"], &[], &["at most the number of replicas"]);
+    fails_with(
+        &c,
+        &["up", "--commit-mode", "fast"],
+        &[],
+        &[
+            "commit-mode",
+            "fast",
+            "async, remote_write, on, remote_apply",
+        ],
+    );
+    fails_with(
+        &c,
+        &["config", "set", "commit-mode", "fast"],
+        &[],
+        &["fast", "remote_apply"],
+    );
+    fails_with(
+        &c,
+        &["config", "set", "sync-standbys", "ANY 3"],
+        &[],
+        &["at most the number of replicas"],
+    );
     fails_with(&c, &["up", "--replicas", "3"], &[], &["2 replicas"]);
-    assert_eq!(snapshot(&c.data_dir()), before, "rejected commands must not change any file");
+    assert_eq!(
+        snapshot(&c.data_dir()),
+        before,
+        "rejected commands must not change any file"
+    );
 
     // An invalid herd.toml names the key.
     let toml_path = c.data_dir().join("herd.toml");
     let good_toml = std::fs::read_to_string(&toml_path).expect("read");
-    std::fs::write(&toml_path, good_toml.replace("commit_mode = \"on\"", "commit_mode = \"sometimes\"")).expect("write");
-    fails_with(&c, &["up"], &[], &["commit_mode", "sometimes", "remote_apply"]);
+    std::fs::write(
+        &toml_path,
+        good_toml.replace("commit_mode = \"on\"", "commit_mode = \"sometimes\""),
+    )
+    .expect("write");
+    fails_with(
+        &c,
+        &["up"],
+        &[],
+        &["commit_mode", "sometimes", "remote_apply"],
+    );
     std::fs::write(&toml_path, &good_toml).expect("restore");
 
     // A damaged node directory: refused, nothing started, nothing re-initialised.
@@ -109,7 +166,10 @@ fn port_in_use_unknown_mode_damaged_dir() {
     fails_with(&c, &["up"], &[], &["node1", "damaged", "pg_control"]);
     let status = c.status();
     for n in status["nodes"].as_array().expect("nodes") {
-        assert_eq!(n["state"], "stopped", "no server may run after a refused start: {n}");
+        assert_eq!(
+            n["state"], "stopped",
+            "no server may run after a refused start: {n}"
+        );
     }
     std::fs::write(&control, &saved).expect("repair");
     give_like(&control, &c.data_dir().join("nodes/node1"));
@@ -130,7 +190,12 @@ fn port_in_use_unknown_mode_damaged_dir() {
     // Once repaired, the cluster comes back with its data.
     c.up(&[]);
     let status = c.status();
-    assert_eq!(status["nodes"].as_array().map(|n| n.iter().filter(|n| n["state"] == "streaming").count()), Some(2));
+    assert_eq!(
+        status["nodes"]
+            .as_array()
+            .map(|n| n.iter().filter(|n| n["state"] == "streaming").count()),
+        Some(2)
+    );
 
     // A non-empty directory that is not Herd's is refused.
     let foreign = herd_testkit::scratch_dir();
@@ -141,6 +206,10 @@ fn port_in_use_unknown_mode_damaged_dir() {
         .output()
         .expect("run");
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("not a Herd data directory"), "{}", describe(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("not a Herd data directory"),
+        "{}",
+        describe(&out)
+    );
     assert_eq!(std::fs::read_dir(foreign.path()).expect("ls").count(), 1);
 }

@@ -14,7 +14,9 @@ pub fn cluster() -> TestCluster {
 
 /// Connects with a URL printed by `herd url`.
 pub async fn connect(url: &str) -> Client {
-    let (client, conn) = tokio_postgres::connect(url, NoTls).await.unwrap_or_else(|e| panic!("connecting to {url}: {e}"));
+    let (client, conn) = tokio_postgres::connect(url, NoTls)
+        .await
+        .unwrap_or_else(|e| panic!("connecting to {url}: {e}"));
     tokio::spawn(async move {
         let _ = conn.await;
     });
@@ -29,19 +31,34 @@ where
 {
     let deadline = tokio::time::Instant::now() + timeout;
     while !f().await {
-        assert!(tokio::time::Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
 /// `select count(*) from <table>` on `client`, or `None` when the query fails.
 pub async fn count(client: &Client, table: &str) -> Option<i64> {
-    client.query_one(&format!("select count(*) from {table}"), &[]).await.ok().map(|r| r.get(0))
+    client
+        .query_one(&format!("select count(*) from {table}"), &[])
+        .await
+        .ok()
+        .map(|r| r.get(0))
 }
 
 /// The nodes of a status document with the given role.
-pub fn nodes_with_role<'a>(status: &'a serde_json::Value, role: &str) -> Vec<&'a serde_json::Value> {
-    status["nodes"].as_array().expect("nodes array").iter().filter(|n| n["role"] == role).collect()
+pub fn nodes_with_role<'a>(
+    status: &'a serde_json::Value,
+    role: &str,
+) -> Vec<&'a serde_json::Value> {
+    status["nodes"]
+        .as_array()
+        .expect("nodes array")
+        .iter()
+        .filter(|n| n["role"] == role)
+        .collect()
 }
 
 /// A GET on Herd's API: (status code, parsed JSON body).

@@ -25,16 +25,28 @@ fn spawn_foreground(c: &TestCluster) -> Child {
 
 /// Waits until `child` is the ready supervisor; returns the node pids.
 fn wait_ready(c: &TestCluster, child: &mut Child) -> Vec<u64> {
-    wait_until(Duration::from_secs(120), "the foreground supervisor to be ready", || {
-        if let Ok(Some(status)) = child.try_wait() {
-            let log = std::fs::read_to_string(c.data_dir().with_extension("fg.log")).unwrap_or_default();
-            panic!("herd up exited early ({status}):\n{log}");
-        }
-        let s = c.try_status()?;
-        let ready = s["supervisor"]["pid"].as_u64() == Some(u64::from(child.id()))
-            && s["nodes"].as_array()?.iter().all(|n| n["state"] == "running" || n["state"] == "streaming");
-        ready.then(|| s["nodes"].as_array().map(|n| n.iter().filter_map(|n| n["pid"].as_u64()).collect()))?
-    })
+    wait_until(
+        Duration::from_secs(120),
+        "the foreground supervisor to be ready",
+        || {
+            if let Ok(Some(status)) = child.try_wait() {
+                let log = std::fs::read_to_string(c.data_dir().with_extension("fg.log"))
+                    .unwrap_or_default();
+                panic!("herd up exited early ({status}):\n{log}");
+            }
+            let s = c.try_status()?;
+            let ready = s["supervisor"]["pid"].as_u64() == Some(u64::from(child.id()))
+                && s["nodes"]
+                    .as_array()?
+                    .iter()
+                    .all(|n| n["state"] == "running" || n["state"] == "streaming");
+            ready.then(|| {
+                s["nodes"]
+                    .as_array()
+                    .map(|n| n.iter().filter_map(|n| n["pid"].as_u64()).collect())
+            })?
+        },
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -49,7 +61,10 @@ async fn killed_supervisor_is_adopted_and_sigterm_stops_cleanly() {
     first.kill().expect("SIGKILL supervisor");
     first.wait().expect("reap");
     let primary = connect(&c.url(&["--primary"])).await;
-    primary.batch_execute("create table kept(i int); insert into kept values (1)").await.expect("write without a supervisor");
+    primary
+        .batch_execute("create table kept(i int); insert into kept values (1)")
+        .await
+        .expect("write without a supervisor");
     drop(primary);
 
     // The next `herd up` adopts the running servers instead of starting new ones.
@@ -59,7 +74,9 @@ async fn killed_supervisor_is_adopted_and_sigterm_stops_cleanly() {
 
     // SIGTERM: clean shutdown of everything, exit status 0.
     kill(Pid::from_raw(second.id() as i32), Signal::SIGTERM).expect("SIGTERM");
-    let status = wait_until(Duration::from_secs(120), "the supervisor to exit", || second.try_wait().ok().flatten());
+    let status = wait_until(Duration::from_secs(120), "the supervisor to exit", || {
+        second.try_wait().ok().flatten()
+    });
     assert!(status.success(), "herd up exited with {status}");
     let s = c.status();
     for n in s["nodes"].as_array().expect("nodes") {
@@ -70,7 +87,11 @@ async fn killed_supervisor_is_adopted_and_sigterm_stops_cleanly() {
         .arg(c.data_dir().join("nodes/node0"))
         .output()
         .expect("pg_controldata");
-    assert!(String::from_utf8_lossy(&control.stdout).contains("shut down"), "{}", String::from_utf8_lossy(&control.stdout));
+    assert!(
+        String::from_utf8_lossy(&control.stdout).contains("shut down"),
+        "{}",
+        String::from_utf8_lossy(&control.stdout)
+    );
     c.up(&[]);
     let primary = connect(&c.url(&["--primary"])).await;
     assert_eq!(count(&primary, "kept").await, Some(1));

@@ -11,14 +11,20 @@ use common::{api_get, cluster, connect, count, eventually, nodes_with_role};
 async fn up_replicate_status_restart_down_up() {
     let c = cluster();
     let summary = c.up(&[]);
-    assert!(summary.contains("node0") && summary.contains("streaming"), "{summary}");
+    assert!(
+        summary.contains("node0") && summary.contains("streaming"),
+        "{summary}"
+    );
 
     // One primary, two streaming replicas, the default commit mode.
     let status = c.status();
     assert_eq!(status["version"], 1);
     assert_eq!(status["commit_mode"], "on");
     assert_eq!(status["sync_standbys"], "ANY 1");
-    assert_eq!(status["synchronous_standby_names"], "ANY 1 (\"node1\", \"node2\")");
+    assert_eq!(
+        status["synchronous_standby_names"],
+        "ANY 1 (\"node1\", \"node2\")"
+    );
     let primaries = nodes_with_role(&status, "primary");
     assert_eq!(primaries.len(), 1);
     assert_eq!(primaries[0]["state"], "running");
@@ -38,15 +44,35 @@ async fn up_replicate_status_restart_down_up() {
 
     // Writes on the primary reach every replica.
     let primary = connect(&c.url(&["--primary"])).await;
-    primary.batch_execute("create table items(id int primary key, note text)").await.expect("create");
-    primary.batch_execute("insert into items select g, 'row ' || g from generate_series(1, 500) g").await.expect("insert");
+    primary
+        .batch_execute("create table items(id int primary key, note text)")
+        .await
+        .expect("create");
+    primary
+        .batch_execute("insert into items select g, 'row ' || g from generate_series(1, 500) g")
+        .await
+        .expect("insert");
     for i in 1..=2 {
         let replica = connect(&c.url(&["--replica", &i.to_string()])).await;
-        let in_recovery: bool = replica.query_one("select pg_is_in_recovery()", &[]).await.expect("q").get(0);
+        let in_recovery: bool = replica
+            .query_one("select pg_is_in_recovery()", &[])
+            .await
+            .expect("q")
+            .get(0);
         assert!(in_recovery, "replica {i} must be a hot standby");
-        eventually(Duration::from_secs(30), "rows on the replica", || async { count(&replica, "items").await == Some(500) }).await;
-        let err = replica.batch_execute("insert into items values (9999, 'x')").await.expect_err("read-only");
-        assert_eq!(err.code().map(|c| c.code()), Some("25006"), "read_only_sql_transaction");
+        eventually(Duration::from_secs(30), "rows on the replica", || async {
+            count(&replica, "items").await == Some(500)
+        })
+        .await;
+        let err = replica
+            .batch_execute("insert into items values (9999, 'x')")
+            .await
+            .expect_err("read-only");
+        assert_eq!(
+            err.code().map(|c| c.code()),
+            Some("25006"),
+            "read_only_sql_transaction"
+        );
     }
     // `herd url` without a flag is the endpoint, which reaches the primary.
     let endpoint = connect(&c.url(&[])).await;
@@ -66,17 +92,37 @@ async fn up_replicate_status_restart_down_up() {
     // SIGKILL a replica's postmaster: the supervisor restarts it and it catches up.
     let victim = replicas[0]["name"].as_str().expect("name").to_string();
     let old_pid = replicas[0]["pid"].as_u64().expect("pid") as i32;
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(old_pid), nix::sys::signal::Signal::SIGKILL).expect("kill");
-    primary.batch_execute("insert into items select g, 'late' from generate_series(501, 600) g").await.expect("insert while a replica is down");
-    let restarted = herd_testkit::wait_until(Duration::from_secs(60), "the killed replica to stream again", || {
-        let s = c.status();
-        let n = s["nodes"].as_array()?.iter().find(|n| n["name"] == victim.as_str())?.clone();
-        (n["state"] == "streaming" && n["pid"].as_u64() != Some(old_pid as u64)).then_some(n)
-    });
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(old_pid),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("kill");
+    primary
+        .batch_execute("insert into items select g, 'late' from generate_series(501, 600) g")
+        .await
+        .expect("insert while a replica is down");
+    let restarted = herd_testkit::wait_until(
+        Duration::from_secs(60),
+        "the killed replica to stream again",
+        || {
+            let s = c.status();
+            let n = s["nodes"]
+                .as_array()?
+                .iter()
+                .find(|n| n["name"] == victim.as_str())?
+                .clone();
+            (n["state"] == "streaming" && n["pid"].as_u64() != Some(old_pid as u64)).then_some(n)
+        },
+    );
     assert_ne!(restarted["pid"].as_u64(), Some(old_pid as u64));
     let index = if victim == "node1" { "1" } else { "2" };
     let replica = connect(&c.url(&["--replica", index])).await;
-    eventually(Duration::from_secs(30), "the restarted replica to catch up", || async { count(&replica, "items").await == Some(600) }).await;
+    eventually(
+        Duration::from_secs(30),
+        "the restarted replica to catch up",
+        || async { count(&replica, "items").await == Some(600) },
+    )
+    .await;
     drop((replica, primary, endpoint));
 
     // down stops everything; up resumes the same cluster with its data.
@@ -90,5 +136,10 @@ async fn up_replicate_status_restart_down_up() {
     let primary = connect(&c.url(&["--primary"])).await;
     assert_eq!(count(&primary, "items").await, Some(600));
     let replica = connect(&c.url(&["--replica", "2"])).await;
-    eventually(Duration::from_secs(30), "data on a replica after resume", || async { count(&replica, "items").await == Some(600) }).await;
+    eventually(
+        Duration::from_secs(30),
+        "data on a replica after resume",
+        || async { count(&replica, "items").await == Some(600) },
+    )
+    .await;
 }

@@ -18,7 +18,9 @@ impl Cluster {
         progress: &dyn Progress,
     ) -> Result<Cluster, ClusterError> {
         let nodes_dir = layout.nodes();
-        let leftovers = std::fs::read_dir(&nodes_dir).map(|mut d| d.next().is_some()).unwrap_or(false);
+        let leftovers = std::fs::read_dir(&nodes_dir)
+            .map(|mut d| d.next().is_some())
+            .unwrap_or(false);
         if leftovers {
             return Err(ClusterError::DataDir {
                 path: layout.root().to_path_buf(),
@@ -30,11 +32,21 @@ impl Cluster {
             });
         }
         let secrets = Secrets::generate();
-        let mut cluster = Cluster { state: ClusterState::new(config.cluster.replicas), layout, config, secrets };
+        let mut cluster = Cluster {
+            state: ClusterState::new(config.cluster.replicas),
+            layout,
+            config,
+            secrets,
+        };
         // Before anything is written: a taken port fails the run with the directory untouched.
         cluster.check_ports(None)?;
         let layout = &cluster.layout;
-        for dir in [layout.root().to_path_buf(), layout.nodes(), layout.logs(), layout.run()] {
+        for dir in [
+            layout.root().to_path_buf(),
+            layout.nodes(),
+            layout.logs(),
+            layout.run(),
+        ] {
             std::fs::create_dir_all(&dir).map_err(|e| ClusterError::io("creating", &dir, e))?;
         }
         cluster.secrets.save(layout, REPLICATION_USER)?;
@@ -63,12 +75,25 @@ impl Cluster {
     async fn create_nodes(&self, pg: &Pg, progress: &dyn Progress) -> Result<(), ClusterError> {
         let primary = &self.state.primary;
         let primary_dir = self.layout.node(primary);
-        progress.phase(&format!("initialising primary {primary} (initdb, SCRAM-SHA-256)"));
-        pg.initdb(&primary_dir, SUPERUSER, &Secrets::superuser_file(&self.layout)).await?;
+        progress.phase(&format!(
+            "initialising primary {primary} (initdb, SCRAM-SHA-256)"
+        ));
+        pg.initdb(
+            &primary_dir,
+            SUPERUSER,
+            &Secrets::superuser_file(&self.layout),
+        )
+        .await?;
         progress.done(&format!("primary {primary} initialised"));
-        progress.phase(&format!("starting primary {primary} on port {}", self.port(primary)));
+        progress.phase(&format!(
+            "starting primary {primary} on port {}",
+            self.port(primary)
+        ));
         self.start_node(pg, primary).await?;
-        progress.done(&format!("primary {primary} started on port {}", self.port(primary)));
+        progress.done(&format!(
+            "primary {primary} started on port {}",
+            self.port(primary)
+        ));
 
         progress.phase("creating the replication role and one slot per replica");
         let client = herd_pg::connect(&self.conn_spec(primary)).await?;
@@ -80,7 +105,9 @@ impl Cluster {
         progress.done("replication role and slots created");
 
         for replica in self.state.replicas() {
-            progress.phase(&format!("cloning replica {replica} from {primary} (pg_basebackup)"));
+            progress.phase(&format!(
+                "cloning replica {replica} from {primary} (pg_basebackup)"
+            ));
             pg.basebackup(
                 &self.layout.node(&replica),
                 &self.host().to_string(),
@@ -91,9 +118,15 @@ impl Cluster {
             )
             .await?;
             progress.done(&format!("replica {replica} cloned"));
-            progress.phase(&format!("starting replica {replica} on port {}", self.port(&replica)));
+            progress.phase(&format!(
+                "starting replica {replica} on port {}",
+                self.port(&replica)
+            ));
             self.start_node(pg, &replica).await?;
-            progress.done(&format!("replica {replica} started on port {}", self.port(&replica)));
+            progress.done(&format!(
+                "replica {replica} started on port {}",
+                self.port(&replica)
+            ));
         }
         Ok(())
     }

@@ -32,10 +32,16 @@ impl Cluster {
     pub fn open(layout: Layout, config: Config) -> Result<Cluster, ClusterError> {
         let state = ClusterState::load(&layout.state())?.ok_or_else(|| ClusterError::DataDir {
             path: layout.root().to_path_buf(),
-            detail: "it holds no Herd cluster (state.json is missing); create one with `herd up`".into(),
+            detail: "it holds no Herd cluster (state.json is missing); create one with `herd up`"
+                .into(),
         })?;
         let secrets = Secrets::load(&layout)?;
-        Ok(Cluster { layout, config, state, secrets })
+        Ok(Cluster {
+            layout,
+            config,
+            state,
+            secrets,
+        })
     }
 
     /// The address Herd connects to the servers on.
@@ -82,7 +88,11 @@ impl Cluster {
         } else {
             SUPERUSER.to_string()
         };
-        format!("postgresql://{auth}@{}:{}/postgres", self.host(), self.port(node))
+        format!(
+            "postgresql://{auth}@{}:{}/postgres",
+            self.host(),
+            self.port(node)
+        )
     }
 
     /// The cluster's endpoint: the primary, until Herd's proxy serves `network.port`.
@@ -92,7 +102,10 @@ impl Cluster {
 
     /// The `synchronous_standby_names` for the recorded sync set.
     pub fn synchronous_standby_names(&self) -> String {
-        self.config.cluster.sync_standbys.standby_names(&self.state.sync_set)
+        self.config
+            .cluster
+            .sync_standbys
+            .standby_names(&self.state.sync_set)
     }
 
     /// The server settings of `node` in its current role.

@@ -53,7 +53,15 @@ pub enum ClusterError {
 }
 
 impl ClusterError {
-    pub(crate) fn io(action: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
-        ClusterError::Io { action, path: path.into(), source }
+    pub(crate) fn io(
+        action: &'static str,
+        path: impl Into<PathBuf>,
+        source: std::io::Error,
+    ) -> Self {
+        ClusterError::Io {
+            action,
+            path: path.into(),
+            source,
+        }
     }
 }

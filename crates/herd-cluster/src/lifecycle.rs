@@ -39,7 +39,10 @@ impl Cluster {
     pub fn check_ports(&self, api_port: Option<u16>) -> Result<(), ClusterError> {
         let host = self.host();
         for node in &self.state.nodes {
-            let running = herd_pg::postmaster_pid(&self.layout.node(node)).ok().flatten().is_some();
+            let running = herd_pg::postmaster_pid(&self.layout.node(node))
+                .ok()
+                .flatten()
+                .is_some();
             if !running {
                 ensure_free(host, self.port(node), &format!("node {node}"))?;
             }
@@ -54,7 +57,12 @@ impl Cluster {
     pub fn write_conf(&self, pg: &Pg, node: &NodeName) -> Result<(), ClusterError> {
         let dir = self.layout.node(node);
         herd_pg::write_node_conf(&dir, &self.server_settings(node), &self.hba())?;
-        for file in [herd_pg::HERD_CONF, "pg_hba.conf", "postgresql.conf", "standby.signal"] {
+        for file in [
+            herd_pg::HERD_CONF,
+            "pg_hba.conf",
+            "postgresql.conf",
+            "standby.signal",
+        ] {
             let path = dir.join(file);
             if path.exists() {
                 pg.hand_over(&path)?;
@@ -66,7 +74,8 @@ impl Cluster {
     /// Starts `node` in its assigned role (configuration rewritten first).
     pub async fn start_node(&self, pg: &Pg, node: &NodeName) -> Result<(), ClusterError> {
         self.write_conf(pg, node)?;
-        pg.start(&self.layout.node(node), &self.layout.node_log(node)).await?;
+        pg.start(&self.layout.node(node), &self.layout.node_log(node))
+            .await?;
         Ok(())
     }
 
@@ -80,12 +89,20 @@ impl Cluster {
                 // Adopted servers still get the current configuration.
                 self.write_conf(pg, node)?;
                 pg.reload(&self.layout.node(node)).await?;
-                progress.done(&format!("{role} {node} already running (pid {pid}), adopted"));
+                progress.done(&format!(
+                    "{role} {node} already running (pid {pid}), adopted"
+                ));
                 continue;
             }
-            progress.phase(&format!("starting {role} {node} on port {}", self.port(node)));
+            progress.phase(&format!(
+                "starting {role} {node} on port {}",
+                self.port(node)
+            ));
             self.start_node(pg, node).await?;
-            progress.done(&format!("{role} {node} started on port {}", self.port(node)));
+            progress.done(&format!(
+                "{role} {node} started on port {}",
+                self.port(node)
+            ));
         }
         Ok(())
     }
@@ -112,7 +129,11 @@ impl Cluster {
     }
 
     /// Waits until the primary runs and every replica streams from it.
-    pub async fn wait_ready(&self, timeout: Duration, progress: &dyn Progress) -> Result<(), ClusterError> {
+    pub async fn wait_ready(
+        &self,
+        timeout: Duration,
+        progress: &dyn Progress,
+    ) -> Result<(), ClusterError> {
         progress.phase("waiting for every replica to stream from the primary");
         let deadline = Instant::now() + timeout;
         loop {
@@ -144,9 +165,11 @@ impl Cluster {
 }
 
 fn ensure_free(host: std::net::IpAddr, port: u16, what: &str) -> Result<(), ClusterError> {
-    TcpListener::bind((host, port)).map(drop).map_err(|_| ClusterError::PortInUse {
-        port,
-        address: host.to_string(),
-        what: what.to_string(),
-    })
+    TcpListener::bind((host, port))
+        .map(drop)
+        .map_err(|_| ClusterError::PortInUse {
+            port,
+            address: host.to_string(),
+            what: what.to_string(),
+        })
 }

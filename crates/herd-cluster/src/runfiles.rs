@@ -31,7 +31,10 @@ impl SupervisorLock {
                 .open(&path)
                 .map_err(|e| ClusterError::io("opening", &path, e))?;
             if let Ok(lock) = Flock::lock(file, FlockArg::LockExclusiveNonblock) {
-                return Ok(SupervisorLock { _lock: lock, info_path: dir.join("supervisor.json") });
+                return Ok(SupervisorLock {
+                    _lock: lock,
+                    info_path: dir.join("supervisor.json"),
+                });
             }
             std::thread::sleep(std::time::Duration::from_millis(25));
         }
@@ -44,7 +47,8 @@ impl SupervisorLock {
     /// Publishes the supervisor's pid and API port for `herd status` and `herd down`.
     pub fn publish(&self, info: &SupervisorInfo) -> Result<(), ClusterError> {
         let text = serde_json::to_string(info).unwrap_or_default();
-        std::fs::write(&self.info_path, text).map_err(|e| ClusterError::io("writing", &self.info_path, e))
+        std::fs::write(&self.info_path, text)
+            .map_err(|e| ClusterError::io("writing", &self.info_path, e))
     }
 }
 

@@ -44,8 +44,14 @@ impl Secrets {
         std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700))
             .map_err(|e| ClusterError::io("restricting", &dir, e))?;
         write_private(&dir.join(SUPERUSER_FILE), &format!("{}\n", self.superuser))?;
-        write_private(&dir.join(REPLICATION_FILE), &format!("{}\n", self.replication))?;
-        write_private(&Self::pgpass(layout), &format!("*:*:*:{replication_user}:{}\n", self.replication))
+        write_private(
+            &dir.join(REPLICATION_FILE),
+            &format!("{}\n", self.replication),
+        )?;
+        write_private(
+            &Self::pgpass(layout),
+            &format!("*:*:*:{replication_user}:{}\n", self.replication),
+        )
     }
 
     /// Reads the passwords back.
@@ -56,7 +62,10 @@ impl Secrets {
                 .map(|s| s.trim().to_string())
                 .map_err(|e| ClusterError::io("reading secret", path, e))
         };
-        Ok(Secrets { superuser: read(SUPERUSER_FILE)?, replication: read(REPLICATION_FILE)? })
+        Ok(Secrets {
+            superuser: read(SUPERUSER_FILE)?,
+            replication: read(REPLICATION_FILE)?,
+        })
     }
 
     /// The superuser password file (initdb's `--pwfile`).
@@ -79,7 +88,8 @@ fn write_private(path: &Path, text: &str) -> Result<(), ClusterError> {
         .mode(0o600)
         .open(path)
         .map_err(|e| ClusterError::io("creating", path, e))?;
-    f.write_all(text.as_bytes()).map_err(|e| ClusterError::io("writing", path, e))
+    f.write_all(text.as_bytes())
+        .map_err(|e| ClusterError::io("writing", path, e))
 }
 
 #[cfg(test)]
@@ -97,10 +107,16 @@ mod tests {
         assert_ne!(s.superuser, s.replication);
         s.save(&layout, "replicator").expect("save");
         for f in [SUPERUSER_FILE, REPLICATION_FILE, PGPASS_FILE] {
-            let mode = std::fs::metadata(layout.secrets().join(f)).expect("meta").permissions().mode();
+            let mode = std::fs::metadata(layout.secrets().join(f))
+                .expect("meta")
+                .permissions()
+                .mode();
             assert_eq!(mode & 0o777, 0o600, "{f}");
         }
-        let mode = std::fs::metadata(layout.secrets()).expect("meta").permissions().mode();
+        let mode = std::fs::metadata(layout.secrets())
+            .expect("meta")
+            .permissions()
+            .mode();
         assert_eq!(mode & 0o777, 0o700);
         let back = Secrets::load(&layout).expect("load");
         assert_eq!(back.superuser, s.superuser);

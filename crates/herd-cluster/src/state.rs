@@ -23,12 +23,20 @@ impl ClusterState {
     /// A new cluster: `node0` primary, `replicas` replicas all in the sync set.
     pub fn new(replicas: u32) -> ClusterState {
         let nodes: Vec<NodeName> = (0..=replicas as usize).map(NodeName::numbered).collect();
-        ClusterState { primary: nodes[0].clone(), sync_set: nodes[1..].to_vec(), nodes }
+        ClusterState {
+            primary: nodes[0].clone(),
+            sync_set: nodes[1..].to_vec(),
+            nodes,
+        }
     }
 
     /// The replicas: every node but the primary.
     pub fn replicas(&self) -> Vec<NodeName> {
-        self.nodes.iter().filter(|n| **n != self.primary).cloned().collect()
+        self.nodes
+            .iter()
+            .filter(|n| **n != self.primary)
+            .cloned()
+            .collect()
     }
 
     /// The index of a node (which fixes its port).
@@ -43,14 +51,18 @@ impl ClusterState {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(ClusterError::io("reading", path, e)),
         };
-        let state: ClusterState = serde_json::from_str(&text).map_err(|e| ClusterError::DataDir {
-            path: path.to_path_buf(),
-            detail: format!("state.json is damaged ({e}); restore it from a backup"),
-        })?;
+        let state: ClusterState =
+            serde_json::from_str(&text).map_err(|e| ClusterError::DataDir {
+                path: path.to_path_buf(),
+                detail: format!("state.json is damaged ({e}); restore it from a backup"),
+            })?;
         if state.index(&state.primary).is_none() {
             return Err(ClusterError::DataDir {
                 path: path.to_path_buf(),
-                detail: format!("state.json names primary {} which is not a node", state.primary),
+                detail: format!(
+                    "state.json names primary {} which is not a node",
+                    state.primary
+                ),
             });
         }
         Ok(Some(state))
@@ -61,7 +73,8 @@ impl ClusterState {
         use std::io::Write;
         let tmp = path.with_extension("json.tmp");
         let text = serde_json::to_string_pretty(self).unwrap_or_default();
-        let mut f = std::fs::File::create(&tmp).map_err(|e| ClusterError::io("creating", &tmp, e))?;
+        let mut f =
+            std::fs::File::create(&tmp).map_err(|e| ClusterError::io("creating", &tmp, e))?;
         f.write_all(text.as_bytes())
             .and_then(|_| f.sync_all())
             .map_err(|e| ClusterError::io("writing", &tmp, e))?;
@@ -77,13 +90,19 @@ mod tests {
     fn new_state_and_round_trip() {
         let s = ClusterState::new(2);
         assert_eq!(s.primary.as_str(), "node0");
-        assert_eq!(s.replicas(), vec![NodeName::numbered(1), NodeName::numbered(2)]);
+        assert_eq!(
+            s.replicas(),
+            vec![NodeName::numbered(1), NodeName::numbered(2)]
+        );
         let tmp = tempfile::tempdir().expect("tempdir");
         let path = tmp.path().join("state.json");
         assert_eq!(ClusterState::load(&path).expect("absent"), None);
         s.save(&path).expect("save");
         assert_eq!(ClusterState::load(&path).expect("load"), Some(s));
         std::fs::write(&path, "{").expect("write");
-        assert!(ClusterState::load(&path).expect_err("damaged").to_string().contains("damaged"));
+        assert!(ClusterState::load(&path)
+            .expect_err("damaged")
+            .to_string()
+            .contains("damaged"));
     }
 }

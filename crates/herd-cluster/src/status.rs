@@ -49,18 +49,29 @@ pub async fn observe(cluster: &Cluster) -> Observation {
     let mut in_recovery = Vec::with_capacity(order.len());
     for (node, (pid, probe)) in order.iter().zip(results) {
         in_recovery.push(probe.as_ref().map(|p| matches!(p, Probe::Replica(_))));
-        nodes.push(node_status(cluster, node, pid, probe, primary_probe.as_ref()));
+        nodes.push(node_status(
+            cluster,
+            node,
+            pid,
+            probe,
+            primary_probe.as_ref(),
+        ));
     }
     let status = ClusterStatus {
         version: STATUS_VERSION,
         commit_mode: cluster.config.cluster.commit_mode,
         sync_standbys: cluster.config.cluster.sync_standbys,
-        synchronous_standby_names: primary_probe.as_ref().map(|p| p.synchronous_standby_names.clone()),
+        synchronous_standby_names: primary_probe
+            .as_ref()
+            .map(|p| p.synchronous_standby_names.clone()),
         endpoint: cluster.endpoint_url(false),
         supervisor: read_supervisor(&cluster.layout),
         nodes,
     };
-    Observation { status, in_recovery }
+    Observation {
+        status,
+        in_recovery,
+    }
 }
 
 fn node_status(
@@ -76,7 +87,11 @@ fn node_status(
         role,
         pid,
         port: cluster.port(node),
-        state: if pid.is_some() { NodeState::Starting } else { NodeState::Stopped },
+        state: if pid.is_some() {
+            NodeState::Starting
+        } else {
+            NodeState::Stopped
+        },
         current_lsn: None,
         received_lsn: None,
         replayed_lsn: None,
@@ -90,11 +105,18 @@ fn node_status(
         }
         (Role::Replica, Some(Probe::Replica(r))) => {
             let streaming = r.receiver_status.as_deref() == Some("streaming");
-            s.state = if streaming { NodeState::Streaming } else { NodeState::Disconnected };
+            s.state = if streaming {
+                NodeState::Streaming
+            } else {
+                NodeState::Disconnected
+            };
             s.received_lsn = r.received_lsn;
             s.replayed_lsn = r.replayed_lsn;
             if let Some(p) = primary {
-                let row = p.replication.iter().find(|row| row.application_name == node.as_str());
+                let row = p
+                    .replication
+                    .iter()
+                    .find(|row| row.application_name == node.as_str());
                 s.sync_state = row.and_then(|row| row.sync_state);
                 s.lag = Some(lag(p.current_lsn, row, r.received_lsn, r.replayed_lsn));
             }
@@ -107,12 +129,21 @@ fn node_status(
 
 /// Lag of one replica behind the primary's current position. Time lags come from the walsender's
 /// measurements; when PostgreSQL has cleared them because nothing is outstanding, the lag is 0.
-fn lag(current: Lsn, row: Option<&ReplicationRow>, received: Option<Lsn>, replayed: Option<Lsn>) -> LagInfo {
+fn lag(
+    current: Lsn,
+    row: Option<&ReplicationRow>,
+    received: Option<Lsn>,
+    replayed: Option<Lsn>,
+) -> LagInfo {
     let behind = |pos: Option<Lsn>| pos.map_or(current.0, |p| current.bytes_after(p));
     let seconds = |measured: Option<f64>, bytes: u64| measured.or((bytes == 0).then_some(0.0));
     match row {
         Some(r) => {
-            let (w, f, a) = (behind(r.write_lsn), behind(r.flush_lsn), behind(r.replay_lsn));
+            let (w, f, a) = (
+                behind(r.write_lsn),
+                behind(r.flush_lsn),
+                behind(r.replay_lsn),
+            );
             LagInfo {
                 write_bytes: w,
                 flush_bytes: f,
@@ -169,6 +200,9 @@ mod tests {
     #[test]
     fn disconnected_replica_uses_its_own_positions() {
         let l = lag(Lsn(300), None, Some(Lsn(250)), Some(Lsn(200)));
-        assert_eq!((l.flush_bytes, l.replay_bytes, l.replay_seconds), (50, 100, None));
+        assert_eq!(
+            (l.flush_bytes, l.replay_bytes, l.replay_seconds),
+            (50, 100, None)
+        );
     }
 }

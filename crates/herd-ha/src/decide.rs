@@ -54,7 +54,9 @@ impl Policy {
     /// Delay before the next start attempt after `failed` failures.
     pub fn backoff(&self, failed: u32) -> Duration {
         let factor = 1u32.checked_shl(failed.min(16)).unwrap_or(u32::MAX);
-        self.restart_backoff.saturating_mul(factor).min(self.max_restart_backoff)
+        self.restart_backoff
+            .saturating_mul(factor)
+            .min(self.max_restart_backoff)
     }
 }
 
@@ -68,7 +70,10 @@ pub fn decide(nodes: &[NodeObservation], policy: &Policy) -> Vec<Decision> {
             if n.role == Role::Primary {
                 out.push(Decision {
                     action: Action::ReportPrimaryDown(n.name.clone()),
-                    reason: format!("primary {} has no running postmaster; writes fail until it is back", n.name),
+                    reason: format!(
+                        "primary {} has no running postmaster; writes fail until it is back",
+                        n.name
+                    ),
                 });
             }
             let wait = policy.backoff(n.failed_starts);
@@ -115,34 +120,64 @@ mod tests {
     }
 
     fn policy() -> Policy {
-        Policy { restart_backoff: Duration::from_millis(500), max_restart_backoff: Duration::from_secs(30) }
+        Policy {
+            restart_backoff: Duration::from_millis(500),
+            max_restart_backoff: Duration::from_secs(30),
+        }
     }
 
     fn actions(nodes: &[NodeObservation]) -> Vec<Action> {
-        decide(nodes, &policy()).into_iter().map(|d| d.action).collect()
+        decide(nodes, &policy())
+            .into_iter()
+            .map(|d| d.action)
+            .collect()
     }
 
     #[test]
     fn decision_table() {
         let n = NodeName::numbered;
-        let healthy = [node(0, Role::Primary, true, Some(false)), node(1, Role::Replica, true, Some(true))];
+        let healthy = [
+            node(0, Role::Primary, true, Some(false)),
+            node(1, Role::Replica, true, Some(true)),
+        ];
         assert_eq!(actions(&healthy), vec![]);
 
-        let replica_dead = [node(0, Role::Primary, true, Some(false)), node(1, Role::Replica, false, None)];
+        let replica_dead = [
+            node(0, Role::Primary, true, Some(false)),
+            node(1, Role::Replica, false, None),
+        ];
         assert_eq!(actions(&replica_dead), vec![Action::Start(n(1))]);
 
-        let primary_dead = [node(0, Role::Primary, false, None), node(1, Role::Replica, true, Some(true))];
-        assert_eq!(actions(&primary_dead), vec![Action::ReportPrimaryDown(n(0)), Action::Start(n(0))]);
+        let primary_dead = [
+            node(0, Role::Primary, false, None),
+            node(1, Role::Replica, true, Some(true)),
+        ];
+        assert_eq!(
+            actions(&primary_dead),
+            vec![Action::ReportPrimaryDown(n(0)), Action::Start(n(0))]
+        );
 
         // Alive but not answering (starting up, overloaded): leave it alone.
-        let busy = [node(0, Role::Primary, true, None), node(1, Role::Replica, true, None)];
+        let busy = [
+            node(0, Role::Primary, true, None),
+            node(1, Role::Replica, true, None),
+        ];
         assert_eq!(actions(&busy), vec![]);
 
-        let promoted_replica = [node(0, Role::Primary, true, Some(false)), node(1, Role::Replica, true, Some(false))];
-        assert_eq!(actions(&promoted_replica), vec![Action::ReportWrongRole(n(1))]);
+        let promoted_replica = [
+            node(0, Role::Primary, true, Some(false)),
+            node(1, Role::Replica, true, Some(false)),
+        ];
+        assert_eq!(
+            actions(&promoted_replica),
+            vec![Action::ReportWrongRole(n(1))]
+        );
 
         let demoted_primary = [node(0, Role::Primary, true, Some(true))];
-        assert_eq!(actions(&demoted_primary), vec![Action::ReportWrongRole(n(0))]);
+        assert_eq!(
+            actions(&demoted_primary),
+            vec![Action::ReportWrongRole(n(0))]
+        );
     }
 
     #[test]
@@ -150,7 +185,11 @@ mod tests {
         let mut dead = node(1, Role::Replica, false, None);
         dead.failed_starts = 2;
         dead.since_last_start = Some(Duration::from_millis(1500));
-        assert_eq!(actions(std::slice::from_ref(&dead)), vec![], "needs 2 s after two failures");
+        assert_eq!(
+            actions(std::slice::from_ref(&dead)),
+            vec![],
+            "needs 2 s after two failures"
+        );
         dead.since_last_start = Some(Duration::from_millis(2000));
         assert_eq!(actions(&[dead]), vec![Action::Start(NodeName::numbered(1))]);
     }

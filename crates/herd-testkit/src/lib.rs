@@ -18,8 +18,14 @@ pub fn free_port_block(span: u16) -> u16 {
     let _ = NEXT_PORT.compare_exchange(0, seed, Ordering::SeqCst, Ordering::SeqCst);
     loop {
         let base = NEXT_PORT.fetch_add(span.max(8), Ordering::SeqCst);
-        let base = if base > 60_000 { 20_000 + base % 1000 } else { base };
-        let all_free = (base..base + span).chain([base + 100]).all(|p| TcpListener::bind(("127.0.0.1", p)).is_ok());
+        let base = if base > 60_000 {
+            20_000 + base % 1000
+        } else {
+            base
+        };
+        let all_free = (base..base + span)
+            .chain([base + 100])
+            .all(|p| TcpListener::bind(("127.0.0.1", p)).is_ok());
         if all_free {
             return base;
         }
@@ -30,8 +36,12 @@ pub fn free_port_block(span: u16) -> u16 {
 /// when dropped.
 pub fn scratch_dir() -> tempfile::TempDir {
     use std::os::unix::fs::PermissionsExt;
-    let dir = tempfile::Builder::new().prefix("herd-test-").tempdir_in("/tmp").expect("creating a temp dir");
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod temp dir");
+    let dir = tempfile::Builder::new()
+        .prefix("herd-test-")
+        .tempdir_in("/tmp")
+        .expect("creating a temp dir");
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755))
+        .expect("chmod temp dir");
     dir
 }
 
@@ -42,7 +52,10 @@ pub fn wait_until<T>(timeout: Duration, what: &str, mut f: impl FnMut() -> Optio
         if let Some(v) = f() {
             return v;
         }
-        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
 }
@@ -58,7 +71,11 @@ pub struct TestCluster {
 impl TestCluster {
     /// A fresh data directory (nothing started yet) for the `herd` binary at `herd`.
     pub fn new(herd: &Path) -> TestCluster {
-        TestCluster { herd: herd.to_path_buf(), dir: scratch_dir(), port: free_port_block(12) }
+        TestCluster {
+            herd: herd.to_path_buf(),
+            dir: scratch_dir(),
+            port: free_port_block(12),
+        }
     }
 
     /// The data directory.
@@ -89,7 +106,12 @@ impl TestCluster {
     /// Runs `herd <args>` and panics with its output unless it succeeds; returns stdout.
     pub fn herd_ok(&self, args: &[&str]) -> String {
         let out = self.herd(args);
-        assert!(out.status.success(), "herd {args:?} failed: {}\n{}", describe(&out), self.log_tails());
+        assert!(
+            out.status.success(),
+            "herd {args:?} failed: {}\n{}",
+            describe(&out),
+            self.log_tails()
+        );
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
@@ -102,7 +124,11 @@ impl TestCluster {
         for entry in entries.flatten() {
             let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
             let lines: Vec<&str> = text.lines().collect();
-            out.push_str(&format!("--- {}\n{}\n", entry.path().display(), lines[lines.len().saturating_sub(15)..].join("\n")));
+            out.push_str(&format!(
+                "--- {}\n{}\n",
+                entry.path().display(),
+                lines[lines.len().saturating_sub(15)..].join("\n")
+            ));
         }
         out
     }
@@ -123,7 +149,10 @@ impl TestCluster {
     /// `herd status --json`, parsed, or `None` while there is no cluster to report on yet.
     pub fn try_status(&self) -> Option<serde_json::Value> {
         let out = self.herd(&["status", "--json"]);
-        out.status.success().then(|| serde_json::from_slice(&out.stdout).ok()).flatten()
+        out.status
+            .success()
+            .then(|| serde_json::from_slice(&out.stdout).ok())
+            .flatten()
     }
 
     /// `herd url` with `args` (e.g. `--replica 1`).
