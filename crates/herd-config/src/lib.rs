@@ -5,7 +5,7 @@ mod render;
 mod schema;
 
 pub use render::render;
-pub use schema::{ClusterConfig, Config, NetworkConfig, PostgresConfig, SupervisorConfig};
+pub use schema::{ClusterConfig, Config, NetworkConfig, PostgresConfig, ProxyConfig, SupervisorConfig};
 
 /// Why a configuration was rejected.
 #[derive(Debug, thiserror::Error)]

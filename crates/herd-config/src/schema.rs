@@ -3,7 +3,7 @@
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
-use herd_core::{CommitMode, SyncStandbys};
+use herd_core::{CommitMode, Consistency, PoolMode, SyncStandbys};
 use serde::{Deserialize, Serialize};
 
 use crate::ConfigError;
@@ -23,6 +23,8 @@ pub struct Config {
     pub postgres: PostgresConfig,
     /// The supervisor's timings.
     pub supervisor: SupervisorConfig,
+    /// The client endpoint: pooling, routing, consistency.
+    pub proxy: ProxyConfig,
 }
 
 /// `[cluster]`
@@ -122,6 +124,49 @@ impl Default for SupervisorConfig {
     }
 }
 
+/// `[proxy]`
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ProxyConfig {
+    /// When a server connection returns to its pool: after each transaction, or at disconnect.
+    pub pool_mode: PoolMode,
+    /// Server connections per node, user and database.
+    pub pool_size: u32,
+    /// Default read consistency of new connections.
+    pub consistency: Consistency,
+    /// `session`: how long a read may wait for a replica to replay the session's writes.
+    pub max_wait_ms: u64,
+    /// `bounded`: how far (in time) a replica may be behind.
+    pub max_staleness_ms: u64,
+    /// A replica further behind than this (bytes of replay) leaves the read pool.
+    pub max_replica_lag_bytes: u64,
+    /// A replica further behind than this (time) leaves the read pool.
+    pub max_replica_lag_ms: u64,
+    /// A replica out of the read pool returns once below this fraction of both limits.
+    pub readmit_fraction: f64,
+    /// How often replica positions are polled, in milliseconds.
+    pub poll_interval_ms: u64,
+    /// Largest protocol message accepted from a client, in bytes.
+    pub max_message_bytes: u32,
+}
+
+impl Default for ProxyConfig {
+    fn default() -> Self {
+        ProxyConfig {
+            pool_mode: PoolMode::Transaction,
+            pool_size: 10,
+            consistency: Consistency::Session,
+            max_wait_ms: 20,
+            max_staleness_ms: 1000,
+            max_replica_lag_bytes: 16 * 1024 * 1024,
+            max_replica_lag_ms: 1000,
+            readmit_fraction: 0.5,
+            poll_interval_ms: 100,
+            max_message_bytes: 64 * 1024 * 1024,
+        }
+    }
+}
+
 impl Config {
     /// Reads and validates a `herd.toml`.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
@@ -200,6 +245,23 @@ impl Config {
                 "",
                 "an OS user name",
             ));
+        }
+        let x = &self.proxy;
+        if x.pool_size == 0 || x.pool_size > p.max_connections / 2 {
+            return Err(ConfigError::invalid(
+                "proxy.pool_size",
+                x.pool_size,
+                format!("1 to half of postgres.max_connections ({})", p.max_connections / 2),
+            ));
+        }
+        if !(0.0..=1.0).contains(&x.readmit_fraction) {
+            return Err(ConfigError::invalid("proxy.readmit_fraction", x.readmit_fraction, "0.0 to 1.0"));
+        }
+        if x.poll_interval_ms == 0 || x.poll_interval_ms > 100 {
+            return Err(ConfigError::invalid("proxy.poll_interval_ms", x.poll_interval_ms, "1 to 100"));
+        }
+        if x.max_message_bytes < 1024 {
+            return Err(ConfigError::invalid("proxy.max_message_bytes", x.max_message_bytes, "at least 1024"));
         }
         let s = &self.supervisor;
         if s.probe_interval_ms == 0 || s.restart_backoff_ms == 0 || s.ready_timeout_s == 0 {

@@ -3,8 +3,6 @@
 use std::fmt;
 use std::str::FromStr;
 
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
-
 use crate::NodeName;
 
 /// A value that does not parse, with what was expected. Callers add the key it came from.
@@ -168,22 +166,24 @@ impl FromStr for SyncStandbys {
     }
 }
 
+/// Implements serde for a type through its `Display` / `FromStr`.
 macro_rules! serde_via_str {
     ($ty:ty) => {
-        impl Serialize for $ty {
-            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        impl serde::Serialize for $ty {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
                 s.collect_str(self)
             }
         }
-        impl<'de> Deserialize<'de> for $ty {
-            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-                String::deserialize(d)?
+        impl<'de> serde::Deserialize<'de> for $ty {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                <String as serde::Deserialize>::deserialize(d)?
                     .parse()
                     .map_err(serde::de::Error::custom)
             }
         }
     };
 }
+pub(crate) use serde_via_str;
 serde_via_str!(CommitMode);
 serde_via_str!(SyncStandbys);
 

@@ -1,11 +1,13 @@
 //! Domain types shared by every Herd crate. Pure data and parsing; no I/O.
 
 mod commit;
+mod consistency;
 mod lsn;
 mod node;
 mod status;
 
 pub use commit::{CommitMode, ParseError, SyncMethod, SyncStandbys};
+pub use consistency::{Consistency, PoolMode};
 pub use lsn::Lsn;
 pub use node::{NodeName, Role};
 pub use status::{
