@@ -3,3 +3,4 @@
 
 pub mod router;
 pub mod topology;
+pub mod monitor;

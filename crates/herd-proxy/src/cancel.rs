@@ -1,0 +1,77 @@
+//! CancelRequest routing: each client gets its own key from the proxy; while it has a server
+//! attached, the key maps to that server's backend, so a cancel reaches exactly the backend
+//! running the client's query.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+
+use herd_wire::encode;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+
+/// Where a client's query currently runs.
+#[derive(Default, Debug)]
+pub struct CancelSlot {
+    target: Mutex<Option<(String, u16, i32, i32)>>,
+}
+
+impl CancelSlot {
+    /// The client now runs on backend `(pid, key)` at `host:port`.
+    pub fn attach(&self, host: &str, port: u16, backend: (i32, i32)) {
+        if let Ok(mut t) = self.target.lock() {
+            *t = Some((host.to_string(), port, backend.0, backend.1));
+        }
+    }
+
+    /// The client has no server.
+    pub fn detach(&self) {
+        if let Ok(mut t) = self.target.lock() {
+            *t = None;
+        }
+    }
+}
+
+/// All clients' keys.
+#[derive(Default)]
+pub struct CancelRegistry {
+    slots: Mutex<HashMap<(i32, i32), Weak<CancelSlot>>>,
+}
+
+impl CancelRegistry {
+    /// A fresh random key for a new client, and its slot.
+    pub fn register(&self) -> ((i32, i32), Arc<CancelSlot>) {
+        let slot = Arc::new(CancelSlot::default());
+        let mut slots = match self.slots.lock() {
+            Ok(s) => s,
+            Err(p) => p.into_inner(),
+        };
+        slots.retain(|_, w| w.strong_count() > 0);
+        loop {
+            let key = (rand::random::<i32>() & 0x7fff_ffff, rand::random::<i32>());
+            if !slots.contains_key(&key) {
+                slots.insert(key, Arc::downgrade(&slot));
+                return (key, slot);
+            }
+        }
+    }
+
+    /// Forwards a CancelRequest for client key `(pid, key)`; unknown keys are ignored, as
+    /// PostgreSQL does.
+    pub async fn cancel(&self, pid: i32, key: i32) {
+        let target = {
+            let slots = match self.slots.lock() {
+                Ok(s) => s,
+                Err(p) => p.into_inner(),
+            };
+            slots.get(&(pid, key)).and_then(Weak::upgrade).and_then(|s| s.target.lock().ok().and_then(|t| t.clone()))
+        };
+        let Some((host, port, bpid, bkey)) = target else {
+            return;
+        };
+        if let Ok(mut stream) = TcpStream::connect((host.as_str(), port)).await {
+            let mut out = Vec::new();
+            encode::cancel_request(&mut out, bpid, bkey);
+            let _ = stream.write_all(&out).await;
+        }
+    }
+}

@@ -1,0 +1,67 @@
+//! Function volatility from the primary's `pg_proc`, so reads calling only immutable or stable
+//! functions can go to replicas. Unknown functions (created since the last load) are treated as
+//! volatile by the classifier: they go to the primary.
+
+use std::collections::HashMap;
+
+use herd_sql::{FunctionCatalog, Volatility};
+use tokio_postgres::Client;
+
+/// Name → volatility, both `name` and `schema.name`; overloads keep the most volatile.
+#[derive(Debug, Default)]
+pub struct ProcCatalog {
+    map: HashMap<String, Volatility>,
+}
+
+impl FunctionCatalog for ProcCatalog {
+    fn volatility(&self, name: &str) -> Option<Volatility> {
+        self.map.get(name).copied()
+    }
+}
+
+impl ProcCatalog {
+    /// Reads every function of the database `client` is connected to.
+    pub async fn load(client: &Client) -> Result<ProcCatalog, tokio_postgres::Error> {
+        let rows = client
+            .query(
+                "select n.nspname::text, p.proname::text, p.provolatile::text \
+                 from pg_proc p join pg_namespace n on n.oid = p.pronamespace",
+                &[],
+            )
+            .await?;
+        let mut catalog = ProcCatalog::default();
+        for row in rows {
+            let (schema, name, v): (String, String, String) = (row.get(0), row.get(1), row.get(2));
+            let v = match v.as_str() {
+                "i" => Volatility::Immutable,
+                "s" => Volatility::Stable,
+                _ => Volatility::Volatile,
+            };
+            catalog.insert(format!("{schema}.{name}"), v);
+            catalog.insert(name, v);
+        }
+        Ok(catalog)
+    }
+
+    fn insert(&mut self, name: String, v: Volatility) {
+        let rank = |v: Volatility| match v {
+            Volatility::Immutable => 0,
+            Volatility::Stable => 1,
+            Volatility::Volatile => 2,
+        };
+        let entry = self.map.entry(name).or_insert(v);
+        if rank(v) > rank(*entry) {
+            *entry = v;
+        }
+    }
+
+    /// Number of names known.
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// True when nothing is known (not loaded yet): every function is then unknown.
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+}

@@ -1,0 +1,58 @@
+//! Errors of the proxy, each with the SQLSTATE a client sees.
+
+/// A failure while serving a client.
+#[derive(Debug, thiserror::Error)]
+pub enum ProxyError {
+    /// The client broke the protocol or sent something too large.
+    #[error("protocol violation: {0}")]
+    Protocol(String),
+    /// Socket error with a client or server.
+    #[error("{context}: {source}")]
+    Io {
+        /// What the proxy was doing.
+        context: String,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// A server answered with an error the proxy cannot pass on (during login or setup).
+    #[error("{message}")]
+    Server {
+        /// SQLSTATE from the server.
+        code: String,
+        /// Its message.
+        message: String,
+    },
+    /// Authentication of the client failed.
+    #[error("password authentication failed for user \"{0}\"")]
+    AuthFailed(String),
+    /// No server can take the work now.
+    #[error("{0}")]
+    Unavailable(String),
+    /// Waiting for a pooled connection took too long.
+    #[error("no server connection became free within {0} s (pool exhausted)")]
+    PoolTimeout(u64),
+}
+
+impl ProxyError {
+    /// The SQLSTATE to report.
+    pub fn sqlstate(&self) -> &str {
+        match self {
+            ProxyError::Protocol(_) => "08P01",
+            ProxyError::Io { .. } => "08006",
+            ProxyError::Server { code, .. } => code,
+            ProxyError::AuthFailed(_) => "28P01",
+            ProxyError::Unavailable(_) => "57P03",
+            ProxyError::PoolTimeout(_) => "53300",
+        }
+    }
+
+    pub(crate) fn io(context: impl Into<String>, source: std::io::Error) -> Self {
+        ProxyError::Io { context: context.into(), source }
+    }
+}
+
+impl From<herd_wire::WireError> for ProxyError {
+    fn from(e: herd_wire::WireError) -> Self {
+        ProxyError::Protocol(e.to_string())
+    }
+}

@@ -1,0 +1,159 @@
+//! Polls every node at ≤ 100 ms: the primary's WAL position and role, each replica's replay
+//! position; publishes a `TopologyView` with lag, staleness and read-pool membership.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use herd_core::Lsn;
+use tokio::sync::watch;
+use tokio_postgres::{Client, NoTls};
+
+use crate::topology::{next_membership, Assignment, Endpoint, LagLimits, LsnHistory, ReplicaView, TopologyView};
+
+/// Credentials of the proxy's own administrative connections.
+#[derive(Clone)]
+pub struct AdminLogin {
+    /// Role name.
+    pub user: String,
+    /// Its password.
+    pub password: String,
+}
+
+impl std::fmt::Debug for AdminLogin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "AdminLogin({})", self.user)
+    }
+}
+
+/// Opens an administrative connection to `ep`.
+pub async fn admin_connect(ep: &Endpoint, login: &AdminLogin, timeout: Duration) -> Option<Client> {
+    let mut config = tokio_postgres::Config::new();
+    config
+        .host(&ep.host)
+        .port(ep.port)
+        .user(&login.user)
+        .password(&login.password)
+        .dbname("postgres")
+        .application_name("herd-proxy-monitor")
+        .connect_timeout(timeout);
+    let (client, conn) = tokio::time::timeout(timeout, config.connect(NoTls)).await.ok()?.ok()?;
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    Some(client)
+}
+
+/// Poll results of one node: `(in_recovery, lsn)`.
+type Poll = Option<(bool, Option<Lsn>)>;
+
+async fn poll(client: &Client, timeout: Duration) -> Poll {
+    let q = client.query_one(
+        "select pg_is_in_recovery(), case when pg_is_in_recovery() then pg_last_wal_replay_lsn() \
+         else pg_current_wal_lsn() end::text",
+        &[],
+    );
+    let row = tokio::time::timeout(timeout, q).await.ok()?.ok()?;
+    let lsn: Option<String> = row.get(1);
+    Some((row.get(0), lsn.and_then(|l| l.parse().ok())))
+}
+
+/// Runs until `shutdown` turns true, publishing a new view on `views` after every poll.
+pub async fn run(
+    mut assignment: watch::Receiver<Assignment>,
+    login: AdminLogin,
+    interval: Duration,
+    limits: LagLimits,
+    views: watch::Sender<Arc<TopologyView>>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let timeout = (interval * 5).max(Duration::from_millis(500));
+    let mut clients: HashMap<Endpoint, Client> = HashMap::new();
+    let mut history = LsnHistory::default();
+    let mut membership: HashMap<Endpoint, bool> = HashMap::new();
+    let mut ticker = tokio::time::interval(interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => {}
+            _ = shutdown.changed() => {}
+        }
+        if *shutdown.borrow() {
+            return;
+        }
+        let assign = assignment.borrow_and_update().clone();
+        let mut nodes = vec![assign.primary.clone()];
+        nodes.extend(assign.replicas.iter().cloned());
+        clients.retain(|ep, c| nodes.contains(ep) && !c.is_closed());
+        // Connect missing clients and poll all nodes concurrently.
+        let polls = nodes.iter().cloned().map(|ep| {
+            let existing = clients.remove(&ep);
+            let login = login.clone();
+            async move {
+                let client = match existing {
+                    Some(c) => Some(c),
+                    None => admin_connect(&ep, &login, timeout).await,
+                };
+                let result = match &client {
+                    Some(c) => poll(c, timeout).await,
+                    None => None,
+                };
+                (ep, client, result)
+            }
+        });
+        let results = futures_join(polls).await;
+        let now = Instant::now();
+        let mut by_node: HashMap<Endpoint, Poll> = HashMap::new();
+        for (ep, client, result) in results {
+            if let Some(c) = client {
+                clients.insert(ep.clone(), c);
+            }
+            by_node.insert(ep, result);
+        }
+        let primary_poll = by_node.get(&assign.primary).cloned().flatten();
+        let (primary, primary_lsn) = match primary_poll {
+            // Never route writes to a node in recovery.
+            Some((false, Some(lsn))) => (Some(assign.primary.clone()), lsn),
+            _ => (None, views.borrow().primary_lsn),
+        };
+        if primary.is_some() {
+            history.record(now, primary_lsn);
+        }
+        let replicas = assign
+            .replicas
+            .iter()
+            .map(|ep| {
+                let (healthy, replay) = match by_node.get(ep).cloned().flatten() {
+                    Some((true, Some(lsn))) => (true, lsn),
+                    _ => (false, Lsn(0)),
+                };
+                let lag_bytes = primary_lsn.bytes_after(replay);
+                let staleness = if healthy { history.staleness(replay, now) } else { None };
+                let was = membership.get(ep).copied().unwrap_or(false);
+                let in_pool = healthy && next_membership(was, lag_bytes, staleness, &limits);
+                if was != in_pool {
+                    tracing::info!(node = %ep.name, lag_bytes, ?staleness, "replica {} the read pool", if in_pool { "joins" } else { "leaves" });
+                }
+                membership.insert(ep.clone(), in_pool);
+                ReplicaView { endpoint: ep.clone(), healthy, replay_lsn: replay, lag_bytes, staleness, in_read_pool: in_pool }
+            })
+            .collect();
+        let _ = views.send(Arc::new(TopologyView { primary, primary_lsn, replicas }));
+    }
+}
+
+/// Awaits every future concurrently (a few nodes; no extra dependency needed).
+async fn futures_join<F>(futures: impl Iterator<Item = F>) -> Vec<F::Output>
+where
+    F: std::future::Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    let handles: Vec<_> = futures.map(tokio::spawn).collect();
+    let mut out = Vec::with_capacity(handles.len());
+    for h in handles {
+        if let Ok(v) = h.await {
+            out.push(v);
+        }
+    }
+    out
+}

@@ -1,0 +1,169 @@
+//! Server connection pools: one per (node, user, database), bounded by a semaphore, reusing
+//! idle connections. Each pool counts its outstanding leases for least-outstanding balancing.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use herd_scram::{ClientKey, Verifier};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use crate::server::ServerConn;
+use crate::topology::Endpoint;
+use crate::ProxyError;
+
+/// Identifies one pool.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct PoolKey {
+    /// The node.
+    pub endpoint: Endpoint,
+    /// Role the connections log in as.
+    pub user: String,
+    /// Database they are connected to.
+    pub database: String,
+}
+
+/// Connections to one node for one user and database.
+pub struct Pool {
+    key: PoolKey,
+    idle: Mutex<Vec<ServerConn>>,
+    permits: Arc<Semaphore>,
+    outstanding: AtomicUsize,
+}
+
+/// Credentials a pool logs in with: the key recovered from the user's last successful login.
+#[derive(Clone)]
+pub struct Credentials {
+    /// The user's SCRAM ClientKey.
+    pub key: ClientKey,
+    /// The user's stored verifier (to check the server's signature).
+    pub verifier: Verifier,
+}
+
+/// A connection taken from a pool. Return it with [`Lease::release`]; dropping it instead closes
+/// the connection (used whenever its state is uncertain).
+pub struct Lease {
+    /// The connection.
+    pub conn: ServerConn,
+    guard: LeaseGuard,
+}
+
+/// Gives the slot back (and the balancing count) however the lease ends.
+struct LeaseGuard {
+    pool: Arc<Pool>,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl Drop for LeaseGuard {
+    fn drop(&mut self) {
+        self.pool.outstanding.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl Lease {
+    /// Puts the connection back for reuse.
+    pub fn release(self) {
+        let Lease { conn, guard } = self;
+        if let Ok(mut idle) = guard.pool.idle.lock() {
+            idle.push(conn);
+        }
+    }
+
+    /// The pool it came from.
+    pub fn pool(&self) -> &Arc<Pool> {
+        &self.guard.pool
+    }
+}
+
+impl Pool {
+    /// Leases currently held: the balancing signal.
+    pub fn outstanding(&self) -> usize {
+        self.outstanding.load(Ordering::Relaxed)
+    }
+
+    /// Takes an idle connection or opens a new one, waiting at most `wait` for a free slot.
+    pub async fn acquire(self: &Arc<Self>, creds: &Credentials, wait: Duration, connect_timeout: Duration) -> Result<Lease, ProxyError> {
+        let permit = tokio::time::timeout(wait, self.permits.clone().acquire_owned())
+            .await
+            .map_err(|_| ProxyError::PoolTimeout(wait.as_secs()))?
+            .map_err(|_| ProxyError::Unavailable("the pool is closed".into()))?;
+        self.outstanding.fetch_add(1, Ordering::Relaxed);
+        let reused = loop {
+            let candidate = self.idle.lock().ok().and_then(|mut idle| idle.pop());
+            match candidate {
+                Some(mut c) if !c.is_stale() => break Some(c),
+                Some(_) => continue, // dropped: closed
+                None => break None,
+            }
+        };
+        let conn = match reused {
+            Some(c) => c,
+            None => {
+                let k = &self.key;
+                match ServerConn::connect(&k.endpoint, &k.user, &k.database, &creds.key, &creds.verifier, connect_timeout).await {
+                    Ok(c) => c,
+                    Err(e) => {
+                        self.outstanding.fetch_sub(1, Ordering::Relaxed);
+                        return Err(e);
+                    }
+                }
+            }
+        };
+        Ok(Lease { conn, guard: LeaseGuard { pool: self.clone(), _permit: permit } })
+    }
+
+    /// Closes every idle connection (e.g. after the node changed role).
+    pub fn clear_idle(&self) {
+        if let Ok(mut idle) = self.idle.lock() {
+            idle.clear();
+        }
+    }
+}
+
+/// Every pool of the proxy.
+pub struct Pools {
+    size: usize,
+    pools: Mutex<HashMap<PoolKey, Arc<Pool>>>,
+}
+
+impl Pools {
+    /// Pools of at most `size` connections each.
+    pub fn new(size: usize) -> Self {
+        Pools { size, pools: Mutex::new(HashMap::new()) }
+    }
+
+    /// The pool for `key`, created on first use.
+    pub fn get(&self, key: &PoolKey) -> Arc<Pool> {
+        let mut pools = match self.pools.lock() {
+            Ok(p) => p,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        pools
+            .entry(key.clone())
+            .or_insert_with(|| {
+                Arc::new(Pool {
+                    key: key.clone(),
+                    idle: Mutex::new(Vec::new()),
+                    permits: Arc::new(Semaphore::new(self.size)),
+                    outstanding: AtomicUsize::new(0),
+                })
+            })
+            .clone()
+    }
+
+    /// Per pool: (node, user, database, outstanding, idle) for metrics.
+    pub fn snapshot(&self) -> Vec<(String, String, String, usize, usize)> {
+        let pools = match self.pools.lock() {
+            Ok(p) => p,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        pools
+            .values()
+            .map(|p| {
+                let idle = p.idle.lock().map(|i| i.len()).unwrap_or(0);
+                (p.key.endpoint.name.to_string(), p.key.user.clone(), p.key.database.clone(), p.outstanding(), idle)
+            })
+            .collect()
+    }
+}

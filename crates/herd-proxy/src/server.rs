@@ -1,0 +1,215 @@
+//! One connection from the proxy to a PostgreSQL server: login with a client's SCRAM key,
+//! buffered frame reading, and small internal queries whose answers never reach a client.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use herd_scram::{ClientExchange, ClientKey, Verifier};
+use herd_wire::backend::{Authentication, BackendKeyData, DataRow, ErrorFields, ParameterStatus};
+use herd_wire::{encode, split_frame};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::topology::Endpoint;
+use crate::ProxyError;
+
+/// Largest message accepted from a server (PostgreSQL's own limit is 1 GiB).
+const MAX_SERVER_MESSAGE: usize = 1 << 30;
+/// Statements kept prepared per server connection before the oldest is closed.
+pub const PREPARED_CAPACITY: usize = 256;
+
+/// An authenticated server connection.
+pub struct ServerConn {
+    stream: TcpStream,
+    /// Bytes read but not yet consumed.
+    pub rbuf: BytesMut,
+    /// The node it is connected to.
+    pub endpoint: Endpoint,
+    /// Backend process id and secret key, for CancelRequest.
+    pub backend_key: (i32, i32),
+    /// ParameterStatus values reported at login.
+    pub params: Vec<(String, String)>,
+    /// Server-side names of the statements prepared here, oldest first.
+    pub prepared: VecDeque<String>,
+    /// Hash of the session settings last applied here (0: server defaults).
+    pub state_hash: u64,
+}
+
+impl std::fmt::Debug for ServerConn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ServerConn({}:{} pid {})", self.endpoint.host, self.endpoint.port, self.backend_key.0)
+    }
+}
+
+impl ServerConn {
+    /// Connects to `ep` as `user` on `database`, proving the user's identity with the SCRAM
+    /// `ClientKey` recovered when the client logged in to the proxy (no password is stored).
+    pub async fn connect(
+        ep: &Endpoint,
+        user: &str,
+        database: &str,
+        key: &ClientKey,
+        verifier: &Verifier,
+        timeout: Duration,
+    ) -> Result<ServerConn, ProxyError> {
+        let what = format!("connecting to {} ({}:{})", ep.name, ep.host, ep.port);
+        let stream = tokio::time::timeout(timeout, TcpStream::connect((ep.host.as_str(), ep.port)))
+            .await
+            .map_err(|_| ProxyError::Unavailable(format!("{what}: timed out")))?
+            .map_err(|e| ProxyError::io(what.clone(), e))?;
+        stream.set_nodelay(true).map_err(|e| ProxyError::io(what.clone(), e))?;
+        let mut conn = ServerConn {
+            stream,
+            rbuf: BytesMut::with_capacity(16 * 1024),
+            endpoint: ep.clone(),
+            backend_key: (0, 0),
+            params: Vec::new(),
+            prepared: VecDeque::new(),
+            state_hash: 0,
+        };
+        tokio::time::timeout(timeout, conn.login(user, database, key, verifier))
+            .await
+            .map_err(|_| ProxyError::Unavailable(format!("{what}: login timed out")))??;
+        Ok(conn)
+    }
+
+    async fn login(&mut self, user: &str, database: &str, key: &ClientKey, verifier: &Verifier) -> Result<(), ProxyError> {
+        let mut out = Vec::new();
+        encode::startup_message(&mut out, &[("user", user), ("database", database), ("application_name", "herd-proxy")]);
+        self.send(&out).await?;
+        let mut exchange = ClientExchange::with_verifier(key.clone(), verifier);
+        loop {
+            let (tag, body) = self.next_message().await?;
+            match tag {
+                b'R' => match Authentication::parse(&body)? {
+                    Authentication::Ok => {}
+                    Authentication::Sasl { mechanisms } => {
+                        if !mechanisms.contains(&herd_scram::MECHANISM) {
+                            return Err(ProxyError::Unavailable(format!(
+                                "server {} does not offer {}", self.endpoint.name, herd_scram::MECHANISM
+                            )));
+                        }
+                        let first = exchange.client_first();
+                        let mut out = Vec::new();
+                        encode::sasl_initial_response(&mut out, herd_scram::MECHANISM, Some(&first));
+                        self.send(&out).await?;
+                    }
+                    Authentication::SaslContinue { data } => {
+                        let fin = exchange.client_final(data).map_err(|e| ProxyError::Unavailable(format!("SCRAM with {}: {e}", self.endpoint.name)))?;
+                        let mut out = Vec::new();
+                        encode::sasl_response(&mut out, &fin);
+                        self.send(&out).await?;
+                    }
+                    Authentication::SaslFinal { data } => {
+                        exchange
+                            .verify_server_final(data)
+                            .map_err(|e| ProxyError::Unavailable(format!("server {} failed SCRAM verification: {e}", self.endpoint.name)))?;
+                    }
+                    _ => {
+                        return Err(ProxyError::Unavailable(format!(
+                            "server {} asked for an authentication method other than SCRAM-SHA-256",
+                            self.endpoint.name
+                        )))
+                    }
+                },
+                b'S' => {
+                    let p = ParameterStatus::parse(&body)?;
+                    self.params.push((p.name.to_string(), p.value.to_string()));
+                }
+                b'K' => {
+                    let k = BackendKeyData::parse(&body)?;
+                    self.backend_key = (k.pid, k.key);
+                }
+                b'E' => return Err(server_error(&body)),
+                b'Z' => return Ok(()),
+                _ => {}
+            }
+        }
+    }
+
+    /// Writes all of `bytes`.
+    pub async fn send(&mut self, bytes: &[u8]) -> Result<(), ProxyError> {
+        self.stream.write_all(bytes).await.map_err(|e| ProxyError::io(format!("writing to {}", self.endpoint.name), e))
+    }
+
+    /// Reads more bytes into `rbuf`; an error when the server closed the connection.
+    pub async fn fill(&mut self) -> Result<usize, ProxyError> {
+        if self.rbuf.capacity() - self.rbuf.len() < 4096 {
+            self.rbuf.reserve(16 * 1024);
+        }
+        let n = self.stream.read_buf(&mut self.rbuf).await.map_err(|e| ProxyError::io(format!("reading from {}", self.endpoint.name), e))?;
+        if n == 0 {
+            return Err(ProxyError::io(
+                format!("reading from {}", self.endpoint.name),
+                std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "server closed the connection"),
+            ));
+        }
+        Ok(n)
+    }
+
+    /// Length of the first complete message in `rbuf`, if any.
+    pub fn complete_frame(&self) -> Result<Option<usize>, ProxyError> {
+        Ok(split_frame(&self.rbuf, MAX_SERVER_MESSAGE)?.map(|(_, n)| n))
+    }
+
+    /// The next whole message, owned (for the login and internal queries, not the hot path).
+    async fn next_message(&mut self) -> Result<(u8, Vec<u8>), ProxyError> {
+        loop {
+            if let Some((frame, n)) = split_frame(&self.rbuf, MAX_SERVER_MESSAGE)? {
+                let out = (frame.tag, frame.body.to_vec());
+                let _ = self.rbuf.split_to(n);
+                return Ok(out);
+            }
+            self.fill().await?;
+        }
+    }
+
+    /// Runs `sql` (simple protocol) for the proxy itself; returns the rows' text columns.
+    /// The server must be idle. An error from the server is returned after its ReadyForQuery.
+    pub async fn internal_query(&mut self, sql: &str) -> Result<Vec<Vec<Option<String>>>, ProxyError> {
+        let mut out = Vec::new();
+        encode::query(&mut out, sql);
+        self.send(&out).await?;
+        let mut rows = Vec::new();
+        let mut error = None;
+        loop {
+            let (tag, body) = self.next_message().await?;
+            match tag {
+                b'D' => {
+                    let row = DataRow::parse(&body)?;
+                    rows.push(row.columns.iter().map(|c| c.map(|b| String::from_utf8_lossy(b).into_owned())).collect());
+                }
+                b'E' => error = Some(server_error(&body)),
+                b'Z' => return error.map_or(Ok(rows), Err),
+                _ => {}
+            }
+        }
+    }
+
+    /// True when the server has sent something unexpected or closed the socket while idle in the
+    /// pool (e.g. it was restarted): such a connection must not be reused.
+    pub fn is_stale(&mut self) -> bool {
+        let mut probe = [0u8; 1];
+        match self.stream.try_read(&mut probe) {
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => !self.rbuf.is_empty(),
+            _ => true,
+        }
+    }
+
+    /// The socket, for the relay loop.
+    pub fn stream_mut(&mut self) -> &mut TcpStream {
+        &mut self.stream
+    }
+}
+
+/// An ErrorResponse body as a `ProxyError::Server`.
+pub fn server_error(body: &[u8]) -> ProxyError {
+    match ErrorFields::parse(body) {
+        Ok(f) => ProxyError::Server {
+            code: f.code().unwrap_or("XX000").to_string(),
+            message: f.message().unwrap_or("unknown server error").to_string(),
+        },
+        Err(e) => ProxyError::Protocol(format!("malformed error from server: {e}")),
+    }
+}
