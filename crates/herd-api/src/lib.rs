@@ -8,6 +8,8 @@
 //! | `GET /replica` | 200 when at least one replica streams, else 503 |
 //! | `GET /replica/{node}` | 200 when `node` is a streaming replica, else 503 (404: no such node) |
 //!
+//! | `GET /metrics` | Prometheus text: the proxy's counters |
+//!
 //! The replica checks take `?max_lag_bytes=N`: a replica further behind than N bytes of replay
 //! counts as unhealthy. Bodies are JSON: the node's status, or `{"reason": …}`.
 //! The supervisor publishes a fresh status every probe interval; requests never probe servers.
@@ -24,10 +26,18 @@ use tokio::sync::watch;
 
 pub use health::{check, Check, Health};
 
+/// Produces the Prometheus text of `/metrics`.
+pub type MetricsSource = std::sync::Arc<dyn Fn() -> String + Send + Sync>;
+
 /// The routes, answering from the latest published status.
-pub fn router(status: watch::Receiver<ClusterStatus>) -> Router {
+pub fn router(status: watch::Receiver<ClusterStatus>, metrics: MetricsSource) -> Router {
+    let metrics_route = get(move || {
+        let text = metrics();
+        async move { ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], text) }
+    });
     Router::new()
         .route("/status", get(status_doc))
+        .route("/metrics", metrics_route)
         .route("/primary", get(|s, q| health_route(s, None, q, true)))
         .route(
             "/primary/{node}",
@@ -45,9 +55,10 @@ pub fn router(status: watch::Receiver<ClusterStatus>) -> Router {
 pub async fn serve(
     listener: tokio::net::TcpListener,
     status: watch::Receiver<ClusterStatus>,
+    metrics: MetricsSource,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(status))
+    axum::serve(listener, router(status, metrics))
         .with_graceful_shutdown(shutdown)
         .await
 }

@@ -35,12 +35,11 @@ pub fn summary(cluster: &Cluster, status: &ClusterStatus) -> String {
     let _ = write!(
         out,
         "\nConnect:     psql \"$(herd url --data-dir {dir})\"\n\
-         Endpoint:    {endpoint}   (the primary, until Herd's proxy serves port {port})\n\
+         Endpoint:    {endpoint}   (Herd's proxy: writes to the primary, reads to replicas)\n\
          HTTP API:    http://{host}:{api}/status\n\
          Commit mode: {mode} with {sync} — change it with `herd config set commit-mode MODE`\n",
         dir = cluster.layout.root().display(),
         endpoint = cluster.endpoint_url(false),
-        port = cluster.config.network.port,
         host = cluster.host(),
         mode = status.commit_mode,
         sync = status.sync_standbys,

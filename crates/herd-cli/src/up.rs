@@ -107,6 +107,13 @@ async fn supervise_foreground(layout: Layout, config: Config) -> anyhow::Result<
                 api_addr.1, api_addr.0
             )
         })?;
+    let endpoint_addr = (config.network.listen_address, config.network.port);
+    let proxy_listener = tokio::net::TcpListener::bind(endpoint_addr).await.with_context(|| {
+        format!(
+            "port {} on {} is already in use (the cluster's endpoint); choose another --port",
+            endpoint_addr.1, endpoint_addr.0
+        )
+    })?;
     let cluster = if fresh {
         Cluster::bootstrap(layout.clone(), config.clone(), &pg, &progress).await?
     } else {
@@ -132,16 +139,24 @@ async fn supervise_foreground(layout: Layout, config: Config) -> anyhow::Result<
 
     let (status_tx, status_rx) = watch::channel(first);
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    let (assignment_tx, assignment_rx) = watch::channel(cluster.assignment());
+    let login = herd_proxy::monitor::AdminLogin {
+        user: herd_cluster::SUPERUSER.into(),
+        password: cluster.secrets.superuser.clone(),
+    };
+    let proxy = herd_proxy::Proxy::start(config.proxy.clone(), assignment_rx, login, proxy_listener, shutdown_rx.clone());
+    let proxy_ctx = proxy.ctx.clone();
+    let metrics: herd_api::MetricsSource = std::sync::Arc::new(move || proxy_ctx.metrics.render());
     let mut api_shutdown = shutdown_rx.clone();
-    let api = tokio::spawn(herd_api::serve(api_listener, status_rx, async move {
+    let api = tokio::spawn(herd_api::serve(api_listener, status_rx, metrics, async move {
         let _ = api_shutdown.changed().await;
     }));
     let supervisor = {
         let cluster = cluster.clone();
         let pg = pg.clone();
-        tokio::spawn(
-            async move { herd_cluster::supervise(cluster, &pg, &status_tx, shutdown_rx).await },
-        )
+        tokio::spawn(async move {
+            herd_cluster::supervise(cluster, &pg, &status_tx, &assignment_tx, shutdown_rx).await
+        })
     };
     init_logging();
     tracing::info!(

@@ -4,7 +4,7 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use herd_config::Config;
-use herd_core::{NodeName, Role};
+use herd_core::{Assignment, Endpoint, NodeName, Role};
 use herd_pg::{ConnSpec, ServerSettings, Upstream};
 
 use crate::{ClusterError, ClusterState, Layout, Secrets};
@@ -80,24 +80,33 @@ impl Cluster {
         }
     }
 
+    /// Where each node is, for the proxy.
+    pub fn assignment(&self) -> Assignment {
+        let endpoint = |n: &NodeName| Endpoint { name: n.clone(), host: self.host().to_string(), port: self.port(n) };
+        Assignment {
+            primary: endpoint(&self.state.primary),
+            replicas: self.state.replicas().iter().map(endpoint).collect(),
+        }
+    }
+
     /// A libpq URL for `node` as the superuser; the password is included only when asked for.
     pub fn url(&self, node: &NodeName, with_password: bool) -> String {
+        self.url_at(self.port(node), with_password)
+    }
+
+    fn url_at(&self, port: u16, with_password: bool) -> String {
         let auth = if with_password {
             // Generated passwords are alphanumeric: no percent-encoding needed.
             format!("{SUPERUSER}:{}", self.secrets.superuser)
         } else {
             SUPERUSER.to_string()
         };
-        format!(
-            "postgresql://{auth}@{}:{}/postgres",
-            self.host(),
-            self.port(node)
-        )
+        format!("postgresql://{auth}@{}:{port}/postgres", self.host())
     }
 
-    /// The cluster's endpoint: the primary, until Herd's proxy serves `network.port`.
+    /// The cluster's endpoint: Herd's proxy on `network.port`.
     pub fn endpoint_url(&self, with_password: bool) -> String {
-        self.url(&self.state.primary, with_password)
+        self.url_at(self.config.network.port, with_password)
     }
 
     /// The `synchronous_standby_names` for the recorded sync set.

@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use herd_config::Config;
-use herd_core::{ClusterStatus, NodeName};
+use herd_core::{Assignment, ClusterStatus, NodeName};
 use herd_ha::{decide, Action, NodeObservation, Policy};
 use herd_pg::Pg;
 use tokio::sync::watch;
@@ -20,13 +20,14 @@ struct StartBook {
 }
 
 /// Runs until `shutdown` turns true: every `probe_interval_ms`, observes the nodes, publishes
-/// the status on `status_tx`, and restarts dead servers with backoff. The configuration and
+/// the status on `status_tx` and the roles on `assignment_tx` (for the proxy), and restarts dead servers with backoff. The configuration and
 /// topology are re-read from the data directory each round, so `herd config set` is honoured
 /// when a server is restarted.
 pub async fn supervise(
     mut cluster: Cluster,
     pg: &Pg,
     status_tx: &watch::Sender<ClusterStatus>,
+    assignment_tx: &watch::Sender<Assignment>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let mut book = StartBook::default();
@@ -41,6 +42,14 @@ pub async fn supervise(
             return;
         }
         refresh(&mut cluster);
+        let assignment = cluster.assignment();
+        assignment_tx.send_if_modified(|current| {
+            let changed = *current != assignment;
+            if changed {
+                *current = assignment;
+            }
+            changed
+        });
         let observation = observe(&cluster).await;
         let observations: Vec<NodeObservation> = observation
             .status

@@ -1,6 +1,230 @@
 //! Herd's client endpoint: a PostgreSQL wire-protocol proxy that pools server connections,
 //! sends reads to replicas and writes to the primary, and keeps read-your-writes by WAL LSN.
+//!
+//! Layout: `session` (one client: startup, units, relay), `router` (target choice and answer
+//! tracking, pure), `pool` / `server` (server connections), `monitor` / `topology` (positions
+//! and lag of the nodes), `users` (SCRAM verifiers and keys), `analysis` (SQL facts from
+//! `herd-sql`), `cancel`, `metrics`.
 
-pub mod router;
-pub mod topology;
+pub mod analysis;
+pub mod cancel;
+pub mod catalog;
+mod error;
+pub mod metrics;
 pub mod monitor;
+pub mod pool;
+pub mod router;
+pub mod server;
+pub mod session;
+pub mod topology;
+pub mod users;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use herd_config::ProxyConfig;
+use herd_core::NodeName;
+use herd_sql::ClassifierCache;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+pub use error::ProxyError;
+
+use crate::cancel::CancelRegistry;
+use crate::catalog::ProcCatalog;
+use crate::metrics::Metrics;
+use crate::monitor::AdminLogin;
+use crate::pool::Pools;
+use crate::topology::{Assignment, Endpoint, LagLimits, TopologyView};
+use crate::users::Users;
+
+/// Statements whose classification is kept.
+const CLASSIFIER_CAPACITY: usize = 10_000;
+/// How long a client waits for a primary to appear before its write fails.
+const PRIMARY_WAIT: Duration = Duration::from_secs(10);
+
+/// Shared by every session of the proxy.
+pub struct ProxyContext {
+    /// Settings.
+    pub config: ProxyConfig,
+    views: watch::Receiver<Arc<TopologyView>>,
+    /// Server connection pools.
+    pub pools: Pools,
+    /// Roles, verifiers and keys.
+    pub users: Users,
+    catalog: RwLock<Arc<ProcCatalog>>,
+    /// Statement classifications by text.
+    pub classifier: ClassifierCache,
+    /// Client cancel keys.
+    pub cancels: CancelRegistry,
+    /// Counters for `/metrics`.
+    pub metrics: Metrics,
+    /// Secret for mock authentication of unknown roles.
+    pub mock_secret: Vec<u8>,
+    avoided: Mutex<HashMap<NodeName, Instant>>,
+    params: Mutex<HashMap<(String, String), Vec<(String, String)>>>,
+}
+
+impl ProxyContext {
+    /// The latest topology, minus replicas that just failed a read.
+    pub fn view(&self) -> Arc<TopologyView> {
+        let view = self.views.borrow().clone();
+        let avoided = match self.avoided.lock() {
+            Ok(mut a) => {
+                a.retain(|_, until| *until > Instant::now());
+                a.keys().cloned().collect::<Vec<_>>()
+            }
+            Err(_) => Vec::new(),
+        };
+        if avoided.is_empty() {
+            return view;
+        }
+        let mut v = (*view).clone();
+        for r in &mut v.replicas {
+            if avoided.contains(&r.endpoint.name) {
+                r.healthy = false;
+            }
+        }
+        Arc::new(v)
+    }
+
+    /// Keeps reads away from `node` for `how_long`.
+    pub fn avoid(&self, node: &NodeName, how_long: Duration) {
+        if let Ok(mut a) = self.avoided.lock() {
+            a.insert(node.clone(), Instant::now() + how_long);
+        }
+    }
+
+    /// The primary, waiting a little for one to appear (restart, failover).
+    pub async fn current_primary(&self) -> Result<Endpoint, ProxyError> {
+        let mut views = self.views.clone();
+        let wait = async {
+            loop {
+                if let Some(p) = views.borrow_and_update().primary.clone() {
+                    return Some(p);
+                }
+                if views.changed().await.is_err() {
+                    return None;
+                }
+            }
+        };
+        match tokio::time::timeout(PRIMARY_WAIT, wait).await {
+            Ok(Some(p)) => Ok(p),
+            _ => Err(ProxyError::Unavailable(format!(
+                "no primary is available (waited {} s); retry shortly",
+                PRIMARY_WAIT.as_secs()
+            ))),
+        }
+    }
+
+    /// The function catalog in use.
+    pub fn catalog(&self) -> Arc<ProcCatalog> {
+        self.catalog.read().map(|c| c.clone()).unwrap_or_default()
+    }
+
+    /// ParameterStatus values a new client of `user` on `database` receives, from a real server.
+    pub async fn server_params(&self, user: &str, database: &str) -> Result<Vec<(String, String)>, ProxyError> {
+        let key = (user.to_string(), database.to_string());
+        if let Some(p) = self.params.lock().ok().and_then(|m| m.get(&key).cloned()) {
+            return Ok(p);
+        }
+        let primary = self.current_primary().await?;
+        let creds = self.users.credentials(user).ok_or_else(|| ProxyError::AuthFailed(user.to_string()))?;
+        let pool = self.pools.get(&pool::PoolKey { endpoint: primary, user: user.into(), database: database.into() });
+        let lease = pool.acquire(&creds, Duration::from_secs(30), Duration::from_secs(5)).await?;
+        let params = lease.conn.params.clone();
+        lease.release();
+        if let Ok(mut m) = self.params.lock() {
+            m.insert(key, params.clone());
+        }
+        Ok(params)
+    }
+}
+
+/// A running proxy.
+pub struct Proxy {
+    /// Shared state (metrics for `/metrics`).
+    pub ctx: Arc<ProxyContext>,
+}
+
+impl Proxy {
+    /// Starts the monitor, the catalog loader and the accept loop on `listener`; everything
+    /// stops when `shutdown` turns true.
+    pub fn start(
+        config: ProxyConfig,
+        assignment: watch::Receiver<Assignment>,
+        login: AdminLogin,
+        listener: TcpListener,
+        shutdown: watch::Receiver<bool>,
+    ) -> Proxy {
+        let (views_tx, views_rx) = watch::channel(Arc::new(TopologyView::default()));
+        let limits = LagLimits {
+            max_bytes: config.max_replica_lag_bytes,
+            max_staleness: Duration::from_millis(config.max_replica_lag_ms),
+            readmit_fraction: config.readmit_fraction,
+        };
+        let interval = Duration::from_millis(config.poll_interval_ms);
+        tokio::spawn(monitor::run(assignment.clone(), login.clone(), interval, limits, views_tx, shutdown.clone()));
+        let ctx = Arc::new(ProxyContext {
+            pools: Pools::new(config.pool_size as usize),
+            config,
+            views: views_rx,
+            users: Users::new(login.clone()),
+            catalog: RwLock::new(Arc::new(ProcCatalog::default())),
+            classifier: ClassifierCache::new(CLASSIFIER_CAPACITY),
+            cancels: CancelRegistry::default(),
+            metrics: Metrics::default(),
+            mock_secret: (0..32).map(|_| rand::random::<u8>()).collect(),
+            avoided: Mutex::new(HashMap::new()),
+            params: Mutex::new(HashMap::new()),
+        });
+        tokio::spawn(load_catalog(ctx.clone(), login, shutdown.clone()));
+        tokio::spawn(accept(listener, ctx.clone(), shutdown));
+        Proxy { ctx }
+    }
+}
+
+async fn accept(listener: TcpListener, ctx: Arc<ProxyContext>, mut shutdown: watch::Receiver<bool>) {
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    tokio::spawn(session::serve_client(stream, ctx.clone()));
+                }
+                Err(e) => {
+                    tracing::warn!("accepting a client failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+            _ = shutdown.changed() => {
+                if *shutdown.borrow() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Loads `pg_proc` from the primary now and every 30 s (new functions become known).
+async fn load_catalog(ctx: Arc<ProxyContext>, login: AdminLogin, mut shutdown: watch::Receiver<bool>) {
+    loop {
+        if let Some(primary) = ctx.view().primary.clone() {
+            if let Some(client) = monitor::admin_connect(&primary, &login, Duration::from_secs(3)).await {
+                match ProcCatalog::load(&client).await {
+                    Ok(c) => {
+                        if let Ok(mut slot) = ctx.catalog.write() {
+                            *slot = Arc::new(c);
+                        }
+                    }
+                    Err(e) => tracing::warn!("loading pg_proc failed: {e}"),
+                }
+            }
+        }
+        let wait = if ctx.catalog().is_empty() { Duration::from_millis(200) } else { Duration::from_secs(30) };
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = shutdown.changed() => if *shutdown.borrow() { return },
+        }
+    }
+}

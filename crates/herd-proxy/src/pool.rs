@@ -65,9 +65,11 @@ impl Lease {
     /// Puts the connection back for reuse.
     pub fn release(self) {
         let Lease { conn, guard } = self;
-        if let Ok(mut idle) = guard.pool.idle.lock() {
+        let pool = guard.pool.clone();
+        if let Ok(mut idle) = pool.idle.lock() {
             idle.push(conn);
         }
+        drop(guard);
     }
 
     /// The pool it came from.
@@ -92,8 +94,12 @@ impl Pool {
         let reused = loop {
             let candidate = self.idle.lock().ok().and_then(|mut idle| idle.pop());
             match candidate {
-                Some(mut c) if !c.is_stale() => break Some(c),
-                Some(_) => continue, // dropped: closed
+                Some(mut c) => {
+                    if !c.is_stale() {
+                        break Some(c);
+                    }
+                    // Stale: dropped here, which closes it.
+                }
                 None => break None,
             }
         };

@@ -76,13 +76,13 @@ impl ServerConn {
 
     async fn login(&mut self, user: &str, database: &str, key: &ClientKey, verifier: &Verifier) -> Result<(), ProxyError> {
         let mut out = Vec::new();
-        encode::startup_message(&mut out, &[("user", user), ("database", database), ("application_name", "herd-proxy")]);
+        encode::startup_message(&mut out, &[("user", user), ("database", database), ("application_name", "herd-proxy")])?;
         self.send(&out).await?;
         let mut exchange = ClientExchange::with_verifier(key.clone(), verifier);
         loop {
             let (tag, body) = self.next_message().await?;
             match tag {
-                b'R' => match Authentication::parse(&body)? {
+                b'R' => match Authentication::decode(&body)? {
                     Authentication::Ok => {}
                     Authentication::Sasl { mechanisms } => {
                         if !mechanisms.contains(&herd_scram::MECHANISM) {
@@ -92,13 +92,13 @@ impl ServerConn {
                         }
                         let first = exchange.client_first();
                         let mut out = Vec::new();
-                        encode::sasl_initial_response(&mut out, herd_scram::MECHANISM, Some(&first));
+                        encode::sasl_initial_response(&mut out, herd_scram::MECHANISM, Some(&first))?;
                         self.send(&out).await?;
                     }
                     Authentication::SaslContinue { data } => {
                         let fin = exchange.client_final(data).map_err(|e| ProxyError::Unavailable(format!("SCRAM with {}: {e}", self.endpoint.name)))?;
                         let mut out = Vec::new();
-                        encode::sasl_response(&mut out, &fin);
+                        encode::sasl_response(&mut out, &fin)?;
                         self.send(&out).await?;
                     }
                     Authentication::SaslFinal { data } => {
@@ -114,11 +114,11 @@ impl ServerConn {
                     }
                 },
                 b'S' => {
-                    let p = ParameterStatus::parse(&body)?;
+                    let p = ParameterStatus::decode(&body)?;
                     self.params.push((p.name.to_string(), p.value.to_string()));
                 }
                 b'K' => {
-                    let k = BackendKeyData::parse(&body)?;
+                    let k = BackendKeyData::decode(&body)?;
                     self.backend_key = (k.pid, k.key);
                 }
                 b'E' => return Err(server_error(&body)),
@@ -169,7 +169,7 @@ impl ServerConn {
     /// The server must be idle. An error from the server is returned after its ReadyForQuery.
     pub async fn internal_query(&mut self, sql: &str) -> Result<Vec<Vec<Option<String>>>, ProxyError> {
         let mut out = Vec::new();
-        encode::query(&mut out, sql);
+        encode::query(&mut out, sql)?;
         self.send(&out).await?;
         let mut rows = Vec::new();
         let mut error = None;
@@ -177,7 +177,7 @@ impl ServerConn {
             let (tag, body) = self.next_message().await?;
             match tag {
                 b'D' => {
-                    let row = DataRow::parse(&body)?;
+                    let row = DataRow::decode(&body)?;
                     rows.push(row.columns.iter().map(|c| c.map(|b| String::from_utf8_lossy(b).into_owned())).collect());
                 }
                 b'E' => error = Some(server_error(&body)),
@@ -205,7 +205,7 @@ impl ServerConn {
 
 /// An ErrorResponse body as a `ProxyError::Server`.
 pub fn server_error(body: &[u8]) -> ProxyError {
-    match ErrorFields::parse(body) {
+    match ErrorFields::decode(body) {
         Ok(f) => ProxyError::Server {
             code: f.code().unwrap_or("XX000").to_string(),
             message: f.message().unwrap_or("unknown server error").to_string(),

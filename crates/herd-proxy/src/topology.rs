@@ -4,27 +4,8 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use herd_core::{Lsn, NodeName};
-
-/// How to reach one node.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct Endpoint {
-    /// Node name.
-    pub name: NodeName,
-    /// Host address.
-    pub host: String,
-    /// TCP port.
-    pub port: u16,
-}
-
-/// The nodes as assigned by the supervisor.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Assignment {
-    /// The node that should be the primary.
-    pub primary: Endpoint,
-    /// The hot standbys.
-    pub replicas: Vec<Endpoint>,
-}
+pub use herd_core::{Assignment, Endpoint};
+use herd_core::Lsn;
 
 /// One replica as last observed.
 #[derive(Clone, Debug, PartialEq)]

@@ -115,10 +115,10 @@ pub fn choose(req: &Request, view: &TopologyView) -> Target {
 
 #[cfg(test)]
 mod tests {
-    use herd_core::NodeName;
+    use herd_core::{Endpoint, NodeName};
 
     use super::*;
-    use crate::topology::{Endpoint, ReplicaView};
+    use crate::topology::ReplicaView;
 
     fn replica(i: usize, healthy: bool, in_pool: bool, replay: u64, stale_ms: u64) -> ReplicaView {
         ReplicaView {

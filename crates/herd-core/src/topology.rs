@@ -1,0 +1,23 @@
+//! Who is where: the supervisor's assignment of roles to node addresses, which the proxy follows.
+
+use crate::NodeName;
+
+/// How to reach one node.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Endpoint {
+    /// Node name.
+    pub name: NodeName,
+    /// Host address.
+    pub host: String,
+    /// TCP port.
+    pub port: u16,
+}
+
+/// The nodes as assigned by the supervisor.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Assignment {
+    /// The node that should be the primary.
+    pub primary: Endpoint,
+    /// The hot standbys.
+    pub replicas: Vec<Endpoint>,
+}

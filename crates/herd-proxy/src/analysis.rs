@@ -1,0 +1,104 @@
+//! What the proxy needs to know about a SQL string: may it run on a replica, does it pin the
+//! session, which settings does it change. Built on `herd-sql`'s cached classification and
+//! the function catalog read from `pg_proc`.
+
+use herd_core::Consistency;
+use herd_sql::{Reason, Route, SessionEffect};
+
+use crate::ProxyContext;
+
+/// A change to the session that the proxy carries between servers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Effect {
+    /// `SET name = …`, replayed with `sql`.
+    Set {
+        /// Setting name.
+        name: String,
+        /// Replay statement.
+        sql: String,
+    },
+    /// `RESET name`.
+    Reset {
+        /// Setting name.
+        name: String,
+    },
+    /// `RESET ALL`.
+    ResetAll,
+    /// `DISCARD ALL`: settings and prepared statements are gone.
+    DiscardAll,
+    /// `SET herd.consistency = …`.
+    Consistency(Consistency),
+}
+
+/// Statements the proxy answers itself, without a server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LocalAnswer {
+    /// `SET [SESSION] herd.consistency = level` alone.
+    Consistency(Consistency),
+}
+
+/// The facts about one SQL string.
+#[derive(Clone, Debug)]
+pub struct Analysis {
+    /// May run on a hot standby (given the function catalog).
+    pub read_only: bool,
+    /// Why it got its route.
+    pub reason: Reason,
+    /// Binds the session to the server that runs it.
+    pub pin: bool,
+    /// Session changes, applied once the server confirmed them.
+    pub effects: Vec<Effect>,
+    /// Answered by the proxy alone.
+    pub local: Option<LocalAnswer>,
+}
+
+/// Classifies `sql` (cached by text) and combines it with the function catalog.
+pub fn analyze(ctx: &ProxyContext, sql: &str) -> Analysis {
+    let classification = ctx.classifier.get_or_classify(sql);
+    let catalog = ctx.catalog();
+    let (route, reason) = classification.route(&*catalog);
+    let mut effects = Vec::new();
+    let mut pin = false;
+    for s in &classification.statements {
+        match &s.session {
+            SessionEffect::Set { name, value, .. } if name == "herd.consistency" => {
+                if let Ok(level) = value.parse() {
+                    effects.push(Effect::Consistency(level));
+                }
+            }
+            SessionEffect::Set { name, sql, .. } => effects.push(Effect::Set { name: name.clone(), sql: sql.clone() }),
+            SessionEffect::Reset { name } => effects.push(Effect::Reset { name: name.clone() }),
+            SessionEffect::ResetAll => effects.push(Effect::ResetAll),
+            SessionEffect::Discard { all: true } => effects.push(Effect::DiscardAll),
+            SessionEffect::Pin(_) => pin = true,
+            SessionEffect::Discard { all: false } | SessionEffect::SetLocal { .. } | SessionEffect::None => {}
+        }
+    }
+    let local = match (classification.statements.as_slice(), effects.as_slice()) {
+        ([_], [Effect::Consistency(level)]) => Some(LocalAnswer::Consistency(*level)),
+        _ => None,
+    };
+    Analysis { read_only: route == Route::Replica, reason, pin, effects, local }
+}
+
+/// A short label of a reason, for metrics.
+pub fn reason_label(reason: &Reason) -> &'static str {
+    match reason {
+        Reason::ReadOnly => "read",
+        Reason::Write => "write",
+        Reason::Ddl => "ddl",
+        Reason::LockingRead => "locking_read",
+        Reason::Lock => "lock",
+        Reason::SelectInto => "select_into",
+        Reason::WritingCte => "writing_cte",
+        Reason::VolatileFunction(_) => "volatile_function",
+        Reason::UnknownFunction(_) => "unknown_function",
+        Reason::TransactionControl => "transaction_control",
+        Reason::SerializableTransaction => "serializable",
+        Reason::SessionState => "session_state",
+        Reason::Cursor => "cursor",
+        Reason::Utility => "utility",
+        Reason::Unparseable => "unparseable",
+        Reason::Empty => "empty",
+    }
+}

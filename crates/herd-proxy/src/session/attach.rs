@@ -1,0 +1,321 @@
+//! A new unit of work while no server is attached: answer it locally, or choose a node, lease a
+//! server connection there, bring it to the session's settings, and forward the unit.
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use herd_core::Lsn;
+use herd_wire::frontend::{tag, Bind, Parse, Query};
+use herd_wire::{encode, split_frame};
+
+use super::translate::{Flow, Translator};
+use super::{Attached, Session};
+use crate::analysis::{analyze, reason_label, LocalAnswer};
+use crate::pool::{Lease, PoolKey};
+use crate::router::choose::{choose, PrimaryReason, Request, Target};
+use crate::router::track::Tracker;
+use crate::topology::{Endpoint, TopologyView};
+use crate::ProxyError;
+
+/// How long a unit waits for a pooled connection.
+const POOL_WAIT: Duration = Duration::from_secs(30);
+/// How long opening a server connection may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What the unit needs, from a look at its messages.
+struct UnitFacts {
+    read_only: bool,
+    reason: &'static str,
+    local: Option<LocalAnswer>,
+}
+
+impl Session {
+    /// Handles a complete unit that arrived while detached. `Ok(false)`: the client terminated.
+    pub(super) async fn start_unit(&mut self, unit: Bytes) -> Result<bool, ProxyError> {
+        let facts = self.inspect(&unit)?;
+        if let Some(answer) = facts.local {
+            self.answer_locally(answer).await?;
+            return Ok(true);
+        }
+        let view = self.ctx.view();
+        let request = Request {
+            read_only: facts.read_only,
+            consistency: self.state.consistency,
+            token: self.state.token,
+            max_staleness: Duration::from_millis(self.ctx.config.max_staleness_ms),
+            may_wait: self.ctx.config.max_wait_ms > 0,
+        };
+        let target = choose(&request, &view);
+        let leased = match target {
+            Target::Primary(PrimaryReason::Write) => self.lease_primary(&view, facts.reason).await,
+            Target::Primary(why) => self.lease_primary(&view, why.as_str()).await,
+            Target::Replica { candidates, confirm } => self.lease_replica(&view, &candidates, confirm, facts.reason).await,
+        };
+        let (lease, replica) = match leased {
+            Ok(l) => l,
+            Err(e) => {
+                // The client hears why; the session goes on.
+                self.reply_error(&e, &unit).await?;
+                return Ok(true);
+            }
+        };
+        self.attach(lease, replica, unit).await
+    }
+
+    /// Read-only-ness and local answers of a unit, before anything is sent.
+    fn inspect(&self, unit: &[u8]) -> Result<UnitFacts, ProxyError> {
+        let mut facts = UnitFacts { read_only: true, reason: "read", local: None };
+        let mut rest = unit;
+        let mut frames = 0;
+        while let Some((frame, used)) = split_frame(rest, usize::MAX)? {
+            rest = &rest[used..];
+            frames += 1;
+            let analysis = match frame.tag {
+                tag::QUERY => Some(analyze(&self.ctx, Query::decode(frame.body)?.sql)),
+                tag::PARSE => Some(analyze(&self.ctx, Parse::decode(frame.body)?.query)),
+                tag::BIND => {
+                    let b = Bind::decode(frame.body)?;
+                    let known = if b.statement.is_empty() {
+                        // An unnamed statement from an earlier batch lives on that batch's server.
+                        None
+                    } else {
+                        self.state.statements.get(b.statement).map(|s| s.read_only)
+                    };
+                    if known != Some(true) && !unit_parses_unnamed(unit, b.statement) {
+                        facts.read_only = false;
+                        facts.reason = "unknown_statement";
+                    }
+                    None
+                }
+                tag::FUNCTION_CALL => {
+                    facts.read_only = false;
+                    facts.reason = "function_call";
+                    None
+                }
+                _ => None,
+            };
+            if let Some(a) = analysis {
+                if !a.read_only && facts.read_only {
+                    facts.read_only = false;
+                    facts.reason = reason_label(&a.reason);
+                }
+                if frame.tag == tag::QUERY && frames == 1 && rest.is_empty() {
+                    facts.local = a.local;
+                }
+            }
+        }
+        Ok(facts)
+    }
+
+    async fn answer_locally(&mut self, answer: LocalAnswer) -> Result<(), ProxyError> {
+        let mut out = Vec::new();
+        match answer {
+            LocalAnswer::Consistency(level) => {
+                self.state.consistency = level;
+                encode::command_complete(&mut out, "SET")?;
+            }
+        }
+        encode::ready_for_query(&mut out, b'I')?;
+        self.ctx.metrics.inc("herd_local_answers_total", "");
+        self.write_client(&out).await
+    }
+
+    async fn lease_primary(&mut self, view: &TopologyView, reason: &str) -> Result<(Lease, Option<usize>), ProxyError> {
+        let primary = match &view.primary {
+            Some(p) => p.clone(),
+            None => self.ctx.current_primary().await?,
+        };
+        let lease = self.lease(&primary).await?;
+        self.ctx.metrics.inc("herd_routed_total", &format!("node=\"{}\",reason=\"{reason}\"", primary.name));
+        Ok((lease, None))
+    }
+
+    async fn lease_replica(
+        &mut self,
+        view: &TopologyView,
+        candidates: &[usize],
+        confirm: Option<Lsn>,
+        reason: &str,
+    ) -> Result<(Lease, Option<usize>), ProxyError> {
+        // Least outstanding requests first.
+        let mut order: Vec<(usize, usize)> = candidates
+            .iter()
+            .map(|&i| (self.ctx.pools.get(&self.pool_key(&view.replicas[i].endpoint)).outstanding(), i))
+            .collect();
+        order.sort_unstable();
+        for (_, i) in order {
+            let ep = &view.replicas[i].endpoint;
+            let Ok(mut lease) = self.lease(ep).await else { continue };
+            if let Some(token) = confirm {
+                self.ctx.metrics.inc("herd_ryw_waits_total", "");
+                if !self.wait_replayed(&mut lease, token).await {
+                    lease.release();
+                    self.ctx.metrics.inc("herd_ryw_fallbacks_total", "");
+                    return self.lease_primary(view, PrimaryReason::NotCaughtUp.as_str()).await;
+                }
+            }
+            self.ctx.metrics.inc("herd_routed_total", &format!("node=\"{}\",reason=\"{reason}\"", ep.name));
+            return Ok((lease, Some(i)));
+        }
+        self.lease_primary(view, PrimaryReason::NoReplica.as_str()).await
+    }
+
+    /// Waits (at most `max_wait_ms`) until the leased replica has replayed `token`.
+    async fn wait_replayed(&self, lease: &mut Lease, token: Lsn) -> bool {
+        let deadline = Instant::now() + Duration::from_millis(self.ctx.config.max_wait_ms);
+        let sql = format!("select pg_last_wal_replay_lsn() >= '{token}'::pg_lsn");
+        loop {
+            match lease.conn.internal_query(&sql).await {
+                Ok(rows) if rows.first().and_then(|r| r.first()).cloned().flatten().as_deref() == Some("t") => return true,
+                Ok(_) => {}
+                Err(_) => return false,
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+
+    fn pool_key(&self, ep: &Endpoint) -> PoolKey {
+        PoolKey { endpoint: ep.clone(), user: self.user.clone(), database: self.database.clone() }
+    }
+
+    async fn lease(&self, ep: &Endpoint) -> Result<Lease, ProxyError> {
+        let creds = self
+            .ctx
+            .users
+            .credentials(&self.user)
+            .ok_or_else(|| ProxyError::Unavailable("no credentials for this user; reconnect".into()))?;
+        let pool = self.ctx.pools.get(&self.pool_key(ep));
+        let mut lease = pool.acquire(&creds, POOL_WAIT, CONNECT_TIMEOUT).await?;
+        if lease.conn.state_hash != self.state.hash {
+            // Bring the server to the session's settings (one round trip, only when they differ).
+            lease.conn.internal_query(&self.state.replay_sql()).await?;
+            lease.conn.state_hash = self.state.hash;
+        }
+        Ok(lease)
+    }
+
+    /// Attaches `lease` and forwards `unit` through it.
+    async fn attach(&mut self, lease: Lease, replica: Option<usize>, unit: Bytes) -> Result<bool, ProxyError> {
+        self.cancel.attach(&lease.conn.endpoint.host, lease.conn.endpoint.port, lease.conn.backend_key);
+        self.attached = Some(Attached {
+            lease,
+            tracker: Tracker::default(),
+            replica,
+            wrote: false,
+            status: b'I',
+            pinned: self.ctx.config.pool_mode == herd_core::PoolMode::Session,
+            forwarded: 0,
+            unit: replica.map(|_| unit.to_vec()),
+            rolled_back: false,
+            parsing: Vec::new(),
+            effects: Vec::new(),
+            error_seen: false,
+            ready_idle: false,
+        });
+        self.forward(&unit).await
+    }
+
+    /// Translates and sends client messages to the attached server. `Ok(false)`: Terminate.
+    pub(super) async fn forward(&mut self, bytes: &[u8]) -> Result<bool, ProxyError> {
+        let Some(att) = self.attached.as_mut() else {
+            return Err(ProxyError::Protocol("no server attached".into()));
+        };
+        att.ready_idle = false;
+        let mut to_server = Vec::with_capacity(bytes.len() + 64);
+        let mut t = Translator { ctx: &self.ctx, state: &mut self.state, att, next_id: &mut self.next_id, to_client: &mut self.out };
+        let mut rest = bytes;
+        let mut go_on = true;
+        while let Some((frame, used)) = split_frame(rest, usize::MAX)? {
+            rest = &rest[used..];
+            if t.translate(&frame, &mut to_server)? == Flow::Terminate {
+                go_on = false;
+                break;
+            }
+        }
+        if let Some(att) = self.attached.as_mut() {
+            if !to_server.is_empty() {
+                att.lease.conn.send(&to_server).await?;
+            }
+        }
+        self.flush_out().await?;
+        Ok(go_on)
+    }
+
+    /// Reports `e` for a unit that could not be placed: ErrorResponse, then ReadyForQuery when
+    /// the unit expected one (it ended with Sync or was a simple query).
+    async fn reply_error(&mut self, e: &ProxyError, unit: &[u8]) -> Result<(), ProxyError> {
+        self.ctx.metrics.inc("herd_unit_errors_total", &format!("sqlstate=\"{}\"", e.sqlstate()));
+        let mut out = Vec::new();
+        encode::error_response(&mut out, "ERROR", e.sqlstate(), &e.to_string())?;
+        let ends_with_ready = unit_ends_with(unit, tag::SYNC) || unit_ends_with(unit, tag::QUERY);
+        if ends_with_ready {
+            encode::ready_for_query(&mut out, b'I')?;
+        }
+        self.write_client(&out).await
+    }
+}
+
+/// The tag of the last message of `unit` is `tag`.
+fn unit_ends_with(unit: &[u8], wanted: u8) -> bool {
+    let mut rest = unit;
+    let mut last = None;
+    while let Ok(Some((frame, used))) = split_frame(rest, usize::MAX) {
+        last = Some(frame.tag);
+        rest = &rest[used..];
+    }
+    last == Some(wanted)
+}
+
+/// The unit itself parses the unnamed statement that a Bind of `name` uses.
+fn unit_parses_unnamed(unit: &[u8], name: &str) -> bool {
+    if !name.is_empty() {
+        return false;
+    }
+    let mut rest = unit;
+    while let Ok(Some((frame, used))) = split_frame(rest, usize::MAX) {
+        if frame.tag == tag::PARSE && Parse::decode(frame.body).map(|p| p.name.is_empty()).unwrap_or(false) {
+            return true;
+        }
+        rest = &rest[used..];
+    }
+    false
+}
+
+/// Length of the first complete unit in `buf`: up to and including a Query, Sync, Flush,
+/// FunctionCall or Terminate. `Ok(None)` while incomplete.
+pub fn unit_len(buf: &[u8], max_message: usize) -> Result<Option<usize>, ProxyError> {
+    let mut offset = 0;
+    while let Some((frame, used)) = split_frame(&buf[offset..], max_message)? {
+        offset += used;
+        if matches!(frame.tag, tag::QUERY | tag::SYNC | tag::FLUSH | tag::FUNCTION_CALL | tag::TERMINATE) {
+            return Ok(Some(offset));
+        }
+    }
+    Ok(None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn units_end_at_sync_query_or_flush() {
+        let mut b = Vec::new();
+        encode::parse(&mut b, "", "select 1", &[]).expect("parse");
+        encode::bind_renamed(&mut b, "", "", &[0, 0, 0, 0, 0, 0]).expect("bind");
+        assert_eq!(unit_len(&b, 1 << 20).expect("ok"), None);
+        let before_sync = b.len();
+        encode::sync(&mut b);
+        assert_eq!(unit_len(&b, 1 << 20).expect("ok"), Some(before_sync + 5));
+        let mut q = Vec::new();
+        encode::query(&mut q, "select 1").expect("query");
+        let qlen = q.len();
+        encode::query(&mut q, "select 2").expect("query");
+        assert_eq!(unit_len(&q, 1 << 20).expect("ok"), Some(qlen));
+        assert!(unit_ends_with(&q[..qlen], tag::QUERY));
+        assert!(unit_len(&[b'Q', 0, 0, 0, 1], 1 << 20).is_err(), "length below 4");
+    }
+}

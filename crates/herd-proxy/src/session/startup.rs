@@ -1,0 +1,206 @@
+//! The start of a client connection: SSL/GSS negotiation refused politely, cancel requests
+//! routed, protocol version checked, SCRAM-SHA-256 against the cluster's roles, then the
+//! server parameters and the client's own cancel key.
+
+use bytes::BytesMut;
+use herd_core::Consistency;
+use herd_scram::{ServerExchange, MECHANISM};
+use herd_wire::frontend::{sasl_response, SaslInitialResponse};
+use herd_wire::{encode, parse_startup, split_frame, split_startup, StartupRequest};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::{ProxyContext, ProxyError};
+
+/// Largest startup packet accepted (PostgreSQL allows 10 000 bytes).
+const MAX_STARTUP: usize = 10_000;
+
+/// A client that logged in.
+#[derive(Debug)]
+pub struct Login {
+    /// Role name.
+    pub user: String,
+    /// Database name.
+    pub database: String,
+    /// Settings from the startup packet to replay on servers, as `(name, SET statement)`.
+    pub settings: Vec<(String, String)>,
+    /// `-c herd.consistency=…` from the startup options, if given.
+    pub consistency: Option<Consistency>,
+}
+
+/// Reads until `buf` holds at least one more byte; `Ok(false)` on a clean EOF.
+pub async fn read_more(stream: &mut TcpStream, buf: &mut BytesMut) -> Result<bool, ProxyError> {
+    if buf.capacity() - buf.len() < 4096 {
+        buf.reserve(16 * 1024);
+    }
+    let n = stream.read_buf(buf).await.map_err(|e| ProxyError::io("reading from client", e))?;
+    Ok(n > 0)
+}
+
+/// Runs the startup phase. `Ok(None)`: nothing more to do (cancel request, or the client left).
+pub async fn startup(
+    stream: &mut TcpStream,
+    buf: &mut BytesMut,
+    ctx: &ProxyContext,
+) -> Result<Option<Login>, ProxyError> {
+    loop {
+        let Some((packet, used)) = split_startup(buf, MAX_STARTUP)? else {
+            if !read_more(stream, buf).await? {
+                return Ok(None);
+            }
+            continue;
+        };
+        let request = parse_startup(packet)?;
+        match request {
+            StartupRequest::Ssl | StartupRequest::GssEnc => {
+                // No TLS configured: 'N' tells the client to continue in plain text (or give up).
+                let _ = buf.split_to(used);
+                write(stream, b"N").await?;
+            }
+            StartupRequest::Cancel { pid, key } => {
+                ctx.cancels.cancel(pid, key).await;
+                return Ok(None);
+            }
+            StartupRequest::Startup { major, minor, params } => {
+                if major != 3 {
+                    return Err(ProxyError::Server {
+                        code: "0A000".into(),
+                        message: format!("unsupported frontend protocol {major}.{minor}: Herd supports protocol 3.0"),
+                    });
+                }
+                let mut login = Login { user: String::new(), database: String::new(), settings: Vec::new(), consistency: None };
+                for (k, v) in &params {
+                    match *k {
+                        "user" => login.user = v.to_string(),
+                        "database" => login.database = v.to_string(),
+                        "replication" => {
+                            return Err(ProxyError::Server {
+                                code: "0A000".into(),
+                                message: "replication connections are not served by Herd's endpoint; connect to a node directly".into(),
+                            })
+                        }
+                        "options" => parse_options(v, &mut login)?,
+                        name => login.settings.push((name.to_string(), set_statement(name, v))),
+                    }
+                }
+                if login.user.is_empty() {
+                    return Err(ProxyError::Server { code: "28000".into(), message: "no PostgreSQL user name specified in startup packet".into() });
+                }
+                if login.database.is_empty() {
+                    login.database = login.user.clone();
+                }
+                let _ = buf.split_to(used);
+                return Ok(Some(login));
+            }
+        }
+    }
+}
+
+/// `options=-c name=value -c …`: `herd.consistency` is Herd's; the rest are session settings.
+fn parse_options(options: &str, login: &mut Login) -> Result<(), ProxyError> {
+    let mut words = options.split_whitespace();
+    while let Some(w) = words.next() {
+        let setting = if w == "-c" {
+            words.next().unwrap_or_default()
+        } else if let Some(rest) = w.strip_prefix("-c").or_else(|| w.strip_prefix("--")) {
+            rest
+        } else {
+            continue;
+        };
+        let Some((name, value)) = setting.split_once('=') else { continue };
+        let name = name.replace('-', "_");
+        if name.eq_ignore_ascii_case("herd.consistency") {
+            login.consistency = Some(value.parse().map_err(|e: herd_core::ParseError| ProxyError::Server {
+                code: "22023".into(),
+                message: format!("invalid value for parameter \"herd.consistency\": {e}"),
+            })?);
+        } else {
+            login.settings.push((name.clone(), set_statement(&name, value)));
+        }
+    }
+    Ok(())
+}
+
+/// `SET "name" = 'value'` with both quoted.
+fn set_statement(name: &str, value: &str) -> String {
+    format!("SET \"{}\" = '{}'", name.replace('"', "\"\""), value.replace('\'', "''"))
+}
+
+async fn write(stream: &mut TcpStream, bytes: &[u8]) -> Result<(), ProxyError> {
+    stream.write_all(bytes).await.map_err(|e| ProxyError::io("writing to client", e))
+}
+
+/// SCRAM-SHA-256 exchange with the client against the role's verifier. Unknown roles get a
+/// mock exchange that fails the same way, so role names cannot be probed.
+pub async fn authenticate(stream: &mut TcpStream, buf: &mut BytesMut, ctx: &ProxyContext, login: &Login) -> Result<(), ProxyError> {
+    let primary = ctx.current_primary().await?;
+    let verifier = ctx.users.verifier(&primary, &login.user).await;
+    let mut exchange = match &verifier {
+        Some(v) => ServerExchange::new(v.clone()),
+        None => ServerExchange::mock(&login.user, ctx.mock_secret.as_slice()),
+    };
+    let mut out = Vec::new();
+    encode::authentication_sasl(&mut out, &[MECHANISM])?;
+    write(stream, &out).await?;
+    let failed = || ProxyError::AuthFailed(login.user.clone());
+
+    let body = read_password_message(stream, buf, ctx).await?;
+    let initial = SaslInitialResponse::decode(&body)?;
+    if initial.mechanism != MECHANISM {
+        return Err(ProxyError::Protocol(format!("unsupported SASL mechanism {}", initial.mechanism)));
+    }
+    let first = exchange.server_first(initial.data.unwrap_or_default()).map_err(|_| failed())?;
+    out.clear();
+    encode::authentication_sasl_continue(&mut out, &first)?;
+    write(stream, &out).await?;
+
+    let body = read_password_message(stream, buf, ctx).await?;
+    let (last, key) = exchange.server_final(sasl_response(&body)).map_err(|_| failed())?;
+    let verifier = verifier.ok_or_else(failed)?;
+    ctx.users.remember(&login.user, key, verifier);
+    out.clear();
+    encode::authentication_sasl_final(&mut out, &last)?;
+    encode::authentication_ok(&mut out);
+    write(stream, &out).await
+}
+
+async fn read_password_message(stream: &mut TcpStream, buf: &mut BytesMut, ctx: &ProxyContext) -> Result<Vec<u8>, ProxyError> {
+    loop {
+        if let Some((frame, used)) = split_frame(buf, ctx.config.max_message_bytes as usize)? {
+            if frame.tag != b'p' {
+                return Err(ProxyError::Protocol(format!("expected a password message, got '{}'", frame.tag as char)));
+            }
+            let body = frame.body.to_vec();
+            let _ = buf.split_to(used);
+            return Ok(body);
+        }
+        if !read_more(stream, buf).await? {
+            return Err(ProxyError::Protocol("client closed the connection during authentication".into()));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_carry_consistency_and_settings() {
+        let mut login = Login { user: "u".into(), database: "d".into(), settings: vec![], consistency: None };
+        parse_options("-c herd.consistency=eventual -c work_mem=8MB --search-path=a", &mut login).expect("valid");
+        assert_eq!(login.consistency, Some(Consistency::Eventual));
+        assert_eq!(
+            login.settings,
+            vec![
+                ("work_mem".to_string(), "SET \"work_mem\" = '8MB'".to_string()),
+                ("search_path".to_string(), "SET \"search_path\" = 'a'".to_string())
+            ]
+        );
+        assert!(parse_options("-c herd.consistency=strong", &mut login).is_err());
+    }
+
+    #[test]
+    fn set_statements_are_quoted() {
+        assert_eq!(set_statement("application_name", "it's"), "SET \"application_name\" = 'it''s'");
+    }
+}

@@ -1,0 +1,180 @@
+//! Client messages on their way to the attached server: prepared statements renamed to their
+//! shared server-side names (and prepared on demand), answers the proxy gives itself queued in
+//! order, and each statement's effect on the session noted.
+
+use herd_wire::frontend::{tag, Bind, Close, Describe, Parse, Query, KIND_STATEMENT};
+use herd_wire::{encode, Frame};
+
+use super::state::{SessionState, Statement};
+use super::Attached;
+use crate::analysis::{analyze, Analysis};
+use crate::router::track::Expect;
+use crate::server::PREPARED_CAPACITY;
+use crate::{ProxyContext, ProxyError};
+
+/// What the caller does after a client message.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Flow {
+    /// Go on.
+    Continue,
+    /// The client sent Terminate.
+    Terminate,
+}
+
+/// Everything translation touches, borrowed from the session.
+pub struct Translator<'a> {
+    pub ctx: &'a ProxyContext,
+    pub state: &'a mut SessionState,
+    pub att: &'a mut Attached,
+    pub next_id: &'a mut u64,
+    /// Answers for the client (synthetic ones, in order).
+    pub to_client: &'a mut Vec<u8>,
+}
+
+impl Translator<'_> {
+    /// Appends what `frame` becomes on the server to `to_server`.
+    pub fn translate(&mut self, frame: &Frame<'_>, to_server: &mut Vec<u8>) -> Result<Flow, ProxyError> {
+        match frame.tag {
+            tag::QUERY => {
+                let q = Query::decode(frame.body)?;
+                self.note(&analyze(self.ctx, q.sql));
+                to_server.extend_from_slice(frame.raw);
+                self.att.tracker.sent(Expect::Query, false, None);
+            }
+            tag::PARSE => self.parse(frame, to_server)?,
+            tag::BIND => {
+                let b = Bind::decode(frame.body)?;
+                if b.statement.is_empty() {
+                    self.att.wrote |= !self.state.unnamed_read_only;
+                    to_server.extend_from_slice(frame.raw);
+                } else if let Some(stmt) = self.state.statements.get(b.statement).cloned() {
+                    self.att.wrote |= !stmt.read_only;
+                    self.ensure_prepared(&stmt, to_server)?;
+                    encode::bind_renamed(to_server, b.portal, &stmt.server_name, b.rest)?;
+                } else {
+                    // Unknown to the proxy: the server reports the error (26000).
+                    to_server.extend_from_slice(frame.raw);
+                }
+                self.att.tracker.sent(Expect::Bind, false, None);
+            }
+            tag::DESCRIBE => {
+                let d = Describe::decode(frame.body)?;
+                if d.kind == KIND_STATEMENT {
+                    match self.state.statements.get(d.name).cloned() {
+                        Some(stmt) if !d.name.is_empty() => {
+                            self.ensure_prepared(&stmt, to_server)?;
+                            encode::describe(to_server, KIND_STATEMENT, &stmt.server_name)?;
+                        }
+                        _ => to_server.extend_from_slice(frame.raw),
+                    }
+                    self.att.tracker.sent(Expect::DescribeStatement, false, None);
+                } else {
+                    to_server.extend_from_slice(frame.raw);
+                    self.att.tracker.sent(Expect::DescribePortal, false, None);
+                }
+            }
+            tag::CLOSE => {
+                let c = Close::decode(frame.body)?;
+                if c.kind == KIND_STATEMENT && !c.name.is_empty() {
+                    // Server-side statements are shared: forget the client's name only.
+                    self.state.statements.remove(c.name);
+                    let mut answer = Vec::new();
+                    encode::close_complete(&mut answer);
+                    self.att.tracker.answered_by_proxy(Expect::Close, answer, self.to_client);
+                } else {
+                    to_server.extend_from_slice(frame.raw);
+                    self.att.tracker.sent(Expect::Close, false, None);
+                }
+            }
+            tag::EXECUTE => {
+                to_server.extend_from_slice(frame.raw);
+                self.att.tracker.sent(Expect::Execute, false, None);
+            }
+            tag::SYNC => {
+                to_server.extend_from_slice(frame.raw);
+                self.att.tracker.sent(Expect::Sync, false, None);
+            }
+            tag::FUNCTION_CALL => {
+                // Answered by FunctionCallResponse then ReadyForQuery, like a simple query.
+                self.att.wrote = true;
+                to_server.extend_from_slice(frame.raw);
+                self.att.tracker.sent(Expect::Query, false, None);
+            }
+            tag::FLUSH | tag::COPY_DATA | tag::COPY_DONE | tag::COPY_FAIL => to_server.extend_from_slice(frame.raw),
+            tag::TERMINATE => return Ok(Flow::Terminate),
+            other => {
+                return Err(ProxyError::Protocol(format!("unexpected message type '{}'", char::from(other))));
+            }
+        }
+        Ok(Flow::Continue)
+    }
+
+    fn parse(&mut self, frame: &Frame<'_>, to_server: &mut Vec<u8>) -> Result<(), ProxyError> {
+        let p = Parse::decode(frame.body)?;
+        let analysis = analyze(self.ctx, p.query);
+        self.note(&analysis);
+        if p.name.is_empty() {
+            self.state.unnamed_read_only = analysis.read_only;
+            to_server.extend_from_slice(frame.raw);
+            self.att.tracker.sent(Expect::Parse, false, None);
+            return Ok(());
+        }
+        let stmt = Statement::new(p.query, p.param_types.clone(), analysis.read_only);
+        self.state.statements.insert(p.name.to_string(), stmt.clone());
+        let prepared = &mut self.att.lease.conn.prepared;
+        if let Some(pos) = prepared.iter().position(|n| *n == stmt.server_name) {
+            // Already on this server: answer ParseComplete ourselves, in order.
+            if let Some(name) = prepared.remove(pos) {
+                prepared.push_back(name);
+            }
+            let mut answer = Vec::new();
+            encode::parse_complete(&mut answer);
+            self.att.tracker.answered_by_proxy(Expect::Parse, answer, self.to_client);
+            return Ok(());
+        }
+        let id = self.new_id();
+        self.evict_if_full(to_server)?;
+        encode::parse(to_server, &stmt.server_name, &stmt.query, &stmt.param_types)?;
+        self.att.lease.conn.prepared.push_back(stmt.server_name.clone());
+        self.att.parsing.push((id, stmt.server_name));
+        self.att.tracker.sent(Expect::Parse, false, Some(id));
+        Ok(())
+    }
+
+    /// Prepares `stmt` on the server first if it lacks it; the answer is swallowed.
+    fn ensure_prepared(&mut self, stmt: &Statement, to_server: &mut Vec<u8>) -> Result<(), ProxyError> {
+        if self.att.lease.conn.prepared.contains(&stmt.server_name) {
+            return Ok(());
+        }
+        let id = self.new_id();
+        self.evict_if_full(to_server)?;
+        encode::parse(to_server, &stmt.server_name, &stmt.query, &stmt.param_types)?;
+        self.att.lease.conn.prepared.push_back(stmt.server_name.clone());
+        self.att.parsing.push((id, stmt.server_name.clone()));
+        self.att.tracker.sent(Expect::Parse, true, Some(id));
+        Ok(())
+    }
+
+    fn evict_if_full(&mut self, to_server: &mut Vec<u8>) -> Result<(), ProxyError> {
+        while self.att.lease.conn.prepared.len() >= PREPARED_CAPACITY {
+            if let Some(old) = self.att.lease.conn.prepared.pop_front() {
+                encode::close(to_server, KIND_STATEMENT, &old)?;
+                self.att.tracker.sent(Expect::Close, true, None);
+            }
+        }
+        Ok(())
+    }
+
+    fn new_id(&mut self) -> u64 {
+        *self.next_id += 1;
+        *self.next_id
+    }
+
+    /// Notes a statement's effects: a possible write (for the read-your-writes token), a pin,
+    /// and session settings (applied once the server confirms them).
+    fn note(&mut self, a: &Analysis) {
+        self.att.wrote |= !a.read_only;
+        self.att.pinned |= a.pin;
+        self.att.effects.extend(a.effects.iter().cloned());
+    }
+}

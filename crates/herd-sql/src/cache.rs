@@ -1,0 +1,140 @@
+//! Bounded LRU cache of classifications keyed by statement text.
+
+use crate::{classify, Classification};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// Hit/miss counters and size of a [`ClassifierCache`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CacheStats {
+    /// Lookups answered from the cache.
+    pub hits: u64,
+    /// Lookups that had to classify.
+    pub misses: u64,
+    /// Entries currently held.
+    pub len: usize,
+    /// Maximum number of entries.
+    pub capacity: usize,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    /// Text → (classification, last-use stamp).
+    map: HashMap<Arc<str>, (Arc<Classification>, u64)>,
+    /// Last-use stamp → text; the first entry is the least recently used.
+    order: BTreeMap<u64, Arc<str>>,
+    next_stamp: u64,
+    hits: u64,
+    misses: u64,
+}
+
+impl Inner {
+    fn stamp(&mut self) -> u64 {
+        self.next_stamp = self.next_stamp.wrapping_add(1);
+        self.next_stamp
+    }
+}
+
+/// A thread-safe LRU cache from SQL text to its [`Classification`].
+///
+/// Parsing runs outside the lock, so concurrent misses for the same text may
+/// classify it twice (the result is the same). Texts longer than
+/// [`ClassifierCache::max_sql_len`] are classified but not stored, which
+/// bounds memory to about `capacity * max_sql_len` plus the classifications.
+#[derive(Debug)]
+pub struct ClassifierCache {
+    inner: Mutex<Inner>,
+    capacity: usize,
+    max_sql_len: usize,
+}
+
+impl ClassifierCache {
+    /// Default longest text that is cached, in bytes.
+    pub const DEFAULT_MAX_SQL_LEN: usize = 16 * 1024;
+
+    /// A cache holding at most `capacity` entries (0 disables caching).
+    pub fn new(capacity: usize) -> Self {
+        Self::with_max_sql_len(capacity, Self::DEFAULT_MAX_SQL_LEN)
+    }
+
+    /// A cache holding at most `capacity` entries of at most `max_sql_len` bytes each.
+    pub fn with_max_sql_len(capacity: usize, max_sql_len: usize) -> Self {
+        ClassifierCache { inner: Mutex::new(Inner::default()), capacity, max_sql_len }
+    }
+
+    /// Maximum number of entries.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Longest text, in bytes, that is stored.
+    pub fn max_sql_len(&self) -> usize {
+        self.max_sql_len
+    }
+
+    /// Locks the state; a poisoned lock is still usable (the maps stay consistent
+    /// because no user code runs while it is held).
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The classification of `sql`, from the cache or freshly computed.
+    pub fn get_or_classify(&self, sql: &str) -> Arc<Classification> {
+        {
+            let mut inner = self.lock();
+            let stamp = inner.stamp();
+            if let Some((found, old)) = inner.map.get_mut(sql) {
+                let previous = std::mem::replace(old, stamp);
+                let found = Arc::clone(found);
+                if let Some(key) = inner.order.remove(&previous) {
+                    inner.order.insert(stamp, key);
+                }
+                inner.hits += 1;
+                return found;
+            }
+            inner.misses += 1;
+        }
+        let classified = Arc::new(classify(sql));
+        if self.capacity == 0 || sql.len() > self.max_sql_len {
+            return classified;
+        }
+        let mut inner = self.lock();
+        if inner.map.contains_key(sql) {
+            return classified;
+        }
+        while inner.map.len() >= self.capacity {
+            let Some((_, oldest)) = inner.order.pop_first() else {
+                break;
+            };
+            inner.map.remove(&oldest);
+        }
+        let key: Arc<str> = Arc::from(sql);
+        let stamp = inner.stamp();
+        inner.order.insert(stamp, Arc::clone(&key));
+        inner.map.insert(key, (Arc::clone(&classified), stamp));
+        classified
+    }
+
+    /// Counters and current size.
+    pub fn stats(&self) -> CacheStats {
+        let inner = self.lock();
+        CacheStats { hits: inner.hits, misses: inner.misses, len: inner.map.len(), capacity: self.capacity }
+    }
+
+    /// Number of entries held.
+    pub fn len(&self) -> usize {
+        self.lock().map.len()
+    }
+
+    /// True when no entry is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Drops every entry (counters are kept).
+    pub fn clear(&self) {
+        let mut inner = self.lock();
+        inner.map.clear();
+        inner.order.clear();
+    }
+}

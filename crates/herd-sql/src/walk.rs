@@ -1,0 +1,179 @@
+//! Whole-tree scan of one statement.
+//!
+//! pg_query's own `nodes()` iterator deliberately skips many node kinds
+//! (e.g. LIMIT expressions), which would let a `nextval()` there slip by.
+//! Instead the statement's protobuf tree is turned into a generic
+//! `serde_json::Value` (every pg_query node type derives `Serialize`, with the
+//! node kind as the object key) and walked with an explicit stack, so every
+//! node of every kind is visited and deep trees cannot overflow the stack.
+//! Tree depth is already bounded by prost's decoding recursion limit.
+
+use pg_query::protobuf::Node;
+use serde_json::Value;
+
+/// What a scan found anywhere in a statement's tree (the root included).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub(crate) struct Facts {
+    /// Function names in order of first appearance, without duplicates.
+    pub functions: Vec<String>,
+    /// An INSERT / UPDATE / DELETE / MERGE node was found.
+    pub dml: bool,
+    /// A row-locking clause (FOR UPDATE / SHARE …) was found.
+    pub locking: bool,
+    /// A SELECT with an INTO clause was found.
+    pub select_into: bool,
+    /// A session pin implied by a function call (advisory lock, set_config),
+    /// with the function's name.
+    pub pin: Option<(crate::PinReason, String)>,
+    /// The tree could not be scanned; treat the statement as opaque.
+    pub opaque: bool,
+}
+
+const DML_KINDS: [&str; 4] = ["InsertStmt", "UpdateStmt", "DeleteStmt", "MergeStmt"];
+
+/// Scans the whole tree under `node`.
+pub(crate) fn scan(node: &Node) -> Facts {
+    let mut facts = Facts::default();
+    let value = match serde_json::to_value(node) {
+        Ok(v) => v,
+        Err(_) => {
+            facts.opaque = true;
+            return facts;
+        }
+    };
+    let mut stack: Vec<&Value> = vec![&value];
+    while let Some(v) = stack.pop() {
+        match v {
+            Value::Object(map) => {
+                for (key, child) in map {
+                    match key.as_str() {
+                        "FuncCall" => on_func_call(child, &mut facts),
+                        "LockingClause" => facts.locking = true,
+                        "SelectStmt" => {
+                            if child.get("into_clause").is_some_and(|c| !c.is_null()) {
+                                facts.select_into = true;
+                            }
+                        }
+                        k if DML_KINDS.contains(&k) => facts.dml = true,
+                        _ => {}
+                    }
+                    stack.push(child);
+                }
+            }
+            Value::Array(items) => stack.extend(items.iter().rev()),
+            _ => {}
+        }
+    }
+    facts
+}
+
+/// Records one `FuncCall` node: its name and any pin it implies.
+fn on_func_call(call: &Value, facts: &mut Facts) {
+    let name = func_name(call);
+    if facts.pin.is_none() {
+        facts.pin = function_pin(&name, call).map(|p| (p, name.clone()));
+    }
+    if !facts.functions.contains(&name) {
+        facts.functions.push(name);
+    }
+}
+
+/// Joins the `funcname` string list with dots; odd shapes give a name no
+/// catalog knows, so the statement goes to the primary.
+fn func_name(call: &Value) -> String {
+    let parts: Vec<&str> = call
+        .get("funcname")
+        .and_then(Value::as_array)
+        .map(|list| list.iter().map(|n| string_node(n).unwrap_or("?")).collect())
+        .unwrap_or_default();
+    if parts.is_empty() {
+        "?".to_string()
+    } else {
+        parts.join(".")
+    }
+}
+
+/// The `sval` of a `{"node": {"String": {"sval": …}}}` node.
+fn string_node(node: &Value) -> Option<&str> {
+    node.get("node")?.get("String")?.get("sval")?.as_str()
+}
+
+/// Session pin implied by a call to a built-in function, if any.
+fn function_pin(name: &str, call: &Value) -> Option<crate::PinReason> {
+    use crate::PinReason;
+    let bare = match name.strip_prefix("pg_catalog.") {
+        Some(rest) => rest,
+        None if name.contains('.') => return None,
+        None => name,
+    };
+    match bare {
+        "pg_advisory_lock"
+        | "pg_advisory_lock_shared"
+        | "pg_try_advisory_lock"
+        | "pg_try_advisory_lock_shared" => Some(PinReason::AdvisoryLock),
+        "pg_advisory_unlock" | "pg_advisory_unlock_shared" | "pg_advisory_unlock_all" => {
+            Some(PinReason::SessionAdvisoryUnlock)
+        }
+        "set_config" if !third_arg_is_true(call) => Some(PinReason::SetConfig),
+        _ => None,
+    }
+}
+
+/// True when the call's third argument is the literal `true` (or a string
+/// literal PostgreSQL reads as true), i.e. `set_config(…, …, true)`.
+fn third_arg_is_true(call: &Value) -> bool {
+    let Some(arg) = call.get("args").and_then(Value::as_array).and_then(|a| a.get(2)) else {
+        return false;
+    };
+    let Some(val) = arg.get("node").and_then(|n| n.get("AConst")).and_then(|c| c.get("val")) else {
+        return false;
+    };
+    if let Some(b) = val.get("Boolval") {
+        // prost omits nothing here, but an absent field means false.
+        return b.get("boolval").and_then(Value::as_bool).unwrap_or(false);
+    }
+    if let Some(s) = val.get("Sval").and_then(|s| s.get("sval")).and_then(Value::as_str) {
+        return matches!(s.to_ascii_lowercase().as_str(), "t" | "true" | "on" | "yes" | "y" | "1");
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn facts(sql: &str) -> Facts {
+        let parsed = pg_query::parse(sql, 0).expect("parses");
+        let node = parsed.protobuf.stmts[0].stmt.as_deref().expect("stmt");
+        scan(node)
+    }
+
+    #[test]
+    fn finds_functions_in_limit() {
+        let f = facts("select 1 limit nextval('s')");
+        assert_eq!(f.functions, vec!["nextval".to_string()]);
+    }
+
+    #[test]
+    fn schema_qualified_names() {
+        let f = facts("select pg_catalog.now(), now(), now()");
+        assert_eq!(f.functions, vec!["pg_catalog.now".to_string(), "now".to_string()]);
+    }
+
+    #[test]
+    fn nested_locking_and_dml() {
+        assert!(facts("select * from (select * from t for share) s").locking);
+        assert!(facts("with x as (delete from t returning *) select * from x").dml);
+        assert!(facts("select * into n from t").select_into);
+    }
+
+    #[test]
+    fn set_config_pin() {
+        let pin = |sql: &str| facts(sql).pin.map(|(p, _)| p);
+        assert_eq!(pin("select set_config('a','b',false)"), Some(crate::PinReason::SetConfig));
+        assert_eq!(pin("select set_config('a','b',true)"), None);
+        assert_eq!(pin("select pg_try_advisory_lock(1)"), Some(crate::PinReason::AdvisoryLock));
+        assert_eq!(pin("select pg_catalog.pg_advisory_lock(1)"), Some(crate::PinReason::AdvisoryLock));
+        assert_eq!(pin("select pg_advisory_xact_lock(1)"), None);
+    }
+}
