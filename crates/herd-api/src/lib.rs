@@ -33,7 +33,15 @@ pub type MetricsSource = std::sync::Arc<dyn Fn() -> String + Send + Sync>;
 pub fn router(status: watch::Receiver<ClusterStatus>, metrics: MetricsSource) -> Router {
     let metrics_route = get(move || {
         let text = metrics();
-        async move { ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], text) }
+        async move {
+            (
+                [(
+                    axum::http::header::CONTENT_TYPE,
+                    "text/plain; version=0.0.4",
+                )],
+                text,
+            )
+        }
     });
     Router::new()
         .route("/status", get(status_doc))

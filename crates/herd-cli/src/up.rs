@@ -108,12 +108,14 @@ async fn supervise_foreground(layout: Layout, config: Config) -> anyhow::Result<
             )
         })?;
     let endpoint_addr = (config.network.listen_address, config.network.port);
-    let proxy_listener = tokio::net::TcpListener::bind(endpoint_addr).await.with_context(|| {
-        format!(
-            "port {} on {} is already in use (the cluster's endpoint); choose another --port",
-            endpoint_addr.1, endpoint_addr.0
-        )
-    })?;
+    let proxy_listener = tokio::net::TcpListener::bind(endpoint_addr)
+        .await
+        .with_context(|| {
+            format!(
+                "port {} on {} is already in use (the cluster's endpoint); choose another --port",
+                endpoint_addr.1, endpoint_addr.0
+            )
+        })?;
     let cluster = if fresh {
         Cluster::bootstrap(layout.clone(), config.clone(), &pg, &progress).await?
     } else {
@@ -144,13 +146,24 @@ async fn supervise_foreground(layout: Layout, config: Config) -> anyhow::Result<
         user: herd_cluster::SUPERUSER.into(),
         password: cluster.secrets.superuser.clone(),
     };
-    let proxy = herd_proxy::Proxy::start(config.proxy.clone(), assignment_rx, login, proxy_listener, shutdown_rx.clone());
+    let proxy = herd_proxy::Proxy::start(
+        config.proxy.clone(),
+        assignment_rx,
+        login,
+        proxy_listener,
+        shutdown_rx.clone(),
+    );
     let proxy_ctx = proxy.ctx.clone();
-    let metrics: herd_api::MetricsSource = std::sync::Arc::new(move || proxy_ctx.metrics.render());
+    let metrics: herd_api::MetricsSource = std::sync::Arc::new(move || proxy_ctx.render_metrics());
     let mut api_shutdown = shutdown_rx.clone();
-    let api = tokio::spawn(herd_api::serve(api_listener, status_rx, metrics, async move {
-        let _ = api_shutdown.changed().await;
-    }));
+    let api = tokio::spawn(herd_api::serve(
+        api_listener,
+        status_rx,
+        metrics,
+        async move {
+            let _ = api_shutdown.changed().await;
+        },
+    ));
     let supervisor = {
         let cluster = cluster.clone();
         let pg = pg.clone();

@@ -82,7 +82,11 @@ impl Cluster {
 
     /// Where each node is, for the proxy.
     pub fn assignment(&self) -> Assignment {
-        let endpoint = |n: &NodeName| Endpoint { name: n.clone(), host: self.host().to_string(), port: self.port(n) };
+        let endpoint = |n: &NodeName| Endpoint {
+            name: n.clone(),
+            host: self.host().to_string(),
+            port: self.port(n),
+        };
         Assignment {
             primary: endpoint(&self.state.primary),
             replicas: self.state.replicas().iter().map(endpoint).collect(),

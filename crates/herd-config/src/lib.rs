@@ -5,7 +5,9 @@ mod render;
 mod schema;
 
 pub use render::render;
-pub use schema::{ClusterConfig, Config, NetworkConfig, PostgresConfig, ProxyConfig, SupervisorConfig};
+pub use schema::{
+    ClusterConfig, Config, NetworkConfig, PostgresConfig, ProxyConfig, SupervisorConfig,
+};
 
 /// Why a configuration was rejected.
 #[derive(Debug, thiserror::Error)]

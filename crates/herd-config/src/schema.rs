@@ -251,17 +251,32 @@ impl Config {
             return Err(ConfigError::invalid(
                 "proxy.pool_size",
                 x.pool_size,
-                format!("1 to half of postgres.max_connections ({})", p.max_connections / 2),
+                format!(
+                    "1 to half of postgres.max_connections ({})",
+                    p.max_connections / 2
+                ),
             ));
         }
         if !(0.0..=1.0).contains(&x.readmit_fraction) {
-            return Err(ConfigError::invalid("proxy.readmit_fraction", x.readmit_fraction, "0.0 to 1.0"));
+            return Err(ConfigError::invalid(
+                "proxy.readmit_fraction",
+                x.readmit_fraction,
+                "0.0 to 1.0",
+            ));
         }
         if x.poll_interval_ms == 0 || x.poll_interval_ms > 100 {
-            return Err(ConfigError::invalid("proxy.poll_interval_ms", x.poll_interval_ms, "1 to 100"));
+            return Err(ConfigError::invalid(
+                "proxy.poll_interval_ms",
+                x.poll_interval_ms,
+                "1 to 100",
+            ));
         }
         if x.max_message_bytes < 1024 {
-            return Err(ConfigError::invalid("proxy.max_message_bytes", x.max_message_bytes, "at least 1024"));
+            return Err(ConfigError::invalid(
+                "proxy.max_message_bytes",
+                x.max_message_bytes,
+                "at least 1024",
+            ));
         }
         let s = &self.supervisor;
         if s.probe_interval_ms == 0 || s.restart_backoff_ms == 0 || s.ready_timeout_s == 0 {

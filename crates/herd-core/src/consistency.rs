@@ -21,8 +21,12 @@ pub enum Consistency {
 
 impl Consistency {
     /// Every level.
-    pub const ALL: [Consistency; 4] =
-        [Consistency::Session, Consistency::Bounded, Consistency::Eventual, Consistency::Primary];
+    pub const ALL: [Consistency; 4] = [
+        Consistency::Session,
+        Consistency::Bounded,
+        Consistency::Eventual,
+        Consistency::Primary,
+    ];
 
     /// The level's name in settings.
     pub fn as_str(self) -> &'static str {
@@ -46,9 +50,16 @@ impl FromStr for Consistency {
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let wanted = s.trim().trim_matches('\'').to_ascii_lowercase();
-        Consistency::ALL.into_iter().find(|c| c.as_str() == wanted).ok_or_else(|| {
-            ParseError::new("consistency level", s, "one of session, bounded, eventual, primary")
-        })
+        Consistency::ALL
+            .into_iter()
+            .find(|c| c.as_str() == wanted)
+            .ok_or_else(|| {
+                ParseError::new(
+                    "consistency level",
+                    s,
+                    "one of session, bounded, eventual, primary",
+                )
+            })
     }
 }
 
@@ -99,8 +110,14 @@ mod tests {
 
     #[test]
     fn parse_levels() {
-        assert_eq!("session".parse::<Consistency>().ok(), Some(Consistency::Session));
-        assert_eq!("'Eventual'".parse::<Consistency>().ok(), Some(Consistency::Eventual));
+        assert_eq!(
+            "session".parse::<Consistency>().ok(),
+            Some(Consistency::Session)
+        );
+        assert_eq!(
+            "'Eventual'".parse::<Consistency>().ok(),
+            Some(Consistency::Eventual)
+        );
         assert!("strong".parse::<Consistency>().is_err());
         assert_eq!("session".parse::<PoolMode>().ok(), Some(PoolMode::Session));
         assert!("statement".parse::<PoolMode>().is_err());

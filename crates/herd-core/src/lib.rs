@@ -10,8 +10,8 @@ mod topology;
 pub use commit::{CommitMode, ParseError, SyncMethod, SyncStandbys};
 pub use consistency::{Consistency, PoolMode};
 pub use lsn::Lsn;
-pub use topology::{Assignment, Endpoint};
 pub use node::{NodeName, Role};
 pub use status::{
     ClusterStatus, LagInfo, NodeState, NodeStatus, SupervisorInfo, SyncState, STATUS_VERSION,
 };
+pub use topology::{Assignment, Endpoint};

@@ -3,7 +3,7 @@
 //! the function catalog read from `pg_proc`.
 
 use herd_core::Consistency;
-use herd_sql::{Reason, Route, SessionEffect};
+use herd_sql::{Reason, Route, SessionEffect, TxEffect};
 
 use crate::ProxyContext;
 
@@ -30,11 +30,22 @@ pub enum Effect {
     Consistency(Consistency),
 }
 
-/// Statements the proxy answers itself, without a server.
+/// Statements the proxy may answer itself, without a server.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LocalAnswer {
     /// `SET [SESSION] herd.consistency = level` alone.
     Consistency(Consistency),
+    /// `SET LOCAL herd.consistency = level` alone: for the current transaction.
+    ConsistencyLocal(Consistency),
+    /// `BEGIN` / `START TRANSACTION` alone: the server is chosen at the first real statement.
+    Begin {
+        /// Declared READ ONLY.
+        read_only: bool,
+    },
+    /// `COMMIT` / `END` alone.
+    Commit,
+    /// `ROLLBACK` / `ABORT` alone.
+    Rollback,
 }
 
 /// The facts about one SQL string.
@@ -66,19 +77,44 @@ pub fn analyze(ctx: &ProxyContext, sql: &str) -> Analysis {
                     effects.push(Effect::Consistency(level));
                 }
             }
-            SessionEffect::Set { name, sql, .. } => effects.push(Effect::Set { name: name.clone(), sql: sql.clone() }),
+            SessionEffect::Set { name, sql, .. } => effects.push(Effect::Set {
+                name: name.clone(),
+                sql: sql.clone(),
+            }),
             SessionEffect::Reset { name } => effects.push(Effect::Reset { name: name.clone() }),
             SessionEffect::ResetAll => effects.push(Effect::ResetAll),
             SessionEffect::Discard { all: true } => effects.push(Effect::DiscardAll),
             SessionEffect::Pin(_) => pin = true,
-            SessionEffect::Discard { all: false } | SessionEffect::SetLocal { .. } | SessionEffect::None => {}
+            SessionEffect::Discard { all: false }
+            | SessionEffect::SetLocal { .. }
+            | SessionEffect::None => {}
         }
     }
     let local = match (classification.statements.as_slice(), effects.as_slice()) {
         ([_], [Effect::Consistency(level)]) => Some(LocalAnswer::Consistency(*level)),
+        ([only], []) => match (&only.session, only.tx) {
+            (SessionEffect::SetLocal { name, value, .. }, _) if name == "herd.consistency" => {
+                value.parse().ok().map(LocalAnswer::ConsistencyLocal)
+            }
+            // SERIALIZABLE transactions are refused by standbys: they are never deferred.
+            (_, TxEffect::Begin { read_only }) if route == Route::Replica || !read_only => {
+                Some(LocalAnswer::Begin {
+                    read_only: read_only && route == Route::Replica,
+                })
+            }
+            (_, TxEffect::Commit) => Some(LocalAnswer::Commit),
+            (_, TxEffect::Rollback) => Some(LocalAnswer::Rollback),
+            _ => None,
+        },
         _ => None,
     };
-    Analysis { read_only: route == Route::Replica, reason, pin, effects, local }
+    Analysis {
+        read_only: route == Route::Replica,
+        reason,
+        pin,
+        effects,
+        local,
+    }
 }
 
 /// A short label of a reason, for metrics.
@@ -99,6 +135,7 @@ pub fn reason_label(reason: &Reason) -> &'static str {
         Reason::Cursor => "cursor",
         Reason::Utility => "utility",
         Reason::Unparseable => "unparseable",
+        Reason::TooComplex => "too_complex",
         Reason::Empty => "empty",
     }
 }

@@ -48,8 +48,8 @@ impl CancelRegistry {
         slots.retain(|_, w| w.strong_count() > 0);
         loop {
             let key = (rand::random::<i32>() & 0x7fff_ffff, rand::random::<i32>());
-            if !slots.contains_key(&key) {
-                slots.insert(key, Arc::downgrade(&slot));
+            if let std::collections::hash_map::Entry::Vacant(e) = slots.entry(key) {
+                e.insert(Arc::downgrade(&slot));
                 return (key, slot);
             }
         }
@@ -63,7 +63,10 @@ impl CancelRegistry {
                 Ok(s) => s,
                 Err(p) => p.into_inner(),
             };
-            slots.get(&(pid, key)).and_then(Weak::upgrade).and_then(|s| s.target.lock().ok().and_then(|t| t.clone()))
+            slots
+                .get(&(pid, key))
+                .and_then(Weak::upgrade)
+                .and_then(|s| s.target.lock().ok().and_then(|t| t.clone()))
         };
         let Some((host, port, bpid, bkey)) = target else {
             return;

@@ -47,7 +47,10 @@ impl ProxyError {
     }
 
     pub(crate) fn io(context: impl Into<String>, source: std::io::Error) -> Self {
-        ProxyError::Io { context: context.into(), source }
+        ProxyError::Io {
+            context: context.into(),
+            source,
+        }
     }
 }
 

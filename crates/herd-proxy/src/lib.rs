@@ -44,6 +44,9 @@ const CLASSIFIER_CAPACITY: usize = 10_000;
 /// How long a client waits for a primary to appear before its write fails.
 const PRIMARY_WAIT: Duration = Duration::from_secs(10);
 
+/// ParameterStatus name/value pairs.
+type ServerParams = Vec<(String, String)>;
+
 /// Shared by every session of the proxy.
 pub struct ProxyContext {
     /// Settings.
@@ -63,7 +66,7 @@ pub struct ProxyContext {
     /// Secret for mock authentication of unknown roles.
     pub mock_secret: Vec<u8>,
     avoided: Mutex<HashMap<NodeName, Instant>>,
-    params: Mutex<HashMap<(String, String), Vec<(String, String)>>>,
+    params: Mutex<HashMap<(String, String), ServerParams>>,
 }
 
 impl ProxyContext {
@@ -123,16 +126,92 @@ impl ProxyContext {
         self.catalog.read().map(|c| c.clone()).unwrap_or_default()
     }
 
+    /// `/metrics`: the counters, plus gauges of the read pool, the server pools and the
+    /// classification cache as they are now.
+    pub fn render_metrics(&self) -> String {
+        use std::fmt::Write;
+        let mut out = self.metrics.render();
+        let view = self.view();
+        let _ = writeln!(
+            out,
+            "# TYPE herd_primary_available gauge\nherd_primary_available {}",
+            u8::from(view.primary.is_some())
+        );
+        out.push_str("# TYPE herd_replica_lag_bytes gauge\n");
+        for r in &view.replicas {
+            let _ = writeln!(
+                out,
+                "herd_replica_lag_bytes{{node=\"{}\"}} {}",
+                r.endpoint.name, r.lag_bytes
+            );
+        }
+        out.push_str("# TYPE herd_replica_staleness_seconds gauge\n");
+        for r in &view.replicas {
+            let s = r.staleness.map_or(f64::NAN, |d| d.as_secs_f64());
+            let _ = writeln!(
+                out,
+                "herd_replica_staleness_seconds{{node=\"{}\"}} {s}",
+                r.endpoint.name
+            );
+        }
+        out.push_str("# TYPE herd_replica_in_read_pool gauge\n");
+        for r in &view.replicas {
+            let _ = writeln!(
+                out,
+                "herd_replica_in_read_pool{{node=\"{}\"}} {}",
+                r.endpoint.name,
+                u8::from(r.healthy && r.in_read_pool)
+            );
+        }
+        out.push_str("# TYPE herd_pool_connections gauge\n");
+        for (node, user, db, in_use, idle) in self.pools.snapshot() {
+            let labels = format!(
+                "node=\"{node}\",user=\"{}\",database=\"{}\"",
+                escape(&user),
+                escape(&db)
+            );
+            let _ = writeln!(
+                out,
+                "herd_pool_connections{{{labels},state=\"in_use\"}} {in_use}"
+            );
+            let _ = writeln!(
+                out,
+                "herd_pool_connections{{{labels},state=\"idle\"}} {idle}"
+            );
+        }
+        let stats = self.classifier.stats();
+        let _ = writeln!(
+            out,
+            "# TYPE herd_classifier_cache_hits_total counter\nherd_classifier_cache_hits_total {}\n\
+             # TYPE herd_classifier_cache_misses_total counter\nherd_classifier_cache_misses_total {}",
+            stats.hits, stats.misses
+        );
+        out
+    }
+
     /// ParameterStatus values a new client of `user` on `database` receives, from a real server.
-    pub async fn server_params(&self, user: &str, database: &str) -> Result<Vec<(String, String)>, ProxyError> {
+    pub async fn server_params(
+        &self,
+        user: &str,
+        database: &str,
+    ) -> Result<Vec<(String, String)>, ProxyError> {
         let key = (user.to_string(), database.to_string());
         if let Some(p) = self.params.lock().ok().and_then(|m| m.get(&key).cloned()) {
             return Ok(p);
         }
         let primary = self.current_primary().await?;
-        let creds = self.users.credentials(user).ok_or_else(|| ProxyError::AuthFailed(user.to_string()))?;
-        let pool = self.pools.get(&pool::PoolKey { endpoint: primary, user: user.into(), database: database.into() });
-        let lease = pool.acquire(&creds, Duration::from_secs(30), Duration::from_secs(5)).await?;
+        let creds = self
+            .users
+            .credentials(user)
+            .ok_or_else(|| ProxyError::AuthFailed(user.to_string()))?;
+        let pool = self.pools.get(&pool::PoolKey {
+            endpoint: primary,
+            user: user.into(),
+            database: database.into(),
+        });
+        let lease = pool
+            .acquire(&creds, Duration::from_secs(30), Duration::from_secs(5))
+            .await?;
         let params = lease.conn.params.clone();
         lease.release();
         if let Ok(mut m) = self.params.lock() {
@@ -140,6 +219,14 @@ impl ProxyContext {
         }
         Ok(params)
     }
+}
+
+/// A Prometheus label value with `\\`, `"` and newlines escaped.
+fn escape(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
 }
 
 /// A running proxy.
@@ -165,7 +252,14 @@ impl Proxy {
             readmit_fraction: config.readmit_fraction,
         };
         let interval = Duration::from_millis(config.poll_interval_ms);
-        tokio::spawn(monitor::run(assignment.clone(), login.clone(), interval, limits, views_tx, shutdown.clone()));
+        tokio::spawn(monitor::run(
+            assignment.clone(),
+            login.clone(),
+            interval,
+            limits,
+            views_tx,
+            shutdown.clone(),
+        ));
         let ctx = Arc::new(ProxyContext {
             pools: Pools::new(config.pool_size as usize),
             config,
@@ -185,7 +279,11 @@ impl Proxy {
     }
 }
 
-async fn accept(listener: TcpListener, ctx: Arc<ProxyContext>, mut shutdown: watch::Receiver<bool>) {
+async fn accept(
+    listener: TcpListener,
+    ctx: Arc<ProxyContext>,
+    mut shutdown: watch::Receiver<bool>,
+) {
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -207,10 +305,16 @@ async fn accept(listener: TcpListener, ctx: Arc<ProxyContext>, mut shutdown: wat
 }
 
 /// Loads `pg_proc` from the primary now and every 30 s (new functions become known).
-async fn load_catalog(ctx: Arc<ProxyContext>, login: AdminLogin, mut shutdown: watch::Receiver<bool>) {
+async fn load_catalog(
+    ctx: Arc<ProxyContext>,
+    login: AdminLogin,
+    mut shutdown: watch::Receiver<bool>,
+) {
     loop {
         if let Some(primary) = ctx.view().primary.clone() {
-            if let Some(client) = monitor::admin_connect(&primary, &login, Duration::from_secs(3)).await {
+            if let Some(client) =
+                monitor::admin_connect(&primary, &login, Duration::from_secs(3)).await
+            {
                 match ProcCatalog::load(&client).await {
                     Ok(c) => {
                         if let Ok(mut slot) = ctx.catalog.write() {
@@ -221,7 +325,11 @@ async fn load_catalog(ctx: Arc<ProxyContext>, login: AdminLogin, mut shutdown: w
                 }
             }
         }
-        let wait = if ctx.catalog().is_empty() { Duration::from_millis(200) } else { Duration::from_secs(30) };
+        let wait = if ctx.catalog().is_empty() {
+            Duration::from_millis(200)
+        } else {
+            Duration::from_secs(30)
+        };
         tokio::select! {
             _ = tokio::time::sleep(wait) => {}
             _ = shutdown.changed() => if *shutdown.borrow() { return },

@@ -28,7 +28,11 @@ impl Metrics {
 
     /// Current value of one counter (tests and status).
     pub fn get(&self, name: &'static str, label: &str) -> u64 {
-        self.counters.lock().ok().and_then(|c| c.get(&(name, label.to_string())).copied()).unwrap_or(0)
+        self.counters
+            .lock()
+            .ok()
+            .and_then(|c| c.get(&(name, label.to_string())).copied())
+            .unwrap_or(0)
     }
 
     /// Prometheus text exposition of every counter. Labels are `key="value"` pairs joined by
@@ -66,8 +70,19 @@ mod tests {
         m.inc("herd_routed_total", "node=\"node1\",reason=\"read\"");
         m.inc("herd_client_connections_total", "");
         let text = m.render();
-        assert!(text.contains("herd_routed_total{node=\"node1\",reason=\"read\"} 2"), "{text}");
-        assert!(text.contains("# TYPE herd_client_connections_total counter\nherd_client_connections_total 1"), "{text}");
-        assert_eq!(m.get("herd_routed_total", "node=\"node1\",reason=\"read\""), 2);
+        assert!(
+            text.contains("herd_routed_total{node=\"node1\",reason=\"read\"} 2"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "# TYPE herd_client_connections_total counter\nherd_client_connections_total 1"
+            ),
+            "{text}"
+        );
+        assert_eq!(
+            m.get("herd_routed_total", "node=\"node1\",reason=\"read\""),
+            2
+        );
     }
 }

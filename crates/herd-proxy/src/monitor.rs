@@ -9,7 +9,9 @@ use herd_core::Lsn;
 use tokio::sync::watch;
 use tokio_postgres::{Client, NoTls};
 
-use crate::topology::{next_membership, Assignment, Endpoint, LagLimits, LsnHistory, ReplicaView, TopologyView};
+use crate::topology::{
+    next_membership, Assignment, Endpoint, LagLimits, LsnHistory, ReplicaView, TopologyView,
+};
 
 /// Credentials of the proxy's own administrative connections.
 #[derive(Clone)]
@@ -37,7 +39,10 @@ pub async fn admin_connect(ep: &Endpoint, login: &AdminLogin, timeout: Duration)
         .dbname("postgres")
         .application_name("herd-proxy-monitor")
         .connect_timeout(timeout);
-    let (client, conn) = tokio::time::timeout(timeout, config.connect(NoTls)).await.ok()?.ok()?;
+    let (client, conn) = tokio::time::timeout(timeout, config.connect(NoTls))
+        .await
+        .ok()?
+        .ok()?;
     tokio::spawn(async move {
         let _ = conn.await;
     });
@@ -138,7 +143,11 @@ pub async fn run(
                 ReplicaView { endpoint: ep.clone(), healthy, replay_lsn: replay, lag_bytes, staleness, in_read_pool: in_pool }
             })
             .collect();
-        let _ = views.send(Arc::new(TopologyView { primary, primary_lsn, replicas }));
+        let _ = views.send(Arc::new(TopologyView {
+            primary,
+            primary_lsn,
+            replicas,
+        }));
     }
 }
 

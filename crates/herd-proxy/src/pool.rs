@@ -85,7 +85,12 @@ impl Pool {
     }
 
     /// Takes an idle connection or opens a new one, waiting at most `wait` for a free slot.
-    pub async fn acquire(self: &Arc<Self>, creds: &Credentials, wait: Duration, connect_timeout: Duration) -> Result<Lease, ProxyError> {
+    pub async fn acquire(
+        self: &Arc<Self>,
+        creds: &Credentials,
+        wait: Duration,
+        connect_timeout: Duration,
+    ) -> Result<Lease, ProxyError> {
         let permit = tokio::time::timeout(wait, self.permits.clone().acquire_owned())
             .await
             .map_err(|_| ProxyError::PoolTimeout(wait.as_secs()))?
@@ -107,7 +112,16 @@ impl Pool {
             Some(c) => c,
             None => {
                 let k = &self.key;
-                match ServerConn::connect(&k.endpoint, &k.user, &k.database, &creds.key, &creds.verifier, connect_timeout).await {
+                match ServerConn::connect(
+                    &k.endpoint,
+                    &k.user,
+                    &k.database,
+                    &creds.key,
+                    &creds.verifier,
+                    connect_timeout,
+                )
+                .await
+                {
                     Ok(c) => c,
                     Err(e) => {
                         self.outstanding.fetch_sub(1, Ordering::Relaxed);
@@ -116,7 +130,13 @@ impl Pool {
                 }
             }
         };
-        Ok(Lease { conn, guard: LeaseGuard { pool: self.clone(), _permit: permit } })
+        Ok(Lease {
+            conn,
+            guard: LeaseGuard {
+                pool: self.clone(),
+                _permit: permit,
+            },
+        })
     }
 
     /// Closes every idle connection (e.g. after the node changed role).
@@ -136,7 +156,10 @@ pub struct Pools {
 impl Pools {
     /// Pools of at most `size` connections each.
     pub fn new(size: usize) -> Self {
-        Pools { size, pools: Mutex::new(HashMap::new()) }
+        Pools {
+            size,
+            pools: Mutex::new(HashMap::new()),
+        }
     }
 
     /// The pool for `key`, created on first use.
@@ -168,7 +191,13 @@ impl Pools {
             .values()
             .map(|p| {
                 let idle = p.idle.lock().map(|i| i.len()).unwrap_or(0);
-                (p.key.endpoint.name.to_string(), p.key.user.clone(), p.key.database.clone(), p.outstanding(), idle)
+                (
+                    p.key.endpoint.name.to_string(),
+                    p.key.user.clone(),
+                    p.key.database.clone(),
+                    p.outstanding(),
+                    idle,
+                )
             })
             .collect()
     }

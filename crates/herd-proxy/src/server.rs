@@ -38,7 +38,11 @@ pub struct ServerConn {
 
 impl std::fmt::Debug for ServerConn {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "ServerConn({}:{} pid {})", self.endpoint.host, self.endpoint.port, self.backend_key.0)
+        write!(
+            f,
+            "ServerConn({}:{} pid {})",
+            self.endpoint.host, self.endpoint.port, self.backend_key.0
+        )
     }
 }
 
@@ -58,7 +62,9 @@ impl ServerConn {
             .await
             .map_err(|_| ProxyError::Unavailable(format!("{what}: timed out")))?
             .map_err(|e| ProxyError::io(what.clone(), e))?;
-        stream.set_nodelay(true).map_err(|e| ProxyError::io(what.clone(), e))?;
+        stream
+            .set_nodelay(true)
+            .map_err(|e| ProxyError::io(what.clone(), e))?;
         let mut conn = ServerConn {
             stream,
             rbuf: BytesMut::with_capacity(16 * 1024),
@@ -74,9 +80,22 @@ impl ServerConn {
         Ok(conn)
     }
 
-    async fn login(&mut self, user: &str, database: &str, key: &ClientKey, verifier: &Verifier) -> Result<(), ProxyError> {
+    async fn login(
+        &mut self,
+        user: &str,
+        database: &str,
+        key: &ClientKey,
+        verifier: &Verifier,
+    ) -> Result<(), ProxyError> {
         let mut out = Vec::new();
-        encode::startup_message(&mut out, &[("user", user), ("database", database), ("application_name", "herd-proxy")])?;
+        encode::startup_message(
+            &mut out,
+            &[
+                ("user", user),
+                ("database", database),
+                ("application_name", "herd-proxy"),
+            ],
+        )?;
         self.send(&out).await?;
         let mut exchange = ClientExchange::with_verifier(key.clone(), verifier);
         loop {
@@ -87,24 +106,38 @@ impl ServerConn {
                     Authentication::Sasl { mechanisms } => {
                         if !mechanisms.contains(&herd_scram::MECHANISM) {
                             return Err(ProxyError::Unavailable(format!(
-                                "server {} does not offer {}", self.endpoint.name, herd_scram::MECHANISM
+                                "server {} does not offer {}",
+                                self.endpoint.name,
+                                herd_scram::MECHANISM
                             )));
                         }
                         let first = exchange.client_first();
                         let mut out = Vec::new();
-                        encode::sasl_initial_response(&mut out, herd_scram::MECHANISM, Some(&first))?;
+                        encode::sasl_initial_response(
+                            &mut out,
+                            herd_scram::MECHANISM,
+                            Some(&first),
+                        )?;
                         self.send(&out).await?;
                     }
                     Authentication::SaslContinue { data } => {
-                        let fin = exchange.client_final(data).map_err(|e| ProxyError::Unavailable(format!("SCRAM with {}: {e}", self.endpoint.name)))?;
+                        let fin = exchange.client_final(data).map_err(|e| {
+                            ProxyError::Unavailable(format!(
+                                "SCRAM with {}: {e}",
+                                self.endpoint.name
+                            ))
+                        })?;
                         let mut out = Vec::new();
                         encode::sasl_response(&mut out, &fin)?;
                         self.send(&out).await?;
                     }
                     Authentication::SaslFinal { data } => {
-                        exchange
-                            .verify_server_final(data)
-                            .map_err(|e| ProxyError::Unavailable(format!("server {} failed SCRAM verification: {e}", self.endpoint.name)))?;
+                        exchange.verify_server_final(data).map_err(|e| {
+                            ProxyError::Unavailable(format!(
+                                "server {} failed SCRAM verification: {e}",
+                                self.endpoint.name
+                            ))
+                        })?;
                     }
                     _ => {
                         return Err(ProxyError::Unavailable(format!(
@@ -130,7 +163,10 @@ impl ServerConn {
 
     /// Writes all of `bytes`.
     pub async fn send(&mut self, bytes: &[u8]) -> Result<(), ProxyError> {
-        self.stream.write_all(bytes).await.map_err(|e| ProxyError::io(format!("writing to {}", self.endpoint.name), e))
+        self.stream
+            .write_all(bytes)
+            .await
+            .map_err(|e| ProxyError::io(format!("writing to {}", self.endpoint.name), e))
     }
 
     /// Reads more bytes into `rbuf`; an error when the server closed the connection.
@@ -138,11 +174,18 @@ impl ServerConn {
         if self.rbuf.capacity() - self.rbuf.len() < 4096 {
             self.rbuf.reserve(16 * 1024);
         }
-        let n = self.stream.read_buf(&mut self.rbuf).await.map_err(|e| ProxyError::io(format!("reading from {}", self.endpoint.name), e))?;
+        let n = self
+            .stream
+            .read_buf(&mut self.rbuf)
+            .await
+            .map_err(|e| ProxyError::io(format!("reading from {}", self.endpoint.name), e))?;
         if n == 0 {
             return Err(ProxyError::io(
                 format!("reading from {}", self.endpoint.name),
-                std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "server closed the connection"),
+                std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "server closed the connection",
+                ),
             ));
         }
         Ok(n)
@@ -167,7 +210,10 @@ impl ServerConn {
 
     /// Runs `sql` (simple protocol) for the proxy itself; returns the rows' text columns.
     /// The server must be idle. An error from the server is returned after its ReadyForQuery.
-    pub async fn internal_query(&mut self, sql: &str) -> Result<Vec<Vec<Option<String>>>, ProxyError> {
+    pub async fn internal_query(
+        &mut self,
+        sql: &str,
+    ) -> Result<Vec<Vec<Option<String>>>, ProxyError> {
         let mut out = Vec::new();
         encode::query(&mut out, sql)?;
         self.send(&out).await?;
@@ -178,7 +224,12 @@ impl ServerConn {
             match tag {
                 b'D' => {
                     let row = DataRow::decode(&body)?;
-                    rows.push(row.columns.iter().map(|c| c.map(|b| String::from_utf8_lossy(b).into_owned())).collect());
+                    rows.push(
+                        row.columns
+                            .iter()
+                            .map(|c| c.map(|b| String::from_utf8_lossy(b).into_owned()))
+                            .collect(),
+                    );
                 }
                 b'E' => error = Some(server_error(&body)),
                 b'Z' => return error.map_or(Ok(rows), Err),

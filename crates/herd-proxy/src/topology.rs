@@ -4,8 +4,8 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-pub use herd_core::{Assignment, Endpoint};
 use herd_core::Lsn;
+pub use herd_core::{Assignment, Endpoint};
 
 /// One replica as last observed.
 #[derive(Clone, Debug, PartialEq)]
@@ -49,7 +49,11 @@ impl LsnHistory {
     /// Records the primary's position at `at`.
     pub fn record(&mut self, at: Instant, lsn: Lsn) {
         self.samples.push_back((at, lsn));
-        while self.samples.front().is_some_and(|(t, _)| at.duration_since(*t) > HISTORY) {
+        while self
+            .samples
+            .front()
+            .is_some_and(|(t, _)| at.duration_since(*t) > HISTORY)
+        {
             self.samples.pop_front();
         }
     }
@@ -84,7 +88,12 @@ pub struct LagLimits {
 
 /// Read-pool membership with hysteresis: leave above the limits, return only below the lower
 /// marks, so a replica is not flapping in and out while replay catches up.
-pub fn next_membership(in_pool: bool, lag_bytes: u64, staleness: Option<Duration>, limits: &LagLimits) -> bool {
+pub fn next_membership(
+    in_pool: bool,
+    lag_bytes: u64,
+    staleness: Option<Duration>,
+    limits: &LagLimits,
+) -> bool {
     let staleness = staleness.unwrap_or(Duration::MAX);
     if in_pool {
         lag_bytes <= limits.max_bytes && staleness <= limits.max_staleness
@@ -111,12 +120,20 @@ mod tests {
         assert_eq!(h.staleness(Lsn(300), now), Some(Duration::ZERO));
         assert_eq!(h.staleness(Lsn(250), now), Some(Duration::from_millis(150)));
         assert_eq!(h.staleness(Lsn(100), now), Some(Duration::from_millis(250)));
-        assert_eq!(h.staleness(Lsn(50), now), None, "older than anything remembered");
+        assert_eq!(
+            h.staleness(Lsn(50), now),
+            None,
+            "older than anything remembered"
+        );
     }
 
     #[test]
     fn membership_has_hysteresis() {
-        let limits = LagLimits { max_bytes: 1000, max_staleness: Duration::from_secs(1), readmit_fraction: 0.5 };
+        let limits = LagLimits {
+            max_bytes: 1000,
+            max_staleness: Duration::from_secs(1),
+            readmit_fraction: 0.5,
+        };
         let ms = |m| Some(Duration::from_millis(m));
         let table = [
             (true, 0, ms(0), true),
@@ -130,7 +147,11 @@ mod tests {
             (false, 0, ms(0), true),
         ];
         for (in_pool, bytes, stale, want) in table {
-            assert_eq!(next_membership(in_pool, bytes, stale, &limits), want, "{in_pool} {bytes} {stale:?}");
+            assert_eq!(
+                next_membership(in_pool, bytes, stale, &limits),
+                want,
+                "{in_pool} {bytes} {stale:?}"
+            );
         }
     }
 }

@@ -27,13 +27,23 @@ pub struct Users {
 impl Users {
     /// Reads verifiers with the proxy's administrative login.
     pub fn new(login: AdminLogin) -> Self {
-        Users { login, admin: tokio::sync::Mutex::new(None), verifiers: Mutex::new(HashMap::new()), keys: Mutex::new(HashMap::new()) }
+        Users {
+            login,
+            admin: tokio::sync::Mutex::new(None),
+            verifiers: Mutex::new(HashMap::new()),
+            keys: Mutex::new(HashMap::new()),
+        }
     }
 
     /// The verifier of a login role, `None` when the role does not exist, cannot log in, has
     /// expired or has no SCRAM password.
     pub async fn verifier(&self, primary: &Endpoint, user: &str) -> Option<Verifier> {
-        if let Some((at, v)) = self.verifiers.lock().ok().and_then(|m| m.get(user).cloned()) {
+        if let Some((at, v)) = self
+            .verifiers
+            .lock()
+            .ok()
+            .and_then(|m| m.get(user).cloned())
+        {
             if at.elapsed() < VERIFIER_TTL {
                 return v;
             }
@@ -52,7 +62,9 @@ impl Users {
             None => true,
         };
         if stale {
-            *admin = admin_connect(primary, &self.login, Duration::from_secs(3)).await.map(|c| (primary.clone(), c));
+            *admin = admin_connect(primary, &self.login, Duration::from_secs(3))
+                .await
+                .map(|c| (primary.clone(), c));
         }
         let (_, client) = admin.as_ref()?;
         let row = client

@@ -59,7 +59,11 @@ impl ClassifierCache {
 
     /// A cache holding at most `capacity` entries of at most `max_sql_len` bytes each.
     pub fn with_max_sql_len(capacity: usize, max_sql_len: usize) -> Self {
-        ClassifierCache { inner: Mutex::new(Inner::default()), capacity, max_sql_len }
+        ClassifierCache {
+            inner: Mutex::new(Inner::default()),
+            capacity,
+            max_sql_len,
+        }
     }
 
     /// Maximum number of entries.
@@ -75,7 +79,9 @@ impl ClassifierCache {
     /// Locks the state; a poisoned lock is still usable (the maps stay consistent
     /// because no user code runs while it is held).
     fn lock(&self) -> MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.inner
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// The classification of `sql`, from the cache or freshly computed.
@@ -118,7 +124,12 @@ impl ClassifierCache {
     /// Counters and current size.
     pub fn stats(&self) -> CacheStats {
         let inner = self.lock();
-        CacheStats { hits: inner.hits, misses: inner.misses, len: inner.map.len(), capacity: self.capacity }
+        CacheStats {
+            hits: inner.hits,
+            misses: inner.misses,
+            len: inner.map.len(),
+            capacity: self.capacity,
+        }
     }
 
     /// Number of entries held.

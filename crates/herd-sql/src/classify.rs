@@ -1,8 +1,13 @@
 //! Parsing and per-statement classification.
 
 use crate::walk::{scan, Facts};
-use crate::{session, Classification, PinReason, Reason, Route, SessionEffect, Statement, TxEffect};
-use pg_query::protobuf::{a_const, node::Node as N, CopyStmt, DeclareCursorStmt, ExplainStmt, Node, RangeVar};
+use crate::{
+    session, Classification, ParseError, PinReason, Reason, Route, SessionEffect, Statement,
+    TxEffect,
+};
+use pg_query::protobuf::{
+    a_const, node::Node as N, CopyStmt, DeclareCursorStmt, ExplainStmt, Node, RangeVar,
+};
 use std::ops::Range;
 
 /// `CURSOR_OPT_HOLD` from PostgreSQL's `parsenodes.h`.
@@ -68,18 +73,27 @@ impl Draft {
 pub fn classify(sql: &str) -> Classification {
     match std::panic::catch_unwind(|| classify_inner(sql)) {
         Ok(c) => c,
-        Err(_) => unparseable("internal error while classifying".to_string()),
+        Err(_) => unparseable("internal error while classifying".to_string(), false),
     }
 }
 
-fn unparseable(message: String) -> Classification {
-    Classification { statements: Vec::new(), error: Some(message) }
+fn unparseable(message: String, too_complex: bool) -> Classification {
+    Classification {
+        statements: Vec::new(),
+        error: Some(ParseError {
+            message,
+            too_complex,
+        }),
+    }
 }
 
 fn classify_inner(sql: &str) -> Classification {
     let parsed = match pg_query::parse(sql, 0) {
         Ok(p) => p,
-        Err(e) => return unparseable(e.to_string()),
+        Err(e) => {
+            let too_complex = matches!(e, pg_query::Error::Decode(_));
+            return unparseable(e.to_string(), too_complex);
+        }
     };
     let statements = parsed
         .protobuf
@@ -95,7 +109,10 @@ fn classify_inner(sql: &str) -> Classification {
             draft.finish(span)
         })
         .collect();
-    Classification { statements, error: None }
+    Classification {
+        statements,
+        error: None,
+    }
 }
 
 /// Byte range of a statement from `RawStmt` location/length (0 = to the end),
@@ -126,7 +143,11 @@ fn statement(node: &Node, text: &str) -> Draft {
         return Draft::primary(Reason::Unparseable);
     };
     match kind {
-        N::SelectStmt(_) | N::InsertStmt(_) | N::UpdateStmt(_) | N::DeleteStmt(_) | N::MergeStmt(_) => query(node, kind),
+        N::SelectStmt(_)
+        | N::InsertStmt(_)
+        | N::UpdateStmt(_)
+        | N::DeleteStmt(_)
+        | N::MergeStmt(_) => query(node, kind),
         N::VariableShowStmt(_) => Draft::new(Route::Replica, Reason::ReadOnly),
         N::VariableSetStmt(s) => session::variable_set(s, text),
         N::TransactionStmt(s) => session::transaction(s),
@@ -135,14 +156,19 @@ fn statement(node: &Node, text: &str) -> Draft {
         N::CopyStmt(s) => copy(s),
         N::DeclareCursorStmt(s) => declare(s),
         N::FetchStmt(_) | N::ClosePortalStmt(_) => Draft::new(Route::Replica, Reason::Cursor),
-        N::PrepareStmt(_) => Draft::primary(Reason::Utility).with_functions_of(node).pinned(PinReason::SqlPrepare),
-        N::ExecuteStmt(_) | N::CallStmt(_) | N::DoStmt(_) => {
-            Draft::primary(Reason::Utility).with_functions_of(node).writes()
+        N::PrepareStmt(_) => Draft::primary(Reason::Utility)
+            .with_functions_of(node)
+            .pinned(PinReason::SqlPrepare),
+        N::ExecuteStmt(_) | N::CallStmt(_) | N::DoStmt(_) => Draft::primary(Reason::Utility)
+            .with_functions_of(node)
+            .writes(),
+        N::DeallocateStmt(_) | N::NotifyStmt(_) | N::UnlistenStmt(_) => {
+            Draft::primary(Reason::Utility)
         }
-        N::DeallocateStmt(_) | N::NotifyStmt(_) | N::UnlistenStmt(_) => Draft::primary(Reason::Utility),
         N::ListenStmt(_) => Draft::primary(Reason::Utility).pinned(PinReason::Listen),
         N::LoadStmt(_) => Draft::primary(Reason::Utility).pinned(PinReason::LoadLibrary),
         N::LockStmt(_) => Draft::primary(Reason::Lock),
+        N::ConstraintsSetStmt(_) => Draft::primary(Reason::TransactionControl),
         N::CreateStmt(s) => ddl(node, s.relation.as_ref()),
         N::CreateTableAsStmt(s) => ddl(node, s.into.as_ref().and_then(|i| i.rel.as_ref())),
         N::ViewStmt(s) => ddl(node, s.view.as_ref()),
@@ -169,7 +195,14 @@ fn ddl(node: &Node, created: Option<&RangeVar>) -> Draft {
 
 /// SELECT / VALUES / TABLE and INSERT / UPDATE / DELETE / MERGE.
 fn query(node: &Node, kind: &N) -> Draft {
-    let Facts { functions, dml, locking, select_into, pin, opaque } = scan(node);
+    let Facts {
+        functions,
+        dml,
+        locking,
+        select_into,
+        pin,
+        opaque,
+    } = scan(node);
     if opaque {
         return Draft::primary(Reason::Unparseable);
     }
@@ -239,14 +272,16 @@ fn explain_analyze(stmt: &ExplainStmt) -> bool {
             Some(N::AConst(c)) => match c.val.as_ref() {
                 Some(a_const::Val::Boolval(b)) => b.boolval,
                 Some(a_const::Val::Ival(i)) => i.ival != 0,
-                Some(a_const::Val::Sval(s)) => {
-                    !matches!(s.sval.to_ascii_lowercase().as_str(), "false" | "off" | "no" | "0" | "f" | "n")
-                }
+                Some(a_const::Val::Sval(s)) => !matches!(
+                    s.sval.to_ascii_lowercase().as_str(),
+                    "false" | "off" | "no" | "0" | "f" | "n"
+                ),
                 _ => true,
             },
-            Some(N::String(s)) => {
-                !matches!(s.sval.to_ascii_lowercase().as_str(), "false" | "off" | "no" | "0" | "f" | "n")
-            }
+            Some(N::String(s)) => !matches!(
+                s.sval.to_ascii_lowercase().as_str(),
+                "false" | "off" | "no" | "0" | "f" | "n"
+            ),
             Some(_) => true,
         }
     })

@@ -66,6 +66,10 @@ pub enum Reason {
     Utility,
     /// The text does not parse (or the parser failed).
     Unparseable,
+    /// The text parses but its tree is nested deeper than the protobuf
+    /// decoder accepts (about 100 message levels: e.g. ~20 nested sub-selects
+    /// or a ~50-term `a + b + …` chain).
+    TooComplex,
     /// No statement at all (empty string, only comments or semicolons).
     Empty,
 }
@@ -91,9 +95,9 @@ pub enum TxEffect {
     Rollback,
     /// SAVEPOINT name.
     Savepoint,
-    /// RELEASE [SAVEPOINT] name.
+    /// RELEASE \[SAVEPOINT\] name.
     Release,
-    /// ROLLBACK TO [SAVEPOINT] name.
+    /// ROLLBACK TO \[SAVEPOINT\] name.
     RollbackToSavepoint,
     /// PREPARE TRANSACTION 'gid'.
     PrepareTransaction,
@@ -191,8 +195,18 @@ pub struct Statement {
 pub struct Classification {
     /// Statements in order; empty when the string is empty or unparseable.
     pub statements: Vec<Statement>,
-    /// The parser's message when the string did not parse.
-    pub error: Option<String>,
+    /// Set when the string could not be classified.
+    pub error: Option<ParseError>,
+}
+
+/// Why a string could not be classified.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParseError {
+    /// The parser's message.
+    pub message: String,
+    /// True when the SQL is valid but nested too deeply to decode
+    /// ([`Reason::TooComplex`]); false for a syntax error ([`Reason::Unparseable`]).
+    pub too_complex: bool,
 }
 
 /// Function volatility as in `pg_proc.provolatile`.
@@ -229,7 +243,9 @@ pub trait FunctionCatalog {
     fn volatility(&self, name: &str) -> Option<Volatility>;
 }
 
-impl<S: std::hash::BuildHasher> FunctionCatalog for std::collections::HashMap<String, Volatility, S> {
+impl<S: std::hash::BuildHasher> FunctionCatalog
+    for std::collections::HashMap<String, Volatility, S>
+{
     fn volatility(&self, name: &str) -> Option<Volatility> {
         self.get(name).copied()
     }

@@ -1,6 +1,8 @@
 //! Final routing decisions given a [`FunctionCatalog`].
 
-use crate::{Classification, FunctionCatalog, PinReason, Reason, Route, SessionEffect, Statement, Volatility};
+use crate::{
+    Classification, FunctionCatalog, PinReason, Reason, Route, SessionEffect, Statement, Volatility,
+};
 
 impl Statement {
     /// Final route of this statement: [`Statement::route_without_functions`],
@@ -12,7 +14,9 @@ impl Statement {
         for name in &self.functions {
             match catalog.volatility(name) {
                 Some(Volatility::Immutable | Volatility::Stable) => {}
-                Some(Volatility::Volatile) => return (Route::Primary, Reason::VolatileFunction(name.clone())),
+                Some(Volatility::Volatile) => {
+                    return (Route::Primary, Reason::VolatileFunction(name.clone()))
+                }
                 None => return (Route::Primary, Reason::UnknownFunction(name.clone())),
             }
         }
@@ -34,24 +38,37 @@ impl Classification {
     /// [`Route::Primary`] when the string is empty or unparseable, or when any
     /// statement writes, locks, pins, calls a volatile or unknown function, or
     /// is otherwise not safe on a hot standby; the reason is the first such
-    /// statement's. Otherwise [`Route::Replica`], with [`Reason::ReadOnly`]
+    /// statement's, preferring any other reason over
+    /// [`Reason::TransactionControl`] (so `BEGIN; INSERT …` reports
+    /// [`Reason::Write`]). Otherwise [`Route::Replica`], with [`Reason::ReadOnly`]
     /// when any statement is a read, else the first statement's reason.
     pub fn route(&self, catalog: &dyn FunctionCatalog) -> (Route, Reason) {
-        if self.error.is_some() {
-            return (Route::Primary, Reason::Unparseable);
+        if let Some(error) = &self.error {
+            let reason = if error.too_complex {
+                Reason::TooComplex
+            } else {
+                Reason::Unparseable
+            };
+            return (Route::Primary, reason);
         }
         let Some(first) = self.statements.first() else {
             return (Route::Primary, Reason::Empty);
         };
         let mut any_read = false;
+        let mut primary: Option<Reason> = None;
         for statement in &self.statements {
             let (route, reason) = statement.route(catalog);
-            if route == Route::Primary {
-                return (Route::Primary, reason);
-            }
             any_read |= reason == Reason::ReadOnly;
+            if route == Route::Primary {
+                if reason != Reason::TransactionControl {
+                    return (Route::Primary, reason);
+                }
+                primary.get_or_insert(reason);
+            }
         }
-        if any_read {
+        if let Some(reason) = primary {
+            (Route::Primary, reason)
+        } else if any_read {
             (Route::Replica, Reason::ReadOnly)
         } else {
             (Route::Replica, first.reason.clone())

@@ -27,7 +27,9 @@ fn tx_options(options: &[Node]) -> TxOptions {
             continue;
         };
         match (def.defname.as_str(), c.val.as_ref()) {
-            ("transaction_read_only", Some(a_const::Val::Ival(i))) => out.read_only = Some(i.ival != 0),
+            ("transaction_read_only", Some(a_const::Val::Ival(i))) => {
+                out.read_only = Some(i.ival != 0)
+            }
             ("transaction_isolation", Some(a_const::Val::Sval(s))) => {
                 out.serializable = s.sval.eq_ignore_ascii_case("serializable");
             }
@@ -71,7 +73,10 @@ pub(crate) fn transaction(stmt: &TransactionStmt) -> Draft {
     };
     if matches!(
         draft.tx,
-        TxEffect::PrepareTransaction | TxEffect::CommitPrepared | TxEffect::RollbackPrepared | TxEffect::None
+        TxEffect::PrepareTransaction
+            | TxEffect::CommitPrepared
+            | TxEffect::RollbackPrepared
+            | TxEffect::None
     ) {
         draft.route = Route::Primary;
     }
@@ -96,6 +101,9 @@ pub(crate) fn variable_set(stmt: &VariableSetStmt, text: &str) -> Draft {
     draft.session = match kind {
         K::VarSetValue => {
             let (value, sql) = render_set(stmt, text);
+            if let Some(tx_draft) = transaction_setting(&name, &value) {
+                return tx_draft;
+            }
             if stmt.is_local {
                 SessionEffect::SetLocal { name, value, sql }
             } else {
@@ -109,7 +117,11 @@ pub(crate) fn variable_set(stmt: &VariableSetStmt, text: &str) -> Draft {
         },
         K::VarSetDefault | K::VarReset => SessionEffect::Reset { name },
         K::VarResetAll => SessionEffect::ResetAll,
-        K::VarSetCurrent => SessionEffect::Set { name, value: String::new(), sql: text.to_string() },
+        K::VarSetCurrent => SessionEffect::Set {
+            name,
+            value: String::new(),
+            sql: text.to_string(),
+        },
         K::VarSetMulti => return set_multi(stmt, text),
         K::Undefined => {
             draft.route = Route::Primary;
@@ -120,6 +132,44 @@ pub(crate) fn variable_set(stmt: &VariableSetStmt, text: &str) -> Draft {
     draft
 }
 
+/// `SET transaction_read_only = …` / `SET transaction_isolation = …` only
+/// affect the current transaction: treat them like SET TRANSACTION, not as
+/// session state to replay.
+fn transaction_setting(name: &str, value: &str) -> Option<Draft> {
+    let mut draft = Draft::new(Route::Replica, Reason::TransactionControl);
+    match name {
+        "transaction_read_only" => {
+            let read_only = parse_bool(value);
+            draft.tx = TxEffect::SetTransaction { read_only };
+            if read_only != Some(true) {
+                draft.route = Route::Primary;
+            }
+        }
+        "transaction_isolation" => {
+            draft.tx = TxEffect::SetTransaction { read_only: None };
+            if value.eq_ignore_ascii_case("serializable") {
+                draft.route = Route::Primary;
+                draft.reason = Reason::SerializableTransaction;
+            }
+        }
+        _ => return None,
+    }
+    Some(draft)
+}
+
+/// PostgreSQL's boolean spellings (unique prefixes of true/false/yes/no, on/off, 1/0).
+fn parse_bool(value: &str) -> Option<bool> {
+    let v = value.trim().to_ascii_lowercase();
+    let prefix_of = |word: &str, min: usize| v.len() >= min && word.starts_with(v.as_str());
+    if prefix_of("true", 1) || prefix_of("yes", 1) || v == "on" || v == "1" {
+        Some(true)
+    } else if prefix_of("false", 1) || prefix_of("no", 1) || prefix_of("off", 2) || v == "0" {
+        Some(false)
+    } else {
+        None
+    }
+}
+
 /// SET TRANSACTION …, SET SESSION CHARACTERISTICS AS TRANSACTION …,
 /// SET TRANSACTION SNAPSHOT ….
 fn set_multi(stmt: &VariableSetStmt, text: &str) -> Draft {
@@ -127,7 +177,9 @@ fn set_multi(stmt: &VariableSetStmt, text: &str) -> Draft {
     match stmt.name.as_str() {
         "TRANSACTION" => {
             let mut draft = Draft::new(Route::Replica, Reason::TransactionControl);
-            draft.tx = TxEffect::SetTransaction { read_only: opts.read_only };
+            draft.tx = TxEffect::SetTransaction {
+                read_only: opts.read_only,
+            };
             if opts.serializable {
                 draft.route = Route::Primary;
                 draft.reason = Reason::SerializableTransaction;
@@ -160,19 +212,31 @@ fn set_multi(stmt: &VariableSetStmt, text: &str) -> Draft {
 /// by re-parsing it. Otherwise (SET TIME ZONE, SET NAMES, odd values) the
 /// original statement text is replayed unchanged.
 fn render_set(stmt: &VariableSetStmt, text: &str) -> (String, String) {
-    let plain: Option<Vec<(String, String)>> = stmt.args.iter().map(render_arg).collect();
-    let Some(parts) = plain.filter(|p| !p.is_empty()) else {
+    let rendered: Option<Vec<(String, Option<String>)>> =
+        stmt.args.iter().map(render_arg).collect();
+    let Some(parts) = rendered.filter(|p| !p.is_empty()) else {
         // Non-constant values (e.g. SET TIME ZONE INTERVAL …): replay as written.
         return (String::new(), text.to_string());
     };
-    let value = parts.iter().map(|(raw, _)| raw.as_str()).collect::<Vec<_>>().join(", ");
-    if stmt.location < 0 {
-        // Special syntax (SET TIME ZONE 'UTC', SET NAMES …): replay as written.
+    let value = parts
+        .iter()
+        .map(|(raw, _)| raw.as_str())
+        .collect::<Vec<_>>()
+        .join(", ");
+    let literals: Option<Vec<&str>> = parts.iter().map(|(_, lit)| lit.as_deref()).collect();
+    let Some(literals) = literals.filter(|_| stmt.location >= 0) else {
+        // Special syntax (SET TIME ZONE 'UTC', …) or a value that cannot be
+        // re-quoted safely: replay as written.
         return (value, text.to_string());
-    }
-    let literal = parts.iter().map(|(_, lit)| lit.as_str()).collect::<Vec<_>>().join(", ");
-    let name = stmt.name.split('.').map(quote_ident).collect::<Vec<_>>().join(".");
-    let canonical = format!("SET {name} = {literal}");
+    };
+    let name = stmt
+        .name
+        .split('.')
+        .map(quote_ident)
+        .collect::<Vec<_>>()
+        .join(".");
+    let local = if stmt.is_local { "LOCAL " } else { "" };
+    let canonical = format!("SET {local}{name} = {}", literals.join(", "));
     if reparses_same(&canonical, stmt) {
         (value, canonical)
     } else {
@@ -180,23 +244,24 @@ fn render_set(stmt: &VariableSetStmt, text: &str) -> (String, String) {
     }
 }
 
-/// (plain value, SQL literal) of one constant argument.
-fn render_arg(arg: &Node) -> Option<(String, String)> {
+/// (plain value, SQL literal) of one constant argument; the literal is
+/// `None` when re-quoting could change its meaning (backslashes, which depend
+/// on `standard_conforming_strings`).
+fn render_arg(arg: &Node) -> Option<(String, Option<String>)> {
     let Some(node::Node::AConst(c)) = arg.node.as_ref() else {
         return None;
     };
     match c.val.as_ref()? {
         a_const::Val::Sval(s) => {
-            if s.sval.contains('\\') || s.sval.contains('\0') {
-                return None;
-            }
-            Some((s.sval.clone(), format!("'{}'", s.sval.replace('\'', "''"))))
+            let literal =
+                (!s.sval.contains('\\')).then(|| format!("'{}'", s.sval.replace('\'', "''")));
+            Some((s.sval.clone(), literal))
         }
-        a_const::Val::Ival(i) => Some((i.ival.to_string(), i.ival.to_string())),
-        a_const::Val::Fval(f) => Some((f.fval.clone(), f.fval.clone())),
+        a_const::Val::Ival(i) => Some((i.ival.to_string(), Some(i.ival.to_string()))),
+        a_const::Val::Fval(f) => Some((f.fval.clone(), Some(f.fval.clone()))),
         a_const::Val::Boolval(b) => {
             let v = if b.boolval { "true" } else { "false" };
-            Some((v.to_string(), v.to_string()))
+            Some((v.to_string(), Some(v.to_string())))
         }
         a_const::Val::Bsval(_) => None,
     }
@@ -205,7 +270,9 @@ fn render_arg(arg: &Node) -> Option<(String, String)> {
 /// Quotes one dotted part of a setting name when it is not a plain identifier.
 fn quote_ident(part: &str) -> String {
     let mut chars = part.chars();
-    let plain = chars.next().is_some_and(|c| c.is_ascii_lowercase() || c == '_')
+    let plain = chars
+        .next()
+        .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
         && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '$');
     if plain {
         part.to_string()
@@ -222,10 +289,14 @@ fn reparses_same(sql: &str, original: &VariableSetStmt) -> bool {
     let [raw] = parsed.protobuf.stmts.as_slice() else {
         return false;
     };
-    let Some(node::Node::VariableSetStmt(again)) = raw.stmt.as_deref().and_then(|s| s.node.as_ref()) else {
+    let Some(node::Node::VariableSetStmt(again)) =
+        raw.stmt.as_deref().and_then(|s| s.node.as_ref())
+    else {
         return false;
     };
-    let values = |s: &VariableSetStmt| -> Option<Vec<(String, String)>> { s.args.iter().map(render_arg).collect() };
+    let values = |s: &VariableSetStmt| -> Option<Vec<(String, Option<String>)>> {
+        s.args.iter().map(render_arg).collect()
+    };
     again.name == original.name
         && again.kind == original.kind
         && again.is_local == original.is_local

@@ -49,10 +49,8 @@ pub(crate) fn scan(node: &Node) -> Facts {
                     match key.as_str() {
                         "FuncCall" => on_func_call(child, &mut facts),
                         "LockingClause" => facts.locking = true,
-                        "SelectStmt" => {
-                            if child.get("into_clause").is_some_and(|c| !c.is_null()) {
-                                facts.select_into = true;
-                            }
+                        "SelectStmt" if child.get("into_clause").is_some_and(|c| !c.is_null()) => {
+                            facts.select_into = true;
                         }
                         k if DML_KINDS.contains(&k) => facts.dml = true,
                         _ => {}
@@ -122,18 +120,33 @@ fn function_pin(name: &str, call: &Value) -> Option<crate::PinReason> {
 /// True when the call's third argument is the literal `true` (or a string
 /// literal PostgreSQL reads as true), i.e. `set_config(…, …, true)`.
 fn third_arg_is_true(call: &Value) -> bool {
-    let Some(arg) = call.get("args").and_then(Value::as_array).and_then(|a| a.get(2)) else {
+    let Some(arg) = call
+        .get("args")
+        .and_then(Value::as_array)
+        .and_then(|a| a.get(2))
+    else {
         return false;
     };
-    let Some(val) = arg.get("node").and_then(|n| n.get("AConst")).and_then(|c| c.get("val")) else {
+    let Some(val) = arg
+        .get("node")
+        .and_then(|n| n.get("AConst"))
+        .and_then(|c| c.get("val"))
+    else {
         return false;
     };
     if let Some(b) = val.get("Boolval") {
         // prost omits nothing here, but an absent field means false.
         return b.get("boolval").and_then(Value::as_bool).unwrap_or(false);
     }
-    if let Some(s) = val.get("Sval").and_then(|s| s.get("sval")).and_then(Value::as_str) {
-        return matches!(s.to_ascii_lowercase().as_str(), "t" | "true" | "on" | "yes" | "y" | "1");
+    if let Some(s) = val
+        .get("Sval")
+        .and_then(|s| s.get("sval"))
+        .and_then(Value::as_str)
+    {
+        return matches!(
+            s.to_ascii_lowercase().as_str(),
+            "t" | "true" | "on" | "yes" | "y" | "1"
+        );
     }
     false
 }
@@ -157,7 +170,10 @@ mod tests {
     #[test]
     fn schema_qualified_names() {
         let f = facts("select pg_catalog.now(), now(), now()");
-        assert_eq!(f.functions, vec!["pg_catalog.now".to_string(), "now".to_string()]);
+        assert_eq!(
+            f.functions,
+            vec!["pg_catalog.now".to_string(), "now".to_string()]
+        );
     }
 
     #[test]
@@ -170,10 +186,19 @@ mod tests {
     #[test]
     fn set_config_pin() {
         let pin = |sql: &str| facts(sql).pin.map(|(p, _)| p);
-        assert_eq!(pin("select set_config('a','b',false)"), Some(crate::PinReason::SetConfig));
+        assert_eq!(
+            pin("select set_config('a','b',false)"),
+            Some(crate::PinReason::SetConfig)
+        );
         assert_eq!(pin("select set_config('a','b',true)"), None);
-        assert_eq!(pin("select pg_try_advisory_lock(1)"), Some(crate::PinReason::AdvisoryLock));
-        assert_eq!(pin("select pg_catalog.pg_advisory_lock(1)"), Some(crate::PinReason::AdvisoryLock));
+        assert_eq!(
+            pin("select pg_try_advisory_lock(1)"),
+            Some(crate::PinReason::AdvisoryLock)
+        );
+        assert_eq!(
+            pin("select pg_catalog.pg_advisory_lock(1)"),
+            Some(crate::PinReason::AdvisoryLock)
+        );
         assert_eq!(pin("select pg_advisory_xact_lock(1)"), None);
     }
 }

@@ -70,3 +70,14 @@ pub fn api_get(port: u16, path: &str) -> (u16, serde_json::Value) {
         Err(e) => panic!("GET {url}: {e}"),
     }
 }
+
+/// A GET on Herd's API returning the body as text (for `/metrics`).
+pub fn api_get_text(port: u16, path: &str) -> String {
+    let url = format!("http://127.0.0.1:{port}{path}");
+    ureq::get(&url)
+        .timeout(Duration::from_secs(5))
+        .call()
+        .unwrap_or_else(|e| panic!("GET {url}: {e}"))
+        .into_string()
+        .expect("text body")
+}

@@ -85,26 +85,45 @@ pub fn choose(req: &Request, view: &TopologyView) -> Target {
         return Target::Primary(PrimaryReason::NoReplica);
     }
     match req.consistency {
-        Consistency::Eventual => Target::Replica { candidates: pool, confirm: None },
+        Consistency::Eventual => Target::Replica {
+            candidates: pool,
+            confirm: None,
+        },
         Consistency::Bounded => {
             let fresh: Vec<usize> = pool
                 .into_iter()
-                .filter(|&i| view.replicas[i].staleness.is_some_and(|s| s <= req.max_staleness))
+                .filter(|&i| {
+                    view.replicas[i]
+                        .staleness
+                        .is_some_and(|s| s <= req.max_staleness)
+                })
                 .collect();
             if fresh.is_empty() {
                 Target::Primary(PrimaryReason::TooStale)
             } else {
-                Target::Replica { candidates: fresh, confirm: None }
+                Target::Replica {
+                    candidates: fresh,
+                    confirm: None,
+                }
             }
         }
         Consistency::Session => {
-            let caught_up: Vec<usize> =
-                pool.iter().copied().filter(|&i| view.replicas[i].replay_lsn >= req.token).collect();
+            let caught_up: Vec<usize> = pool
+                .iter()
+                .copied()
+                .filter(|&i| view.replicas[i].replay_lsn >= req.token)
+                .collect();
             if !caught_up.is_empty() {
-                Target::Replica { candidates: caught_up, confirm: None }
+                Target::Replica {
+                    candidates: caught_up,
+                    confirm: None,
+                }
             } else if req.may_wait {
                 // The poll is up to 100 ms old: a replica has most likely replayed the token by now.
-                Target::Replica { candidates: pool, confirm: Some(req.token) }
+                Target::Replica {
+                    candidates: pool,
+                    confirm: Some(req.token),
+                }
             } else {
                 Target::Primary(PrimaryReason::NotCaughtUp)
             }
@@ -122,7 +141,11 @@ mod tests {
 
     fn replica(i: usize, healthy: bool, in_pool: bool, replay: u64, stale_ms: u64) -> ReplicaView {
         ReplicaView {
-            endpoint: Endpoint { name: NodeName::numbered(i), host: "127.0.0.1".into(), port: 1 },
+            endpoint: Endpoint {
+                name: NodeName::numbered(i),
+                host: "127.0.0.1".into(),
+                port: 1,
+            },
             healthy,
             replay_lsn: Lsn(replay),
             lag_bytes: 0,
@@ -132,7 +155,13 @@ mod tests {
     }
 
     fn req(read_only: bool, consistency: Consistency, token: u64, may_wait: bool) -> Request {
-        Request { read_only, consistency, token: Lsn(token), max_staleness: Duration::from_millis(500), may_wait }
+        Request {
+            read_only,
+            consistency,
+            token: Lsn(token),
+            max_staleness: Duration::from_millis(500),
+            may_wait,
+        }
     }
 
     #[test]
@@ -148,23 +177,47 @@ mod tests {
             ],
         };
         use Consistency::*;
-        let rep = |c: Vec<usize>, confirm: Option<u64>| Target::Replica { candidates: c, confirm: confirm.map(Lsn) };
+        let rep = |c: Vec<usize>, confirm: Option<u64>| Target::Replica {
+            candidates: c,
+            confirm: confirm.map(Lsn),
+        };
         let table = [
-            (req(false, Eventual, 0, true), Target::Primary(PrimaryReason::Write)),
-            (req(true, Primary, 0, true), Target::Primary(PrimaryReason::ConsistencyPrimary)),
+            (
+                req(false, Eventual, 0, true),
+                Target::Primary(PrimaryReason::Write),
+            ),
+            (
+                req(true, Primary, 0, true),
+                Target::Primary(PrimaryReason::ConsistencyPrimary),
+            ),
             (req(true, Eventual, 0, true), rep(vec![0, 1], None)),
             (req(true, Bounded, 0, true), rep(vec![0], None)),
             (req(true, Session, 60, true), rep(vec![0], None)),
             (req(true, Session, 40, true), rep(vec![0, 1], None)),
             (req(true, Session, 150, true), rep(vec![0, 1], Some(150))),
-            (req(true, Session, 150, false), Target::Primary(PrimaryReason::NotCaughtUp)),
+            (
+                req(true, Session, 150, false),
+                Target::Primary(PrimaryReason::NotCaughtUp),
+            ),
         ];
         for (r, want) in table {
             assert_eq!(choose(&r, &view), want, "{r:?}");
         }
-        let stale_only = TopologyView { replicas: vec![replica(2, true, true, 50, 800)], ..view.clone() };
-        assert_eq!(choose(&req(true, Bounded, 0, true), &stale_only), Target::Primary(PrimaryReason::TooStale));
-        let none = TopologyView { replicas: vec![replica(3, false, true, 100, 0)], ..view };
-        assert_eq!(choose(&req(true, Session, 0, true), &none), Target::Primary(PrimaryReason::NoReplica));
+        let stale_only = TopologyView {
+            replicas: vec![replica(2, true, true, 50, 800)],
+            ..view.clone()
+        };
+        assert_eq!(
+            choose(&req(true, Bounded, 0, true), &stale_only),
+            Target::Primary(PrimaryReason::TooStale)
+        );
+        let none = TopologyView {
+            replicas: vec![replica(3, false, true, 100, 0)],
+            ..view
+        };
+        assert_eq!(
+            choose(&req(true, Session, 0, true), &none),
+            Target::Primary(PrimaryReason::NoReplica)
+        );
     }
 }

@@ -1,4 +1,4 @@
 //! Where each unit of client work goes, and how the answers are matched up.
 
-pub mod track;
 pub mod choose;
+pub mod track;

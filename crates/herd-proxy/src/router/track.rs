@@ -63,13 +63,23 @@ pub struct Tracker {
 impl Tracker {
     /// A message sent to the server; its answer goes to the client unless `swallow`.
     pub fn sent(&mut self, expect: Expect, swallow: bool, id: Option<u64>) {
-        self.queue.push_back(Pending { expect, swallow, synthetic: None, id });
+        self.queue.push_back(Pending {
+            expect,
+            swallow,
+            synthetic: None,
+            id,
+        });
     }
 
     /// A client message the proxy answers itself with `answer`, in order with the server's answers.
     /// Synthetic answers already due are appended to `to_client`.
     pub fn answered_by_proxy(&mut self, expect: Expect, answer: Vec<u8>, to_client: &mut Vec<u8>) {
-        self.queue.push_back(Pending { expect, swallow: false, synthetic: Some(answer), id: None });
+        self.queue.push_back(Pending {
+            expect,
+            swallow: false,
+            synthetic: Some(answer),
+            id: None,
+        });
         self.emit_synthetic(to_client);
     }
 
@@ -82,18 +92,33 @@ impl Tracker {
     /// answers a swallowed request, then any synthetic answers that have become due.
     pub fn on_server_message(&mut self, raw: &[u8], to_client: &mut Vec<u8>) -> Disposition {
         let tag = raw.first().copied().unwrap_or(0);
-        let ready_status = if tag == b'Z' { raw.get(5).copied() } else { None };
+        let ready_status = if tag == b'Z' {
+            raw.get(5).copied()
+        } else {
+            None
+        };
         // Asynchronous messages belong to no request.
         if matches!(tag, b'N' | b'S' | b'A') {
             to_client.extend_from_slice(raw);
-            return Disposition { forward: true, ..Default::default() };
+            return Disposition {
+                forward: true,
+                ..Default::default()
+            };
         }
         let Some(head) = self.queue.front().cloned() else {
             // Unexpected: forward rather than hide anything from the client.
             to_client.extend_from_slice(raw);
-            return Disposition { forward: true, ready: ready_status, failed: vec![] };
+            return Disposition {
+                forward: true,
+                ready: ready_status,
+                failed: vec![],
+            };
         };
-        let mut d = Disposition { forward: !head.swallow, ready: ready_status, ..Default::default() };
+        let mut d = Disposition {
+            forward: !head.swallow,
+            ready: ready_status,
+            ..Default::default()
+        };
         if d.forward {
             to_client.extend_from_slice(raw);
         }
@@ -125,7 +150,8 @@ impl Tracker {
                     self.seen_parameter_description = true;
                     false
                 } else {
-                    matches!(tag, b'T' | b'n') && std::mem::take(&mut self.seen_parameter_description)
+                    matches!(tag, b'T' | b'n')
+                        && std::mem::take(&mut self.seen_parameter_description)
                 }
             }
             Expect::DescribePortal => matches!(tag, b'T' | b'n'),
@@ -162,7 +188,13 @@ mod tests {
     #[test]
     fn extended_batch_forwards_everything_in_order() {
         let mut t = Tracker::default();
-        for e in [Expect::Parse, Expect::Bind, Expect::DescribePortal, Expect::Execute, Expect::Sync] {
+        for e in [
+            Expect::Parse,
+            Expect::Bind,
+            Expect::DescribePortal,
+            Expect::Execute,
+            Expect::Sync,
+        ] {
             t.sent(e, false, None);
         }
         let mut out = Vec::new();
@@ -189,7 +221,11 @@ mod tests {
         t.sent(Expect::Sync, false, None);
         out.clear();
         t.on_server_message(&msg(b'2'), &mut out);
-        assert_eq!(out, [msg(b'2'), msg(b'3')].concat(), "CloseComplete after BindComplete");
+        assert_eq!(
+            out,
+            [msg(b'2'), msg(b'3')].concat(),
+            "CloseComplete after BindComplete"
+        );
         out.clear();
         t.on_server_message(&msg(b'C'), &mut out);
         t.on_server_message(&rfq(b'I'), &mut out);
@@ -223,7 +259,11 @@ mod tests {
         let d = t.on_server_message(&msg(b'E'), &mut out);
         assert!(d.forward);
         assert_eq!(d.failed, vec![1, 2]);
-        assert_eq!(out, msg(b'E'), "the skipped synthetic CloseComplete is not sent");
+        assert_eq!(
+            out,
+            msg(b'E'),
+            "the skipped synthetic CloseComplete is not sent"
+        );
         assert_eq!(t.on_server_message(&rfq(b'I'), &mut out).ready, Some(b'I'));
         assert!(t.is_idle());
     }

@@ -27,6 +27,8 @@ struct UnitFacts {
     read_only: bool,
     reason: &'static str,
     local: Option<LocalAnswer>,
+    /// The SQL of a unit that is one simple query.
+    sql: Option<String>,
 }
 
 impl Session {
@@ -34,13 +36,19 @@ impl Session {
     pub(super) async fn start_unit(&mut self, unit: Bytes) -> Result<bool, ProxyError> {
         let facts = self.inspect(&unit)?;
         if let Some(answer) = facts.local {
-            self.answer_locally(answer).await?;
-            return Ok(true);
+            if self.answer_locally(answer, facts.sql.as_deref()).await? {
+                return Ok(true);
+            }
         }
         let view = self.ctx.view();
+        let (read_only, consistency) = match &self.pending_begin {
+            // Inside a transaction only its declaration counts: it may write later otherwise.
+            Some(b) => (b.read_only, b.consistency.unwrap_or(self.state.consistency)),
+            None => (facts.read_only, self.state.consistency),
+        };
         let request = Request {
-            read_only: facts.read_only,
-            consistency: self.state.consistency,
+            read_only,
+            consistency,
             token: self.state.token,
             max_staleness: Duration::from_millis(self.ctx.config.max_staleness_ms),
             may_wait: self.ctx.config.max_wait_ms > 0,
@@ -49,7 +57,13 @@ impl Session {
         let leased = match target {
             Target::Primary(PrimaryReason::Write) => self.lease_primary(&view, facts.reason).await,
             Target::Primary(why) => self.lease_primary(&view, why.as_str()).await,
-            Target::Replica { candidates, confirm } => self.lease_replica(&view, &candidates, confirm, facts.reason).await,
+            Target::Replica {
+                candidates,
+                confirm,
+            } => {
+                self.lease_replica(&view, &candidates, confirm, facts.reason)
+                    .await
+            }
         };
         let (lease, replica) = match leased {
             Ok(l) => l,
@@ -64,7 +78,12 @@ impl Session {
 
     /// Read-only-ness and local answers of a unit, before anything is sent.
     fn inspect(&self, unit: &[u8]) -> Result<UnitFacts, ProxyError> {
-        let mut facts = UnitFacts { read_only: true, reason: "read", local: None };
+        let mut facts = UnitFacts {
+            read_only: true,
+            reason: "read",
+            local: None,
+            sql: None,
+        };
         let mut rest = unit;
         let mut frames = 0;
         while let Some((frame, used)) = split_frame(rest, usize::MAX)? {
@@ -101,32 +120,78 @@ impl Session {
                 }
                 if frame.tag == tag::QUERY && frames == 1 && rest.is_empty() {
                     facts.local = a.local;
+                    facts.sql = Query::decode(frame.body).ok().map(|q| q.sql.to_string());
                 }
             }
         }
         Ok(facts)
     }
 
-    async fn answer_locally(&mut self, answer: LocalAnswer) -> Result<(), ProxyError> {
+    /// Answers a statement without a server when it can; `Ok(false)` when it must go to one.
+    async fn answer_locally(
+        &mut self,
+        answer: LocalAnswer,
+        sql: Option<&str>,
+    ) -> Result<bool, ProxyError> {
         let mut out = Vec::new();
-        match answer {
-            LocalAnswer::Consistency(level) => {
+        let status = match (answer, self.pending_begin.as_mut()) {
+            (LocalAnswer::Consistency(level), _) => {
                 self.state.consistency = level;
                 encode::command_complete(&mut out, "SET")?;
+                if self.pending_begin.is_some() {
+                    b'T'
+                } else {
+                    b'I'
+                }
             }
-        }
-        encode::ready_for_query(&mut out, b'I')?;
+            (LocalAnswer::ConsistencyLocal(level), Some(begin)) => {
+                begin.consistency = Some(level);
+                encode::command_complete(&mut out, "SET")?;
+                b'T'
+            }
+            (LocalAnswer::Begin { read_only }, None) => {
+                let Some(sql) = sql else { return Ok(false) };
+                self.pending_begin = Some(super::PendingBegin {
+                    sql: sql.to_string(),
+                    read_only,
+                    consistency: None,
+                });
+                encode::command_complete(&mut out, "BEGIN")?;
+                b'T'
+            }
+            (LocalAnswer::Commit, Some(_)) => {
+                self.pending_begin = None;
+                encode::command_complete(&mut out, "COMMIT")?;
+                b'I'
+            }
+            (LocalAnswer::Rollback, Some(_)) => {
+                self.pending_begin = None;
+                encode::command_complete(&mut out, "ROLLBACK")?;
+                b'I'
+            }
+            // Outside a deferred transaction these are the server's to answer (with its warnings).
+            _ => return Ok(false),
+        };
+        encode::ready_for_query(&mut out, status)?;
         self.ctx.metrics.inc("herd_local_answers_total", "");
-        self.write_client(&out).await
+        self.write_client(&out).await?;
+        Ok(true)
     }
 
-    async fn lease_primary(&mut self, view: &TopologyView, reason: &str) -> Result<(Lease, Option<usize>), ProxyError> {
+    async fn lease_primary(
+        &mut self,
+        view: &TopologyView,
+        reason: &str,
+    ) -> Result<(Lease, Option<usize>), ProxyError> {
         let primary = match &view.primary {
             Some(p) => p.clone(),
             None => self.ctx.current_primary().await?,
         };
         let lease = self.lease(&primary).await?;
-        self.ctx.metrics.inc("herd_routed_total", &format!("node=\"{}\",reason=\"{reason}\"", primary.name));
+        self.ctx.metrics.inc(
+            "herd_routed_total",
+            &format!("node=\"{}\",reason=\"{reason}\"", primary.name),
+        );
         Ok((lease, None))
     }
 
@@ -140,24 +205,40 @@ impl Session {
         // Least outstanding requests first.
         let mut order: Vec<(usize, usize)> = candidates
             .iter()
-            .map(|&i| (self.ctx.pools.get(&self.pool_key(&view.replicas[i].endpoint)).outstanding(), i))
+            .map(|&i| {
+                (
+                    self.ctx
+                        .pools
+                        .get(&self.pool_key(&view.replicas[i].endpoint))
+                        .outstanding(),
+                    i,
+                )
+            })
             .collect();
         order.sort_unstable();
         for (_, i) in order {
             let ep = &view.replicas[i].endpoint;
-            let Ok(mut lease) = self.lease(ep).await else { continue };
+            let Ok(mut lease) = self.lease(ep).await else {
+                continue;
+            };
             if let Some(token) = confirm {
                 self.ctx.metrics.inc("herd_ryw_waits_total", "");
                 if !self.wait_replayed(&mut lease, token).await {
                     lease.release();
                     self.ctx.metrics.inc("herd_ryw_fallbacks_total", "");
-                    return self.lease_primary(view, PrimaryReason::NotCaughtUp.as_str()).await;
+                    return self
+                        .lease_primary(view, PrimaryReason::NotCaughtUp.as_str())
+                        .await;
                 }
             }
-            self.ctx.metrics.inc("herd_routed_total", &format!("node=\"{}\",reason=\"{reason}\"", ep.name));
+            self.ctx.metrics.inc(
+                "herd_routed_total",
+                &format!("node=\"{}\",reason=\"{reason}\"", ep.name),
+            );
             return Ok((lease, Some(i)));
         }
-        self.lease_primary(view, PrimaryReason::NoReplica.as_str()).await
+        self.lease_primary(view, PrimaryReason::NoReplica.as_str())
+            .await
     }
 
     /// Waits (at most `max_wait_ms`) until the leased replica has replayed `token`.
@@ -166,7 +247,17 @@ impl Session {
         let sql = format!("select pg_last_wal_replay_lsn() >= '{token}'::pg_lsn");
         loop {
             match lease.conn.internal_query(&sql).await {
-                Ok(rows) if rows.first().and_then(|r| r.first()).cloned().flatten().as_deref() == Some("t") => return true,
+                Ok(rows)
+                    if rows
+                        .first()
+                        .and_then(|r| r.first())
+                        .cloned()
+                        .flatten()
+                        .as_deref()
+                        == Some("t") =>
+                {
+                    return true
+                }
                 Ok(_) => {}
                 Err(_) => return false,
             }
@@ -178,15 +269,17 @@ impl Session {
     }
 
     fn pool_key(&self, ep: &Endpoint) -> PoolKey {
-        PoolKey { endpoint: ep.clone(), user: self.user.clone(), database: self.database.clone() }
+        PoolKey {
+            endpoint: ep.clone(),
+            user: self.user.clone(),
+            database: self.database.clone(),
+        }
     }
 
     async fn lease(&self, ep: &Endpoint) -> Result<Lease, ProxyError> {
-        let creds = self
-            .ctx
-            .users
-            .credentials(&self.user)
-            .ok_or_else(|| ProxyError::Unavailable("no credentials for this user; reconnect".into()))?;
+        let creds = self.ctx.users.credentials(&self.user).ok_or_else(|| {
+            ProxyError::Unavailable("no credentials for this user; reconnect".into())
+        })?;
         let pool = self.ctx.pools.get(&self.pool_key(ep));
         let mut lease = pool.acquire(&creds, POOL_WAIT, CONNECT_TIMEOUT).await?;
         if lease.conn.state_hash != self.state.hash {
@@ -198,8 +291,17 @@ impl Session {
     }
 
     /// Attaches `lease` and forwards `unit` through it.
-    async fn attach(&mut self, lease: Lease, replica: Option<usize>, unit: Bytes) -> Result<bool, ProxyError> {
-        self.cancel.attach(&lease.conn.endpoint.host, lease.conn.endpoint.port, lease.conn.backend_key);
+    async fn attach(
+        &mut self,
+        lease: Lease,
+        replica: Option<usize>,
+        unit: Bytes,
+    ) -> Result<bool, ProxyError> {
+        self.cancel.attach(
+            &lease.conn.endpoint.host,
+            lease.conn.endpoint.port,
+            lease.conn.backend_key,
+        );
         self.attached = Some(Attached {
             lease,
             tracker: Tracker::default(),
@@ -215,6 +317,14 @@ impl Session {
             error_seen: false,
             ready_idle: false,
         });
+        if let (Some(begin), Some(att)) = (self.pending_begin.take(), self.attached.as_mut()) {
+            // The deferred BEGIN goes first; its answers were already given by the proxy.
+            let mut bytes = Vec::new();
+            encode::query(&mut bytes, &begin.sql)?;
+            att.lease.conn.send(&bytes).await?;
+            att.tracker
+                .sent(crate::router::track::Expect::Query, true, None);
+        }
         self.forward(&unit).await
     }
 
@@ -225,7 +335,13 @@ impl Session {
         };
         att.ready_idle = false;
         let mut to_server = Vec::with_capacity(bytes.len() + 64);
-        let mut t = Translator { ctx: &self.ctx, state: &mut self.state, att, next_id: &mut self.next_id, to_client: &mut self.out };
+        let mut t = Translator {
+            ctx: &self.ctx,
+            state: &mut self.state,
+            att,
+            next_id: &mut self.next_id,
+            to_client: &mut self.out,
+        };
         let mut rest = bytes;
         let mut go_on = true;
         while let Some((frame, used)) = split_frame(rest, usize::MAX)? {
@@ -247,12 +363,21 @@ impl Session {
     /// Reports `e` for a unit that could not be placed: ErrorResponse, then ReadyForQuery when
     /// the unit expected one (it ended with Sync or was a simple query).
     async fn reply_error(&mut self, e: &ProxyError, unit: &[u8]) -> Result<(), ProxyError> {
-        self.ctx.metrics.inc("herd_unit_errors_total", &format!("sqlstate=\"{}\"", e.sqlstate()));
+        self.ctx.metrics.inc(
+            "herd_unit_errors_total",
+            &format!("sqlstate=\"{}\"", e.sqlstate()),
+        );
         let mut out = Vec::new();
         encode::error_response(&mut out, "ERROR", e.sqlstate(), &e.to_string())?;
         let ends_with_ready = unit_ends_with(unit, tag::SYNC) || unit_ends_with(unit, tag::QUERY);
         if ends_with_ready {
-            encode::ready_for_query(&mut out, b'I')?;
+            // Inside a transaction the proxy began for the client, the error fails it.
+            let status = if self.pending_begin.is_some() {
+                b'E'
+            } else {
+                b'I'
+            };
+            encode::ready_for_query(&mut out, status)?;
         }
         self.write_client(&out).await
     }
@@ -276,7 +401,11 @@ fn unit_parses_unnamed(unit: &[u8], name: &str) -> bool {
     }
     let mut rest = unit;
     while let Ok(Some((frame, used))) = split_frame(rest, usize::MAX) {
-        if frame.tag == tag::PARSE && Parse::decode(frame.body).map(|p| p.name.is_empty()).unwrap_or(false) {
+        if frame.tag == tag::PARSE
+            && Parse::decode(frame.body)
+                .map(|p| p.name.is_empty())
+                .unwrap_or(false)
+        {
             return true;
         }
         rest = &rest[used..];
@@ -290,7 +419,10 @@ pub fn unit_len(buf: &[u8], max_message: usize) -> Result<Option<usize>, ProxyEr
     let mut offset = 0;
     while let Some((frame, used)) = split_frame(&buf[offset..], max_message)? {
         offset += used;
-        if matches!(frame.tag, tag::QUERY | tag::SYNC | tag::FLUSH | tag::FUNCTION_CALL | tag::TERMINATE) {
+        if matches!(
+            frame.tag,
+            tag::QUERY | tag::SYNC | tag::FLUSH | tag::FUNCTION_CALL | tag::TERMINATE
+        ) {
             return Ok(Some(offset));
         }
     }
@@ -316,6 +448,9 @@ mod tests {
         encode::query(&mut q, "select 2").expect("query");
         assert_eq!(unit_len(&q, 1 << 20).expect("ok"), Some(qlen));
         assert!(unit_ends_with(&q[..qlen], tag::QUERY));
-        assert!(unit_len(&[b'Q', 0, 0, 0, 1], 1 << 20).is_err(), "length below 4");
+        assert!(
+            unit_len(&[b'Q', 0, 0, 0, 1], 1 << 20).is_err(),
+            "length below 4"
+        );
     }
 }

@@ -67,6 +67,20 @@ pub struct Session {
     next_id: u64,
     /// Bytes for the client, written once per batch.
     out: Vec<u8>,
+    /// A transaction the client began that no server has seen yet.
+    pending_begin: Option<PendingBegin>,
+}
+
+/// `BEGIN` answered by the proxy: the server is chosen by the transaction's first statement,
+/// so a `READ ONLY` transaction can go to a replica with its own consistency level.
+#[derive(Clone, Debug)]
+struct PendingBegin {
+    /// The client's statement, sent to the server ahead of the first real one.
+    sql: String,
+    /// Declared READ ONLY (and not SERIALIZABLE).
+    read_only: bool,
+    /// `SET LOCAL herd.consistency` inside it.
+    consistency: Option<herd_core::Consistency>,
 }
 
 /// Serves one client connection to the end. Errors are reported to the client where the
@@ -100,6 +114,7 @@ pub async fn serve_client(mut client: TcpStream, ctx: Arc<ProxyContext>) {
         cancel,
         next_id: 0,
         out: Vec::with_capacity(16 * 1024),
+        pending_begin: None,
     };
     if let Err(e) = session.greet(pid, key).await {
         return fatal(&mut session.client, &e).await;
@@ -135,7 +150,10 @@ impl Session {
     }
 
     async fn write_client(&mut self, bytes: &[u8]) -> Result<(), ProxyError> {
-        self.client.write_all(bytes).await.map_err(|e| ProxyError::io("writing to client", e))
+        self.client
+            .write_all(bytes)
+            .await
+            .map_err(|e| ProxyError::io("writing to client", e))
     }
 
     /// Flushes `self.out` to the client.
@@ -154,9 +172,12 @@ impl Session {
     /// after a reset if the session had pinned it; anything uncertain is closed.
     async fn finish(&mut self) {
         self.cancel.detach();
-        let Some(mut att) = self.attached.take() else { return };
+        let Some(mut att) = self.attached.take() else {
+            return;
+        };
         if att.tracker.is_idle() && att.status == b'I' {
-            let reset_needed = att.pinned || self.ctx.config.pool_mode == herd_core::PoolMode::Session;
+            let reset_needed =
+                att.pinned || self.ctx.config.pool_mode == herd_core::PoolMode::Session;
             if reset_needed {
                 if att.lease.conn.internal_query("DISCARD ALL").await.is_err() {
                     return; // dropped: closed

@@ -70,20 +70,24 @@ impl Session {
                 Event::Client(Ok(0)) => return Ok(()),
                 Event::Client(Ok(_)) => {}
                 Event::Client(Err(e)) => return Err(ProxyError::io("reading from client", e)),
-                Event::Server(Ok(_)) => self.from_server().await?,
+                Event::Server(Ok(_)) => self.relay_server().await?,
                 Event::Server(Err(e)) => self.server_failed(e).await?,
             }
         }
     }
 
     /// Relays every complete server message, then handles a finished transaction.
-    async fn from_server(&mut self) -> Result<(), ProxyError> {
-        let Some(att) = self.attached.as_mut() else { return Ok(()) };
+    async fn relay_server(&mut self) -> Result<(), ProxyError> {
+        let Some(att) = self.attached.as_mut() else {
+            return Ok(());
+        };
         while let Some(n) = att.lease.conn.complete_frame()? {
             let raw = att.lease.conn.rbuf.split_to(n);
             match raw.first().copied() {
                 Some(btag::ERROR_RESPONSE) => att.error_seen = true,
-                Some(btag::COMMAND_COMPLETE) if raw.get(5..13) == Some(b"ROLLBACK".as_slice()) => att.rolled_back = true,
+                Some(btag::COMMAND_COMPLETE) if raw.get(5..13) == Some(b"ROLLBACK".as_slice()) => {
+                    att.rolled_back = true
+                }
                 _ => {}
             }
             let before = self.out.len();
@@ -100,13 +104,21 @@ impl Session {
                 att.parsing.clear();
                 let effects = std::mem::take(&mut att.effects);
                 if !std::mem::take(&mut att.error_seen) {
-                    apply_effects(&mut self.state, effects, status == b'T', &mut att.lease.conn.prepared);
+                    apply_effects(
+                        &mut self.state,
+                        effects,
+                        status == b'T',
+                        &mut att.lease.conn.prepared,
+                    );
                 }
                 att.ready_idle = att.tracker.is_idle();
             }
         }
         self.flush_out().await?;
-        let finished = self.attached.as_ref().is_some_and(|a| a.ready_idle && a.status == b'I');
+        let finished = self
+            .attached
+            .as_ref()
+            .is_some_and(|a| a.ready_idle && a.status == b'I');
         if finished {
             self.end_transaction().await?;
         }
@@ -116,15 +128,28 @@ impl Session {
     /// The attached server is idle outside a transaction: update the read-your-writes token
     /// after a write, settle settings, and give the server back unless pinned.
     async fn end_transaction(&mut self) -> Result<(), ProxyError> {
-        let Some(att) = self.attached.as_mut() else { return Ok(()) };
-        self.state.end_transaction(!std::mem::take(&mut att.rolled_back));
+        let Some(att) = self.attached.as_mut() else {
+            return Ok(());
+        };
+        self.state
+            .end_transaction(!std::mem::take(&mut att.rolled_back));
         // The server ran every statement of the session's settings: it matches them now.
         att.lease.conn.state_hash = self.state.hash;
         att.unit = None;
         if att.wrote && att.replica.is_none() {
             // The commit is done; the primary's position now is at or past its commit record.
-            let rows = att.lease.conn.internal_query("select pg_current_wal_lsn()::text").await?;
-            if let Some(lsn) = rows.first().and_then(|r| r.first()).cloned().flatten().and_then(|t| t.parse::<Lsn>().ok()) {
+            let rows = att
+                .lease
+                .conn
+                .internal_query("select pg_current_wal_lsn()::text")
+                .await?;
+            if let Some(lsn) = rows
+                .first()
+                .and_then(|r| r.first())
+                .cloned()
+                .flatten()
+                .and_then(|t| t.parse::<Lsn>().ok())
+            {
                 self.state.advance_token(lsn);
             }
             att.wrote = false;
@@ -143,12 +168,17 @@ impl Session {
     /// another node; otherwise the client gets an error and the session ends (its transaction's
     /// outcome is unknown to the proxy, so it must not look like a success).
     async fn server_failed(&mut self, e: ProxyError) -> Result<(), ProxyError> {
-        let Some(att) = self.attached.take() else { return Err(e) };
+        let Some(att) = self.attached.take() else {
+            return Err(e);
+        };
         self.cancel.detach();
         let node = att.lease.conn.endpoint.name.clone();
-        let retry = att.replica.is_some() && att.forwarded == 0 && att.status == b'I' && att.unit.is_some();
+        let retry =
+            att.replica.is_some() && att.forwarded == 0 && att.status == b'I' && att.unit.is_some();
         drop(att.lease); // closed, not returned
-        self.ctx.metrics.inc("herd_server_failures_total", &format!("node=\"{node}\""));
+        self.ctx
+            .metrics
+            .inc("herd_server_failures_total", &format!("node=\"{node}\""));
         if retry {
             if let Some(unit) = att.unit {
                 tracing::warn!(node = %node, "replica failed before answering; retrying the read elsewhere");

@@ -33,7 +33,10 @@ pub async fn read_more(stream: &mut TcpStream, buf: &mut BytesMut) -> Result<boo
     if buf.capacity() - buf.len() < 4096 {
         buf.reserve(16 * 1024);
     }
-    let n = stream.read_buf(buf).await.map_err(|e| ProxyError::io("reading from client", e))?;
+    let n = stream
+        .read_buf(buf)
+        .await
+        .map_err(|e| ProxyError::io("reading from client", e))?;
     Ok(n > 0)
 }
 
@@ -50,6 +53,16 @@ pub async fn startup(
             }
             continue;
         };
+        // The version decides how the rest reads: check it before parsing parameters.
+        if let Some(code) = packet
+            .get(4..8)
+            .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+        {
+            let (major, minor) = (code >> 16, code & 0xffff);
+            if major != 3 && major != 1234 {
+                return Err(unsupported_version(major, minor));
+            }
+        }
         let request = parse_startup(packet)?;
         match request {
             StartupRequest::Ssl | StartupRequest::GssEnc => {
@@ -61,14 +74,20 @@ pub async fn startup(
                 ctx.cancels.cancel(pid, key).await;
                 return Ok(None);
             }
-            StartupRequest::Startup { major, minor, params } => {
+            StartupRequest::Startup {
+                major,
+                minor,
+                params,
+            } => {
                 if major != 3 {
-                    return Err(ProxyError::Server {
-                        code: "0A000".into(),
-                        message: format!("unsupported frontend protocol {major}.{minor}: Herd supports protocol 3.0"),
-                    });
+                    return Err(unsupported_version(u32::from(major), u32::from(minor)));
                 }
-                let mut login = Login { user: String::new(), database: String::new(), settings: Vec::new(), consistency: None };
+                let mut login = Login {
+                    user: String::new(),
+                    database: String::new(),
+                    settings: Vec::new(),
+                    consistency: None,
+                };
                 for (k, v) in &params {
                     match *k {
                         "user" => login.user = v.to_string(),
@@ -84,7 +103,10 @@ pub async fn startup(
                     }
                 }
                 if login.user.is_empty() {
-                    return Err(ProxyError::Server { code: "28000".into(), message: "no PostgreSQL user name specified in startup packet".into() });
+                    return Err(ProxyError::Server {
+                        code: "28000".into(),
+                        message: "no PostgreSQL user name specified in startup packet".into(),
+                    });
                 }
                 if login.database.is_empty() {
                     login.database = login.user.clone();
@@ -93,6 +115,15 @@ pub async fn startup(
                 return Ok(Some(login));
             }
         }
+    }
+}
+
+fn unsupported_version(major: u32, minor: u32) -> ProxyError {
+    ProxyError::Server {
+        code: "0A000".into(),
+        message: format!(
+            "unsupported frontend protocol {major}.{minor}: Herd supports protocol 3.0"
+        ),
     }
 }
 
@@ -107,15 +138,26 @@ fn parse_options(options: &str, login: &mut Login) -> Result<(), ProxyError> {
         } else {
             continue;
         };
-        let Some((name, value)) = setting.split_once('=') else { continue };
+        let Some((name, value)) = setting.split_once('=') else {
+            continue;
+        };
         let name = name.replace('-', "_");
         if name.eq_ignore_ascii_case("herd.consistency") {
-            login.consistency = Some(value.parse().map_err(|e: herd_core::ParseError| ProxyError::Server {
-                code: "22023".into(),
-                message: format!("invalid value for parameter \"herd.consistency\": {e}"),
-            })?);
+            login.consistency =
+                Some(
+                    value
+                        .parse()
+                        .map_err(|e: herd_core::ParseError| ProxyError::Server {
+                            code: "22023".into(),
+                            message: format!(
+                                "invalid value for parameter \"herd.consistency\": {e}"
+                            ),
+                        })?,
+                );
         } else {
-            login.settings.push((name.clone(), set_statement(&name, value)));
+            login
+                .settings
+                .push((name.clone(), set_statement(&name, value)));
         }
     }
     Ok(())
@@ -123,16 +165,28 @@ fn parse_options(options: &str, login: &mut Login) -> Result<(), ProxyError> {
 
 /// `SET "name" = 'value'` with both quoted.
 fn set_statement(name: &str, value: &str) -> String {
-    format!("SET \"{}\" = '{}'", name.replace('"', "\"\""), value.replace('\'', "''"))
+    format!(
+        "SET \"{}\" = '{}'",
+        name.replace('"', "\"\""),
+        value.replace('\'', "''")
+    )
 }
 
 async fn write(stream: &mut TcpStream, bytes: &[u8]) -> Result<(), ProxyError> {
-    stream.write_all(bytes).await.map_err(|e| ProxyError::io("writing to client", e))
+    stream
+        .write_all(bytes)
+        .await
+        .map_err(|e| ProxyError::io("writing to client", e))
 }
 
 /// SCRAM-SHA-256 exchange with the client against the role's verifier. Unknown roles get a
 /// mock exchange that fails the same way, so role names cannot be probed.
-pub async fn authenticate(stream: &mut TcpStream, buf: &mut BytesMut, ctx: &ProxyContext, login: &Login) -> Result<(), ProxyError> {
+pub async fn authenticate(
+    stream: &mut TcpStream,
+    buf: &mut BytesMut,
+    ctx: &ProxyContext,
+    login: &Login,
+) -> Result<(), ProxyError> {
     let primary = ctx.current_primary().await?;
     let verifier = ctx.users.verifier(&primary, &login.user).await;
     let mut exchange = match &verifier {
@@ -147,15 +201,22 @@ pub async fn authenticate(stream: &mut TcpStream, buf: &mut BytesMut, ctx: &Prox
     let body = read_password_message(stream, buf, ctx).await?;
     let initial = SaslInitialResponse::decode(&body)?;
     if initial.mechanism != MECHANISM {
-        return Err(ProxyError::Protocol(format!("unsupported SASL mechanism {}", initial.mechanism)));
+        return Err(ProxyError::Protocol(format!(
+            "unsupported SASL mechanism {}",
+            initial.mechanism
+        )));
     }
-    let first = exchange.server_first(initial.data.unwrap_or_default()).map_err(|_| failed())?;
+    let first = exchange
+        .server_first(initial.data.unwrap_or_default())
+        .map_err(|_| failed())?;
     out.clear();
     encode::authentication_sasl_continue(&mut out, &first)?;
     write(stream, &out).await?;
 
     let body = read_password_message(stream, buf, ctx).await?;
-    let (last, key) = exchange.server_final(sasl_response(&body)).map_err(|_| failed())?;
+    let (last, key) = exchange
+        .server_final(sasl_response(&body))
+        .map_err(|_| failed())?;
     let verifier = verifier.ok_or_else(failed)?;
     ctx.users.remember(&login.user, key, verifier);
     out.clear();
@@ -164,18 +225,27 @@ pub async fn authenticate(stream: &mut TcpStream, buf: &mut BytesMut, ctx: &Prox
     write(stream, &out).await
 }
 
-async fn read_password_message(stream: &mut TcpStream, buf: &mut BytesMut, ctx: &ProxyContext) -> Result<Vec<u8>, ProxyError> {
+async fn read_password_message(
+    stream: &mut TcpStream,
+    buf: &mut BytesMut,
+    ctx: &ProxyContext,
+) -> Result<Vec<u8>, ProxyError> {
     loop {
         if let Some((frame, used)) = split_frame(buf, ctx.config.max_message_bytes as usize)? {
             if frame.tag != b'p' {
-                return Err(ProxyError::Protocol(format!("expected a password message, got '{}'", frame.tag as char)));
+                return Err(ProxyError::Protocol(format!(
+                    "expected a password message, got '{}'",
+                    frame.tag as char
+                )));
             }
             let body = frame.body.to_vec();
             let _ = buf.split_to(used);
             return Ok(body);
         }
         if !read_more(stream, buf).await? {
-            return Err(ProxyError::Protocol("client closed the connection during authentication".into()));
+            return Err(ProxyError::Protocol(
+                "client closed the connection during authentication".into(),
+            ));
         }
     }
 }
@@ -186,14 +256,29 @@ mod tests {
 
     #[test]
     fn options_carry_consistency_and_settings() {
-        let mut login = Login { user: "u".into(), database: "d".into(), settings: vec![], consistency: None };
-        parse_options("-c herd.consistency=eventual -c work_mem=8MB --search-path=a", &mut login).expect("valid");
+        let mut login = Login {
+            user: "u".into(),
+            database: "d".into(),
+            settings: vec![],
+            consistency: None,
+        };
+        parse_options(
+            "-c herd.consistency=eventual -c work_mem=8MB --search-path=a",
+            &mut login,
+        )
+        .expect("valid");
         assert_eq!(login.consistency, Some(Consistency::Eventual));
         assert_eq!(
             login.settings,
             vec![
-                ("work_mem".to_string(), "SET \"work_mem\" = '8MB'".to_string()),
-                ("search_path".to_string(), "SET \"search_path\" = 'a'".to_string())
+                (
+                    "work_mem".to_string(),
+                    "SET \"work_mem\" = '8MB'".to_string()
+                ),
+                (
+                    "search_path".to_string(),
+                    "SET \"search_path\" = 'a'".to_string()
+                )
             ]
         );
         assert!(parse_options("-c herd.consistency=strong", &mut login).is_err());
@@ -201,6 +286,9 @@ mod tests {
 
     #[test]
     fn set_statements_are_quoted() {
-        assert_eq!(set_statement("application_name", "it's"), "SET \"application_name\" = 'it''s'");
+        assert_eq!(
+            set_statement("application_name", "it's"),
+            "SET \"application_name\" = 'it''s'"
+        );
     }
 }

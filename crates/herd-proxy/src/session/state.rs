@@ -26,7 +26,12 @@ impl Statement {
         let mut h = std::collections::hash_map::DefaultHasher::new();
         query.hash(&mut h);
         param_types.hash(&mut h);
-        Statement { server_name: format!("herd_{:016x}", h.finish()), query: query.to_string(), param_types, read_only }
+        Statement {
+            server_name: format!("herd_{:016x}", h.finish()),
+            query: query.to_string(),
+            param_types,
+            read_only,
+        }
     }
 }
 
@@ -147,7 +152,10 @@ mod tests {
         s.record_set("work_mem", Some("SET work_mem = '8MB'".into()), true);
         s.end_transaction(true);
         assert_ne!(s.hash, h1);
-        assert_eq!(s.replay_sql(), "RESET ALL;SET search_path = a;SET work_mem = '8MB';");
+        assert_eq!(
+            s.replay_sql(),
+            "RESET ALL;SET search_path = a;SET work_mem = '8MB';"
+        );
         s.record_set("search_path", None, false);
         assert_eq!(s.replay_sql(), "RESET ALL;SET work_mem = '8MB';");
         s.reset_all();

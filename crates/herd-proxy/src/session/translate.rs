@@ -33,7 +33,11 @@ pub struct Translator<'a> {
 
 impl Translator<'_> {
     /// Appends what `frame` becomes on the server to `to_server`.
-    pub fn translate(&mut self, frame: &Frame<'_>, to_server: &mut Vec<u8>) -> Result<Flow, ProxyError> {
+    pub fn translate(
+        &mut self,
+        frame: &Frame<'_>,
+        to_server: &mut Vec<u8>,
+    ) -> Result<Flow, ProxyError> {
         match frame.tag {
             tag::QUERY => {
                 let q = Query::decode(frame.body)?;
@@ -67,7 +71,9 @@ impl Translator<'_> {
                         }
                         _ => to_server.extend_from_slice(frame.raw),
                     }
-                    self.att.tracker.sent(Expect::DescribeStatement, false, None);
+                    self.att
+                        .tracker
+                        .sent(Expect::DescribeStatement, false, None);
                 } else {
                     to_server.extend_from_slice(frame.raw);
                     self.att.tracker.sent(Expect::DescribePortal, false, None);
@@ -80,7 +86,9 @@ impl Translator<'_> {
                     self.state.statements.remove(c.name);
                     let mut answer = Vec::new();
                     encode::close_complete(&mut answer);
-                    self.att.tracker.answered_by_proxy(Expect::Close, answer, self.to_client);
+                    self.att
+                        .tracker
+                        .answered_by_proxy(Expect::Close, answer, self.to_client);
                 } else {
                     to_server.extend_from_slice(frame.raw);
                     self.att.tracker.sent(Expect::Close, false, None);
@@ -100,10 +108,15 @@ impl Translator<'_> {
                 to_server.extend_from_slice(frame.raw);
                 self.att.tracker.sent(Expect::Query, false, None);
             }
-            tag::FLUSH | tag::COPY_DATA | tag::COPY_DONE | tag::COPY_FAIL => to_server.extend_from_slice(frame.raw),
+            tag::FLUSH | tag::COPY_DATA | tag::COPY_DONE | tag::COPY_FAIL => {
+                to_server.extend_from_slice(frame.raw)
+            }
             tag::TERMINATE => return Ok(Flow::Terminate),
             other => {
-                return Err(ProxyError::Protocol(format!("unexpected message type '{}'", char::from(other))));
+                return Err(ProxyError::Protocol(format!(
+                    "unexpected message type '{}'",
+                    char::from(other)
+                )));
             }
         }
         Ok(Flow::Continue)
@@ -120,7 +133,9 @@ impl Translator<'_> {
             return Ok(());
         }
         let stmt = Statement::new(p.query, p.param_types.clone(), analysis.read_only);
-        self.state.statements.insert(p.name.to_string(), stmt.clone());
+        self.state
+            .statements
+            .insert(p.name.to_string(), stmt.clone());
         let prepared = &mut self.att.lease.conn.prepared;
         if let Some(pos) = prepared.iter().position(|n| *n == stmt.server_name) {
             // Already on this server: answer ParseComplete ourselves, in order.
@@ -129,27 +144,41 @@ impl Translator<'_> {
             }
             let mut answer = Vec::new();
             encode::parse_complete(&mut answer);
-            self.att.tracker.answered_by_proxy(Expect::Parse, answer, self.to_client);
+            self.att
+                .tracker
+                .answered_by_proxy(Expect::Parse, answer, self.to_client);
             return Ok(());
         }
         let id = self.new_id();
         self.evict_if_full(to_server)?;
         encode::parse(to_server, &stmt.server_name, &stmt.query, &stmt.param_types)?;
-        self.att.lease.conn.prepared.push_back(stmt.server_name.clone());
+        self.att
+            .lease
+            .conn
+            .prepared
+            .push_back(stmt.server_name.clone());
         self.att.parsing.push((id, stmt.server_name));
         self.att.tracker.sent(Expect::Parse, false, Some(id));
         Ok(())
     }
 
     /// Prepares `stmt` on the server first if it lacks it; the answer is swallowed.
-    fn ensure_prepared(&mut self, stmt: &Statement, to_server: &mut Vec<u8>) -> Result<(), ProxyError> {
+    fn ensure_prepared(
+        &mut self,
+        stmt: &Statement,
+        to_server: &mut Vec<u8>,
+    ) -> Result<(), ProxyError> {
         if self.att.lease.conn.prepared.contains(&stmt.server_name) {
             return Ok(());
         }
         let id = self.new_id();
         self.evict_if_full(to_server)?;
         encode::parse(to_server, &stmt.server_name, &stmt.query, &stmt.param_types)?;
-        self.att.lease.conn.prepared.push_back(stmt.server_name.clone());
+        self.att
+            .lease
+            .conn
+            .prepared
+            .push_back(stmt.server_name.clone());
         self.att.parsing.push((id, stmt.server_name.clone()));
         self.att.tracker.sent(Expect::Parse, true, Some(id));
         Ok(())

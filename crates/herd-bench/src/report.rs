@@ -1,0 +1,351 @@
+//! Reports: `results.json`, `report.md` and an SVG chart.
+//!
+//! `results.json` has this shape (every scenario; `modes` maps a mode to its targets):
+//!
+//! ```json
+//! {
+//!   "scenario": "proxy",
+//!   "date": "2025-01-31T12:00:00Z",
+//!   "quick": false,
+//!   "machine": { "cores": 2, "memory_mib": 24105, "cpu": "…" },
+//!   "settings": { "command": "pgbench -S -c 16 -j 2 -T 10 -M MODE URL", "rounds": 5,
+//!                 "duration_s": 10, "scale": 10, "modes": ["simple", "prepared"],
+//!                 "targets": ["direct", "herd", "pgbouncer"],
+//!                 "versions": { "herd": "0.1.0", "pgbouncer": "1.18.0" } },
+//!   "modes": { "simple": { "direct": { "runs": [1.0], "median_tps": 1.0,
+//!                                      "ratio_to_direct": 1.0, "failed_transactions": 0 } } },
+//!   "published": { "simple": "PgBouncer 0.57×" },
+//!   "notes": ["…"]
+//! }
+//! ```
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::BenchError;
+
+/// Everything a scenario measured, as written to `results.json`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Results {
+    /// The scenario's name, e.g. "proxy".
+    pub scenario: String,
+    /// When the run finished, UTC, ISO 8601.
+    pub date: String,
+    /// Whether `--quick` was given (figures not meaningful).
+    pub quick: bool,
+    /// The machine the run shared with every process involved.
+    pub machine: Machine,
+    /// How the workload was run.
+    pub settings: Settings,
+    /// Mode (e.g. "simple") → target (e.g. "herd") → figures.
+    pub modes: BTreeMap<String, ModeResult>,
+    /// Mode → reference figures published elsewhere, shown beside ours.
+    pub published: BTreeMap<String, String>,
+    /// Anything a reader must know (skipped targets, caveats).
+    pub notes: Vec<String>,
+}
+
+/// Target name → figures, for one mode.
+pub type ModeResult = BTreeMap<String, TargetResult>;
+
+/// The figures of one target in one mode.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TargetResult {
+    /// tps of every run, in the order run.
+    pub runs: Vec<f64>,
+    /// Median of `runs`.
+    pub median_tps: f64,
+    /// `median_tps` divided by the baseline target's median.
+    pub ratio_to_direct: f64,
+    /// Failed transactions summed over the runs.
+    pub failed_transactions: u64,
+}
+
+/// How a scenario's workload was run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Settings {
+    /// The measured command, with placeholders.
+    pub command: String,
+    /// Runs per target and mode.
+    pub rounds: u32,
+    /// Seconds per run.
+    pub duration_s: u64,
+    /// pgbench scale factor.
+    pub scale: u32,
+    /// Modes in table order.
+    pub modes: Vec<String>,
+    /// Targets in table order; the first is the baseline of the ratios.
+    pub targets: Vec<String>,
+    /// Program → version.
+    pub versions: BTreeMap<String, String>,
+}
+
+/// The machine a run happened on.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Machine {
+    /// Logical CPUs available.
+    pub cores: usize,
+    /// Total memory in MiB (0 when unknown).
+    pub memory_mib: u64,
+    /// CPU model name ("" when unknown).
+    pub cpu: String,
+}
+
+impl Machine {
+    /// This machine, from the standard library and /proc.
+    pub fn detect() -> Machine {
+        let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+        Machine {
+            cores: std::thread::available_parallelism().map_or(0, |n| n.get()),
+            memory_mib: field(&meminfo, "MemTotal")
+                .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+                .map_or(0, |kb| kb / 1024),
+            cpu: field(&cpuinfo, "model name").unwrap_or_default(),
+        }
+    }
+}
+
+/// The value of `key: value` in a /proc file.
+fn field(text: &str, key: &str) -> Option<String> {
+    text.lines()
+        .filter_map(|l| l.split_once(':'))
+        .find(|(k, _)| k.trim() == key)
+        .map(|(_, v)| v.trim().to_string())
+}
+
+/// The current UTC time as `YYYY-MM-DDTHH:MM:SSZ`.
+pub fn now_utc() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    utc(secs)
+}
+
+/// Formats seconds since the Unix epoch as ISO 8601 UTC (civil-from-days, proleptic Gregorian).
+pub fn utc(secs: u64) -> String {
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60
+    )
+}
+
+/// How targets are named in tables and charts.
+pub fn label(target: &str) -> &str {
+    match target {
+        "herd" => "Herd",
+        "pgbouncer" => "PgBouncer",
+        other => other,
+    }
+}
+
+/// The Markdown report: a heading, the machine, the table and the notes.
+pub fn markdown(r: &Results) -> String {
+    let mut md = String::new();
+    let _ = writeln!(md, "# herd bench {} — {}\n", r.scenario, r.date);
+    let _ =
+        writeln!(
+        md,
+        "Machine: {} cores, {} MiB, {}. Command: `{}`, {} round(s) of {} s per target and mode, \
+         scale {}, targets interleaved.{}\n",
+        r.machine.cores,
+        r.machine.memory_mib,
+        if r.machine.cpu.is_empty() { "unknown CPU" } else { &r.machine.cpu },
+        r.settings.command,
+        r.settings.rounds,
+        r.settings.duration_s,
+        r.settings.scale,
+        if r.quick { " **Quick run: figures not meaningful.**" } else { "" }
+    );
+    md.push_str(&table(r));
+    if !r.notes.is_empty() {
+        md.push('\n');
+        for n in &r.notes {
+            let _ = writeln!(md, "- {n}");
+        }
+    }
+    md
+}
+
+/// The table: mode | baseline tps | for each other target: tps, ratio | published.
+pub fn table(r: &Results) -> String {
+    let Some((base, others)) = r.settings.targets.split_first() else {
+        return String::new();
+    };
+    let mut head = format!("| mode | {} tps |", label(base));
+    for t in others {
+        let _ = write!(head, " {0} tps | {0} ratio |", label(t));
+    }
+    head.push_str(" published ratio |\n");
+    let cols = 3 + 2 * others.len();
+    let mut md = head + &"|---".repeat(cols) + "|\n";
+    for (mode, targets) in ordered_modes(r) {
+        let cell = |t: &str, f: &dyn Fn(&TargetResult) -> String| {
+            targets.get(t).map_or("n/a".to_string(), f)
+        };
+        let _ = write!(
+            md,
+            "| {mode} | {} |",
+            cell(base, &|x| format!("{:.0}", x.median_tps))
+        );
+        for t in others {
+            let _ = write!(
+                md,
+                " {} | {} |",
+                cell(t, &|x| format!("{:.0}", x.median_tps)),
+                cell(t, &|x| format!("{:.2}×", x.ratio_to_direct))
+            );
+        }
+        let _ = writeln!(
+            md,
+            " {} |",
+            r.published.get(mode).map_or("", String::as_str)
+        );
+    }
+    md
+}
+
+/// The modes of `r` in the order of `settings.modes`, then any others.
+pub fn ordered_modes(r: &Results) -> Vec<(&String, &ModeResult)> {
+    let mut out: Vec<_> = r
+        .settings
+        .modes
+        .iter()
+        .filter_map(|m| r.modes.get_key_value(m))
+        .collect();
+    out.extend(
+        r.modes
+            .iter()
+            .filter(|(m, _)| !r.settings.modes.contains(m)),
+    );
+    out
+}
+
+/// Writes `results.json`, `report.md` and `<scenario>.svg` into `out`; the Markdown and the
+/// paths written.
+pub fn write_all(r: &Results, out: &Path) -> Result<(String, Vec<PathBuf>), BenchError> {
+    let json = out.join("results.json");
+    let text = serde_json::to_string_pretty(r)? + "\n";
+    std::fs::write(&json, text).map_err(|e| BenchError::io("writing", &json, e))?;
+    let md = markdown(r);
+    let report = out.join("report.md");
+    std::fs::write(&report, &md).map_err(|e| BenchError::io("writing", &report, e))?;
+    let svg = out.join(format!("{}.svg", r.scenario));
+    crate::chart::bars(r, &svg)?;
+    Ok((md, vec![json, report, svg]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Results {
+        let target = |runs: Vec<f64>, ratio: f64| TargetResult {
+            median_tps: crate::median(&runs).unwrap_or(0.0),
+            runs,
+            ratio_to_direct: ratio,
+            failed_transactions: 0,
+        };
+        let mut simple = ModeResult::new();
+        simple.insert("direct".into(), target(vec![1000.0, 1200.0, 1100.0], 1.0));
+        simple.insert("herd".into(), target(vec![800.0], 800.0 / 1100.0));
+        simple.insert("pgbouncer".into(), target(vec![600.0], 600.0 / 1100.0));
+        let mut prepared = ModeResult::new();
+        prepared.insert("direct".into(), target(vec![2000.0], 1.0));
+        prepared.insert("herd".into(), target(vec![1500.0], 0.75));
+        Results {
+            scenario: "proxy".into(),
+            date: utc(0),
+            quick: true,
+            machine: Machine {
+                cores: 2,
+                memory_mib: 1024,
+                cpu: String::new(),
+            },
+            settings: Settings {
+                command: "pgbench -S".into(),
+                rounds: 1,
+                duration_s: 2,
+                scale: 1,
+                modes: vec!["simple".into(), "prepared".into()],
+                targets: vec!["direct".into(), "herd".into(), "pgbouncer".into()],
+                versions: BTreeMap::new(),
+            },
+            modes: [("simple".into(), simple), ("prepared".into(), prepared)].into(),
+            published: [("simple".to_string(), "PgBouncer 0.57×".to_string())].into(),
+            notes: vec!["a note".into()],
+        }
+    }
+
+    #[test]
+    fn json_shape() {
+        let v = serde_json::to_value(sample()).expect("json");
+        for key in [
+            "scenario", "date", "quick", "machine", "settings", "modes", "notes",
+        ] {
+            assert!(v.get(key).is_some(), "{key} missing in {v}");
+        }
+        assert_eq!(v["machine"]["cores"], 2);
+        assert_eq!(v["settings"]["targets"][0], "direct");
+        let direct = &v["modes"]["simple"]["direct"];
+        assert_eq!(direct["runs"].as_array().map(Vec::len), Some(3));
+        assert_eq!(direct["median_tps"], 1100.0);
+        assert_eq!(direct["ratio_to_direct"], 1.0);
+        assert_eq!(direct["failed_transactions"], 0);
+        assert!(v["modes"]["prepared"].get("pgbouncer").is_none());
+        let back: Results = serde_json::from_value(v).expect("round trip");
+        assert_eq!(back, sample());
+    }
+
+    #[test]
+    fn markdown_table() {
+        let t = table(&sample());
+        let lines: Vec<&str> = t.lines().collect();
+        assert!(lines[2].starts_with("| simple |") && lines[3].starts_with("| prepared |"));
+        assert_eq!(
+            lines[0],
+            "| mode | direct tps | Herd tps | Herd ratio | PgBouncer tps | PgBouncer ratio | published ratio |"
+        );
+        assert!(
+            lines.contains(&"| prepared | 2000 | 1500 | 0.75× | n/a | n/a |  |"),
+            "{t}"
+        );
+        assert!(
+            lines.contains(&"| simple | 1100 | 800 | 0.73× | 600 | 0.55× | PgBouncer 0.57× |"),
+            "{t}"
+        );
+    }
+
+    #[test]
+    fn dates() {
+        assert_eq!(utc(0), "1970-01-01T00:00:00Z");
+        assert_eq!(utc(951_782_400 + 3_661), "2000-02-29T01:01:01Z");
+        assert_eq!(utc(1_735_689_599), "2024-12-31T23:59:59Z");
+    }
+
+    #[test]
+    fn writes_all_three_files() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (md, files) = write_all(&sample(), dir.path()).expect("write");
+        assert!(md.contains("| simple |"));
+        assert_eq!(files.len(), 3);
+        let svg = std::fs::read_to_string(dir.path().join("proxy.svg")).expect("svg");
+        assert!(svg.contains("<svg") && svg.contains("simple") && svg.contains("PgBouncer"));
+    }
+}

@@ -1,0 +1,3 @@
+//! The scenarios of the registry in the crate root.
+
+pub mod proxy;

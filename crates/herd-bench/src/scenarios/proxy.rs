@@ -1,0 +1,221 @@
+//! `herd bench proxy`: read-only pgbench (`-S`) straight to the primary, through Herd's proxy
+//! and, when installed, through PgBouncer; simple and prepared protocol; interleaved rounds.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use indicatif::ProgressBar;
+
+use crate::cluster::ScratchCluster;
+use crate::pgbench::{median, Pgbench};
+use crate::pgbouncer::{Installed, PgBouncer};
+use crate::report::{Machine, ModeResult, Results, Settings, TargetResult};
+use crate::{BenchError, BenchOptions};
+
+/// Query modes measured, in order.
+const MODES: [&str; 2] = ["simple", "prepared"];
+/// Client connections and pgbench threads, as in the reference measurements.
+const CLIENTS: u32 = 16;
+const THREADS: u32 = 2;
+/// Herd's default `proxy.pool_size`; PgBouncer gets the same pool.
+const POOL_SIZE: u32 = 10;
+
+/// The run's shape: full or quick.
+struct Plan {
+    rounds: u32,
+    duration: u64,
+    scale: u32,
+    warmup: u64,
+}
+
+impl Plan {
+    fn new(opts: &BenchOptions) -> Plan {
+        let (rounds, duration, scale, warmup) = if opts.quick {
+            (1, 2, 1, 0)
+        } else {
+            (5, 10, 10, 3)
+        };
+        Plan {
+            rounds,
+            duration: opts.duration.unwrap_or(duration),
+            scale,
+            warmup,
+        }
+    }
+}
+
+/// Runs the scenario; the figures for the report.
+pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError> {
+    let plan = Plan::new(opts);
+    let pgbench = Pgbench::locate()?;
+    let bouncer_bin = Installed::find();
+    let mut notes = Vec::new();
+
+    bar.set_message("starting a scratch cluster (herd up)");
+    let cluster = ScratchCluster::start(&opts.herd_exe)?;
+    bar.set_message(format!("pgbench -i -s {} on the primary", plan.scale));
+    let init = vec![
+        "-i".into(),
+        "-q".into(),
+        "-s".into(),
+        plan.scale.to_string(),
+    ];
+    pgbench.run_raw(
+        "pgbench -i",
+        &init,
+        &cluster.primary_url,
+        Duration::from_secs(600),
+    )?;
+
+    let mut targets = vec![
+        ("direct".to_string(), cluster.primary_url.clone()),
+        ("herd".to_string(), cluster.proxy_url.clone()),
+    ];
+    let mut versions = BTreeMap::new();
+    versions.insert("herd".to_string(), env!("CARGO_PKG_VERSION").to_string());
+    let mut bouncer = None;
+    match &bouncer_bin {
+        Some(installed) => {
+            bar.set_message("starting pgbouncer");
+            let b = PgBouncer::start(installed, cluster.dir(), &cluster.primary_url, POOL_SIZE)?;
+            targets.push(("pgbouncer".to_string(), b.url.clone()));
+            versions.insert("pgbouncer".to_string(), installed.version.clone());
+            if !installed.supports_prepared() {
+                notes.push(format!(
+                    "PgBouncer {} cannot keep protocol-level prepared statements in transaction \
+                     pooling (max_prepared_statements needs ≥ 1.21): not run in prepared mode.",
+                    installed.version
+                ));
+            }
+            bouncer = Some((b, installed.supports_prepared()));
+        }
+        None => notes.push("PgBouncer is not installed: not compared.".into()),
+    }
+    let runs_for = |mode: &str, target: &str| {
+        !(target == "pgbouncer" && mode == "prepared" && !bouncer.as_ref().is_some_and(|b| b.1))
+    };
+
+    let mut jobs = Vec::new();
+    for mode in MODES {
+        for round in 0..plan.rounds as usize {
+            // Rotate the order every round so no target always runs first or last.
+            for k in 0..targets.len() {
+                let (name, url) = &targets[(k + round) % targets.len()];
+                if runs_for(mode, name) {
+                    jobs.push((mode, round, name.as_str(), url.as_str()));
+                }
+            }
+        }
+    }
+    bar.set_length(jobs.len() as u64);
+    bar.set_position(0);
+
+    if plan.warmup > 0 {
+        for (name, url) in &targets {
+            bar.set_message(format!("warming up {name}"));
+            let args = bench_args(plan.warmup, "simple");
+            pgbench.run(
+                &format!("warm-up on {name}"),
+                &args,
+                url,
+                limit(plan.warmup),
+            )?;
+        }
+    }
+
+    let mut tps: BTreeMap<(&str, &str), (Vec<f64>, u64)> = BTreeMap::new();
+    for (mode, round, name, url) in jobs {
+        bar.set_message(format!(
+            "{mode}: round {}/{} on {name}",
+            round + 1,
+            plan.rounds
+        ));
+        let what = format!("pgbench -S -M {mode} on {name}");
+        let r = pgbench.run(
+            &what,
+            &bench_args(plan.duration, mode),
+            url,
+            limit(plan.duration),
+        )?;
+        let entry = tps.entry((mode, name)).or_default();
+        entry.0.push(r.tps);
+        entry.1 += r.failed;
+        bar.inc(1);
+    }
+    drop(bouncer);
+    drop(cluster);
+
+    let mut modes = BTreeMap::new();
+    for mode in MODES {
+        let base = tps
+            .get(&(mode, "direct"))
+            .and_then(|(runs, _)| median(runs))
+            .unwrap_or(0.0);
+        let mut per_target = ModeResult::new();
+        for ((m, name), (runs, failed)) in &tps {
+            if *m != mode {
+                continue;
+            }
+            let median_tps = median(runs).unwrap_or(0.0);
+            per_target.insert(
+                name.to_string(),
+                TargetResult {
+                    runs: runs.clone(),
+                    median_tps,
+                    ratio_to_direct: if base > 0.0 { median_tps / base } else { 0.0 },
+                    failed_transactions: *failed,
+                },
+            );
+        }
+        modes.insert(mode.to_string(), per_target);
+    }
+    notes.push(
+        "pgbench, the proxies and every PostgreSQL server share this machine's cores, so the \
+         ratios understate what a separate client machine would see."
+            .into(),
+    );
+    notes.push(
+        "Herd runs its default cluster (1 primary + 2 replicas) and may route these reads to \
+         replicas; `direct` and PgBouncer reach the primary only."
+            .into(),
+    );
+    Ok(Results {
+        scenario: "proxy".into(),
+        date: crate::report::now_utc(),
+        quick: opts.quick,
+        machine: Machine::detect(),
+        settings: Settings {
+            command: format!(
+                "pgbench -S -c {CLIENTS} -j {THREADS} -T {} -M {{simple|prepared}} URL",
+                plan.duration
+            ),
+            rounds: plan.rounds,
+            duration_s: plan.duration,
+            scale: plan.scale,
+            modes: MODES.iter().map(|m| m.to_string()).collect(),
+            targets: targets.into_iter().map(|(n, _)| n).collect(),
+            versions,
+        },
+        modes,
+        published: [
+            (
+                "simple".to_string(),
+                "PgBouncer 0.57×, PgCat/PgDog ≈ 0.5×; target Herd ≥ 0.70×".to_string(),
+            ),
+            ("prepared".to_string(), "target Herd ≥ 0.70×".to_string()),
+        ]
+        .into(),
+        notes,
+    })
+}
+
+/// `pgbench -S -c 16 -j 2 -T secs -M mode`.
+fn bench_args(secs: u64, mode: &str) -> Vec<String> {
+    let args = format!("-S -c {CLIENTS} -j {THREADS} -T {secs} -M {mode}");
+    args.split(' ').map(String::from).collect()
+}
+
+/// How long a run may take before it counts as hung: its duration plus a minute.
+fn limit(secs: u64) -> Duration {
+    Duration::from_secs(secs + 60)
+}

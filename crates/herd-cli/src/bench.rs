@@ -1,0 +1,41 @@
+//! `herd bench SCENARIO`: runs a benchmark scenario and prints where its reports are.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Args;
+
+/// Options of `herd bench`.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// The scenario to run: proxy.
+    pub scenario: String,
+    /// Short runs (smoke test); figures are not meaningful.
+    #[arg(long)]
+    pub quick: bool,
+    /// Directory for results.json, report.md and the SVG charts.
+    #[arg(long, value_name = "DIR", default_value = "bench-results")]
+    pub out: PathBuf,
+    /// Seconds per measured run (default: the scenario's own).
+    #[arg(long, value_name = "S")]
+    pub duration: Option<u64>,
+}
+
+/// Runs the scenario on a blocking thread and prints its table and files.
+pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
+    let opts = herd_bench::BenchOptions {
+        quick: args.quick,
+        out: args.out,
+        duration: args.duration,
+        herd_exe: std::env::current_exe().context("locating the herd binary")?,
+    };
+    let scenario = args.scenario;
+    let report = tokio::task::spawn_blocking(move || herd_bench::run(&scenario, &opts))
+        .await
+        .context("the benchmark thread failed")??;
+    println!("{}", report.markdown);
+    for file in &report.files {
+        println!("wrote {}", file.display());
+    }
+    Ok(())
+}

@@ -1,0 +1,342 @@
+//! The cluster endpoint (Herd's proxy) with real clients: pgbench in every protocol mode,
+//! read-your-writes, lag-free fallbacks, cancel, pinning, settings, bad input.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::Command;
+use std::time::Duration;
+
+use common::{api_get_text, cluster, connect, count, eventually};
+use herd_testkit::describe;
+use tokio_postgres::NoTls;
+
+fn pgbench(args: &[&str], url: &str) -> String {
+    let out = Command::new("/usr/lib/postgresql/15/bin/pgbench")
+        .args(args)
+        .arg(url)
+        .output()
+        .expect("pgbench");
+    let text = describe(&out);
+    assert!(out.status.success(), "pgbench {args:?}: {text}");
+    text
+}
+
+/// Sum of `herd_routed_total` samples whose labels contain `filter`.
+fn routed(metrics: &str, filter: &str) -> u64 {
+    metrics
+        .lines()
+        .filter(|l| l.starts_with("herd_routed_total{") && l.contains(filter))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pgbench_in_every_protocol_mode() {
+    let c = cluster();
+    c.up(&[]);
+    let url = c.url(&[]);
+    pgbench(&["-i", "-s", "1", "-q"], &c.url(&["--primary"]));
+    for mode in ["simple", "extended", "prepared"] {
+        for select_only in [false, true] {
+            let mut args = vec!["-n", "-t", "150", "-c", "4", "-j", "2", "-M", mode];
+            if select_only {
+                args.push("-S");
+            }
+            let text = pgbench(&args, &url);
+            assert!(
+                text.contains("number of failed transactions: 0 (0.000%)"),
+                "{mode} -S={select_only}: {text}"
+            );
+            assert!(
+                text.contains("number of transactions actually processed: 600/600"),
+                "{text}"
+            );
+        }
+    }
+    let metrics = api_get_text(c.api_port(), "/metrics");
+    assert!(routed(&metrics, "node=\"node0\"") > 0, "{metrics}");
+    assert!(
+        routed(&metrics, "reason=\"read\"") > 0,
+        "select-only load must reach replicas: {metrics}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_your_writes_under_async_commit() {
+    let c = cluster();
+    c.up(&["--commit-mode", "async"]);
+    let url = c.url(&[]);
+    let setup = connect(&c.url(&["--primary"])).await;
+    setup
+        .batch_execute("create table ryw(id int primary key, v text)")
+        .await
+        .expect("create");
+    drop(setup);
+    let client = connect(&url).await;
+    let primary_port = i64::from(c.port + 1);
+    let (mut stale, mut on_replicas) = (0, 0);
+    for id in 0..1000 {
+        // Simple protocol, one round trip each; inet_server_port() (stable) tells who answered.
+        client
+            .simple_query(&format!("insert into ryw values ({id}, 'x')"))
+            .await
+            .expect("insert");
+        let rows = client
+            .query(
+                &format!("select v, inet_server_port() from ryw where id = {id}"),
+                &[],
+            )
+            .await
+            .expect("read");
+        match rows.first() {
+            None => stale += 1,
+            Some(row) if i64::from(row.get::<_, i32>(1)) != primary_port => on_replicas += 1,
+            Some(_) => {}
+        }
+    }
+    assert_eq!(stale, 0, "reads must see the session's own writes");
+    eprintln!("reads served by replicas: {on_replicas} of 1000");
+    assert!(
+        on_replicas >= 250,
+        "replicas should serve a substantial share of the reads, got {on_replicas}/1000"
+    );
+    drop(client);
+
+    // With every replica frozen, reads still succeed, through the primary.
+    let status = c.status();
+    let replica_pids: Vec<i32> = status["nodes"]
+        .as_array()
+        .expect("nodes")
+        .iter()
+        .filter(|n| n["role"] == "replica")
+        .filter_map(|n| n["pid"].as_i64().map(|p| p as i32))
+        .collect();
+    // Every process of the replicas (PostgreSQL's children lead process groups of their own).
+    let frozen: Vec<i32> = replica_pids
+        .iter()
+        .flat_map(|p| std::iter::once(*p).chain(children(*p)))
+        .collect();
+    let stop = |sig| {
+        for pid in &frozen {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(*pid), sig);
+        }
+    };
+    stop(nix::sys::signal::Signal::SIGSTOP);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let client = connect(&url).await;
+    for id in 0..50i32 {
+        let row = tokio::time::timeout(
+            Duration::from_secs(10),
+            client.query_opt("select v from ryw where id = $1", &[&id]),
+        )
+        .await
+        .expect("a read must not hang while replicas are frozen")
+        .expect("read");
+        assert!(row.is_some());
+    }
+    stop(nix::sys::signal::Signal::SIGCONT);
+    let metrics = api_get_text(c.api_port(), "/metrics");
+    assert!(metrics.contains("reason=\"no_replica\""), "{metrics}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_cancel_pins_settings_and_bad_input() {
+    let c = cluster();
+    c.up(&[]);
+    let url = c.url(&[]);
+
+    // psql, the reference client, through the endpoint.
+    let out = Command::new("psql")
+        .arg(&url)
+        .args([
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-Atc",
+            "create table p(i int); insert into p values (1),(2); select count(*) from p",
+        ])
+        .output()
+        .expect("psql");
+    assert!(out.status.success(), "{}", describe(&out));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).lines().last(),
+        Some("2")
+    );
+
+    // Errors keep their SQLSTATE and leave the session usable.
+    let client = connect(&url).await;
+    let err = client
+        .batch_execute("select 1/0")
+        .await
+        .expect_err("division by zero");
+    assert_eq!(err.code().map(|c| c.code()), Some("22012"));
+    assert_eq!(count(&client, "p").await, Some(2));
+
+    // Settings follow the session from server to server.
+    client
+        .batch_execute("set application_name = 'herd-test'; set work_mem = '7MB'")
+        .await
+        .expect("set");
+    for _ in 0..20 {
+        let row = client
+            .query_one(
+                "select current_setting('work_mem'), current_setting('application_name')",
+                &[],
+            )
+            .await
+            .expect("q");
+        assert_eq!(
+            (row.get::<_, String>(0), row.get::<_, String>(1)),
+            ("7MB".to_string(), "herd-test".to_string())
+        );
+    }
+
+    // A session advisory lock pins the session: unlock works in a later transaction.
+    client
+        .batch_execute("select pg_advisory_lock(42)")
+        .await
+        .expect("lock");
+    for _ in 0..5 {
+        client.batch_execute("select 1").await.expect("q");
+    }
+    let unlocked: bool = client
+        .query_one("select pg_advisory_unlock(42)", &[])
+        .await
+        .expect("unlock")
+        .get(0);
+    assert!(
+        unlocked,
+        "the unlock must reach the backend holding the lock"
+    );
+
+    // Cancel reaches the backend running the query.
+    let token = client.cancel_token();
+    let sleeper = tokio::spawn(async move { client.batch_execute("select pg_sleep(20)").await });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    token.cancel_query(NoTls).await.expect("cancel request");
+    let result = tokio::time::timeout(Duration::from_secs(10), sleeper)
+        .await
+        .expect("cancelled in time")
+        .expect("join");
+    assert_eq!(
+        result.expect_err("cancelled").code().map(|c| c.code()),
+        Some("57014")
+    );
+
+    // Wrong password: 28P01, and the proxy keeps serving.
+    let wrong = url.replacen("postgres:", "postgres:wrong", 1);
+    let err = tokio_postgres::connect(&wrong, NoTls)
+        .await
+        .err()
+        .expect("must fail");
+    assert_eq!(err.code().map(|c| c.code()), Some("28P01"), "{err}");
+    let err = tokio_postgres::connect(&url.replacen("postgres:", "nobody:", 1), NoTls)
+        .await
+        .err()
+        .expect("must fail");
+    assert_eq!(
+        err.code().map(|c| c.code()),
+        Some("28P01"),
+        "unknown roles fail the same way: {err}"
+    );
+
+    // Clients vanishing mid-transaction leak nothing: more of them than the pool holds.
+    for i in 0..15 {
+        let (cl, conn) = tokio_postgres::connect(&url, NoTls).await.expect("connect");
+        let task = tokio::spawn(conn);
+        cl.batch_execute(&format!("begin; insert into p values ({})", 100 + i))
+            .await
+            .expect("begin");
+        task.abort(); // the socket closes with the transaction open
+    }
+    let client = connect(&url).await;
+    eventually(
+        Duration::from_secs(10),
+        "a free server connection",
+        || async { count(&client, "p").await == Some(2) },
+    )
+    .await;
+
+    // Malformed and unsupported input: an ErrorResponse, then the connection closes.
+    let port = c.port;
+    let answers = tokio::task::spawn_blocking(move || {
+        let v2 = raw_exchange(port, &[0, 0, 0, 8, 0, 2, 0, 0]);
+        let mut startup = Vec::new();
+        let params = b"user\0postgres\0database\0postgres\0\0";
+        startup.extend_from_slice(&((8 + params.len()) as u32).to_be_bytes());
+        startup.extend_from_slice(&196608u32.to_be_bytes());
+        startup.extend_from_slice(params);
+        startup.extend_from_slice(&[b'p', 0, 0, 0, 2]); // length below 4
+        let bad_len = raw_exchange(port, &startup);
+        let huge = raw_exchange(port, &[0, 0x7f, 0xff, 0xff, 0, 3, 0, 0]);
+        (v2, bad_len, huge)
+    })
+    .await
+    .expect("join");
+    for (name, reply) in [
+        ("protocol 2.0", &answers.0),
+        ("bad length", &answers.1),
+        ("huge startup", &answers.2),
+    ] {
+        assert_eq!(
+            reply.first(),
+            Some(&b'E'),
+            "{name}: {:?}",
+            String::from_utf8_lossy(reply)
+        );
+    }
+    assert!(String::from_utf8_lossy(&answers.0).contains("0A000"));
+    assert!(String::from_utf8_lossy(&answers.1).contains("08P01"));
+    assert_eq!(
+        count(&client, "p").await,
+        Some(2),
+        "the proxy survived the bad input"
+    );
+}
+
+/// Direct children of `pid`, from /proc.
+fn children(pid: i32) -> Vec<i32> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let Ok(child) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{child}/stat")) else {
+            continue;
+        };
+        // Fields after the command name (which may contain spaces) start after the last ')'.
+        let ppid = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<i32>().ok());
+        if ppid == Some(pid) {
+            out.push(child);
+        }
+    }
+    out
+}
+
+/// Sends `bytes` on a fresh connection and returns everything received until it closes.
+fn raw_exchange(port: u16, bytes: &[u8]) -> Vec<u8> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    s.write_all(bytes).expect("write");
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+            Err(e) => panic!(
+                "no answer before timeout: {e}; got {:?}",
+                String::from_utf8_lossy(&out)
+            ),
+        }
+    }
+    // Skip ahead to the ErrorResponse when authentication messages came first.
+    match out.iter().position(|b| *b == b'E') {
+        Some(i) if out.first() != Some(&b'E') && out.first() == Some(&b'R') => out[i..].to_vec(),
+        _ => out,
+    }
+}
