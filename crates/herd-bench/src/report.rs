@@ -7,7 +7,7 @@
 //!   "scenario": "proxy",
 //!   "date": "2025-01-31T12:00:00Z",
 //!   "quick": false,
-//!   "machine": { "cores": 2, "memory_mib": 24105, "cpu": "…" },
+//!   "machine": { "cores": 2, "memory_mib": 24105, "cpu": "…", "load_average": "1.9 2.0 2.1" },
 //!   "settings": { "command": "pgbench -S -c 16 -j 2 -T 10 -M MODE URL", "rounds": 5,
 //!                 "duration_s": 10, "scale": 10, "modes": ["simple", "prepared"],
 //!                 "targets": ["direct", "herd", "pgbouncer"],
@@ -92,6 +92,10 @@ pub struct Machine {
     pub memory_mib: u64,
     /// CPU model name ("" when unknown).
     pub cpu: String,
+    /// `/proc/loadavg`'s 1, 5 and 15 minute averages when the run ended: other work on the
+    /// machine skews the figures.
+    #[serde(default)]
+    pub load_average: String,
 }
 
 impl Machine {
@@ -105,6 +109,12 @@ impl Machine {
                 .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
                 .map_or(0, |kb| kb / 1024),
             cpu: field(&cpuinfo, "model name").unwrap_or_default(),
+            load_average: std::fs::read_to_string("/proc/loadavg")
+                .unwrap_or_default()
+                .split_whitespace()
+                .take(3)
+                .collect::<Vec<_>>()
+                .join(" "),
         }
     }
 }
@@ -159,19 +169,28 @@ pub fn label(target: &str) -> &str {
 pub fn markdown(r: &Results) -> String {
     let mut md = String::new();
     let _ = writeln!(md, "# herd bench {} — {}\n", r.scenario, r.date);
-    let _ =
-        writeln!(
+    let _ = writeln!(
         md,
-        "Machine: {} cores, {} MiB, {}. Command: `{}`, {} round(s) of {} s per target and mode, \
+        "Machine: {} cores, {} MiB, {}, load average at the end {}. \
+         Command: `{}`, {} round(s) of {} s per target and mode, \
          scale {}, targets interleaved.{}\n",
         r.machine.cores,
         r.machine.memory_mib,
-        if r.machine.cpu.is_empty() { "unknown CPU" } else { &r.machine.cpu },
+        if r.machine.cpu.is_empty() {
+            "unknown CPU"
+        } else {
+            &r.machine.cpu
+        },
+        r.machine.load_average,
         r.settings.command,
         r.settings.rounds,
         r.settings.duration_s,
         r.settings.scale,
-        if r.quick { " **Quick run: figures not meaningful.**" } else { "" }
+        if r.quick {
+            " **Quick run: figures not meaningful.**"
+        } else {
+            ""
+        }
     );
     md.push_str(&table(r));
     if !r.notes.is_empty() {
@@ -277,6 +296,7 @@ mod tests {
                 cores: 2,
                 memory_mib: 1024,
                 cpu: String::new(),
+                load_average: "0.50 0.40 0.30".into(),
             },
             settings: Settings {
                 command: "pgbench -S".into(),

@@ -13,8 +13,84 @@ pub async fn run(layout: &Layout, json: bool) -> anyhow::Result<()> {
         println!("{}", serde_json::to_string_pretty(&status)?);
     } else {
         print!("{}", table(&status));
+        if let Some(sup) = &status.supervisor {
+            let url = format!("http://{}:{}/metrics", cluster.host(), sup.api_port);
+            let text = tokio::task::spawn_blocking(move || {
+                ureq::get(&url)
+                    .timeout(std::time::Duration::from_secs(2))
+                    .call()
+                    .ok()?
+                    .into_string()
+                    .ok()
+            })
+            .await
+            .ok()
+            .flatten();
+            if let Some(text) = text {
+                print!("{}", proxy_summary(&text));
+            }
+        }
     }
     Ok(())
+}
+
+/// The proxy's counters from `/metrics`, condensed to a few lines.
+fn proxy_summary(metrics: &str) -> String {
+    let mut routed: std::collections::BTreeMap<String, u64> = Default::default();
+    let mut pools: std::collections::BTreeMap<String, (u64, u64)> = Default::default();
+    let mut scalar = std::collections::BTreeMap::new();
+    for line in metrics.lines().filter(|l| !l.starts_with('#')) {
+        let Some((key, value)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        let value = value.parse::<f64>().unwrap_or(0.0) as u64;
+        let label = |name: &str| {
+            key.split(&format!("{name}=\""))
+                .nth(1)
+                .and_then(|r| r.split('"').next())
+                .unwrap_or("")
+                .to_string()
+        };
+        if key.starts_with("herd_routed_total{") {
+            *routed
+                .entry(format!("{}/{}", label("node"), label("reason")))
+                .or_default() += value;
+        } else if key.starts_with("herd_pool_connections{") {
+            let entry = pools.entry(label("node")).or_default();
+            if label("state") == "in_use" {
+                entry.0 += value;
+            } else {
+                entry.1 += value;
+            }
+        } else if !key.contains('{') {
+            scalar.insert(key.to_string(), value);
+        }
+    }
+    let get = |k: &str| scalar.get(k).copied().unwrap_or(0);
+    let mut out = String::from("\nproxy:\n  routed (node/reason): ");
+    out.push_str(
+        &routed
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(" "),
+    );
+    let _ = write!(
+        out,
+        "\n  read-your-writes: {} waits, {} fallbacks to the primary; client connections: {}\n  pools (in use/idle): ",
+        get("herd_ryw_waits_total"),
+        get("herd_ryw_fallbacks_total"),
+        get("herd_client_connections_total")
+    );
+    out.push_str(
+        &pools
+            .iter()
+            .map(|(n, (u, i))| format!("{n} {u}/{i}"))
+            .collect::<Vec<_>>()
+            .join(", "),
+    );
+    out.push('\n');
+    out
 }
 
 /// Opens the cluster of `layout` with its saved configuration.
@@ -101,6 +177,22 @@ pub fn table(s: &ClusterStatus) -> String {
         line(r.to_vec());
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn proxy_summary_condenses_metrics() {
+        let text = "# TYPE herd_routed_total counter\n\
+            herd_routed_total{node=\"node1\",reason=\"read\"} 5\n\
+            herd_ryw_waits_total 3\n\
+            herd_pool_connections{node=\"node0\",user=\"u\",database=\"d\",state=\"in_use\"} 1\n\
+            herd_pool_connections{node=\"node0\",user=\"u\",database=\"d\",state=\"idle\"} 2\n";
+        let s = super::proxy_summary(text);
+        assert!(s.contains("node1/read=5"), "{s}");
+        assert!(s.contains("3 waits"), "{s}");
+        assert!(s.contains("node0 1/2"), "{s}");
+    }
 }
 
 fn row(n: &NodeStatus) -> [String; 10] {

@@ -340,3 +340,105 @@ fn raw_exchange(port: u16, bytes: &[u8]) -> Vec<u8> {
         _ => out,
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consistency_levels_per_connection_transaction_and_statement() {
+    let c = cluster();
+    c.up(&["--commit-mode", "async"]);
+    let url = c.url(&[]);
+    let primary_port = i32::from(c.port + 1);
+    async fn port(client: &tokio_postgres::Client, sql: &str) -> i32 {
+        let rows = client
+            .simple_query(sql)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+        rows.iter()
+            .find_map(|m| match m {
+                tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0).and_then(|v| v.parse().ok()),
+                _ => None,
+            })
+            .expect("a row")
+    }
+    let q = "select inet_server_port()";
+
+    // Per connection: `-c herd.consistency=primary` in the startup options.
+    let mut config: tokio_postgres::Config = url.parse().expect("url");
+    config.options("-c herd.consistency=primary");
+    let (pinned, conn) = config.connect(NoTls).await.expect("connect");
+    tokio::spawn(conn);
+    for _ in 0..5 {
+        assert_eq!(port(&pinned, q).await, primary_port);
+    }
+
+    // Per session at run time, answered by the proxy itself.
+    let client = connect(&url).await;
+    client
+        .batch_execute("set herd.consistency = eventual")
+        .await
+        .expect("set");
+    eventually(Duration::from_secs(10), "reads on a replica", || async {
+        port(&client, q).await != primary_port
+    })
+    .await;
+    client
+        .batch_execute("set herd.consistency = bounded")
+        .await
+        .expect("set");
+    eventually(
+        Duration::from_secs(10),
+        "bounded reads on a replica",
+        || async { port(&client, q).await != primary_port },
+    )
+    .await;
+    client
+        .batch_execute("set herd.consistency = primary")
+        .await
+        .expect("set");
+    assert_eq!(port(&client, q).await, primary_port);
+
+    // Per transaction: a READ ONLY transaction is placed by its first statement, with its own level.
+    client
+        .batch_execute("set herd.consistency = eventual")
+        .await
+        .expect("set");
+    client
+        .batch_execute("begin read only")
+        .await
+        .expect("begin");
+    client
+        .batch_execute("set local herd.consistency = primary")
+        .await
+        .expect("set local");
+    assert_eq!(port(&client, q).await, primary_port);
+    client.batch_execute("commit").await.expect("commit");
+    client
+        .batch_execute("begin read only")
+        .await
+        .expect("begin");
+    let first = port(&client, q).await;
+    assert_ne!(
+        first, primary_port,
+        "eventual read-only transaction on a replica"
+    );
+    assert_eq!(
+        port(&client, q).await,
+        first,
+        "a transaction never changes server"
+    );
+    client.batch_execute("commit").await.expect("commit");
+    // A transaction not declared READ ONLY may write: the primary.
+    client.batch_execute("begin").await.expect("begin");
+    assert_eq!(port(&client, q).await, primary_port);
+    client.batch_execute("rollback").await.expect("rollback");
+    // BEGIN then COMMIT with nothing between: answered without a server.
+    client
+        .batch_execute("begin; commit")
+        .await
+        .expect("empty transaction");
+    client.batch_execute("begin").await.expect("begin");
+    client.batch_execute("rollback").await.expect("rollback");
+    assert!(
+        port(&client, q).await != primary_port,
+        "session level back in force"
+    );
+}

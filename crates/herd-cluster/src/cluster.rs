@@ -76,7 +76,7 @@ impl Cluster {
             user: SUPERUSER.into(),
             password: self.secrets.superuser.clone(),
             dbname: "postgres".into(),
-            timeout: Duration::from_secs(3),
+            timeout: Duration::from_secs(10),
         }
     }
 

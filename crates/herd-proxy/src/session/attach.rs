@@ -34,6 +34,20 @@ struct UnitFacts {
 impl Session {
     /// Handles a complete unit that arrived while detached. `Ok(false)`: the client terminated.
     pub(super) async fn start_unit(&mut self, unit: Bytes) -> Result<bool, ProxyError> {
+        if let Some(only) = lone_sync_or_flush(&unit) {
+            // Nothing to run: a Flush needs no answer, a Sync gets ReadyForQuery.
+            if only == tag::SYNC {
+                let mut out = Vec::new();
+                let status = if self.pending_begin.is_some() {
+                    b'T'
+                } else {
+                    b'I'
+                };
+                encode::ready_for_query(&mut out, status)?;
+                self.write_client(&out).await?;
+            }
+            return Ok(true);
+        }
         let facts = self.inspect(&unit)?;
         if let Some(answer) = facts.local {
             if self.answer_locally(answer, facts.sql.as_deref()).await? {
@@ -109,6 +123,15 @@ impl Session {
                 tag::FUNCTION_CALL => {
                     facts.read_only = false;
                     facts.reason = "function_call";
+                    None
+                }
+                tag::FLUSH if rest.is_empty() => {
+                    // Not closed by Sync: the batch may go on with a write on the same server
+                    // (its unnamed statement and portals live there). Only the primary takes that.
+                    if facts.read_only {
+                        facts.read_only = false;
+                        facts.reason = "unsynced_batch";
+                    }
                     None
                 }
                 _ => None,
@@ -380,6 +403,18 @@ impl Session {
             encode::ready_for_query(&mut out, status)?;
         }
         self.write_client(&out).await
+    }
+}
+
+/// `Some(tag)` when `unit` is a single Sync or Flush.
+fn lone_sync_or_flush(unit: &[u8]) -> Option<u8> {
+    match split_frame(unit, usize::MAX) {
+        Ok(Some((frame, used)))
+            if used == unit.len() && matches!(frame.tag, tag::SYNC | tag::FLUSH) =>
+        {
+            Some(frame.tag)
+        }
+        _ => None,
     }
 }
 

@@ -42,7 +42,10 @@ impl Translator<'_> {
             tag::QUERY => {
                 let q = Query::decode(frame.body)?;
                 self.note(&analyze(self.ctx, q.sql));
-                to_server.extend_from_slice(frame.raw);
+                match self.deallocate(q.sql, to_server)? {
+                    Some(sql) => encode::query(to_server, &sql)?,
+                    None => to_server.extend_from_slice(frame.raw),
+                }
                 self.att.tracker.sent(Expect::Query, false, None);
             }
             tag::PARSE => self.parse(frame, to_server)?,
@@ -126,6 +129,11 @@ impl Translator<'_> {
         let p = Parse::decode(frame.body)?;
         let analysis = analyze(self.ctx, p.query);
         self.note(&analysis);
+        if let Some(sql) = self.deallocate(p.query, to_server)? {
+            encode::parse(to_server, p.name, &sql, &p.param_types)?;
+            self.att.tracker.sent(Expect::Parse, false, None);
+            return Ok(());
+        }
         if p.name.is_empty() {
             self.state.unnamed_read_only = analysis.read_only;
             to_server.extend_from_slice(frame.raw);
@@ -184,6 +192,37 @@ impl Translator<'_> {
         Ok(())
     }
 
+    /// SQL `DEALLOCATE` of a protocol-level statement: the server knows it by its shared name.
+    /// Returns the statement to send instead, after making sure the server has the statement
+    /// (so the DEALLOCATE succeeds as the client expects); `None` to send the text unchanged.
+    fn deallocate(
+        &mut self,
+        sql: &str,
+        to_server: &mut Vec<u8>,
+    ) -> Result<Option<String>, ProxyError> {
+        match deallocate_target(sql) {
+            None => Ok(None),
+            Some(None) => {
+                // DEALLOCATE ALL: everything prepared on this server and by this client is gone.
+                self.state.statements.clear();
+                self.att.lease.conn.prepared.clear();
+                Ok(None)
+            }
+            Some(Some(name)) => {
+                let Some(stmt) = self.state.statements.remove(&name) else {
+                    return Ok(None);
+                };
+                self.ensure_prepared(&stmt, to_server)?;
+                self.att
+                    .lease
+                    .conn
+                    .prepared
+                    .retain(|n| *n != stmt.server_name);
+                Ok(Some(format!("DEALLOCATE \"{}\"", stmt.server_name)))
+            }
+        }
+    }
+
     fn evict_if_full(&mut self, to_server: &mut Vec<u8>) -> Result<(), ProxyError> {
         while self.att.lease.conn.prepared.len() >= PREPARED_CAPACITY {
             if let Some(old) = self.att.lease.conn.prepared.pop_front() {
@@ -205,5 +244,51 @@ impl Translator<'_> {
         self.att.wrote |= !a.read_only;
         self.att.pinned |= a.pin;
         self.att.effects.extend(a.effects.iter().cloned());
+    }
+}
+
+/// The target of a lone `DEALLOCATE [PREPARE] name | ALL`: `Some(None)` for ALL.
+fn deallocate_target(sql: &str) -> Option<Option<String>> {
+    let text = sql.trim().trim_end_matches(';').trim();
+    let mut words = text.split_whitespace();
+    if !words.next()?.eq_ignore_ascii_case("deallocate") {
+        return None;
+    }
+    let mut target = words.next()?;
+    if target.eq_ignore_ascii_case("prepare") {
+        target = words.next()?;
+    }
+    if words.next().is_some() {
+        return None;
+    }
+    if target.eq_ignore_ascii_case("all") {
+        return Some(None);
+    }
+    let name = match target.strip_prefix('"').and_then(|t| t.strip_suffix('"')) {
+        Some(quoted) => quoted.replace("\"\"", "\""),
+        None => target.to_lowercase(),
+    };
+    Some(Some(name))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::deallocate_target;
+
+    #[test]
+    fn deallocate_forms() {
+        assert_eq!(deallocate_target("DEALLOCATE ALL"), Some(None));
+        assert_eq!(deallocate_target("deallocate prepare all;"), Some(None));
+        assert_eq!(
+            deallocate_target("DEALLOCATE _pg3_0"),
+            Some(Some("_pg3_0".into()))
+        );
+        assert_eq!(
+            deallocate_target("DEALLOCATE \"Q1\""),
+            Some(Some("Q1".into()))
+        );
+        assert_eq!(deallocate_target("DEALLOCATE Q1"), Some(Some("q1".into())));
+        assert_eq!(deallocate_target("select 1"), None);
+        assert_eq!(deallocate_target("deallocate a b"), None);
     }
 }
