@@ -179,22 +179,6 @@ pub fn table(s: &ClusterStatus) -> String {
     out
 }
 
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn proxy_summary_condenses_metrics() {
-        let text = "# TYPE herd_routed_total counter\n\
-            herd_routed_total{node=\"node1\",reason=\"read\"} 5\n\
-            herd_ryw_waits_total 3\n\
-            herd_pool_connections{node=\"node0\",user=\"u\",database=\"d\",state=\"in_use\"} 1\n\
-            herd_pool_connections{node=\"node0\",user=\"u\",database=\"d\",state=\"idle\"} 2\n";
-        let s = super::proxy_summary(text);
-        assert!(s.contains("node1/read=5"), "{s}");
-        assert!(s.contains("3 waits"), "{s}");
-        assert!(s.contains("node0 1/2"), "{s}");
-    }
-}
-
 fn row(n: &NodeStatus) -> [String; 10] {
     let opt = |v: Option<String>| v.unwrap_or_else(|| "-".into());
     let (bytes, time) = match &n.lag {
@@ -226,4 +210,20 @@ fn lag_cells(l: &LagInfo) -> (String, String) {
             secs(l.replay_seconds)
         ),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn proxy_summary_condenses_metrics() {
+        let text = "# TYPE herd_routed_total counter\n\
+            herd_routed_total{node=\"node1\",reason=\"read\"} 5\n\
+            herd_ryw_waits_total 3\n\
+            herd_pool_connections{node=\"node0\",user=\"u\",database=\"d\",state=\"in_use\"} 1\n\
+            herd_pool_connections{node=\"node0\",user=\"u\",database=\"d\",state=\"idle\"} 2\n";
+        let s = super::proxy_summary(text);
+        assert!(s.contains("node1/read=5"), "{s}");
+        assert!(s.contains("3 waits"), "{s}");
+        assert!(s.contains("node0 1/2"), "{s}");
+    }
 }
