@@ -23,6 +23,8 @@ enum Command {
     Status(StatusArgs),
     /// Print a libpq connection URL (credentials included).
     Url(UrlArgs),
+    /// Reproduce the reference measurements on this machine (results.json, report.md, SVG).
+    Bench(crate::bench::BenchArgs),
     /// Change settings of a cluster.
     Config {
         #[command(subcommand)]
@@ -119,6 +121,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Down(dir) => crate::down::run(&dir.layout()?).await,
         Command::Status(args) => crate::status::run(&args.dir.layout()?, args.json).await,
         Command::Url(args) => crate::url::run(&args),
+        Command::Bench(args) => crate::bench::run(args).await,
         Command::Config {
             command: ConfigCommand::Set { dir, key, value },
         } => crate::config_cmd::set(&dir.layout()?, &key, &value).await,
