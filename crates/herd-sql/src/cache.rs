@@ -84,12 +84,20 @@ impl ClassifierCache {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// The classification of `sql`, from the cache or freshly computed.
+    /// The classification of `sql`, from the cache or freshly computed. Texts that differ only
+    /// in literal values share one entry (see [`crate::shape_key`]); the statements' `span`s of
+    /// such an entry refer to the first text of that shape.
     pub fn get_or_classify(&self, sql: &str) -> Arc<Classification> {
+        let shape = crate::shape_key(sql);
+        let key = shape.as_deref().unwrap_or(sql);
+        self.get_or_classify_keyed(key, sql)
+    }
+
+    fn get_or_classify_keyed(&self, key: &str, sql: &str) -> Arc<Classification> {
         {
             let mut inner = self.lock();
             let stamp = inner.stamp();
-            if let Some((found, old)) = inner.map.get_mut(sql) {
+            if let Some((found, old)) = inner.map.get_mut(key) {
                 let previous = std::mem::replace(old, stamp);
                 let found = Arc::clone(found);
                 if let Some(key) = inner.order.remove(&previous) {
@@ -101,11 +109,11 @@ impl ClassifierCache {
             inner.misses += 1;
         }
         let classified = Arc::new(classify(sql));
-        if self.capacity == 0 || sql.len() > self.max_sql_len {
+        if self.capacity == 0 || key.len() > self.max_sql_len {
             return classified;
         }
         let mut inner = self.lock();
-        if inner.map.contains_key(sql) {
+        if inner.map.contains_key(key) {
             return classified;
         }
         while inner.map.len() >= self.capacity {
@@ -114,7 +122,7 @@ impl ClassifierCache {
             };
             inner.map.remove(&oldest);
         }
-        let key: Arc<str> = Arc::from(sql);
+        let key: Arc<str> = Arc::from(key);
         let stamp = inner.stamp();
         inner.order.insert(stamp, Arc::clone(&key));
         inner.map.insert(key, (Arc::clone(&classified), stamp));

@@ -16,10 +16,12 @@ mod cache;
 mod classify;
 mod route;
 mod session;
+mod shape;
 mod walk;
 
 pub use cache::{CacheStats, ClassifierCache};
 pub use classify::classify;
+pub use shape::shape_key;
 
 use std::ops::Range;
 

@@ -151,7 +151,7 @@ fn cache_counts_hits_and_misses() {
     let a = cache.get_or_classify("select 1");
     let b = cache.get_or_classify("select 1");
     assert!(Arc::ptr_eq(&a, &b));
-    cache.get_or_classify("select 2");
+    cache.get_or_classify("select x2");
     let stats = cache.stats();
     assert_eq!(
         (stats.hits, stats.misses, stats.len, stats.capacity),
@@ -166,20 +166,20 @@ fn cache_counts_hits_and_misses() {
 fn cache_is_bounded_and_lru() {
     let cache = ClassifierCache::new(3);
     for i in 0..3 {
-        cache.get_or_classify(&format!("select {i}"));
+        cache.get_or_classify(&format!("select c{i}"));
     }
-    cache.get_or_classify("select 0"); // refresh 0; 1 is now least recently used
-    cache.get_or_classify("select 3"); // evicts 1
+    cache.get_or_classify("select c0"); // refresh 0; 1 is now least recently used
+    cache.get_or_classify("select c3"); // evicts 1
     assert_eq!(cache.len(), 3);
     let misses = cache.stats().misses;
-    cache.get_or_classify("select 0");
-    cache.get_or_classify("select 2");
-    cache.get_or_classify("select 3");
+    cache.get_or_classify("select c0");
+    cache.get_or_classify("select c2");
+    cache.get_or_classify("select c3");
     assert_eq!(cache.stats().misses, misses, "0, 2 and 3 are still cached");
-    cache.get_or_classify("select 1");
+    cache.get_or_classify("select c1");
     assert_eq!(cache.stats().misses, misses + 1, "1 was evicted");
     for i in 0..100 {
-        cache.get_or_classify(&format!("select {i} + 1"));
+        cache.get_or_classify(&format!("select c{i} + 1"));
     }
     assert_eq!(cache.len(), 3);
 }
@@ -206,7 +206,7 @@ fn cache_is_shareable_across_threads() {
             let cache = Arc::clone(&cache);
             std::thread::spawn(move || {
                 for i in 0..50 {
-                    let c = cache.get_or_classify(&format!("select {}", i % 10));
+                    let c = cache.get_or_classify(&format!("select c{}", i % 10));
                     assert_eq!(c.route(&TestCatalog).0, Route::Replica, "thread {t}");
                 }
             })
@@ -218,4 +218,17 @@ fn cache_is_shareable_across_threads() {
     let stats = cache.stats();
     assert_eq!(stats.hits + stats.misses, 200);
     assert_eq!(stats.len, 10);
+}
+
+#[test]
+fn texts_differing_only_in_literals_share_an_entry() {
+    let cache = ClassifierCache::new(10);
+    let a = cache.get_or_classify("select v from t where id = 1");
+    let b = cache.get_or_classify("select v from t where id = 2");
+    assert!(Arc::ptr_eq(&a, &b));
+    // Settings carry their value: never shared.
+    let s1 = cache.get_or_classify("set work_mem = '1MB'");
+    let s2 = cache.get_or_classify("set work_mem = '2MB'");
+    assert!(!Arc::ptr_eq(&s1, &s2));
+    assert_ne!(s1.statements[0].session, s2.statements[0].session);
 }

@@ -11,7 +11,9 @@ use herd_wire::{encode, split_frame};
 use super::translate::{Flow, Translator};
 use super::{Attached, Session};
 use crate::analysis::{analyze, reason_label, LocalAnswer};
-use crate::pool::{Lease, PoolKey};
+use std::sync::Arc;
+
+use crate::pool::{Lease, Pool, PoolKey};
 use crate::router::choose::{choose, PrimaryReason, Request, Target};
 use crate::router::track::Tracker;
 use crate::topology::{Endpoint, TopologyView};
@@ -226,18 +228,10 @@ impl Session {
         reason: &str,
     ) -> Result<(Lease, Option<usize>), ProxyError> {
         // Least outstanding requests first.
-        let mut order: Vec<(usize, usize)> = candidates
-            .iter()
-            .map(|&i| {
-                (
-                    self.ctx
-                        .pools
-                        .get(&self.pool_key(&view.replicas[i].endpoint))
-                        .outstanding(),
-                    i,
-                )
-            })
-            .collect();
+        let mut order: Vec<(usize, usize)> = Vec::with_capacity(candidates.len());
+        for &i in candidates {
+            order.push((self.pool(&view.replicas[i].endpoint).outstanding(), i));
+        }
         order.sort_unstable();
         for (_, i) in order {
             let ep = &view.replicas[i].endpoint;
@@ -291,19 +285,22 @@ impl Session {
         }
     }
 
-    fn pool_key(&self, ep: &Endpoint) -> PoolKey {
-        PoolKey {
-            endpoint: ep.clone(),
-            user: self.user.clone(),
-            database: self.database.clone(),
+    /// The pool for `ep` (remembered per session: no key is built per unit).
+    fn pool(&mut self, ep: &Endpoint) -> Arc<Pool> {
+        if let Some(p) = self.pools.get(ep) {
+            return p.clone();
         }
+        let key = PoolKey { endpoint: ep.clone(), user: self.user.clone(), database: self.database.clone() };
+        let pool = self.ctx.pools.get(&key);
+        self.pools.insert(ep.clone(), pool.clone());
+        pool
     }
 
-    async fn lease(&self, ep: &Endpoint) -> Result<Lease, ProxyError> {
+    async fn lease(&mut self, ep: &Endpoint) -> Result<Lease, ProxyError> {
         let creds = self.ctx.users.credentials(&self.user).ok_or_else(|| {
             ProxyError::Unavailable("no credentials for this user; reconnect".into())
         })?;
-        let pool = self.ctx.pools.get(&self.pool_key(ep));
+        let pool = self.pool(ep);
         let mut lease = pool.acquire(&creds, POOL_WAIT, CONNECT_TIMEOUT).await?;
         if lease.conn.state_hash != self.state.hash {
             // Bring the server to the session's settings (one round trip, only when they differ).

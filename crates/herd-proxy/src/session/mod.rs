@@ -69,6 +69,8 @@ pub struct Session {
     out: Vec<u8>,
     /// A transaction the client began that no server has seen yet.
     pending_begin: Option<PendingBegin>,
+    /// Pools this session used, by node.
+    pools: std::collections::HashMap<herd_core::Endpoint, Arc<crate::pool::Pool>>,
 }
 
 /// `BEGIN` answered by the proxy: the server is chosen by the transaction's first statement,
@@ -115,6 +117,7 @@ pub async fn serve_client(mut client: TcpStream, ctx: Arc<ProxyContext>) {
         next_id: 0,
         out: Vec::with_capacity(16 * 1024),
         pending_begin: None,
+        pools: std::collections::HashMap::new(),
     };
     if let Err(e) = session.greet(pid, key).await {
         return fatal(&mut session.client, &e).await;
