@@ -33,9 +33,9 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     let report = tokio::task::spawn_blocking(move || herd_bench::run(&scenario, &opts))
         .await
         .context("the benchmark thread failed")??;
-    println!("{}", report.markdown);
+    crate::output::emitln!("{}", report.markdown);
     for file in &report.files {
-        println!("wrote {}", file.display());
+        crate::output::emitln!("wrote {}", file.display());
     }
     Ok(())
 }

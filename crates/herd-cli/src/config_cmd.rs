@@ -13,7 +13,7 @@ pub async fn set(layout: &Layout, key: &str, value: &str) -> anyhow::Result<()> 
     // herd.toml first: a supervisor restarting a server reads it from there.
     std::fs::write(layout.config(), herd_config::render(&cluster.config))?;
     cluster.apply_commit_settings(&pg).await?;
-    println!(
+    crate::output::emitln!(
         "commit mode {} with {} applied: synchronous_commit = {}, synchronous_standby_names = '{}'",
         cluster.config.cluster.commit_mode,
         cluster.config.cluster.sync_standbys,

@@ -87,8 +87,8 @@ pub async fn run(layout: &Layout, config: &Config) -> anyhow::Result<()> {
     }
     let cluster = Cluster::open(layout.clone(), config.clone())?;
     let status = herd_cluster::observe(&cluster).await.status;
-    print!("{}", crate::status::summary(&cluster, &status));
-    println!(
+    crate::output::emit!("{}", crate::status::summary(&cluster, &status));
+    crate::output::emitln!(
         "Supervisor running in the background (pid {pid}); log: {}",
         log_path.display()
     );

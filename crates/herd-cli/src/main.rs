@@ -5,6 +5,7 @@ mod cli;
 mod config_cmd;
 mod detach;
 mod down;
+mod output;
 mod progress;
 mod status;
 mod up;

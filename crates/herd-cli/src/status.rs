@@ -10,9 +10,9 @@ pub async fn run(layout: &Layout, json: bool) -> anyhow::Result<()> {
     let cluster = open(layout)?;
     let status = herd_cluster::observe(&cluster).await.status;
     if json {
-        println!("{}", serde_json::to_string_pretty(&status)?);
+        crate::output::emitln!("{}", serde_json::to_string_pretty(&status)?);
     } else {
-        print!("{}", table(&status));
+        crate::output::emit!("{}", table(&status));
         if let Some(sup) = &status.supervisor {
             let url = format!("http://{}:{}/metrics", cluster.host(), sup.api_port);
             let text = tokio::task::spawn_blocking(move || {
@@ -27,7 +27,7 @@ pub async fn run(layout: &Layout, json: bool) -> anyhow::Result<()> {
             .ok()
             .flatten();
             if let Some(text) = text {
-                print!("{}", proxy_summary(&text));
+                crate::output::emit!("{}", proxy_summary(&text));
             }
         }
     }

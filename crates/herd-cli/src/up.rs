@@ -135,7 +135,7 @@ async fn supervise_foreground(layout: Layout, config: Config) -> anyhow::Result<
         api_port: api_addr.1,
     };
     let first = herd_cluster::observe(&cluster).await.status;
-    print!("{}", crate::status::summary(&cluster, &first));
+    crate::output::emit!("{}", crate::status::summary(&cluster, &first));
     lock.publish(&info)?;
     drop(progress);
 

@@ -26,7 +26,7 @@ pub fn run(args: &UrlArgs) -> anyhow::Result<()> {
         (None, true) => cluster.url(&cluster.state.primary, true),
         (None, false) => cluster.endpoint_url(true),
     };
-    println!("{url}");
+    crate::output::emitln!("{url}");
     Ok(())
 }
 

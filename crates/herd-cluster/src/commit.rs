@@ -9,7 +9,7 @@ impl Cluster {
     /// The sync set is recorded in `state.json` before any server setting changes, so that
     /// failover can always tell which standbys held acknowledged commits.
     pub async fn apply_commit_settings(&mut self, pg: &Pg) -> Result<(), ClusterError> {
-        self.state.sync_set = self.state.replicas();
+        self.state.sync_set = self.state.streaming_replicas();
         self.state.save(&self.layout.state())?;
         let mut order = vec![self.state.primary.clone()];
         order.extend(self.state.replicas());

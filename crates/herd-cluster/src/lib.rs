@@ -8,6 +8,7 @@ mod bootstrap;
 mod cluster;
 mod commit;
 mod error;
+mod failover;
 mod layout;
 mod lifecycle;
 mod progress;

@@ -17,6 +17,9 @@ pub struct ClusterState {
     pub primary: NodeName,
     /// The standbys named in `synchronous_standby_names`, recorded before each change of it.
     pub sync_set: Vec<NodeName>,
+    /// Former primaries that must be rewound before they can follow the current primary.
+    #[serde(default)]
+    pub needs_rewind: Vec<NodeName>,
 }
 
 impl ClusterState {
@@ -27,6 +30,7 @@ impl ClusterState {
             primary: nodes[0].clone(),
             sync_set: nodes[1..].to_vec(),
             nodes,
+            needs_rewind: Vec::new(),
         }
     }
 
@@ -36,6 +40,14 @@ impl ClusterState {
             .iter()
             .filter(|n| **n != self.primary)
             .cloned()
+            .collect()
+    }
+
+    /// The replicas that can stream now (not waiting to be rewound): the sync set.
+    pub fn streaming_replicas(&self) -> Vec<NodeName> {
+        self.replicas()
+            .into_iter()
+            .filter(|n| !self.needs_rewind.contains(n))
             .collect()
     }
 

@@ -4,8 +4,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use herd_config::Config;
-use herd_core::{Assignment, ClusterStatus, NodeName};
-use herd_ha::{decide, Action, NodeObservation, Policy};
+use herd_core::{Assignment, ClusterStatus, Lsn, NodeName, NodeState, Role, SyncState};
+use herd_ha::{decide, Action, Candidate, FailoverRules, NodeObservation, Policy, PrimaryLoss};
 use herd_pg::Pg;
 use tokio::sync::watch;
 
@@ -17,6 +17,62 @@ use crate::{Cluster, ClusterState};
 struct StartBook {
     failed: BTreeMap<NodeName, u32>,
     last_attempt: BTreeMap<NodeName, Instant>,
+}
+
+/// What the supervisor remembers about the primary between rounds.
+#[derive(Default)]
+struct PrimaryWatch {
+    /// Since when the primary has not been serving.
+    down_since: Option<Instant>,
+    /// Its last observed WAL position.
+    last_lsn: Lsn,
+    /// The standbys it last reported as synchronous (FIRST k).
+    last_sync: Vec<NodeName>,
+}
+
+impl PrimaryWatch {
+    /// Updates from one observation; returns the loss to decide on, if the primary is down.
+    fn observe(&mut self, status: &ClusterStatus, cluster: &Cluster) -> Option<PrimaryLoss> {
+        let primary = status.nodes.iter().find(|n| n.role == Role::Primary);
+        if let Some(p) = primary.filter(|p| p.state == NodeState::Running) {
+            self.down_since = None;
+            self.last_lsn = p.current_lsn.unwrap_or(self.last_lsn);
+            let sync: Vec<NodeName> = status
+                .nodes
+                .iter()
+                .filter(|n| n.sync_state == Some(SyncState::Sync))
+                .map(|n| n.name.clone())
+                .collect();
+            if !sync.is_empty() {
+                self.last_sync = sync;
+            }
+            return None;
+        }
+        let since = *self.down_since.get_or_insert_with(Instant::now);
+        let candidates = status
+            .nodes
+            .iter()
+            .filter(|n| n.role == Role::Replica && !cluster.state.needs_rewind.contains(&n.name))
+            .map(|n| Candidate {
+                name: n.name.clone(),
+                reachable: matches!(n.state, NodeState::Streaming | NodeState::Disconnected),
+                flushed: n.received_lsn,
+            })
+            .collect();
+        Some(PrimaryLoss {
+            down_for: since.elapsed(),
+            candidates,
+            rules: FailoverRules {
+                mode: cluster.config.cluster.commit_mode,
+                sync: cluster.config.cluster.sync_standbys,
+                sync_set: cluster.state.sync_set.clone(),
+                last_sync: self.last_sync.clone(),
+                primary_lsn: self.last_lsn,
+                max_lag_bytes: cluster.config.supervisor.max_lag_on_failover,
+                allow_data_loss: false,
+            },
+        })
+    }
 }
 
 /// Runs until `shutdown` turns true: every `probe_interval_ms`, observes the nodes, publishes
@@ -31,6 +87,7 @@ pub async fn supervise(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let mut book = StartBook::default();
+    let mut watch = PrimaryWatch::default();
     let mut reported: BTreeSet<String> = BTreeSet::new();
     loop {
         let interval = Duration::from_millis(cluster.config.supervisor.probe_interval_ms);
@@ -63,14 +120,17 @@ pub async fn supervise(
                 answered_in_recovery: *in_recovery,
                 failed_starts: book.failed.get(&n.name).copied().unwrap_or(0),
                 since_last_start: book.last_attempt.get(&n.name).map(Instant::elapsed),
+                needs_rewind: cluster.state.needs_rewind.contains(&n.name),
             })
             .collect();
+        let loss = watch.observe(&observation.status, &cluster);
         let _ = status_tx.send(observation.status);
         let policy = Policy {
             restart_backoff: Duration::from_millis(cluster.config.supervisor.restart_backoff_ms),
             max_restart_backoff: Duration::from_secs(30),
+            failover_timeout: Duration::from_millis(cluster.config.supervisor.failover_timeout_ms),
         };
-        let decisions = decide(&observations, &policy);
+        let decisions = decide(&observations, &policy, loss.as_ref());
         let mut still_reported = BTreeSet::new();
         for d in decisions {
             match d.action {
@@ -88,12 +148,41 @@ pub async fn supervise(
                         }
                     }
                 }
-                Action::ReportPrimaryDown(_) | Action::ReportWrongRole(_) => {
+                Action::Failover(candidate) => {
+                    tracing::warn!("failover: {}", d.reason);
+                    let started = Instant::now();
+                    match cluster.fail_over(pg, &candidate).await {
+                        Ok(()) => {
+                            watch = PrimaryWatch::default();
+                            let _ = assignment_tx.send(cluster.assignment());
+                            tracing::warn!(primary = %candidate, "failover done in {:.1} s", started.elapsed().as_secs_f64());
+                        }
+                        Err(e) => tracing::error!(candidate = %candidate, "failover failed: {e}"),
+                    }
+                }
+                Action::Rejoin(node) => {
+                    tracing::warn!(node = %node, "rejoining: {}", d.reason);
+                    book.last_attempt.insert(node.clone(), Instant::now());
+                    match cluster.rejoin(pg, &node).await {
+                        Ok(()) => {
+                            book.failed.remove(&node);
+                            tracing::info!(node = %node, "rejoined as a replica");
+                        }
+                        Err(e) => {
+                            *book.failed.entry(node.clone()).or_default() += 1;
+                            tracing::error!(node = %node, "rejoin failed: {e}");
+                        }
+                    }
+                }
+                Action::ReportPrimaryDown(_)
+                | Action::ReportWrongRole(_)
+                | Action::RefuseFailover => {
                     // Log a condition once when it appears, not on every round.
-                    if !reported.contains(&d.reason) {
+                    let key = format!("{:?}", d.action);
+                    if !reported.contains(&key) {
                         tracing::error!("{}", d.reason);
                     }
-                    still_reported.insert(d.reason);
+                    still_reported.insert(key);
                 }
             }
         }

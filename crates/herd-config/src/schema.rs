@@ -112,6 +112,10 @@ pub struct SupervisorConfig {
     pub restart_backoff_ms: u64,
     /// How long `herd up` waits for every replica to stream, in seconds.
     pub ready_timeout_s: u64,
+    /// How long the primary may not answer before a replica is promoted, in milliseconds.
+    pub failover_timeout_ms: u64,
+    /// Async mode: how far behind the lost primary (bytes) a promoted replica may be.
+    pub max_lag_on_failover: u64,
 }
 
 impl Default for SupervisorConfig {
@@ -120,6 +124,8 @@ impl Default for SupervisorConfig {
             probe_interval_ms: 500,
             restart_backoff_ms: 500,
             ready_timeout_s: 120,
+            failover_timeout_ms: 2000,
+            max_lag_on_failover: 16 * 1024 * 1024,
         }
     }
 }

@@ -19,6 +19,19 @@ pub struct NodeObservation {
     pub failed_starts: u32,
     /// Time since Herd last tried to start it; `None` if never.
     pub since_last_start: Option<Duration>,
+    /// A former primary that must be rewound (or re-cloned) before it can follow the new one.
+    pub needs_rewind: bool,
+}
+
+/// The primary is not serving: for how long, and what a failover could do.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PrimaryLoss {
+    /// Since when (continuously) the primary has not answered.
+    pub down_for: Duration,
+    /// The replicas as candidates.
+    pub candidates: Vec<crate::Candidate>,
+    /// The safety rules.
+    pub rules: crate::FailoverRules,
 }
 
 /// Tunables of the decisions.
@@ -28,6 +41,8 @@ pub struct Policy {
     pub restart_backoff: Duration,
     /// Upper bound of the restart delay.
     pub max_restart_backoff: Duration,
+    /// How long the primary may be unreachable before a replica is promoted.
+    pub failover_timeout: Duration,
 }
 
 /// Something the supervisor should do.
@@ -39,6 +54,12 @@ pub enum Action {
     ReportPrimaryDown(NodeName),
     /// A node runs in a role other than the one assigned: tell the operator, change nothing.
     ReportWrongRole(NodeName),
+    /// Fence the old primary and promote this replica.
+    Failover(NodeName),
+    /// The primary is lost but no replica is provably safe: do nothing, say why.
+    RefuseFailover,
+    /// Bring a former primary back as a replica (pg_rewind, else a fresh clone).
+    Rejoin(NodeName),
 }
 
 /// An action with the one-sentence reason that is logged and shown.
@@ -60,48 +81,115 @@ impl Policy {
     }
 }
 
-/// Decides what to do about each node. Dead postmasters are restarted after a backoff (a
-/// restarted replica catches up from its slot; a restarted primary runs crash recovery and keeps
-/// every flushed commit). A dead primary is also reported, since writes fail until it is back.
-pub fn decide(nodes: &[NodeObservation], policy: &Policy) -> Vec<Decision> {
+/// Decides what to do about each node. Dead replicas are restarted after a backoff (they catch
+/// up from their slots); former primaries rejoin through pg_rewind. A primary that has not
+/// answered for `failover_timeout` is replaced by a replica that provably holds every
+/// acknowledged commit, or, when none does, the refusal is reported. A cluster without
+/// replicas restarts its primary instead.
+pub fn decide(
+    nodes: &[NodeObservation],
+    policy: &Policy,
+    loss: Option<&PrimaryLoss>,
+) -> Vec<Decision> {
     let mut out = Vec::new();
+    let has_replicas = nodes.iter().any(|n| n.role == Role::Replica);
     for n in nodes {
+        if n.role == Role::Primary && n.answered_in_recovery != Some(false) {
+            out.extend(primary_down(n, policy, loss, has_replicas));
+            continue;
+        }
         if !n.postmaster_alive {
-            if n.role == Role::Primary {
-                out.push(Decision {
-                    action: Action::ReportPrimaryDown(n.name.clone()),
-                    reason: format!(
-                        "primary {} has no running postmaster; writes fail until it is back",
-                        n.name
-                    ),
-                });
-            }
             let wait = policy.backoff(n.failed_starts);
-            let due = n.since_last_start.is_none_or(|t| t >= wait);
-            if due {
+            if n.since_last_start.is_none_or(|t| t >= wait) {
+                let (action, what) = if n.needs_rewind {
+                    (
+                        Action::Rejoin(n.name.clone()),
+                        "former primary; it rejoins through pg_rewind",
+                    )
+                } else {
+                    (Action::Start(n.name.clone()), "it catches up from its slot")
+                };
                 out.push(Decision {
-                    action: Action::Start(n.name.clone()),
+                    action,
                     reason: format!(
-                        "{} {} has no running postmaster (failed starts so far: {})",
+                        "{} {} has no running postmaster ({what}; failed attempts: {})",
                         n.role, n.name, n.failed_starts
                     ),
                 });
             }
             continue;
         }
-        let wrong = match (n.role, n.answered_in_recovery) {
-            (Role::Primary, Some(true)) => Some("is in recovery although it is the primary"),
-            (Role::Replica, Some(false)) => Some("accepts writes although it is a replica"),
-            _ => None,
-        };
-        if let Some(what) = wrong {
+        if n.role == Role::Replica && n.answered_in_recovery == Some(false) {
             out.push(Decision {
                 action: Action::ReportWrongRole(n.name.clone()),
-                reason: format!("{} {what}", n.name),
+                reason: format!("{} accepts writes although it is a replica", n.name),
             });
         }
     }
     out
+}
+
+fn primary_down(
+    n: &NodeObservation,
+    policy: &Policy,
+    loss: Option<&PrimaryLoss>,
+    has_replicas: bool,
+) -> Vec<Decision> {
+    if n.postmaster_alive && n.answered_in_recovery == Some(true) {
+        return vec![Decision {
+            action: Action::ReportWrongRole(n.name.clone()),
+            reason: format!("{} is in recovery although it is the primary", n.name),
+        }];
+    }
+    if n.postmaster_alive && n.answered_in_recovery.is_none() && loss.is_none() {
+        return Vec::new(); // busy or starting: not lost yet
+    }
+    if !has_replicas {
+        let due = !n.postmaster_alive
+            && n.since_last_start
+                .is_none_or(|t| t >= policy.backoff(n.failed_starts));
+        return due
+            .then(|| Decision {
+                action: Action::Start(n.name.clone()),
+                reason: format!(
+                    "primary {} has no running postmaster and there is no replica to promote",
+                    n.name
+                ),
+            })
+            .into_iter()
+            .collect();
+    }
+    let Some(loss) = loss else {
+        return vec![Decision {
+            action: Action::ReportPrimaryDown(n.name.clone()),
+            reason: format!("primary {} does not answer", n.name),
+        }];
+    };
+    if loss.down_for < policy.failover_timeout {
+        return vec![Decision {
+            action: Action::ReportPrimaryDown(n.name.clone()),
+            reason: format!(
+                "primary {} has not answered for {:.1} s; failover after {:.1} s",
+                n.name,
+                loss.down_for.as_secs_f64(),
+                policy.failover_timeout.as_secs_f64()
+            ),
+        }];
+    }
+    match crate::choose_candidate(&loss.candidates, &loss.rules) {
+        Ok(c) => vec![Decision {
+            action: Action::Failover(c.clone()),
+            reason: format!(
+                "primary {} lost for {:.1} s; {c} holds every acknowledged commit",
+                n.name,
+                loss.down_for.as_secs_f64()
+            ),
+        }],
+        Err(why) => vec![Decision {
+            action: Action::RefuseFailover,
+            reason: format!("primary {} lost, not failing over: {why}", n.name),
+        }],
+    }
 }
 
 #[cfg(test)]
@@ -116,6 +204,7 @@ mod tests {
             answered_in_recovery: recovery,
             failed_starts: 0,
             since_last_start: None,
+            needs_rewind: false,
         }
     }
 
@@ -123,11 +212,12 @@ mod tests {
         Policy {
             restart_backoff: Duration::from_millis(500),
             max_restart_backoff: Duration::from_secs(30),
+            failover_timeout: Duration::from_secs(2),
         }
     }
 
     fn actions(nodes: &[NodeObservation]) -> Vec<Action> {
-        decide(nodes, &policy())
+        decide(nodes, &policy(), None)
             .into_iter()
             .map(|d| d.action)
             .collect()
@@ -154,7 +244,19 @@ mod tests {
         ];
         assert_eq!(
             actions(&primary_dead),
-            vec![Action::ReportPrimaryDown(n(0)), Action::Start(n(0))]
+            vec![Action::ReportPrimaryDown(n(0))]
+        );
+        let alone = [node(0, Role::Primary, false, None)];
+        assert_eq!(
+            actions(&alone),
+            vec![Action::Start(n(0))],
+            "no replica: restart the primary"
+        );
+        let mut rewind = node(1, Role::Replica, false, None);
+        rewind.needs_rewind = true;
+        assert_eq!(
+            actions(&[node(0, Role::Primary, true, Some(false)), rewind]),
+            vec![Action::Rejoin(n(1))]
         );
 
         // Alive but not answering (starting up, overloaded): leave it alone.
@@ -200,5 +302,65 @@ mod tests {
         assert_eq!(p.backoff(0), Duration::from_millis(500));
         assert_eq!(p.backoff(3), Duration::from_secs(4));
         assert_eq!(p.backoff(40), Duration::from_secs(30));
+    }
+}
+
+#[cfg(test)]
+mod failover_tests {
+    use super::*;
+    use crate::{Candidate, FailoverRules};
+    use herd_core::{CommitMode, Lsn};
+
+    #[test]
+    fn failover_waits_for_the_timeout_then_promotes_a_safe_candidate() {
+        let p = Policy {
+            restart_backoff: Duration::from_millis(500),
+            max_restart_backoff: Duration::from_secs(30),
+            failover_timeout: Duration::from_secs(2),
+        };
+        let obs = |i: usize, role, alive, rec| NodeObservation {
+            name: NodeName::numbered(i),
+            role,
+            postmaster_alive: alive,
+            answered_in_recovery: rec,
+            failed_starts: 0,
+            since_last_start: None,
+            needs_rewind: false,
+        };
+        let nodes = [
+            obs(0, Role::Primary, true, None),
+            obs(1, Role::Replica, true, Some(true)),
+        ];
+        let mut loss = PrimaryLoss {
+            down_for: Duration::from_millis(1500),
+            candidates: vec![Candidate {
+                name: NodeName::numbered(1),
+                reachable: true,
+                flushed: Some(Lsn(10)),
+            }],
+            rules: FailoverRules {
+                mode: CommitMode::On,
+                sync: "ANY 1".parse().expect("sync"),
+                sync_set: vec![NodeName::numbered(1)],
+                last_sync: vec![],
+                primary_lsn: Lsn(10),
+                max_lag_bytes: 0,
+                allow_data_loss: false,
+            },
+        };
+        let act = |loss: &PrimaryLoss| {
+            decide(&nodes, &p, Some(loss))
+                .into_iter()
+                .map(|d| d.action)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            act(&loss),
+            vec![Action::ReportPrimaryDown(NodeName::numbered(0))]
+        );
+        loss.down_for = Duration::from_secs(3);
+        assert_eq!(act(&loss), vec![Action::Failover(NodeName::numbered(1))]);
+        loss.candidates[0].reachable = false;
+        assert_eq!(act(&loss), vec![Action::RefuseFailover]);
     }
 }

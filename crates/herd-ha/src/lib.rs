@@ -3,5 +3,7 @@
 //! failover (a later step) adds decisions here, not I/O.
 
 mod decide;
+mod failover;
 
-pub use decide::{decide, Action, Decision, NodeObservation, Policy};
+pub use decide::{decide, Action, Decision, NodeObservation, Policy, PrimaryLoss};
+pub use failover::{choose_candidate, Candidate, FailoverRules};

@@ -206,6 +206,44 @@ impl Pg {
             .map(drop)
     }
 
+    /// Promotes a standby and waits until it accepts writes.
+    pub async fn promote(&self, datadir: &Path) -> Result<(), PgError> {
+        let args = vec![
+            "promote".into(),
+            "-D".into(),
+            path_arg(datadir),
+            "-w".into(),
+            "-t".into(),
+            "60".into(),
+            "-s".into(),
+        ];
+        self.run("pg_ctl", parent(datadir), &args, Duration::from_secs(70))
+            .await
+            .map(drop)
+    }
+
+    /// Rewinds a former primary's (stopped) data directory onto the new primary's timeline.
+    /// `source` is a libpq connection string to the new primary as a superuser whose password is
+    /// `password` (passed in the environment, never on the command line).
+    pub async fn rewind(
+        &self,
+        datadir: &Path,
+        source: &str,
+        password: &str,
+    ) -> Result<(), PgError> {
+        let args = vec![
+            format!("--target-pgdata={}", path_arg(datadir)),
+            format!("--source-server={source}"),
+        ];
+        let mut cmd = self.command("pg_rewind", parent(datadir));
+        cmd.args(&args)
+            .env("PGPASSWORD", password)
+            .env("PGCONNECT_TIMEOUT", "10");
+        self.run_command("pg_rewind", &args, cmd, Duration::from_secs(600))
+            .await
+            .map(drop)
+    }
+
     /// Makes the server re-read its configuration files.
     pub async fn reload(&self, datadir: &Path) -> Result<(), PgError> {
         let args = vec!["reload".into(), "-D".into(), path_arg(datadir), "-s".into()];

@@ -73,6 +73,66 @@ pub fn postmaster_pid(dir: &Path) -> Result<Option<u32>, PgError> {
     Ok((alive && is_postgres).then_some(pid as u32))
 }
 
+/// Fencing: kills the postmaster of `dir` and every child process with SIGKILL (which also
+/// ends stopped processes), then waits until all are gone. The data is as after a crash.
+pub fn kill_server(dir: &Path) -> Result<(), PgError> {
+    let Some(pid) = postmaster_pid(dir)? else {
+        return Ok(());
+    };
+    let mut victims = children_of(pid);
+    victims.push(pid);
+    for p in &victims {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(*p as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while victims
+        .iter()
+        .any(|p| std::path::Path::new(&format!("/proc/{p}/stat")).exists() && !is_zombie(*p))
+    {
+        if std::time::Instant::now() > deadline {
+            return Err(PgError::Timeout(format!(
+                "processes of {} did not exit after SIGKILL",
+                dir.display()
+            )));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    Ok(())
+}
+
+fn is_zombie(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rsplit_once(')')
+                .map(|(_, rest)| rest.trim_start().starts_with('Z'))
+        })
+        .unwrap_or(true)
+}
+
+/// Direct children of `pid` (PostgreSQL's backends and auxiliary processes).
+fn children_of(pid: u32) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|child| {
+            std::fs::read_to_string(format!("/proc/{child}/stat"))
+                .ok()
+                .and_then(|s| {
+                    s.rsplit_once(')')
+                        .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<u32>().ok())
+                })
+                == Some(pid)
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

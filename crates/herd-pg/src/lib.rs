@@ -16,10 +16,10 @@ pub use conf::{
 };
 pub use ctl::log_tail;
 pub use ctl::{Pg, StopMode};
-pub use datadir::{check_data_dir, postmaster_pid, DataDirState};
+pub use datadir::{check_data_dir, kill_server, postmaster_pid, DataDirState};
 pub use error::PgError;
 pub use osuser::OsUser;
 pub use probe::{
-    connect, create_physical_slot, ensure_role, probe, ConnSpec, PrimaryProbe, Probe, ReplicaProbe,
-    ReplicationRow,
+    checkpoint, connect, create_physical_slot, ensure_role, probe, ConnSpec, PrimaryProbe, Probe,
+    ReplicaProbe, ReplicationRow,
 };

@@ -256,3 +256,14 @@ pub async fn create_physical_slot(client: &Client, name: &str) -> Result<(), PgE
             source,
         })
 }
+
+/// Runs `CHECKPOINT` (after a promotion, so the new timeline is in pg_control).
+pub async fn checkpoint(client: &Client) -> Result<(), PgError> {
+    client
+        .batch_execute("CHECKPOINT")
+        .await
+        .map_err(|source| PgError::Sql {
+            context: "CHECKPOINT".into(),
+            source,
+        })
+}

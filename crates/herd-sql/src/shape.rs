@@ -42,7 +42,10 @@ pub fn shape_key(sql: &str) -> Option<String> {
                 return None;
             }
             b'-' if b.get(i + 1) == Some(&b'-') => {
-                let end = b[i..].iter().position(|&x| x == b'\n').map_or(b.len(), |p| i + p);
+                let end = b[i..]
+                    .iter()
+                    .position(|&x| x == b'\n')
+                    .map_or(b.len(), |p| i + p);
                 out.push_str(&sql[i..end]);
                 i = end;
                 continue;
@@ -58,7 +61,8 @@ pub fn shape_key(sql: &str) -> Option<String> {
             }
             b'0'..=b'9' if !prev_ident => {
                 let mut j = i;
-                while j < b.len() && (b[j].is_ascii_alphanumeric() || b[j] == b'.' || b[j] == b'_') {
+                while j < b.len() && (b[j].is_ascii_alphanumeric() || b[j] == b'.' || b[j] == b'_')
+                {
                     // An exponent sign belongs to the number: 1e-5.
                     if matches!(b[j], b'e' | b'E') && matches!(b.get(j + 1), Some(b'+' | b'-')) {
                         j += 1;
@@ -72,10 +76,14 @@ pub fn shape_key(sql: &str) -> Option<String> {
             }
             b';' => at_statement_start = true,
             c if is_ident(c) && !prev_ident => {
-                let end = b[i..].iter().position(|&x| !is_ident(x)).map_or(b.len(), |p| i + p);
+                let end = b[i..]
+                    .iter()
+                    .position(|&x| !is_ident(x))
+                    .map_or(b.len(), |p| i + p);
                 let word = &sql[i..end];
                 if word.eq_ignore_ascii_case("set_config")
-                    || (at_statement_start && (word.eq_ignore_ascii_case("set") || word.eq_ignore_ascii_case("reset")))
+                    || (at_statement_start
+                        && (word.eq_ignore_ascii_case("set") || word.eq_ignore_ascii_case("reset")))
                 {
                     return None;
                 }
@@ -119,12 +127,30 @@ mod tests {
     #[test]
     fn literals_are_replaced() {
         let a = shape_key("SELECT abalance FROM pgbench_accounts WHERE aid = 123;");
-        assert_eq!(a.as_deref(), Some("SELECT abalance FROM pgbench_accounts WHERE aid = ?;"));
-        assert_eq!(a, shape_key("SELECT abalance FROM pgbench_accounts WHERE aid = 98765;"));
-        assert_eq!(shape_key("select 'it''s', 1.5e-3, x1 from t2").as_deref(), Some("select ?, ?, x1 from t2"));
-        assert_eq!(shape_key("select \"a'b\" from t where v = 'x'").as_deref(), Some("select \"a'b\" from t where v = ?"));
-        assert_eq!(shape_key("select 1 -- 'not a string'\n").as_deref(), Some("select ? -- 'not a string'\n"));
-        assert_eq!(shape_key("update t set a = 1 where id = 2").as_deref(), Some("update t set a = ? where id = ?"));
+        assert_eq!(
+            a.as_deref(),
+            Some("SELECT abalance FROM pgbench_accounts WHERE aid = ?;")
+        );
+        assert_eq!(
+            a,
+            shape_key("SELECT abalance FROM pgbench_accounts WHERE aid = 98765;")
+        );
+        assert_eq!(
+            shape_key("select 'it''s', 1.5e-3, x1 from t2").as_deref(),
+            Some("select ?, ?, x1 from t2")
+        );
+        assert_eq!(
+            shape_key("select \"a'b\" from t where v = 'x'").as_deref(),
+            Some("select \"a'b\" from t where v = ?")
+        );
+        assert_eq!(
+            shape_key("select 1 -- 'not a string'\n").as_deref(),
+            Some("select ? -- 'not a string'\n")
+        );
+        assert_eq!(
+            shape_key("update t set a = 1 where id = 2").as_deref(),
+            Some("update t set a = ? where id = ?")
+        );
     }
 
     #[test]
@@ -142,10 +168,24 @@ mod tests {
             "select /* /* nested */ */ 1",
             "select 'unterminated",
         ] {
-            assert!(shape_key(sql).is_none() || sql == "select 1 from t", "{sql} → {:?}", shape_key(sql));
+            assert!(
+                shape_key(sql).is_none() || sql == "select 1 from t",
+                "{sql} → {:?}",
+                shape_key(sql)
+            );
         }
-        assert_eq!(shape_key("select 1 from t").as_deref(), Some("select ? from t"));
-        assert_eq!(shape_key("select x from t").as_deref(), None, "nothing replaced: the text is its own key");
-        assert_eq!(shape_key("select $1 from t where a = 2").as_deref(), Some("select $1 from t where a = ?"));
+        assert_eq!(
+            shape_key("select 1 from t").as_deref(),
+            Some("select ? from t")
+        );
+        assert_eq!(
+            shape_key("select x from t").as_deref(),
+            None,
+            "nothing replaced: the text is its own key"
+        );
+        assert_eq!(
+            shape_key("select $1 from t where a = 2").as_deref(),
+            Some("select $1 from t where a = ?")
+        );
     }
 }

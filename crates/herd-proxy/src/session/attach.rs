@@ -116,9 +116,16 @@ impl Session {
                     } else {
                         self.state.statements.get(b.statement).map(|s| s.read_only)
                     };
-                    if known != Some(true) && !unit_parses_unnamed(unit, b.statement) {
+                    if known != Some(true)
+                        && !unit_parses_unnamed(unit, b.statement)
+                        && facts.read_only
+                    {
                         facts.read_only = false;
-                        facts.reason = "unknown_statement";
+                        facts.reason = if known == Some(false) {
+                            "write"
+                        } else {
+                            "unknown_statement"
+                        };
                     }
                     None
                 }
@@ -290,7 +297,11 @@ impl Session {
         if let Some(p) = self.pools.get(ep) {
             return p.clone();
         }
-        let key = PoolKey { endpoint: ep.clone(), user: self.user.clone(), database: self.database.clone() };
+        let key = PoolKey {
+            endpoint: ep.clone(),
+            user: self.user.clone(),
+            database: self.database.clone(),
+        };
         let pool = self.ctx.pools.get(&key);
         self.pools.insert(ep.clone(), pool.clone());
         pool
@@ -336,6 +347,7 @@ impl Session {
             effects: Vec::new(),
             error_seen: false,
             ready_idle: false,
+            batch_open: false,
         });
         if let (Some(begin), Some(att)) = (self.pending_begin.take(), self.attached.as_mut()) {
             // The deferred BEGIN goes first; its answers were already given by the proxy.
@@ -364,14 +376,19 @@ impl Session {
         };
         let mut rest = bytes;
         let mut go_on = true;
+        let mut last = None;
         while let Some((frame, used)) = split_frame(rest, usize::MAX)? {
             rest = &rest[used..];
+            last = Some(frame.tag);
             if t.translate(&frame, &mut to_server)? == Flow::Terminate {
                 go_on = false;
                 break;
             }
         }
         if let Some(att) = self.attached.as_mut() {
+            if let Some(tag) = last {
+                att.batch_open = !matches!(tag, tag::SYNC | tag::QUERY | tag::FUNCTION_CALL);
+            }
             if !to_server.is_empty() {
                 att.lease.conn.send(&to_server).await?;
             }

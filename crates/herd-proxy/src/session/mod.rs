@@ -51,6 +51,8 @@ struct Attached {
     error_seen: bool,
     /// The last message was a ReadyForQuery with nothing else outstanding.
     ready_idle: bool,
+    /// Client messages of a batch not yet closed by Sync were forwarded.
+    batch_open: bool,
 }
 
 /// Everything one client connection owns.
@@ -178,7 +180,9 @@ impl Session {
         let Some(mut att) = self.attached.take() else {
             return;
         };
-        if att.tracker.is_idle() && att.status == b'I' {
+        // Only a server that answered everything and reported idle since the last message is
+        // clean: after an unsynced batch it would still hold an implicit transaction.
+        if att.ready_idle && att.tracker.is_idle() && att.status == b'I' {
             let reset_needed =
                 att.pinned || self.ctx.config.pool_mode == herd_core::PoolMode::Session;
             if reset_needed {

@@ -13,6 +13,9 @@ use super::Session;
 use crate::analysis::Effect;
 use crate::ProxyError;
 
+/// Bytes of client messages held back while a replica answers the previous batch.
+const HOLD_LIMIT: usize = 1 << 20;
+
 enum Event {
     Client(std::io::Result<usize>),
     Server(Result<usize, ProxyError>),
@@ -39,10 +42,12 @@ impl Session {
                 }
                 continue;
             };
-            // New client messages go to a replica only once it has answered what it has: a
-            // pipelined write must not follow a read onto a read-only server.
-            let accept_client = att.replica.is_none() || att.tracker.is_idle();
-            if accept_client {
+            // A new batch goes to a replica only once it has answered the previous one: a
+            // pipelined write must not follow a read onto a read-only server. Messages that
+            // continue an open batch (up to its Sync) always go on, or the server would wait
+            // for them forever.
+            let forward_now = att.replica.is_none() || att.batch_open || att.tracker.is_idle();
+            if forward_now {
                 if let Some(n) = complete_frames_len(&self.cbuf, max)? {
                     let bytes = self.cbuf.split_to(n).freeze();
                     if !self.forward(&bytes).await? {
@@ -51,13 +56,19 @@ impl Session {
                     continue;
                 }
             }
+            // The client is read even while its messages wait (so its departure is noticed),
+            // up to a bound that pushes back on a client that floods a busy server.
+            let read_client = forward_now || self.cbuf.len() < HOLD_LIMIT;
+            let Some(att) = self.attached.as_mut() else {
+                continue;
+            };
             let event = {
                 let (client, cbuf) = (&mut self.client, &mut self.cbuf);
                 let conn = &mut att.lease.conn;
                 if cbuf.capacity() - cbuf.len() < 4096 {
                     cbuf.reserve(16 * 1024);
                 }
-                if accept_client {
+                if read_client {
                     tokio::select! {
                         r = tokio::io::AsyncReadExt::read_buf(client, cbuf) => Event::Client(r),
                         r = conn.fill() => Event::Server(r),

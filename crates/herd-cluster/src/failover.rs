@@ -1,0 +1,85 @@
+//! Replacing a lost primary, and bringing the former one back as a replica.
+
+use herd_core::NodeName;
+use herd_pg::Pg;
+
+use crate::cluster::SUPERUSER;
+use crate::{Cluster, ClusterError, Secrets};
+
+impl Cluster {
+    /// Fences the current primary, records the new topology, promotes `candidate`, and points
+    /// every other replica at it. The caller has proved that `candidate` holds every
+    /// acknowledged commit (`herd_ha::choose_candidate`).
+    pub async fn fail_over(&mut self, pg: &Pg, candidate: &NodeName) -> Result<(), ClusterError> {
+        let old = self.state.primary.clone();
+        // 1. Fencing first: every process of the old primary is killed, so it cannot accept a
+        //    write once another node does (also when it was only frozen).
+        herd_pg::kill_server(&self.layout.node(&old))?;
+        // 2. Record the new topology before any server changes (state.json is the embedded DCS).
+        self.state.primary = candidate.clone();
+        if !self.state.needs_rewind.contains(&old) {
+            self.state.needs_rewind.push(old.clone());
+        }
+        self.state.sync_set = self.state.streaming_replicas();
+        self.state.save(&self.layout.state())?;
+        // 3. Promote.
+        let dir = self.layout.node(candidate);
+        pg.promote(&dir).await?;
+        self.write_conf(pg, candidate)?;
+        pg.reload(&dir).await?;
+        // 4. Slots on the new primary for every other node, then repoint the replicas. The
+        //    checkpoint writes the new timeline to pg_control, which pg_rewind reads later.
+        let client = herd_pg::connect(&self.conn_spec(candidate)).await?;
+        herd_pg::checkpoint(&client).await?;
+        for node in self.state.nodes.iter().filter(|n| *n != candidate) {
+            herd_pg::create_physical_slot(&client, node.as_str()).await?;
+        }
+        drop(client);
+        for replica in self.state.streaming_replicas() {
+            self.write_conf(pg, &replica)?;
+            if herd_pg::postmaster_pid(&self.layout.node(&replica))?.is_some() {
+                pg.reload(&self.layout.node(&replica)).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Brings a former primary back as a replica of the current primary: pg_rewind onto the new
+    /// timeline, or, when that fails, a fresh clone (the old directory is kept aside). Once it
+    /// runs, it joins the recorded sync set, then `synchronous_standby_names`.
+    pub async fn rejoin(&mut self, pg: &Pg, node: &NodeName) -> Result<(), ClusterError> {
+        let dir = self.layout.node(node);
+        herd_pg::kill_server(&dir)?;
+        let primary = self.state.primary.clone();
+        // pg_rewind compares timelines in pg_control: make sure the primary's is written.
+        let client = herd_pg::connect(&self.conn_spec(&primary)).await?;
+        herd_pg::checkpoint(&client).await?;
+        drop(client);
+        let source = format!(
+            "host={} port={} user={SUPERUSER} dbname=postgres",
+            self.host(),
+            self.port(&primary)
+        );
+        if let Err(e) = pg.rewind(&dir, &source, &self.secrets.superuser).await {
+            tracing::warn!(node = %node, "pg_rewind failed ({e}); cloning the node afresh");
+            let aside = dir.with_extension(format!("failed-{}", std::process::id()));
+            std::fs::rename(&dir, &aside).map_err(|e| ClusterError::io("moving aside", &dir, e))?;
+            pg.basebackup(
+                &dir,
+                &self.host().to_string(),
+                self.port(&primary),
+                crate::REPLICATION_USER,
+                node.as_str(),
+                &Secrets::pgpass(&self.layout),
+            )
+            .await?;
+        }
+        self.start_node(pg, node).await?;
+        self.state.needs_rewind.retain(|n| n != node);
+        self.state.sync_set = self.state.streaming_replicas();
+        self.state.save(&self.layout.state())?;
+        self.write_conf(pg, &primary)?;
+        pg.reload(&self.layout.node(&primary)).await?;
+        Ok(())
+    }
+}
