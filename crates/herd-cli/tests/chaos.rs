@@ -185,3 +185,57 @@ async fn kill_primary_and_replica_under_load() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn frozen_primary_and_killed_supervisor() {
+    let c = cluster();
+    c.up(&[]);
+    connect(&c.url(&["--primary"]))
+        .await
+        .batch_execute("create table chaos(id bigint primary key)")
+        .await
+        .expect("create");
+    // SIGSTOP of the whole primary (postmaster and backends) beyond the failover timeout, then
+    // SIGCONT: the zombie must not accept writes after another node was promoted.
+    run_fault(&c, 0, 5, |c| {
+        let (name, pid) = postmaster_pid(c, "primary");
+        let frozen: Vec<i32> = std::iter::once(pid).chain(common::children(pid)).collect();
+        for p in &frozen {
+            let _ = kill(Pid::from_raw(*p), Signal::SIGSTOP);
+        }
+        let thawer = frozen.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_secs(5));
+            for p in thawer {
+                let _ = kill(Pid::from_raw(p), Signal::SIGCONT);
+            }
+        });
+        Some(name)
+    })
+    .await;
+    // kill -9 of Herd's supervisor: PostgreSQL keeps running; `herd up` adopts it again.
+    run_fault(&c, 5, 5, |c| {
+        let s = c.status();
+        let pid = s["supervisor"]["pid"].as_i64().expect("supervisor pid") as i32;
+        let before: Vec<_> = s["nodes"]
+            .as_array()
+            .expect("nodes")
+            .iter()
+            .map(|n| n["pid"].clone())
+            .collect();
+        kill(Pid::from_raw(pid), Signal::SIGKILL).expect("kill supervisor");
+        wait_until(Duration::from_secs(10), "the supervisor to be gone", || {
+            c.status()["supervisor"].is_null().then_some(())
+        });
+        c.up(&[]);
+        let after: Vec<_> = c.status()["nodes"]
+            .as_array()
+            .expect("nodes")
+            .iter()
+            .map(|n| n["pid"].clone())
+            .collect();
+        assert_eq!(before, after, "servers are adopted, not restarted");
+        None
+    })
+    .await;
+}

@@ -116,7 +116,7 @@ async fn read_your_writes_under_async_commit() {
     // Every process of the replicas (PostgreSQL's children lead process groups of their own).
     let frozen: Vec<i32> = replica_pids
         .iter()
-        .flat_map(|p| std::iter::once(*p).chain(children(*p)))
+        .flat_map(|p| std::iter::once(*p).chain(common::children(*p)))
         .collect();
     let stop = |sig| {
         for pid in &frozen {
@@ -295,27 +295,6 @@ async fn sessions_cancel_pins_settings_and_bad_input() {
     );
 }
 
-/// Direct children of `pid`, from /proc.
-fn children(pid: i32) -> Vec<i32> {
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
-        let Ok(child) = entry.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{child}/stat")) else {
-            continue;
-        };
-        // Fields after the command name (which may contain spaces) start after the last ')'.
-        let ppid = stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<i32>().ok());
-        if ppid == Some(pid) {
-            out.push(child);
-        }
-    }
-    out
-}
-
 /// Sends `bytes` on a fresh connection and returns everything received until it closes.
 fn raw_exchange(port: u16, bytes: &[u8]) -> Vec<u8> {
     let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
@@ -391,7 +370,7 @@ async fn consistency_levels_per_connection_transaction_and_statement() {
     )
     .await;
     client
-        .batch_execute("set herd.consistency = primary")
+        .batch_execute("set herd.consistency = 'primary'")
         .await
         .expect("set");
     assert_eq!(port(&client, q).await, primary_port);
@@ -406,7 +385,7 @@ async fn consistency_levels_per_connection_transaction_and_statement() {
         .await
         .expect("begin");
     client
-        .batch_execute("set local herd.consistency = primary")
+        .batch_execute("set local herd.consistency = 'primary'")
         .await
         .expect("set local");
     assert_eq!(port(&client, q).await, primary_port);

@@ -93,6 +93,15 @@ impl Cluster {
         }
     }
 
+    /// Like [`Cluster::conn_spec`], bounded for health probes: a server that does not answer
+    /// within a second counts as not answering (failover needs that to last `failover_timeout`).
+    pub fn probe_spec(&self, node: &NodeName) -> ConnSpec {
+        ConnSpec {
+            timeout: Duration::from_secs(1),
+            ..self.conn_spec(node)
+        }
+    }
+
     /// A libpq URL for `node` as the superuser; the password is included only when asked for.
     pub fn url(&self, node: &NodeName, with_password: bool) -> String {
         self.url_at(self.port(node), with_password)

@@ -25,7 +25,7 @@ pub async fn observe(cluster: &Cluster) -> Observation {
     let mut probes = JoinSet::new();
     for (i, node) in order.iter().enumerate() {
         let dir = cluster.layout.node(node);
-        let spec = cluster.conn_spec(node);
+        let spec = cluster.probe_spec(node);
         probes.spawn(async move {
             let pid = herd_pg::postmaster_pid(&dir).ok().flatten();
             let probe = match pid {

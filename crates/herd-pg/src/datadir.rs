@@ -100,6 +100,14 @@ pub fn kill_server(dir: &Path) -> Result<(), PgError> {
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
+    // A killed postmaster may linger as a zombie until its parent reaps it, and PostgreSQL
+    // would take its pid in the lock file for a live server. It is dead: remove the file.
+    let lock = dir.join("postmaster.pid");
+    if let Err(e) = std::fs::remove_file(&lock) {
+        if e.kind() != std::io::ErrorKind::NotFound {
+            return Err(PgError::io("removing", lock, e));
+        }
+    }
     Ok(())
 }
 

@@ -1,7 +1,7 @@
 //! One connection from the proxy to a PostgreSQL server: login with a client's SCRAM key,
 //! buffered frame reading, and small internal queries whose answers never reach a client.
 
-use std::collections::VecDeque;
+use std::collections::HashMap;
 use std::time::Duration;
 
 use bytes::BytesMut;
@@ -30,8 +30,8 @@ pub struct ServerConn {
     pub backend_key: (i32, i32),
     /// ParameterStatus values reported at login.
     pub params: Vec<(String, String)>,
-    /// Server-side names of the statements prepared here, oldest first.
-    pub prepared: VecDeque<String>,
+    /// Server-side names of the statements prepared here.
+    pub prepared: PreparedSet,
     /// Hash of the session settings last applied here (0: server defaults).
     pub state_hash: u64,
 }
@@ -71,7 +71,7 @@ impl ServerConn {
             endpoint: ep.clone(),
             backend_key: (0, 0),
             params: Vec::new(),
-            prepared: VecDeque::new(),
+            prepared: PreparedSet::default(),
             state_hash: 0,
         };
         tokio::time::timeout(timeout, conn.login(user, database, key, verifier))
@@ -262,5 +262,63 @@ pub fn server_error(body: &[u8]) -> ProxyError {
             message: f.message().unwrap_or("unknown server error").to_string(),
         },
         Err(e) => ProxyError::Protocol(format!("malformed error from server: {e}")),
+    }
+}
+
+/// The statements prepared on one server connection, with least-recently-used eviction.
+#[derive(Debug, Default)]
+pub struct PreparedSet {
+    names: HashMap<String, u64>,
+    clock: u64,
+}
+
+impl PreparedSet {
+    /// Whether `name` is prepared here; marks it used.
+    pub fn touch(&mut self, name: &str) -> bool {
+        self.clock += 1;
+        match self.names.get_mut(name) {
+            Some(used) => {
+                *used = self.clock;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Records `name` as prepared.
+    pub fn insert(&mut self, name: String) {
+        self.clock += 1;
+        self.names.insert(name, self.clock);
+    }
+
+    /// Forgets `name`.
+    pub fn remove(&mut self, name: &str) {
+        self.names.remove(name);
+    }
+
+    /// Forgets everything (`DISCARD ALL`, `DEALLOCATE ALL`).
+    pub fn clear(&mut self) {
+        self.names.clear();
+    }
+
+    /// Number of statements.
+    pub fn len(&self) -> usize {
+        self.names.len()
+    }
+
+    /// True when none is prepared.
+    pub fn is_empty(&self) -> bool {
+        self.names.is_empty()
+    }
+
+    /// Removes and returns the least recently used name (a scan: only when the set is full).
+    pub fn pop_oldest(&mut self) -> Option<String> {
+        let oldest = self
+            .names
+            .iter()
+            .min_by_key(|(_, used)| **used)
+            .map(|(n, _)| n.clone())?;
+        self.names.remove(&oldest);
+        Some(oldest)
     }
 }

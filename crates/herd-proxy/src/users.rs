@@ -21,7 +21,7 @@ pub struct Users {
     login: AdminLogin,
     admin: tokio::sync::Mutex<Option<(Endpoint, Client)>>,
     verifiers: Mutex<HashMap<String, (Instant, Option<Verifier>)>>,
-    keys: Mutex<HashMap<String, Credentials>>,
+    keys: Mutex<HashMap<String, std::sync::Arc<Credentials>>>,
 }
 
 impl Users {
@@ -82,12 +82,15 @@ impl Users {
     /// Remembers the key `user` just proved, for the pools.
     pub fn remember(&self, user: &str, key: ClientKey, verifier: Verifier) {
         if let Ok(mut m) = self.keys.lock() {
-            m.insert(user.to_string(), Credentials { key, verifier });
+            m.insert(
+                user.to_string(),
+                std::sync::Arc::new(Credentials { key, verifier }),
+            );
         }
     }
 
     /// The credentials pools use for `user`.
-    pub fn credentials(&self, user: &str) -> Option<Credentials> {
+    pub fn credentials(&self, user: &str) -> Option<std::sync::Arc<Credentials>> {
         self.keys.lock().ok().and_then(|m| m.get(user).cloned())
     }
 }

@@ -220,9 +220,9 @@ impl Session {
             None => self.ctx.current_primary().await?,
         };
         let lease = self.lease(&primary).await?;
-        self.ctx.metrics.inc(
+        self.ctx.metrics.inc_labels(
             "herd_routed_total",
-            &format!("node=\"{}\",reason=\"{reason}\"", primary.name),
+            &[("node", primary.name.as_str()), ("reason", reason)],
         );
         Ok((lease, None))
     }
@@ -255,9 +255,9 @@ impl Session {
                         .await;
                 }
             }
-            self.ctx.metrics.inc(
+            self.ctx.metrics.inc_labels(
                 "herd_routed_total",
-                &format!("node=\"{}\",reason=\"{reason}\"", ep.name),
+                &[("node", ep.name.as_str()), ("reason", reason)],
             );
             return Ok((lease, Some(i)));
         }
@@ -308,7 +308,10 @@ impl Session {
     }
 
     async fn lease(&mut self, ep: &Endpoint) -> Result<Lease, ProxyError> {
-        let creds = self.ctx.users.credentials(&self.user).ok_or_else(|| {
+        if self.creds.is_none() {
+            self.creds = self.ctx.users.credentials(&self.user);
+        }
+        let creds = self.creds.clone().ok_or_else(|| {
             ProxyError::Unavailable("no credentials for this user; reconnect".into())
         })?;
         let pool = self.pool(ep);

@@ -71,6 +71,8 @@ pub struct Session {
     out: Vec<u8>,
     /// A transaction the client began that no server has seen yet.
     pending_begin: Option<PendingBegin>,
+    /// The key this client proved at login (for new server connections).
+    creds: Option<Arc<crate::pool::Credentials>>,
     /// Pools this session used, by node.
     pools: std::collections::HashMap<herd_core::Endpoint, Arc<crate::pool::Pool>>,
 }
@@ -120,6 +122,7 @@ pub async fn serve_client(mut client: TcpStream, ctx: Arc<ProxyContext>) {
         out: Vec::with_capacity(16 * 1024),
         pending_begin: None,
         pools: std::collections::HashMap::new(),
+        creds: None,
     };
     if let Err(e) = session.greet(pid, key).await {
         return fatal(&mut session.client, &e).await;

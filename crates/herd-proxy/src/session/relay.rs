@@ -107,7 +107,7 @@ impl Session {
             for id in d.failed {
                 if let Some(pos) = att.parsing.iter().position(|(i, _)| *i == id) {
                     let (_, name) = att.parsing.remove(pos);
-                    att.lease.conn.prepared.retain(|n| *n != name);
+                    att.lease.conn.prepared.remove(&name);
                 }
             }
             if let Some(status) = d.ready {
@@ -210,7 +210,7 @@ fn apply_effects(
     state: &mut super::state::SessionState,
     effects: Vec<Effect>,
     in_transaction: bool,
-    prepared: &mut std::collections::VecDeque<String>,
+    prepared: &mut crate::server::PreparedSet,
 ) {
     for e in effects {
         match e {

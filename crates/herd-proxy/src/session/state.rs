@@ -48,8 +48,8 @@ pub struct SessionState {
     pub consistency: Consistency,
     /// Read-your-writes token: the primary's WAL position after this session's last write.
     pub token: Lsn,
-    /// Named prepared statements.
-    pub statements: HashMap<String, Statement>,
+    /// Named prepared statements (shared handles: a Bind looks one up per execution).
+    pub statements: HashMap<String, std::sync::Arc<Statement>>,
     /// The read-only-ness of the last unnamed `Parse`, for a later `Bind` of it.
     pub unnamed_read_only: bool,
 }

@@ -140,16 +140,16 @@ impl Translator<'_> {
             self.att.tracker.sent(Expect::Parse, false, None);
             return Ok(());
         }
-        let stmt = Statement::new(p.query, p.param_types.clone(), analysis.read_only);
+        let stmt = std::sync::Arc::new(Statement::new(
+            p.query,
+            p.param_types.clone(),
+            analysis.read_only,
+        ));
         self.state
             .statements
             .insert(p.name.to_string(), stmt.clone());
-        let prepared = &mut self.att.lease.conn.prepared;
-        if let Some(pos) = prepared.iter().position(|n| *n == stmt.server_name) {
+        if self.att.lease.conn.prepared.touch(&stmt.server_name) {
             // Already on this server: answer ParseComplete ourselves, in order.
-            if let Some(name) = prepared.remove(pos) {
-                prepared.push_back(name);
-            }
             let mut answer = Vec::new();
             encode::parse_complete(&mut answer);
             self.att
@@ -164,8 +164,8 @@ impl Translator<'_> {
             .lease
             .conn
             .prepared
-            .push_back(stmt.server_name.clone());
-        self.att.parsing.push((id, stmt.server_name));
+            .insert(stmt.server_name.clone());
+        self.att.parsing.push((id, stmt.server_name.clone()));
         self.att.tracker.sent(Expect::Parse, false, Some(id));
         Ok(())
     }
@@ -176,7 +176,7 @@ impl Translator<'_> {
         stmt: &Statement,
         to_server: &mut Vec<u8>,
     ) -> Result<(), ProxyError> {
-        if self.att.lease.conn.prepared.contains(&stmt.server_name) {
+        if self.att.lease.conn.prepared.touch(&stmt.server_name) {
             return Ok(());
         }
         let id = self.new_id();
@@ -186,7 +186,7 @@ impl Translator<'_> {
             .lease
             .conn
             .prepared
-            .push_back(stmt.server_name.clone());
+            .insert(stmt.server_name.clone());
         self.att.parsing.push((id, stmt.server_name.clone()));
         self.att.tracker.sent(Expect::Parse, true, Some(id));
         Ok(())
@@ -213,11 +213,7 @@ impl Translator<'_> {
                     return Ok(None);
                 };
                 self.ensure_prepared(&stmt, to_server)?;
-                self.att
-                    .lease
-                    .conn
-                    .prepared
-                    .retain(|n| *n != stmt.server_name);
+                self.att.lease.conn.prepared.remove(&stmt.server_name);
                 Ok(Some(format!("DEALLOCATE \"{}\"", stmt.server_name)))
             }
         }
@@ -225,7 +221,7 @@ impl Translator<'_> {
 
     fn evict_if_full(&mut self, to_server: &mut Vec<u8>) -> Result<(), ProxyError> {
         while self.att.lease.conn.prepared.len() >= PREPARED_CAPACITY {
-            if let Some(old) = self.att.lease.conn.prepared.pop_front() {
+            if let Some(old) = self.att.lease.conn.prepared.pop_oldest() {
                 encode::close(to_server, KIND_STATEMENT, &old)?;
                 self.att.tracker.sent(Expect::Close, true, None);
             }
