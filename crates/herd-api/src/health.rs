@@ -103,6 +103,7 @@ mod tests {
             endpoint: String::new(),
             supervisor: None,
             nodes,
+            ha_note: None,
         }
     }
 

@@ -9,6 +9,8 @@
 //! | `GET /replica/{node}` | 200 when `node` is a streaming replica, else 503 (404: no such node) |
 //!
 //! | `GET /metrics` | Prometheus text: the proxy's counters |
+//! | `POST /switchover?to=node` | planned change of primary; 200 with what happened, 409 when refused |
+//! | `POST /failover?to=node&allow_data_loss=true` | immediate promotion; 200 / 409 |
 //!
 //! The replica checks take `?max_lag_bytes=N`: a replica further behind than N bytes of replay
 //! counts as unhealthy. Bodies are JSON: the node's status, or `{"reason": …}`.
@@ -29,8 +31,66 @@ pub use health::{check, Check, Health};
 /// Produces the Prometheus text of `/metrics`.
 pub type MetricsSource = std::sync::Arc<dyn Fn() -> String + Send + Sync>;
 
+/// An operator's request through the API.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AdminAction {
+    /// `POST /switchover`.
+    Switchover {
+        /// Target node, if given.
+        to: Option<String>,
+    },
+    /// `POST /failover`.
+    Failover {
+        /// Target node, if given.
+        to: Option<String>,
+        /// Promote even if acknowledged commits may be lost.
+        allow_data_loss: bool,
+    },
+}
+
+/// Carries out admin actions (the supervisor), answering with what happened or why not.
+pub type AdminSource = std::sync::Arc<
+    dyn Fn(
+            AdminAction,
+        )
+            -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<String, String>> + Send>>
+        + Send
+        + Sync,
+>;
+
+#[derive(serde::Deserialize)]
+struct AdminQuery {
+    to: Option<String>,
+    #[serde(default)]
+    allow_data_loss: bool,
+}
+
+async fn admin_reply(admin: AdminSource, action: AdminAction) -> Response {
+    match admin(action).await {
+        Ok(text) => (StatusCode::OK, text).into_response(),
+        Err(text) => (StatusCode::CONFLICT, text).into_response(),
+    }
+}
+
 /// The routes, answering from the latest published status.
-pub fn router(status: watch::Receiver<ClusterStatus>, metrics: MetricsSource) -> Router {
+pub fn router(
+    status: watch::Receiver<ClusterStatus>,
+    metrics: MetricsSource,
+    admin: AdminSource,
+) -> Router {
+    let (a1, a2) = (admin.clone(), admin);
+    let switchover = axum::routing::post(move |Query(q): Query<AdminQuery>| {
+        admin_reply(a1.clone(), AdminAction::Switchover { to: q.to })
+    });
+    let failover = axum::routing::post(move |Query(q): Query<AdminQuery>| {
+        admin_reply(
+            a2.clone(),
+            AdminAction::Failover {
+                to: q.to,
+                allow_data_loss: q.allow_data_loss,
+            },
+        )
+    });
     let metrics_route = get(move || {
         let text = metrics();
         async move {
@@ -46,6 +106,8 @@ pub fn router(status: watch::Receiver<ClusterStatus>, metrics: MetricsSource) ->
     Router::new()
         .route("/status", get(status_doc))
         .route("/metrics", metrics_route)
+        .route("/switchover", switchover)
+        .route("/failover", failover)
         .route("/primary", get(|s, q| health_route(s, None, q, true)))
         .route(
             "/primary/{node}",
@@ -64,9 +126,10 @@ pub async fn serve(
     listener: tokio::net::TcpListener,
     status: watch::Receiver<ClusterStatus>,
     metrics: MetricsSource,
+    admin: AdminSource,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(status, metrics))
+    axum::serve(listener, router(status, metrics, admin))
         .with_graceful_shutdown(shutdown)
         .await
 }

@@ -23,6 +23,10 @@ enum Command {
     Status(StatusArgs),
     /// Print a libpq connection URL (credentials included).
     Url(UrlArgs),
+    /// Planned, loss-free change of primary (new transactions pause briefly).
+    Switchover(SwitchArgs),
+    /// Promote a replica now, fencing the current primary.
+    Failover(FailoverArgs),
     /// Reproduce the reference measurements on this machine (results.json, report.md, SVG).
     Bench(crate::bench::BenchArgs),
     /// Change settings of a cluster.
@@ -78,6 +82,29 @@ pub struct UpArgs {
     pub detach: bool,
 }
 
+/// Options of `herd switchover`.
+#[derive(Debug, Args)]
+pub struct SwitchArgs {
+    #[command(flatten)]
+    pub dir: DataDirArg,
+    /// The replica to promote (default: the most advanced).
+    #[arg(long, value_name = "NODE")]
+    pub to: Option<String>,
+}
+
+/// Options of `herd failover`.
+#[derive(Debug, Args)]
+pub struct FailoverArgs {
+    #[command(flatten)]
+    pub dir: DataDirArg,
+    /// The replica to promote (default: the one that provably holds every acknowledged commit).
+    #[arg(long, value_name = "NODE")]
+    pub to: Option<String>,
+    /// Promote even if acknowledged commits may be missing from that replica.
+    #[arg(long)]
+    pub allow_data_loss: bool,
+}
+
 /// Options of `herd status`.
 #[derive(Debug, Args)]
 pub struct StatusArgs {
@@ -122,6 +149,20 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Status(args) => crate::status::run(&args.dir.layout()?, args.json).await,
         Command::Url(args) => crate::url::run(&args),
         Command::Bench(args) => crate::bench::run(args).await,
+        Command::Switchover(a) => {
+            let path = match &a.to {
+                Some(to) => format!("/switchover?to={to}"),
+                None => "/switchover".to_string(),
+            };
+            crate::admin::request(&a.dir.layout()?, path).await
+        }
+        Command::Failover(a) => {
+            let mut path = format!("/failover?allow_data_loss={}", a.allow_data_loss);
+            if let Some(to) = &a.to {
+                path.push_str(&format!("&to={to}"));
+            }
+            crate::admin::request(&a.dir.layout()?, path).await
+        }
         Command::Config {
             command: ConfigCommand::Set { dir, key, value },
         } => crate::config_cmd::set(&dir.layout()?, &key, &value).await,

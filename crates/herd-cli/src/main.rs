@@ -1,5 +1,6 @@
 //! `herd`: one command for a highly available PostgreSQL cluster on this machine.
 
+mod admin;
 mod bench;
 mod cli;
 mod config_cmd;

@@ -145,6 +145,9 @@ pub fn table(s: &ClusterStatus) -> String {
         }
         None => out.push_str("supervisor: not running (servers are not restarted if they die)\n"),
     }
+    if let Some(note) = &s.ha_note {
+        let _ = writeln!(out, "last HA event: {note}");
+    }
     let header = [
         "NODE",
         "ROLE",

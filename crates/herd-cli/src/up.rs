@@ -155,11 +155,25 @@ async fn supervise_foreground(layout: Layout, config: Config) -> anyhow::Result<
     );
     let proxy_ctx = proxy.ctx.clone();
     let metrics: herd_api::MetricsSource = std::sync::Arc::new(move || proxy_ctx.render_metrics());
+    let (command_tx, command_rx) = tokio::sync::mpsc::channel(4);
+    let admin: herd_api::AdminSource = std::sync::Arc::new(move |action| {
+        let tx = command_tx.clone();
+        Box::pin(async move { crate::admin::dispatch(&tx, action).await })
+    });
+    let count_ctx = proxy.ctx.clone();
+    let count: std::sync::Arc<dyn Fn(&str) + Send + Sync> = std::sync::Arc::new(move |kind| {
+        count_ctx
+            .metrics
+            .inc_labels("herd_ha_decisions_total", &[("action", kind)])
+    });
+    let gate_ctx = proxy.ctx.clone();
+    let gate: herd_cluster::Gate = std::sync::Arc::new(move |paused| gate_ctx.set_paused(paused));
     let mut api_shutdown = shutdown_rx.clone();
     let api = tokio::spawn(herd_api::serve(
         api_listener,
         status_rx,
         metrics,
+        admin,
         async move {
             let _ = api_shutdown.changed().await;
         },
@@ -168,7 +182,21 @@ async fn supervise_foreground(layout: Layout, config: Config) -> anyhow::Result<
         let cluster = cluster.clone();
         let pg = pg.clone();
         tokio::spawn(async move {
-            herd_cluster::supervise(cluster, &pg, &status_tx, &assignment_tx, shutdown_rx).await
+            // Embedded mode: one supervisor, so the store lives in its memory.
+            let dcs = herd_dcs::MemoryDcs::default();
+            if let Err(e) = cluster.state.record(&dcs) {
+                tracing::warn!("recording the topology failed: {e}");
+            }
+            let links = herd_cluster::Links {
+                status: &status_tx,
+                assignment: &assignment_tx,
+                dcs: &dcs,
+                commands: command_rx,
+                gate,
+                shutdown: shutdown_rx,
+                count,
+            };
+            herd_cluster::supervise(cluster, &pg, links).await
         })
     };
     init_logging();

@@ -95,6 +95,18 @@ fn wait_full_strength(c: &TestCluster, old_primary: Option<&str>) -> String {
     )
 }
 
+/// A default cluster with the writers' table.
+async fn chaos_cluster() -> TestCluster {
+    let c = cluster();
+    c.up(&[]);
+    let primary = connect(&c.url(&["--primary"])).await;
+    primary
+        .batch_execute("create table chaos(id bigint primary key)")
+        .await
+        .expect("create");
+    c
+}
+
 async fn check_ledger(c: &TestCluster, ledger: &Ledger, ids: std::ops::Range<i64>) {
     let primary = connect(&c.url(&["--primary"])).await;
     let rows = primary
@@ -125,11 +137,18 @@ async fn run_fault(
         let ledger = Arc::new(Mutex::new(Ledger::default()));
         let first_id = (round as i64 + 1) * 1_000_000;
         let task = tokio::spawn(writer(c.url(&[]), first_id, stop.clone(), ledger.clone()));
-        tokio::time::sleep(Duration::from_millis(700)).await;
+        // Writes must be flowing before the fault (bounded: the machine may be busy).
+        let warm = Instant::now();
+        while ledger.lock().expect("ledger").acked.len() < 10
+            && warm.elapsed() < Duration::from_secs(60)
+        {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
         let acked_before = ledger.lock().expect("ledger").acked.len();
         assert!(
-            acked_before > 0,
-            "round {round}: no write succeeded before the fault"
+            acked_before >= 10,
+            "round {round}: writes did not get going before the fault\n{}",
+            c.log_tails()
         );
         let old = fault(c);
         // Keep writing until writes succeed again after the fault.
@@ -163,13 +182,7 @@ async fn run_fault(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_primary_and_replica_under_load() {
-    let c = cluster();
-    c.up(&[]);
-    connect(&c.url(&["--primary"]))
-        .await
-        .batch_execute("create table chaos(id bigint primary key)")
-        .await
-        .expect("create");
+    let c = chaos_cluster().await;
     // kill -9 of the primary's postmaster: failover, then the old primary rejoins.
     run_fault(&c, 0, 5, |c| {
         let (name, pid) = postmaster_pid(c, "primary");
@@ -188,13 +201,7 @@ async fn kill_primary_and_replica_under_load() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn frozen_primary_and_killed_supervisor() {
-    let c = cluster();
-    c.up(&[]);
-    connect(&c.url(&["--primary"]))
-        .await
-        .batch_execute("create table chaos(id bigint primary key)")
-        .await
-        .expect("create");
+    let c = chaos_cluster().await;
     // SIGSTOP of the whole primary (postmaster and backends) beyond the failover timeout, then
     // SIGCONT: the zombie must not accept writes after another node was promoted.
     run_fault(&c, 0, 5, |c| {
@@ -205,7 +212,8 @@ async fn frozen_primary_and_killed_supervisor() {
         }
         let thawer = frozen.clone();
         std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_secs(5));
+            // Longer than the hung timeout (8 s): a frozen primary is replaced, then thawed.
+            std::thread::sleep(Duration::from_secs(12));
             for p in thawer {
                 let _ = kill(Pid::from_raw(p), Signal::SIGCONT);
             }
@@ -238,4 +246,22 @@ async fn frozen_primary_and_killed_supervisor() {
         None
     })
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn switchover_and_manual_failover_under_load() {
+    let c = chaos_cluster().await;
+    let out = c.herd(&["switchover", "--to", "node9"]);
+    assert!(!out.status.success(), "an unknown target is refused");
+    // Planned switchovers to each replica in turn, then a manual failover: nothing acknowledged lost.
+    let admin = |command: &'static str, expect: &'static str| {
+        move |c: &TestCluster| {
+            let (old, _) = postmaster_pid(c, "primary");
+            let out = c.herd_ok(&[command]);
+            assert!(out.contains(expect), "{out}");
+            Some(old)
+        }
+    };
+    run_fault(&c, 0, 2, admin("switchover", "switched over")).await;
+    run_fault(&c, 2, 1, admin("failover", "failed over")).await;
 }

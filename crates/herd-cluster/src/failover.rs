@@ -10,17 +10,36 @@ impl Cluster {
     /// Fences the current primary, records the new topology, promotes `candidate`, and points
     /// every other replica at it. The caller has proved that `candidate` holds every
     /// acknowledged commit (`herd_ha::choose_candidate`).
-    pub async fn fail_over(&mut self, pg: &Pg, candidate: &NodeName) -> Result<(), ClusterError> {
+    pub async fn fail_over(
+        &mut self,
+        pg: &Pg,
+        dcs: &dyn herd_dcs::Dcs,
+        candidate: &NodeName,
+    ) -> Result<(), ClusterError> {
         let old = self.state.primary.clone();
         // 1. Fencing first: every process of the old primary is killed, so it cannot accept a
         //    write once another node does (also when it was only frozen).
         herd_pg::kill_server(&self.layout.node(&old))?;
+        self.promote_replica(pg, dcs, &old, candidate).await
+    }
+
+    /// Makes `candidate` the primary in place of the (stopped) `old` one: the topology is
+    /// recorded first, then the promotion, the slots and the other replicas' configuration.
+    pub(crate) async fn promote_replica(
+        &mut self,
+        pg: &Pg,
+        dcs: &dyn herd_dcs::Dcs,
+        old: &NodeName,
+        candidate: &NodeName,
+    ) -> Result<(), ClusterError> {
+        let old = old.clone();
         // 2. Record the new topology before any server changes (state.json is the embedded DCS).
         self.state.primary = candidate.clone();
         if !self.state.needs_rewind.contains(&old) {
             self.state.needs_rewind.push(old.clone());
         }
         self.state.sync_set = self.state.streaming_replicas();
+        self.state.record(dcs)?;
         self.state.save(&self.layout.state())?;
         // 3. Promote.
         let dir = self.layout.node(candidate);
@@ -47,7 +66,12 @@ impl Cluster {
     /// Brings a former primary back as a replica of the current primary: pg_rewind onto the new
     /// timeline, or, when that fails, a fresh clone (the old directory is kept aside). Once it
     /// runs, it joins the recorded sync set, then `synchronous_standby_names`.
-    pub async fn rejoin(&mut self, pg: &Pg, node: &NodeName) -> Result<(), ClusterError> {
+    pub async fn rejoin(
+        &mut self,
+        pg: &Pg,
+        dcs: &dyn herd_dcs::Dcs,
+        node: &NodeName,
+    ) -> Result<(), ClusterError> {
         let dir = self.layout.node(node);
         herd_pg::kill_server(&dir)?;
         let primary = self.state.primary.clone();
@@ -77,6 +101,7 @@ impl Cluster {
         self.start_node(pg, node).await?;
         self.state.needs_rewind.retain(|n| n != node);
         self.state.sync_set = self.state.streaming_replicas();
+        self.state.record(dcs)?;
         self.state.save(&self.layout.state())?;
         self.write_conf(pg, &primary)?;
         pg.reload(&self.layout.node(&primary)).await?;

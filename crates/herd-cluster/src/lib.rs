@@ -17,6 +17,7 @@ mod secrets;
 mod state;
 mod status;
 mod supervise;
+mod switchover;
 
 pub use cluster::{Cluster, REPLICATION_USER, SUPERUSER};
 pub use error::ClusterError;
@@ -26,4 +27,4 @@ pub use runfiles::{read_supervisor, supervisor_running, SupervisorLock};
 pub use secrets::Secrets;
 pub use state::ClusterState;
 pub use status::{observe, Observation};
-pub use supervise::supervise;
+pub use supervise::{supervise, Command, Gate, Links};

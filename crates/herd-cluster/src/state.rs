@@ -80,6 +80,20 @@ impl ClusterState {
         Ok(Some(state))
     }
 
+    /// Records the topology in `dcs` (key `topology`, compare-and-set on its revision), so the
+    /// store holds the primary and sync set before any server changes.
+    pub fn record(&self, dcs: &dyn herd_dcs::Dcs) -> Result<(), ClusterError> {
+        let value = serde_json::to_vec(self).unwrap_or_default();
+        let unavailable = |e: herd_dcs::DcsError| ClusterError::NotReady(e.to_string());
+        let revision = dcs
+            .get("topology")
+            .map_err(unavailable)?
+            .map_or(0, |v| v.revision);
+        dcs.compare_and_set("topology", revision, value)
+            .map_err(unavailable)?;
+        Ok(())
+    }
+
     /// Writes `state.json` atomically (temporary file, fsync, rename).
     pub fn save(&self, path: &Path) -> Result<(), ClusterError> {
         use std::io::Write;

@@ -67,6 +67,9 @@ pub async fn observe(cluster: &Cluster) -> Observation {
         endpoint: cluster.endpoint_url(false),
         supervisor: read_supervisor(&cluster.layout),
         nodes,
+        ha_note: std::fs::read_to_string(cluster.layout.run().join("ha-note.txt"))
+            .ok()
+            .map(|s| s.trim().to_string()),
     };
     Observation {
         status,

@@ -7,10 +7,55 @@ use herd_config::Config;
 use herd_core::{Assignment, ClusterStatus, Lsn, NodeName, NodeState, Role, SyncState};
 use herd_ha::{decide, Action, Candidate, FailoverRules, NodeObservation, Policy, PrimaryLoss};
 use herd_pg::Pg;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::status::observe;
 use crate::{Cluster, ClusterState};
+
+/// An operator's request to the supervisor; the reply says what happened.
+#[derive(Debug)]
+pub enum Command {
+    /// Planned change of primary (`herd switchover`).
+    Switchover {
+        /// The replica to promote; default: the most advanced.
+        to: Option<NodeName>,
+        /// Where the outcome goes.
+        reply: oneshot::Sender<Result<String, String>>,
+    },
+    /// Immediate promotion (`herd failover`): the current primary is fenced.
+    Failover {
+        /// The replica to promote; default: the safe candidate.
+        to: Option<NodeName>,
+        /// Promote even when acknowledged commits may be missing from the replica.
+        allow_data_loss: bool,
+        /// Where the outcome goes.
+        reply: oneshot::Sender<Result<String, String>>,
+    },
+}
+
+/// How the supervisor talks to the rest of the process.
+pub struct Links<'a> {
+    /// Where each observation is published (the API serves it).
+    pub status: &'a watch::Sender<ClusterStatus>,
+    /// Where role changes are published (the proxy follows them).
+    pub assignment: &'a watch::Sender<Assignment>,
+    /// The store of leases and topology.
+    pub dcs: &'a dyn herd_dcs::Dcs,
+    /// Operator requests.
+    pub commands: mpsc::Receiver<Command>,
+    /// Pauses new transactions at the proxy.
+    pub gate: Gate,
+    /// Turns true when the supervisor must stop.
+    pub shutdown: watch::Receiver<bool>,
+    /// Counts each decision by kind (for `/metrics`).
+    pub count: std::sync::Arc<dyn Fn(&str) + Send + Sync>,
+}
+
+/// Pauses (`true`) or resumes (`false`) new transactions at the proxy.
+pub type Gate = std::sync::Arc<dyn Fn(bool) + Send + Sync>;
+
+/// The lease the serving primary holds in the DCS.
+const LEADER: &str = "leader";
 
 /// Start attempts per node, for the restart backoff.
 #[derive(Default)]
@@ -49,29 +94,24 @@ impl PrimaryWatch {
             return None;
         }
         let since = *self.down_since.get_or_insert_with(Instant::now);
-        let candidates = status
-            .nodes
-            .iter()
-            .filter(|n| n.role == Role::Replica && !cluster.state.needs_rewind.contains(&n.name))
-            .map(|n| Candidate {
-                name: n.name.clone(),
-                reachable: matches!(n.state, NodeState::Streaming | NodeState::Disconnected),
-                flushed: n.received_lsn,
-            })
-            .collect();
         Some(PrimaryLoss {
             down_for: since.elapsed(),
-            candidates,
-            rules: FailoverRules {
-                mode: cluster.config.cluster.commit_mode,
-                sync: cluster.config.cluster.sync_standbys,
-                sync_set: cluster.state.sync_set.clone(),
-                last_sync: self.last_sync.clone(),
-                primary_lsn: self.last_lsn,
-                max_lag_bytes: cluster.config.supervisor.max_lag_on_failover,
-                allow_data_loss: false,
-            },
+            candidates: candidates(status, cluster),
+            rules: self.rules(cluster),
         })
+    }
+
+    /// The safety rules as of now.
+    fn rules(&self, cluster: &Cluster) -> FailoverRules {
+        FailoverRules {
+            mode: cluster.config.cluster.commit_mode,
+            sync: cluster.config.cluster.sync_standbys,
+            sync_set: cluster.state.sync_set.clone(),
+            last_sync: self.last_sync.clone(),
+            primary_lsn: self.last_lsn,
+            max_lag_bytes: cluster.config.supervisor.max_lag_on_failover,
+            allow_data_loss: false,
+        }
     }
 }
 
@@ -79,26 +119,36 @@ impl PrimaryWatch {
 /// the status on `status_tx` and the roles on `assignment_tx` (for the proxy), and restarts dead servers with backoff. The configuration and
 /// topology are re-read from the data directory each round, so `herd config set` is honoured
 /// when a server is restarted.
-pub async fn supervise(
-    mut cluster: Cluster,
-    pg: &Pg,
-    status_tx: &watch::Sender<ClusterStatus>,
-    assignment_tx: &watch::Sender<Assignment>,
-    mut shutdown: watch::Receiver<bool>,
-) {
+pub async fn supervise(mut cluster: Cluster, pg: &Pg, links: Links<'_>) {
+    let Links {
+        status: status_tx,
+        assignment: assignment_tx,
+        dcs,
+        mut commands,
+        gate,
+        mut shutdown,
+        count,
+    } = links;
     let mut book = StartBook::default();
     let mut watch = PrimaryWatch::default();
     let mut reported: BTreeSet<String> = BTreeSet::new();
     loop {
         let interval = Duration::from_millis(cluster.config.supervisor.probe_interval_ms);
-        tokio::select! {
-            _ = tokio::time::sleep(interval) => {}
-            _ = shutdown.changed() => {}
-        }
+        let command = tokio::select! {
+            _ = tokio::time::sleep(interval) => None,
+            _ = shutdown.changed() => None,
+            c = commands.recv() => c,
+        };
         if *shutdown.borrow() {
             return;
         }
         refresh(&mut cluster);
+        if let Some(command) = command {
+            run_command(&mut cluster, pg, dcs, &gate, &watch, command).await;
+            let _ = assignment_tx.send(cluster.assignment());
+            watch = PrimaryWatch::default();
+            continue;
+        }
         let assignment = cluster.assignment();
         assignment_tx.send_if_modified(|current| {
             let changed = *current != assignment;
@@ -124,15 +174,32 @@ pub async fn supervise(
             })
             .collect();
         let loss = watch.observe(&observation.status, &cluster);
+        let failover_timeout = Duration::from_millis(cluster.config.supervisor.failover_timeout_ms);
+        if loss.is_none() {
+            // The serving primary holds the leader lease; failover waits for it to expire.
+            if let Err(e) =
+                dcs.acquire_lease(LEADER, cluster.state.primary.as_str(), failover_timeout)
+            {
+                tracing::warn!("cannot renew the leader lease: {e}");
+            }
+        }
         let _ = status_tx.send(observation.status);
         let policy = Policy {
             restart_backoff: Duration::from_millis(cluster.config.supervisor.restart_backoff_ms),
             max_restart_backoff: Duration::from_secs(30),
-            failover_timeout: Duration::from_millis(cluster.config.supervisor.failover_timeout_ms),
+            failover_timeout,
+            hung_timeout: Duration::from_millis(cluster.config.supervisor.hung_timeout_ms),
         };
         let decisions = decide(&observations, &policy, loss.as_ref());
         let mut still_reported = BTreeSet::new();
         for d in decisions {
+            count(action_label(&d.action));
+            if matches!(
+                d.action,
+                Action::Failover(_) | Action::RefuseFailover | Action::Rejoin(_)
+            ) {
+                note(&cluster, &d.reason);
+            }
             match d.action {
                 Action::Start(node) => {
                     tracing::warn!(node = %node, "restarting: {}", d.reason);
@@ -149,9 +216,15 @@ pub async fn supervise(
                     }
                 }
                 Action::Failover(candidate) => {
+                    if let Ok(Some(holder)) = dcs.lease_holder(LEADER) {
+                        tracing::debug!(
+                            "leader lease still held by {holder}; failover waits for it to expire"
+                        );
+                        continue;
+                    }
                     tracing::warn!("failover: {}", d.reason);
                     let started = Instant::now();
-                    match cluster.fail_over(pg, &candidate).await {
+                    match cluster.fail_over(pg, dcs, &candidate).await {
                         Ok(()) => {
                             watch = PrimaryWatch::default();
                             let _ = assignment_tx.send(cluster.assignment());
@@ -163,7 +236,7 @@ pub async fn supervise(
                 Action::Rejoin(node) => {
                     tracing::warn!(node = %node, "rejoining: {}", d.reason);
                     book.last_attempt.insert(node.clone(), Instant::now());
-                    match cluster.rejoin(pg, &node).await {
+                    match cluster.rejoin(pg, dcs, &node).await {
                         Ok(()) => {
                             book.failed.remove(&node);
                             tracing::info!(node = %node, "rejoined as a replica");
@@ -188,6 +261,107 @@ pub async fn supervise(
         }
         reported = still_reported;
     }
+}
+
+async fn run_command(
+    cluster: &mut Cluster,
+    pg: &Pg,
+    dcs: &dyn herd_dcs::Dcs,
+    gate: &Gate,
+    watch: &PrimaryWatch,
+    command: Command,
+) {
+    match command {
+        Command::Switchover { to, reply } => {
+            let started = Instant::now();
+            let result = cluster
+                .switch_over(pg, dcs, to.as_ref(), gate.as_ref())
+                .await;
+            let outcome = result
+                .map(|n| {
+                    format!(
+                        "switched over to {n} in {:.1} s",
+                        started.elapsed().as_secs_f64()
+                    )
+                })
+                .map_err(|e| e.to_string());
+            tracing::warn!("switchover: {}", outcome.as_ref().unwrap_or_else(|e| e));
+            let _ = reply.send(outcome);
+        }
+        Command::Failover {
+            to,
+            allow_data_loss,
+            reply,
+        } => {
+            let status = crate::status::observe(cluster).await.status;
+            let mut rules = watch.rules(cluster);
+            rules.allow_data_loss = allow_data_loss;
+            let candidates = candidates(&status, cluster);
+            let chosen = match (&to, herd_ha::choose_candidate(&candidates, &rules)) {
+                (Some(t), Ok(safe)) if *t != safe && !allow_data_loss => Err(format!(
+                    "{t} may lack acknowledged commits; {safe} holds them all (or pass --allow-data-loss)"
+                )),
+                (Some(t), _) if allow_data_loss => Ok(t.clone()),
+                (Some(t), Ok(_)) => Ok(t.clone()),
+                (None, Ok(safe)) => Ok(safe),
+                (_, Err(why)) => Err(why),
+            };
+            let outcome = match chosen {
+                Ok(c) => cluster
+                    .fail_over(pg, dcs, &c)
+                    .await
+                    .map(|()| format!("failed over to {c}"))
+                    .map_err(|e| e.to_string()),
+                Err(why) => Err(format!("not failing over: {why}")),
+            };
+            tracing::warn!(
+                "manual failover: {}",
+                outcome.as_ref().unwrap_or_else(|e| e)
+            );
+            let _ = reply.send(outcome);
+        }
+    }
+}
+
+/// The replicas (not waiting for a rewind) as failover candidates.
+fn candidates(status: &ClusterStatus, cluster: &Cluster) -> Vec<Candidate> {
+    status
+        .nodes
+        .iter()
+        .filter(|n| n.role == Role::Replica && !cluster.state.needs_rewind.contains(&n.name))
+        .map(|n| Candidate {
+            name: n.name.clone(),
+            reachable: matches!(n.state, NodeState::Streaming | NodeState::Disconnected),
+            flushed: n.received_lsn,
+        })
+        .collect()
+}
+
+/// The kind of a decision, for counting.
+fn action_label(a: &Action) -> &'static str {
+    match a {
+        Action::Start(_) => "start",
+        Action::ReportPrimaryDown(_) => "report_primary_down",
+        Action::ReportWrongRole(_) => "report_wrong_role",
+        Action::Failover(_) => "failover",
+        Action::RefuseFailover => "refuse_failover",
+        Action::Rejoin(_) => "rejoin",
+    }
+}
+
+/// Leaves the latest high-availability event where `herd status` shows it.
+fn note(cluster: &Cluster, text: &str) {
+    let line = format!("{} {text}\n", unix_timestamp());
+    let _ = std::fs::write(cluster.layout.run().join("ha-note.txt"), line);
+}
+
+/// Seconds since the epoch (a calendar date is not worth a dependency here).
+fn unix_timestamp() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    format!("[unix {secs}]")
 }
 
 fn refresh(cluster: &mut Cluster) {

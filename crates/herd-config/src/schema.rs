@@ -112,8 +112,10 @@ pub struct SupervisorConfig {
     pub restart_backoff_ms: u64,
     /// How long `herd up` waits for every replica to stream, in seconds.
     pub ready_timeout_s: u64,
-    /// How long the primary may not answer before a replica is promoted, in milliseconds.
+    /// How long the primary's postmaster may be gone before a replica is promoted, in milliseconds.
     pub failover_timeout_ms: u64,
+    /// How long a running primary may not answer (hung, frozen) before a replica is promoted.
+    pub hung_timeout_ms: u64,
     /// Async mode: how far behind the lost primary (bytes) a promoted replica may be.
     pub max_lag_on_failover: u64,
 }
@@ -125,6 +127,7 @@ impl Default for SupervisorConfig {
             restart_backoff_ms: 500,
             ready_timeout_s: 120,
             failover_timeout_ms: 2000,
+            hung_timeout_ms: 8000,
             max_lag_on_failover: 16 * 1024 * 1024,
         }
     }

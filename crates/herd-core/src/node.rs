@@ -16,6 +16,11 @@ impl NodeName {
         NodeName(format!("node{index}"))
     }
 
+    /// A name as given by an operator.
+    pub fn from_text(name: &str) -> Self {
+        NodeName(name.to_string())
+    }
+
     /// The name as text.
     pub fn as_str(&self) -> &str {
         &self.0

@@ -25,6 +25,10 @@ pub struct ClusterStatus {
     pub supervisor: Option<SupervisorInfo>,
     /// Every node, primary first.
     pub nodes: Vec<NodeStatus>,
+    /// The supervisor's last high-availability event worth attention (a failover, a refusal
+    /// to fail over and why), `null` when there is none.
+    #[serde(default)]
+    pub ha_note: Option<String>,
 }
 
 impl ClusterStatus {
@@ -179,6 +183,7 @@ mod tests {
                 }),
                 sync_state: Some(SyncState::Quorum),
             }],
+            ha_note: None,
         };
         let json = serde_json::to_value(&status).expect("serialises");
         assert_eq!(json["commit_mode"], "on");

@@ -41,8 +41,11 @@ pub struct Policy {
     pub restart_backoff: Duration,
     /// Upper bound of the restart delay.
     pub max_restart_backoff: Duration,
-    /// How long the primary may be unreachable before a replica is promoted.
+    /// How long a primary whose postmaster is gone may stay so before a replica is promoted.
     pub failover_timeout: Duration,
+    /// How long a primary whose postmaster still runs but does not answer (hung, frozen, or
+    /// only overloaded) may stay so: longer, so a busy machine does not cause a failover.
+    pub hung_timeout: Duration,
 }
 
 /// Something the supervisor should do.
@@ -165,14 +168,19 @@ fn primary_down(
             reason: format!("primary {} does not answer", n.name),
         }];
     };
-    if loss.down_for < policy.failover_timeout {
+    let timeout = if n.postmaster_alive {
+        policy.hung_timeout
+    } else {
+        policy.failover_timeout
+    };
+    if loss.down_for < timeout {
         return vec![Decision {
             action: Action::ReportPrimaryDown(n.name.clone()),
             reason: format!(
                 "primary {} has not answered for {:.1} s; failover after {:.1} s",
                 n.name,
                 loss.down_for.as_secs_f64(),
-                policy.failover_timeout.as_secs_f64()
+                timeout.as_secs_f64()
             ),
         }];
     }
@@ -213,6 +221,7 @@ mod tests {
             restart_backoff: Duration::from_millis(500),
             max_restart_backoff: Duration::from_secs(30),
             failover_timeout: Duration::from_secs(2),
+            hung_timeout: Duration::from_secs(8),
         }
     }
 
@@ -317,6 +326,7 @@ mod failover_tests {
             restart_backoff: Duration::from_millis(500),
             max_restart_backoff: Duration::from_secs(30),
             failover_timeout: Duration::from_secs(2),
+            hung_timeout: Duration::from_secs(8),
         };
         let obs = |i: usize, role, alive, rec| NodeObservation {
             name: NodeName::numbered(i),
@@ -358,9 +368,32 @@ mod failover_tests {
             act(&loss),
             vec![Action::ReportPrimaryDown(NodeName::numbered(0))]
         );
+        // Alive but not answering: maybe only overloaded; the longer hung timeout applies.
         loss.down_for = Duration::from_secs(3);
+        assert_eq!(
+            act(&loss),
+            vec![Action::ReportPrimaryDown(NodeName::numbered(0))]
+        );
+        loss.down_for = Duration::from_secs(9);
         assert_eq!(act(&loss), vec![Action::Failover(NodeName::numbered(1))]);
+        // A dead postmaster: the failover timeout applies.
+        let dead = [
+            obs(0, Role::Primary, false, None),
+            obs(1, Role::Replica, true, Some(true)),
+        ];
+        loss.down_for = Duration::from_secs(3);
+        let acts: Vec<Action> = decide(&dead, &p, Some(&loss))
+            .into_iter()
+            .map(|d| d.action)
+            .collect();
+        assert_eq!(acts, vec![Action::Failover(NodeName::numbered(1))]);
         loss.candidates[0].reachable = false;
+        assert_eq!(
+            act(&loss),
+            vec![Action::ReportPrimaryDown(NodeName::numbered(0))],
+            "hung for 3 s: still waiting"
+        );
+        loss.down_for = Duration::from_secs(9);
         assert_eq!(act(&loss), vec![Action::RefuseFailover]);
     }
 }

@@ -244,6 +244,26 @@ impl Pg {
             .map(drop)
     }
 
+    /// The "Latest checkpoint location" of a stopped server's control file (`pg_controldata`).
+    pub async fn latest_checkpoint(&self, datadir: &Path) -> Result<herd_core::Lsn, PgError> {
+        let args = vec![path_arg(datadir)];
+        let out = self
+            .run(
+                "pg_controldata",
+                parent(datadir),
+                &args,
+                Duration::from_secs(30),
+            )
+            .await?;
+        out.lines()
+            .find_map(|l| l.strip_prefix("Latest checkpoint location:"))
+            .and_then(|v| v.trim().parse().ok())
+            .ok_or_else(|| PgError::Protocol {
+                context: format!("pg_controldata {}", datadir.display()),
+                detail: "no latest checkpoint location".into(),
+            })
+    }
+
     /// Makes the server re-read its configuration files.
     pub async fn reload(&self, datadir: &Path) -> Result<(), PgError> {
         let args = vec!["reload".into(), "-D".into(), path_arg(datadir), "-s".into()];

@@ -41,6 +41,8 @@ use crate::users::Users;
 
 /// Statements whose classification is kept.
 const CLASSIFIER_CAPACITY: usize = 10_000;
+/// Longest pause of new work (a switchover normally takes well under it).
+const PAUSE_LIMIT: Duration = Duration::from_secs(30);
 /// How long a client waits for a primary to appear before its write fails.
 const PRIMARY_WAIT: Duration = Duration::from_secs(10);
 
@@ -67,6 +69,7 @@ pub struct ProxyContext {
     pub mock_secret: Vec<u8>,
     avoided: Mutex<HashMap<NodeName, Instant>>,
     params: Mutex<HashMap<(String, String), ServerParams>>,
+    paused: watch::Sender<bool>,
 }
 
 impl ProxyContext {
@@ -90,6 +93,21 @@ impl ProxyContext {
             }
         }
         Arc::new(v)
+    }
+
+    /// Pauses (`true`) or resumes new units of work, e.g. during a switchover. Work already on a
+    /// server goes on.
+    pub fn set_paused(&self, paused: bool) {
+        self.paused.send_replace(paused);
+    }
+
+    /// Waits while the proxy is paused (at most `PAUSE_LIMIT`, then work goes on regardless).
+    pub async fn wait_unpaused(&self) {
+        let mut rx = self.paused.subscribe();
+        if !*rx.borrow_and_update() {
+            return;
+        }
+        let _ = tokio::time::timeout(PAUSE_LIMIT, rx.wait_for(|p| !*p)).await;
     }
 
     /// Keeps reads away from `node` for `how_long`.
@@ -272,6 +290,7 @@ impl Proxy {
             mock_secret: (0..32).map(|_| rand::random::<u8>()).collect(),
             avoided: Mutex::new(HashMap::new()),
             params: Mutex::new(HashMap::new()),
+            paused: watch::channel(false).0,
         });
         tokio::spawn(load_catalog(ctx.clone(), login, shutdown.clone()));
         tokio::spawn(accept(listener, ctx.clone(), shutdown));

@@ -165,6 +165,10 @@ impl TestCluster {
 
 impl Drop for TestCluster {
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            // The test failed: its cluster's logs explain more than the assertion alone.
+            eprintln!("logs of the failed test's cluster:\n{}", self.log_tails());
+        }
         if self.data_dir().join("state.json").exists() {
             let out = self.herd(&["down"]);
             if !out.status.success() {

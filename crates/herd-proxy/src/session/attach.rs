@@ -36,6 +36,7 @@ struct UnitFacts {
 impl Session {
     /// Handles a complete unit that arrived while detached. `Ok(false)`: the client terminated.
     pub(super) async fn start_unit(&mut self, unit: Bytes) -> Result<bool, ProxyError> {
+        self.ctx.wait_unpaused().await;
         if let Some(only) = lone_sync_or_flush(&unit) {
             // Nothing to run: a Flush needs no answer, a Sync gets ReadyForQuery.
             if only == tag::SYNC {

@@ -157,17 +157,7 @@ impl Translator<'_> {
                 .answered_by_proxy(Expect::Parse, answer, self.to_client);
             return Ok(());
         }
-        let id = self.new_id();
-        self.evict_if_full(to_server)?;
-        encode::parse(to_server, &stmt.server_name, &stmt.query, &stmt.param_types)?;
-        self.att
-            .lease
-            .conn
-            .prepared
-            .insert(stmt.server_name.clone());
-        self.att.parsing.push((id, stmt.server_name.clone()));
-        self.att.tracker.sent(Expect::Parse, false, Some(id));
-        Ok(())
+        self.send_parse(&stmt, false, to_server)
     }
 
     /// Prepares `stmt` on the server first if it lacks it; the answer is swallowed.
@@ -179,6 +169,17 @@ impl Translator<'_> {
         if self.att.lease.conn.prepared.touch(&stmt.server_name) {
             return Ok(());
         }
+        self.send_parse(stmt, true, to_server)
+    }
+
+    /// Sends a Parse of `stmt` under its shared name (making room first); its answer reaches
+    /// the client unless `swallow`.
+    fn send_parse(
+        &mut self,
+        stmt: &Statement,
+        swallow: bool,
+        to_server: &mut Vec<u8>,
+    ) -> Result<(), ProxyError> {
         let id = self.new_id();
         self.evict_if_full(to_server)?;
         encode::parse(to_server, &stmt.server_name, &stmt.query, &stmt.param_types)?;
@@ -188,7 +189,7 @@ impl Translator<'_> {
             .prepared
             .insert(stmt.server_name.clone());
         self.att.parsing.push((id, stmt.server_name.clone()));
-        self.att.tracker.sent(Expect::Parse, true, Some(id));
+        self.att.tracker.sent(Expect::Parse, swallow, Some(id));
         Ok(())
     }
 

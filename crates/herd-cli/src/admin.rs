@@ -1,0 +1,62 @@
+//! `herd switchover` and `herd failover`: requests to the running supervisor through its API,
+//! and the supervisor side that turns API requests into commands.
+
+use anyhow::{bail, Context};
+use herd_api::AdminAction;
+use herd_cluster::{read_supervisor, Command, Layout};
+use herd_core::NodeName;
+use tokio::sync::{mpsc, oneshot};
+
+/// Supervisor side: forwards an API request to the supervisor loop and waits for the outcome.
+pub async fn dispatch(tx: &mpsc::Sender<Command>, action: AdminAction) -> Result<String, String> {
+    let (reply, answer) = oneshot::channel();
+    let name = |n: Option<String>| n.map(|n| NodeName::from_text(&n));
+    let command = match action {
+        AdminAction::Switchover { to } => Command::Switchover {
+            to: name(to),
+            reply,
+        },
+        AdminAction::Failover {
+            to,
+            allow_data_loss,
+        } => Command::Failover {
+            to: name(to),
+            allow_data_loss,
+            reply,
+        },
+    };
+    tx.send(command)
+        .await
+        .map_err(|_| "the supervisor is shutting down".to_string())?;
+    answer
+        .await
+        .map_err(|_| "the supervisor dropped the request".to_string())?
+}
+
+/// Client side: POSTs `path` to the running supervisor and prints its answer.
+pub async fn request(layout: &Layout, path: String) -> anyhow::Result<()> {
+    let Some(sup) = read_supervisor(layout) else {
+        bail!(
+            "no Herd supervisor runs for {}; start it with `herd up`",
+            layout.root().display()
+        );
+    };
+    let cluster = crate::status::open(layout)?;
+    let url = format!("http://{}:{}{path}", cluster.host(), sup.api_port);
+    let response = tokio::task::spawn_blocking(move || {
+        match ureq::post(&url)
+            .timeout(std::time::Duration::from_secs(180))
+            .call()
+        {
+            Ok(r) => Ok(r.into_string().unwrap_or_default()),
+            Err(ureq::Error::Status(_, r)) => {
+                Err(anyhow::anyhow!(r.into_string().unwrap_or_default()))
+            }
+            Err(e) => Err(anyhow::anyhow!("cannot reach the supervisor's API: {e}")),
+        }
+    })
+    .await
+    .context("the request thread failed")??;
+    crate::output::emitln!("{response}");
+    Ok(())
+}

@@ -1,0 +1,56 @@
+//! The behaviour every [`Dcs`](crate::Dcs) backend must show, as a reusable check.
+
+use std::time::Duration;
+
+use crate::{Dcs, DcsError};
+
+/// Panics unless `dcs` keeps the contract. `advance` moves the backend's clock forward (a real
+/// backend may simply sleep).
+pub fn check(dcs: &dyn Dcs, advance: &dyn Fn(Duration)) {
+    // Compare-and-set: create, update, conflict without writing.
+    assert_eq!(dcs.get("k").ok(), Some(None));
+    let r1 = dcs.compare_and_set("k", 0, b"a".to_vec()).expect("create");
+    assert!(r1 > 0);
+    assert!(
+        matches!(dcs.compare_and_set("k", 0, b"b".to_vec()), Err(DcsError::Conflict { found, .. }) if found == r1)
+    );
+    let r2 = dcs.compare_and_set("k", r1, b"c".to_vec()).expect("update");
+    assert!(r2 > r1);
+    assert!(
+        dcs.compare_and_set("k", r1, b"d".to_vec()).is_err(),
+        "a stale revision never writes"
+    );
+    let v = dcs.get("k").expect("get").expect("present");
+    assert_eq!((v.value.as_slice(), v.revision), (b"c".as_slice(), r2));
+
+    // Leases: exclusive, renewable by the owner, free after expiry or release.
+    let ttl = Duration::from_secs(2);
+    assert!(dcs.acquire_lease("leader", "a", ttl).expect("acquire"));
+    assert!(
+        !dcs.acquire_lease("leader", "b", ttl).expect("contend"),
+        "never two holders"
+    );
+    assert_eq!(
+        dcs.lease_holder("leader").expect("holder").as_deref(),
+        Some("a")
+    );
+    advance(Duration::from_secs(1));
+    assert!(dcs.acquire_lease("leader", "a", ttl).expect("renew"));
+    advance(Duration::from_millis(1500));
+    assert!(!dcs
+        .acquire_lease("leader", "b", ttl)
+        .expect("still held after renewal"));
+    advance(Duration::from_secs(1));
+    assert_eq!(dcs.lease_holder("leader").expect("holder"), None, "expired");
+    assert!(dcs
+        .acquire_lease("leader", "b", ttl)
+        .expect("take over an expired lease"));
+    dcs.release_lease("leader", "a")
+        .expect("release by a non-holder is a no-op");
+    assert_eq!(
+        dcs.lease_holder("leader").expect("holder").as_deref(),
+        Some("b")
+    );
+    dcs.release_lease("leader", "b").expect("release");
+    assert_eq!(dcs.lease_holder("leader").expect("holder"), None);
+}

@@ -1,0 +1,60 @@
+//! The store the control plane keeps its facts in: who leads, which standbys are in the sync
+//! set. `herd up` uses [`MemoryDcs`] (one supervisor, one process); several hosts will use an
+//! etcd backend behind the same [`Dcs`] trait, so the HA logic is one code path. Any backend
+//! must pass [`contract::check`].
+
+mod memory;
+
+pub mod contract;
+
+use std::time::Duration;
+
+pub use memory::MemoryDcs;
+
+/// A value and the revision it was written at.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Versioned {
+    /// The bytes stored.
+    pub value: Vec<u8>,
+    /// Increases with every write of the key; never 0 for an existing key.
+    pub revision: u64,
+}
+
+/// Why a store operation failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DcsError {
+    /// A compare-and-set found another revision: someone else wrote first.
+    #[error("{key} changed concurrently (expected revision {expected}, found {found})")]
+    Conflict {
+        /// The key.
+        key: String,
+        /// The revision the caller expected.
+        expected: u64,
+        /// The revision found (0: absent).
+        found: u64,
+    },
+    /// The store cannot be reached; the caller must not assume anything about its state.
+    #[error("the configuration store is unavailable: {0}")]
+    Unavailable(String),
+}
+
+/// The contract every backend keeps. All operations are linearizable.
+pub trait Dcs: Send + Sync {
+    /// The key's value and revision, `None` when absent.
+    fn get(&self, key: &str) -> Result<Option<Versioned>, DcsError>;
+
+    /// Writes `value` only when the key is at revision `expected` (0: the key must not exist);
+    /// returns the new revision, or [`DcsError::Conflict`] without writing.
+    fn compare_and_set(&self, key: &str, expected: u64, value: Vec<u8>) -> Result<u64, DcsError>;
+
+    /// Takes or renews lease `key` for `owner` for `ttl`: succeeds when the lease is free,
+    /// expired, or already held by `owner` (renewal). Returns whether `owner` holds it now.
+    /// A lease is never held by two owners at once.
+    fn acquire_lease(&self, key: &str, owner: &str, ttl: Duration) -> Result<bool, DcsError>;
+
+    /// Gives the lease up, if `owner` holds it.
+    fn release_lease(&self, key: &str, owner: &str) -> Result<(), DcsError>;
+
+    /// The current holder of an unexpired lease.
+    fn lease_holder(&self, key: &str) -> Result<Option<String>, DcsError>;
+}
