@@ -18,7 +18,11 @@ const COLOURS: [RGBColor; 4] = [
 
 /// Draws `results`' median tps as grouped bars (one group per mode) into `path`.
 pub fn bars(results: &Results, path: &Path) -> Result<(), BenchError> {
-    draw(results, path).map_err(|detail| BenchError::Chart {
+    match results.scenario.as_str() {
+        "commit-waits" => draw_shares(results, path),
+        _ => draw(results, path),
+    }
+    .map_err(|detail| BenchError::Chart {
         path: path.to_path_buf(),
         detail,
     })
@@ -34,12 +38,15 @@ fn draw(r: &Results, path: &Path) -> Result<(), String> {
         .fold(0.0_f64, f64::max);
     let groups = modes.len().max(1) as f64;
     let width = 0.8 / targets.len().max(1) as f64;
+    // commit-modes: one target, rows/s, each bar with its ratio to the mode "none".
+    let rows = r.scenario == "commit-modes";
+    let unit = if rows { "rows/s" } else { "tps" };
 
     let root = SVGBackend::new(path, (800, 480)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| e.to_string())?;
     let mut chart = ChartBuilder::on(&root)
         .caption(
-            format!("herd bench {}: median tps ({})", r.scenario, r.date),
+            format!("herd bench {}: median {unit} ({})", r.scenario, r.date),
             ("sans-serif", 20),
         )
         .margin(15)
@@ -52,7 +59,11 @@ fn draw(r: &Results, path: &Path) -> Result<(), String> {
         .disable_x_mesh()
         .x_labels(0)
         .x_label_formatter(&|_| String::new())
-        .y_desc("transactions per second")
+        .y_desc(if rows {
+            "rows per second"
+        } else {
+            "transactions per second"
+        })
         .y_label_formatter(&|v| format!("{v:.0}"))
         .draw()
         .map_err(|e| e.to_string())?;
@@ -78,7 +89,7 @@ fn draw(r: &Results, path: &Path) -> Result<(), String> {
         let labels = modes.iter().enumerate().filter_map(|(g, (_, per_target))| {
             let t = per_target.get(target)?;
             let x = g as f64 + 0.1 + (i as f64 + 0.45) * width;
-            let text = if i == 0 {
+            let text = if i == 0 && !rows {
                 format!("{:.0}", t.median_tps)
             } else {
                 format!("{:.0} ({:.2}×)", t.median_tps, t.ratio_to_direct)
@@ -114,6 +125,183 @@ fn draw(r: &Results, path: &Path) -> Result<(), String> {
             ));
         root.draw(&Text::new(mode.as_str(), (x, y + 10), style))
             .map_err(|e| e.to_string())?;
+    }
+    root.present().map_err(|e| e.to_string())
+}
+
+/// Draws `results`' failover RTO per iteration, one line (with points) per commit mode, into
+/// `path`.
+pub fn rto(results: &Results, path: &Path) -> Result<(), BenchError> {
+    draw_rto(results, path).map_err(|detail| BenchError::Chart {
+        path: path.to_path_buf(),
+        detail,
+    })
+}
+
+fn draw_rto(r: &Results, path: &Path) -> Result<(), String> {
+    let modes = crate::report::ordered_failover(r);
+    let max_rto = modes
+        .iter()
+        .flat_map(|(_, f)| f.rto_s.iter().copied())
+        .fold(0.0_f64, f64::max);
+    let iterations = modes
+        .iter()
+        .map(|(_, f)| f.rto_s.len())
+        .max()
+        .unwrap_or(1)
+        .max(1);
+
+    let root = SVGBackend::new(path, (800, 480)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| e.to_string())?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            format!("herd bench {}: RTO per iteration ({})", r.scenario, r.date),
+            ("sans-serif", 20),
+        )
+        .margin(15)
+        .x_label_area_size(40)
+        .y_label_area_size(60)
+        .build_cartesian_2d(
+            0.5..(iterations as f64 + 0.5),
+            0.0..(max_rto * 1.2).max(1.0),
+        )
+        .map_err(|e| e.to_string())?;
+    chart
+        .configure_mesh()
+        .x_desc("iteration")
+        .y_desc("RTO (s): kill → first acknowledged write")
+        .x_labels(iterations.min(20))
+        .x_label_formatter(&|v| format!("{v:.0}"))
+        .y_label_formatter(&|v| format!("{v:.1}"))
+        .draw()
+        .map_err(|e| e.to_string())?;
+    for (i, (mode, f)) in modes.iter().enumerate() {
+        let colour = COLOURS[(i + 1) % COLOURS.len()];
+        let points: Vec<(f64, f64)> = f
+            .rto_s
+            .iter()
+            .enumerate()
+            .map(|(k, v)| (k as f64 + 1.0, *v))
+            .collect();
+        chart
+            .draw_series(std::iter::once(PathElement::new(
+                points.clone(),
+                colour.stroke_width(2),
+            )))
+            .map_err(|e| e.to_string())?
+            .label(format!("{mode} (p50 {:.2} s)", f.rto_p50_s))
+            .legend(move |(x, y)| PathElement::new([(x, y), (x + 14, y)], colour.stroke_width(2)));
+        chart
+            .draw_series(
+                points
+                    .into_iter()
+                    .map(|p| Circle::new(p, 3, colour.filled())),
+            )
+            .map_err(|e| e.to_string())?;
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .position(SeriesLabelPosition::UpperRight)
+        .draw()
+        .map_err(|e| e.to_string())?;
+    root.present().map_err(|e| e.to_string())
+}
+
+/// commit-waits: each mode's wait-event shares (targets `wait:…`) as one stacked bar, the main
+/// events first and every other event summed as "other".
+fn draw_shares(r: &Results, path: &Path) -> Result<(), String> {
+    const EVENTS: [&str; 4] = ["IO:WALSync", "IPC:SyncRep", "LWLock:WALWrite", "CPU"];
+    let modes = crate::report::ordered_modes(r);
+    let root = SVGBackend::new(path, (800, 480)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| e.to_string())?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            format!(
+                "herd bench {}: share of commit samples ({})",
+                r.scenario, r.date
+            ),
+            ("sans-serif", 20),
+        )
+        .margin(15)
+        .x_label_area_size(40)
+        .y_label_area_size(70)
+        .build_cartesian_2d(0.0..modes.len().max(1) as f64 + 1.2, 0.0..1.0)
+        .map_err(|e| e.to_string())?;
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_labels(0)
+        .x_label_formatter(&|_| String::new())
+        .y_desc("share of backend samples")
+        .y_label_formatter(&|v| format!("{:.0} %", v * 100.0))
+        .draw()
+        .map_err(|e| e.to_string())?;
+    let share = |m: &crate::report::ModeResult, e: &str| {
+        let all = |k: &String| k.starts_with("wait:");
+        match e {
+            "other" => m
+                .iter()
+                .filter(|(k, _)| {
+                    all(k) && !EVENTS.iter().any(|x| k.as_str() == format!("wait:{x}"))
+                })
+                .map(|(_, t)| t.median_tps)
+                .sum(),
+            _ => m.get(&format!("wait:{e}")).map_or(0.0, |t| t.median_tps),
+        }
+    };
+    let mut bottom = vec![0.0; modes.len()];
+    for (i, event) in EVENTS.iter().chain(&["other"]).enumerate() {
+        let colour = if i < COLOURS.len() {
+            COLOURS[(i + 1) % COLOURS.len()]
+        } else {
+            RGBColor(200, 200, 200)
+        };
+        let colour = if *event == "CPU" {
+            RGBColor(90, 90, 90)
+        } else {
+            colour
+        };
+        let mut rects = Vec::new();
+        for (g, (_, m)) in modes.iter().enumerate() {
+            let v = share(m, event);
+            let x0 = g as f64 + 0.2;
+            rects.push(Rectangle::new(
+                [(x0, bottom[g]), (x0 + 0.6, bottom[g] + v)],
+                colour.filled(),
+            ));
+            bottom[g] += v;
+        }
+        chart
+            .draw_series(rects)
+            .map_err(|e| e.to_string())?
+            .label(*event)
+            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], colour.filled()));
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .position(SeriesLabelPosition::UpperRight)
+        .draw()
+        .map_err(|e| e.to_string())?;
+    for (g, (mode, m)) in modes.iter().enumerate() {
+        let (x, y) = chart.backend_coord(&(g as f64 + 0.5, 0.0));
+        let style = ("sans-serif", 14)
+            .into_font()
+            .color(&BLACK)
+            .pos(text_anchor::Pos::new(
+                text_anchor::HPos::Center,
+                text_anchor::VPos::Top,
+            ));
+        let latency = m.get("latency_ms").map_or(0.0, |t| t.median_tps);
+        root.draw(&Text::new(
+            format!("{mode} ({latency:.1} ms)"),
+            (x, y + 10),
+            style,
+        ))
+        .map_err(|e| e.to_string())?;
     }
     root.present().map_err(|e| e.to_string())
 }

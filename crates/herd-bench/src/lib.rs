@@ -32,6 +32,8 @@ pub struct BenchOptions {
     pub duration: Option<u64>,
     /// The `herd` binary used to create the scratch clusters.
     pub herd_exe: PathBuf,
+    /// Iterations (e.g. failovers) per mode, overriding the scenario's default.
+    pub iterations: Option<u32>,
 }
 
 /// What a finished scenario produced.
@@ -55,11 +57,29 @@ pub struct Scenario {
 }
 
 /// Every scenario `herd bench` knows.
-pub const SCENARIOS: &[Scenario] = &[Scenario {
-    name: "proxy",
-    about: "pgbench -S through Herd's proxy (and PgBouncer when installed) against the primary",
-    run: scenarios::proxy::run,
-}];
+pub const SCENARIOS: &[Scenario] = &[
+    Scenario {
+        name: "proxy",
+        about: "pgbench -S through Herd's proxy (and PgBouncer when installed) against the primary",
+        run: scenarios::proxy::run,
+    },
+    Scenario {
+        name: "failover",
+        about:
+            "kill -9 of the primary under writes: RTO and acknowledged writes lost per commit mode",
+        run: scenarios::failover::run,
+    },
+    Scenario {
+        name: "commit-modes",
+        about: "rows/s of batched time-series inserts per commit mode, relative to no replication",
+        run: scenarios::commit_modes::run,
+    },
+    Scenario {
+        name: "commit-waits",
+        about: "wait events (IO:WALSync, IPC:SyncRep, LWLock:WALWrite) of commits per commit mode",
+        run: scenarios::commit_waits::run,
+    },
+];
 
 /// Runs the scenario called `scenario` and writes its reports into `opts.out`.
 pub fn run(scenario: &str, opts: &BenchOptions) -> Result<Report, BenchError> {

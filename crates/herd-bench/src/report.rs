@@ -46,6 +46,44 @@ pub struct Results {
     pub published: BTreeMap<String, String>,
     /// Anything a reader must know (skipped targets, caveats).
     pub notes: Vec<String>,
+    /// `herd bench failover` only: commit mode → figures (empty, and absent from the JSON, in
+    /// other scenarios).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub failover: BTreeMap<String, FailoverResult>,
+}
+
+/// The figures of `herd bench failover` for one commit mode.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FailoverResult {
+    /// Failovers measured.
+    pub iterations: u32,
+    /// RTO of every iteration in order, seconds: from the kill to the acknowledgement of the
+    /// first write sent after it.
+    pub rto_s: Vec<f64>,
+    /// Median of `rto_s`.
+    pub rto_p50_s: f64,
+    /// 95th percentile of `rto_s` (nearest rank).
+    pub rto_p95_s: f64,
+    /// Largest of `rto_s`.
+    pub rto_max_s: f64,
+    /// Seconds from each kill until a primary ran and every replica streamed again.
+    pub full_strength_s: Vec<f64>,
+    /// The primary after each failover.
+    pub new_primaries: Vec<String>,
+    /// Per iteration: writes sent after the kill and acknowledged by the killed primary (its
+    /// orphaned backends) before the failover.
+    #[serde(default)]
+    pub acked_by_killed_primary: Vec<u64>,
+    /// Writes acknowledged to the writer, over all iterations.
+    pub acked: u64,
+    /// Acknowledged writes missing from the new primary, over all iterations.
+    pub lost: u64,
+    /// Writes that failed (errors and timeouts, not acknowledged), over all iterations.
+    pub failed_writes: u64,
+    /// What this mode must reach, e.g. "RTO p50 ≤ 3 s, 0 lost".
+    pub target: String,
+    /// Whether `target` was reached.
+    pub target_met: bool,
 }
 
 /// Target name → figures, for one mode.
@@ -167,6 +205,9 @@ pub fn label(target: &str) -> &str {
 
 /// The Markdown report: a heading, the machine, the table and the notes.
 pub fn markdown(r: &Results) -> String {
+    if !r.failover.is_empty() {
+        return failover_markdown(r);
+    }
     let mut md = String::new();
     let _ = writeln!(md, "# herd bench {} — {}\n", r.scenario, r.date);
     let _ = writeln!(
@@ -204,6 +245,11 @@ pub fn markdown(r: &Results) -> String {
 
 /// The table: mode | baseline tps | for each other target: tps, ratio | published.
 pub fn table(r: &Results) -> String {
+    match r.scenario.as_str() {
+        "commit-modes" => return crate::scenarios::commit_modes::table(r),
+        "commit-waits" => return crate::scenarios::commit_waits::table(r),
+        _ => {}
+    }
     let Some((base, others)) = r.settings.targets.split_first() else {
         return String::new();
     };
@@ -240,6 +286,95 @@ pub fn table(r: &Results) -> String {
     md
 }
 
+/// The failover report: heading, machine, table, every RTO, notes.
+fn failover_markdown(r: &Results) -> String {
+    let mut md = String::new();
+    let _ = writeln!(md, "# herd bench {} — {}\n", r.scenario, r.date);
+    let _ = writeln!(
+        md,
+        "Machine: {} cores, {} MiB, {}, load average at the end {}. Command: `{}`.{}\n",
+        r.machine.cores,
+        r.machine.memory_mib,
+        if r.machine.cpu.is_empty() {
+            "unknown CPU"
+        } else {
+            &r.machine.cpu
+        },
+        r.machine.load_average,
+        r.settings.command,
+        if r.quick {
+            " **Quick run: figures not meaningful.**"
+        } else {
+            ""
+        }
+    );
+    md.push_str(&failover_table(r));
+    md.push_str(
+        "\nEvery iteration (RTO s / seconds to full strength / new primary / writes acknowledged \
+         by the killed primary after the kill):\n\n",
+    );
+    for (mode, f) in ordered_failover(r) {
+        let runs: Vec<String> = f
+            .rto_s
+            .iter()
+            .zip(&f.full_strength_s)
+            .zip(&f.new_primaries)
+            .enumerate()
+            .map(|(i, ((rto, full), p))| {
+                let orphan = f.acked_by_killed_primary.get(i).copied().unwrap_or(0);
+                format!("{rto:.2}/{full:.1}/{p}/{orphan}")
+            })
+            .collect();
+        let _ = writeln!(md, "- {mode}: {}", runs.join(", "));
+    }
+    if !r.notes.is_empty() {
+        md.push('\n');
+        for n in &r.notes {
+            let _ = writeln!(md, "- {n}");
+        }
+    }
+    md
+}
+
+/// mode | iterations | RTO p50 | p95 | max | acknowledged writes | lost | target.
+pub fn failover_table(r: &Results) -> String {
+    let mut md = String::from(
+        "| mode | iterations | RTO p50 | p95 | max | acknowledged writes | lost | target |\n\
+         |---|---|---|---|---|---|---|---|\n",
+    );
+    for (mode, f) in ordered_failover(r) {
+        let _ = writeln!(
+            md,
+            "| {mode} | {} | {:.2} s | {:.2} s | {:.2} s | {} | {} | {} ({}) |",
+            f.iterations,
+            f.rto_p50_s,
+            f.rto_p95_s,
+            f.rto_max_s,
+            f.acked,
+            f.lost,
+            f.target,
+            if f.target_met { "met" } else { "not met" }
+        );
+    }
+    md
+}
+
+/// The failover modes of `r` in the order of `settings.modes`, then any others.
+pub fn ordered_failover(r: &Results) -> Vec<(&String, &FailoverResult)> {
+    let mut out: Vec<_> = r
+        .settings
+        .modes
+        .iter()
+        .filter_map(|m| r.failover.get_key_value(m))
+        .collect();
+    out.extend(
+        r.failover
+            .iter()
+            .filter(|(m, _)| !r.settings.modes.contains(m)),
+    );
+    out
+}
+
 /// The modes of `r` in the order of `settings.modes`, then any others.
 pub fn ordered_modes(r: &Results) -> Vec<(&String, &ModeResult)> {
     let mut out: Vec<_> = r
@@ -266,7 +401,11 @@ pub fn write_all(r: &Results, out: &Path) -> Result<(String, Vec<PathBuf>), Benc
     let report = out.join("report.md");
     std::fs::write(&report, &md).map_err(|e| BenchError::io("writing", &report, e))?;
     let svg = out.join(format!("{}.svg", r.scenario));
-    crate::chart::bars(r, &svg)?;
+    if r.failover.is_empty() {
+        crate::chart::bars(r, &svg)?;
+    } else {
+        crate::chart::rto(r, &svg)?;
+    }
     Ok((md, vec![json, report, svg]))
 }
 
@@ -310,6 +449,7 @@ mod tests {
             modes: [("simple".into(), simple), ("prepared".into(), prepared)].into(),
             published: [("simple".to_string(), "PgBouncer 0.57×".to_string())].into(),
             notes: vec!["a note".into()],
+            failover: BTreeMap::new(),
         }
     }
 
@@ -350,6 +490,56 @@ mod tests {
             lines.contains(&"| simple | 1100 | 800 | 0.73× | 600 | 0.55× | PgBouncer 0.57× |"),
             "{t}"
         );
+    }
+
+    #[test]
+    fn failover_report() {
+        let mut r = sample();
+        r.scenario = "failover".into();
+        r.modes.clear();
+        r.settings.modes = vec!["on".into()];
+        let proxy_json = serde_json::to_value(sample()).expect("json");
+        assert!(proxy_json.get("failover").is_none());
+        r.failover.insert(
+            "on".into(),
+            FailoverResult {
+                iterations: 2,
+                rto_s: vec![2.5, 3.5],
+                rto_p50_s: 3.0,
+                rto_p95_s: 3.5,
+                rto_max_s: 3.5,
+                full_strength_s: vec![9.0, 10.0],
+                new_primaries: vec!["node1".into(), "node2".into()],
+                acked_by_killed_primary: vec![0, 2],
+                acked: 100,
+                lost: 0,
+                failed_writes: 3,
+                target: "RTO p50 ≤ 3 s, 0 lost".into(),
+                target_met: true,
+            },
+        );
+        let t = failover_table(&r);
+        assert!(
+            t.contains(
+                "| on | 2 | 3.00 s | 3.50 s | 3.50 s | 100 | 0 | RTO p50 ≤ 3 s, 0 lost (met) |"
+            ),
+            "{t}"
+        );
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (md, _) = write_all(&r, dir.path()).expect("write");
+        assert!(
+            md.contains("- on: 2.50/9.0/node1/0, 3.50/10.0/node2/2"),
+            "{md}"
+        );
+        let svg = std::fs::read_to_string(dir.path().join("failover.svg")).expect("svg");
+        assert!(
+            svg.contains("<svg") && svg.contains("on (p50 3.00 s)"),
+            "{svg}"
+        );
+        let v = serde_json::to_value(&r).expect("json");
+        assert_eq!(v["failover"]["on"]["lost"], 0);
+        let back: Results = serde_json::from_value(v).expect("round trip");
+        assert_eq!(back, r);
     }
 
     #[test]

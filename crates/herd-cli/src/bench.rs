@@ -8,7 +8,7 @@ use clap::Args;
 /// Options of `herd bench`.
 #[derive(Debug, Args)]
 pub struct BenchArgs {
-    /// The scenario to run: proxy.
+    /// The scenario to run: proxy, failover, commit-modes or commit-waits.
     pub scenario: String,
     /// Short runs (smoke test); figures are not meaningful.
     #[arg(long)]
@@ -19,6 +19,9 @@ pub struct BenchArgs {
     /// Seconds per measured run (default: the scenario's own).
     #[arg(long, value_name = "S")]
     pub duration: Option<u64>,
+    /// Iterations per mode, e.g. failovers (default: the scenario's own).
+    #[arg(long, value_name = "N")]
+    pub iterations: Option<u32>,
 }
 
 /// Runs the scenario on a blocking thread and prints its table and files.
@@ -27,6 +30,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         quick: args.quick,
         out: args.out,
         duration: args.duration,
+        iterations: args.iterations,
         herd_exe: std::env::current_exe().context("locating the herd binary")?,
     };
     let scenario = args.scenario;

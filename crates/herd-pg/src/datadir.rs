@@ -73,14 +73,18 @@ pub fn postmaster_pid(dir: &Path) -> Result<Option<u32>, PgError> {
     Ok((alive && is_postgres).then_some(pid as u32))
 }
 
-/// Fencing: kills the postmaster of `dir` and every child process with SIGKILL (which also
-/// ends stopped processes), then waits until all are gone. The data is as after a crash.
+/// Fencing: kills every process of the server in `dir` with SIGKILL (which also ends stopped
+/// processes) and waits until all are gone. Backends are found by their working directory
+/// (PostgreSQL's processes run in their data directory), so backends orphaned by an earlier
+/// death of the postmaster are killed too: none may go on acknowledging writes.
 pub fn kill_server(dir: &Path) -> Result<(), PgError> {
-    let Some(pid) = postmaster_pid(dir)? else {
-        return Ok(());
-    };
-    let mut victims = children_of(pid);
-    victims.push(pid);
+    let mut victims = processes_in(dir);
+    if let Some(pid) = postmaster_pid(dir)? {
+        victims.extend(children_of(pid));
+        victims.push(pid);
+    }
+    victims.sort_unstable();
+    victims.dedup();
     for p in &victims {
         let _ = nix::sys::signal::kill(
             nix::unistd::Pid::from_raw(*p as i32),
@@ -109,6 +113,21 @@ pub fn kill_server(dir: &Path) -> Result<(), PgError> {
         }
     }
     Ok(())
+}
+
+/// Processes whose working directory is `dir`.
+fn processes_in(dir: &Path) -> Vec<u32> {
+    let Ok(target) = std::fs::canonicalize(dir) else {
+        return Vec::new();
+    };
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| std::fs::read_link(format!("/proc/{pid}/cwd")).is_ok_and(|cwd| cwd == target))
+        .collect()
 }
 
 fn is_zombie(pid: u32) -> bool {

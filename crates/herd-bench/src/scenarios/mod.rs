@@ -1,3 +1,6 @@
 //! The scenarios of the registry in the crate root.
 
+pub mod commit_modes;
+pub mod commit_waits;
+pub mod failover;
 pub mod proxy;

@@ -206,6 +206,7 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
         ]
         .into(),
         notes,
+        failover: BTreeMap::new(),
     })
 }
 
