@@ -90,6 +90,7 @@ impl Cluster {
         Assignment {
             primary: endpoint(&self.state.primary),
             replicas: self.state.replicas().iter().map(endpoint).collect(),
+            primary_down: false,
         }
     }
 

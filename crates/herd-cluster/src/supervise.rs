@@ -149,7 +149,14 @@ pub async fn supervise(mut cluster: Cluster, pg: &Pg, links: Links<'_>) {
             watch = PrimaryWatch::default();
             continue;
         }
-        let assignment = cluster.assignment();
+        let observation = observe(&cluster).await;
+        let mut assignment = cluster.assignment();
+        // Backends orphaned by a dead postmaster may still answer: route nothing to them.
+        assignment.primary_down = observation
+            .status
+            .nodes
+            .iter()
+            .any(|n| n.role == Role::Primary && n.pid.is_none());
         assignment_tx.send_if_modified(|current| {
             let changed = *current != assignment;
             if changed {
@@ -157,7 +164,6 @@ pub async fn supervise(mut cluster: Cluster, pg: &Pg, links: Links<'_>) {
             }
             changed
         });
-        let observation = observe(&cluster).await;
         let observations: Vec<NodeObservation> = observation
             .status
             .nodes

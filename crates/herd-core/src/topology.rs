@@ -20,4 +20,7 @@ pub struct Assignment {
     pub primary: Endpoint,
     /// The hot standbys.
     pub replicas: Vec<Endpoint>,
+    /// The supervisor saw the primary's postmaster gone: send it nothing, even if backends it
+    /// left behind still answer, until a replica is promoted or it is back.
+    pub primary_down: bool,
 }

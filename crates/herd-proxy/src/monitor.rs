@@ -118,7 +118,7 @@ pub async fn run(
         let primary_poll = by_node.get(&assign.primary).cloned().flatten();
         let (primary, primary_lsn) = match primary_poll {
             // Never route writes to a node in recovery.
-            Some((false, Some(lsn))) => (Some(assign.primary.clone()), lsn),
+            Some((false, Some(lsn))) if !assign.primary_down => (Some(assign.primary.clone()), lsn),
             _ => (None, views.borrow().primary_lsn),
         };
         if primary.is_some() {
