@@ -60,6 +60,11 @@ pub struct ScratchCluster {
 impl ScratchCluster {
     /// Creates and starts a default cluster with the `herd` binary at `herd`.
     pub fn start(herd: &Path) -> Result<ScratchCluster, BenchError> {
+        ScratchCluster::start_with(herd, &[])
+    }
+
+    /// Creates and starts a cluster with extra `herd up` flags (e.g. `--commit-mode on`).
+    pub fn start_with(herd: &Path, flags: &[&str]) -> Result<ScratchCluster, BenchError> {
         let port = free_port_block()?.to_string();
         let mut cluster = ScratchCluster {
             herd: herd.to_path_buf(),
@@ -67,7 +72,9 @@ impl ScratchCluster {
             proxy_url: String::new(),
             primary_url: String::new(),
         };
-        cluster.herd_ok(&["up", "--detach", "--port", &port])?;
+        let mut up = vec!["up", "--detach", "--port", &port];
+        up.extend_from_slice(flags);
+        cluster.herd_ok(&up)?;
         cluster.proxy_url = cluster.herd_ok(&["url"])?.trim().to_string();
         cluster.primary_url = cluster.herd_ok(&["url", "--primary"])?.trim().to_string();
         Ok(cluster)
@@ -78,7 +85,8 @@ impl ScratchCluster {
         self.dir.path()
     }
 
-    fn data_dir(&self) -> PathBuf {
+    /// The data directory.
+    pub fn data_dir(&self) -> PathBuf {
         self.dir.path().join("data")
     }
 
@@ -95,7 +103,7 @@ impl ScratchCluster {
     }
 
     /// Runs `herd <args> --data-dir DIR`; its stdout, or an error with its output.
-    fn herd_ok(&self, args: &[&str]) -> Result<String, BenchError> {
+    pub fn herd_ok(&self, args: &[&str]) -> Result<String, BenchError> {
         let out = self.herd(args)?;
         if out.status.success() {
             return Ok(String::from_utf8_lossy(&out.stdout).into_owned());

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use indicatif::ProgressBar;
 
-use crate::cluster::{free_port_block, scratch_dir};
+use crate::cluster::ScratchCluster;
 use crate::report::{FailoverResult, Machine, Results, Settings};
 use crate::{median, BenchError, BenchOptions};
 
@@ -414,49 +414,19 @@ async fn write_loop(
 }
 
 /// A cluster created by `herd up --detach --commit-mode MODE`; `herd down` when dropped.
-struct Cluster {
-    herd: PathBuf,
-    dir: tempfile::TempDir,
-}
+struct Cluster(ScratchCluster);
 
 impl Cluster {
     fn start(herd: &Path, mode: &str) -> Result<Cluster, BenchError> {
-        let port = free_port_block()?.to_string();
-        let cluster = Cluster {
-            herd: herd.to_path_buf(),
-            dir: scratch_dir()?,
-        };
-        cluster.herd_ok(&["up", "--detach", "--commit-mode", mode, "--port", &port])?;
-        Ok(cluster)
+        ScratchCluster::start_with(herd, &["--commit-mode", mode]).map(Cluster)
     }
 
     fn data_dir(&self) -> PathBuf {
-        self.dir.path().join("data")
+        self.0.data_dir()
     }
 
-    /// Runs `herd <args> --data-dir DIR`; its stdout, or an error with its output.
     fn herd_ok(&self, args: &[&str]) -> Result<String, BenchError> {
-        let out = Command::new(&self.herd)
-            .args(args)
-            .arg("--data-dir")
-            .arg(self.data_dir())
-            .output()
-            .map_err(|source| BenchError::Spawn {
-                program: self.herd.display().to_string(),
-                source,
-            })?;
-        if out.status.success() {
-            return Ok(String::from_utf8_lossy(&out.stdout).into_owned());
-        }
-        Err(BenchError::Failed {
-            what: format!("herd {}", args.join(" ")),
-            status: out.status.to_string(),
-            output: format!(
-                "{}{}",
-                String::from_utf8_lossy(&out.stderr),
-                String::from_utf8_lossy(&out.stdout)
-            ),
-        })
+        self.0.herd_ok(args)
     }
 
     /// Waits until `herd status --json` shows a running primary (whose postmaster is not
@@ -499,17 +469,6 @@ impl Cluster {
             what: what.into(),
             status: detail.into(),
             output: format!("last lines of herd.log:\n{tail}"),
-        }
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        if !self.data_dir().exists() {
-            return;
-        }
-        if let Err(e) = self.herd_ok(&["down"]) {
-            eprintln!("herd bench: {e}");
         }
     }
 }
