@@ -1,9 +1,13 @@
 //! A Herd cluster in a scratch directory, on free ports, always taken down.
 
+use std::collections::BTreeMap;
+use std::io::{Read as _, Write as _};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
+use std::time::{Duration, Instant};
 
+use crate::process::run_limited;
 use crate::BenchError;
 
 /// Ports from `port` on that a cluster needs free: the endpoint, up to 8 nodes, and the API at
@@ -45,10 +49,12 @@ pub fn free_port() -> Result<u16, BenchError> {
         .map_err(|e| BenchError::io("reading the port of", "127.0.0.1", e))
 }
 
-/// A running cluster created by `herd up --detach`; dropping it runs `herd down` and removes
-/// the directory.
+/// A running cluster created by `herd up --detach` in a scratch directory on free ports;
+/// dropping it runs `herd down` and removes the directory. Every scenario uses this one handle.
 pub struct ScratchCluster {
     herd: PathBuf,
+    psql: PathBuf,
+    port: u16,
     // Removed after `herd down`: fields are dropped once `Drop::drop` has run.
     dir: tempfile::TempDir,
     /// The URL of Herd's proxy (`herd url`).
@@ -63,18 +69,22 @@ impl ScratchCluster {
         ScratchCluster::start_with(herd, &[])
     }
 
-    /// Creates and starts a cluster with extra `herd up` flags (e.g. `--commit-mode on`).
+    /// Creates and starts a cluster with extra `herd up` flags (e.g. `--commit-mode on`,
+    /// `--replicas 0`).
     pub fn start_with(herd: &Path, flags: &[&str]) -> Result<ScratchCluster, BenchError> {
-        let port = free_port_block()?.to_string();
+        let port = free_port_block()?;
         let mut cluster = ScratchCluster {
             herd: herd.to_path_buf(),
+            psql: herd_pg::PgBinaries::locate(None)?.program("psql"),
+            port,
             dir: scratch_dir()?,
             proxy_url: String::new(),
             primary_url: String::new(),
         };
+        let port = port.to_string();
         let mut up = vec!["up", "--detach", "--port", &port];
         up.extend_from_slice(flags);
-        cluster.herd_ok(&up)?;
+        cluster.herd_limited(&up, 600)?;
         cluster.proxy_url = cluster.herd_ok(&["url"])?.trim().to_string();
         cluster.primary_url = cluster.herd_ok(&["url", "--primary"])?.trim().to_string();
         Ok(cluster)
@@ -90,33 +100,98 @@ impl ScratchCluster {
         self.dir.path().join("data")
     }
 
-    fn herd(&self, args: &[&str]) -> Result<Output, BenchError> {
-        Command::new(&self.herd)
-            .args(args)
-            .arg("--data-dir")
-            .arg(self.data_dir())
-            .output()
-            .map_err(|source| BenchError::Spawn {
-                program: self.herd.display().to_string(),
-                source,
-            })
+    /// The port of Herd's HTTP API.
+    pub fn api_port(&self) -> u16 {
+        self.port + 100
     }
 
-    /// Runs `herd <args> --data-dir DIR`; its stdout, or an error with its output.
+    /// Runs `herd <args> --data-dir DIR` (killed after two minutes); its stdout, or an error
+    /// with its output.
     pub fn herd_ok(&self, args: &[&str]) -> Result<String, BenchError> {
-        let out = self.herd(args)?;
-        if out.status.success() {
-            return Ok(String::from_utf8_lossy(&out.stdout).into_owned());
+        self.herd_limited(args, 120)
+    }
+
+    /// Runs `herd <args> --data-dir DIR`, killed after `secs`; its stdout.
+    pub fn herd_limited(&self, args: &[&str], secs: u64) -> Result<String, BenchError> {
+        let mut cmd = Command::new(&self.herd);
+        cmd.args(args).arg("--data-dir").arg(self.data_dir());
+        run_limited(&format!("herd {}", args.join(" ")), cmd, secs)
+    }
+
+    /// psql running each statement of `sql` in turn (autocommit, one session) on `url`.
+    pub fn psql_cmd(&self, url: &str, sql: &[&str]) -> Command {
+        let mut cmd = Command::new(&self.psql);
+        cmd.args(["-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-d", url]);
+        for s in sql {
+            cmd.arg("-c").arg(s);
         }
-        Err(BenchError::Failed {
-            what: format!("herd {}", args.join(" ")),
-            status: out.status.to_string(),
-            output: format!(
-                "{}{}",
-                String::from_utf8_lossy(&out.stderr),
-                String::from_utf8_lossy(&out.stdout)
-            ),
-        })
+        cmd
+    }
+
+    /// Runs [`ScratchCluster::psql_cmd`] (killed after 15 minutes); its output.
+    pub fn psql(&self, url: &str, sql: &[&str]) -> Result<String, BenchError> {
+        let what = format!("psql -c {:?}", sql.join("; "));
+        run_limited(&what, self.psql_cmd(url, sql), 900)
+    }
+
+    /// `herd config set commit-mode MODE`, then waits until the primary reports the setting.
+    pub fn set_commit_mode(&self, mode: &str) -> Result<(), BenchError> {
+        self.herd_ok(&["config", "set", "commit-mode", mode])?;
+        let want = if mode == "async" { "local" } else { mode };
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let got = self.psql(&self.primary_url, &["show synchronous_commit"])?;
+            if got.trim() == want {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(BenchError::Failed {
+                    what: format!("herd config set commit-mode {mode}"),
+                    status: "setting not applied".into(),
+                    output: format!("the primary still reports synchronous_commit = {got}"),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// Waits (at most 60 s) until every standby has replayed to within 1 MiB of the primary, so
+    /// one run's backlog does not slow the next; whether they caught up.
+    pub fn settle(&self) -> Result<bool, BenchError> {
+        let q = "select coalesce(bool_and(pg_wal_lsn_diff(pg_current_wal_lsn(), replay_lsn) \
+                 < 1048576), true) from pg_stat_replication";
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while Instant::now() < deadline {
+            if self.psql(&self.primary_url, &[q])?.trim() == "t" {
+                return Ok(true);
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        Ok(false)
+    }
+
+    /// Herd's `/metrics` text (Prometheus format); empty when the API is unreachable.
+    pub fn metrics_text(&self) -> String {
+        let mut text = String::new();
+        if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", self.api_port())) {
+            let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+            let req = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+            if s.write_all(req.as_bytes()).is_ok() {
+                let _ = s.read_to_string(&mut text);
+            }
+        }
+        text
+    }
+
+    /// The samples of `/metrics` whose names start with one of `prefixes`, keyed by the
+    /// sample's name with its labels.
+    pub fn metrics(&self, prefixes: &[&str]) -> BTreeMap<String, f64> {
+        self.metrics_text()
+            .lines()
+            .filter(|l| prefixes.iter().any(|p| l.starts_with(p)))
+            .filter_map(|l| l.rsplit_once(' '))
+            .filter_map(|(k, v)| Some((k.to_string(), v.trim().parse().ok()?)))
+            .collect()
     }
 }
 
@@ -125,14 +200,8 @@ impl Drop for ScratchCluster {
         if !self.data_dir().exists() {
             return;
         }
-        match self.herd(&["down"]) {
-            Ok(out) if out.status.success() => {}
-            Ok(out) => eprintln!(
-                "herd bench: herd down failed ({}): {}",
-                out.status,
-                String::from_utf8_lossy(&out.stderr)
-            ),
-            Err(e) => eprintln!("herd bench: {e}"),
+        if let Err(e) = self.herd_limited(&["down"], 180) {
+            eprintln!("herd bench: {e}");
         }
     }
 }

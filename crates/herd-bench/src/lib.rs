@@ -9,6 +9,7 @@ mod cluster;
 mod error;
 mod pgbench;
 mod pgbouncer;
+mod process;
 pub mod report;
 mod scenarios;
 
@@ -34,14 +35,18 @@ pub struct BenchOptions {
     pub herd_exe: PathBuf,
     /// Iterations (e.g. failovers) per mode, overriding the scenario's default.
     pub iterations: Option<u32>,
+    /// Data set size, overriding the scenario's default: the pgbench scale factor where
+    /// pgbench's tables are used, the number of devices of the time-series data set, the
+    /// number of rows of a bulk insert (each scenario's docs say which).
+    pub scale: Option<u32>,
 }
 
-/// What a finished scenario produced.
+/// What a finished run produced.
 #[derive(Debug)]
 pub struct Report {
-    /// The figures, as written to `results.json`.
-    pub results: Results,
-    /// The Markdown table, as in `report.md`.
+    /// The figures of each scenario run, as written to its `results.json`.
+    pub results: Vec<Results>,
+    /// The Markdown tables, as in `report.md`.
     pub markdown: String,
     /// Every file written, in order.
     pub files: Vec<PathBuf>,
@@ -81,23 +86,36 @@ pub const SCENARIOS: &[Scenario] = &[
     },
 ];
 
-/// Runs the scenario called `scenario` and writes its reports into `opts.out`.
+/// The name that runs every scenario in turn.
+pub const ALL: &str = "all";
+
+/// Runs the scenario called `scenario` (or every one, for [`ALL`]) and writes its reports into
+/// `opts.out`.
 pub fn run(scenario: &str, opts: &BenchOptions) -> Result<Report, BenchError> {
+    if scenario == ALL {
+        return run_all(opts);
+    }
     let Some(found) = SCENARIOS.iter().find(|s| s.name == scenario) else {
         return Err(BenchError::UnknownScenario {
             name: scenario.into(),
             known: SCENARIOS
                 .iter()
                 .map(|s| s.name)
+                .chain([ALL])
                 .collect::<Vec<_>>()
                 .join(", "),
         });
     };
+    run_one(found, opts, "")
+}
+
+/// Runs `found`, showing `prefix` before its progress messages.
+fn run_one(found: &Scenario, opts: &BenchOptions, prefix: &str) -> Result<Report, BenchError> {
     std::fs::create_dir_all(&opts.out).map_err(|e| BenchError::io("creating", &opts.out, e))?;
     let bar = ProgressBar::new(0);
-    if let Ok(style) =
-        ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} {msg}")
-    {
+    if let Ok(style) = ProgressStyle::with_template(&format!(
+        "{{spinner}} {prefix}[{{elapsed_precise}}] {{bar:30}} {{pos}}/{{len}} {{msg}}"
+    )) {
         bar.set_style(style);
     }
     bar.enable_steady_tick(std::time::Duration::from_millis(200));
@@ -106,8 +124,58 @@ pub fn run(scenario: &str, opts: &BenchOptions) -> Result<Report, BenchError> {
     let results = outcome?;
     let (markdown, files) = report::write_all(&results, &opts.out)?;
     Ok(Report {
-        results,
+        results: vec![results],
         markdown,
         files,
     })
+}
+
+/// Runs every scenario, each into its own directory under `opts.out`, and writes `report.md`
+/// there with every table. A failed scenario is reported and the others still run; the run
+/// fails at the end if any did.
+fn run_all(opts: &BenchOptions) -> Result<Report, BenchError> {
+    std::fs::create_dir_all(&opts.out).map_err(|e| BenchError::io("creating", &opts.out, e))?;
+    let mut all = Report {
+        results: Vec::new(),
+        markdown: String::new(),
+        files: Vec::new(),
+    };
+    let mut failed = Vec::new();
+    let started = std::time::Instant::now();
+    for (k, scenario) in SCENARIOS.iter().enumerate() {
+        let sub = BenchOptions {
+            out: opts.out.join(scenario.name),
+            ..opts.clone()
+        };
+        let prefix = format!("{}/{} {} ", k + 1, SCENARIOS.len(), scenario.name);
+        match run_one(scenario, &sub, &prefix) {
+            Ok(mut report) => {
+                all.markdown += &format!("## {}\n\n{}\n", scenario.name, report.markdown);
+                all.results.append(&mut report.results);
+                all.files.append(&mut report.files);
+            }
+            Err(e) => {
+                all.markdown += &format!("## {}\n\nFailed: {e}\n\n", scenario.name);
+                failed.push(format!("{}: {e}", scenario.name));
+            }
+        }
+    }
+    all.markdown += &format!(
+        "All scenarios took {:.1} minutes.\n",
+        started.elapsed().as_secs_f64() / 60.0
+    );
+    let path = opts.out.join("report.md");
+    std::fs::write(&path, &all.markdown).map_err(|e| BenchError::io("writing", &path, e))?;
+    all.files.push(path);
+    if failed.is_empty() {
+        Ok(all)
+    } else {
+        Err(BenchError::Missing(format!(
+            "{} of {} scenarios failed (the others' reports are in {}): {}",
+            failed.len(),
+            SCENARIOS.len(),
+            opts.out.display(),
+            failed.join("; ")
+        )))
+    }
 }

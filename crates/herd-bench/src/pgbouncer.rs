@@ -167,17 +167,7 @@ impl Drop for PgBouncer {
 
 /// Writes `text` to a new file readable by its owner only.
 fn write_private(path: &Path, text: &str) -> Result<(), BenchError> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)
-        .map_err(|e| BenchError::io("creating", path, e))?;
-    f.write_all(text.as_bytes())
-        .map_err(|e| BenchError::io("writing", path, e))
+    herd_pg::write_private(path, text).map_err(|e| BenchError::io("writing", path, e))
 }
 
 #[cfg(test)]

@@ -8,7 +8,8 @@ use clap::Args;
 /// Options of `herd bench`.
 #[derive(Debug, Args)]
 pub struct BenchArgs {
-    /// The scenario to run: proxy, failover, commit-modes or commit-waits.
+    /// The scenario to run: proxy, failover, commit-modes, commit-waits, read-scaling, lag,
+    /// bandwidth, or `all` (each into its own directory under --out).
     pub scenario: String,
     /// Short runs (smoke test); figures are not meaningful.
     #[arg(long)]
@@ -22,6 +23,11 @@ pub struct BenchArgs {
     /// Iterations per mode, e.g. failovers (default: the scenario's own).
     #[arg(long, value_name = "N")]
     pub iterations: Option<u32>,
+    /// Data set size (default: the scenario's own): pgbench's scale factor for proxy and lag,
+    /// devices of the time-series data set for commit-modes and read-scaling, rows of the bulk
+    /// insert for bandwidth.
+    #[arg(long, value_name = "N")]
+    pub scale: Option<u32>,
 }
 
 /// Runs the scenario on a blocking thread and prints its table and files.
@@ -31,6 +37,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         out: args.out,
         duration: args.duration,
         iterations: args.iterations,
+        scale: args.scale,
         herd_exe: std::env::current_exe().context("locating the herd binary")?,
     };
     let scenario = args.scenario;

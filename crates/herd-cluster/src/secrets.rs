@@ -1,7 +1,5 @@
 //! Generated passwords, kept in files of mode 0600 under `secrets/`.
 
-use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use rand::distributions::{Alphanumeric, DistString};
@@ -80,16 +78,7 @@ impl Secrets {
 }
 
 fn write_private(path: &Path, text: &str) -> Result<(), ClusterError> {
-    // Created 0600 from the start: the secret is never readable by others, not even briefly.
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)
-        .map_err(|e| ClusterError::io("creating", path, e))?;
-    f.write_all(text.as_bytes())
-        .map_err(|e| ClusterError::io("writing", path, e))
+    herd_pg::write_private(path, text).map_err(|e| ClusterError::io("writing", path, e))
 }
 
 #[cfg(test)]

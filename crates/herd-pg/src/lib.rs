@@ -7,6 +7,7 @@ mod conf;
 mod ctl;
 mod datadir;
 mod error;
+mod files;
 mod osuser;
 mod probe;
 
@@ -18,6 +19,7 @@ pub use ctl::log_tail;
 pub use ctl::{Pg, StopMode};
 pub use datadir::{check_data_dir, kill_server, postmaster_pid, DataDirState};
 pub use error::PgError;
+pub use files::write_private;
 pub use osuser::OsUser;
 pub use probe::{
     checkpoint, connect, create_physical_slot, ensure_role, probe, ConnSpec, PrimaryProbe, Probe,

@@ -1,20 +1,16 @@
 //! `herd bench commit-modes`: rows inserted per second with no replication and with each commit
 //! mode on a 2-replica cluster (reference 000, write table), plus Herd's `session` consistency
-//! (async commits, read-your-writes reads through the proxy). Also the small `herd` helper that
-//! `commit-waits` shares: a scratch cluster with a chosen replica count and commit-mode switches.
+//! (async commits, read-your-writes reads through the proxy).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::io::{Read as _, Write as _};
-use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use indicatif::ProgressBar;
 
-use super::commit_waits::{run_limited, write_script};
-use crate::cluster::{free_port_block, scratch_dir};
+use crate::cluster::ScratchCluster;
 use crate::pgbench::{median, Pgbench};
+use crate::process::write_script;
 use crate::report::{Machine, ModeResult, Results, Settings, TargetResult};
 use crate::{BenchError, BenchOptions};
 
@@ -38,133 +34,6 @@ const T0: u64 = 1_700_000_000;
 const METRICS: &str = "usage_user usage_system usage_idle usage_nice usage_iowait usage_irq \
                        usage_softirq usage_steal usage_guest usage_guest_nice";
 
-/// A cluster made by `herd up --detach --replicas N` in a scratch directory; `herd down` on drop.
-pub(super) struct Herd {
-    exe: PathBuf,
-    psql: PathBuf,
-    port: u16,
-    /// The data directory is `data` inside it.
-    dir: tempfile::TempDir,
-    /// `herd url --primary`.
-    pub primary_url: String,
-    /// `herd url` (Herd's proxy).
-    pub proxy_url: String,
-}
-
-impl Herd {
-    /// Creates and starts a cluster with `replicas` hot standbys on free ports.
-    pub fn start(exe: &Path, replicas: u32) -> Result<Herd, BenchError> {
-        let port = free_port_block()?;
-        let mut h = Herd {
-            exe: exe.to_path_buf(),
-            psql: herd_pg::PgBinaries::locate(None)?.program("psql"),
-            port,
-            dir: scratch_dir()?,
-            primary_url: String::new(),
-            proxy_url: String::new(),
-        };
-        let (port, replicas) = (port.to_string(), replicas.to_string());
-        let up = ["up", "--detach", "--port", &port, "--replicas", &replicas];
-        h.herd(&up, 600)?;
-        h.primary_url = h.herd(&["url", "--primary"], 60)?.trim().to_string();
-        h.proxy_url = h.herd(&["url"], 60)?.trim().to_string();
-        Ok(h)
-    }
-
-    /// The scratch directory.
-    pub fn dir(&self) -> &Path {
-        self.dir.path()
-    }
-
-    /// `herd ARGS --data-dir DIR`, killed after `secs`; its stdout.
-    pub fn herd(&self, args: &[&str], secs: u64) -> Result<String, BenchError> {
-        let mut cmd = Command::new(&self.exe);
-        cmd.args(args)
-            .arg("--data-dir")
-            .arg(self.dir.path().join("data"));
-        run_limited(&format!("herd {}", args.join(" ")), cmd, secs)
-    }
-
-    /// psql running each statement of `sql` in turn (autocommit, one session) on `url`.
-    pub fn psql_cmd(&self, url: &str, sql: &[&str]) -> Command {
-        let mut cmd = Command::new(&self.psql);
-        cmd.args(["-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-d", url]);
-        for s in sql {
-            cmd.arg("-c").arg(s);
-        }
-        cmd
-    }
-
-    /// Runs [`Herd::psql_cmd`] (killed after 15 minutes); its output.
-    pub fn psql(&self, url: &str, sql: &[&str]) -> Result<String, BenchError> {
-        let what = format!("psql -c {:?}", sql.join("; "));
-        run_limited(&what, self.psql_cmd(url, sql), 900)
-    }
-
-    /// `herd config set commit-mode MODE`, then waits until the primary reports the setting.
-    pub fn set_commit_mode(&self, mode: &str) -> Result<(), BenchError> {
-        self.herd(&["config", "set", "commit-mode", mode], 120)?;
-        let want = if mode == "async" { "local" } else { mode };
-        let deadline = Instant::now() + Duration::from_secs(15);
-        loop {
-            let got = self.psql(&self.primary_url, &["show synchronous_commit"])?;
-            if got.trim() == want {
-                return Ok(());
-            }
-            if Instant::now() > deadline {
-                return Err(BenchError::Failed {
-                    what: format!("herd config set commit-mode {mode}"),
-                    status: "setting not applied".into(),
-                    output: format!("the primary still reports synchronous_commit = {got}"),
-                });
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        }
-    }
-
-    /// Waits (at most 60 s) until every standby has replayed to within 1 MiB of the primary, so
-    /// one run's backlog does not slow the next; whether they caught up.
-    pub fn settle(&self) -> Result<bool, BenchError> {
-        let q = "select coalesce(bool_and(pg_wal_lsn_diff(pg_current_wal_lsn(), replay_lsn) \
-                 < 1048576), true) from pg_stat_replication";
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while Instant::now() < deadline {
-            if self.psql(&self.primary_url, &[q])?.trim() == "t" {
-                return Ok(true);
-            }
-            std::thread::sleep(Duration::from_millis(250));
-        }
-        Ok(false)
-    }
-
-    /// The proxy's routing counters from `/metrics` (API on port + 100); empty when unreachable.
-    pub fn routing(&self) -> BTreeMap<String, f64> {
-        let mut text = String::new();
-        if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", self.port + 100)) {
-            let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
-            let req = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
-            if s.write_all(req.as_bytes()).is_ok() {
-                let _ = s.read_to_string(&mut text);
-            }
-        }
-        text.lines()
-            .filter(|l| l.starts_with("herd_routed_total") || l.starts_with("herd_ryw_"))
-            .filter_map(|l| l.rsplit_once(' '))
-            .filter_map(|(k, v)| Some((k.to_string(), v.trim().parse().ok()?)))
-            .collect()
-    }
-}
-
-impl Drop for Herd {
-    fn drop(&mut self) {
-        if self.dir.path().join("data").exists() {
-            if let Err(e) = self.herd(&["down"], 180) {
-                eprintln!("herd bench: {e}");
-            }
-        }
-    }
-}
-
 /// The insert of one batch: `BATCH` devices' ten metrics at the client's next time point.
 fn insert_sql(devices: u32) -> String {
     let metrics = vec!["random() * 100"; METRICS.split_whitespace().count()].join(", ");
@@ -182,6 +51,7 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
         true => (1u32, 2, 800u32, 5u32),
         false => (3, 10, 4000, 90),
     };
+    let devices = opts.scale.unwrap_or(devices).max(1);
     let duration = opts.duration.unwrap_or(default_secs);
     let pgbench = Pgbench::locate()?;
     let mut notes = Vec::new();
@@ -201,7 +71,8 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
         bar.set_message(format!(
             "starting a scratch cluster with {replicas} replicas"
         ));
-        let herd = Herd::start(&opts.herd_exe, replicas)?;
+        let herd =
+            ScratchCluster::start_with(&opts.herd_exe, &["--replicas", &replicas.to_string()])?;
         bar.set_message(format!("loading {} × {} rows", devices, points));
         load(&herd, devices, points)?;
         let direct = write_script(herd.dir(), "insert.sql", &insert_sql(devices))?;
@@ -215,7 +86,7 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
                 devices
             ),
         )?;
-        let before = herd.routing();
+        let before = herd.metrics(&["herd_routed_total", "herd_ryw_"]);
         for &(row, mode) in &jobs {
             if (replicas == 0) != mode.is_none() {
                 continue;
@@ -250,7 +121,7 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
             bar.inc(1);
         }
         if replicas == 2 {
-            let after = herd.routing();
+            let after = herd.metrics(&["herd_routed_total", "herd_ryw_"]);
             let moved: Vec<String> = after
                 .iter()
                 .map(|(k, v)| (k, v - before.get(k).copied().unwrap_or(0.0)))
@@ -325,7 +196,7 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
 }
 
 /// Creates and fills the `cpu` table on the primary (indexes after the load), then checkpoints.
-fn load(herd: &Herd, devices: u32, points: u32) -> Result<(), BenchError> {
+fn load(herd: &ScratchCluster, devices: u32, points: u32) -> Result<(), BenchError> {
     let cols: Vec<String> = METRICS
         .split_whitespace()
         .map(|m| format!("{m} double precision"))

@@ -38,7 +38,7 @@ impl Plan {
         Plan {
             rounds,
             duration: opts.duration.unwrap_or(duration),
-            scale,
+            scale: opts.scale.unwrap_or(scale).max(1),
             warmup,
         }
     }
