@@ -16,16 +16,20 @@ use clap::Parser;
 
 fn main() -> std::process::ExitCode {
     let args = cli::Cli::parse();
-    // HERD_WORKER_THREADS overrides the runtime's thread count (for measurements).
-    let workers = std::env::var("HERD_WORKER_THREADS")
+    // HERD_WORKER_THREADS overrides the runtime's thread count (for measurements); 0 runs
+    // everything on the main thread (tokio's current-thread scheduler).
+    let workers: usize = std::env::var("HERD_WORKER_THREADS")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(2);
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(workers)
-        .enable_all()
-        .build()
-    {
+    let mut builder = if workers == 0 {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        let mut b = tokio::runtime::Builder::new_multi_thread();
+        b.worker_threads(workers);
+        b
+    };
+    let runtime = match builder.enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");

@@ -15,6 +15,13 @@ use crate::topology::Endpoint;
 
 /// How long a verifier read from the primary is trusted (password changes apply after this).
 const VERIFIER_TTL: Duration = Duration::from_secs(5);
+/// Bound on asking the primary for a verifier (connecting included). A primary that died or
+/// hangs must not hold logins up: a failover takes over within seconds.
+const FETCH_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The primary could not be asked for a role's verifier (down, hung, or failing over).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Unreachable;
 
 /// Verifier cache and recovered keys.
 pub struct Users {
@@ -35,48 +42,73 @@ impl Users {
         }
     }
 
-    /// The verifier of a login role, `None` when the role does not exist, cannot log in, has
-    /// expired or has no SCRAM password.
-    pub async fn verifier(&self, primary: &Endpoint, user: &str) -> Option<Verifier> {
-        if let Some((at, v)) = self
+    /// The verifier of a login role, `Ok(None)` when the role does not exist, cannot log in,
+    /// has expired or has no SCRAM password. When the primary cannot be asked, the last
+    /// verifier read (however old) is used: a failover must not lock out users who logged in
+    /// before it; `Err` only when there is none.
+    pub async fn verifier(
+        &self,
+        primary: &Endpoint,
+        user: &str,
+    ) -> Result<Option<Verifier>, Unreachable> {
+        let cached = self
             .verifiers
             .lock()
             .ok()
-            .and_then(|m| m.get(user).cloned())
-        {
+            .and_then(|m| m.get(user).cloned());
+        if let Some((at, v)) = &cached {
             if at.elapsed() < VERIFIER_TTL {
-                return v;
+                return Ok(v.clone());
             }
         }
-        let fetched = self.fetch(primary, user).await;
-        if let Ok(mut m) = self.verifiers.lock() {
-            m.insert(user.to_string(), (Instant::now(), fetched.clone()));
+        let fetched = tokio::time::timeout(FETCH_TIMEOUT, self.fetch(primary, user))
+            .await
+            .unwrap_or(Err(Unreachable));
+        match fetched {
+            Ok(v) => {
+                if let Ok(mut m) = self.verifiers.lock() {
+                    m.insert(user.to_string(), (Instant::now(), v.clone()));
+                }
+                Ok(v)
+            }
+            Err(Unreachable) => {
+                tracing::debug!(user, "primary unreachable; using the last verifier read");
+                cached.map(|(_, v)| v).ok_or(Unreachable)
+            }
         }
-        fetched
     }
 
-    async fn fetch(&self, primary: &Endpoint, user: &str) -> Option<Verifier> {
+    async fn fetch(&self, primary: &Endpoint, user: &str) -> Result<Option<Verifier>, Unreachable> {
         let mut admin = self.admin.lock().await;
         let stale = match admin.as_ref() {
             Some((ep, c)) => ep != primary || c.is_closed(),
             None => true,
         };
         if stale {
-            *admin = admin_connect(primary, &self.login, Duration::from_secs(3))
+            *admin = admin_connect(primary, &self.login, FETCH_TIMEOUT)
                 .await
                 .map(|c| (primary.clone(), c));
         }
-        let (_, client) = admin.as_ref()?;
-        let row = client
+        let Some((_, client)) = admin.as_ref() else {
+            return Err(Unreachable);
+        };
+        let row = match client
             .query_opt(
                 "select rolpassword from pg_authid where rolname = $1 and rolcanlogin \
                  and (rolvaliduntil is null or rolvaliduntil > now())",
                 &[&user],
             )
             .await
-            .ok()??;
-        let text: Option<String> = row.get(0);
-        Verifier::parse(&text?).ok()
+        {
+            Ok(row) => row,
+            Err(_) => {
+                // The next login reconnects (the primary may have changed meanwhile).
+                *admin = None;
+                return Err(Unreachable);
+            }
+        };
+        let text: Option<String> = row.and_then(|r| r.get(0));
+        Ok(text.and_then(|t| Verifier::parse(&t).ok()))
     }
 
     /// Remembers the key `user` just proved, for the pools.
@@ -92,5 +124,61 @@ impl Users {
     /// The credentials pools use for `user`.
     pub fn credentials(&self, user: &str) -> Option<std::sync::Arc<Credentials>> {
         self.keys.lock().ok().and_then(|m| m.get(user).cloned())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A node that accepts TCP connections and never answers: what a frozen (SIGSTOPped)
+    /// PostgreSQL looks like from outside.
+    async fn hung_node() -> (tokio::net::TcpListener, Endpoint) {
+        let l = tokio::net::TcpListener::bind(("127.0.0.1", 0))
+            .await
+            .expect("bind");
+        let port = l.local_addr().expect("addr").port();
+        let ep = Endpoint {
+            name: herd_core::NodeName::numbered(0),
+            host: "127.0.0.1".into(),
+            port,
+        };
+        (l, ep)
+    }
+
+    fn users() -> Users {
+        Users::new(AdminLogin {
+            user: "herd".into(),
+            password: "secret".into(),
+        })
+    }
+
+    #[tokio::test]
+    async fn hung_primary_without_cached_verifier_is_reported_within_the_bound() {
+        let (_listener, ep) = hung_node().await;
+        let started = Instant::now();
+        assert_eq!(users().verifier(&ep, "app").await, Err(Unreachable));
+        assert!(started.elapsed() < FETCH_TIMEOUT + Duration::from_secs(5));
+    }
+
+    #[tokio::test]
+    async fn hung_primary_serves_the_last_verifier_read() {
+        let (_listener, ep) = hung_node().await;
+        let u = users();
+        let v = Verifier::generate("pw");
+        let old = Instant::now()
+            .checked_sub(VERIFIER_TTL * 2)
+            .expect("clock far enough from its origin");
+        u.verifiers
+            .lock()
+            .expect("lock")
+            .insert("app".into(), (old, Some(v.clone())));
+        assert_eq!(u.verifier(&ep, "app").await, Ok(Some(v)));
+        // A role known not to exist stays unknown.
+        u.verifiers
+            .lock()
+            .expect("lock")
+            .insert("ghost".into(), (old, None));
+        assert_eq!(u.verifier(&ep, "ghost").await, Ok(None));
     }
 }

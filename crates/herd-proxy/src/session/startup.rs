@@ -188,7 +188,17 @@ pub async fn authenticate(
     login: &Login,
 ) -> Result<(), ProxyError> {
     let primary = ctx.current_primary().await?;
-    let verifier = ctx.users.verifier(&primary, &login.user).await;
+    let verifier =
+        ctx.users
+            .verifier(&primary, &login.user)
+            .await
+            .map_err(|crate::users::Unreachable| {
+                ProxyError::Unavailable(format!(
+                    "cannot check the password of \"{}\" now: the primary {} did not answer \
+                 (it may be failing over); retry shortly",
+                    login.user, primary.name
+                ))
+            })?;
     let mut exchange = match &verifier {
         Some(v) => ServerExchange::new(v.clone()),
         None => ServerExchange::mock(&login.user, ctx.mock_secret.as_slice()),
