@@ -37,7 +37,7 @@ pub async fn run(layout: &Layout, json: bool) -> anyhow::Result<()> {
 /// The proxy's counters from `/metrics`, condensed to a few lines.
 fn proxy_summary(metrics: &str) -> String {
     let mut routed: std::collections::BTreeMap<String, u64> = Default::default();
-    let mut pools: std::collections::BTreeMap<String, (u64, u64)> = Default::default();
+    let mut pools: std::collections::BTreeMap<String, (u64, u64, u64, u64)> = Default::default();
     let mut scalar = std::collections::BTreeMap::new();
     for line in metrics.lines().filter(|l| !l.starts_with('#')) {
         let Some((key, value)) = line.rsplit_once(' ') else {
@@ -62,6 +62,10 @@ fn proxy_summary(metrics: &str) -> String {
             } else {
                 entry.1 += value;
             }
+        } else if key.starts_with("herd_pool_waits_total{") {
+            pools.entry(label("node")).or_default().2 += value;
+        } else if key.starts_with("herd_pool_timeouts_total{") {
+            pools.entry(label("node")).or_default().3 += value;
         } else if !key.contains('{') {
             scalar.insert(key.to_string(), value);
         }
@@ -77,7 +81,7 @@ fn proxy_summary(metrics: &str) -> String {
     );
     let _ = write!(
         out,
-        "\n  read-your-writes: {} waits, {} fallbacks to the primary; client connections: {}\n  pools (in use/idle): ",
+        "\n  read-your-writes: {} waits, {} fallbacks to the primary; client connections: {}\n  pools (in use/idle, waits for a free connection, timeouts): ",
         get("herd_ryw_waits_total"),
         get("herd_ryw_fallbacks_total"),
         get("herd_client_connections_total")
@@ -85,7 +89,7 @@ fn proxy_summary(metrics: &str) -> String {
     out.push_str(
         &pools
             .iter()
-            .map(|(n, (u, i))| format!("{n} {u}/{i}"))
+            .map(|(n, (u, i, w, t))| format!("{n} {u}/{i} {w} waits {t} timeouts"))
             .collect::<Vec<_>>()
             .join(", "),
     );
@@ -223,10 +227,12 @@ mod tests {
             herd_routed_total{node=\"node1\",reason=\"read\"} 5\n\
             herd_ryw_waits_total 3\n\
             herd_pool_connections{node=\"node0\",user=\"u\",database=\"d\",state=\"in_use\"} 1\n\
-            herd_pool_connections{node=\"node0\",user=\"u\",database=\"d\",state=\"idle\"} 2\n";
+            herd_pool_connections{node=\"node0\",user=\"u\",database=\"d\",state=\"idle\"} 2\n\
+            herd_pool_waits_total{node=\"node0\",user=\"u\",database=\"d\"} 4\n\
+            herd_pool_timeouts_total{node=\"node0\",user=\"u\",database=\"d\"} 1\n";
         let s = super::proxy_summary(text);
         assert!(s.contains("node1/read=5"), "{s}");
         assert!(s.contains("3 waits"), "{s}");
-        assert!(s.contains("node0 1/2"), "{s}");
+        assert!(s.contains("node0 1/2 4 waits 1 timeouts"), "{s}");
     }
 }

@@ -421,3 +421,75 @@ async fn consistency_levels_per_connection_transaction_and_statement() {
         "session level back in force"
     );
 }
+
+/// Sum of the samples of `metric` (a pool counter) for the pools of `node`.
+fn pool_counter(metrics: &str, metric: &str, node: &str) -> f64 {
+    metrics
+        .lines()
+        .filter(|l| {
+            l.starts_with(&format!("{metric}{{")) && l.contains(&format!("node=\"{node}\""))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_pool_makes_clients_wait_and_says_so() {
+    let c = cluster();
+    c.up(&["--replicas", "0"]);
+    let url = c.url(&[]);
+    let setup = connect(&url).await;
+    setup
+        .batch_execute("create table w(i int)")
+        .await
+        .expect("create");
+    // Ten open write transactions hold every connection of the primary's pool (pool_size 10).
+    let mut holders = Vec::new();
+    for i in 0..10 {
+        let cl = connect(&url).await;
+        cl.batch_execute(&format!("begin; insert into w values ({i})"))
+            .await
+            .expect("begin");
+        holders.push(cl);
+    }
+    let before = api_get_text(c.api_port(), "/metrics");
+    assert_eq!(
+        pool_counter(&before, "herd_pool_waits_total", "node0"),
+        0.0,
+        "{before}"
+    );
+    // An eleventh writer waits for a connection, and gets one when a holder commits.
+    let cl = connect(&url).await;
+    let waiter = tokio::spawn(async move { cl.batch_execute("insert into w values (100)").await });
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert!(!waiter.is_finished(), "the pool should have been full");
+    holders[0].batch_execute("commit").await.expect("commit");
+    waiter
+        .await
+        .expect("join")
+        .expect("the waiting insert succeeds once a connection is free");
+    for h in &holders[1..] {
+        h.batch_execute("commit").await.expect("commit");
+    }
+    assert_eq!(count(&setup, "w").await, Some(11));
+    let after = api_get_text(c.api_port(), "/metrics");
+    assert!(
+        pool_counter(&after, "herd_pool_waits_total", "node0") >= 1.0,
+        "{after}"
+    );
+    assert!(
+        pool_counter(&after, "herd_pool_wait_seconds_total", "node0") >= 0.3,
+        "{after}"
+    );
+    assert_eq!(
+        pool_counter(&after, "herd_pool_timeouts_total", "node0"),
+        0.0,
+        "{after}"
+    );
+    assert!(
+        pool_counter(&after, "herd_pool_connects_total", "node0") >= 10.0,
+        "{after}"
+    );
+    let status = c.herd_ok(&["status"]);
+    assert!(status.contains("waits"), "{status}");
+}

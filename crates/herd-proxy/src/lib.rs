@@ -181,21 +181,43 @@ impl ProxyContext {
                 u8::from(r.healthy && r.in_read_pool)
             );
         }
+        let pools = self.pools.snapshot();
+        let labels = |p: &pool::PoolStats| {
+            format!(
+                "node=\"{}\",user=\"{}\",database=\"{}\"",
+                p.node,
+                escape(&p.user),
+                escape(&p.database)
+            )
+        };
         out.push_str("# TYPE herd_pool_connections gauge\n");
-        for (node, user, db, in_use, idle) in self.pools.snapshot() {
-            let labels = format!(
-                "node=\"{node}\",user=\"{}\",database=\"{}\"",
-                escape(&user),
-                escape(&db)
+        for p in &pools {
+            let l = labels(p);
+            let _ = writeln!(
+                out,
+                "herd_pool_connections{{{l},state=\"in_use\"}} {}",
+                p.in_use
             );
             let _ = writeln!(
                 out,
-                "herd_pool_connections{{{labels},state=\"in_use\"}} {in_use}"
+                "herd_pool_connections{{{l},state=\"idle\"}} {}",
+                p.idle
             );
-            let _ = writeln!(
-                out,
-                "herd_pool_connections{{{labels},state=\"idle\"}} {idle}"
-            );
+        }
+        type Field = fn(&pool::PoolStats) -> f64;
+        let counters: [(&str, &str, Field); 4] = [
+            ("herd_pool_waits_total", "counter", |p| p.waits as f64),
+            ("herd_pool_wait_seconds_total", "counter", |p| {
+                p.wait_seconds
+            }),
+            ("herd_pool_timeouts_total", "counter", |p| p.timeouts as f64),
+            ("herd_pool_connects_total", "counter", |p| p.connects as f64),
+        ];
+        for (name, kind, value) in counters {
+            let _ = writeln!(out, "# TYPE {name} {kind}");
+            for p in &pools {
+                let _ = writeln!(out, "{name}{{{}}} {}", labels(p), value(p));
+            }
         }
         let stats = self.classifier.stats();
         let _ = writeln!(

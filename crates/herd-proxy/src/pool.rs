@@ -2,9 +2,9 @@
 //! idle connections. Each pool counts its outstanding leases for least-outstanding balancing.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use herd_scram::{ClientKey, Verifier};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -30,6 +30,43 @@ pub struct Pool {
     idle: Mutex<Vec<ServerConn>>,
     permits: Arc<Semaphore>,
     outstanding: AtomicUsize,
+    waits: WaitCounters,
+}
+
+/// How often clients found a pool full: the sign that `pool_size` is too small for the load.
+#[derive(Default)]
+struct WaitCounters {
+    /// Acquisitions that found no free slot and waited.
+    waits: AtomicU64,
+    /// Microseconds spent waiting, summed.
+    wait_us: AtomicU64,
+    /// Waits that ended without a slot (the client got 53300).
+    timeouts: AtomicU64,
+    /// Server connections opened (not reused).
+    connects: AtomicU64,
+}
+
+/// One pool's figures for `/metrics`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PoolStats {
+    /// Node name.
+    pub node: String,
+    /// Role.
+    pub user: String,
+    /// Database.
+    pub database: String,
+    /// Leases held now.
+    pub in_use: usize,
+    /// Idle connections now.
+    pub idle: usize,
+    /// Acquisitions that had to wait for a free slot, since start.
+    pub waits: u64,
+    /// Seconds spent waiting, since start.
+    pub wait_seconds: f64,
+    /// Waits that timed out, since start.
+    pub timeouts: u64,
+    /// Server connections opened, since start.
+    pub connects: u64,
 }
 
 /// Credentials a pool logs in with: the key recovered from the user's last successful login.
@@ -91,10 +128,27 @@ impl Pool {
         wait: Duration,
         connect_timeout: Duration,
     ) -> Result<Lease, ProxyError> {
-        let permit = tokio::time::timeout(wait, self.permits.clone().acquire_owned())
-            .await
-            .map_err(|_| ProxyError::PoolTimeout(wait.as_secs()))?
-            .map_err(|_| ProxyError::Unavailable("the pool is closed".into()))?;
+        let closed = || ProxyError::Unavailable("the pool is closed".into());
+        let permit = match self.permits.clone().try_acquire_owned() {
+            Ok(p) => p,
+            Err(tokio::sync::TryAcquireError::Closed) => return Err(closed()),
+            Err(tokio::sync::TryAcquireError::NoPermits) => {
+                let started = Instant::now();
+                let got = tokio::time::timeout(wait, self.permits.clone().acquire_owned()).await;
+                let w = &self.waits;
+                w.waits.fetch_add(1, Ordering::Relaxed);
+                let us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+                w.wait_us.fetch_add(us, Ordering::Relaxed);
+                match got {
+                    Ok(Ok(p)) => p,
+                    Ok(Err(_)) => return Err(closed()),
+                    Err(_) => {
+                        w.timeouts.fetch_add(1, Ordering::Relaxed);
+                        return Err(ProxyError::PoolTimeout(wait.as_secs()));
+                    }
+                }
+            }
+        };
         self.outstanding.fetch_add(1, Ordering::Relaxed);
         let reused = loop {
             let candidate = self.idle.lock().ok().and_then(|mut idle| idle.pop());
@@ -111,6 +165,7 @@ impl Pool {
         let conn = match reused {
             Some(c) => c,
             None => {
+                self.waits.connects.fetch_add(1, Ordering::Relaxed);
                 let k = &self.key;
                 match ServerConn::connect(
                     &k.endpoint,
@@ -176,13 +231,14 @@ impl Pools {
                     idle: Mutex::new(Vec::new()),
                     permits: Arc::new(Semaphore::new(self.size)),
                     outstanding: AtomicUsize::new(0),
+                    waits: WaitCounters::default(),
                 })
             })
             .clone()
     }
 
-    /// Per pool: (node, user, database, outstanding, idle) for metrics.
-    pub fn snapshot(&self) -> Vec<(String, String, String, usize, usize)> {
+    /// Every pool's figures, for metrics.
+    pub fn snapshot(&self) -> Vec<PoolStats> {
         let pools = match self.pools.lock() {
             Ok(p) => p,
             Err(poisoned) => poisoned.into_inner(),
@@ -190,14 +246,18 @@ impl Pools {
         pools
             .values()
             .map(|p| {
-                let idle = p.idle.lock().map(|i| i.len()).unwrap_or(0);
-                (
-                    p.key.endpoint.name.to_string(),
-                    p.key.user.clone(),
-                    p.key.database.clone(),
-                    p.outstanding(),
-                    idle,
-                )
+                let w = &p.waits;
+                PoolStats {
+                    node: p.key.endpoint.name.to_string(),
+                    user: p.key.user.clone(),
+                    database: p.key.database.clone(),
+                    in_use: p.outstanding(),
+                    idle: p.idle.lock().map(|i| i.len()).unwrap_or(0),
+                    waits: w.waits.load(Ordering::Relaxed),
+                    wait_seconds: w.wait_us.load(Ordering::Relaxed) as f64 / 1e6,
+                    timeouts: w.timeouts.load(Ordering::Relaxed),
+                    connects: w.connects.load(Ordering::Relaxed),
+                }
             })
             .collect()
     }
