@@ -198,6 +198,8 @@ pub fn utc(secs: u64) -> String {
 pub fn label(target: &str) -> &str {
     match target {
         "herd" => "Herd",
+        "herd-primary" => "Herd (primary only)",
+        "replica" => "direct to a replica",
         "pgbouncer" => "PgBouncer",
         other => other,
     }

@@ -20,7 +20,7 @@ fn quick_proxy_bench_writes_reports() {
     assert_eq!(results["quick"], true);
     for mode in ["simple", "prepared"] {
         let targets = results["modes"][mode].as_object().expect(mode);
-        for name in ["direct", "herd"] {
+        for name in ["direct", "herd", "herd-primary", "replica"] {
             assert!(
                 targets.contains_key(name),
                 "{name} missing in {mode}: {text}"

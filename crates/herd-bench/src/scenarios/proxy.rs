@@ -67,9 +67,21 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
         Duration::from_secs(600),
     )?;
 
+    // `herd-primary` isolates the proxy's own cost (same server as `direct` and PgBouncer);
+    // `replica` shows what a hot standby costs for the same reads, which Herd's default routing
+    // pays on top.
+    let replica_url = cluster
+        .herd_ok(&["url", "--replica", "1"])?
+        .trim()
+        .to_string();
     let mut targets = vec![
         ("direct".to_string(), cluster.primary_url.clone()),
         ("herd".to_string(), cluster.proxy_url.clone()),
+        (
+            "herd-primary".to_string(),
+            with_options(&cluster.proxy_url, "-c herd.consistency=primary"),
+        ),
+        ("replica".to_string(), replica_url),
     ];
     let mut versions = BTreeMap::new();
     versions.insert("herd".to_string(), env!("CARGO_PKG_VERSION").to_string());
@@ -175,8 +187,11 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
             .into(),
     );
     notes.push(
-        "Herd runs its default cluster (1 primary + 2 replicas) and may route these reads to \
-         replicas; `direct` and PgBouncer reach the primary only."
+        "Herd runs its default cluster (1 primary + 2 replicas) and routes these reads to the \
+         replicas (`herd`); `herd-primary` is the same endpoint with `herd.consistency=primary`, \
+         so it reaches the primary like `direct` and PgBouncer and measures the proxy alone; \
+         `replica` is pgbench directly on a replica (its ratio is what a hot standby costs for \
+         these reads on this machine, without any proxy)."
             .into(),
     );
     Ok(Results {
@@ -210,6 +225,21 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
     })
 }
 
+/// `url` with libpq's `options` parameter set to `options` (percent-encoded).
+fn with_options(url: &str, options: &str) -> String {
+    let encoded: String = options
+        .bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'.' | b'_' => {
+                char::from(b).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect();
+    let sep = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{sep}options={encoded}")
+}
+
 /// `pgbench -S -c 16 -j 2 -T secs -M mode`.
 fn bench_args(secs: u64, mode: &str) -> Vec<String> {
     let args = format!("-S -c {CLIENTS} -j {THREADS} -T {secs} -M {mode}");
@@ -219,4 +249,19 @@ fn bench_args(secs: u64, mode: &str) -> Vec<String> {
 /// How long a run may take before it counts as hung: its duration plus a minute.
 fn limit(secs: u64) -> Duration {
     Duration::from_secs(secs + 60)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn options_are_percent_encoded() {
+        assert_eq!(
+            super::with_options("postgresql://u:p@h:1/db", "-c herd.consistency=primary"),
+            "postgresql://u:p@h:1/db?options=-c%20herd.consistency%3Dprimary"
+        );
+        assert_eq!(
+            super::with_options("postgresql://h/db?x=1", "-c a=b"),
+            "postgresql://h/db?x=1&options=-c%20a%3Db"
+        );
+    }
 }
