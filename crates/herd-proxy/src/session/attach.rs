@@ -151,7 +151,9 @@ impl Session {
                     facts.read_only = false;
                     facts.reason = reason_label(&a.reason);
                 }
-                if frame.tag == tag::QUERY && frames == 1 && rest.is_empty() {
+                if frame.tag == tag::QUERY && frames == 1 && rest.is_empty() && a.local.is_some() {
+                    // Kept only for statements the proxy may answer itself (a deferred BEGIN
+                    // replays it): no copy of every query's text.
                     facts.local = a.local;
                     facts.sql = Query::decode(frame.body).ok().map(|q| q.sql.to_string());
                 }
