@@ -363,33 +363,21 @@ pub fn failover_table(r: &Results) -> String {
 
 /// The failover modes of `r` in the order of `settings.modes`, then any others.
 pub fn ordered_failover(r: &Results) -> Vec<(&String, &FailoverResult)> {
-    let mut out: Vec<_> = r
-        .settings
-        .modes
-        .iter()
-        .filter_map(|m| r.failover.get_key_value(m))
-        .collect();
-    out.extend(
-        r.failover
-            .iter()
-            .filter(|(m, _)| !r.settings.modes.contains(m)),
-    );
-    out
+    in_order(&r.settings.modes, &r.failover)
 }
 
 /// The modes of `r` in the order of `settings.modes`, then any others.
 pub fn ordered_modes(r: &Results) -> Vec<(&String, &ModeResult)> {
-    let mut out: Vec<_> = r
-        .settings
-        .modes
-        .iter()
-        .filter_map(|m| r.modes.get_key_value(m))
-        .collect();
-    out.extend(
-        r.modes
-            .iter()
-            .filter(|(m, _)| !r.settings.modes.contains(m)),
-    );
+    in_order(&r.settings.modes, &r.modes)
+}
+
+/// The entries of `map` named in `order`, in that order, then the others (sorted).
+pub fn in_order<'a, T>(
+    order: &'a [String],
+    map: &'a BTreeMap<String, T>,
+) -> Vec<(&'a String, &'a T)> {
+    let mut out: Vec<_> = order.iter().filter_map(|m| map.get_key_value(m)).collect();
+    out.extend(map.iter().filter(|(m, _)| !order.contains(m)));
     out
 }
 
