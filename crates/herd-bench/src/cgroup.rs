@@ -79,6 +79,16 @@ impl CpuLimits {
                 }
             }
         }
+        // The base weighs like ~250 ordinary processes (the maximum weight), so that on a busy
+        // machine the groups get their quotas: a group competes as one entity with the
+        // processes beside it, and at the default weight a load of 20 would starve it.
+        let (file, weight) = match version {
+            Version::V1 => ("cpu.shares", "262144"),
+            Version::V2 => ("cpu.weight", "10000"),
+        };
+        let path = limits.base.join(file);
+        std::fs::write(&path, weight)
+            .map_err(|e| format!("cannot write {weight} to {}: {e}", path.display()))?;
         Ok(limits)
     }
 
@@ -106,25 +116,9 @@ impl CpuLimits {
     /// Creates the group `name` with the quota and moves `pid` and all its descendants into it
     /// (processes forked later inherit it); how many processes were moved.
     pub fn confine(&mut self, name: &str, pid: u32) -> Result<usize, BenchError> {
-        let group = self.base.join(name);
-        std::fs::create_dir(&group).map_err(|e| BenchError::io("creating", &group, e))?;
-        self.groups.push(group.clone());
-        match self.version {
-            Version::V1 => {
-                write(
-                    &group.join("cpu.cfs_period_us"),
-                    &self.period_us.to_string(),
-                )?;
-                write(&group.join("cpu.cfs_quota_us"), &self.quota_us.to_string())?;
-            }
-            Version::V2 => write(
-                &group.join("cpu.max"),
-                &format!("{} {}", self.quota_us, self.period_us),
-            )?,
-        }
+        let procs = self.group(name, self.quota_us, 1)?;
         // The parent first: children it forks from now on start in the group; then every
         // descendant that already exists (twice, for any forked while the first pass ran).
-        let procs = group.join("cgroup.procs");
         write(&procs, &pid.to_string())?;
         let mut moved = std::collections::BTreeSet::from([pid]);
         for _ in 0..2 {
@@ -136,6 +130,41 @@ impl CpuLimits {
             }
         }
         Ok(moved.len())
+    }
+
+    /// Creates the group `name`, limited to `quota_us` per period and weighted like 8 node
+    /// groups, and moves exactly `pids` into it (not their descendants): for the processes
+    /// that play the client and load-balancer machines.
+    pub fn front(&mut self, name: &str, pids: &[u32], quota_us: u64) -> Result<(), BenchError> {
+        let procs = self.group(name, quota_us, 8)?;
+        pids.iter()
+            .try_for_each(|pid| write(&procs, &pid.to_string()))
+    }
+
+    /// Creates group `name` with `quota_us` per period and `weight` times the default weight;
+    /// its `cgroup.procs`.
+    fn group(&mut self, name: &str, quota_us: u64, weight: u64) -> Result<PathBuf, BenchError> {
+        let group = self.base.join(name);
+        std::fs::create_dir(&group).map_err(|e| BenchError::io("creating", &group, e))?;
+        self.groups.push(group.clone());
+        match self.version {
+            Version::V1 => {
+                write(
+                    &group.join("cpu.cfs_period_us"),
+                    &self.period_us.to_string(),
+                )?;
+                write(&group.join("cpu.cfs_quota_us"), &quota_us.to_string())?;
+                write(&group.join("cpu.shares"), &(1024 * weight).to_string())?;
+            }
+            Version::V2 => {
+                write(
+                    &group.join("cpu.max"),
+                    &format!("{quota_us} {}", self.period_us),
+                )?;
+                write(&group.join("cpu.weight"), &(100 * weight).to_string())?;
+            }
+        }
+        Ok(group.join("cgroup.procs"))
     }
 
     /// `(periods, throttled periods)` of group `name` so far, from its `cpu.stat`.

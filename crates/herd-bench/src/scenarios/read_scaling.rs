@@ -24,11 +24,15 @@ use crate::{BenchError, BenchOptions};
 /// largest cluster, so that Herd's routing and the nodes, not the client, set the pace.
 const CLIENTS: u32 = 16;
 const THREADS: u32 = 2;
-/// Each node's CPU quota: 2 ms per 10 ms period, 0.2 CPU. Five nodes take 1 of the 2 cores
-/// at most (and only the read nodes are busy), which leaves the rest to Herd's proxy and
-/// pgbench. The short period keeps throttling pauses short for millisecond queries.
-const QUOTA_US: u64 = 2_000;
+/// Each node's CPU quota: 1.5 ms per 10 ms period, 0.15 CPU. Five nodes take 0.75 of the 2
+/// cores at most (and only the 4 read nodes are busy), which leaves the rest to Herd's proxy
+/// and pgbench. The short period keeps throttling pauses short for millisecond queries.
+const QUOTA_US: u64 = 1_500;
 const PERIOD_US: u64 = 10_000;
+/// The quota of the "front" group (every Herd supervisor with its proxy, this process and
+/// pgbench): one CPU, so together with the nodes the run cannot take more than ~1.75 cores of
+/// a shared machine, and is not starved by other work on it either (see `CpuLimits`).
+const FRONT_QUOTA_US: u64 = 10_000;
 /// The baseline mode's node count.
 const BASE: u32 = 1;
 /// The target holding every query type at once.
@@ -48,7 +52,7 @@ impl Plan {
     fn new(opts: &BenchOptions) -> Plan {
         // Full: 1000 devices × 2 hours of readings (720 000 rows); quick: 50 × 1 hour.
         let (nodes, rounds, duration, devices, points, warmup) = match opts.quick {
-            true => (vec![1, 3], 1, 2, 50, 360, 0),
+            true => (vec![1, 3], 1, 2, 50, 360, 2),
             false => (vec![1, 3, 5], 3, 6, 1000, 720, 2),
         };
         Plan {
@@ -178,7 +182,8 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
             "{}{sep}options=-c%20herd.consistency%3Deventual",
             cluster.proxy_url
         );
-        let names = node_pids(&cluster)?
+        let names = status(&cluster)?
+            .1
             .into_iter()
             .map(|(name, _)| name)
             .collect();
@@ -197,29 +202,6 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
     for (name, text) in &queries {
         scripts.push(write_script(&dir, &format!("{name}.sql"), text)?);
     }
-    // Declared after the clusters, so dropped first: processes go home, then groups go.
-    let mut limits = match CpuLimits::new(QUOTA_US, PERIOD_US) {
-        Ok(l) => Some(l),
-        Err(why) => {
-            notes.push(format!(
-                "**Nodes NOT confined**: {why}. Every PostgreSQL server could use all cores, so \
-                 the nodes share the machine instead of behaving like separate machines and the \
-                 speedups below do not show read scaling."
-            ));
-            None
-        }
-    };
-    if let Some(l) = limits.as_mut() {
-        for c in &configs {
-            bar.set_message(format!(
-                "{}: confining each node's PostgreSQL",
-                mode(c.nodes)
-            ));
-            for (name, pid) in node_pids(&c.cluster)? {
-                l.confine(&group(c.nodes, &name), pid)?;
-            }
-        }
-    }
     // The mix, as the script set pgbench picks from at random (equal weights).
     let mix: Vec<String> = scripts
         .iter()
@@ -237,10 +219,14 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
         args
     };
     let limit = |secs: u64| Duration::from_secs(secs + 120);
+    // Before confinement: this also opens the proxy's pooled server connections, whose logins
+    // would otherwise compete with running queries for a node's small quota (and could miss the
+    // proxy's 5 s login timeout).
     if plan.warmup > 0 {
         for c in &configs {
             bar.set_message(format!("{}: warm-up", mode(c.nodes)));
-            pgbench.run(
+            // Only its side effects count: run_raw, as a short run may print no rate.
+            pgbench.run_raw(
                 "warm-up",
                 &args_for(MIX, plan.warmup),
                 &c.url,
@@ -249,6 +235,33 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
         }
     }
 
+    // Declared after the clusters, so dropped first: processes go home, then groups go.
+    let mut limits = match CpuLimits::new(QUOTA_US, PERIOD_US) {
+        Ok(l) => Some(l),
+        Err(why) => {
+            notes.push(format!(
+                "**Nodes NOT confined**: {why}. Every PostgreSQL server could use all cores, so \
+                 the nodes share the machine instead of behaving like separate machines and the \
+                 speedups below do not show read scaling."
+            ));
+            None
+        }
+    };
+    if let Some(l) = limits.as_mut() {
+        let mut front = vec![std::process::id()];
+        for c in &configs {
+            bar.set_message(format!(
+                "{}: confining each node's PostgreSQL",
+                mode(c.nodes)
+            ));
+            let (supervisor, nodes) = status(&c.cluster)?;
+            front.push(supervisor);
+            for (name, pid) in nodes {
+                l.confine(&group(c.nodes, &name), pid)?;
+            }
+        }
+        l.front("front", &front, FRONT_QUOTA_US)?;
+    }
     let mut jobs = Vec::new();
     for round in 0..plan.rounds as usize {
         // Rotate both orders every round so no cluster or query always runs first or last.
@@ -401,8 +414,9 @@ fn group(nodes: u32, name: &str) -> String {
     format!("{nodes}n-{name}")
 }
 
-/// Each node's name and postmaster pid, from `herd status --json`.
-fn node_pids(cluster: &ScratchCluster) -> Result<Vec<(String, u32)>, BenchError> {
+/// The supervisor's pid (it runs the proxy) and each node's name and postmaster pid, from
+/// `herd status --json`.
+fn status(cluster: &ScratchCluster) -> Result<(u32, Vec<(String, u32)>), BenchError> {
     let text = cluster.herd_ok(&["status", "--json"])?;
     let status: serde_json::Value = serde_json::from_str(&text).map_err(|_| BenchError::Parse {
         what: "herd status --json".into(),
@@ -416,13 +430,16 @@ fn node_pids(cluster: &ScratchCluster) -> Result<Vec<(String, u32)>, BenchError>
             Some((n["name"].as_str()?.to_string(), pid))
         })
         .collect();
-    if found.is_empty() || found.len() != nodes.len() {
-        return Err(BenchError::Parse {
-            what: "herd status --json (a name and pid for every node)".into(),
+    let supervisor = status["supervisor"]["pid"]
+        .as_u64()
+        .and_then(|p| u32::try_from(p).ok());
+    match supervisor {
+        Some(pid) if !found.is_empty() && found.len() == nodes.len() => Ok((pid, found)),
+        _ => Err(BenchError::Parse {
+            what: "herd status --json (the supervisor's pid, a name and pid for every node)".into(),
             output: text,
-        });
+        }),
     }
-    Ok(found)
 }
 
 /// Statements Herd's proxy routed to each node so far (`herd_routed_total`, every reason).
@@ -492,10 +509,13 @@ fn explain(s: &ReadScaling, plan: &Plan) -> Vec<String> {
             .collect();
         notes.push(format!(
             "Each node's postmaster and all its processes ran in its own group ({}); backends \
-             forked later inherit it. Herd (supervisor and proxy) and pgbench were not confined. \
-             Share of quota periods in which each node was throttled (≈ 100 % = the node was \
+             forked later inherit it. Herd's supervisors (with the proxy), pgbench and this \
+             harness shared one more group capped at {:.1} CPU. The groups' parent has the \
+             highest CPU weight, so other work on the machine cannot starve them below their \
+             quotas. Share of quota periods in which each node was throttled (≈ 100 % = the node was \
              the bottleneck): {}.",
             s.confinement,
+            FRONT_QUOTA_US as f64 / PERIOD_US as f64,
             busy.join("; ")
         ));
     }
