@@ -20,6 +20,7 @@ const COLOURS: [RGBColor; 4] = [
 pub fn bars(results: &Results, path: &Path) -> Result<(), BenchError> {
     match results.scenario.as_str() {
         "commit-waits" => draw_shares(results, path),
+        "read-scaling" => draw_speedup(results, path),
         _ => draw(results, path),
     }
     .map_err(|detail| BenchError::Chart {
@@ -302,6 +303,96 @@ fn draw_shares(r: &Results, path: &Path) -> Result<(), String> {
             style,
         ))
         .map_err(|e| e.to_string())?;
+    }
+    root.present().map_err(|e| e.to_string())
+}
+
+/// read-scaling: each query's speedup against the first mode (1 node), one group per query and
+/// one bar per cluster size, the ratio above each bar (the qps are in report.md).
+fn draw_speedup(r: &Results, path: &Path) -> Result<(), String> {
+    let modes = crate::report::ordered_modes(r);
+    let targets = &r.settings.targets;
+    let max = r
+        .modes
+        .values()
+        .flat_map(|m| m.values().map(|t| t.ratio_to_direct))
+        .fold(1.0_f64, f64::max);
+    let width = 0.8 / modes.len().max(1) as f64;
+    let root = SVGBackend::new(path, (900, 480)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| e.to_string())?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            format!(
+                "herd bench {}: qps relative to 1 node ({})",
+                r.scenario, r.date
+            ),
+            ("sans-serif", 20),
+        )
+        .margin(15)
+        .x_label_area_size(40)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0.0..targets.len().max(1) as f64, 0.0..max * 1.2)
+        .map_err(|e| e.to_string())?;
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_labels(0)
+        .x_label_formatter(&|_| String::new())
+        .y_desc("speedup (qps / qps with 1 node)")
+        .y_label_formatter(&|v| format!("{v:.1}×"))
+        .draw()
+        .map_err(|e| e.to_string())?;
+    for (i, (mode, per_target)) in modes.iter().enumerate() {
+        let colour = COLOURS[(i + 1) % COLOURS.len()];
+        let bars = targets.iter().enumerate().filter_map(|(g, t)| {
+            let ratio = per_target.get(t)?.ratio_to_direct;
+            let x0 = g as f64 + 0.1 + i as f64 * width;
+            Some(Rectangle::new(
+                [(x0, 0.0), (x0 + width * 0.9, ratio)],
+                colour.filled(),
+            ))
+        });
+        chart
+            .draw_series(bars)
+            .map_err(|e| e.to_string())?
+            .label(mode.as_str())
+            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], colour.filled()));
+        let labels = targets.iter().enumerate().filter_map(|(g, t)| {
+            let ratio = per_target.get(t)?.ratio_to_direct;
+            let x = g as f64 + 0.1 + (i as f64 + 0.45) * width;
+            let style = ("sans-serif", 11)
+                .into_font()
+                .color(&BLACK)
+                .pos(text_anchor::Pos::new(
+                    text_anchor::HPos::Center,
+                    text_anchor::VPos::Bottom,
+                ));
+            Some(Text::new(
+                format!("{ratio:.2}×"),
+                (x, ratio + max * 0.01),
+                style,
+            ))
+        });
+        chart.draw_series(labels).map_err(|e| e.to_string())?;
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .position(SeriesLabelPosition::UpperLeft)
+        .draw()
+        .map_err(|e| e.to_string())?;
+    for (g, target) in targets.iter().enumerate() {
+        let (x, y) = chart.backend_coord(&(g as f64 + 0.5, 0.0));
+        let style = ("sans-serif", 14)
+            .into_font()
+            .color(&BLACK)
+            .pos(text_anchor::Pos::new(
+                text_anchor::HPos::Center,
+                text_anchor::VPos::Top,
+            ));
+        root.draw(&Text::new(target.as_str(), (x, y + 10), style))
+            .map_err(|e| e.to_string())?;
     }
     root.present().map_err(|e| e.to_string())
 }

@@ -4,6 +4,7 @@
 //! showing progress (the phase and a bar), tears everything down (also on failure), and writes
 //! `results.json`, `report.md` and SVG charts into [`BenchOptions::out`].
 
+mod cgroup;
 mod chart;
 mod cluster;
 mod error;
@@ -19,7 +20,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 pub use error::BenchError;
 pub use pgbench::{median, parse_output, PgbenchRun};
-pub use report::{Machine, ModeResult, Results, TargetResult};
+pub use report::{Machine, ModeResult, ReadScaling, Results, TargetResult};
 
 /// How to run a scenario.
 #[derive(Clone, Debug)]
@@ -83,6 +84,11 @@ pub const SCENARIOS: &[Scenario] = &[
         name: "commit-waits",
         about: "wait events (IO:WALSync, IPC:SyncRep, LWLock:WALWrite) of commits per commit mode",
         run: scenarios::commit_waits::run,
+    },
+    Scenario {
+        name: "read-scaling",
+        about: "qps of time-series reads through the proxy on 1, 3 and 5 CPU-confined nodes",
+        run: scenarios::read_scaling::run,
     },
 ];
 

@@ -50,6 +50,31 @@ pub struct Results {
     /// other scenarios).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub failover: BTreeMap<String, FailoverResult>,
+    /// `herd bench read-scaling` only: how the nodes were confined and which served the reads
+    /// (absent from the JSON in other scenarios).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_scaling: Option<ReadScaling>,
+}
+
+/// What `herd bench read-scaling` reports besides qps: each node's CPU confinement and where
+/// the proxy sent the reads.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ReadScaling {
+    /// Whether every node's PostgreSQL ran under a CPU quota.
+    pub confined: bool,
+    /// How the nodes were confined (interface, quota, period), or why they were not.
+    pub confinement: String,
+    /// CPUs each node's PostgreSQL could use (0 when unconfined).
+    pub cpu_per_node: f64,
+    /// Mode (e.g. "3 nodes") → node → statements Herd's proxy routed to it during the measured
+    /// runs (every reason: reads, and anything it sent to the primary).
+    pub routed: BTreeMap<String, BTreeMap<String, u64>>,
+    /// Mode → nodes that received at least 5 % of that mode's statements: the nodes that
+    /// actually served reads.
+    pub serving_nodes: BTreeMap<String, u32>,
+    /// Mode → node → share of the CPU quota's periods in which the node was throttled during
+    /// the measured runs (empty when unconfined).
+    pub throttled_share: BTreeMap<String, BTreeMap<String, f64>>,
 }
 
 /// The figures of `herd bench failover` for one commit mode.
@@ -250,6 +275,7 @@ pub fn table(r: &Results) -> String {
     match r.scenario.as_str() {
         "commit-modes" => return crate::scenarios::commit_modes::table(r),
         "commit-waits" => return crate::scenarios::commit_waits::table(r),
+        "read-scaling" => return crate::scenarios::read_scaling::table(r),
         _ => {}
     }
     let Some((base, others)) = r.settings.targets.split_first() else {
@@ -440,6 +466,7 @@ mod tests {
             published: [("simple".to_string(), "PgBouncer 0.57×".to_string())].into(),
             notes: vec!["a note".into()],
             failover: BTreeMap::new(),
+            read_scaling: None,
         }
     }
 

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use indicatif::ProgressBar;
 
+use super::dataset::{load, random_metrics, T0};
 use crate::cluster::ScratchCluster;
 use crate::pgbench::{median, Pgbench};
 use crate::process::write_script;
@@ -29,14 +30,10 @@ const CLIENTS: u32 = 8;
 const THREADS: u32 = 2;
 /// Rows per inserted batch (one transaction).
 const BATCH: u32 = 100;
-/// Epoch second where inserted rows start; preloaded rows lie before it.
-const T0: u64 = 1_700_000_000;
-const METRICS: &str = "usage_user usage_system usage_idle usage_nice usage_iowait usage_irq \
-                       usage_softirq usage_steal usage_guest usage_guest_nice";
 
 /// The insert of one batch: `BATCH` devices' ten metrics at the client's next time point.
 fn insert_sql(devices: u32) -> String {
-    let metrics = vec!["random() * 100"; METRICS.split_whitespace().count()].join(", ");
+    let metrics = random_metrics();
     format!(
         "insert into cpu select to_timestamp({T0} + :n * 10), \
          'host_' || ((:client_id * {BATCH} + g) % {devices}), {metrics} \
@@ -192,36 +189,8 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
         published: published(),
         notes,
         failover: BTreeMap::new(),
+        read_scaling: None,
     })
-}
-
-/// Creates and fills the `cpu` table on the primary (indexes after the load), then checkpoints.
-fn load(herd: &ScratchCluster, devices: u32, points: u32) -> Result<(), BenchError> {
-    let cols: Vec<String> = METRICS
-        .split_whitespace()
-        .map(|m| format!("{m} double precision"))
-        .collect();
-    let metrics = vec!["random() * 100"; METRICS.split_whitespace().count()].join(", ");
-    let create = format!(
-        "create table cpu (time timestamptz not null, hostname text not null, {})",
-        cols.join(", ")
-    );
-    let fill = format!(
-        "insert into cpu select to_timestamp({T0} - s * 10), 'host_' || d, {metrics} \
-         from generate_series(1, {}) s, generate_series(0, {}) d",
-        points,
-        devices - 1
-    );
-    let sql = [
-        create.as_str(),
-        &fill,
-        "create index on cpu (time)",
-        "create index on cpu (hostname)",
-        "create index on cpu (usage_user)",
-        "vacuum analyze cpu",
-        "checkpoint",
-    ];
-    herd.psql(&herd.primary_url, &sql).map(drop)
 }
 
 /// What reference 000 says about each mode's insert rate relative to no replication.

@@ -2,5 +2,7 @@
 
 pub mod commit_modes;
 pub mod commit_waits;
+mod dataset;
 pub mod failover;
 pub mod proxy;
+pub mod read_scaling;

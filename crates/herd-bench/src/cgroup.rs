@@ -1,0 +1,318 @@
+//! CPU quotas for process trees through Linux control groups, so that several PostgreSQL servers
+//! on one machine each get a fixed CPU share, like separate (small) machines.
+//!
+//! cgroup v2 (`cpu.max`) is used when its `cpu` controller is available, else cgroup v1's `cpu`
+//! hierarchy (`cpu.cfs_quota_us` / `cpu.cfs_period_us`). The groups live under
+//! `herd-bench-PID` and are removed on drop, after their processes have been moved back to the
+//! group this process runs in.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::BenchError;
+
+/// Which cgroup interface is in use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Version {
+    V1,
+    V2,
+}
+
+/// A set of CPU-limited groups, removed (after moving their processes home) when dropped.
+#[derive(Debug)]
+pub struct CpuLimits {
+    version: Version,
+    /// `herd-bench-PID`, the parent of every group made here.
+    base: PathBuf,
+    /// The group this process runs in: where confined processes go back to.
+    home: PathBuf,
+    quota_us: u64,
+    period_us: u64,
+    groups: Vec<PathBuf>,
+}
+
+impl CpuLimits {
+    /// Prepares groups limited to `quota_us` of CPU time per `period_us` each; the reason when
+    /// this machine does not allow it (no cpu controller, read-only cgroup file system, …).
+    pub fn new(quota_us: u64, period_us: u64) -> Result<CpuLimits, String> {
+        let mounts = std::fs::read_to_string("/proc/mounts")
+            .map_err(|e| format!("cannot read /proc/mounts: {e}"))?;
+        let own = std::fs::read_to_string("/proc/self/cgroup")
+            .map_err(|e| format!("cannot read /proc/self/cgroup: {e}"))?;
+        let (version, mount) = find_cpu_hierarchy(&mounts).ok_or_else(|| {
+            "no cgroup hierarchy with the cpu controller is mounted (neither cgroup v2 with \
+             `cpu` in cgroup.controllers nor cgroup v1 `cpu`)"
+                .to_string()
+        })?;
+        let own_path = own_group(&own, version).ok_or_else(|| {
+            "cannot find this process's cpu cgroup in /proc/self/cgroup".to_string()
+        })?;
+        let home = mount.join(own_path.trim_start_matches('/'));
+        // v2 forbids processes in a group whose controllers are delegated to children ("no
+        // internal processes"), so the base hangs off the hierarchy's root there; v1 nests it
+        // under this process's own group.
+        let parent = match version {
+            Version::V1 => home.clone(),
+            Version::V2 => mount.clone(),
+        };
+        let base = parent.join(format!("herd-bench-{}", std::process::id()));
+        std::fs::create_dir(&base).map_err(|e| format!("cannot create {}: {e}", base.display()))?;
+        let limits = CpuLimits {
+            version,
+            base,
+            home,
+            quota_us,
+            period_us,
+            groups: Vec::new(),
+        };
+        if version == Version::V2 {
+            for dir in [&parent, &limits.base] {
+                let control = dir.join("cgroup.subtree_control");
+                let enabled = std::fs::read_to_string(&control).unwrap_or_default();
+                if !enabled.split_whitespace().any(|c| c == "cpu") {
+                    std::fs::write(&control, "+cpu").map_err(|e| {
+                        format!(
+                            "cannot enable the cpu controller in {}: {e}",
+                            control.display()
+                        )
+                    })?;
+                }
+            }
+        }
+        // The base weighs like ~250 ordinary processes (the maximum weight), so that on a busy
+        // machine the groups get their quotas: a group competes as one entity with the
+        // processes beside it, and at the default weight a load of 20 would starve it.
+        let (file, weight) = match version {
+            Version::V1 => ("cpu.shares", "262144"),
+            Version::V2 => ("cpu.weight", "10000"),
+        };
+        let path = limits.base.join(file);
+        std::fs::write(&path, weight)
+            .map_err(|e| format!("cannot write {weight} to {}: {e}", path.display()))?;
+        Ok(limits)
+    }
+
+    /// What the limits are, for reports: interface, quota and period.
+    pub fn describe(&self) -> String {
+        let cpus = self.cpus();
+        match self.version {
+            Version::V1 => format!(
+                "cgroup v1 cpu controller: cpu.cfs_quota_us = {} per cpu.cfs_period_us = {} \
+                 ({cpus:.2} CPU) per node",
+                self.quota_us, self.period_us
+            ),
+            Version::V2 => format!(
+                "cgroup v2: cpu.max = \"{} {}\" ({cpus:.2} CPU) per node",
+                self.quota_us, self.period_us
+            ),
+        }
+    }
+
+    /// CPUs each group may use.
+    pub fn cpus(&self) -> f64 {
+        self.quota_us as f64 / self.period_us as f64
+    }
+
+    /// Creates the group `name` with the quota and moves `pid` and all its descendants into it
+    /// (processes forked later inherit it); how many processes were moved.
+    pub fn confine(&mut self, name: &str, pid: u32) -> Result<usize, BenchError> {
+        let procs = self.group(name, self.quota_us, 1)?;
+        // The parent first: children it forks from now on start in the group; then every
+        // descendant that already exists (twice, for any forked while the first pass ran).
+        write(&procs, &pid.to_string())?;
+        let mut moved = std::collections::BTreeSet::from([pid]);
+        for _ in 0..2 {
+            for child in descendants(pid) {
+                // A backend may exit between the scan and the move: not an error.
+                if moved.insert(child) {
+                    let _ = std::fs::write(&procs, child.to_string());
+                }
+            }
+        }
+        Ok(moved.len())
+    }
+
+    /// Creates the group `name`, limited to `quota_us` per period and weighted like 8 node
+    /// groups, and moves exactly `pids` into it (not their descendants): for the processes
+    /// that play the client and load-balancer machines.
+    pub fn front(&mut self, name: &str, pids: &[u32], quota_us: u64) -> Result<(), BenchError> {
+        let procs = self.group(name, quota_us, 8)?;
+        pids.iter()
+            .try_for_each(|pid| write(&procs, &pid.to_string()))
+    }
+
+    /// Creates group `name` with `quota_us` per period and `weight` times the default weight;
+    /// its `cgroup.procs`.
+    fn group(&mut self, name: &str, quota_us: u64, weight: u64) -> Result<PathBuf, BenchError> {
+        let group = self.base.join(name);
+        std::fs::create_dir(&group).map_err(|e| BenchError::io("creating", &group, e))?;
+        self.groups.push(group.clone());
+        match self.version {
+            Version::V1 => {
+                write(
+                    &group.join("cpu.cfs_period_us"),
+                    &self.period_us.to_string(),
+                )?;
+                write(&group.join("cpu.cfs_quota_us"), &quota_us.to_string())?;
+                write(&group.join("cpu.shares"), &(1024 * weight).to_string())?;
+            }
+            Version::V2 => {
+                write(
+                    &group.join("cpu.max"),
+                    &format!("{quota_us} {}", self.period_us),
+                )?;
+                write(&group.join("cpu.weight"), &(100 * weight).to_string())?;
+            }
+        }
+        Ok(group.join("cgroup.procs"))
+    }
+
+    /// `(periods, throttled periods)` of group `name` so far, from its `cpu.stat`.
+    pub fn throttling(&self, name: &str) -> Option<(u64, u64)> {
+        let stat = std::fs::read_to_string(self.base.join(name).join("cpu.stat")).ok()?;
+        let get = |key: &str| {
+            stat.lines()
+                .filter_map(|l| l.split_once(' '))
+                .find(|(k, _)| *k == key)
+                .and_then(|(_, v)| v.trim().parse::<u64>().ok())
+        };
+        Some((get("nr_periods")?, get("nr_throttled")?))
+    }
+}
+
+impl Drop for CpuLimits {
+    fn drop(&mut self) {
+        let home = self.home.join("cgroup.procs");
+        for group in self.groups.iter().rev() {
+            // A group can only be removed once empty: send what is left home, retrying briefly
+            // for processes that are just exiting.
+            for _ in 0..50 {
+                let procs = std::fs::read_to_string(group.join("cgroup.procs")).unwrap_or_default();
+                for pid in procs.split_whitespace() {
+                    let _ = std::fs::write(&home, pid);
+                }
+                if std::fs::remove_dir(group).is_ok() || !group.exists() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+        if let Err(e) = std::fs::remove_dir(&self.base) {
+            eprintln!("herd bench: cannot remove {}: {e}", self.base.display());
+        }
+    }
+}
+
+/// Writes `text` to a cgroup control file.
+fn write(path: &Path, text: &str) -> Result<(), BenchError> {
+    std::fs::write(path, text).map_err(|e| BenchError::io("writing", path, e))
+}
+
+/// The mounted hierarchy that has the cpu controller: cgroup v2 when its root lists `cpu` in
+/// `cgroup.controllers`, else cgroup v1's `cpu` hierarchy.
+fn find_cpu_hierarchy(mounts: &str) -> Option<(Version, PathBuf)> {
+    let entries: Vec<(&str, &str, &str)> = mounts
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            Some((*f.get(1)?, *f.get(2)?, *f.get(3)?))
+        })
+        .collect();
+    let v2 = entries.iter().find(|(dir, fs, _)| {
+        *fs == "cgroup2"
+            && std::fs::read_to_string(Path::new(dir).join("cgroup.controllers"))
+                .is_ok_and(|c| c.split_whitespace().any(|x| x == "cpu"))
+    });
+    if let Some((dir, _, _)) = v2 {
+        return Some((Version::V2, PathBuf::from(dir)));
+    }
+    entries
+        .iter()
+        .find(|(_, fs, opts)| *fs == "cgroup" && opts.split(',').any(|o| o == "cpu"))
+        .map(|(dir, _, _)| (Version::V1, PathBuf::from(dir)))
+}
+
+/// This process's group in `version`'s hierarchy, from `/proc/self/cgroup`
+/// (`ID:controllers:/path` lines; v2's has empty controllers).
+fn own_group(proc_cgroup: &str, version: Version) -> Option<String> {
+    proc_cgroup.lines().find_map(|l| {
+        let mut f = l.splitn(3, ':');
+        let (_, controllers, path) = (f.next()?, f.next()?, f.next()?);
+        let wanted = match version {
+            Version::V2 => controllers.is_empty(),
+            Version::V1 => controllers.split(',').any(|c| c == "cpu"),
+        };
+        wanted.then(|| path.to_string())
+    })
+}
+
+/// Every live descendant of `pid`, from the parent pids in `/proc/*/stat`.
+fn descendants(pid: u32) -> Vec<u32> {
+    let mut parents: Vec<(u32, u32)> = Vec::new();
+    if let Ok(dir) = std::fs::read_dir("/proc") {
+        for entry in dir.flatten() {
+            let Some(p) = entry
+                .file_name()
+                .to_str()
+                .and_then(|s| s.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+            if let Some(ppid) = parent_of(&stat) {
+                parents.push((p, ppid));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    let mut frontier = vec![pid];
+    while let Some(p) = frontier.pop() {
+        for &(child, _) in parents.iter().filter(|(_, pp)| *pp == p) {
+            out.push(child);
+            frontier.push(child);
+        }
+    }
+    out
+}
+
+/// The parent pid in a `/proc/PID/stat` line (the command, in parentheses, may hold spaces).
+fn parent_of(stat: &str) -> Option<u32> {
+    let (_, rest) = stat.rsplit_once(')')?;
+    rest.split_whitespace().nth(1)?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_proc_files() {
+        assert_eq!(
+            parent_of("123 (postgres: idle (x)) S 45 123 123 0 -1"),
+            Some(45)
+        );
+        let own = "2:cpuacct:/\n1:cpu,cpuacct:/a/b\n0::/user.slice\n";
+        assert_eq!(own_group(own, Version::V1).as_deref(), Some("/a/b"));
+        assert_eq!(own_group(own, Version::V2).as_deref(), Some("/user.slice"));
+        let mounts = "tmpfs /sys/fs/cgroup tmpfs rw 0 0\n\
+                      cgroup /sys/fs/cgroup/cpu,cpuacct cgroup rw,relatime,cpu,cpuacct 0 0\n\
+                      cgroup /sys/fs/cgroup/cpuset cgroup rw,cpuset 0 0\n";
+        assert_eq!(
+            find_cpu_hierarchy(mounts),
+            Some((Version::V1, PathBuf::from("/sys/fs/cgroup/cpu,cpuacct")))
+        );
+        assert_eq!(find_cpu_hierarchy("proc /proc proc rw 0 0\n"), None);
+    }
+
+    #[test]
+    fn descendants_of_this_process() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .expect("sleep");
+        let found = descendants(std::process::id());
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(found.contains(&child.id()), "{found:?}");
+    }
+}

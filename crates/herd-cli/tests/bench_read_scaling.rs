@@ -1,0 +1,76 @@
+//! `herd bench read-scaling --quick`: 1- and 3-node scratch clusters come up, every query runs
+//! through the proxy on each, and results.json has the documented shape. No speed is asserted.
+
+use std::process::Command;
+
+use serde_json::Value;
+
+const TARGETS: [&str; 5] = [
+    "mix",
+    "lastpoint",
+    "max-1h-8-hosts",
+    "high-cpu-10m",
+    "avg-5m-all-hosts",
+];
+
+#[test]
+fn quick_read_scaling_bench() {
+    let out = herd_testkit::scratch_dir();
+    let run = Command::new(env!("CARGO_BIN_EXE_herd"))
+        .args(["bench", "read-scaling", "--quick", "--out"])
+        .arg(out.path())
+        .output()
+        .expect("running herd bench");
+    assert!(run.status.success(), "{}", herd_testkit::describe(&run));
+    for file in ["report.md", "read-scaling.svg"] {
+        let meta = std::fs::metadata(out.path().join(file)).expect("report file");
+        assert!(meta.len() > 0, "{file} is empty");
+    }
+    let text = std::fs::read_to_string(out.path().join("results.json")).expect("results.json");
+    let r: Value = serde_json::from_str(&text).expect("results.json is JSON");
+    assert_eq!(r["scenario"], "read-scaling");
+    assert_eq!(r["quick"], true);
+
+    let modes = &r["modes"];
+    for mode in ["1 node", "3 nodes"] {
+        for target in TARGETS {
+            let t = &modes[mode][target];
+            let qps = t["median_tps"].as_f64().unwrap_or(0.0);
+            assert!(qps > 0.0, "{mode}/{target}: qps {qps} in {modes}");
+            let ratio = t["ratio_to_direct"].as_f64().unwrap_or(0.0);
+            assert!(ratio > 0.0, "{mode}/{target}: ratio {ratio}");
+            assert_eq!(t["failed_transactions"], 0, "{mode}/{target}");
+            if mode == "1 node" {
+                assert!(
+                    (ratio - 1.0).abs() < 1e-9,
+                    "{target}: baseline ratio {ratio}"
+                );
+            }
+        }
+    }
+
+    // Where the reads went: the only node with 1 node; the two replicas (not the primary)
+    // with 3 nodes.
+    let s = &r["read_scaling"];
+    assert_eq!(s["serving_nodes"]["1 node"], 1, "{s}");
+    assert_eq!(s["serving_nodes"]["3 nodes"], 2, "{s}");
+    let three = s["routed"]["3 nodes"].as_object().expect("routed per node");
+    assert_eq!(three.len(), 3, "{s}");
+    for replica in ["node1", "node2"] {
+        assert!(three[replica].as_u64().unwrap_or(0) > 0, "{replica}: {s}");
+    }
+    // Confinement is reported either way, and consistently.
+    let confined = s["confined"].as_bool().expect("confined");
+    let cpus = s["cpu_per_node"].as_f64().expect("cpu_per_node");
+    assert_eq!(confined, cpus > 0.0, "{s}");
+    assert!(!s["confinement"].as_str().unwrap_or("").is_empty(), "{s}");
+    let notes = r["notes"].to_string();
+    assert_eq!(!confined, notes.contains("NOT confined"), "{notes}");
+    assert!(
+        r["published"]["3 nodes"]
+            .as_str()
+            .is_some_and(|p| p.contains("2.5x")),
+        "{}",
+        r["published"]
+    );
+}
