@@ -493,3 +493,41 @@ async fn a_full_pool_makes_clients_wait_and_says_so() {
     let status = c.herd_ok(&["status"]);
     assert!(status.contains("waits"), "{status}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_primary_shares_reads_when_configured() {
+    let c = cluster();
+    let data = c.data_dir();
+    std::fs::create_dir_all(&data).expect("data dir");
+    std::fs::write(
+        data.join("herd.toml"),
+        "[proxy]\nread_from_primary = true\n",
+    )
+    .expect("herd.toml");
+    c.up(&[]);
+    let kept = std::fs::read_to_string(data.join("herd.toml")).expect("herd.toml");
+    assert!(kept.contains("read_from_primary = true"), "{kept}");
+    pgbench(&["-i", "-s", "1", "-q"], &c.url(&["--primary"]));
+    let text = pgbench(
+        &["-n", "-S", "-t", "300", "-c", "6", "-j", "2"],
+        &c.url(&[]),
+    );
+    assert!(
+        text.contains("number of failed transactions: 0 (0.000%)"),
+        "{text}"
+    );
+    let metrics = api_get_text(c.api_port(), "/metrics");
+    let primary_reads = routed(&metrics, "reason=\"read_balanced\"");
+    assert!(primary_reads > 0, "the primary took no reads: {metrics}");
+    assert_eq!(
+        primary_reads,
+        routed(&metrics, "node=\"node0\",reason=\"read_balanced\""),
+        "balanced reads on the primary only: {metrics}"
+    );
+    for replica in ["node1", "node2"] {
+        assert!(
+            routed(&metrics, &format!("node=\"{replica}\",reason=\"read\"")) > 0,
+            "{replica} took no reads: {metrics}"
+        );
+    }
+}

@@ -64,6 +64,8 @@ pub fn render(config: &Config) -> String {
             c.proxy.pool_size.to_string(), d.proxy.pool_size.to_string()),
         ("proxy", "consistency", "Default read consistency: session (read-your-writes) | bounded | eventual | primary.",
             q(c.proxy.consistency.as_str()), q(d.proxy.consistency.as_str())),
+        ("proxy", "read_from_primary", "The primary also serves reads, balanced with the replicas (true | false).",
+            c.proxy.read_from_primary.to_string(), d.proxy.read_from_primary.to_string()),
         ("proxy", "max_wait_ms", "session: how long a read may wait for a replica to replay the session's writes.",
             c.proxy.max_wait_ms.to_string(), d.proxy.max_wait_ms.to_string()),
         ("proxy", "max_staleness_ms", "bounded: how far behind (time) a replica may be.",

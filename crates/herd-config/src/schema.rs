@@ -143,6 +143,10 @@ pub struct ProxyConfig {
     pub pool_size: u32,
     /// Default read consistency of new connections.
     pub consistency: Consistency,
+    /// The primary also serves reads, balanced with the replicas by outstanding requests
+    /// (N nodes read instead of N − 1); off keeps it for writes and for reads no replica can
+    /// take.
+    pub read_from_primary: bool,
     /// `session`: how long a read may wait for a replica to replay the session's writes.
     pub max_wait_ms: u64,
     /// `bounded`: how far (in time) a replica may be behind.
@@ -165,6 +169,7 @@ impl Default for ProxyConfig {
             pool_mode: PoolMode::Transaction,
             pool_size: 10,
             consistency: Consistency::Session,
+            read_from_primary: false,
             max_wait_ms: 20,
             max_staleness_ms: 1000,
             max_replica_lag_bytes: 16 * 1024 * 1024,

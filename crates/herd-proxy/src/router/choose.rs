@@ -36,6 +36,8 @@ pub enum PrimaryReason {
     TooStale,
     /// No replica has replayed the session's writes, and waiting is disabled.
     NotCaughtUp,
+    /// A read the primary takes because it is the least busy node (`read_from_primary`).
+    ReadBalanced,
 }
 
 impl PrimaryReason {
@@ -47,6 +49,7 @@ impl PrimaryReason {
             PrimaryReason::NoReplica => "no_replica",
             PrimaryReason::TooStale => "too_stale",
             PrimaryReason::NotCaughtUp => "not_caught_up",
+            PrimaryReason::ReadBalanced => "read_balanced",
         }
     }
 }

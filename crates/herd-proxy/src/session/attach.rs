@@ -243,6 +243,17 @@ impl Session {
             order.push((self.pool(&view.replicas[i].endpoint).outstanding(), i));
         }
         order.sort_unstable();
+        if self.ctx.config.read_from_primary {
+            if let Some(primary) = &view.primary {
+                // The primary has replayed everything: any consistency level is met there.
+                let busy = self.pool(primary).outstanding();
+                if order.first().is_none_or(|&(least, _)| busy < least) {
+                    return self
+                        .lease_primary(view, PrimaryReason::ReadBalanced.as_str())
+                        .await;
+                }
+            }
+        }
         for (_, i) in order {
             let ep = &view.replicas[i].endpoint;
             let Ok(mut lease) = self.lease(ep).await else {
