@@ -84,6 +84,12 @@ pub const SCENARIOS: &[Scenario] = &[
         about: "wait events (IO:WALSync, IPC:SyncRep, LWLock:WALWrite) of commits per commit mode",
         run: scenarios::commit_waits::run,
     },
+    Scenario {
+        name: "bandwidth",
+        about: "bytes sent to a physical standby vs a logical subscription, wal_compression \
+                off/lz4/zstd",
+        run: scenarios::bandwidth::run,
+    },
 ];
 
 /// The name that runs every scenario in turn.

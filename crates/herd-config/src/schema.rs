@@ -357,12 +357,14 @@ impl Config {
             "wal-compression" | "postgres.wal-compression" => {
                 next.postgres.wal_compression = value.to_string()
             }
-            _ => return Err(ConfigError::invalid(
-                "key",
-                key,
-                "one of commit-mode, sync-standbys, wal-compression \
+            _ => {
+                return Err(ConfigError::invalid(
+                    "key",
+                    key,
+                    "one of commit-mode, sync-standbys, wal-compression \
                  (other settings: edit herd.toml, then restart)",
-            )),
+                ))
+            }
         }
         next.validate()?;
         *self = next;
@@ -425,7 +427,10 @@ mod tests {
                 "[postgres]\nmax_connections = 2\n",
                 "postgres.max_connections",
             ),
-            ("[postgres]\nwal_level = \"minimal\"\n", "postgres.wal_level"),
+            (
+                "[postgres]\nwal_level = \"minimal\"\n",
+                "postgres.wal_level",
+            ),
             (
                 "[postgres]\nwal_compression = \"gzip\"\n",
                 "postgres.wal_compression",
@@ -458,7 +463,10 @@ mod tests {
         c.set("wal-compression", "zstd").expect("valid");
         assert_eq!(c.postgres.wal_compression, "zstd");
         let err = c.set("wal_compression", "gzip").expect_err("invalid");
-        assert_eq!(c.postgres.wal_compression, "zstd", "unchanged after a rejection");
+        assert_eq!(
+            c.postgres.wal_compression, "zstd",
+            "unchanged after a rejection"
+        );
         for part in ["postgres.wal_compression", "gzip", "lz4"] {
             assert!(err.to_string().contains(part), "{part} missing from: {err}");
         }
@@ -468,7 +476,10 @@ mod tests {
     fn wal_settings_default_to_replica_and_off_and_accept_their_values() {
         let c = parse("").expect("valid");
         assert_eq!(
-            (c.postgres.wal_level.as_str(), c.postgres.wal_compression.as_str()),
+            (
+                c.postgres.wal_level.as_str(),
+                c.postgres.wal_compression.as_str()
+            ),
             ("replica", "off")
         );
         for level in WAL_LEVELS {
