@@ -139,9 +139,9 @@ fn subscribe(
         publisher.primary_url.replace('\'', "''")
     );
     subscriber.psql(&subscriber.primary_url, &[&create])?;
-    let q = format!("select count(*) from pg_stat_replication where state = 'streaming'");
+    let q = "select count(*) from pg_stat_replication where state = 'streaming'";
     let deadline = Instant::now() + Duration::from_secs(60);
-    while publisher.psql(&publisher.primary_url, &[&q])?.trim() != "2" {
+    while publisher.psql(&publisher.primary_url, &[q])?.trim() != "2" {
         if Instant::now() > deadline {
             return Err(BenchError::Missing(format!(
                 "the subscription {SUB} did not start streaming from the publisher within 60 s \

@@ -5,6 +5,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use plotters::prelude::*;
+use plotters::style::text_anchor;
 use serde::{Deserialize, Serialize};
 
 use crate::report::Results;
@@ -267,14 +268,20 @@ fn draw(r: &Results, path: &Path) -> Result<(), String> {
             BLACK.stroke_width(1),
         )))
         .map_err(|e| e.to_string())?;
-    let labels = WORKLOADS.iter().enumerate().map(|(g, w)| {
-        Text::new(
-            w.to_string(),
-            (g as f64 + 0.35, max * 1.15),
-            ("sans-serif", 15).into_font(),
-        )
-    });
-    chart.draw_series(labels).map_err(|e| e.to_string())?;
+    // Workload names under the axis, centred on their group (in pixels: the x axis is numeric).
+    for (g, w) in WORKLOADS.iter().enumerate() {
+        let (x, y) = chart.backend_coord(&(g as f64 + 0.5, 0.0));
+        let style =
+            ("sans-serif", 15)
+                .into_font()
+                .into_text_style(&root)
+                .pos(text_anchor::Pos::new(
+                    text_anchor::HPos::Center,
+                    text_anchor::VPos::Top,
+                ));
+        root.draw(&Text::new(w.to_string(), (x, y + 10), style))
+            .map_err(|e| e.to_string())?;
+    }
     chart
         .configure_series_labels()
         .background_style(WHITE.mix(0.8))
