@@ -17,8 +17,9 @@
 //! counts write(2)-family calls, and walsenders send with send(2).)
 //!
 //! `--scale N`: rows of the bulk insert (default 1,000,000; quick 100,000); the single-row
-//! commits are N / 100 (at least 100). `--duration S`: seconds of the pgbench run (default 30;
-//! quick 5) of each of the two pgbench runs. The pgbench scale factor is 1, pgbench's default
+//! commits are N / 100 (at least 100). `--duration S`: each of the two pgbench runs does
+//! rate × S transactions (`-R 1000 -t 1000·S/3` per client; default 15; quick 5 at 200 tps), as
+//! long as that takes on this machine. The pgbench scale factor is 1, pgbench's default
 //! (004 gives none), so the post-checkpoint run has touched nearly every page before the
 //! steady-state run starts.
 
@@ -63,7 +64,7 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
         .max(1);
     let commits = (rows / 100).max(100);
     let pg_scale = 1;
-    let secs = opts.duration.unwrap_or(if quick { 5 } else { 30 });
+    let secs = opts.duration.unwrap_or(if quick { 5 } else { 15 });
     let rate = if quick { 200 } else { RATE };
     let pgbench = Pgbench::locate()?;
     bar.set_length((COMPRESSIONS.len() * WORKLOADS.len()) as u64);
@@ -185,12 +186,23 @@ struct Workloads<'a> {
 }
 
 impl Workloads<'_> {
+    /// Transactions per pgbench client: a fixed count (the rate times the duration), not a fixed
+    /// time, so that every run writes the same changes whatever rate this machine achieves (after
+    /// a checkpoint, full-page images make the bytes per transaction depend on the count).
+    fn per_client(&self) -> u64 {
+        (u64::from(self.rate) * self.secs / u64::from(CLIENTS)).max(1)
+    }
+
     /// The pgbench arguments of the TPC-B run.
     fn tpcb_args(&self) -> Vec<String> {
-        format!("-n -c {CLIENTS} -j 1 -R {} -T {}", self.rate, self.secs)
-            .split(' ')
-            .map(String::from)
-            .collect()
+        format!(
+            "-n -c {CLIENTS} -j 1 -R {} -t {}",
+            self.rate,
+            self.per_client()
+        )
+        .split(' ')
+        .map(String::from)
+        .collect()
     }
 
     /// The pgbench arguments of the single-row commits.
@@ -218,8 +230,8 @@ impl Workloads<'_> {
         let url = &publisher.primary_url;
         match workload {
             "pgbench" | "pgbench-checkpoint" => {
-                let what = format!("pgbench -R {} -T {}", self.rate, self.secs);
-                let limit = Duration::from_secs(self.secs + 300);
+                let what = format!("pgbench -R {} -t {}", self.rate, self.per_client());
+                let limit = Duration::from_secs(self.secs * 10 + 600);
                 let r = self.pgbench.run(&what, &self.tpcb_args(), url, limit)?;
                 Ok((r.transactions, "txn"))
             }
@@ -446,7 +458,9 @@ fn results(opts: &BenchOptions, table: Vec<BandwidthRow>, w: &Workloads, pg_scal
          except `pgbench`, which follows `pgbench-checkpoint` at once: that run touched nearly \
          every page of the scale-1 tables, so `pgbench` shows the steady state with few \
          full-page images (as in 004's 200 s run) and `pgbench-checkpoint` the first seconds \
-         after a checkpoint, where wal_compression matters. Both streams' counters are read once the standby has replayed and the subscriber has \
+         after a checkpoint, where wal_compression matters. The pgbench runs do a fixed number \
+         of transactions at the fixed rate (-R with -t, not -T), so that every run writes the \
+         same changes whatever rate the machine achieves. Both streams' counters are read once the standby has replayed and the subscriber has \
          received everything (publisher's pg_stat_replication)."
             .into(),
         "wal_compression compresses only the full-page images in WAL, so it can shrink the \
@@ -472,10 +486,10 @@ fn results(opts: &BenchOptions, table: Vec<BandwidthRow>, w: &Workloads, pg_scal
         machine: Machine::detect(),
         settings: Settings {
             command: format!(
-                "pgbench -n -c {CLIENTS} -j 1 -R {} -T {} (scale {pg_scale}); insert into bw \
+                "pgbench -n -c {CLIENTS} -j 1 -R {} -t {} (scale {pg_scale}); insert into bw \
                  select generate_series(1, {}); pgbench -n -c 1 -t {} -f one_row.sql ({})",
                 w.rate,
-                w.secs,
+                w.per_client(),
                 w.rows,
                 w.commits,
                 ONE_ROW.replace('\n', " ").trim()
