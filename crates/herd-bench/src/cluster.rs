@@ -72,6 +72,17 @@ impl ScratchCluster {
     /// Creates and starts a cluster with extra `herd up` flags (e.g. `--commit-mode on`,
     /// `--replicas 0`).
     pub fn start_with(herd: &Path, flags: &[&str]) -> Result<ScratchCluster, BenchError> {
+        ScratchCluster::start_with_config(herd, flags, "")
+    }
+
+    /// Like [`ScratchCluster::start_with`], with `herd_toml` (e.g. `[postgres]` settings that
+    /// need a restart, such as `wal_level`) written as the data directory's `herd.toml` before
+    /// `herd up`, which reads it; `herd up` flags still override it. Empty: the defaults.
+    pub fn start_with_config(
+        herd: &Path,
+        flags: &[&str],
+        herd_toml: &str,
+    ) -> Result<ScratchCluster, BenchError> {
         let port = free_port_block()?;
         let mut cluster = ScratchCluster {
             herd: herd.to_path_buf(),
@@ -81,6 +92,11 @@ impl ScratchCluster {
             proxy_url: String::new(),
             primary_url: String::new(),
         };
+        if !herd_toml.is_empty() {
+            let data = cluster.data_dir();
+            std::fs::create_dir_all(&data).map_err(|e| BenchError::io("creating", &data, e))?;
+            crate::process::write_script(&data, "herd.toml", herd_toml)?;
+        }
         let port = port.to_string();
         let mut up = vec!["up", "--detach", "--port", &port];
         up.extend_from_slice(flags);

@@ -90,6 +90,12 @@ pub const SCENARIOS: &[Scenario] = &[
         about: "qps of time-series reads through the proxy on 1, 3 and 5 CPU-confined nodes",
         run: scenarios::read_scaling::run,
     },
+    Scenario {
+        name: "bandwidth",
+        about: "bytes sent to a physical standby vs a logical subscription, wal_compression \
+                off/lz4/zstd",
+        run: scenarios::bandwidth::run,
+    },
 ];
 
 /// The name that runs every scenario in turn.

@@ -25,6 +25,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::scenarios::bandwidth_report::{BandwidthRow, StreamBytes};
 use crate::BenchError;
 
 /// Everything a scenario measured, as written to `results.json`.
@@ -50,6 +51,10 @@ pub struct Results {
     /// other scenarios).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub failover: BTreeMap<String, FailoverResult>,
+    /// `herd bench bandwidth` only: one row per workload and `wal_compression` setting (empty,
+    /// and absent from the JSON, in other scenarios).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub bandwidth: Vec<BandwidthRow>,
     /// `herd bench read-scaling` only: how the nodes were confined and which served the reads
     /// (absent from the JSON in other scenarios).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -235,6 +240,9 @@ pub fn markdown(r: &Results) -> String {
     if !r.failover.is_empty() {
         return failover_markdown(r);
     }
+    if !r.bandwidth.is_empty() {
+        return crate::scenarios::bandwidth_report::markdown(r);
+    }
     let mut md = String::new();
     let _ = writeln!(md, "# herd bench {} — {}\n", r.scenario, r.date);
     let _ = writeln!(
@@ -417,19 +425,27 @@ pub fn write_all(r: &Results, out: &Path) -> Result<(String, Vec<PathBuf>), Benc
     let report = out.join("report.md");
     std::fs::write(&report, &md).map_err(|e| BenchError::io("writing", &report, e))?;
     let svg = out.join(format!("{}.svg", r.scenario));
-    if r.failover.is_empty() {
-        crate::chart::bars(r, &svg)?;
-    } else {
+    if !r.failover.is_empty() {
         crate::chart::rto(r, &svg)?;
+    } else if !r.bandwidth.is_empty() {
+        crate::scenarios::bandwidth_report::chart(r, &svg)?;
+    } else {
+        crate::chart::bars(r, &svg)?;
     }
     Ok((md, vec![json, report, svg]))
+}
+
+/// A small proxy-shaped [`Results`] for other modules' tests.
+#[cfg(test)]
+pub(crate) fn tests_sample() -> Results {
+    tests::sample()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn sample() -> Results {
+    pub(super) fn sample() -> Results {
         let target = |runs: Vec<f64>, ratio: f64| TargetResult {
             median_tps: crate::median(&runs).unwrap_or(0.0),
             runs,
@@ -466,6 +482,7 @@ mod tests {
             published: [("simple".to_string(), "PgBouncer 0.57×".to_string())].into(),
             notes: vec!["a note".into()],
             failover: BTreeMap::new(),
+            bandwidth: Vec::new(),
             read_scaling: None,
         }
     }

@@ -130,13 +130,13 @@ pub struct UrlArgs {
 
 #[derive(Debug, Subcommand)]
 enum ConfigCommand {
-    /// Set commit-mode or sync-standbys; applied to the running servers by reload.
+    /// Set commit-mode, sync-standbys or wal-compression; applied to the running servers by reload.
     Set {
         #[command(flatten)]
         dir: DataDirArg,
-        /// commit-mode or sync-standbys.
+        /// commit-mode, sync-standbys or wal-compression.
         key: String,
-        /// The new value, e.g. remote_apply or "ANY 2".
+        /// The new value, e.g. remote_apply, "ANY 2" or lz4.
         value: String,
     },
 }

@@ -1,4 +1,5 @@
-//! `herd config set`: change the commit mode or sync quorum of a (running) cluster.
+//! `herd config set`: change the commit mode, sync quorum or WAL compression of a (running)
+//! cluster.
 
 use herd_cluster::Layout;
 use herd_pg::{OsUser, Pg, PgBinaries};
@@ -12,7 +13,16 @@ pub async fn set(layout: &Layout, key: &str, value: &str) -> anyhow::Result<()> 
     );
     // herd.toml first: a supervisor restarting a server reads it from there.
     std::fs::write(layout.config(), herd_config::render(&cluster.config))?;
+    // Rewrites every node's herd.conf from herd.toml and reloads it: this applies
+    // wal_compression as well as the commit settings.
     cluster.apply_commit_settings(&pg).await?;
+    if key.replace('_', "-").ends_with("wal-compression") {
+        crate::output::emitln!(
+            "wal_compression = {} applied",
+            cluster.config.postgres.wal_compression
+        );
+        return Ok(());
+    }
     crate::output::emitln!(
         "commit mode {} with {} applied: synchronous_commit = {}, synchronous_standby_names = '{}'",
         cluster.config.cluster.commit_mode,

@@ -136,6 +136,12 @@ fn port_in_use_unknown_mode_damaged_dir() {
         &[],
         &["at most the number of replicas"],
     );
+    fails_with(
+        &c,
+        &["config", "set", "wal-compression", "gzip"],
+        &[],
+        &["postgres.wal_compression", "gzip", "lz4"],
+    );
     fails_with(&c, &["up", "--replicas", "3"], &[], &["2 replicas"]);
     assert_eq!(
         snapshot(&c.data_dir()),

@@ -150,6 +150,8 @@ impl Cluster {
             max_connections: pg.max_connections,
             work_mem: pg.work_mem.clone(),
             max_slot_wal_keep_size: pg.max_slot_wal_keep_size.clone(),
+            wal_level: pg.wal_level.clone(),
+            wal_compression: pg.wal_compression.clone(),
             synchronous_commit: self.config.cluster.commit_mode.synchronous_commit().into(),
             synchronous_standby_names: self.synchronous_standby_names(),
             upstream,

@@ -45,6 +45,12 @@ pub fn render(config: &Config) -> String {
             q(&c.postgres.work_mem), q(&d.postgres.work_mem)),
         ("postgres", "max_slot_wal_keep_size", "WAL a replication slot may retain for an absent replica.",
             q(&c.postgres.max_slot_wal_keep_size), q(&d.postgres.max_slot_wal_keep_size)),
+        ("postgres", "wal_level",
+            "PostgreSQL wal_level: \"replica\", or \"logical\" for publications and logical replication (restart to apply).",
+            q(&c.postgres.wal_level), q(&d.postgres.wal_level)),
+        ("postgres", "wal_compression",
+            "PostgreSQL wal_compression of full-page images: off | pglz | lz4 | zstd (`herd config set wal-compression`).",
+            q(&c.postgres.wal_compression), q(&d.postgres.wal_compression)),
         ("supervisor", "probe_interval_ms", "How often each node is probed, in milliseconds.",
             c.supervisor.probe_interval_ms.to_string(), d.supervisor.probe_interval_ms.to_string()),
         ("supervisor", "restart_backoff_ms",
@@ -84,7 +90,7 @@ pub fn render(config: &Config) -> String {
     let mut out = String::from(
         "# Herd cluster configuration. Every option is listed with its default.\n\
          # Command-line flags of `herd up` override these values and are saved here.\n\
-         # Change commit_mode / sync_standbys at run time with `herd config set`.\n",
+         # Change commit_mode / sync_standbys / wal_compression at run time with `herd config set`.\n",
     );
     let mut current = "";
     for (section, key, help, value, default) in entries {
@@ -119,7 +125,11 @@ mod tests {
         c.cluster.replicas = 3;
         c.cluster.commit_mode = herd_core::CommitMode::RemoteApply;
         c.postgres.bindir = Some(PathBuf::from("/opt/pg/bin"));
+        c.postgres.wal_level = "logical".into();
+        c.postgres.wal_compression = "lz4".into();
         let text = render(&c);
+        assert!(text.contains("wal_level = \"logical\""), "{text}");
+        assert!(text.contains("(default: \"off\")"), "{text}");
         assert!(text.contains("(default: \"on\")"), "{text}");
         assert!(text.contains("replicas = 3"), "{text}");
         let back = Config::parse(&text, Path::new("herd.toml")).expect("valid");

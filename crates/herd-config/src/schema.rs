@@ -87,7 +87,19 @@ pub struct PostgresConfig {
     pub work_mem: String,
     /// `max_slot_wal_keep_size`: WAL a slot may hold for an absent replica before it is dropped.
     pub max_slot_wal_keep_size: String,
+    /// `wal_level`: "replica", or "logical" for publications and logical replication slots
+    /// (more WAL; takes effect at the next server restart).
+    pub wal_level: String,
+    /// `wal_compression` of full-page images: "off", "pglz", "lz4" or "zstd" (applied by reload).
+    pub wal_compression: String,
 }
+
+/// The `postgres.wal_level` values Herd accepts ("minimal" would break streaming replication).
+pub const WAL_LEVELS: [&str; 2] = ["replica", "logical"];
+
+/// The `postgres.wal_compression` values Herd accepts (those of PostgreSQL 15 built with lz4
+/// and zstd, as the PGDG packages are).
+pub const WAL_COMPRESSIONS: [&str; 4] = ["off", "pglz", "lz4", "zstd"];
 
 impl Default for PostgresConfig {
     fn default() -> Self {
@@ -98,6 +110,8 @@ impl Default for PostgresConfig {
             max_connections: 100,
             work_mem: "4MB".into(),
             max_slot_wal_keep_size: "2GB".into(),
+            wal_level: "replica".into(),
+            wal_compression: "off".into(),
         }
     }
 }
@@ -260,6 +274,20 @@ impl Config {
                 "an OS user name",
             ));
         }
+        if !WAL_LEVELS.contains(&p.wal_level.as_str()) {
+            return Err(ConfigError::invalid(
+                "postgres.wal_level",
+                &p.wal_level,
+                format!("one of {}", WAL_LEVELS.join(", ")),
+            ));
+        }
+        if !WAL_COMPRESSIONS.contains(&p.wal_compression.as_str()) {
+            return Err(ConfigError::invalid(
+                "postgres.wal_compression",
+                &p.wal_compression,
+                format!("one of {}", WAL_COMPRESSIONS.join(", ")),
+            ));
+        }
         let x = &self.proxy;
         if x.pool_size == 0 || x.pool_size > p.max_connections / 2 {
             return Err(ConfigError::invalid(
@@ -330,11 +358,18 @@ impl Config {
         match key.replace('_', "-").trim_start_matches("cluster.") {
             "commit-mode" => next.cluster.commit_mode = value.parse().map_err(invalid)?,
             "sync-standbys" => next.cluster.sync_standbys = value.parse().map_err(invalid)?,
-            _ => return Err(ConfigError::invalid(
-                "key",
-                key,
-                "one of commit-mode, sync-standbys (other settings: edit herd.toml, then restart)",
-            )),
+            // Reloadable in PostgreSQL, so it can change while the cluster runs.
+            "wal-compression" | "postgres.wal-compression" => {
+                next.postgres.wal_compression = value.to_string()
+            }
+            _ => {
+                return Err(ConfigError::invalid(
+                    "key",
+                    key,
+                    "one of commit-mode, sync-standbys, wal-compression \
+                 (other settings: edit herd.toml, then restart)",
+                ))
+            }
         }
         next.validate()?;
         *self = next;
@@ -397,6 +432,14 @@ mod tests {
                 "[postgres]\nmax_connections = 2\n",
                 "postgres.max_connections",
             ),
+            (
+                "[postgres]\nwal_level = \"minimal\"\n",
+                "postgres.wal_level",
+            ),
+            (
+                "[postgres]\nwal_compression = \"gzip\"\n",
+                "postgres.wal_compression",
+            ),
         ];
         for (text, key) in cases {
             let err = parse(text).expect_err(text).to_string();
@@ -422,5 +465,43 @@ mod tests {
         );
         assert!(c.set("commit-mode", "fast").is_err());
         assert!(c.set("port", "1").is_err());
+        c.set("wal-compression", "zstd").expect("valid");
+        assert_eq!(c.postgres.wal_compression, "zstd");
+        let err = c.set("wal_compression", "gzip").expect_err("invalid");
+        assert_eq!(
+            c.postgres.wal_compression, "zstd",
+            "unchanged after a rejection"
+        );
+        for part in ["postgres.wal_compression", "gzip", "lz4"] {
+            assert!(err.to_string().contains(part), "{part} missing from: {err}");
+        }
+    }
+
+    #[test]
+    fn wal_settings_default_to_replica_and_off_and_accept_their_values() {
+        let c = parse("").expect("valid");
+        assert_eq!(
+            (
+                c.postgres.wal_level.as_str(),
+                c.postgres.wal_compression.as_str()
+            ),
+            ("replica", "off")
+        );
+        for level in WAL_LEVELS {
+            for compression in WAL_COMPRESSIONS {
+                let text = format!(
+                    "[postgres]\nwal_level = \"{level}\"\nwal_compression = \"{compression}\"\n"
+                );
+                let c = parse(&text).expect(&text);
+                assert_eq!(c.postgres.wal_level, level);
+                assert_eq!(c.postgres.wal_compression, compression);
+            }
+        }
+        let err = parse("[postgres]\nwal_level = \"logical \"\n")
+            .expect_err("trailing space")
+            .to_string();
+        for part in ["postgres.wal_level", "replica, logical"] {
+            assert!(err.contains(part), "{part} missing from: {err}");
+        }
     }
 }

@@ -25,6 +25,10 @@ pub struct ServerSettings {
     pub work_mem: String,
     /// `max_slot_wal_keep_size`.
     pub max_slot_wal_keep_size: String,
+    /// `wal_level` ("replica" or "logical").
+    pub wal_level: String,
+    /// `wal_compression` ("off", "pglz", "lz4" or "zstd").
+    pub wal_compression: String,
     /// `synchronous_commit`.
     pub synchronous_commit: String,
     /// `synchronous_standby_names`.
@@ -59,7 +63,8 @@ pub fn render_server_conf(s: &ServerSettings) -> String {
     set("work_mem", &s.work_mem);
     set("maintenance_work_mem", "64MB");
     set("effective_cache_size", "512MB");
-    set("wal_level", "replica");
+    set("wal_level", &s.wal_level);
+    set("wal_compression", &s.wal_compression);
     // pg_rewind needs hint bits WAL-logged to rejoin a former primary.
     set("wal_log_hints", "on");
     set("max_wal_senders", "16");
@@ -147,6 +152,8 @@ mod tests {
             max_connections: 100,
             work_mem: "4MB".into(),
             max_slot_wal_keep_size: "2GB".into(),
+            wal_level: "replica".into(),
+            wal_compression: "off".into(),
             synchronous_commit: "on".into(),
             synchronous_standby_names: "ANY 1 (\"node1\", \"node2\")".into(),
             upstream: None,
@@ -163,10 +170,24 @@ mod tests {
             "recovery_prefetch = 'try'",
             "synchronous_standby_names = 'ANY 1 (\"node1\", \"node2\")'",
             "unix_socket_directories = ''",
+            "wal_level = 'replica'",
+            "wal_compression = 'off'",
         ] {
             assert!(text.lines().any(|l| l == line), "missing {line} in\n{text}");
         }
         assert!(!text.contains("primary_conninfo"));
+    }
+
+    #[test]
+    fn wal_level_and_compression_come_from_the_settings() {
+        let mut s = settings();
+        s.wal_level = "logical".into();
+        s.wal_compression = "zstd".into();
+        let text = render_server_conf(&s);
+        for line in ["wal_level = 'logical'", "wal_compression = 'zstd'"] {
+            assert!(text.lines().any(|l| l == line), "missing {line} in\n{text}");
+        }
+        assert_eq!(text.matches("wal_level").count(), 1, "{text}");
     }
 
     #[test]

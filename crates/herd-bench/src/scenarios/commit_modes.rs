@@ -189,6 +189,7 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
         published: published(),
         notes,
         failover: BTreeMap::new(),
+        bandwidth: Vec::new(),
         read_scaling: None,
     })
 }

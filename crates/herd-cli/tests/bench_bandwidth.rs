@@ -1,0 +1,56 @@
+//! `herd bench bandwidth --quick`: a publisher with a hot standby and a subscriber cluster come
+//! up, every workload runs under every wal_compression setting, and results.json carries
+//! positive byte counts for both streams. No speed or size ratio is asserted.
+
+use std::process::Command;
+
+use serde_json::Value;
+
+#[test]
+fn quick_bandwidth_bench() {
+    let out = herd_testkit::scratch_dir();
+    let run = Command::new(env!("CARGO_BIN_EXE_herd"))
+        .args(["bench", "bandwidth", "--quick", "--out"])
+        .arg(out.path())
+        .output()
+        .expect("running herd bench");
+    assert!(run.status.success(), "{}", herd_testkit::describe(&run));
+    for file in ["report.md", "bandwidth.svg"] {
+        let meta = std::fs::metadata(out.path().join(file)).expect("report file");
+        assert!(meta.len() > 0, "{file} is empty");
+    }
+    let text = std::fs::read_to_string(out.path().join("results.json")).expect("results.json");
+    let r: Value = serde_json::from_str(&text).expect("results.json is JSON");
+    assert_eq!(r["scenario"], "bandwidth");
+    assert_eq!(r["quick"], true);
+    let rows = r["bandwidth"].as_array().expect("bandwidth rows");
+    let workloads = [
+        "pgbench-checkpoint",
+        "pgbench",
+        "bulk-insert",
+        "single-commits",
+    ];
+    assert_eq!(rows.len(), workloads.len() * 3, "{text}");
+    for workload in workloads {
+        for compression in ["off", "lz4", "zstd"] {
+            let row = rows
+                .iter()
+                .find(|x| x["workload"] == workload && x["wal_compression"] == compression)
+                .unwrap_or_else(|| panic!("{workload}/{compression} missing in {text}"));
+            let what = format!("{workload}/{compression}");
+            assert!(row["units"].as_u64().unwrap_or(0) > 0, "{what}: units");
+            assert!(row["wal_bytes"].as_u64().unwrap_or(0) > 0, "{what}: WAL");
+            for stream in ["physical", "logical"] {
+                for counter in ["socket_bytes", "sent_lsn_bytes"] {
+                    let n = row[stream][counter].as_u64().unwrap_or(0);
+                    assert!(n > 0, "{what}: {stream} {counter} = {n}");
+                }
+            }
+            let ratio = row["ratio_logical_to_physical"].as_f64().unwrap_or(0.0);
+            assert!(ratio > 0.0 && ratio.is_finite(), "{what}: ratio {ratio}");
+        }
+    }
+    let md = std::fs::read_to_string(out.path().join("report.md")).expect("report.md");
+    assert!(md.contains("| bulk-insert | zstd |"), "{md}");
+    assert!(md.contains("reference 004"), "{md}");
+}
