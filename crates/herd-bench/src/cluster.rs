@@ -222,6 +222,21 @@ impl Drop for ScratchCluster {
     }
 }
 
+/// `url` with libpq's `options` parameter set to `options` (percent-encoded).
+pub fn url_with_options(url: &str, options: &str) -> String {
+    let encoded: String = options
+        .bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'.' | b'_' => {
+                char::from(b).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect();
+    let sep = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{sep}options={encoded}")
+}
+
 /// The parts of a `postgresql://user:password@host:port/db` URL PgBouncer's config needs.
 #[derive(Debug, PartialEq, Eq)]
 pub struct UrlParts {
@@ -261,6 +276,18 @@ impl UrlParts {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn options_are_percent_encoded() {
+        assert_eq!(
+            url_with_options("postgresql://u:p@h:1/db", "-c herd.consistency=primary"),
+            "postgresql://u:p@h:1/db?options=-c%20herd.consistency%3Dprimary"
+        );
+        assert_eq!(
+            url_with_options("postgresql://h/db?x=1", "-c a=b"),
+            "postgresql://h/db?x=1&options=-c%20a%3Db"
+        );
+    }
 
     #[test]
     fn url_parts() {

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use indicatif::ProgressBar;
 
-use crate::cluster::ScratchCluster;
+use crate::cluster::{url_with_options, ScratchCluster};
 use crate::pgbench::{median, Pgbench};
 use crate::pgbouncer::{Installed, PgBouncer};
 use crate::report::{Machine, ModeResult, Results, Settings, TargetResult};
@@ -79,7 +79,7 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
         ("herd".to_string(), cluster.proxy_url.clone()),
         (
             "herd-primary".to_string(),
-            with_options(&cluster.proxy_url, "-c herd.consistency=primary"),
+            url_with_options(&cluster.proxy_url, "-c herd.consistency=primary"),
         ),
         ("replica".to_string(), replica_url),
     ];
@@ -227,21 +227,6 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
     })
 }
 
-/// `url` with libpq's `options` parameter set to `options` (percent-encoded).
-fn with_options(url: &str, options: &str) -> String {
-    let encoded: String = options
-        .bytes()
-        .map(|b| match b {
-            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'.' | b'_' => {
-                char::from(b).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect();
-    let sep = if url.contains('?') { '&' } else { '?' };
-    format!("{url}{sep}options={encoded}")
-}
-
 /// `pgbench -S -c 16 -j 2 -T secs -M mode`.
 fn bench_args(secs: u64, mode: &str) -> Vec<String> {
     let args = format!("-S -c {CLIENTS} -j {THREADS} -T {secs} -M {mode}");
@@ -251,19 +236,4 @@ fn bench_args(secs: u64, mode: &str) -> Vec<String> {
 /// How long a run may take before it counts as hung: its duration plus a minute.
 fn limit(secs: u64) -> Duration {
     Duration::from_secs(secs + 60)
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn options_are_percent_encoded() {
-        assert_eq!(
-            super::with_options("postgresql://u:p@h:1/db", "-c herd.consistency=primary"),
-            "postgresql://u:p@h:1/db?options=-c%20herd.consistency%3Dprimary"
-        );
-        assert_eq!(
-            super::with_options("postgresql://h/db?x=1", "-c a=b"),
-            "postgresql://h/db?x=1&options=-c%20a%3Db"
-        );
-    }
 }
