@@ -5,6 +5,7 @@
 //! `results.json`, `report.md` and SVG charts into [`BenchOptions::out`].
 
 mod chart;
+mod chart_lag;
 mod cluster;
 mod error;
 mod pgbench;
@@ -19,7 +20,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 pub use error::BenchError;
 pub use pgbench::{median, parse_output, PgbenchRun};
-pub use report::{Machine, ModeResult, Results, TargetResult};
+pub use report::{LagResult, Machine, ModeResult, Percentiles, Results, TargetResult};
 
 /// How to run a scenario.
 #[derive(Clone, Debug)]
@@ -83,6 +84,12 @@ pub const SCENARIOS: &[Scenario] = &[
         name: "commit-waits",
         about: "wait events (IO:WALSync, IPC:SyncRep, LWLock:WALWrite) of commits per commit mode",
         run: scenarios::commit_waits::run,
+    },
+    Scenario {
+        name: "lag",
+        about: "replica lag (10 Hz, bytes and time) under pgbench TPC-B, with select-only load \
+                on the replica directly and through Herd's lag-aware read pool",
+        run: scenarios::lag::run,
     },
 ];
 

@@ -192,6 +192,7 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
         published: published(),
         notes,
         failover: BTreeMap::new(),
+        lag: BTreeMap::new(),
     })
 }
 

@@ -222,6 +222,7 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
         published: published(),
         notes,
         failover: BTreeMap::new(),
+        lag: BTreeMap::new(),
     })
 }
 

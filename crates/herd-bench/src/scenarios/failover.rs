@@ -96,6 +96,7 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
                 .into(),
         ],
         failover,
+        lag: BTreeMap::new(),
     })
 }
 

@@ -3,4 +3,6 @@
 pub mod commit_modes;
 pub mod commit_waits;
 pub mod failover;
+pub mod lag;
+mod lag_sampler;
 pub mod proxy;

@@ -207,6 +207,7 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
         .into(),
         notes,
         failover: BTreeMap::new(),
+        lag: BTreeMap::new(),
     })
 }
 
