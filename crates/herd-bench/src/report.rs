@@ -70,6 +70,9 @@ pub struct LagResult {
     pub sample_hz: f64,
     /// Ticks skipped because a query failed or took longer than 2 s.
     pub skipped_samples: u32,
+    /// WAL the primary wrote per second during the phase (replay's work).
+    #[serde(default)]
+    pub wal_bytes_per_s: f64,
     /// WAL bytes written by the primary and not yet replayed by the replica.
     pub bytes: Percentiles,
     /// Milliseconds since the primary was at the replica's replay position (from the sampled

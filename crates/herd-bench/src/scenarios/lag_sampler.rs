@@ -38,6 +38,8 @@ pub struct Sampled {
     pub skipped: u32,
     /// Seconds the sampler ran.
     pub elapsed_s: f64,
+    /// WAL the primary wrote per second between the first and the last sample.
+    pub wal_bytes_per_s: f64,
 }
 
 /// Samples every [`PERIOD`] until `stop` is set; `in_pool` (when given) tells whether the
@@ -110,6 +112,7 @@ async fn sample_loop(
         });
     }
     out.elapsed_s = started.elapsed().as_secs_f64();
+    out.wal_bytes_per_s = history.rate();
     Ok(out)
 }
 
@@ -140,6 +143,14 @@ impl History {
     /// Records the primary's position `lsn` at `t_s`.
     pub fn push(&mut self, t_s: f64, lsn: i64) {
         self.points.push((t_s, lsn));
+    }
+
+    /// WAL bytes per second between the first and the last position (0 with fewer than two).
+    pub fn rate(&self) -> f64 {
+        match (self.points.first(), self.points.last()) {
+            (Some(&(t0, l0)), Some(&(t1, l1))) if t1 > t0 => (l1 - l0) as f64 / (t1 - t0),
+            _ => 0.0,
+        }
     }
 
     /// Seconds between `now_s` and the moment the primary reached `replayed`, interpolating
@@ -195,6 +206,7 @@ mod tests {
         assert!((h.lag_s(2000, 0.2) - 0.1).abs() < 1e-9);
         // Older than every tick: the age of the first one, a lower bound.
         assert!((h.lag_s(500, 0.2) - 0.2).abs() < 1e-9);
+        assert!((h.rate() - 10_000.0).abs() < 1e-6);
     }
 
     #[test]
