@@ -510,6 +510,12 @@ fn standing_notes(defaults: &herd_config::ProxyConfig) -> Vec<String> {
             defaults.readmit_fraction,
             defaults.poll_interval_ms
         ),
+        "Reads on the primary write WAL: Herd's servers run with data checksums and \
+         wal_log_hints, so the first hint-bit change of a page after a checkpoint is logged as \
+         a full-page image. Readers moved to the primary (herd-pool-tight) right after the \
+         phase's checkpoint therefore add replay work, which can keep the replica out of the \
+         pool longer; compare the phases' WAL MiB/s."
+            .into(),
         "Phases run once each, in table order, on the same data; before each the tables are \
          vacuumed and pgbench_history truncated (what pgbench does without -n), a checkpoint \
          runs (each phase starts with the same full-page writes ahead) and replay catches up."
