@@ -26,7 +26,7 @@ pub fn lines(results: &Results, path: &Path) -> Result<(), BenchError> {
 }
 
 fn draw(r: &Results, path: &Path) -> Result<(), String> {
-    let phases = crate::scenarios::lag::ordered(r);
+    let phases = crate::scenarios::lag_report::ordered(r);
     let root = SVGBackend::new(path, (800, 640)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| e.to_string())?;
     let root = root

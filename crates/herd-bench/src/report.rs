@@ -267,7 +267,7 @@ pub fn markdown(r: &Results) -> String {
         return failover_markdown(r);
     }
     if !r.lag.is_empty() {
-        return crate::scenarios::lag::markdown(r);
+        return crate::scenarios::lag_report::markdown(r);
     }
     let mut md = String::new();
     let _ = writeln!(md, "# herd bench {} — {}\n", r.scenario, r.date);
