@@ -6,6 +6,7 @@
 
 mod cgroup;
 mod chart;
+mod chart_lag;
 mod cluster;
 mod error;
 mod pgbench;
@@ -20,7 +21,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 pub use error::BenchError;
 pub use pgbench::{median, parse_output, PgbenchRun};
-pub use report::{Machine, ModeResult, ReadScaling, Results, TargetResult};
+pub use report::{LagResult, Machine, ModeResult, Percentiles, ReadScaling, Results, TargetResult};
 
 /// How to run a scenario.
 #[derive(Clone, Debug)]
@@ -95,6 +96,12 @@ pub const SCENARIOS: &[Scenario] = &[
         about: "bytes sent to a physical standby vs a logical subscription, wal_compression \
                 off/lz4/zstd",
         run: scenarios::bandwidth::run,
+    },
+    Scenario {
+        name: "lag",
+        about: "replica lag (10 Hz, bytes and time) under pgbench TPC-B, with select-only load \
+                on the replica directly and through Herd's lag-aware read pool",
+        run: scenarios::lag::run,
     },
 ];
 

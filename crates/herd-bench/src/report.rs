@@ -29,7 +29,7 @@ pub use crate::scenarios::bandwidth_report::{BandwidthRow, StreamBytes};
 use crate::BenchError;
 
 /// Everything a scenario measured, as written to `results.json`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Results {
     /// The scenario's name, e.g. "proxy".
     pub scenario: String,
@@ -51,6 +51,10 @@ pub struct Results {
     /// other scenarios).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub failover: BTreeMap<String, FailoverResult>,
+    /// `herd bench lag` only: phase → replication lag figures (empty, and absent from the JSON,
+    /// in other scenarios). The phases' tps are rows of `modes` (targets `writer`, `reader`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub lag: BTreeMap<String, LagResult>,
     /// `herd bench bandwidth` only: one row per workload and `wal_compression` setting (empty,
     /// and absent from the JSON, in other scenarios).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -80,6 +84,60 @@ pub struct ReadScaling {
     /// Mode → node → share of the CPU quota's periods in which the node was throttled during
     /// the measured runs (empty when unconfined).
     pub throttled_share: BTreeMap<String, BTreeMap<String, f64>>,
+}
+
+/// The replication lag of one phase of `herd bench lag`, sampled at 10 Hz.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LagResult {
+    /// What ran in the phase.
+    pub description: String,
+    /// Where the select-only clients read: "none", "replica" (directly) or "herd" (through the
+    /// proxy's read pool).
+    pub reader: String,
+    /// Samples taken.
+    pub samples: u32,
+    /// Samples per second achieved (10 planned).
+    pub sample_hz: f64,
+    /// Ticks skipped because a query failed or took longer than 2 s.
+    pub skipped_samples: u32,
+    /// WAL the primary wrote per second during the phase (replay's work).
+    #[serde(default)]
+    pub wal_bytes_per_s: f64,
+    /// WAL bytes written by the primary and not yet replayed by the replica.
+    pub bytes: Percentiles,
+    /// Milliseconds since the primary was at the replica's replay position (from the sampled
+    /// primary positions, interpolated).
+    pub time_ms: Percentiles,
+    /// PostgreSQL's `pg_stat_replication.replay_lag`, milliseconds, over its non-NULL samples.
+    pub replay_lag_ms: Percentiles,
+    /// The proxy's read-pool limits in this phase, e.g. "16 MiB / 1000 ms" (None: no proxy).
+    #[serde(default)]
+    pub read_pool_limits: Option<String>,
+    /// Reads the proxy sent to the replica during the phase (None: no proxy).
+    #[serde(default)]
+    pub reads_to_replica: Option<u64>,
+    /// Reads the proxy sent to the primary during the phase (None: no proxy).
+    #[serde(default)]
+    pub reads_to_primary: Option<u64>,
+    /// Times the replica was seen leaving the read pool (observed at 10 Hz; None: no proxy).
+    #[serde(default)]
+    pub pool_exits: Option<u32>,
+    /// Share of the samples with the replica in the read pool (None: no proxy).
+    #[serde(default)]
+    pub in_pool_share: Option<f64>,
+    /// Every sample as [seconds, bytes, time lag ms], for charts.
+    pub series: Vec<[f64; 3]>,
+}
+
+/// p50, p95 (nearest rank) and maximum of one quantity.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Percentiles {
+    /// Median.
+    pub p50: f64,
+    /// 95th percentile.
+    pub p95: f64,
+    /// Largest value.
+    pub max: f64,
 }
 
 /// The figures of `herd bench failover` for one commit mode.
@@ -133,7 +191,7 @@ pub struct TargetResult {
 }
 
 /// How a scenario's workload was run.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Settings {
     /// The measured command, with placeholders.
     pub command: String,
@@ -152,7 +210,7 @@ pub struct Settings {
 }
 
 /// The machine a run happened on.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Machine {
     /// Logical CPUs available.
     pub cores: usize,
@@ -242,6 +300,9 @@ pub fn markdown(r: &Results) -> String {
     }
     if !r.bandwidth.is_empty() {
         return crate::scenarios::bandwidth_report::markdown(r);
+    }
+    if !r.lag.is_empty() {
+        return crate::scenarios::lag_report::markdown(r);
     }
     let mut md = String::new();
     let _ = writeln!(md, "# herd bench {} — {}\n", r.scenario, r.date);
@@ -425,14 +486,22 @@ pub fn write_all(r: &Results, out: &Path) -> Result<(String, Vec<PathBuf>), Benc
     let report = out.join("report.md");
     std::fs::write(&report, &md).map_err(|e| BenchError::io("writing", &report, e))?;
     let svg = out.join(format!("{}.svg", r.scenario));
+    let mut files = vec![json, report];
     if !r.failover.is_empty() {
         crate::chart::rto(r, &svg)?;
     } else if !r.bandwidth.is_empty() {
         crate::scenarios::bandwidth_report::chart(r, &svg)?;
+    } else if !r.lag.is_empty() {
+        crate::chart_lag::lines(r, &svg)?;
+        // The phases' tps as the usual grouped bars beside the lag lines.
+        let tps = out.join(format!("{}-tps.svg", r.scenario));
+        crate::chart::bars(r, &tps)?;
+        files.push(tps);
     } else {
         crate::chart::bars(r, &svg)?;
     }
-    Ok((md, vec![json, report, svg]))
+    files.insert(2, svg);
+    Ok((md, files))
 }
 
 /// A small proxy-shaped [`Results`] for other modules' tests.
@@ -481,9 +550,7 @@ mod tests {
             modes: [("simple".into(), simple), ("prepared".into(), prepared)].into(),
             published: [("simple".to_string(), "PgBouncer 0.57×".to_string())].into(),
             notes: vec!["a note".into()],
-            failover: BTreeMap::new(),
-            bandwidth: Vec::new(),
-            read_scaling: None,
+            ..Default::default()
         }
     }
 

@@ -515,7 +515,7 @@ fn results(opts: &BenchOptions, table: Vec<BandwidthRow>, w: &Workloads, pg_scal
         notes,
         failover: BTreeMap::new(),
         bandwidth: table,
-        read_scaling: None,
+        ..Default::default()
     }
 }
 

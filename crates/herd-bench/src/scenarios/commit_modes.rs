@@ -188,9 +188,7 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
         modes,
         published: published(),
         notes,
-        failover: BTreeMap::new(),
-        bandwidth: Vec::new(),
-        read_scaling: None,
+        ..Default::default()
     })
 }
 

@@ -96,8 +96,7 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
                 .into(),
         ],
         failover,
-        bandwidth: Vec::new(),
-        read_scaling: None,
+        ..Default::default()
     })
 }
 

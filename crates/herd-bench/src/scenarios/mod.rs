@@ -6,5 +6,8 @@ pub mod commit_modes;
 pub mod commit_waits;
 mod dataset;
 pub mod failover;
+pub mod lag;
+pub mod lag_report;
+mod lag_sampler;
 pub mod proxy;
 pub mod read_scaling;

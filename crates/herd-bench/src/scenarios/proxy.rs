@@ -221,9 +221,7 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
         ]
         .into(),
         notes,
-        failover: BTreeMap::new(),
-        bandwidth: Vec::new(),
-        read_scaling: None,
+        ..Default::default()
     })
 }
 

@@ -404,7 +404,7 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
         notes,
         failover: BTreeMap::new(),
         read_scaling: Some(section),
-        bandwidth: Vec::new(),
+        ..Default::default()
     })
 }
 
