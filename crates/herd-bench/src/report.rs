@@ -293,43 +293,52 @@ pub fn label(target: &str) -> &str {
     }
 }
 
-/// The Markdown report: a heading, the machine, the table and the notes.
+/// The Markdown report: a heading, the machine, how it ran, the table and the notes.
 pub fn markdown(r: &Results) -> String {
+    let command = &r.settings.command;
     if !r.failover.is_empty() {
-        return failover_markdown(r);
+        return document(r, &format!("Command: `{command}`."), &failover_body(r));
     }
     if !r.bandwidth.is_empty() {
-        return crate::scenarios::bandwidth_report::markdown(r);
+        let table = crate::scenarios::bandwidth_report::table(r);
+        return document(r, &format!("Workloads: `{command}`."), &table);
     }
     if !r.lag.is_empty() {
-        return crate::scenarios::lag_report::markdown(r);
+        let how = format!(
+            "Command: `{command}`, {} s per phase, scale {}.",
+            r.settings.duration_s, r.settings.scale
+        );
+        return document(r, &how, &crate::scenarios::lag_report::table(r));
     }
+    let how = format!(
+        "Command: `{command}`, {} round(s) of {} s per target and mode, scale {}, targets \
+         interleaved.",
+        r.settings.rounds, r.settings.duration_s, r.settings.scale
+    );
+    document(r, &how, &table(r))
+}
+
+/// Heading, machine and `how` (the command) in one paragraph, then `body`, then the notes.
+fn document(r: &Results, how: &str, body: &str) -> String {
     let mut md = String::new();
     let _ = writeln!(md, "# herd bench {} — {}\n", r.scenario, r.date);
+    let m = &r.machine;
+    let cpu = if m.cpu.is_empty() {
+        "unknown CPU"
+    } else {
+        &m.cpu
+    };
+    let quick = if r.quick {
+        " **Quick run: figures not meaningful.**"
+    } else {
+        ""
+    };
     let _ = writeln!(
         md,
-        "Machine: {} cores, {} MiB, {}, load average at the end {}. \
-         Command: `{}`, {} round(s) of {} s per target and mode, \
-         scale {}, targets interleaved.{}\n",
-        r.machine.cores,
-        r.machine.memory_mib,
-        if r.machine.cpu.is_empty() {
-            "unknown CPU"
-        } else {
-            &r.machine.cpu
-        },
-        r.machine.load_average,
-        r.settings.command,
-        r.settings.rounds,
-        r.settings.duration_s,
-        r.settings.scale,
-        if r.quick {
-            " **Quick run: figures not meaningful.**"
-        } else {
-            ""
-        }
+        "Machine: {} cores, {} MiB, {cpu}, load average at the end {}. {how}{quick}\n",
+        m.cores, m.memory_mib, m.load_average
     );
-    md.push_str(&table(r));
+    md.push_str(body);
     if !r.notes.is_empty() {
         md.push('\n');
         for n in &r.notes {
@@ -383,28 +392,9 @@ pub fn table(r: &Results) -> String {
     md
 }
 
-/// The failover report: heading, machine, table, every RTO, notes.
-fn failover_markdown(r: &Results) -> String {
+/// The failover table, then every iteration.
+fn failover_body(r: &Results) -> String {
     let mut md = String::new();
-    let _ = writeln!(md, "# herd bench {} — {}\n", r.scenario, r.date);
-    let _ = writeln!(
-        md,
-        "Machine: {} cores, {} MiB, {}, load average at the end {}. Command: `{}`.{}\n",
-        r.machine.cores,
-        r.machine.memory_mib,
-        if r.machine.cpu.is_empty() {
-            "unknown CPU"
-        } else {
-            &r.machine.cpu
-        },
-        r.machine.load_average,
-        r.settings.command,
-        if r.quick {
-            " **Quick run: figures not meaningful.**"
-        } else {
-            ""
-        }
-    );
     md.push_str(&failover_table(r));
     md.push_str(
         "\nEvery iteration (RTO s / seconds to full strength / new primary / writes acknowledged \
@@ -423,12 +413,6 @@ fn failover_markdown(r: &Results) -> String {
             })
             .collect();
         let _ = writeln!(md, "- {mode}: {}", runs.join(", "));
-    }
-    if !r.notes.is_empty() {
-        md.push('\n');
-        for n in &r.notes {
-            let _ = writeln!(md, "- {n}");
-        }
     }
     md
 }

@@ -53,7 +53,10 @@ fn quick_read_scaling_bench() {
     // runs with proxy.read_from_primary = true).
     let s = &r["read_scaling"];
     assert_eq!(s["serving_nodes"]["1 node"], 1, "{s}");
-    assert!(s["serving_nodes"]["3 nodes"].as_u64().unwrap_or(0) >= 2, "{s}");
+    assert!(
+        s["serving_nodes"]["3 nodes"].as_u64().unwrap_or(0) >= 2,
+        "{s}"
+    );
     let three = s["routed"]["3 nodes"].as_object().expect("routed per node");
     assert_eq!(three.len(), 3, "{s}");
     for node in ["node0", "node1", "node2"] {

@@ -152,38 +152,6 @@ pub fn table(r: &Results) -> String {
     md
 }
 
-/// The report: heading, machine, table, notes.
-pub fn markdown(r: &Results) -> String {
-    let mut md = String::new();
-    let _ = writeln!(md, "# herd bench {} — {}\n", r.scenario, r.date);
-    let _ = writeln!(
-        md,
-        "Machine: {} cores, {} MiB, {}, load average at the end {}. Workloads: `{}`.{}\n",
-        r.machine.cores,
-        r.machine.memory_mib,
-        if r.machine.cpu.is_empty() {
-            "unknown CPU"
-        } else {
-            &r.machine.cpu
-        },
-        r.machine.load_average,
-        r.settings.command,
-        if r.quick {
-            " **Quick run: figures not meaningful.**"
-        } else {
-            ""
-        }
-    );
-    md.push_str(&table(r));
-    if !r.notes.is_empty() {
-        md.push('\n');
-        for n in &r.notes {
-            let _ = writeln!(md, "- {n}");
-        }
-    }
-    md
-}
-
 /// Draws the logical/physical ratio per workload: one bar per `wal_compression` setting and one
 /// for reference 004, into `path`.
 pub fn chart(r: &Results, path: &Path) -> Result<(), BenchError> {

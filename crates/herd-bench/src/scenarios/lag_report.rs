@@ -17,41 +17,6 @@ pub fn ordered(r: &Results) -> Vec<(&String, &LagResult)> {
     out
 }
 
-/// The report: heading, machine, the table (lag and tps per phase), notes.
-pub fn markdown(r: &Results) -> String {
-    let mut md = String::new();
-    let _ = writeln!(md, "# herd bench {} — {}\n", r.scenario, r.date);
-    let _ = writeln!(
-        md,
-        "Machine: {} cores, {} MiB, {}, load average at the end {}. Command: `{}`, {} s per \
-         phase, scale {}.{}\n",
-        r.machine.cores,
-        r.machine.memory_mib,
-        if r.machine.cpu.is_empty() {
-            "unknown CPU"
-        } else {
-            &r.machine.cpu
-        },
-        r.machine.load_average,
-        r.settings.command,
-        r.settings.duration_s,
-        r.settings.scale,
-        if r.quick {
-            " **Quick run: figures not meaningful.**"
-        } else {
-            ""
-        }
-    );
-    md.push_str(&table(r));
-    if !r.notes.is_empty() {
-        md.push('\n');
-        for n in &r.notes {
-            let _ = writeln!(md, "- {n}");
-        }
-    }
-    md
-}
-
 /// phase | reads | writer tps (× alone) | reader tps (× direct) | WAL rate | time lag
 /// p50/p95/max | bytes p50/p95/max | replay_lag p50/p95/max | reads on the replica | pool exits
 /// | published.
@@ -181,6 +146,6 @@ mod tests {
             "{t}"
         );
         assert_eq!(t.lines().count(), 3, "{t}");
-        assert!(markdown(&r).contains("**Quick run"));
+        assert!(crate::report::markdown(&r).contains("**Quick run"));
     }
 }
