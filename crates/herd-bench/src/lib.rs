@@ -6,7 +6,6 @@
 
 mod cgroup;
 mod chart;
-mod chart_lag;
 mod cluster;
 mod error;
 mod pgbench;

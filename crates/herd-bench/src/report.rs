@@ -476,7 +476,7 @@ pub fn write_all(r: &Results, out: &Path) -> Result<(String, Vec<PathBuf>), Benc
     } else if !r.bandwidth.is_empty() {
         crate::scenarios::bandwidth_report::chart(r, &svg)?;
     } else if !r.lag.is_empty() {
-        crate::chart_lag::lines(r, &svg)?;
+        crate::chart::lag(r, &svg)?;
         // The phases' tps as the usual grouped bars beside the lag lines.
         let tps = out.join(format!("{}-tps.svg", r.scenario));
         crate::chart::bars(r, &tps)?;

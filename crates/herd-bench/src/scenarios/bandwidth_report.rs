@@ -4,10 +4,10 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use plotters::prelude::*;
-use plotters::style::text_anchor;
+use plotters::prelude::SeriesLabelPosition;
 use serde::{Deserialize, Serialize};
 
+use crate::chart::{colour, grouped, Bars, Series};
 use crate::report::Results;
 use crate::BenchError;
 
@@ -152,112 +152,59 @@ pub fn table(r: &Results) -> String {
     md
 }
 
-/// Draws the logical/physical ratio per workload: one bar per `wal_compression` setting and one
-/// for reference 004, into `path`.
+/// The chart: logical ÷ physical bytes per workload, one bar per `wal_compression` setting and
+/// one for reference 004, with a line at 1 (equal bytes).
 pub fn chart(r: &Results, path: &Path) -> Result<(), BenchError> {
-    draw(r, path).map_err(|detail| BenchError::Chart {
-        path: path.to_path_buf(),
-        detail,
-    })
-}
-
-fn draw(r: &Results, path: &Path) -> Result<(), String> {
-    const COLOURS: [RGBColor; 4] = [
-        RGBColor(31, 119, 180),
-        RGBColor(255, 127, 14),
-        RGBColor(44, 160, 44),
-        RGBColor(90, 90, 90),
-    ];
-    let series: Vec<&str> = COMPRESSIONS.iter().copied().chain(["004"]).collect();
-    let value = |workload: &str, s: &str| -> Option<f64> {
-        if s == "004" {
-            let (l, p, _) = published(workload)?;
-            return Some(l as f64 / p as f64);
-        }
-        r.bandwidth
-            .iter()
-            .find(|row| row.workload == workload && row.wal_compression == s)
-            .map(|row| row.ratio_logical_to_physical)
-    };
-    let max = WORKLOADS
+    let series = COMPRESSIONS
         .iter()
-        .flat_map(|w| series.iter().filter_map(|s| value(w, s)))
-        .fold(1.0_f64, f64::max);
-    let width = 0.8 / series.len() as f64;
-
-    let root = SVGBackend::new(path, (800, 480)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| e.to_string())?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(
-            format!(
+        .copied()
+        .chain(["004"])
+        .enumerate()
+        .map(|(i, s)| {
+            let values = WORKLOADS
+                .iter()
+                .map(|w| {
+                    if s == "004" {
+                        let (l, p, _) = published(w)?;
+                        return Some(l as f64 / p as f64);
+                    }
+                    r.bandwidth
+                        .iter()
+                        .find(|row| row.workload == *w && row.wal_compression == s)
+                        .map(|row| row.ratio_logical_to_physical)
+                })
+                .collect::<Vec<_>>();
+            Series {
+                name: if s == "004" {
+                    "reference 004 (pglogical, PG 9.6)".to_string()
+                } else {
+                    format!("wal_compression = {s}")
+                },
+                colour: colour(i + 1),
+                labels: values
+                    .iter()
+                    .map(|v| v.map_or(String::new(), |v| format!("{v:.2}")))
+                    .collect(),
+                values,
+            }
+        })
+        .collect();
+    grouped(
+        &Bars {
+            title: format!(
                 "herd bench {}: logical / physical bytes ({})",
                 r.scenario, r.date
             ),
-            ("sans-serif", 20),
-        )
-        .margin(15)
-        .x_label_area_size(40)
-        .y_label_area_size(60)
-        .build_cartesian_2d(0.0..WORKLOADS.len() as f64, 0.0..max * 1.2)
-        .map_err(|e| e.to_string())?;
-    chart
-        .configure_mesh()
-        .disable_x_mesh()
-        .x_labels(0)
-        .x_label_formatter(&|_| String::new())
-        .y_desc("logical bytes / physical bytes (1 = equal)")
-        .y_label_formatter(&|v| format!("{v:.1}"))
-        .draw()
-        .map_err(|e| e.to_string())?;
-    for (i, s) in series.iter().enumerate() {
-        let colour = COLOURS[i % COLOURS.len()];
-        let bars = WORKLOADS.iter().enumerate().filter_map(|(g, w)| {
-            let v = value(w, s)?;
-            let x0 = g as f64 + 0.1 + i as f64 * width;
-            Some(Rectangle::new(
-                [(x0, 0.0), (x0 + width * 0.9, v)],
-                colour.filled(),
-            ))
-        });
-        let label = if *s == "004" {
-            "reference 004 (pglogical, PG 9.6)".to_string()
-        } else {
-            format!("wal_compression = {s}")
-        };
-        chart
-            .draw_series(bars)
-            .map_err(|e| e.to_string())?
-            .label(label)
-            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], colour.filled()));
-    }
-    chart
-        .draw_series(std::iter::once(PathElement::new(
-            [(0.0, 1.0), (WORKLOADS.len() as f64, 1.0)],
-            BLACK.stroke_width(1),
-        )))
-        .map_err(|e| e.to_string())?;
-    // Workload names under the axis, centred on their group (in pixels: the x axis is numeric).
-    for (g, w) in WORKLOADS.iter().enumerate() {
-        let (x, y) = chart.backend_coord(&(g as f64 + 0.5, 0.0));
-        let style =
-            ("sans-serif", 15)
-                .into_font()
-                .into_text_style(&root)
-                .pos(text_anchor::Pos::new(
-                    text_anchor::HPos::Center,
-                    text_anchor::VPos::Top,
-                ));
-        root.draw(&Text::new(w.to_string(), (x, y + 10), style))
-            .map_err(|e| e.to_string())?;
-    }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .position(SeriesLabelPosition::UpperRight)
-        .draw()
-        .map_err(|e| e.to_string())?;
-    root.present().map_err(|e| e.to_string())
+            y_desc: "logical bytes / physical bytes (1 = equal)".into(),
+            y_format: |v| format!("{v:.1}"),
+            groups: WORKLOADS.iter().map(|w| w.to_string()).collect(),
+            series,
+            reference: Some(1.0),
+            legend: SeriesLabelPosition::UpperRight,
+            width: 800,
+        },
+        path,
+    )
 }
 
 #[cfg(test)]

@@ -4,28 +4,12 @@ use std::path::Path;
 
 use plotters::prelude::*;
 
+use super::{colour, legend};
 use crate::report::Results;
-use crate::BenchError;
 
-/// Line colours, one per phase in order.
-const COLOURS: [RGBColor; 5] = [
-    RGBColor(90, 90, 90),
-    RGBColor(31, 119, 180),
-    RGBColor(255, 127, 14),
-    RGBColor(44, 160, 44),
-    RGBColor(214, 39, 40),
-];
-
-/// Draws the time lag (ms) of every sample of every phase of `results` into `path`: the top
-/// panel in milliseconds, the bottom one in WAL bytes.
-pub fn lines(results: &Results, path: &Path) -> Result<(), BenchError> {
-    draw(results, path).map_err(|detail| BenchError::Chart {
-        path: path.to_path_buf(),
-        detail,
-    })
-}
-
-fn draw(r: &Results, path: &Path) -> Result<(), String> {
+/// Draws the time lag (ms) of every sample of every phase of `r` into `path`: the top panel in
+/// milliseconds, the bottom one in WAL bytes.
+pub fn draw(r: &Results, path: &Path) -> Result<(), String> {
     let phases = crate::scenarios::lag_report::ordered(r);
     let root = SVGBackend::new(path, (800, 640)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| e.to_string())?;
@@ -66,7 +50,7 @@ fn draw(r: &Results, path: &Path) -> Result<(), String> {
             .draw()
             .map_err(|e| e.to_string())?;
         for (i, (phase, l)) in phases.iter().enumerate() {
-            let colour = COLOURS[i % COLOURS.len()];
+            let colour = colour(i);
             let points: Vec<(f64, f64)> =
                 l.series.iter().map(|s| (s[0], s[column] / unit)).collect();
             let drawn = chart
@@ -85,13 +69,7 @@ fn draw(r: &Results, path: &Path) -> Result<(), String> {
             }
         }
         if k == 0 {
-            chart
-                .configure_series_labels()
-                .background_style(WHITE.mix(0.8))
-                .border_style(BLACK)
-                .position(SeriesLabelPosition::UpperRight)
-                .draw()
-                .map_err(|e| e.to_string())?;
+            legend(&mut chart, SeriesLabelPosition::UpperRight)?;
         }
     }
     root.present().map_err(|e| e.to_string())
