@@ -2,27 +2,13 @@
 //! up, every workload runs under every wal_compression setting, and results.json carries
 //! positive byte counts for both streams. No speed or size ratio is asserted.
 
-use std::process::Command;
-
-use serde_json::Value;
-
 #[test]
 fn quick_bandwidth_bench() {
-    let out = herd_testkit::scratch_dir();
-    let run = Command::new(env!("CARGO_BIN_EXE_herd"))
-        .args(["bench", "bandwidth", "--quick", "--out"])
-        .arg(out.path())
-        .output()
-        .expect("running herd bench");
-    assert!(run.status.success(), "{}", herd_testkit::describe(&run));
-    for file in ["report.md", "bandwidth.svg"] {
-        let meta = std::fs::metadata(out.path().join(file)).expect("report file");
-        assert!(meta.len() > 0, "{file} is empty");
-    }
-    let text = std::fs::read_to_string(out.path().join("results.json")).expect("results.json");
-    let r: Value = serde_json::from_str(&text).expect("results.json is JSON");
-    assert_eq!(r["scenario"], "bandwidth");
-    assert_eq!(r["quick"], true);
+    let herd_testkit::QuickBench {
+        out,
+        results: r,
+        text,
+    } = herd_testkit::quick_bench(env!("CARGO_BIN_EXE_herd"), "bandwidth");
     let rows = r["bandwidth"].as_array().expect("bandwidth rows");
     let workloads = [
         "pgbench-checkpoint",

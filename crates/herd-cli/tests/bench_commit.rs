@@ -1,28 +1,11 @@
 //! `herd bench commit-modes --quick` and `herd bench commit-waits --quick`: scratch clusters come
 //! up, every commit mode runs, and results.json has the documented shape. No speed is asserted.
 
-use std::process::Command;
-
 use serde_json::Value;
 
-/// Runs `herd bench SCENARIO --quick --out TMP`; results.json, after checking the other files.
+/// Runs `herd bench SCENARIO --quick`; results.json (the other files checked).
 fn quick(scenario: &str) -> Value {
-    let out = herd_testkit::scratch_dir();
-    let run = Command::new(env!("CARGO_BIN_EXE_herd"))
-        .args(["bench", scenario, "--quick", "--out"])
-        .arg(out.path())
-        .output()
-        .expect("running herd bench");
-    assert!(run.status.success(), "{}", herd_testkit::describe(&run));
-    for file in ["report.md".to_string(), format!("{scenario}.svg")] {
-        let meta = std::fs::metadata(out.path().join(&file)).expect("report file");
-        assert!(meta.len() > 0, "{file} is empty");
-    }
-    let text = std::fs::read_to_string(out.path().join("results.json")).expect("results.json");
-    let results: Value = serde_json::from_str(&text).expect("results.json is JSON");
-    assert_eq!(results["scenario"], scenario);
-    assert_eq!(results["quick"], true);
-    results
+    herd_testkit::quick_bench(env!("CARGO_BIN_EXE_herd"), scenario).results
 }
 
 fn median(modes: &Value, mode: &str, target: &str) -> f64 {

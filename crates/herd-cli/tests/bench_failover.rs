@@ -2,35 +2,16 @@
 //! (kill -9 of the postmaster) under writes through the proxy; every acknowledged write must be
 //! on the new primary, and the three report files are written. No RTO bound is asserted here.
 
-use std::process::Command;
-use std::time::Instant;
-
 #[test]
 fn quick_failover_bench_loses_no_acknowledged_write() {
-    let out = herd_testkit::scratch_dir();
-    let t0 = Instant::now();
-    let run = Command::new(env!("CARGO_BIN_EXE_herd"))
-        .args(["bench", "failover", "--quick", "--out"])
-        .arg(out.path())
-        .output()
-        .expect("running herd bench");
-    let log = std::fs::read_to_string(out.path().join("herd-on.log")).unwrap_or_default();
-    assert!(
-        run.status.success(),
-        "{}\nherd.log:\n{log}",
-        herd_testkit::describe(&run)
-    );
-    eprintln!("herd bench failover --quick took {:?}", t0.elapsed());
-
-    let text = std::fs::read_to_string(out.path().join("results.json")).expect("results.json");
-    let results: serde_json::Value = serde_json::from_str(&text).expect("results.json is JSON");
-    assert_eq!(results["scenario"], "failover");
-    assert_eq!(results["quick"], true);
+    let herd_testkit::QuickBench { out, results, text } =
+        herd_testkit::quick_bench(env!("CARGO_BIN_EXE_herd"), "failover");
     let modes = results["failover"].as_object().expect("failover figures");
     assert_eq!(modes.keys().collect::<Vec<_>>(), ["on"], "{text}");
     let on = &modes["on"];
     assert_eq!(on["iterations"], 2, "{text}");
     assert_eq!(on["rto_s"].as_array().map(Vec::len), Some(2), "{text}");
+    let log = std::fs::read_to_string(out.path().join("herd-on.log")).unwrap_or_default();
     assert_eq!(on["lost"], 0, "acknowledged writes lost: {text}\n{log}");
     assert!(on["acked"].as_u64().expect("acked") > 0, "{text}");
     for key in ["rto_p50_s", "rto_p95_s", "rto_max_s"] {

@@ -3,8 +3,6 @@
 //! tight limits); results.json has every phase with sane lag percentiles, tps and routing. No
 //! speed or lag bound is asserted.
 
-use std::process::Command;
-
 use serde_json::Value;
 
 const PHASES: [&str; 4] = [
@@ -21,21 +19,11 @@ fn f(v: &Value, what: &str) -> f64 {
 
 #[test]
 fn quick_lag_bench() {
-    let out = herd_testkit::scratch_dir();
-    let run = Command::new(env!("CARGO_BIN_EXE_herd"))
-        .args(["bench", "lag", "--quick", "--out"])
-        .arg(out.path())
-        .output()
-        .expect("running herd bench");
-    assert!(run.status.success(), "{}", herd_testkit::describe(&run));
-    for file in ["report.md", "lag.svg", "lag-tps.svg"] {
-        let meta = std::fs::metadata(out.path().join(file)).expect("report file");
-        assert!(meta.len() > 0, "{file} is empty");
-    }
-    let text = std::fs::read_to_string(out.path().join("results.json")).expect("results.json");
-    let r: Value = serde_json::from_str(&text).expect("results.json is JSON");
-    assert_eq!(r["scenario"], "lag");
-    assert_eq!(r["quick"], true);
+    let herd_testkit::QuickBench {
+        out: _out,
+        results: r,
+        text,
+    } = herd_testkit::quick_bench(env!("CARGO_BIN_EXE_herd"), "lag");
     assert_eq!(r["settings"]["modes"], serde_json::json!(PHASES), "{text}");
 
     for phase in PHASES {

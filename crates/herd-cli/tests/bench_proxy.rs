@@ -2,22 +2,10 @@
 //! through Herd (and PgBouncer when installed), and the three report files are written.
 //! No speed is asserted: only that every run worked.
 
-use std::process::Command;
-
 #[test]
 fn quick_proxy_bench_writes_reports() {
-    let out = herd_testkit::scratch_dir();
-    let run = Command::new(env!("CARGO_BIN_EXE_herd"))
-        .args(["bench", "proxy", "--quick", "--out"])
-        .arg(out.path())
-        .output()
-        .expect("running herd bench");
-    assert!(run.status.success(), "{}", herd_testkit::describe(&run));
-
-    let text = std::fs::read_to_string(out.path().join("results.json")).expect("results.json");
-    let results: serde_json::Value = serde_json::from_str(&text).expect("results.json is JSON");
-    assert_eq!(results["scenario"], "proxy");
-    assert_eq!(results["quick"], true);
+    let herd_testkit::QuickBench { out, results, text } =
+        herd_testkit::quick_bench(env!("CARGO_BIN_EXE_herd"), "proxy");
     for mode in ["simple", "prepared"] {
         let targets = results["modes"][mode].as_object().expect(mode);
         for name in ["direct", "herd", "herd-primary", "replica"] {

@@ -1,10 +1,6 @@
 //! `herd bench read-scaling --quick`: 1- and 3-node scratch clusters come up, every query runs
 //! through the proxy on each, and results.json has the documented shape. No speed is asserted.
 
-use std::process::Command;
-
-use serde_json::Value;
-
 const TARGETS: [&str; 5] = [
     "mix",
     "lastpoint",
@@ -15,21 +11,11 @@ const TARGETS: [&str; 5] = [
 
 #[test]
 fn quick_read_scaling_bench() {
-    let out = herd_testkit::scratch_dir();
-    let run = Command::new(env!("CARGO_BIN_EXE_herd"))
-        .args(["bench", "read-scaling", "--quick", "--out"])
-        .arg(out.path())
-        .output()
-        .expect("running herd bench");
-    assert!(run.status.success(), "{}", herd_testkit::describe(&run));
-    for file in ["report.md", "read-scaling.svg"] {
-        let meta = std::fs::metadata(out.path().join(file)).expect("report file");
-        assert!(meta.len() > 0, "{file} is empty");
-    }
-    let text = std::fs::read_to_string(out.path().join("results.json")).expect("results.json");
-    let r: Value = serde_json::from_str(&text).expect("results.json is JSON");
-    assert_eq!(r["scenario"], "read-scaling");
-    assert_eq!(r["quick"], true);
+    let herd_testkit::QuickBench {
+        out: _out,
+        results: r,
+        text: _,
+    } = herd_testkit::quick_bench(env!("CARGO_BIN_EXE_herd"), "read-scaling");
 
     let modes = &r["modes"];
     for mode in ["1 node", "3 nodes"] {

@@ -187,3 +187,58 @@ pub fn describe(out: &Output) -> String {
         String::from_utf8_lossy(&out.stderr)
     )
 }
+
+/// What `herd bench SCENARIO --quick` left behind.
+pub struct QuickBench {
+    /// The output directory (removed when dropped).
+    pub out: tempfile::TempDir,
+    /// results.json, parsed.
+    pub results: serde_json::Value,
+    /// results.json as written (for failure messages).
+    pub text: String,
+}
+
+/// Runs `herd bench SCENARIO --quick --out DIR` with the `herd` binary at `herd`, and checks what
+/// every scenario must leave: a successful exit, a non-empty `report.md` and `SCENARIO.svg`, and
+/// a results.json naming the scenario as a quick run. A failure shows the command's output and
+/// the end of every `*.log` the scenario wrote.
+pub fn quick_bench(herd: &str, scenario: &str) -> QuickBench {
+    let out = scratch_dir();
+    let run = Command::new(herd)
+        .args(["bench", scenario, "--quick", "--out"])
+        .arg(out.path())
+        .output()
+        .expect("running herd bench");
+    if !run.status.success() {
+        let mut logs = String::new();
+        for entry in std::fs::read_dir(out.path())
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let path = entry.path();
+            if path.extension().is_some_and(|e| e == "log") {
+                let text = std::fs::read_to_string(&path).unwrap_or_default();
+                let lines: Vec<&str> = text.lines().collect();
+                logs += &format!(
+                    "\n--- {}:\n{}",
+                    path.display(),
+                    lines[lines.len().saturating_sub(30)..].join("\n")
+                );
+            }
+        }
+        panic!(
+            "herd bench {scenario} --quick failed: {}{logs}",
+            describe(&run)
+        );
+    }
+    for file in ["report.md".to_string(), format!("{scenario}.svg")] {
+        let meta = std::fs::metadata(out.path().join(&file)).expect("report file");
+        assert!(meta.len() > 0, "{file} is empty");
+    }
+    let text = std::fs::read_to_string(out.path().join("results.json")).expect("results.json");
+    let results: serde_json::Value = serde_json::from_str(&text).expect("results.json is JSON");
+    assert_eq!(results["scenario"], scenario, "{text}");
+    assert_eq!(results["quick"], true, "{text}");
+    QuickBench { out, results, text }
+}
