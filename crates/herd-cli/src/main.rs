@@ -16,12 +16,15 @@ use clap::Parser;
 
 fn main() -> std::process::ExitCode {
     let args = cli::Cli::parse();
-    // HERD_WORKER_THREADS overrides the runtime's thread count (for measurements); 0 runs
-    // everything on the main thread (tokio's current-thread scheduler).
+    // On 2 cores or fewer everything runs on one thread (tokio's current-thread scheduler):
+    // the proxy's wake-ups then never cross threads, which measured 3-5 points better against
+    // direct connections in `herd bench proxy` (docs/benchmarks.md). Larger machines get 2
+    // workers. HERD_WORKER_THREADS overrides (0 = one thread), for measurements.
+    let small = std::thread::available_parallelism().map_or(true, |n| n.get() <= 2);
     let workers: usize = std::env::var("HERD_WORKER_THREADS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(2);
+        .unwrap_or(if small { 0 } else { 2 });
     let mut builder = if workers == 0 {
         tokio::runtime::Builder::new_current_thread()
     } else {

@@ -11,3 +11,4 @@ pub mod lag_report;
 mod lag_sampler;
 pub mod proxy;
 pub mod read_scaling;
+pub mod read_scaling_report;

@@ -7,7 +7,6 @@
 //! interleave the clusters and query types so machine noise spreads over all of them.
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::time::Duration;
 
 use indicatif::ProgressBar;
@@ -31,23 +30,23 @@ const THREADS: u32 = 2;
 /// cores at most (and only the 4 read nodes are busy), which leaves the rest to Herd's proxy
 /// and pgbench. The short period keeps throttling pauses short for millisecond queries.
 const QUOTA_US: u64 = 1_500;
-const PERIOD_US: u64 = 10_000;
+pub(super) const PERIOD_US: u64 = 10_000;
 /// The quota of the "front" group (every Herd supervisor with its proxy, this process and
 /// pgbench): one CPU, so together with the nodes the run cannot take more than ~1.75 cores of
 /// a shared machine, and is not starved by other work on it either (see `CpuLimits`).
-const FRONT_QUOTA_US: u64 = 10_000;
+pub(super) const FRONT_QUOTA_US: u64 = 10_000;
 /// The baseline mode's node count.
-const BASE: u32 = 1;
+pub(super) const BASE: u32 = 1;
 /// The target holding every query type at once.
 const MIX: &str = "mix";
 
 /// The run's shape: full or quick.
-struct Plan {
+pub(super) struct Plan {
     nodes: Vec<u32>,
     rounds: u32,
     duration: u64,
-    devices: u32,
-    points: u32,
+    pub(super) devices: u32,
+    pub(super) points: u32,
     warmup: u64,
 }
 
@@ -70,7 +69,7 @@ impl Plan {
 }
 
 /// The name of the mode with `n` nodes.
-fn mode(n: u32) -> String {
+pub(super) fn mode(n: u32) -> String {
     match n {
         1 => "1 node".into(),
         _ => format!("{n} nodes"),
@@ -381,7 +380,7 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
         }
         modes.insert(mode(n), per_target);
     }
-    notes.extend(explain(&section, &plan));
+    notes.extend(super::read_scaling_report::explain(&section, &plan));
     Ok(Results {
         scenario: "read-scaling".into(),
         date: crate::report::now_utc(),
@@ -401,7 +400,7 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
             versions: [("herd".to_string(), env!("CARGO_PKG_VERSION").to_string())].into(),
         },
         modes,
-        published: published(),
+        published: super::read_scaling_report::published(),
         notes,
         failover: BTreeMap::new(),
         read_scaling: Some(section),
@@ -467,150 +466,4 @@ fn throttling(limits: Option<&CpuLimits>, configs: &[Config]) -> BTreeMap<String
         .flat_map(|c| c.names.iter().map(move |n| group(c.nodes, n)))
         .filter_map(|g| Some((g.clone(), l.throttling(&g)?)))
         .collect()
-}
-
-/// Notes on where the reads went, the speedup ceiling that follows, and the method.
-fn explain(s: &ReadScaling, plan: &Plan) -> Vec<String> {
-    let mut notes = Vec::new();
-    let serving: Vec<String> = s
-        .routed
-        .iter()
-        .map(|(m, nodes)| {
-            let counts: Vec<String> = nodes.iter().map(|(n, v)| format!("{n} {v}")).collect();
-            format!(
-                "{m}: {} serving ({})",
-                s.serving_nodes.get(m).copied().unwrap_or(0),
-                counts.join(", ")
-            )
-        })
-        .collect();
-    notes.push(format!(
-        "Statements routed per node during the measured runs (Herd's herd_routed_total): {}.",
-        serving.join("; ")
-    ));
-    notes.push(
-        "The clusters run with `proxy.read_from_primary = true`: the primary takes its share of \
-         the reads (least outstanding requests), so N nodes read on N nodes, as in the article \
-         (by default Herd keeps the primary for writes and reads on the N − 1 replicas only)."
-            .into(),
-    );
-    if s.confined {
-        let busy: Vec<String> = s
-            .throttled_share
-            .iter()
-            .map(|(m, nodes)| {
-                let shares: Vec<String> = nodes
-                    .iter()
-                    .map(|(n, v)| format!("{n} {:.0} %", v * 100.0))
-                    .collect();
-                format!("{m}: {}", shares.join(", "))
-            })
-            .collect();
-        notes.push(format!(
-            "Each node's postmaster and all its processes ran in its own group ({}); backends \
-             forked later inherit it. Herd's supervisors (with the proxy), pgbench and this \
-             harness shared one more group capped at {:.1} CPU. The groups' parent has the \
-             highest CPU weight, so other work on the machine cannot starve them below their \
-             quotas. Share of quota periods in which each node was throttled (≈ 100 % = the node was \
-             the bottleneck): {}.",
-            s.confinement,
-            FRONT_QUOTA_US as f64 / PERIOD_US as f64,
-            busy.join("; ")
-        ));
-    }
-    notes.push(format!(
-        "Data set: {} devices × {} readings (one every 10 s, {} rows), loaded on the primary \
-         before confinement; the article used 4000 devices × 3 days (100M rows) on 8-core VMs. \
-         All clusters stay up and the runs interleave; consistency `eventual` through the \
-         proxy; one query per transaction (qps = pgbench tps).",
-        plan.devices,
-        plan.points,
-        u64::from(plan.devices) * u64::from(plan.points)
-    ));
-    notes.push(
-        "pgbench, Herd's proxy and the servers share this machine's cores (and other work on it: \
-         see the load average), so a node's quota, not a machine, is the unit scaled here."
-            .into(),
-    );
-    notes
-}
-
-/// What reference 000 says about read throughput per cluster size (TimescaleDB, 8 clients).
-fn published() -> BTreeMap<String, String> {
-    [
-        (
-            "1 node",
-            "1.00× (baseline; per-query qps not in the stored text)",
-        ),
-        (
-            "3 nodes",
-            "\"an average of 2.5x faster queries\" (summary: \"2.9x higher on average\"); \
-             per-query figures not in the stored text",
-        ),
-        (
-            "5 nodes",
-            "\"4.8x faster queries\"; per-query figures not in the stored text",
-        ),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v.to_string()))
-    .collect()
-}
-
-/// The report's table, laid out like the article's read table (one row per query, qps per
-/// cluster size with the speedup against 1 node), then the published speedups.
-pub(crate) fn table(r: &Results) -> String {
-    let modes = crate::report::ordered_modes(r);
-    let mut md = String::from("| query |");
-    for (m, _) in &modes {
-        let _ = write!(md, " {m} qps |");
-        if m.as_str() != mode(BASE) {
-            let _ = write!(md, " {m} speedup |");
-        }
-    }
-    md.push('\n');
-    md.push_str(&"|---".repeat(1 + 2 * modes.len().saturating_sub(1) + 1));
-    md.push_str("|\n");
-    for target in &r.settings.targets {
-        let _ = write!(md, "| {target} |");
-        for (m, per_target) in &modes {
-            let t = per_target.get(target);
-            let _ = write!(
-                md,
-                " {} |",
-                t.map_or("n/a".into(), |t| format!("{:.0}", t.median_tps))
-            );
-            if m.as_str() != mode(BASE) {
-                let _ = write!(
-                    md,
-                    " {} |",
-                    t.map_or("n/a".into(), |t| format!("{:.2}×", t.ratio_to_direct))
-                );
-            }
-        }
-        md.push('\n');
-    }
-    md.push_str("\nReference 000 (TimescaleDB, 1 primary + replicas on separate 8-core VMs):\n\n");
-    for (m, _) in &modes {
-        if let Some(p) = r.published.get(m.as_str()) {
-            let _ = writeln!(md, "- {m}: {p}");
-        }
-    }
-    if let Some(s) = &r.read_scaling {
-        md.push_str("\nNodes that served reads:");
-        for (m, _) in &modes {
-            let n = s.serving_nodes.get(m.as_str()).copied().unwrap_or(0);
-            let _ = write!(md, " {m}: {n};");
-        }
-        let _ = writeln!(
-            md,
-            " CPU confinement: {}.",
-            if s.confined {
-                s.confinement.clone()
-            } else {
-                format!("**none** — {}", s.confinement)
-            }
-        );
-    }
-    md
 }
