@@ -52,7 +52,8 @@ fn draw(b: &Bars, path: &Path) -> Result<(), String> {
         .flat_map(|s| s.values.iter().flatten().copied())
         .chain(b.reference)
         .fold(0.0_f64, f64::max);
-    let top = (max * 1.2).max(1.0);
+    // Head room for the labels above the bars and for the legend box.
+    let top = (max * 1.45).max(1.0);
     let groups = b.groups.len().max(1) as f64;
     let width = 0.8 / b.series.len().max(1) as f64;
     let root = SVGBackend::new(path, (b.width, 480)).into_drawing_area();
