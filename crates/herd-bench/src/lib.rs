@@ -8,6 +8,7 @@ mod cgroup;
 mod chart;
 mod cluster;
 mod error;
+mod forwarder;
 mod pgbench;
 mod pgbouncer;
 mod process;

@@ -8,7 +8,7 @@ fn quick_proxy_bench_writes_reports() {
         herd_testkit::quick_bench(env!("CARGO_BIN_EXE_herd"), "proxy");
     for mode in ["simple", "prepared"] {
         let targets = results["modes"][mode].as_object().expect(mode);
-        for name in ["direct", "herd", "herd-primary", "replica"] {
+        for name in ["direct", "herd", "herd-primary", "replica", "forwarder"] {
             assert!(
                 targets.contains_key(name),
                 "{name} missing in {mode}: {text}"

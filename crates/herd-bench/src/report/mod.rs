@@ -219,6 +219,7 @@ pub fn label(target: &str) -> &str {
         "herd" => "Herd",
         "herd-primary" => "Herd (primary only)",
         "replica" => "direct to a replica",
+        "forwarder" => "TCP forwarder",
         "pgbouncer" => "PgBouncer",
         other => other,
     }

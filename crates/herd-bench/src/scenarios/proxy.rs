@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use indicatif::ProgressBar;
 
-use crate::cluster::{url_with_options, ScratchCluster};
+use crate::cluster::{url_with_options, ScratchCluster, UrlParts};
+use crate::forwarder::Forwarder;
 use crate::pgbench::{median, Pgbench};
 use crate::pgbouncer::{Installed, PgBouncer};
 use crate::report::{Machine, ModeResult, Results, Settings, TargetResult};
@@ -83,6 +84,18 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
         ),
         ("replica".to_string(), replica_url),
     ];
+    // The floor of one extra hop: bytes copied both ways, nothing parsed, no pooling.
+    let primary = UrlParts::parse(&cluster.primary_url)
+        .ok_or_else(|| BenchError::Missing(format!("cannot parse {}", cluster.primary_url)))?;
+    let upstream = std::net::SocketAddr::from(([127, 0, 0, 1], primary.port));
+    let forwarder = Forwarder::start(upstream)?;
+    targets.push((
+        "forwarder".to_string(),
+        format!(
+            "postgresql://{}:{}@127.0.0.1:{}/{}",
+            primary.user, primary.password, forwarder.port, primary.dbname
+        ),
+    ));
     let mut versions = BTreeMap::new();
     versions.insert("herd".to_string(), env!("CARGO_PKG_VERSION").to_string());
     let mut bouncer = None;
@@ -155,6 +168,7 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
         bar.inc(1);
     }
     drop(bouncer);
+    drop(forwarder);
     drop(cluster);
 
     let mut modes = BTreeMap::new();
@@ -191,7 +205,9 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
          replicas (`herd`); `herd-primary` is the same endpoint with `herd.consistency=primary`, \
          so it reaches the primary like `direct` and PgBouncer and measures the proxy alone; \
          `replica` is pgbench directly on a replica (its ratio is what a hot standby costs for \
-         these reads on this machine, without any proxy)."
+         these reads on this machine, without any proxy); `forwarder` is a plain TCP forwarder \
+         on tokio (one thread, bytes copied both ways, no parsing, no pooling): the floor of one \
+         extra hop."
             .into(),
     );
     Ok(Results {

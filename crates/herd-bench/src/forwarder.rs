@@ -1,0 +1,80 @@
+//! A plain TCP forwarder on tokio (one upstream connection per client, bytes copied both ways,
+//! nothing parsed): the floor of "one extra hop" that shared/DESIGN.md asks the proxy to be
+//! compared with. It runs on its own thread with a current-thread runtime, like `herd up` on a
+//! small machine, and stops when dropped.
+
+use std::net::SocketAddr;
+use std::thread::JoinHandle;
+
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::oneshot;
+
+use crate::BenchError;
+
+/// A running forwarder from a local port to `upstream`.
+pub struct Forwarder {
+    /// The port it listens on (127.0.0.1).
+    pub port: u16,
+    stop: Option<oneshot::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Forwarder {
+    /// Listens on a free port of 127.0.0.1 and forwards every connection to `upstream`.
+    pub fn start(upstream: SocketAddr) -> Result<Forwarder, BenchError> {
+        let std_listener = std::net::TcpListener::bind(("127.0.0.1", 0))
+            .map_err(|e| BenchError::io("binding a port on", "127.0.0.1", e))?;
+        std_listener
+            .set_nonblocking(true)
+            .map_err(|e| BenchError::io("configuring the forwarder socket on", "127.0.0.1", e))?;
+        let port = std_listener
+            .local_addr()
+            .map_err(|e| BenchError::io("reading the port of", "127.0.0.1", e))?
+            .port();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_io()
+            .build()
+            .map_err(|e| BenchError::io("starting a runtime for", "the TCP forwarder", e))?;
+        let (stop, stopped) = oneshot::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            runtime.block_on(async move {
+                let Ok(listener) = TcpListener::from_std(std_listener) else {
+                    return;
+                };
+                tokio::select! {
+                    _ = stopped => {}
+                    _ = serve(listener, upstream) => {}
+                }
+            });
+        });
+        Ok(Forwarder {
+            port,
+            stop: Some(stop),
+            thread: Some(thread),
+        })
+    }
+}
+
+async fn serve(listener: TcpListener, upstream: SocketAddr) {
+    while let Ok((mut client, _)) = listener.accept().await {
+        tokio::spawn(async move {
+            let Ok(mut server) = TcpStream::connect(upstream).await else {
+                return;
+            };
+            let _ = client.set_nodelay(true);
+            let _ = server.set_nodelay(true);
+            let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+        });
+    }
+}
+
+impl Drop for Forwarder {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
