@@ -152,19 +152,31 @@ impl ScratchCluster {
 
     /// `herd config set commit-mode MODE`, then waits until the primary reports the setting.
     pub fn set_commit_mode(&self, mode: &str) -> Result<(), BenchError> {
-        self.herd_ok(&["config", "set", "commit-mode", mode])?;
         let want = if mode == "async" { "local" } else { mode };
+        self.config_set("commit-mode", mode, "synchronous_commit", want)
+    }
+
+    /// `herd config set KEY VALUE`, then waits (at most 15 s) until the primary's `SHOW setting`
+    /// says `want`: the reload has reached the server.
+    pub fn config_set(
+        &self,
+        key: &str,
+        value: &str,
+        setting: &str,
+        want: &str,
+    ) -> Result<(), BenchError> {
+        self.herd_ok(&["config", "set", key, value])?;
         let deadline = Instant::now() + Duration::from_secs(15);
         loop {
-            let got = self.psql(&self.primary_url, &["show synchronous_commit"])?;
+            let got = self.psql(&self.primary_url, &[&format!("show {setting}")])?;
             if got.trim() == want {
                 return Ok(());
             }
             if Instant::now() > deadline {
                 return Err(BenchError::Failed {
-                    what: format!("herd config set commit-mode {mode}"),
+                    what: format!("herd config set {key} {value}"),
                     status: "setting not applied".into(),
-                    output: format!("the primary still reports synchronous_commit = {got}"),
+                    output: format!("the primary still reports {setting} = {got}"),
                 });
             }
             std::thread::sleep(Duration::from_millis(200));

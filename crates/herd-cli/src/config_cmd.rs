@@ -6,23 +6,22 @@ use herd_pg::{OsUser, Pg, PgBinaries};
 
 pub async fn set(layout: &Layout, key: &str, value: &str) -> anyhow::Result<()> {
     let mut cluster = crate::status::open(layout)?;
-    cluster.config.set(key, value)?;
+    let changed = cluster.config.set(key, value)?;
     let pg = Pg::new(
         PgBinaries::locate(cluster.config.postgres.bindir.as_deref())?,
         OsUser::for_servers(&cluster.config.postgres.os_user)?,
     );
     // herd.toml first: a supervisor restarting a server reads it from there.
     std::fs::write(layout.config(), herd_config::render(&cluster.config))?;
-    // Rewrites every node's herd.conf from herd.toml and reloads it: this applies
-    // wal_compression as well as the commit settings.
-    cluster.apply_commit_settings(&pg).await?;
-    if key.replace('_', "-").ends_with("wal-compression") {
+    if changed == herd_config::Changed::ServerSetting {
+        cluster.reload_servers(&pg).await?;
         crate::output::emitln!(
             "wal_compression = {} applied",
             cluster.config.postgres.wal_compression
         );
         return Ok(());
     }
+    cluster.apply_commit_settings(&pg).await?;
     crate::output::emitln!(
         "commit mode {} with {} applied: synchronous_commit = {}, synchronous_standby_names = '{}'",
         cluster.config.cluster.commit_mode,

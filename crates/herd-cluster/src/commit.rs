@@ -1,4 +1,4 @@
-//! Changing the commit mode and the sync quorum of a running cluster.
+//! Changing the commit mode, the sync quorum and reloadable settings of a running cluster.
 
 use herd_pg::Pg;
 
@@ -11,6 +11,12 @@ impl Cluster {
     pub async fn apply_commit_settings(&mut self, pg: &Pg) -> Result<(), ClusterError> {
         self.state.sync_set = self.state.streaming_replicas();
         self.state.save(&self.layout.state())?;
+        self.reload_servers(pg).await
+    }
+
+    /// Rewrites every node's `herd.conf` from the configuration and reloads the running servers
+    /// (reloadable settings such as `wal_compression`); the recorded sync set is left alone.
+    pub async fn reload_servers(&self, pg: &Pg) -> Result<(), ClusterError> {
         let mut order = vec![self.state.primary.clone()];
         order.extend(self.state.replicas());
         for node in &order {

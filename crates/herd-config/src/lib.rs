@@ -6,7 +6,7 @@ mod schema;
 
 pub use render::render;
 pub use schema::{
-    ClusterConfig, Config, NetworkConfig, PostgresConfig, ProxyConfig, SupervisorConfig,
+    Changed, ClusterConfig, Config, NetworkConfig, PostgresConfig, ProxyConfig, SupervisorConfig,
 };
 
 /// Why a configuration was rejected.

@@ -351,16 +351,23 @@ impl Config {
 
     /// Changes one run-time setting named as on the command line (`commit-mode`, `sync-standbys`),
     /// validating the result.
-    pub fn set(&mut self, key: &str, value: &str) -> Result<(), ConfigError> {
+    pub fn set(&mut self, key: &str, value: &str) -> Result<Changed, ConfigError> {
         let invalid = |e: herd_core::ParseError| ConfigError::invalid(key, value, e.expected);
         // Work on a copy so a rejected value leaves `self` untouched.
         let mut next = self.clone();
-        match key.replace('_', "-").trim_start_matches("cluster.") {
-            "commit-mode" => next.cluster.commit_mode = value.parse().map_err(invalid)?,
-            "sync-standbys" => next.cluster.sync_standbys = value.parse().map_err(invalid)?,
+        let changed = match key.replace('_', "-").trim_start_matches("cluster.") {
+            "commit-mode" => {
+                next.cluster.commit_mode = value.parse().map_err(invalid)?;
+                Changed::CommitSettings
+            }
+            "sync-standbys" => {
+                next.cluster.sync_standbys = value.parse().map_err(invalid)?;
+                Changed::CommitSettings
+            }
             // Reloadable in PostgreSQL, so it can change while the cluster runs.
             "wal-compression" | "postgres.wal-compression" => {
-                next.postgres.wal_compression = value.to_string()
+                next.postgres.wal_compression = value.to_string();
+                Changed::ServerSetting
             }
             _ => {
                 return Err(ConfigError::invalid(
@@ -370,11 +377,21 @@ impl Config {
                  (other settings: edit herd.toml, then restart)",
                 ))
             }
-        }
+        };
         next.validate()?;
         *self = next;
-        Ok(())
+        Ok(changed)
     }
+}
+
+/// What a [`Config::set`] changed, and so how it is applied to running servers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Changed {
+    /// The commit mode or the sync quorum: the sync set is recorded again before the servers
+    /// reload (the failover proof depends on it).
+    CommitSettings,
+    /// A reloadable server setting: the servers reload, the sync set stays as recorded.
+    ServerSetting,
 }
 
 #[cfg(test)]
@@ -450,7 +467,10 @@ mod tests {
     #[test]
     fn set_changes_run_time_keys_only() {
         let mut c = Config::default();
-        c.set("commit-mode", "remote_apply").expect("valid");
+        assert_eq!(
+            c.set("commit-mode", "remote_apply").expect("valid"),
+            Changed::CommitSettings
+        );
         assert_eq!(c.cluster.commit_mode, CommitMode::RemoteApply);
         c.set("sync_standbys", "FIRST 2").expect("valid");
         assert_eq!(c.cluster.sync_standbys.to_string(), "FIRST 2");
@@ -465,7 +485,10 @@ mod tests {
         );
         assert!(c.set("commit-mode", "fast").is_err());
         assert!(c.set("port", "1").is_err());
-        c.set("wal-compression", "zstd").expect("valid");
+        assert_eq!(
+            c.set("wal-compression", "zstd").expect("valid"),
+            Changed::ServerSetting
+        );
         assert_eq!(c.postgres.wal_compression, "zstd");
         let err = c.set("wal_compression", "gzip").expect_err("invalid");
         assert_eq!(

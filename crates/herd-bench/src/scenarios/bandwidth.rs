@@ -95,7 +95,12 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
     let mut table = Vec::new();
     for compression in COMPRESSIONS {
         bar.set_message(format!("herd config set wal-compression {compression}"));
-        set_wal_compression(&publisher, compression)?;
+        publisher.config_set(
+            "wal-compression",
+            compression,
+            "wal_compression",
+            compression,
+        )?;
         for workload in WORKLOADS {
             bar.set_message(format!("wal_compression {compression}: {workload}"));
             table.push(measure(&publisher, &work, workload, compression)?);
@@ -152,27 +157,6 @@ fn subscribe(
         std::thread::sleep(Duration::from_millis(250));
     }
     Ok(())
-}
-
-/// `herd config set wal-compression VALUE` on the publisher, then waits until its primary
-/// reports the setting.
-fn set_wal_compression(publisher: &ScratchCluster, value: &str) -> Result<(), BenchError> {
-    publisher.herd_ok(&["config", "set", "wal-compression", value])?;
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        let got = publisher.psql(&publisher.primary_url, &["show wal_compression"])?;
-        if got.trim() == value {
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            return Err(BenchError::Failed {
-                what: format!("herd config set wal-compression {value}"),
-                status: "setting not applied".into(),
-                output: format!("the primary still reports wal_compression = {got}"),
-            });
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
 }
 
 /// How the workloads are run.
