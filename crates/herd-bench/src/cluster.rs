@@ -7,6 +7,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use herd_core::ports::{scratch_port_base, API_PORT_OFFSET};
+
 use crate::process::run_limited;
 use crate::BenchError;
 
@@ -27,26 +29,26 @@ pub fn scratch_dir() -> Result<tempfile::TempDir, BenchError> {
     Ok(dir)
 }
 
-/// A base port `p` with `p..p + SPAN` and `p + 100` free on 127.0.0.1 at the time of the check.
+/// A base port `p` with `p..p + SPAN` and `p + 100` free on 127.0.0.1 at the time of the check,
+/// below the kernel's ephemeral range so no outgoing connection takes one meanwhile.
 pub fn free_port_block() -> Result<u16, BenchError> {
-    let start = 30_000 + (std::process::id() % 100) as u16 * 200;
-    (0..100u16)
-        .map(|i| 20_000 + (start - 20_000 + i * 2 * SPAN) % 40_000)
+    (0..100u32)
+        .map(|i| scratch_port_base(std::process::id(), i, 2 * SPAN))
         .find(|&base| {
             (base..base + SPAN)
-                .chain([base + 100])
+                .chain([base + API_PORT_OFFSET])
                 .all(|p| TcpListener::bind(("127.0.0.1", p)).is_ok())
         })
         .ok_or_else(|| BenchError::Missing("no block of free ports found on 127.0.0.1".into()))
 }
 
-/// One free port on 127.0.0.1 (chosen by the kernel).
+/// One free port on 127.0.0.1 for a helper server (PgBouncer), in the gaps between the blocks
+/// [`free_port_block`] hands out and below the ephemeral range.
 pub fn free_port() -> Result<u16, BenchError> {
-    let l = TcpListener::bind(("127.0.0.1", 0))
-        .map_err(|e| BenchError::io("binding a port on", "127.0.0.1", e))?;
-    l.local_addr()
-        .map(|a| a.port())
-        .map_err(|e| BenchError::io("reading the port of", "127.0.0.1", e))
+    (0..100u32)
+        .map(|i| scratch_port_base(std::process::id(), i, 2 * SPAN) + SPAN + 1)
+        .find(|&p| TcpListener::bind(("127.0.0.1", p)).is_ok())
+        .ok_or_else(|| BenchError::Missing("no free port found on 127.0.0.1".into()))
 }
 
 /// A running cluster created by `herd up --detach` in a scratch directory on free ports;

@@ -4,6 +4,7 @@ mod commit;
 mod consistency;
 mod lsn;
 mod node;
+pub mod ports;
 mod status;
 mod topology;
 

@@ -1,8 +1,8 @@
-//! Optional end-to-end check against a real PostgreSQL 15 server: a role is
+//! End-to-end check against a real PostgreSQL 15 server: a role is
 //! created from a verifier we computed, then we log in over TCP with a
 //! password and with the bare ClientKey (the proxy's pass-through).
 //!
-//! Ignored by default; run with `cargo test --test live_postgres -- --ignored`.
+//! Runs with the rest of the suite (CI installs PostgreSQL 15).
 //! Needs `/usr/lib/postgresql/15/bin` (or `HERD_SCRAM_PG_BIN`); as root, runs
 //! the server as the `postgres` user via `runuser`.
 #![allow(clippy::unwrap_used, missing_docs)]
@@ -49,11 +49,7 @@ impl Cluster {
         if as_root {
             run(Command::new("chown").args(["postgres:postgres"]).arg(&dir));
         }
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = herd_testkit::free_port_block(1);
         let cluster = Cluster {
             bin,
             dir,
@@ -189,7 +185,6 @@ fn login(port: u16, user: &str, mut client: ClientExchange) -> Result<(), String
 }
 
 #[test]
-#[ignore = "needs a local PostgreSQL installation; run with --ignored"]
 fn real_server_accepts_password_and_recovered_client_key() {
     let bin =
         std::env::var("HERD_SCRAM_PG_BIN").unwrap_or_else(|_| "/usr/lib/postgresql/15/bin".into());

@@ -5,26 +5,23 @@
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::atomic::{AtomicU16, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use herd_core::ports::{scratch_port_base, API_PORT_OFFSET};
 use std::time::{Duration, Instant};
 
-/// Ports handed out so far in this process; each block is checked free before use.
-static NEXT_PORT: AtomicU16 = AtomicU16::new(0);
+/// Blocks handed out so far in this process; each block is checked free before use.
+static NEXT_BLOCK: AtomicU32 = AtomicU32::new(0);
 
-/// A base port `p` such that `p..p + span` and `p + 100` (Herd's default API port) are free.
+/// A base port `p` such that `p..p + span` and `p + 100` (Herd's default API port) are free,
+/// all below the kernel's ephemeral range (see [`herd_core::ports`]).
 pub fn free_port_block(span: u16) -> u16 {
-    // Spread test processes apart so parallel test binaries rarely probe the same block.
-    let seed = 20_000 + (std::process::id() % 150) as u16 * 200;
-    let _ = NEXT_PORT.compare_exchange(0, seed, Ordering::SeqCst, Ordering::SeqCst);
+    let step = span.max(8);
     loop {
-        let base = NEXT_PORT.fetch_add(span.max(8), Ordering::SeqCst);
-        let base = if base > 60_000 {
-            20_000 + base % 1000
-        } else {
-            base
-        };
+        let index = NEXT_BLOCK.fetch_add(1, Ordering::SeqCst);
+        let base = scratch_port_base(std::process::id(), index, step);
         let all_free = (base..base + span)
-            .chain([base + 100])
+            .chain([base + API_PORT_OFFSET])
             .all(|p| TcpListener::bind(("127.0.0.1", p)).is_ok());
         if all_free {
             return base;
