@@ -118,6 +118,12 @@ impl ScratchCluster {
         self.dir.path().join("data")
     }
 
+    /// The directory of the Unix socket of the server on `port`, when it has one.
+    pub fn socket_dir(&self, port: u16) -> Option<PathBuf> {
+        let dir = self.data_dir().join("sockets");
+        herd_pg::socket_path(&dir, port).exists().then_some(dir)
+    }
+
     /// The port of Herd's HTTP API.
     pub fn api_port(&self) -> u16 {
         self.port + 100

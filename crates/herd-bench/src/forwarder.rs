@@ -1,15 +1,26 @@
-//! A plain TCP forwarder on tokio (one upstream connection per client, bytes copied both ways,
-//! nothing parsed): the floor of "one extra hop" that shared/DESIGN.md asks the proxy to be
+//! A plain TCP forwarder on tokio (one upstream connection per client, over TCP or the server's
+//! Unix socket like Herd's proxy, bytes copied both ways, nothing parsed): the floor of "one extra hop" that shared/DESIGN.md asks the proxy to be
 //! compared with. It runs on its own thread with a current-thread runtime, like `herd up` on a
 //! small machine, and stops when dropped.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::{TcpListener, TcpStream, UnixStream};
 use tokio::sync::oneshot;
 
 use crate::BenchError;
+
+/// Where a forwarder sends its bytes.
+#[derive(Clone, Debug)]
+pub enum Upstream {
+    /// A TCP address.
+    Tcp(SocketAddr),
+    /// A Unix-domain socket file.
+    Unix(PathBuf),
+}
 
 /// A running forwarder from a local port to `upstream`.
 pub struct Forwarder {
@@ -21,7 +32,7 @@ pub struct Forwarder {
 
 impl Forwarder {
     /// Listens on a free port of 127.0.0.1 and forwards every connection to `upstream`.
-    pub fn start(upstream: SocketAddr) -> Result<Forwarder, BenchError> {
+    pub fn start(upstream: Upstream) -> Result<Forwarder, BenchError> {
         let std_listener = std::net::TcpListener::bind(("127.0.0.1", 0))
             .map_err(|e| BenchError::io("binding a port on", "127.0.0.1", e))?;
         std_listener
@@ -43,7 +54,7 @@ impl Forwarder {
                 };
                 tokio::select! {
                     _ = stopped => {}
-                    _ = serve(listener, upstream) => {}
+                    _ = serve(listener, Arc::new(upstream)) => {}
                 }
             });
         });
@@ -55,15 +66,24 @@ impl Forwarder {
     }
 }
 
-async fn serve(listener: TcpListener, upstream: SocketAddr) {
+async fn serve(listener: TcpListener, upstream: Arc<Upstream>) {
     while let Ok((mut client, _)) = listener.accept().await {
+        let upstream = Arc::clone(&upstream);
         tokio::spawn(async move {
-            let Ok(mut server) = TcpStream::connect(upstream).await else {
-                return;
-            };
             let _ = client.set_nodelay(true);
-            let _ = server.set_nodelay(true);
-            let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+            match &*upstream {
+                Upstream::Tcp(addr) => {
+                    if let Ok(mut server) = TcpStream::connect(addr).await {
+                        let _ = server.set_nodelay(true);
+                        let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                    }
+                }
+                Upstream::Unix(path) => {
+                    if let Ok(mut server) = UnixStream::connect(path).await {
+                        let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                    }
+                }
+            }
         });
     }
 }

@@ -66,12 +66,13 @@ pub struct PgBouncer {
 
 impl PgBouncer {
     /// Writes a configuration under `scratch/pgbouncer` for the server at `upstream` (a URL with
-    /// the superuser's password) and starts PgBouncer in the foreground, as the `postgres` OS
+    /// the superuser's password; by its Unix socket in `socket_dir` when given) and starts PgBouncer in the foreground, as the `postgres` OS
     /// user when running as root (PgBouncer refuses root).
     pub fn start(
         installed: &Installed,
         scratch: &Path,
         upstream: &str,
+        socket_dir: Option<&Path>,
         pool_size: u32,
     ) -> Result<PgBouncer, BenchError> {
         let up = UrlParts::parse(upstream)
@@ -99,7 +100,7 @@ impl PgBouncer {
              logfile = {log}\n\
              {prepared}",
             db = up.dbname,
-            host = up.host,
+            host = socket_dir.map_or(up.host.clone(), |d| d.display().to_string()),
             pport = up.port,
             auth = dir.join("userlist.txt").display(),
             log = dir.join("pgbouncer.log").display(),

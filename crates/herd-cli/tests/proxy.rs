@@ -75,17 +75,29 @@ async fn read_your_writes_under_async_commit() {
         .expect("create");
     drop(setup);
     let client = connect(&url).await;
+    // The proxy reaches nodes on this host by their Unix sockets (no client address).
+    let via_socket = client
+        .query_one(
+            "select client_addr is null from pg_stat_activity where pid = pg_backend_pid()",
+            &[],
+        )
+        .await
+        .expect("own backend");
+    assert!(
+        via_socket.get::<_, bool>(0),
+        "proxy used TCP, not the socket"
+    );
     let primary_port = i64::from(c.port + 1);
     let (mut stale, mut on_replicas) = (0, 0);
     for id in 0..1000 {
-        // Simple protocol, one round trip each; inet_server_port() (stable) tells who answered.
+        // Simple protocol, one round trip each; current_setting('port') (stable) tells who answered, over TCP or the socket.
         client
             .simple_query(&format!("insert into ryw values ({id}, 'x')"))
             .await
             .expect("insert");
         let rows = client
             .query(
-                &format!("select v, inet_server_port() from ryw where id = {id}"),
+                &format!("select v, current_setting('port')::int from ryw where id = {id}"),
                 &[],
             )
             .await
@@ -338,7 +350,7 @@ async fn consistency_levels_per_connection_transaction_and_statement() {
             })
             .expect("a row")
     }
-    let q = "select inet_server_port()";
+    let q = "select current_setting('port')";
 
     // Per connection: `-c herd.consistency=primary` in the startup options.
     let mut config: tokio_postgres::Config = url.parse().expect("url");

@@ -82,10 +82,14 @@ impl Cluster {
 
     /// Where each node is, for the proxy.
     pub fn assignment(&self) -> Assignment {
+        let sockets = self.socket_dir();
         let endpoint = |n: &NodeName| Endpoint {
             name: n.clone(),
             host: self.host().to_string(),
             port: self.port(n),
+            socket: sockets
+                .as_deref()
+                .map(|dir| herd_pg::socket_path(dir, self.port(n))),
         };
         Assignment {
             primary: endpoint(&self.state.primary),
@@ -131,6 +135,13 @@ impl Cluster {
             .standby_names(&self.state.sync_set)
     }
 
+    /// Where the servers put their Unix-domain sockets; `None` (TCP only) when the data
+    /// directory's path is too long for a socket path.
+    pub fn socket_dir(&self) -> Option<std::path::PathBuf> {
+        let dir = self.layout.sockets();
+        herd_pg::socket_dir_fits(&dir).then_some(dir)
+    }
+
     /// The server settings of `node` in its current role.
     pub fn server_settings(&self, node: &NodeName) -> ServerSettings {
         let pg = &self.config.postgres;
@@ -146,6 +157,7 @@ impl Cluster {
         ServerSettings {
             listen_address: self.config.network.listen_address,
             port: self.port(node),
+            socket_dir: self.socket_dir(),
             shared_buffers: pg.shared_buffers.clone(),
             max_connections: pg.max_connections,
             work_mem: pg.work_mem.clone(),

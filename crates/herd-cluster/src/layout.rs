@@ -13,6 +13,7 @@ use herd_core::NodeName;
 /// nodes/<node>/        one PostgreSQL data directory per node
 /// logs/<node>.log      server logs; logs/herd.log for a detached supervisor
 /// run/                 supervisor pid, lock and API port
+/// sockets/             the servers' Unix-domain sockets (mode 0700, the servers' OS user)
 /// ```
 #[derive(Clone, Debug)]
 pub struct Layout {
@@ -68,6 +69,11 @@ impl Layout {
     /// The detached supervisor's log.
     pub fn supervisor_log(&self) -> PathBuf {
         self.logs().join("herd.log")
+    }
+
+    /// The servers' Unix-domain sockets, for the proxy on this host.
+    pub fn sockets(&self) -> PathBuf {
+        self.root.join("sockets")
     }
 
     /// Runtime files of the supervisor.

@@ -55,6 +55,11 @@ impl Cluster {
 
     /// Writes `node`'s configuration for its current role and hands the files to the servers' user.
     pub fn write_conf(&self, pg: &Pg, node: &NodeName) -> Result<(), ClusterError> {
+        if let Some(sockets) = self.socket_dir() {
+            // Created here rather than at bootstrap so clusters made before it existed get it.
+            create_private_dir(&sockets)?;
+            pg.hand_over(&sockets)?;
+        }
         let dir = self.layout.node(node);
         herd_pg::write_node_conf(&dir, &self.server_settings(node), &self.hba())?;
         for file in [
@@ -172,4 +177,15 @@ fn ensure_free(host: std::net::IpAddr, port: u16, what: &str) -> Result<(), Clus
             address: host.to_string(),
             what: what.to_string(),
         })
+}
+
+/// Creates `dir` (mode 0700) unless it exists.
+fn create_private_dir(dir: &std::path::Path) -> Result<(), ClusterError> {
+    use std::os::unix::fs::DirBuilderExt;
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
+            Err(ClusterError::io("creating", dir, e))
+        }
+        _ => Ok(()),
+    }
 }

@@ -1,5 +1,7 @@
 //! Who is where: the supervisor's assignment of roles to node addresses, which the proxy follows.
 
+use std::path::PathBuf;
+
 use crate::NodeName;
 
 /// How to reach one node.
@@ -11,6 +13,9 @@ pub struct Endpoint {
     pub host: String,
     /// TCP port.
     pub port: u16,
+    /// The node's Unix-domain socket when it runs on this host: cheaper than TCP loopback, so
+    /// the proxy prefers it (and falls back to TCP when it cannot connect there).
+    pub socket: Option<PathBuf>,
 }
 
 /// The nodes as assigned by the supervisor.

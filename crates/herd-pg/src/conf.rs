@@ -3,9 +3,23 @@
 
 use std::fmt::Write;
 use std::net::IpAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::PgError;
+
+/// Longest Unix-domain socket path the kernel accepts (`sun_path` is 108 bytes with its NUL).
+const MAX_SOCKET_PATH: usize = 107;
+
+/// The socket file a server on `port` creates in `dir` (libpq's and PostgreSQL's naming).
+pub fn socket_path(dir: &Path, port: u16) -> PathBuf {
+    dir.join(format!(".s.PGSQL.{port}"))
+}
+
+/// Whether sockets in `dir` fit the kernel's path limit for any port (and the `.lock` file
+/// PostgreSQL keeps beside each socket is irrelevant to that limit).
+pub fn socket_dir_fits(dir: &Path) -> bool {
+    socket_path(dir, u16::MAX).as_os_str().len() <= MAX_SOCKET_PATH
+}
 
 /// The file Herd owns inside each node's data directory.
 pub const HERD_CONF: &str = "herd.conf";
@@ -17,6 +31,9 @@ pub struct ServerSettings {
     pub listen_address: IpAddr,
     /// `port`.
     pub port: u16,
+    /// `unix_socket_directories`: where Herd's proxy reaches a node on this host without the
+    /// cost of TCP loopback; `None` for TCP only.
+    pub socket_dir: Option<PathBuf>,
     /// `shared_buffers`.
     pub shared_buffers: String,
     /// `max_connections`.
@@ -55,8 +72,16 @@ pub fn render_server_conf(s: &ServerSettings) -> String {
     };
     set("listen_addresses", &s.listen_address.to_string());
     set("port", &s.port.to_string());
-    // TCP only: no socket file to clash with other clusters, and SCRAM applies to every login.
-    set("unix_socket_directories", "");
+    // The socket lives in the cluster's own directory (no clash with other clusters) and is
+    // open to the servers' OS user only; SCRAM applies to every login on it as over TCP.
+    match &s.socket_dir {
+        Some(dir) => {
+            set("unix_socket_directories", &dir.to_string_lossy());
+            // An octal integer (PostgreSQL parses the leading 0).
+            set("unix_socket_permissions", "0700");
+        }
+        None => set("unix_socket_directories", ""),
+    }
     set("password_encryption", "scram-sha-256");
     set("max_connections", &s.max_connections.to_string());
     set("shared_buffers", &s.shared_buffers);
@@ -86,10 +111,12 @@ pub fn render_server_conf(s: &ServerSettings) -> String {
     out
 }
 
-/// Renders `pg_hba.conf`: SCRAM-SHA-256 over TCP for everyone, nothing trusted.
+/// Renders `pg_hba.conf`: SCRAM-SHA-256 for everyone (TCP and the cluster's private socket),
+/// nothing trusted.
 pub fn render_hba(listen_address: IpAddr, replication_user: &str) -> String {
     let mut out = String::from(
-        "# Written by Herd. TCP only, SCRAM-SHA-256 for every user; no trust, no peer.\n\
+        "# Written by Herd. SCRAM-SHA-256 for every user; no trust, no peer.\n\
+         local all all scram-sha-256\n\
          host all all 127.0.0.1/32 scram-sha-256\n",
     );
     let _ = writeln!(
@@ -148,6 +175,7 @@ mod tests {
         ServerSettings {
             listen_address: IpAddr::from([127, 0, 0, 1]),
             port: 7433,
+            socket_dir: None,
             shared_buffers: "128MB".into(),
             max_connections: 100,
             work_mem: "4MB".into(),
@@ -176,6 +204,30 @@ mod tests {
             assert!(text.lines().any(|l| l == line), "missing {line} in\n{text}");
         }
         assert!(!text.contains("primary_conninfo"));
+    }
+
+    #[test]
+    fn a_socket_dir_is_private_and_long_paths_do_not_fit() {
+        let mut s = settings();
+        s.socket_dir = Some(PathBuf::from("/data/herd/sockets"));
+        let text = render_server_conf(&s);
+        for line in [
+            "unix_socket_directories = '/data/herd/sockets'",
+            "unix_socket_permissions = '0700'",
+        ] {
+            assert!(text.lines().any(|l| l == line), "missing {line} in\n{text}");
+        }
+        assert_eq!(
+            socket_path(Path::new("/s"), 5433),
+            PathBuf::from("/s/.s.PGSQL.5433")
+        );
+        assert!(socket_dir_fits(Path::new(
+            "/tmp/herd-test-abc/data/sockets"
+        )));
+        assert!(!socket_dir_fits(&PathBuf::from(format!(
+            "/{}",
+            "d".repeat(100)
+        ))));
     }
 
     #[test]

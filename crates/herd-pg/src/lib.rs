@@ -13,7 +13,8 @@ mod probe;
 
 pub use bin::{PgBinaries, PG_MAJOR};
 pub use conf::{
-    render_hba, render_server_conf, write_node_conf, ServerSettings, Upstream, HERD_CONF,
+    render_hba, render_server_conf, socket_dir_fits, socket_path, write_node_conf, ServerSettings,
+    Upstream, HERD_CONF,
 };
 pub use ctl::log_tail;
 pub use ctl::{Pg, StopMode};

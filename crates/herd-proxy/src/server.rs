@@ -9,7 +9,7 @@ use herd_scram::{ClientExchange, ClientKey, Verifier};
 use herd_wire::backend::{Authentication, BackendKeyData, DataRow, ErrorFields, ParameterStatus};
 use herd_wire::{encode, split_frame};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use tokio::net::{TcpStream, UnixStream};
 
 use crate::topology::Endpoint;
 use crate::ProxyError;
@@ -19,9 +19,58 @@ const MAX_SERVER_MESSAGE: usize = 1 << 30;
 /// Statements kept prepared per server connection before the oldest is closed.
 pub const PREPARED_CAPACITY: usize = 256;
 
+/// The socket to a server: its Unix-domain socket when it runs on this host (about a fifth
+/// cheaper per round trip than TCP loopback, measured with pgbench), TCP otherwise.
+#[derive(Debug)]
+enum ServerStream {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+impl ServerStream {
+    /// Connects to `ep`'s socket when it has one that accepts, else over TCP: a server adopted
+    /// from before Herd gave it a socket, or one whose socket is gone, is still reachable.
+    async fn connect(ep: &Endpoint) -> std::io::Result<ServerStream> {
+        if let Some(path) = &ep.socket {
+            match UnixStream::connect(path).await {
+                Ok(s) => return Ok(ServerStream::Unix(s)),
+                Err(e) => tracing::debug!(
+                    node = %ep.name,
+                    "socket {} refused ({e}); using TCP",
+                    path.display()
+                ),
+            }
+        }
+        let s = TcpStream::connect((ep.host.as_str(), ep.port)).await?;
+        s.set_nodelay(true)?;
+        Ok(ServerStream::Tcp(s))
+    }
+
+    async fn write_all(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        match self {
+            ServerStream::Tcp(s) => s.write_all(bytes).await,
+            ServerStream::Unix(s) => s.write_all(bytes).await,
+        }
+    }
+
+    async fn read_buf(&mut self, buf: &mut BytesMut) -> std::io::Result<usize> {
+        match self {
+            ServerStream::Tcp(s) => s.read_buf(buf).await,
+            ServerStream::Unix(s) => s.read_buf(buf).await,
+        }
+    }
+
+    fn try_read(&self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            ServerStream::Tcp(s) => s.try_read(buf),
+            ServerStream::Unix(s) => s.try_read(buf),
+        }
+    }
+}
+
 /// An authenticated server connection.
 pub struct ServerConn {
-    stream: TcpStream,
+    stream: ServerStream,
     /// Bytes read but not yet consumed.
     pub rbuf: BytesMut,
     /// The node it is connected to.
@@ -58,12 +107,9 @@ impl ServerConn {
         timeout: Duration,
     ) -> Result<ServerConn, ProxyError> {
         let what = format!("connecting to {} ({}:{})", ep.name, ep.host, ep.port);
-        let stream = tokio::time::timeout(timeout, TcpStream::connect((ep.host.as_str(), ep.port)))
+        let stream = tokio::time::timeout(timeout, ServerStream::connect(ep))
             .await
             .map_err(|_| ProxyError::Unavailable(format!("{what}: timed out")))?
-            .map_err(|e| ProxyError::io(what.clone(), e))?;
-        stream
-            .set_nodelay(true)
             .map_err(|e| ProxyError::io(what.clone(), e))?;
         let mut conn = ServerConn {
             stream,
@@ -246,11 +292,6 @@ impl ServerConn {
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => !self.rbuf.is_empty(),
             _ => true,
         }
-    }
-
-    /// The socket, for the relay loop.
-    pub fn stream_mut(&mut self) -> &mut TcpStream {
-        &mut self.stream
     }
 }
 

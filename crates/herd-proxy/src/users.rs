@@ -142,6 +142,7 @@ mod tests {
             name: herd_core::NodeName::numbered(0),
             host: "127.0.0.1".into(),
             port,
+            socket: None,
         };
         (l, ep)
     }

@@ -292,7 +292,7 @@ struct Ack {
     id: i64,
     sent: Instant,
     acked: Instant,
-    /// `inet_server_port()` of the server that committed it.
+    /// `current_setting('port')` of the server that committed it (the proxy may use the socket).
     port: u16,
 }
 
@@ -381,8 +381,9 @@ async fn write_loop(
             }
             continue;
         };
-        let statement =
-            format!("insert into {TABLE} (id) values ({id}) returning inet_server_port()");
+        let statement = format!(
+            "insert into {TABLE} (id) values ({id}) returning current_setting('port')::int"
+        );
         id += 1;
         let sent = Instant::now();
         match tokio::time::timeout(Duration::from_secs(10), c.simple_query(&statement)).await {

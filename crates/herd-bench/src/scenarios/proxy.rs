@@ -7,7 +7,7 @@ use std::time::Duration;
 use indicatif::ProgressBar;
 
 use crate::cluster::{url_with_options, ScratchCluster, UrlParts};
-use crate::forwarder::Forwarder;
+use crate::forwarder::{Forwarder, Upstream};
 use crate::pgbench::{median, Pgbench};
 use crate::pgbouncer::{Installed, PgBouncer};
 use crate::report::{Machine, ModeResult, Results, Settings, TargetResult};
@@ -87,7 +87,13 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
     // The floor of one extra hop: bytes copied both ways, nothing parsed, no pooling.
     let primary = UrlParts::parse(&cluster.primary_url)
         .ok_or_else(|| BenchError::Missing(format!("cannot parse {}", cluster.primary_url)))?;
-    let upstream = std::net::SocketAddr::from(([127, 0, 0, 1], primary.port));
+    // PgBouncer and the forwarder reach the primary the way Herd's proxy does: by its Unix
+    // socket when the cluster has one, so the comparison is of the proxies, not of the sockets.
+    let socket_dir = cluster.socket_dir(primary.port);
+    let upstream = match &socket_dir {
+        Some(dir) => Upstream::Unix(herd_pg::socket_path(dir, primary.port)),
+        None => Upstream::Tcp(std::net::SocketAddr::from(([127, 0, 0, 1], primary.port))),
+    };
     let forwarder = Forwarder::start(upstream)?;
     targets.push((
         "forwarder".to_string(),
@@ -102,7 +108,13 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
     match &bouncer_bin {
         Some(installed) => {
             bar.set_message("starting pgbouncer");
-            let b = PgBouncer::start(installed, cluster.dir(), &cluster.primary_url, POOL_SIZE)?;
+            let b = PgBouncer::start(
+                installed,
+                cluster.dir(),
+                &cluster.primary_url,
+                socket_dir.as_deref(),
+                POOL_SIZE,
+            )?;
             targets.push(("pgbouncer".to_string(), b.url.clone()));
             versions.insert("pgbouncer".to_string(), installed.version.clone());
             if !installed.supports_prepared() {
@@ -210,6 +222,14 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
          extra hop."
             .into(),
     );
+    notes.push(match &socket_dir {
+        Some(_) => "pgbench reaches every target over TCP (127.0.0.1); Herd's proxy, PgBouncer \
+                    and the forwarder reach the servers by their Unix sockets."
+            .into(),
+        None => "pgbench and every proxy use TCP (127.0.0.1): the servers have no Unix socket \
+                 (the data directory's path is too long for one)."
+            .into(),
+    });
     Ok(Results {
         scenario: "proxy".into(),
         date: crate::report::now_utc(),

@@ -148,6 +148,7 @@ mod tests {
                 name: NodeName::numbered(i),
                 host: "127.0.0.1".into(),
                 port: 1,
+                socket: None,
             },
             healthy,
             replay_lsn: Lsn(replay),
