@@ -120,7 +120,7 @@ impl ScratchCluster {
 
     /// The directory of the Unix socket of the server on `port`, when it has one.
     pub fn socket_dir(&self, port: u16) -> Option<PathBuf> {
-        let dir = self.data_dir().join("sockets");
+        let dir = herd_cluster::Layout::new(self.data_dir()).sockets();
         herd_pg::socket_path(&dir, port).exists().then_some(dir)
     }
 

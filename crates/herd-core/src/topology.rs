@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use crate::NodeName;
 
 /// How to reach one node.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Endpoint {
     /// Node name.
     pub name: NodeName,
@@ -16,6 +16,16 @@ pub struct Endpoint {
     /// The node's Unix-domain socket when it runs on this host: cheaper than TCP loopback, so
     /// the proxy prefers it (and falls back to TCP when it cannot connect there).
     pub socket: Option<PathBuf>,
+}
+
+/// Hashes the name and port only: the proxy looks its pools up by endpoint on every
+/// transaction, and host and socket path add bytes without telling endpoints apart any better.
+/// Consistent with `Eq`: equal endpoints have equal names and ports.
+impl std::hash::Hash for Endpoint {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.name.hash(state);
+        self.port.hash(state);
+    }
 }
 
 /// The nodes as assigned by the supervisor.

@@ -19,8 +19,8 @@ const MAX_SERVER_MESSAGE: usize = 1 << 30;
 /// Statements kept prepared per server connection before the oldest is closed.
 pub const PREPARED_CAPACITY: usize = 256;
 
-/// The socket to a server: its Unix-domain socket when it runs on this host (about a fifth
-/// cheaper per round trip than TCP loopback, measured with pgbench), TCP otherwise.
+/// The socket to a server: its Unix-domain socket when it runs on this host (pgbench -S
+/// measured 16–31 % more transactions per second over it than over TCP loopback), TCP otherwise.
 #[derive(Debug)]
 enum ServerStream {
     Tcp(TcpStream),

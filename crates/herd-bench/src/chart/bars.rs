@@ -5,7 +5,7 @@ use std::path::Path;
 use plotters::prelude::*;
 use plotters::style::text_anchor;
 
-use super::{chart_error, group_labels, legend};
+use super::{chart_error, group_chart, group_labels, legend};
 use crate::BenchError;
 
 /// One series of bars: a value (and the text above its bar) per group.
@@ -18,6 +18,27 @@ pub struct Series {
     pub values: Vec<Option<f64>>,
     /// Per group, written above the bar (empty: nothing).
     pub labels: Vec<String>,
+}
+
+impl Series {
+    /// A series whose bars are labelled with their values as `format` writes them.
+    pub fn labelled(
+        name: String,
+        colour: RGBColor,
+        values: Vec<Option<f64>>,
+        format: impl Fn(f64) -> String,
+    ) -> Series {
+        let labels = values
+            .iter()
+            .map(|v| v.map_or(String::new(), &format))
+            .collect();
+        Series {
+            name,
+            colour,
+            values,
+            labels,
+        }
+    }
 }
 
 /// A grouped bar chart.
@@ -58,22 +79,7 @@ fn draw(b: &Bars, path: &Path) -> Result<(), String> {
     let width = 0.8 / b.series.len().max(1) as f64;
     let root = SVGBackend::new(path, (b.width, 480)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| e.to_string())?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(&b.title, ("sans-serif", 20))
-        .margin(15)
-        .x_label_area_size(40)
-        .y_label_area_size(70)
-        .build_cartesian_2d(0.0..groups, 0.0..top)
-        .map_err(|e| e.to_string())?;
-    chart
-        .configure_mesh()
-        .disable_x_mesh()
-        .x_labels(0)
-        .x_label_formatter(&|_| String::new())
-        .y_desc(&b.y_desc)
-        .y_label_formatter(&b.y_format)
-        .draw()
-        .map_err(|e| e.to_string())?;
+    let mut chart = group_chart(&root, &b.title, (groups, top), &b.y_desc, &b.y_format)?;
     for (i, s) in b.series.iter().enumerate() {
         let colour = s.colour;
         let x0 = |g: usize| g as f64 + 0.1 + i as f64 * width;

@@ -123,15 +123,9 @@ fn speedup(r: &Results) -> Bars {
                 .iter()
                 .map(|t| m.get(t).map(|t| t.ratio_to_direct))
                 .collect();
-            Series {
-                name: mode.to_string(),
-                colour: colour(i + 1),
-                labels: values
-                    .iter()
-                    .map(|v| v.map_or(String::new(), |v| format!("{v:.2}×")))
-                    .collect(),
-                values,
-            }
+            Series::labelled(mode.to_string(), colour(i + 1), values, |v| {
+                format!("{v:.2}×")
+            })
         })
         .collect();
     Bars {
@@ -152,8 +146,40 @@ fn speedup(r: &Results) -> Bars {
 /// A chart with numeric axes drawn as SVG.
 type Chart<'a, 'b> = ChartContext<'a, SVGBackend<'b>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
 
+/// The frame of a chart over named groups: x runs over `0..x_max` (group names are drawn by
+/// [`group_labels`], so the axis has no ticks of its own), y over `0..y_max`, described and
+/// formatted as given.
+fn group_chart<'a, 'b: 'a>(
+    root: &'a DrawingArea<SVGBackend<'b>, Shift>,
+    title: &str,
+    (x_max, y_max): (f64, f64),
+    y_desc: &str,
+    y_format: &dyn Fn(&f64) -> String,
+) -> Result<Chart<'a, 'b>, String> {
+    let mut chart = ChartBuilder::on(root)
+        .caption(title, ("sans-serif", 20))
+        .margin(15)
+        .x_label_area_size(40)
+        .y_label_area_size(70)
+        .build_cartesian_2d(0.0..x_max, 0.0..y_max)
+        .map_err(|e| e.to_string())?;
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_labels(0)
+        .x_label_formatter(&|_| String::new())
+        .y_desc(y_desc)
+        .y_label_formatter(y_format)
+        .draw()
+        .map_err(|e| e.to_string())?;
+    Ok(chart)
+}
+
 /// The legend box every chart uses.
-fn legend<'a>(chart: &mut Chart<'a, 'a>, position: SeriesLabelPosition) -> Result<(), String> {
+fn legend<'a, 'b: 'a>(
+    chart: &mut Chart<'a, 'b>,
+    position: SeriesLabelPosition,
+) -> Result<(), String> {
     chart
         .configure_series_labels()
         .background_style(WHITE.mix(0.8))

@@ -4,7 +4,7 @@ use std::path::Path;
 
 use plotters::prelude::*;
 
-use super::{colour, group_labels, legend};
+use super::{colour, group_chart, group_labels, legend};
 use crate::report::Results;
 
 /// commit-waits: each mode's wait-event shares (targets `wait:…`) as one stacked bar, the main
@@ -14,28 +14,17 @@ pub fn draw(r: &Results, path: &Path) -> Result<(), String> {
     let modes = crate::report::ordered_modes(r);
     let root = SVGBackend::new(path, (800, 480)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| e.to_string())?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(
-            format!(
-                "herd bench {}: share of commit samples ({})",
-                r.scenario, r.date
-            ),
-            ("sans-serif", 20),
-        )
-        .margin(15)
-        .x_label_area_size(40)
-        .y_label_area_size(70)
-        .build_cartesian_2d(0.0..modes.len().max(1) as f64 + 1.2, 0.0..1.0)
-        .map_err(|e| e.to_string())?;
-    chart
-        .configure_mesh()
-        .disable_x_mesh()
-        .x_labels(0)
-        .x_label_formatter(&|_| String::new())
-        .y_desc("share of backend samples")
-        .y_label_formatter(&|v| format!("{:.0} %", v * 100.0))
-        .draw()
-        .map_err(|e| e.to_string())?;
+    let title = format!(
+        "herd bench {}: share of commit samples ({})",
+        r.scenario, r.date
+    );
+    let mut chart = group_chart(
+        &root,
+        &title,
+        (modes.len().max(1) as f64 + 1.2, 1.0),
+        "share of backend samples",
+        &|v| format!("{:.0} %", v * 100.0),
+    )?;
     let share = |m: &crate::report::ModeResult, e: &str| {
         let all = |k: &String| k.starts_with("wait:");
         match e {

@@ -174,19 +174,12 @@ pub fn chart(r: &Results, path: &Path) -> Result<(), BenchError> {
                         .map(|row| row.ratio_logical_to_physical)
                 })
                 .collect::<Vec<_>>();
-            Series {
-                name: if s == "004" {
-                    "reference 004 (pglogical, PG 9.6)".to_string()
-                } else {
-                    format!("wal_compression = {s}")
-                },
-                colour: colour(i + 1),
-                labels: values
-                    .iter()
-                    .map(|v| v.map_or(String::new(), |v| format!("{v:.2}")))
-                    .collect(),
-                values,
-            }
+            let name = if s == "004" {
+                "reference 004 (pglogical, PG 9.6)".to_string()
+            } else {
+                format!("wal_compression = {s}")
+            };
+            Series::labelled(name, colour(i + 1), values, |v| format!("{v:.2}"))
         })
         .collect();
     grouped(
