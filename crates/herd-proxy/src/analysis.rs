@@ -63,8 +63,43 @@ pub struct Analysis {
     pub local: Option<LocalAnswer>,
 }
 
-/// Classifies `sql` (cached by text) and combines it with the function catalog.
-pub fn analyze(ctx: &ProxyContext, sql: &str) -> Analysis {
+/// Classifies `sql`, bytes in the client's encoding (cached by text), and combines it with the
+/// function catalog. Text that is not UTF-8 is classified from its lossy UTF-8 reading (in an
+/// ASCII-compatible encoding the SQL keywords, quotes and names it routes by are all ASCII),
+/// but it never goes to a replica when the client's encoding may hide ASCII bytes inside
+/// multibyte characters (`unsafe_encoding`), and settings it changes pin the session instead
+/// of being replayed (their text could not be replayed byte for byte).
+pub fn analyze(ctx: &ProxyContext, sql: &[u8], unsafe_encoding: bool) -> Analysis {
+    match std::str::from_utf8(sql) {
+        Ok(text) if !unsafe_encoding || text.is_ascii() => analyze_text(ctx, text),
+        Ok(text) => not_routable(analyze_text(ctx, text)),
+        Err(_) => {
+            let text = String::from_utf8_lossy(sql);
+            let mut a = analyze_text(ctx, &text);
+            if unsafe_encoding {
+                a = not_routable(a);
+            }
+            if !a.effects.is_empty() {
+                a.effects.retain(|e| matches!(e, Effect::Consistency(_)));
+                a.pin = true;
+            }
+            a.local = None;
+            a
+        }
+    }
+}
+
+/// `a`, but for the primary.
+fn not_routable(mut a: Analysis) -> Analysis {
+    if a.read_only {
+        a.read_only = false;
+        a.reason = Reason::Unparseable;
+    }
+    a.local = None;
+    a
+}
+
+fn analyze_text(ctx: &ProxyContext, sql: &str) -> Analysis {
     let classification = ctx.classifier.get_or_classify(sql);
     let catalog = ctx.catalog();
     let (route, reason) = classification.route(&*catalog);

@@ -55,6 +55,23 @@ impl CancelRegistry {
         }
     }
 
+    /// Registers a client under `key` (its server's own pid and key, in session pooling), or
+    /// under a fresh random key should another client hold that one already.
+    pub fn register_as(&self, key: (i32, i32)) -> ((i32, i32), Arc<CancelSlot>) {
+        let slot = Arc::new(CancelSlot::default());
+        let mut slots = match self.slots.lock() {
+            Ok(s) => s,
+            Err(p) => p.into_inner(),
+        };
+        slots.retain(|_, w| w.strong_count() > 0);
+        if let std::collections::hash_map::Entry::Vacant(e) = slots.entry(key) {
+            e.insert(Arc::downgrade(&slot));
+            return (key, slot);
+        }
+        drop(slots);
+        self.register()
+    }
+
     /// Forwards a CancelRequest for client key `(pid, key)`; unknown keys are ignored, as
     /// PostgreSQL does.
     pub async fn cancel(&self, pid: i32, key: i32) {

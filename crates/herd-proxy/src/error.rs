@@ -28,6 +28,10 @@ pub enum ProxyError {
     /// No server can take the work now.
     #[error("{0}")]
     Unavailable(String),
+    /// The session ends without a word from the proxy: the server already told the client why
+    /// (e.g. its FATAL after `pg_terminate_backend`).
+    #[error("{0}")]
+    Ended(String),
     /// Waiting for a pooled connection took too long.
     #[error("no server connection became free within {0} s (pool exhausted)")]
     PoolTimeout(u64),
@@ -42,6 +46,7 @@ impl ProxyError {
             ProxyError::Server { code, .. } => code,
             ProxyError::AuthFailed(_) => "28P01",
             ProxyError::Unavailable(_) => "57P03",
+            ProxyError::Ended(_) => "08006",
             ProxyError::PoolTimeout(_) => "53300",
         }
     }

@@ -68,8 +68,9 @@ pub struct ProxyContext {
     /// Secret for mock authentication of unknown roles.
     pub mock_secret: Vec<u8>,
     avoided: Mutex<HashMap<NodeName, Instant>>,
-    params: Mutex<HashMap<(String, String), ServerParams>>,
+    params: Mutex<HashMap<(String, String, u64), ServerParams>>,
     paused: watch::Sender<bool>,
+    tokens: std::sync::atomic::AtomicU64,
 }
 
 impl ProxyContext {
@@ -229,13 +230,23 @@ impl ProxyContext {
         out
     }
 
-    /// ParameterStatus values a new client of `user` on `database` receives, from a real server.
-    pub async fn server_params(
+    /// A number no other call returns (tokens of clients' unnamed statements).
+    pub fn next_token(&self) -> u64 {
+        self.tokens
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            + 1
+    }
+
+    /// ParameterStatus values a new client of `user` on `database` receives in transaction
+    /// pooling: a real server's, after the client's own startup settings were applied there,
+    /// so they read as PostgreSQL would report them to this client. Cached by settings.
+    pub async fn client_params(
         &self,
         user: &str,
         database: &str,
-    ) -> Result<Vec<(String, String)>, ProxyError> {
-        let key = (user.to_string(), database.to_string());
+        state: &session::state::SessionState,
+    ) -> Result<ServerParams, ProxyError> {
+        let key = (user.to_string(), database.to_string(), state.hash);
         if let Some(p) = self.params.lock().ok().and_then(|m| m.get(&key).cloned()) {
             return Ok(p);
         }
@@ -249,15 +260,38 @@ impl ProxyContext {
             user: user.into(),
             database: database.into(),
         });
-        let lease = pool
+        let mut lease = pool
             .acquire(&creds, Duration::from_secs(30), Duration::from_secs(5))
             .await?;
-        let params = lease.conn.params.clone();
+        let mut params = lease.conn.params.clone();
+        if state.hash != 0 {
+            // A setting the server rejects fails the login, as it would on PostgreSQL (the
+            // connection, in an unknown state, is closed rather than returned).
+            lease.conn.internal_query(&state.replay_sql()).await?;
+            overlay_params(&mut params, &lease.conn.reported);
+            lease.conn.state_hash = state.hash;
+        }
         lease.release();
         if let Ok(mut m) = self.params.lock() {
+            if m.len() >= PARAMS_CAPACITY {
+                m.clear();
+            }
             m.insert(key, params.clone());
         }
         Ok(params)
+    }
+}
+
+/// Distinct (user, database, settings) whose parameters are kept.
+const PARAMS_CAPACITY: usize = 1_000;
+
+/// Applies `reported` ParameterStatus values over `params` (the last report of a name wins).
+pub fn overlay_params(params: &mut ServerParams, reported: &[(String, String)]) {
+    for (name, value) in reported {
+        match params.iter_mut().find(|(n, _)| n == name) {
+            Some(slot) => slot.1 = value.clone(),
+            None => params.push((name.clone(), value.clone())),
+        }
     }
 }
 
@@ -313,6 +347,7 @@ impl Proxy {
             avoided: Mutex::new(HashMap::new()),
             params: Mutex::new(HashMap::new()),
             paused: watch::channel(false).0,
+            tokens: std::sync::atomic::AtomicU64::new(0),
         });
         tokio::spawn(load_catalog(ctx.clone(), login, shutdown.clone()));
         tokio::spawn(accept(listener, ctx.clone(), shutdown));

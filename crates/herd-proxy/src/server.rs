@@ -66,6 +66,34 @@ impl ServerStream {
             ServerStream::Unix(s) => s.try_read(buf),
         }
     }
+
+    fn try_read_buf(&self, buf: &mut BytesMut) -> std::io::Result<usize> {
+        match self {
+            ServerStream::Tcp(s) => s.try_read_buf(buf),
+            ServerStream::Unix(s) => s.try_read_buf(buf),
+        }
+    }
+
+    fn try_write(&self, buf: &[u8]) -> std::io::Result<usize> {
+        match self {
+            ServerStream::Tcp(s) => s.try_write(buf),
+            ServerStream::Unix(s) => s.try_write(buf),
+        }
+    }
+
+    async fn readable(&self) -> std::io::Result<()> {
+        match self {
+            ServerStream::Tcp(s) => s.readable().await,
+            ServerStream::Unix(s) => s.readable().await,
+        }
+    }
+
+    async fn writable(&self) -> std::io::Result<()> {
+        match self {
+            ServerStream::Tcp(s) => s.writable().await,
+            ServerStream::Unix(s) => s.writable().await,
+        }
+    }
 }
 
 /// An authenticated server connection.
@@ -83,6 +111,14 @@ pub struct ServerConn {
     pub prepared: PreparedSet,
     /// Hash of the session settings last applied here (0: server defaults).
     pub state_hash: u64,
+    /// Token of the client's unnamed statement this server holds as its own unnamed statement
+    /// (`None`: none of any client's, or unknown).
+    pub unnamed: Option<u64>,
+    /// Server-side statements whose plan PostgreSQL refuses to reuse after a schema change
+    /// (0A000 "cached plan must not change result type"): closed before they are prepared again.
+    pub stale: Vec<String>,
+    /// ParameterStatus values the server reported during the last internal query.
+    pub reported: Vec<(String, String)>,
 }
 
 impl std::fmt::Debug for ServerConn {
@@ -119,6 +155,9 @@ impl ServerConn {
             params: Vec::new(),
             prepared: PreparedSet::default(),
             state_hash: 0,
+            unnamed: None,
+            stale: Vec::new(),
+            reported: Vec::new(),
         };
         tokio::time::timeout(timeout, conn.login(user, database, key, verifier))
             .await
@@ -136,11 +175,9 @@ impl ServerConn {
         let mut out = Vec::new();
         encode::startup_message(
             &mut out,
-            &[
-                ("user", user),
-                ("database", database),
-                ("application_name", "herd-proxy"),
-            ],
+            // No application_name: RESET ALL (replaying a client's settings) must bring it
+            // back to PostgreSQL's default, which is what a client that set none sees.
+            &[("user", user), ("database", database)],
         )?;
         self.send(&out).await?;
         let mut exchange = ClientExchange::with_verifier(key.clone(), verifier);
@@ -215,6 +252,57 @@ impl ServerConn {
             .map_err(|e| ProxyError::io(format!("writing to {}", self.endpoint.name), e))
     }
 
+    /// Waits until the server socket may be read.
+    pub async fn readable(&self) -> Result<(), ProxyError> {
+        self.stream
+            .readable()
+            .await
+            .map_err(|e| ProxyError::io(format!("reading from {}", self.endpoint.name), e))
+    }
+
+    /// Waits until the server socket may be written.
+    pub async fn writable(&self) -> Result<(), ProxyError> {
+        self.stream
+            .writable()
+            .await
+            .map_err(|e| ProxyError::io(format!("writing to {}", self.endpoint.name), e))
+    }
+
+    /// Reads what the server has sent without waiting: `Ok(0)` when nothing is there yet; an
+    /// error when the server closed the connection.
+    pub fn try_fill(&mut self) -> Result<usize, ProxyError> {
+        if self.rbuf.capacity() - self.rbuf.len() < 4096 {
+            self.rbuf.reserve(16 * 1024);
+        }
+        match self.stream.try_read_buf(&mut self.rbuf) {
+            Ok(0) => Err(ProxyError::io(
+                format!("reading from {}", self.endpoint.name),
+                std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "server closed the connection",
+                ),
+            )),
+            Ok(n) => Ok(n),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(0),
+            Err(e) => Err(ProxyError::io(
+                format!("reading from {}", self.endpoint.name),
+                e,
+            )),
+        }
+    }
+
+    /// Writes as much of `bytes` as the socket takes now; `Ok(0)` when it takes nothing.
+    pub fn try_send(&mut self, bytes: &[u8]) -> Result<usize, ProxyError> {
+        match self.stream.try_write(bytes) {
+            Ok(n) => Ok(n),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(0),
+            Err(e) => Err(ProxyError::io(
+                format!("writing to {}", self.endpoint.name),
+                e,
+            )),
+        }
+    }
+
     /// Reads more bytes into `rbuf`; an error when the server closed the connection.
     pub async fn fill(&mut self) -> Result<usize, ProxyError> {
         if self.rbuf.capacity() - self.rbuf.len() < 4096 {
@@ -263,11 +351,21 @@ impl ServerConn {
         let mut out = Vec::new();
         encode::query(&mut out, sql)?;
         self.send(&out).await?;
+        // A simple query drops the server's unnamed statement.
+        self.unnamed = None;
+        self.reported.clear();
         let mut rows = Vec::new();
         let mut error = None;
         loop {
             let (tag, body) = self.next_message().await?;
             match tag {
+                b'S' => {
+                    // A value in a client encoding other than UTF-8 is not reported further.
+                    if let Ok(p) = ParameterStatus::decode(&body) {
+                        self.reported
+                            .push((p.name.to_string(), p.value.to_string()));
+                    }
+                }
                 b'D' => {
                     let row = DataRow::decode(&body)?;
                     rows.push(

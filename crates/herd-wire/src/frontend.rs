@@ -58,15 +58,15 @@ pub(crate) fn check_kind(kind: u8) -> Result<u8, WireError> {
 /// Query ('Q'): a simple-protocol query string.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Query<'a> {
-    /// The SQL text.
-    pub sql: &'a str,
+    /// The SQL text, as bytes in the client's encoding (not necessarily UTF-8).
+    pub sql: &'a [u8],
 }
 
 impl<'a> Query<'a> {
     /// Decodes a Query body.
     pub fn decode(body: &'a [u8]) -> Result<Self, WireError> {
         let mut r = Reader::new(body);
-        let sql = r.cstr()?;
+        let sql = r.cstr_bytes()?;
         r.finish()?;
         Ok(Self { sql })
     }
@@ -75,10 +75,10 @@ impl<'a> Query<'a> {
 /// Parse ('P'): create a prepared statement.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Parse<'a> {
-    /// Statement name; empty for the unnamed statement.
-    pub name: &'a str,
-    /// The SQL text.
-    pub query: &'a str,
+    /// Statement name (bytes in the client's encoding); empty for the unnamed statement.
+    pub name: &'a [u8],
+    /// The SQL text, as bytes in the client's encoding.
+    pub query: &'a [u8],
     /// Parameter type OIDs (0 = unspecified). Empty (no allocation) in the common case.
     pub param_types: Vec<u32>,
 }
@@ -87,8 +87,8 @@ impl<'a> Parse<'a> {
     /// Decodes a Parse body.
     pub fn decode(body: &'a [u8]) -> Result<Self, WireError> {
         let mut r = Reader::new(body);
-        let name = r.cstr()?;
-        let query = r.cstr()?;
+        let name = r.cstr_bytes()?;
+        let query = r.cstr_bytes()?;
         let count = usize::from(r.u16()?);
         let expected = count.checked_mul(4).ok_or(WireError::TooShort)?;
         if r.remaining() < expected {
@@ -115,9 +115,9 @@ impl<'a> Parse<'a> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Bind<'a> {
     /// Destination portal name; empty for the unnamed portal.
-    pub portal: &'a str,
+    pub portal: &'a [u8],
     /// Source prepared statement name; empty for the unnamed statement.
-    pub statement: &'a str,
+    pub statement: &'a [u8],
     /// Parameter formats, values and result formats, unparsed.
     pub rest: &'a [u8],
 }
@@ -126,8 +126,8 @@ impl<'a> Bind<'a> {
     /// Decodes the names of a Bind body.
     pub fn decode(body: &'a [u8]) -> Result<Self, WireError> {
         let mut r = Reader::new(body);
-        let portal = r.cstr()?;
-        let statement = r.cstr()?;
+        let portal = r.cstr_bytes()?;
+        let statement = r.cstr_bytes()?;
         Ok(Self {
             portal,
             statement,
@@ -141,8 +141,8 @@ impl<'a> Bind<'a> {
 pub struct Describe<'a> {
     /// [`KIND_STATEMENT`] (`b'S'`) or [`KIND_PORTAL`] (`b'P'`).
     pub kind: u8,
-    /// Statement or portal name.
-    pub name: &'a str,
+    /// Statement or portal name (bytes in the client's encoding).
+    pub name: &'a [u8],
 }
 
 impl<'a> Describe<'a> {
@@ -158,8 +158,8 @@ impl<'a> Describe<'a> {
 pub struct Close<'a> {
     /// [`KIND_STATEMENT`] (`b'S'`) or [`KIND_PORTAL`] (`b'P'`).
     pub kind: u8,
-    /// Statement or portal name.
-    pub name: &'a str,
+    /// Statement or portal name (bytes in the client's encoding).
+    pub name: &'a [u8],
 }
 
 impl<'a> Close<'a> {
@@ -170,10 +170,10 @@ impl<'a> Close<'a> {
     }
 }
 
-fn kind_and_name(body: &[u8]) -> Result<(u8, &str), WireError> {
+fn kind_and_name(body: &[u8]) -> Result<(u8, &[u8]), WireError> {
     let mut r = Reader::new(body);
     let kind = check_kind(r.u8()?)?;
-    let name = r.cstr()?;
+    let name = r.cstr_bytes()?;
     r.finish()?;
     Ok((kind, name))
 }
@@ -182,7 +182,7 @@ fn kind_and_name(body: &[u8]) -> Result<(u8, &str), WireError> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Execute<'a> {
     /// Portal name; empty for the unnamed portal.
-    pub portal: &'a str,
+    pub portal: &'a [u8],
     /// Row limit; 0 means no limit.
     pub max_rows: i32,
 }
@@ -191,7 +191,7 @@ impl<'a> Execute<'a> {
     /// Decodes an Execute body.
     pub fn decode(body: &'a [u8]) -> Result<Self, WireError> {
         let mut r = Reader::new(body);
-        let portal = r.cstr()?;
+        let portal = r.cstr_bytes()?;
         let max_rows = r.i32()?;
         r.finish()?;
         Ok(Self { portal, max_rows })
@@ -246,9 +246,13 @@ mod tests {
 
     #[test]
     fn query() {
-        assert_eq!(Query::decode(b"SELECT 1\0").unwrap().sql, "SELECT 1");
+        assert_eq!(Query::decode(b"SELECT 1\0").unwrap().sql, b"SELECT 1");
         assert_eq!(Query::decode(b"SELECT 1"), Err(WireError::MissingNul));
-        assert_eq!(Query::decode(b"\xc3\x28\0"), Err(WireError::InvalidUtf8));
+        // Text in a client encoding other than UTF-8 (here LATIN1 'é') is kept as bytes.
+        assert_eq!(
+            Query::decode(b"select '\xe9'\0").unwrap().sql,
+            b"select '\xe9'"
+        );
         assert!(matches!(
             Query::decode(b"a\0b"),
             Err(WireError::Malformed(_))
@@ -259,8 +263,8 @@ mod tests {
     fn parse_message() {
         let body = b"s1\0SELECT $1\0\x00\x01\x00\x00\x00\x17";
         let p = Parse::decode(body).unwrap();
-        assert_eq!(p.name, "s1");
-        assert_eq!(p.query, "SELECT $1");
+        assert_eq!(p.name, b"s1");
+        assert_eq!(p.query, b"SELECT $1");
         assert_eq!(p.param_types, vec![23]);
         assert_eq!(
             Parse::decode(&body[..body.len() - 1]),
@@ -277,7 +281,7 @@ mod tests {
     fn bind_keeps_rest() {
         let body = b"p1\0s1\0\x00\x00\x00\x01\x00\x00\x00\x011\x00\x00";
         let b = Bind::decode(body).unwrap();
-        assert_eq!((b.portal, b.statement), ("p1", "s1"));
+        assert_eq!((b.portal, b.statement), (&b"p1"[..], &b"s1"[..]));
         assert_eq!(b.rest, &body[6..]);
         // Truncated inside the statement name.
         assert_eq!(Bind::decode(b"p1\0s"), Err(WireError::MissingNul));
@@ -290,14 +294,14 @@ mod tests {
             Describe::decode(b"Sstmt\0"),
             Ok(Describe {
                 kind: b'S',
-                name: "stmt"
+                name: b"stmt"
             })
         );
         assert_eq!(
             Close::decode(b"P\0"),
             Ok(Close {
                 kind: b'P',
-                name: ""
+                name: b""
             })
         );
         assert!(matches!(
@@ -312,7 +316,7 @@ mod tests {
         assert_eq!(
             Execute::decode(b"\0\0\0\0\x0a"),
             Ok(Execute {
-                portal: "",
+                portal: b"",
                 max_rows: 10
             })
         );

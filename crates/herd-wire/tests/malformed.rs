@@ -183,8 +183,15 @@ fn string_without_nul() {
 
 #[test]
 fn invalid_utf8() {
-    assert_eq!(Query::decode(b"\xc0\xaf\0"), Err(WireError::InvalidUtf8));
-    assert_eq!(Parse::decode(b"\xff\0q\0\0\0"), Err(WireError::InvalidUtf8));
+    // SQL text and names are in the client's encoding: kept as bytes, never rejected.
+    assert_eq!(
+        Query::decode(b"\xc0\xaf\0").map(|q| q.sql),
+        Ok(&b"\xc0\xaf"[..])
+    );
+    assert_eq!(
+        Parse::decode(b"\xff\0q\0\0\0").map(|p| p.name),
+        Ok(&b"\xff"[..])
+    );
     assert_eq!(
         ParameterStatus::decode(b"a\0\xed\xa0\x80\0"),
         Err(WireError::InvalidUtf8)

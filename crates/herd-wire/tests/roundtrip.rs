@@ -47,7 +47,7 @@ proptest! {
         let mut b = Vec::new();
         encode::query(&mut b, &sql).unwrap();
         let f = only_frame(&b, b'Q');
-        prop_assert_eq!(Query::decode(f.body).unwrap().sql, sql.as_str());
+        prop_assert_eq!(Query::decode(f.body).unwrap().sql, sql.as_bytes());
     }
 
     #[test]
@@ -55,7 +55,7 @@ proptest! {
         let mut b = Vec::new();
         encode::parse(&mut b, &n, &q, &types).unwrap();
         let p = Parse::decode(only_frame(&b, b'P').body).unwrap();
-        prop_assert_eq!(p, Parse { name: &n, query: &q, param_types: types });
+        prop_assert_eq!(p, Parse { name: n.as_bytes(), query: q.as_bytes(), param_types: types });
     }
 
     #[test]
@@ -63,11 +63,11 @@ proptest! {
         let mut b = Vec::new();
         encode::bind_renamed(&mut b, &portal, &s1, &rest).unwrap();
         let bind = Bind::decode(only_frame(&b, b'B').body).unwrap();
-        prop_assert_eq!(bind, Bind { portal: &portal, statement: &s1, rest: &rest });
+        prop_assert_eq!(bind, Bind { portal: portal.as_bytes(), statement: s1.as_bytes(), rest: &rest });
         let mut renamed = Vec::new();
         encode::bind_renamed(&mut renamed, bind.portal, &s2, bind.rest).unwrap();
         let again = Bind::decode(only_frame(&renamed, b'B').body).unwrap();
-        prop_assert_eq!(again, Bind { portal: &portal, statement: &s2, rest: &rest });
+        prop_assert_eq!(again, Bind { portal: portal.as_bytes(), statement: s2.as_bytes(), rest: &rest });
     }
 
     #[test]
@@ -76,13 +76,13 @@ proptest! {
         encode::describe(&mut b, k, &n).unwrap();
         prop_assert_eq!(
             Describe::decode(only_frame(&b, b'D').body).unwrap(),
-            Describe { kind: k, name: &n }
+            Describe { kind: k, name: n.as_bytes() }
         );
         let mut c = Vec::new();
         encode::close(&mut c, k, &n).unwrap();
         prop_assert_eq!(
             Close::decode(only_frame(&c, b'C').body).unwrap(),
-            Close { kind: k, name: &n }
+            Close { kind: k, name: n.as_bytes() }
         );
     }
 
@@ -92,7 +92,7 @@ proptest! {
         encode::execute(&mut b, &portal, max_rows).unwrap();
         prop_assert_eq!(
             Execute::decode(only_frame(&b, b'E').body).unwrap(),
-            Execute { portal: &portal, max_rows }
+            Execute { portal: portal.as_bytes(), max_rows }
         );
     }
 

@@ -33,10 +33,14 @@ pub enum Expect {
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Pending {
     expect: Expect,
-    /// Sent by the proxy on its own behalf: the client must not see the answer.
+    /// Sent by the proxy on its own behalf: the client must not see the answer (errors
+    /// excepted: a failure of a message sent for the client's sake is the client's to see).
     swallow: bool,
     /// Answered by the proxy with these bytes instead of by the server.
     synthetic: Option<Vec<u8>>,
+    /// Sent to make the server fail the way PostgreSQL would have failed the client's message:
+    /// the server's ErrorResponse is replaced by these bytes.
+    error_override: Option<Vec<u8>>,
     /// Caller's tag to learn about failures (e.g. a `Parse` whose statement must be forgotten).
     id: Option<u64>,
 }
@@ -48,7 +52,8 @@ pub struct Disposition {
     pub forward: bool,
     /// The transaction status when the message was a `ReadyForQuery` ('I', 'T' or 'E').
     pub ready: Option<u8>,
-    /// Ids of queued messages that failed or were skipped because of an error.
+    /// Ids of queued messages that failed or were skipped because of an error, in the order
+    /// they were sent.
     pub failed: Vec<u64>,
 }
 
@@ -58,29 +63,75 @@ pub struct Tracker {
     queue: VecDeque<Pending>,
     /// Inside a `Describe` of a statement, after its `ParameterDescription`.
     seen_parameter_description: bool,
+    /// An extended-protocol error arrived and no `Sync` was sent after the failed message:
+    /// the server discards everything up to the next `Sync`, answering nothing.
+    skipping: bool,
 }
 
 impl Tracker {
     /// A message sent to the server; its answer goes to the client unless `swallow`.
-    pub fn sent(&mut self, expect: Expect, swallow: bool, id: Option<u64>) {
-        self.queue.push_back(Pending {
+    /// Returns `false` when the server will discard it unanswered (it is skipping to the next
+    /// `Sync` after an error): nothing is queued then.
+    pub fn sent(&mut self, expect: Expect, swallow: bool, id: Option<u64>) -> bool {
+        self.push(Pending {
             expect,
             swallow,
             synthetic: None,
+            error_override: None,
             id,
-        });
+        })
+    }
+
+    /// A message sent so that the server raises an error in the client's place; `error` is the
+    /// ErrorResponse the client sees instead of the server's, and a success is swallowed.
+    pub fn sent_to_fail(&mut self, expect: Expect, error: Vec<u8>) -> bool {
+        self.push(Pending {
+            expect,
+            swallow: true,
+            synthetic: None,
+            error_override: Some(error),
+            id: None,
+        })
+    }
+
+    fn push(&mut self, p: Pending) -> bool {
+        if self.skipping {
+            if p.expect != Expect::Sync && p.expect != Expect::Query {
+                return false;
+            }
+            self.skipping = false;
+        }
+        self.queue.push_back(p);
+        true
+    }
+
+    /// True while the server discards extended-protocol messages after an error (until the
+    /// next `Sync`): a client message sent now has no effect and gets no answer.
+    pub fn skipping(&self) -> bool {
+        self.skipping
     }
 
     /// A client message the proxy answers itself with `answer`, in order with the server's answers.
-    /// Synthetic answers already due are appended to `to_client`.
-    pub fn answered_by_proxy(&mut self, expect: Expect, answer: Vec<u8>, to_client: &mut Vec<u8>) {
-        self.queue.push_back(Pending {
+    /// Synthetic answers already due are appended to `to_client`. Returns `false` (and sends
+    /// nothing) when the message falls in the part of a batch the server skips after an error.
+    pub fn answered_by_proxy(
+        &mut self,
+        expect: Expect,
+        answer: Vec<u8>,
+        id: Option<u64>,
+        to_client: &mut Vec<u8>,
+    ) -> bool {
+        if !self.push(Pending {
             expect,
             swallow: false,
             synthetic: Some(answer),
-            id: None,
-        });
+            error_override: None,
+            id,
+        }) {
+            return false;
+        }
         self.emit_synthetic(to_client);
+        true
     }
 
     /// No answers outstanding: the server is between messages.
@@ -105,32 +156,37 @@ impl Tracker {
                 ..Default::default()
             };
         }
-        let Some(head) = self.queue.front().cloned() else {
+        if tag == b'Z' {
+            return self.on_ready(raw, ready_status, to_client);
+        }
+        let Some(head) = self.queue.front_mut() else {
             // Unexpected: forward rather than hide anything from the client.
             to_client.extend_from_slice(raw);
             return Disposition {
                 forward: true,
-                ready: ready_status,
-                failed: vec![],
+                ..Default::default()
             };
         };
-        let mut d = Disposition {
-            forward: !head.swallow,
-            ready: ready_status,
-            ..Default::default()
-        };
-        if d.forward {
-            to_client.extend_from_slice(raw);
-        }
         if tag == b'E' {
+            match head.error_override.take() {
+                Some(replacement) => to_client.extend_from_slice(&replacement),
+                None => to_client.extend_from_slice(raw),
+            }
+            let mut d = Disposition {
+                forward: true,
+                ..Default::default()
+            };
             if head.expect == Expect::Query {
                 // A simple query's error is followed by its ReadyForQuery.
                 return d;
             }
-            // Extended protocol: the server skips everything up to the next Sync; so does the client's
-            // view, including answers the proxy would have given itself.
+            // Extended protocol: the server skips everything up to the next Sync; so does the
+            // client's view, including answers the proxy would have given itself.
+            self.skipping = true;
             while let Some(p) = self.queue.front() {
-                if p.expect == Expect::Sync {
+                if p.expect == Expect::Sync || p.expect == Expect::Query {
+                    // Sent after the failed message: the server stops skipping there.
+                    self.skipping = false;
                     break;
                 }
                 if let Some(id) = p.id {
@@ -140,6 +196,13 @@ impl Tracker {
             }
             self.seen_parameter_description = false;
             return d;
+        }
+        let d = Disposition {
+            forward: !head.swallow,
+            ..Default::default()
+        };
+        if d.forward {
+            to_client.extend_from_slice(raw);
         }
         let completes = match head.expect {
             Expect::Parse => tag == b'1',
@@ -156,12 +219,40 @@ impl Tracker {
             }
             Expect::DescribePortal => matches!(tag, b'T' | b'n'),
             Expect::Execute => matches!(tag, b'C' | b'I' | b's'),
-            Expect::Sync | Expect::Query => tag == b'Z',
+            Expect::Sync | Expect::Query => false,
         };
         if completes {
             self.queue.pop_front();
             self.emit_synthetic(to_client);
         }
+        d
+    }
+
+    /// ReadyForQuery ends the oldest `Sync` or `Query`. Anything queued before it can no longer
+    /// be answered: it is dropped (and reported failed) so the tracker never waits forever.
+    fn on_ready(&mut self, raw: &[u8], status: Option<u8>, to_client: &mut Vec<u8>) -> Disposition {
+        let mut d = Disposition {
+            forward: true,
+            ready: status,
+            failed: Vec::new(),
+        };
+        let mut swallow = false;
+        while let Some(p) = self.queue.pop_front() {
+            if matches!(p.expect, Expect::Sync | Expect::Query) {
+                swallow = p.swallow;
+                break;
+            }
+            if let Some(id) = p.id {
+                d.failed.push(id);
+            }
+        }
+        self.skipping = false;
+        self.seen_parameter_description = false;
+        d.forward = !swallow;
+        if d.forward {
+            to_client.extend_from_slice(raw);
+        }
+        self.emit_synthetic(to_client);
         d
     }
 
@@ -213,10 +304,10 @@ mod tests {
         let mut t = Tracker::default();
         let mut out = Vec::new();
         // Client: Parse(s1) [server already has it], Bind, Execute, Sync.
-        t.answered_by_proxy(Expect::Parse, msg(b'1'), &mut out);
+        t.answered_by_proxy(Expect::Parse, msg(b'1'), None, &mut out);
         assert_eq!(out, msg(b'1'), "due at once: nothing is ahead of it");
         t.sent(Expect::Bind, false, None);
-        t.answered_by_proxy(Expect::Close, msg(b'3'), &mut out);
+        t.answered_by_proxy(Expect::Close, msg(b'3'), None, &mut out);
         t.sent(Expect::Execute, false, None);
         t.sent(Expect::Sync, false, None);
         out.clear();
@@ -253,7 +344,7 @@ mod tests {
         let mut out = Vec::new();
         t.sent(Expect::Parse, false, Some(1));
         t.sent(Expect::Bind, false, Some(2));
-        t.answered_by_proxy(Expect::Close, msg(b'3'), &mut out);
+        t.answered_by_proxy(Expect::Close, msg(b'3'), None, &mut out);
         t.sent(Expect::Execute, false, None);
         t.sent(Expect::Sync, false, None);
         let d = t.on_server_message(&msg(b'E'), &mut out);
@@ -299,5 +390,76 @@ mod tests {
             assert!(t.on_server_message(&msg(tag), &mut out).forward);
         }
         assert_eq!(out.len(), 15);
+    }
+
+    #[test]
+    fn error_before_the_sync_is_sent_skips_later_messages() {
+        // Pipelined batch: the server fails the first Execute before the client's later
+        // messages and its Sync reached the proxy (psycopg executemany, pgx batches).
+        let mut t = Tracker::default();
+        let mut out = Vec::new();
+        t.sent(Expect::Parse, false, Some(1));
+        t.sent(Expect::Bind, false, None);
+        t.sent(Expect::Execute, false, None);
+        t.on_server_message(&msg(b'1'), &mut out);
+        t.on_server_message(&msg(b'2'), &mut out);
+        let d = t.on_server_message(&msg(b'E'), &mut out);
+        assert!(d.forward && d.failed.is_empty());
+        assert!(t.skipping());
+        // Later messages of the same batch get no answer from the server.
+        assert!(!t.sent(Expect::Bind, false, None));
+        assert!(
+            !t.sent(Expect::Parse, true, Some(9)),
+            "a re-Parse is skipped too"
+        );
+        assert!(!t.answered_by_proxy(Expect::Parse, msg(b'1'), Some(3), &mut out));
+        assert!(!t.sent(Expect::Execute, false, None));
+        assert!(t.sent(Expect::Sync, false, None));
+        assert!(!t.skipping());
+        out.clear();
+        let d = t.on_server_message(&rfq(b'I'), &mut out);
+        assert_eq!(d.ready, Some(b'I'));
+        assert_eq!(out, rfq(b'I'), "the ReadyForQuery reaches the client");
+        assert!(t.is_idle(), "the server can go back to its pool");
+        // The next batch is tracked normally.
+        assert!(t.sent(Expect::Sync, false, None));
+        t.on_server_message(&rfq(b'I'), &mut out);
+        assert!(t.is_idle());
+    }
+
+    #[test]
+    fn errors_of_swallowed_messages_reach_the_client() {
+        let mut t = Tracker::default();
+        let mut out = Vec::new();
+        t.sent(Expect::Parse, true, Some(4)); // a re-prepare on the client's behalf
+        t.sent(Expect::Bind, false, None);
+        t.sent(Expect::Sync, false, None);
+        let d = t.on_server_message(&msg(b'E'), &mut out);
+        assert_eq!(d.failed, vec![4]);
+        assert_eq!(out, msg(b'E'));
+        t.on_server_message(&rfq(b'I'), &mut out);
+        assert!(t.is_idle());
+    }
+
+    #[test]
+    fn an_error_can_be_replaced() {
+        let mut t = Tracker::default();
+        let mut out = Vec::new();
+        let mine = vec![b'E', 0, 0, 0, 5, b'x'];
+        t.sent_to_fail(Expect::Parse, mine.clone());
+        t.sent(Expect::Sync, false, None);
+        t.on_server_message(&msg(b'E'), &mut out);
+        assert_eq!(out, mine);
+    }
+
+    #[test]
+    fn ready_for_query_clears_what_can_no_longer_be_answered() {
+        let mut t = Tracker::default();
+        let mut out = Vec::new();
+        t.sent(Expect::Bind, false, Some(5));
+        t.sent(Expect::Sync, false, None);
+        let d = t.on_server_message(&rfq(b'I'), &mut out);
+        assert_eq!(d.failed, vec![5]);
+        assert!(t.is_idle());
     }
 }

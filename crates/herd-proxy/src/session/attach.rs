@@ -40,14 +40,12 @@ impl Session {
         if let Some(only) = lone_sync_or_flush(&unit) {
             // Nothing to run: a Flush needs no answer, a Sync gets ReadyForQuery.
             if only == tag::SYNC {
-                let mut out = Vec::new();
                 let status = if self.pending_begin.is_some() {
                     b'T'
                 } else {
                     b'I'
                 };
-                encode::ready_for_query(&mut out, status)?;
-                self.write_client(&out).await?;
+                encode::ready_for_query(&mut self.out.buf, status)?;
             }
             return Ok(true);
         }
@@ -70,7 +68,11 @@ impl Session {
             max_staleness: Duration::from_millis(self.ctx.config.max_staleness_ms),
             may_wait: self.ctx.config.max_wait_ms > 0,
         };
-        let target = choose(&request, &view);
+        let target = if std::mem::take(&mut self.force_primary) {
+            Target::Primary(PrimaryReason::Write)
+        } else {
+            choose(&request, &view)
+        };
         let leased = match target {
             Target::Primary(PrimaryReason::Write) => self.lease_primary(&view, facts.reason).await,
             Target::Primary(why) => self.lease_primary(&view, why.as_str()).await,
@@ -103,17 +105,26 @@ impl Session {
         };
         let mut rest = unit;
         let mut frames = 0;
+        let unsafe_encoding = self.state.unsafe_encoding;
         while let Some((frame, used)) = split_frame(rest, usize::MAX)? {
             rest = &rest[used..];
             frames += 1;
             let analysis = match frame.tag {
-                tag::QUERY => Some(analyze(&self.ctx, Query::decode(frame.body)?.sql)),
-                tag::PARSE => Some(analyze(&self.ctx, Parse::decode(frame.body)?.query)),
+                tag::QUERY => Some(analyze(
+                    &self.ctx,
+                    Query::decode(frame.body)?.sql,
+                    unsafe_encoding,
+                )),
+                tag::PARSE => Some(analyze(
+                    &self.ctx,
+                    Parse::decode(frame.body)?.query,
+                    unsafe_encoding,
+                )),
                 tag::BIND => {
                     let b = Bind::decode(frame.body)?;
                     let known = if b.statement.is_empty() {
-                        // An unnamed statement from an earlier batch lives on that batch's server.
-                        None
+                        // Parsed in an earlier unit: prepared again wherever this one goes.
+                        self.state.unnamed.as_ref().map(|u| u.stmt.read_only)
                     } else {
                         self.state.statements.get(b.statement).map(|s| s.read_only)
                     };
@@ -155,7 +166,9 @@ impl Session {
                     // Kept only for statements the proxy may answer itself (a deferred BEGIN
                     // replays it): no copy of every query's text.
                     facts.local = a.local;
-                    facts.sql = Query::decode(frame.body).ok().map(|q| q.sql.to_string());
+                    facts.sql = Query::decode(frame.body)
+                        .ok()
+                        .and_then(|q| String::from_utf8(q.sql.to_vec()).ok());
                 }
             }
         }
@@ -209,7 +222,7 @@ impl Session {
         };
         encode::ready_for_query(&mut out, status)?;
         self.ctx.metrics.inc("herd_local_answers_total", "");
-        self.write_client(&out).await?;
+        self.out.buf.extend_from_slice(&out);
         Ok(true)
     }
 
@@ -330,6 +343,7 @@ impl Session {
         })?;
         let pool = self.pool(ep);
         let mut lease = pool.acquire(&creds, POOL_WAIT, CONNECT_TIMEOUT).await?;
+        lease.conn.reported.clear();
         if lease.conn.state_hash != self.state.hash {
             // Bring the server to the session's settings (one round trip, only when they differ).
             lease.conn.internal_query(&self.state.replay_sql()).await?;
@@ -345,6 +359,20 @@ impl Session {
         replica: Option<usize>,
         unit: Bytes,
     ) -> Result<bool, ProxyError> {
+        self.install(lease, replica, replica.map(|_| unit.to_vec()));
+        if let (Some(begin), Some(att)) = (self.pending_begin.take(), self.attached.as_mut()) {
+            // The deferred BEGIN goes first; its answers were already given by the proxy.
+            encode::query(&mut self.sout.buf, &begin.sql)?;
+            att.lease.conn.unnamed = None;
+            att.tracker
+                .sent(crate::router::track::Expect::Query, true, None);
+            att.begin = Some(begin);
+        }
+        self.forward(&unit)
+    }
+
+    /// Makes `lease` the session's server; `unit` is kept for a retry elsewhere.
+    fn install(&mut self, lease: Lease, replica: Option<usize>, unit: Option<Vec<u8>>) {
         self.cancel.attach(
             &lease.conn.endpoint.host,
             lease.conn.endpoint.port,
@@ -358,59 +386,83 @@ impl Session {
             status: b'I',
             pinned: self.ctx.config.pool_mode == herd_core::PoolMode::Session,
             forwarded: 0,
-            unit: replica.map(|_| unit.to_vec()),
+            unit,
             rolled_back: false,
-            parsing: Vec::new(),
+            undo: Vec::new(),
+            bound: Vec::new(),
+            fatal: false,
+            begin: None,
             effects: Vec::new(),
             error_seen: false,
             ready_idle: false,
             batch_open: false,
         });
-        if let (Some(begin), Some(att)) = (self.pending_begin.take(), self.attached.as_mut()) {
-            // The deferred BEGIN goes first; its answers were already given by the proxy.
-            let mut bytes = Vec::new();
-            encode::query(&mut bytes, &begin.sql)?;
-            att.lease.conn.send(&bytes).await?;
-            att.tracker
-                .sent(crate::router::track::Expect::Query, true, None);
-        }
-        self.forward(&unit).await
     }
 
-    /// Translates and sends client messages to the attached server. `Ok(false)`: Terminate.
-    pub(super) async fn forward(&mut self, bytes: &[u8]) -> Result<bool, ProxyError> {
+    /// Session pooling: the client's server for its whole session, chosen at login. A session
+    /// that may write lives on the primary; one that declared itself read-only
+    /// (`default_transaction_read_only=on` in its startup parameters) is served by a replica
+    /// its consistency level allows. Returns the server's parameters (after the client's
+    /// startup settings) and its real cancel key, which the client is given.
+    pub(super) async fn attach_session(
+        &mut self,
+        read_only: bool,
+    ) -> Result<(Vec<(String, String)>, (i32, i32)), ProxyError> {
+        let view = self.ctx.view();
+        let request = Request {
+            read_only,
+            consistency: self.state.consistency,
+            token: self.state.token,
+            max_staleness: Duration::from_millis(self.ctx.config.max_staleness_ms),
+            may_wait: self.ctx.config.max_wait_ms > 0,
+        };
+        let (lease, replica) = match choose(&request, &view) {
+            Target::Primary(PrimaryReason::Write) => self.lease_primary(&view, "session").await?,
+            Target::Primary(why) => self.lease_primary(&view, why.as_str()).await?,
+            Target::Replica {
+                candidates,
+                confirm,
+            } => {
+                self.lease_replica(&view, &candidates, confirm, "session_read_only")
+                    .await?
+            }
+        };
+        let mut params = lease.conn.params.clone();
+        crate::overlay_params(&mut params, &lease.conn.reported);
+        let (key, cancel) = self.ctx.cancels.register_as(lease.conn.backend_key);
+        self.cancel = cancel;
+        self.install(lease, replica, None);
+        Ok((params, key))
+    }
+
+    /// Translates client messages into the attached server's outbox. `Ok(false)`: Terminate.
+    pub(super) fn forward(&mut self, bytes: &[u8]) -> Result<bool, ProxyError> {
         let Some(att) = self.attached.as_mut() else {
             return Err(ProxyError::Protocol("no server attached".into()));
         };
         att.ready_idle = false;
-        let mut to_server = Vec::with_capacity(bytes.len() + 64);
         let mut t = Translator {
             ctx: &self.ctx,
             state: &mut self.state,
             att,
             next_id: &mut self.next_id,
-            to_client: &mut self.out,
+            to_client: &mut self.out.buf,
         };
+        let to_server = &mut self.sout.buf;
         let mut rest = bytes;
         let mut go_on = true;
         let mut last = None;
         while let Some((frame, used)) = split_frame(rest, usize::MAX)? {
             rest = &rest[used..];
             last = Some(frame.tag);
-            if t.translate(&frame, &mut to_server)? == Flow::Terminate {
+            if t.translate(&frame, to_server)? == Flow::Terminate {
                 go_on = false;
                 break;
             }
         }
-        if let Some(att) = self.attached.as_mut() {
-            if let Some(tag) = last {
-                att.batch_open = !matches!(tag, tag::SYNC | tag::QUERY | tag::FUNCTION_CALL);
-            }
-            if !to_server.is_empty() {
-                att.lease.conn.send(&to_server).await?;
-            }
+        if let (Some(att), Some(tag)) = (self.attached.as_mut(), last) {
+            att.batch_open = !matches!(tag, tag::SYNC | tag::QUERY | tag::FUNCTION_CALL);
         }
-        self.flush_out().await?;
         Ok(go_on)
     }
 
@@ -433,7 +485,8 @@ impl Session {
             };
             encode::ready_for_query(&mut out, status)?;
         }
-        self.write_client(&out).await
+        self.out.buf.extend_from_slice(&out);
+        Ok(())
     }
 }
 
@@ -461,7 +514,7 @@ fn unit_ends_with(unit: &[u8], wanted: u8) -> bool {
 }
 
 /// The unit itself parses the unnamed statement that a Bind of `name` uses.
-fn unit_parses_unnamed(unit: &[u8], name: &str) -> bool {
+fn unit_parses_unnamed(unit: &[u8], name: &[u8]) -> bool {
     if !name.is_empty() {
         return false;
     }

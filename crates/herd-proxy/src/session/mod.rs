@@ -43,8 +43,14 @@ struct Attached {
     unit: Option<Vec<u8>>,
     /// The transaction was rolled back (a ROLLBACK command completed).
     rolled_back: bool,
-    /// Named statements parsed on this server in flight: id → server-side name.
-    parsing: Vec<(u64, String)>,
+    /// What to undo should a message in flight fail, by tracker id.
+    undo: Vec<(u64, translate::Undo)>,
+    /// Server-side names of the statements bound since the last ReadyForQuery.
+    bound: Vec<String>,
+    /// The server sent a FATAL error: it is closing the connection.
+    fatal: bool,
+    /// The deferred BEGIN sent ahead of `unit`, restored should the unit be retried.
+    begin: Option<PendingBegin>,
     /// Session changes of the statements in flight, applied when the server confirms them.
     effects: Vec<crate::analysis::Effect>,
     /// An ErrorResponse arrived since the last ReadyForQuery.
@@ -67,8 +73,12 @@ pub struct Session {
     cancel: Arc<CancelSlot>,
     /// Ids for tracked messages.
     next_id: u64,
-    /// Bytes for the client, written once per batch.
-    out: Vec<u8>,
+    /// Bytes for the client, written as its socket takes them.
+    out: Outbox,
+    /// Bytes for the attached server, written as its socket takes them.
+    sout: Outbox,
+    /// The next unit goes to the primary whatever it is (a standby refused it).
+    force_primary: bool,
     /// A transaction the client began that no server has seen yet.
     pending_begin: Option<PendingBegin>,
     /// The key this client proved at login (for new server connections).
@@ -104,11 +114,12 @@ pub async fn serve_client(mut client: TcpStream, ctx: Arc<ProxyContext>) {
         ctx.metrics.inc("herd_auth_failures_total", "");
         return fatal(&mut client, &e).await;
     }
-    let ((pid, key), cancel) = ctx.cancels.register();
+    let cancel = Arc::new(CancelSlot::default()); // registered in greet
     let mut state = SessionState::new(login.consistency.unwrap_or(ctx.config.consistency));
     for (name, stmt) in &login.settings {
         state.record_set(name, Some(stmt.clone()), false);
     }
+    let read_only_session = login.read_only;
     let mut session = Session {
         ctx,
         client,
@@ -119,23 +130,38 @@ pub async fn serve_client(mut client: TcpStream, ctx: Arc<ProxyContext>) {
         attached: None,
         cancel,
         next_id: 0,
-        out: Vec::with_capacity(16 * 1024),
+        out: Outbox::default(),
+        sout: Outbox::default(),
+        force_primary: false,
         pending_begin: None,
         pools: std::collections::HashMap::new(),
         creds: None,
     };
-    if let Err(e) = session.greet(pid, key).await {
+    if let Err(e) = session.greet(read_only_session).await {
         return fatal(&mut session.client, &e).await;
     }
-    if let Err(e) = session.run().await {
+    let result = session.run().await;
+    // What the client was owed before the end (a server's own FATAL among it) goes first.
+    let pending = std::mem::take(&mut session.out);
+    if !pending.is_empty() {
+        let _ =
+            tokio::time::timeout(FINAL_WRITE, session.client.write_all(pending.pending())).await;
+    }
+    if let Err(e) = result {
         tracing::debug!(user = %session.user, "session ended: {e}");
         fatal(&mut session.client, &e).await;
     }
     session.finish().await;
 }
 
+/// How long the proxy tries to hand a departing client what it is owed.
+const FINAL_WRITE: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Sends a FATAL ErrorResponse (best effort) before the connection closes.
 async fn fatal(client: &mut TcpStream, e: &ProxyError) {
+    if matches!(e, ProxyError::Ended(_)) {
+        return; // the server told the client itself
+    }
     if matches!(e, ProxyError::Io { .. }) && e.to_string().contains("client") {
         return; // the client is gone: nobody to tell
     }
@@ -144,15 +170,77 @@ async fn fatal(client: &mut TcpStream, e: &ProxyError) {
     let _ = client.write_all(&out).await;
 }
 
+/// Bytes waiting for a socket, written as it takes them.
+#[derive(Default)]
+struct Outbox {
+    /// Appended to at the end.
+    buf: Vec<u8>,
+    /// Bytes at the start already written.
+    sent: usize,
+}
+
+impl Outbox {
+    /// What is still to be written.
+    fn pending(&self) -> &[u8] {
+        self.buf.get(self.sent..).unwrap_or_default()
+    }
+
+    /// Bytes still to be written.
+    fn len(&self) -> usize {
+        self.buf.len() - self.sent
+    }
+
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// `n` more bytes were written.
+    fn advance(&mut self, n: usize) {
+        self.sent += n;
+        if self.sent >= self.buf.len() {
+            self.buf.clear();
+            self.sent = 0;
+        } else if self.sent >= 64 * 1024 && self.sent * 2 >= self.buf.len() {
+            // Keep the buffer from growing without bound under a steady stream.
+            self.buf.drain(..self.sent);
+            self.sent = 0;
+        }
+    }
+
+    /// Drops what was not written (the socket it was for is gone).
+    fn clear(&mut self) {
+        self.buf.clear();
+        self.sent = 0;
+    }
+}
+
 impl Session {
     /// AuthenticationOk was sent: now the server parameters, the cancel key and ReadyForQuery.
-    async fn greet(&mut self, pid: i32, key: i32) -> Result<(), ProxyError> {
-        let params = self.ctx.server_params(&self.user, &self.database).await?;
+    ///
+    /// In transaction pooling the parameters are a server's, with the client's own startup
+    /// settings applied (so `application_name`, `client_encoding`, `DateStyle` read as the client
+    /// asked), and the cancel key is the proxy's. In session pooling the client's server is
+    /// chosen now: the parameters and the key are that server's own.
+    async fn greet(&mut self, read_only: bool) -> Result<(), ProxyError> {
         let mut out = Vec::new();
-        for (name, value) in &params {
-            encode::parameter_status(&mut out, name, value)?;
+        if self.ctx.config.pool_mode == herd_core::PoolMode::Session {
+            let (params, key) = self.attach_session(read_only).await?;
+            for (name, value) in &params {
+                encode::parameter_status(&mut out, name, value)?;
+            }
+            encode::backend_key_data(&mut out, key.0, key.1);
+        } else {
+            let params = self
+                .ctx
+                .client_params(&self.user, &self.database, &self.state)
+                .await?;
+            for (name, value) in &params {
+                encode::parameter_status(&mut out, name, value)?;
+            }
+            let ((pid, key), cancel) = self.ctx.cancels.register();
+            self.cancel = cancel;
+            encode::backend_key_data(&mut out, pid, key);
         }
-        encode::backend_key_data(&mut out, pid, key);
         encode::ready_for_query(&mut out, b'I')?;
         self.write_client(&out).await
     }
@@ -162,18 +250,6 @@ impl Session {
             .write_all(bytes)
             .await
             .map_err(|e| ProxyError::io("writing to client", e))
-    }
-
-    /// Flushes `self.out` to the client.
-    async fn flush_out(&mut self) -> Result<(), ProxyError> {
-        if self.out.is_empty() {
-            return Ok(());
-        }
-        let out = std::mem::take(&mut self.out);
-        let result = self.write_client(&out).await;
-        self.out = out;
-        self.out.clear();
-        result
     }
 
     /// The client left (or the session failed): a server in a clean state goes back to its pool,

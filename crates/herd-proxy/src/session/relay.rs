@@ -1,118 +1,256 @@
 //! The session loop: units while detached, both directions while attached, and what happens
 //! when a transaction ends (token, settings, release) or a server fails.
+//!
+//! Relaying is full duplex: the loop never waits on one socket while another could move. Bytes
+//! for the client and for the server wait in outboxes written as their sockets take them, and
+//! each direction is read only while the outbox it feeds is below a bound. A client that
+//! writes a huge batch without reading, against a server that answers as it reads, makes
+//! progress instead of filling both socket buffers and stalling (pgx `TestConnExecBatchHuge`).
 
 use std::time::Duration;
 
 use bytes::Bytes;
 use herd_core::Lsn;
-use herd_wire::backend::tag as btag;
+use herd_wire::backend::{tag as btag, ErrorFields};
 
 use super::attach::unit_len;
-use super::startup::read_more;
+use super::translate::undo_failed;
 use super::Session;
 use crate::analysis::Effect;
 use crate::ProxyError;
 
-/// Bytes of client messages held back while a replica answers the previous batch.
-const HOLD_LIMIT: usize = 1 << 20;
+/// Client bytes read ahead of what can be forwarded (a unit or message larger than this is
+/// still read whole: the bound only stops reading past a complete one).
+const IN_LIMIT: usize = 1 << 20;
+/// Bytes for the client not yet written: above it the server is not read.
+const OUT_LIMIT: usize = 1 << 20;
+/// Bytes for the server not yet written: above it client messages wait.
+const SOUT_LIMIT: usize = 1 << 20;
 
-enum Event {
-    Client(std::io::Result<usize>),
-    Server(Result<usize, ProxyError>),
+/// What one step of work without waiting achieved.
+enum Step {
+    /// Something moved: look again.
+    Progress,
+    /// Nothing can move until a socket is ready.
+    Blocked,
+    /// The client sent Terminate.
+    Terminated,
+}
+
+/// A socket that became ready, or failed.
+enum Ready {
+    ClientRead,
+    ClientWrite,
+    ServerRead,
+    ServerWrite,
+    ClientFailed(ProxyError),
+    ServerFailed(ProxyError),
 }
 
 impl Session {
     /// Serves units until the client terminates or leaves.
     pub(super) async fn run(&mut self) -> Result<(), ProxyError> {
-        let max = self.ctx.config.max_message_bytes as usize;
         loop {
-            let Some(att) = self.attached.as_mut() else {
-                match unit_len(&self.cbuf, max)? {
-                    Some(n) => {
-                        let unit: Bytes = self.cbuf.split_to(n).freeze();
-                        if !self.start_unit(unit).await? {
-                            return Ok(());
-                        }
-                    }
-                    None => {
-                        if !read_more(&mut self.client, &mut self.cbuf).await? {
-                            return Ok(());
-                        }
-                    }
-                }
-                continue;
-            };
-            // A new batch goes to a replica only once it has answered the previous one: a
-            // pipelined write must not follow a read onto a read-only server. Messages that
-            // continue an open batch (up to its Sync) always go on, or the server would wait
-            // for them forever.
-            let forward_now = att.replica.is_none() || att.batch_open || att.tracker.is_idle();
-            if forward_now {
-                if let Some(n) = complete_frames_len(&self.cbuf, max)? {
-                    let bytes = self.cbuf.split_to(n).freeze();
-                    if !self.forward(&bytes).await? {
-                        return Ok(());
-                    }
-                    continue;
-                }
+            match self.step().await? {
+                Step::Progress => continue,
+                Step::Terminated => return Ok(()),
+                Step::Blocked => {}
             }
-            // The client is read even while its messages wait (so its departure is noticed),
-            // up to a bound that pushes back on a client that floods a busy server.
-            let read_client = forward_now || self.cbuf.len() < HOLD_LIMIT;
-            let Some(att) = self.attached.as_mut() else {
-                continue;
-            };
-            let event = {
-                let (client, cbuf) = (&mut self.client, &mut self.cbuf);
-                let conn = &mut att.lease.conn;
-                if cbuf.capacity() - cbuf.len() < 4096 {
-                    cbuf.reserve(16 * 1024);
-                }
-                if read_client {
-                    tokio::select! {
-                        r = tokio::io::AsyncReadExt::read_buf(client, cbuf) => Event::Client(r),
-                        r = conn.fill() => Event::Server(r),
-                    }
-                } else {
-                    Event::Server(conn.fill().await)
-                }
-            };
-            match event {
-                Event::Client(Ok(0)) => return Ok(()),
-                Event::Client(Ok(_)) => {}
-                Event::Client(Err(e)) => return Err(ProxyError::io("reading from client", e)),
-                Event::Server(Ok(_)) => self.relay_server().await?,
-                Event::Server(Err(e)) => self.server_failed(e).await?,
+            if !self.wait_io().await? {
+                return Ok(());
             }
         }
     }
 
-    /// Relays every complete server message, then handles a finished transaction.
+    /// Does whatever needs no waiting: starts a unit, relays complete server messages, or
+    /// forwards complete client messages.
+    async fn step(&mut self) -> Result<Step, ProxyError> {
+        let max = self.ctx.config.max_message_bytes as usize;
+        let Some(att) = self.attached.as_ref() else {
+            if self.out.len() >= OUT_LIMIT {
+                return Ok(Step::Blocked);
+            }
+            return match unit_len(&self.cbuf, max)? {
+                Some(n) => {
+                    let unit: Bytes = self.cbuf.split_to(n).freeze();
+                    Ok(if self.start_unit(unit).await? {
+                        Step::Progress
+                    } else {
+                        Step::Terminated
+                    })
+                }
+                None => Ok(Step::Blocked),
+            };
+        };
+        if self.out.len() < OUT_LIMIT && att.lease.conn.complete_frame()?.is_some() {
+            self.relay_server().await?;
+            return Ok(Step::Progress);
+        }
+        // A new batch goes to a replica only once it has answered the previous one: a
+        // pipelined write must not follow a read onto a read-only server. Messages that
+        // continue an open batch (up to its Sync) always go on, or the server would wait
+        // for them forever.
+        let forward_now = att.replica.is_none() || att.batch_open || att.tracker.is_idle();
+        if forward_now && self.sout.len() < SOUT_LIMIT {
+            if let Some(n) = complete_frames_len(&self.cbuf, max)? {
+                let bytes = self.cbuf.split_to(n).freeze();
+                return Ok(if self.forward(&bytes)? {
+                    Step::Progress
+                } else {
+                    Step::Terminated
+                });
+            }
+        }
+        Ok(Step::Blocked)
+    }
+
+    /// Waits until a socket with work can move, and moves it. `Ok(false)`: the client left.
+    async fn wait_io(&mut self) -> Result<bool, ProxyError> {
+        let max = self.ctx.config.max_message_bytes as usize;
+        let next_complete = match &self.attached {
+            None => unit_len(&self.cbuf, max)?.is_some(),
+            Some(_) => herd_wire::split_frame(&self.cbuf, max)?.is_some(),
+        };
+        // The client is read while little is waiting (so its departure is noticed), and
+        // always while what is waiting is incomplete.
+        let read_client = self.cbuf.len() < IN_LIMIT || !next_complete;
+        let write_client = !self.out.is_empty();
+        let attached = self.attached.is_some();
+        let read_server = attached && self.out.len() < OUT_LIMIT;
+        let write_server = attached && !self.sout.is_empty();
+        let ready = {
+            let client = &self.client;
+            let conn = self.attached.as_ref().map(|a| &a.lease.conn);
+            let server_readable = async {
+                match conn {
+                    Some(c) => c.readable().await,
+                    None => std::future::pending().await,
+                }
+            };
+            let server_writable = async {
+                match conn {
+                    Some(c) => c.writable().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                r = client.readable(), if read_client => match r {
+                    Ok(()) => Ready::ClientRead,
+                    Err(e) => Ready::ClientFailed(ProxyError::io("reading from client", e)),
+                },
+                r = client.writable(), if write_client => match r {
+                    Ok(()) => Ready::ClientWrite,
+                    Err(e) => Ready::ClientFailed(ProxyError::io("writing to client", e)),
+                },
+                r = server_readable, if read_server => match r {
+                    Ok(()) => Ready::ServerRead,
+                    Err(e) => Ready::ServerFailed(e),
+                },
+                r = server_writable, if write_server => match r {
+                    Ok(()) => Ready::ServerWrite,
+                    Err(e) => Ready::ServerFailed(e),
+                },
+            }
+        };
+        match ready {
+            Ready::ClientRead => {
+                if self.cbuf.capacity() - self.cbuf.len() < 4096 {
+                    self.cbuf.reserve(16 * 1024);
+                }
+                match self.client.try_read_buf(&mut self.cbuf) {
+                    Ok(0) => return Ok(false),
+                    Ok(_) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                    Err(e) => return Err(ProxyError::io("reading from client", e)),
+                }
+            }
+            Ready::ClientWrite => match self.client.try_write(self.out.pending()) {
+                Ok(n) => self.out.advance(n),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(e) => return Err(ProxyError::io("writing to client", e)),
+            },
+            Ready::ServerRead => {
+                let filled = match self.attached.as_mut() {
+                    Some(att) => att.lease.conn.try_fill().map(|_| ()),
+                    None => Ok(()),
+                };
+                if let Err(e) = filled {
+                    self.server_failed(e).await?;
+                }
+            }
+            Ready::ServerWrite => {
+                let sent = match self.attached.as_mut() {
+                    Some(att) => att.lease.conn.try_send(self.sout.pending()),
+                    None => Ok(0),
+                };
+                match sent {
+                    Ok(n) => self.sout.advance(n),
+                    Err(e) => self.server_failed(e).await?,
+                }
+            }
+            Ready::ClientFailed(e) => return Err(e),
+            Ready::ServerFailed(e) => self.server_failed(e).await?,
+        }
+        Ok(true)
+    }
+
+    /// Relays complete server messages (while the client's outbox has room), then handles a
+    /// finished transaction.
     async fn relay_server(&mut self) -> Result<(), ProxyError> {
         let Some(att) = self.attached.as_mut() else {
             return Ok(());
         };
-        while let Some(n) = att.lease.conn.complete_frame()? {
+        while self.out.len() < OUT_LIMIT {
+            let Some(n) = att.lease.conn.complete_frame()? else {
+                break;
+            };
             let raw = att.lease.conn.rbuf.split_to(n);
             match raw.first().copied() {
-                Some(btag::ERROR_RESPONSE) => att.error_seen = true,
+                Some(btag::ERROR_RESPONSE) => {
+                    att.error_seen = true;
+                    let fields = ErrorFields::decode(raw.get(5..).unwrap_or_default()).ok();
+                    let code = fields.as_ref().and_then(|f| f.code()).unwrap_or("");
+                    let message = fields.as_ref().and_then(|f| f.message()).unwrap_or("");
+                    let severity = fields
+                        .as_ref()
+                        .and_then(|f| f.severity_nonlocalized().or(f.severity()))
+                        .unwrap_or("");
+                    if matches!(severity, "FATAL" | "PANIC") {
+                        // The client hears the server's own last word; the proxy adds none.
+                        att.fatal = true;
+                    }
+                    if refused_by_standby(code, message)
+                        && att.replica.is_some()
+                        && att.forwarded == 0
+                        && att.unit.is_some()
+                    {
+                        return self.retry_on_primary(code).await;
+                    }
+                    if code == "0A000" && message.starts_with("cached plan must not change") {
+                        // PostgreSQL will not reuse these plans after a schema change: prepare
+                        // them afresh next time instead of answering from the proxy's cache.
+                        let conn = &mut att.lease.conn;
+                        for name in att.bound.drain(..) {
+                            conn.prepared.remove(&name);
+                            if !conn.stale.contains(&name) {
+                                conn.stale.push(name);
+                            }
+                        }
+                    }
+                }
                 Some(btag::COMMAND_COMPLETE) if raw.get(5..13) == Some(b"ROLLBACK".as_slice()) => {
                     att.rolled_back = true
                 }
                 _ => {}
             }
-            let before = self.out.len();
-            let d = att.tracker.on_server_message(&raw, &mut self.out);
-            att.forwarded += self.out.len() - before;
-            for id in d.failed {
-                if let Some(pos) = att.parsing.iter().position(|(i, _)| *i == id) {
-                    let (_, name) = att.parsing.remove(pos);
-                    att.lease.conn.prepared.remove(&name);
-                }
-            }
+            let before = self.out.buf.len();
+            let d = att.tracker.on_server_message(&raw, &mut self.out.buf);
+            att.forwarded += self.out.buf.len() - before;
+            undo_failed(&d.failed, att, &mut self.state);
             if let Some(status) = d.ready {
                 att.status = status;
-                att.parsing.clear();
+                att.undo.clear();
+                att.bound.clear();
                 let effects = std::mem::take(&mut att.effects);
                 if !std::mem::take(&mut att.error_seen) {
                     apply_effects(
@@ -125,13 +263,36 @@ impl Session {
                 att.ready_idle = att.tracker.is_idle();
             }
         }
-        self.flush_out().await?;
         let finished = self
             .attached
             .as_ref()
             .is_some_and(|a| a.ready_idle && a.status == b'I');
         if finished {
             self.end_transaction().await?;
+        }
+        Ok(())
+    }
+
+    /// A standby refused a read the proxy sent it (it touched an unlogged table, or wrote after
+    /// all) before the client saw anything: the connection is dropped and the unit runs on the
+    /// primary instead.
+    async fn retry_on_primary(&mut self, code: &str) -> Result<(), ProxyError> {
+        let Some(att) = self.attached.take() else {
+            return Ok(());
+        };
+        self.cancel.detach();
+        self.sout.clear();
+        let node = att.lease.conn.endpoint.name.clone();
+        tracing::debug!(node = %node, code, "a standby refused a read; running it on the primary");
+        self.ctx.metrics.inc_labels(
+            "herd_standby_refusals_total",
+            &[("node", node.as_str()), ("sqlstate", code)],
+        );
+        drop(att.lease); // mid-unit: closed, not returned
+        self.pending_begin = att.begin;
+        self.force_primary = true;
+        if let Some(unit) = att.unit {
+            self.start_unit(Bytes::from(unit)).await?;
         }
         Ok(())
     }
@@ -147,6 +308,7 @@ impl Session {
         // The server ran every statement of the session's settings: it matches them now.
         att.lease.conn.state_hash = self.state.hash;
         att.unit = None;
+        att.begin = None;
         if att.wrote && att.replica.is_none() {
             // The commit is done; the primary's position now is at or past its commit record.
             let rows = att
@@ -177,15 +339,20 @@ impl Session {
 
     /// The attached server failed. A read that sent nothing to the client yet is retried on
     /// another node; otherwise the client gets an error and the session ends (its transaction's
-    /// outcome is unknown to the proxy, so it must not look like a success).
+    /// outcome is unknown to the proxy, so it must not look like a success). After a FATAL the
+    /// server sent itself, the session just ends, as it would on PostgreSQL.
     async fn server_failed(&mut self, e: ProxyError) -> Result<(), ProxyError> {
         let Some(att) = self.attached.take() else {
             return Err(e);
         };
         self.cancel.detach();
+        self.sout.clear();
         let node = att.lease.conn.endpoint.name.clone();
-        let retry =
-            att.replica.is_some() && att.forwarded == 0 && att.status == b'I' && att.unit.is_some();
+        let retry = att.replica.is_some()
+            && att.forwarded == 0
+            && att.status == b'I'
+            && att.unit.is_some()
+            && !att.fatal;
         drop(att.lease); // closed, not returned
         self.ctx
             .metrics
@@ -195,14 +362,26 @@ impl Session {
                 tracing::warn!(node = %node, "replica failed before answering; retrying the read elsewhere");
                 self.ctx.metrics.inc("herd_read_retries_total", "");
                 self.ctx.avoid(&node, Duration::from_secs(2));
+                self.pending_begin = att.begin;
                 self.start_unit(Bytes::from(unit)).await?;
                 return Ok(());
             }
+        }
+        if att.fatal {
+            return Err(ProxyError::Ended(format!(
+                "server {node} ended the connection ({e})"
+            )));
         }
         Err(ProxyError::Unavailable(format!(
             "connection to server {node} was lost ({e}); the outcome of the current transaction is unknown"
         )))
     }
+}
+
+/// Errors with which a hot standby refuses what only a primary can do: a write that was
+/// classified as a read (25006), or a read of an unlogged table (0A000 "… during recovery").
+fn refused_by_standby(code: &str, message: &str) -> bool {
+    code == "25006" || (code == "0A000" && message.contains("during recovery"))
 }
 
 /// Applies confirmed session effects; `in_transaction` defers settings to the commit.
@@ -234,4 +413,29 @@ fn complete_frames_len(buf: &[u8], max: usize) -> Result<Option<usize>, ProxyErr
         offset += used;
     }
     Ok((offset > 0).then_some(offset))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::refused_by_standby;
+
+    #[test]
+    fn standby_refusals() {
+        assert!(refused_by_standby(
+            "25006",
+            "cannot execute INSERT in a read-only transaction"
+        ));
+        assert!(refused_by_standby(
+            "0A000",
+            "cannot access temporary or unlogged relations during recovery"
+        ));
+        assert!(!refused_by_standby(
+            "0A000",
+            "cached plan must not change result type"
+        ));
+        assert!(!refused_by_standby(
+            "42P01",
+            "relation \"x\" does not exist"
+        ));
+    }
 }

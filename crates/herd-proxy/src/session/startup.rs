@@ -26,6 +26,9 @@ pub struct Login {
     pub settings: Vec<(String, String)>,
     /// `-c herd.consistency=…` from the startup options, if given.
     pub consistency: Option<Consistency>,
+    /// `default_transaction_read_only=on` was asked for: in session pooling the session may
+    /// be served by a replica.
+    pub read_only: bool,
 }
 
 /// Reads until `buf` holds at least one more byte; `Ok(false)` on a clean EOF.
@@ -47,7 +50,17 @@ pub async fn startup(
     ctx: &ProxyContext,
 ) -> Result<Option<Login>, ProxyError> {
     loop {
-        let Some((packet, used)) = split_startup(buf, MAX_STARTUP)? else {
+        let split = match split_startup(buf, MAX_STARTUP) {
+            Ok(split) => split,
+            Err(e) => {
+                // PostgreSQL closes without a word on a startup packet of impossible length
+                // (it only logs "invalid length of startup packet"); so does the proxy.
+                tracing::debug!("closing a connection with a malformed startup packet: {e}");
+                ctx.metrics.inc("herd_malformed_startups_total", "");
+                return Ok(None);
+            }
+        };
+        let Some((packet, used)) = split else {
             if !read_more(stream, buf).await? {
                 return Ok(None);
             }
@@ -87,6 +100,7 @@ pub async fn startup(
                     database: String::new(),
                     settings: Vec::new(),
                     consistency: None,
+                    read_only: false,
                 };
                 for (k, v) in &params {
                     match *k {
@@ -111,11 +125,24 @@ pub async fn startup(
                 if login.database.is_empty() {
                     login.database = login.user.clone();
                 }
+                login.read_only = login.settings.iter().any(|(name, stmt)| {
+                    name.eq_ignore_ascii_case("default_transaction_read_only")
+                        && is_true_setting(stmt)
+                });
                 let _ = buf.split_to(used);
                 return Ok(Some(login));
             }
         }
     }
+}
+
+/// Whether a replayed `SET "name" = 'value'` sets a boolean to true (PostgreSQL's spellings).
+fn is_true_setting(stmt: &str) -> bool {
+    let value = stmt
+        .rsplit_once('=')
+        .map(|(_, v)| v.trim().trim_matches('\'').to_ascii_lowercase())
+        .unwrap_or_default();
+    matches!(value.as_str(), "on" | "true" | "yes" | "1" | "t" | "y")
 }
 
 fn unsupported_version(major: u32, minor: u32) -> ProxyError {
@@ -271,6 +298,7 @@ mod tests {
             database: "d".into(),
             settings: vec![],
             consistency: None,
+            read_only: false,
         };
         parse_options(
             "-c herd.consistency=eventual -c work_mem=8MB --search-path=a",

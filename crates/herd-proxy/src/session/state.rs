@@ -3,8 +3,11 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{Hash, Hasher};
+use std::sync::Arc;
 
 use herd_core::{Consistency, Lsn};
+
+use crate::analysis::{Analysis, Effect};
 
 /// A protocol-level prepared statement of the client.
 #[derive(Clone, Debug)]
@@ -12,27 +15,44 @@ pub struct Statement {
     /// Name used on servers: derived from the text and parameter types, so identical statements
     /// of different clients share one server-side statement.
     pub server_name: String,
-    /// The SQL text.
-    pub query: String,
+    /// The SQL text, as bytes in the client's encoding.
+    pub query: Vec<u8>,
     /// Parameter type OIDs as the client declared them.
     pub param_types: Vec<u32>,
     /// May run on a replica.
     pub read_only: bool,
+    /// Running it binds the session to its server.
+    pub pin: bool,
+    /// What running it changes in the session (applied when it is executed, not parsed).
+    pub effects: Vec<Effect>,
 }
 
 impl Statement {
-    /// A statement with its server-side name computed.
-    pub fn new(query: &str, param_types: Vec<u32>, read_only: bool) -> Statement {
+    /// A statement with its server-side name computed, and what analysis found about it.
+    pub fn new(query: &[u8], param_types: Vec<u32>, analysis: &Analysis) -> Statement {
         let mut h = std::collections::hash_map::DefaultHasher::new();
         query.hash(&mut h);
         param_types.hash(&mut h);
         Statement {
             server_name: format!("herd_{:016x}", h.finish()),
-            query: query.to_string(),
+            query: query.to_vec(),
             param_types,
-            read_only,
+            read_only: analysis.read_only,
+            pin: analysis.pin,
+            effects: analysis.effects.clone(),
         }
     }
+}
+
+/// The client's unnamed prepared statement, which PostgreSQL keeps until the next unnamed
+/// `Parse` or simple query: in transaction pooling the next unit may land on another server,
+/// where the proxy prepares it again before a `Bind` or `Describe` uses it.
+#[derive(Clone, Debug)]
+pub struct Unnamed {
+    /// The statement.
+    pub stmt: Arc<Statement>,
+    /// Unique among every client of the proxy: a server's `unnamed` equal to it holds this one.
+    pub token: u64,
 }
 
 /// Per-client state.
@@ -48,10 +68,14 @@ pub struct SessionState {
     pub consistency: Consistency,
     /// Read-your-writes token: the primary's WAL position after this session's last write.
     pub token: Lsn,
-    /// Named prepared statements (shared handles: a Bind looks one up per execution).
-    pub statements: HashMap<String, std::sync::Arc<Statement>>,
-    /// The read-only-ness of the last unnamed `Parse`, for a later `Bind` of it.
-    pub unnamed_read_only: bool,
+    /// Named prepared statements by the client's name (bytes in its encoding; shared handles:
+    /// a Bind looks one up per execution).
+    pub statements: HashMap<Vec<u8>, Arc<Statement>>,
+    /// The unnamed prepared statement, while it exists.
+    pub unnamed: Option<Unnamed>,
+    /// The client's encoding may hide ASCII bytes inside multibyte characters (SJIS, BIG5,
+    /// GBK, UHC, GB18030, JOHAB): SQL with non-ASCII bytes is then not classified.
+    pub unsafe_encoding: bool,
 }
 
 impl SessionState {
@@ -64,7 +88,8 @@ impl SessionState {
             consistency,
             token: Lsn(0),
             statements: HashMap::new(),
-            unnamed_read_only: false,
+            unnamed: None,
+            unsafe_encoding: false,
         }
     }
 
@@ -108,6 +133,10 @@ impl SessionState {
     }
 
     fn rehash(&mut self) {
+        self.unsafe_encoding = self
+            .sets
+            .get("client_encoding")
+            .is_some_and(|stmt| encoding_is_unsafe(stmt));
         if self.sets.is_empty() {
             self.hash = 0;
             return;
@@ -132,6 +161,39 @@ impl SessionState {
     pub fn advance_token(&mut self, lsn: Lsn) {
         self.token = self.token.max(lsn);
     }
+}
+
+/// Whether the encoding a `SET client_encoding …` statement names may hide ASCII bytes inside
+/// multibyte characters (PostgreSQL allows these as client encodings only, for that reason).
+/// Names are compared as PostgreSQL does: case and punctuation ignored, aliases included.
+pub fn encoding_is_unsafe(set_statement: &str) -> bool {
+    const UNSAFE: [&str; 19] = [
+        "sjis",
+        "shiftjis",
+        "mskanji",
+        "win932",
+        "windows932",
+        "shiftjis2004",
+        "big5",
+        "win950",
+        "windows950",
+        "gbk",
+        "win936",
+        "windows936",
+        "cp936",
+        "uhc",
+        "win949",
+        "windows949",
+        "cp949",
+        "gb18030",
+        "johab",
+    ];
+    let normal: String = set_statement
+        .chars()
+        .filter(char::is_ascii_alphanumeric)
+        .map(|c| c.to_ascii_lowercase())
+        .collect();
+    UNSAFE.iter().any(|name| normal.ends_with(name))
 }
 
 #[cfg(test)]
@@ -163,6 +225,26 @@ mod tests {
     }
 
     #[test]
+    fn encodings_that_hide_ascii_bytes() {
+        assert!(encoding_is_unsafe("SET \"client_encoding\" = 'SJIS'"));
+        assert!(encoding_is_unsafe(
+            "set client_encoding to 'Shift_JIS_2004'"
+        ));
+        assert!(encoding_is_unsafe("SET client_encoding = big5"));
+        assert!(!encoding_is_unsafe("SET client_encoding = 'LATIN1'"));
+        assert!(!encoding_is_unsafe("SET client_encoding = 'UTF8'"));
+        let mut s = SessionState::new(Consistency::Session);
+        s.record_set(
+            "client_encoding",
+            Some("SET client_encoding = 'GBK'".into()),
+            false,
+        );
+        assert!(s.unsafe_encoding);
+        s.reset_all();
+        assert!(!s.unsafe_encoding);
+    }
+
+    #[test]
     fn token_only_grows() {
         let mut s = SessionState::new(Consistency::Session);
         s.advance_token(Lsn(10));
@@ -172,9 +254,16 @@ mod tests {
 
     #[test]
     fn statement_names_are_shared_by_text() {
-        let a = Statement::new("select 1", vec![], true);
-        let b = Statement::new("select 1", vec![], true);
-        let c = Statement::new("select 1", vec![23], true);
+        let read = Analysis {
+            read_only: true,
+            reason: herd_sql::Reason::ReadOnly,
+            pin: false,
+            effects: vec![],
+            local: None,
+        };
+        let a = Statement::new(b"select 1", vec![], &read);
+        let b = Statement::new(b"select 1", vec![], &read);
+        let c = Statement::new(b"select 1", vec![23], &read);
         assert_eq!(a.server_name, b.server_name);
         assert_ne!(a.server_name, c.server_name);
     }

@@ -1,11 +1,14 @@
 //! Client messages on their way to the attached server: prepared statements renamed to their
-//! shared server-side names (and prepared on demand), answers the proxy gives itself queued in
-//! order, and each statement's effect on the session noted.
+//! shared server-side names (and prepared on demand, the unnamed one included), answers the
+//! proxy gives itself queued in order, and each statement's effect on the session noted when
+//! it runs.
+
+use std::sync::Arc;
 
 use herd_wire::frontend::{tag, Bind, Close, Describe, Parse, Query, KIND_STATEMENT};
 use herd_wire::{encode, Frame};
 
-use super::state::{SessionState, Statement};
+use super::state::{SessionState, Statement, Unnamed};
 use super::Attached;
 use crate::analysis::{analyze, Analysis};
 use crate::router::track::Expect;
@@ -19,6 +22,31 @@ pub enum Flow {
     Continue,
     /// The client sent Terminate.
     Terminate,
+}
+
+/// What to undo when a message the proxy acted on fails or is skipped after an error.
+#[derive(Debug)]
+pub enum Undo {
+    /// A Parse: the server-side statement (if this Parse created it) and the client's name
+    /// (if it was named) are forgotten; PostgreSQL created neither.
+    Parse {
+        /// Server-side name added to the connection's prepared set.
+        server: Option<String>,
+        /// The client's name, and the statement it was given.
+        client: Option<(Vec<u8>, Arc<Statement>)>,
+    },
+    /// A Parse of the unnamed statement: it does not exist afterwards.
+    Unnamed {
+        /// Its token.
+        token: u64,
+    },
+    /// A Close of a named statement answered by the proxy: the statement still exists.
+    Close {
+        /// The client's name.
+        client: Vec<u8>,
+        /// The statement.
+        stmt: Arc<Statement>,
+    },
 }
 
 /// Everything translation touches, borrowed from the session.
@@ -38,41 +66,43 @@ impl Translator<'_> {
         frame: &Frame<'_>,
         to_server: &mut Vec<u8>,
     ) -> Result<Flow, ProxyError> {
+        if self.att.tracker.skipping()
+            && matches!(
+                frame.tag,
+                tag::PARSE | tag::BIND | tag::DESCRIBE | tag::CLOSE | tag::EXECUTE
+            )
+        {
+            // After an error the server ignores these until Sync, and so must the proxy: no
+            // statement is created or closed, nothing is answered.
+            to_server.extend_from_slice(frame.raw);
+            return Ok(Flow::Continue);
+        }
         match frame.tag {
             tag::QUERY => {
                 let q = Query::decode(frame.body)?;
-                self.note(&analyze(self.ctx, q.sql));
+                self.note(&analyze(self.ctx, q.sql, self.state.unsafe_encoding));
                 match self.deallocate(q.sql, to_server)? {
-                    Some(sql) => encode::query(to_server, &sql)?,
+                    Some(sql) => encode::query(to_server, sql)?,
                     None => to_server.extend_from_slice(frame.raw),
                 }
+                // A simple query drops the unnamed statement (PostgreSQL's exec_simple_query).
+                self.state.unnamed = None;
+                self.att.lease.conn.unnamed = None;
                 self.att.tracker.sent(Expect::Query, false, None);
             }
             tag::PARSE => self.parse(frame, to_server)?,
-            tag::BIND => {
-                let b = Bind::decode(frame.body)?;
-                if b.statement.is_empty() {
-                    self.att.wrote |= !self.state.unnamed_read_only;
-                    to_server.extend_from_slice(frame.raw);
-                } else if let Some(stmt) = self.state.statements.get(b.statement).cloned() {
-                    self.att.wrote |= !stmt.read_only;
-                    self.ensure_prepared(&stmt, to_server)?;
-                    encode::bind_renamed(to_server, b.portal, &stmt.server_name, b.rest)?;
-                } else {
-                    // Unknown to the proxy: the server reports the error (26000).
-                    to_server.extend_from_slice(frame.raw);
-                }
-                self.att.tracker.sent(Expect::Bind, false, None);
-            }
+            tag::BIND => self.bind(frame, to_server)?,
             tag::DESCRIBE => {
                 let d = Describe::decode(frame.body)?;
                 if d.kind == KIND_STATEMENT {
-                    match self.state.statements.get(d.name).cloned() {
-                        Some(stmt) if !d.name.is_empty() => {
-                            self.ensure_prepared(&stmt, to_server)?;
-                            encode::describe(to_server, KIND_STATEMENT, &stmt.server_name)?;
-                        }
-                        _ => to_server.extend_from_slice(frame.raw),
+                    if d.name.is_empty() {
+                        self.ensure_unnamed(to_server)?;
+                        to_server.extend_from_slice(frame.raw);
+                    } else if let Some(stmt) = self.state.statements.get(d.name).cloned() {
+                        self.ensure_prepared(&stmt, to_server)?;
+                        encode::describe(to_server, KIND_STATEMENT, &stmt.server_name)?;
+                    } else {
+                        to_server.extend_from_slice(frame.raw);
                     }
                     self.att
                         .tracker
@@ -82,21 +112,7 @@ impl Translator<'_> {
                     self.att.tracker.sent(Expect::DescribePortal, false, None);
                 }
             }
-            tag::CLOSE => {
-                let c = Close::decode(frame.body)?;
-                if c.kind == KIND_STATEMENT && !c.name.is_empty() {
-                    // Server-side statements are shared: forget the client's name only.
-                    self.state.statements.remove(c.name);
-                    let mut answer = Vec::new();
-                    encode::close_complete(&mut answer);
-                    self.att
-                        .tracker
-                        .answered_by_proxy(Expect::Close, answer, self.to_client);
-                } else {
-                    to_server.extend_from_slice(frame.raw);
-                    self.att.tracker.sent(Expect::Close, false, None);
-                }
-            }
+            tag::CLOSE => self.close(frame, to_server)?,
             tag::EXECUTE => {
                 to_server.extend_from_slice(frame.raw);
                 self.att.tracker.sent(Expect::Execute, false, None);
@@ -127,37 +143,149 @@ impl Translator<'_> {
 
     fn parse(&mut self, frame: &Frame<'_>, to_server: &mut Vec<u8>) -> Result<(), ProxyError> {
         let p = Parse::decode(frame.body)?;
-        let analysis = analyze(self.ctx, p.query);
-        self.note(&analysis);
+        let analysis = analyze(self.ctx, p.query, self.state.unsafe_encoding);
         if let Some(sql) = self.deallocate(p.query, to_server)? {
-            encode::parse(to_server, p.name, &sql, &p.param_types)?;
+            self.note(&analysis);
+            encode::parse(to_server, p.name, sql, &p.param_types)?;
             self.att.tracker.sent(Expect::Parse, false, None);
             return Ok(());
         }
+        let stmt = Arc::new(Statement::new(p.query, p.param_types.clone(), &analysis));
         if p.name.is_empty() {
-            self.state.unnamed_read_only = analysis.read_only;
+            // PostgreSQL drops the old unnamed statement first, whatever becomes of this one.
+            let token = self.ctx.next_token();
+            self.state.unnamed = Some(Unnamed { stmt, token });
+            self.att.lease.conn.unnamed = Some(token);
             to_server.extend_from_slice(frame.raw);
-            self.att.tracker.sent(Expect::Parse, false, None);
+            let id = self.record(Undo::Unnamed { token });
+            self.att.tracker.sent(Expect::Parse, false, Some(id));
             return Ok(());
         }
-        let stmt = std::sync::Arc::new(Statement::new(
-            p.query,
-            p.param_types.clone(),
-            analysis.read_only,
-        ));
-        self.state
-            .statements
-            .insert(p.name.to_string(), stmt.clone());
+        if let Some(existing) = self.state.statements.get(p.name).cloned() {
+            return self.fail_duplicate(p.name, &existing, to_server);
+        }
+        self.state.statements.insert(p.name.to_vec(), stmt.clone());
+        let client = Some((p.name.to_vec(), stmt.clone()));
         if self.att.lease.conn.prepared.touch(&stmt.server_name) {
             // Already on this server: answer ParseComplete ourselves, in order.
             let mut answer = Vec::new();
             encode::parse_complete(&mut answer);
+            let id = self.record(Undo::Parse {
+                server: None,
+                client,
+            });
             self.att
                 .tracker
-                .answered_by_proxy(Expect::Parse, answer, self.to_client);
+                .answered_by_proxy(Expect::Parse, answer, Some(id), self.to_client);
             return Ok(());
         }
-        self.send_parse(&stmt, false, to_server)
+        self.send_parse(&stmt, false, client, to_server)
+    }
+
+    /// A Parse of a name the client already uses: PostgreSQL answers 42P05 and, like any
+    /// extended-protocol error, skips to the next Sync and fails an open transaction. The proxy
+    /// has the server fail the same way (a Parse of a name the server holds) and shows the
+    /// client PostgreSQL's error with the client's own name.
+    fn fail_duplicate(
+        &mut self,
+        name: &[u8],
+        existing: &Statement,
+        to_server: &mut Vec<u8>,
+    ) -> Result<(), ProxyError> {
+        self.ensure_prepared(existing, to_server)?;
+        encode::parse(
+            to_server,
+            &existing.server_name,
+            &existing.query,
+            &existing.param_types,
+        )?;
+        let mut error = Vec::new();
+        encode::error_response(
+            &mut error,
+            "ERROR",
+            "42P05",
+            &format!(
+                "prepared statement \"{}\" already exists",
+                String::from_utf8_lossy(name)
+            ),
+        )?;
+        self.att.tracker.sent_to_fail(Expect::Parse, error);
+        Ok(())
+    }
+
+    fn bind(&mut self, frame: &Frame<'_>, to_server: &mut Vec<u8>) -> Result<(), ProxyError> {
+        let b = Bind::decode(frame.body)?;
+        if b.statement.is_empty() {
+            if let Some(stmt) = self.state.unnamed.as_ref().map(|u| u.stmt.clone()) {
+                self.note_statement(&stmt);
+            }
+            self.ensure_unnamed(to_server)?;
+            to_server.extend_from_slice(frame.raw);
+        } else if let Some(stmt) = self.state.statements.get(b.statement).cloned() {
+            self.note_statement(&stmt);
+            self.ensure_prepared(&stmt, to_server)?;
+            self.att.bound.push(stmt.server_name.clone());
+            encode::bind_renamed(to_server, b.portal, &stmt.server_name, b.rest)?;
+        } else {
+            // Unknown to the proxy: the server reports the error (26000).
+            to_server.extend_from_slice(frame.raw);
+        }
+        self.att.tracker.sent(Expect::Bind, false, None);
+        Ok(())
+    }
+
+    fn close(&mut self, frame: &Frame<'_>, to_server: &mut Vec<u8>) -> Result<(), ProxyError> {
+        let c = Close::decode(frame.body)?;
+        if c.kind != KIND_STATEMENT {
+            to_server.extend_from_slice(frame.raw);
+            self.att.tracker.sent(Expect::Close, false, None);
+            return Ok(());
+        }
+        if c.name.is_empty() {
+            self.state.unnamed = None;
+            self.att.lease.conn.unnamed = None;
+            to_server.extend_from_slice(frame.raw);
+            self.att.tracker.sent(Expect::Close, false, None);
+            return Ok(());
+        }
+        // Server-side statements are shared: forget the client's name only.
+        let mut answer = Vec::new();
+        encode::close_complete(&mut answer);
+        let id = self.state.statements.remove(c.name).map(|stmt| {
+            self.record(Undo::Close {
+                client: c.name.to_vec(),
+                stmt,
+            })
+        });
+        self.att
+            .tracker
+            .answered_by_proxy(Expect::Close, answer, id, self.to_client);
+        Ok(())
+    }
+
+    /// Makes the server's unnamed statement the client's before a Bind or Describe uses it: the
+    /// client parsed it in an earlier unit, maybe on another server, or another client's
+    /// Parse replaced it here. Without one, the server's own is closed so the client gets
+    /// PostgreSQL's 26000 rather than someone else's statement.
+    fn ensure_unnamed(&mut self, to_server: &mut Vec<u8>) -> Result<(), ProxyError> {
+        let conn = &mut self.att.lease.conn;
+        match &self.state.unnamed {
+            Some(u) if conn.unnamed == Some(u.token) => {}
+            Some(u) => {
+                encode::parse(to_server, b"", &u.stmt.query, &u.stmt.param_types)?;
+                conn.unnamed = Some(u.token);
+                let token = u.token;
+                let id = self.record(Undo::Unnamed { token });
+                self.att.tracker.sent(Expect::Parse, true, Some(id));
+            }
+            None if conn.unnamed.is_some() => {
+                encode::close(to_server, KIND_STATEMENT, b"")?;
+                conn.unnamed = None;
+                self.att.tracker.sent(Expect::Close, true, None);
+            }
+            None => {}
+        }
+        Ok(())
     }
 
     /// Prepares `stmt` on the server first if it lacks it; the answer is swallowed.
@@ -169,26 +297,35 @@ impl Translator<'_> {
         if self.att.lease.conn.prepared.touch(&stmt.server_name) {
             return Ok(());
         }
-        self.send_parse(stmt, true, to_server)
+        self.send_parse(stmt, true, None, to_server)
     }
 
-    /// Sends a Parse of `stmt` under its shared name (making room first); its answer reaches
-    /// the client unless `swallow`.
+    /// Sends a Parse of `stmt` under its shared name (making room first, and closing a stale
+    /// copy); its answer reaches the client unless `swallow`.
     fn send_parse(
         &mut self,
         stmt: &Statement,
         swallow: bool,
+        client: Option<(Vec<u8>, Arc<Statement>)>,
         to_server: &mut Vec<u8>,
     ) -> Result<(), ProxyError> {
-        let id = self.new_id();
         self.evict_if_full(to_server)?;
+        let conn = &mut self.att.lease.conn;
+        if let Some(pos) = conn.stale.iter().position(|n| *n == stmt.server_name) {
+            conn.stale.swap_remove(pos);
+            encode::close(to_server, KIND_STATEMENT, &stmt.server_name)?;
+            self.att.tracker.sent(Expect::Close, true, None);
+        }
         encode::parse(to_server, &stmt.server_name, &stmt.query, &stmt.param_types)?;
         self.att
             .lease
             .conn
             .prepared
             .insert(stmt.server_name.clone());
-        self.att.parsing.push((id, stmt.server_name.clone()));
+        let id = self.record(Undo::Parse {
+            server: Some(stmt.server_name.clone()),
+            client,
+        });
         self.att.tracker.sent(Expect::Parse, swallow, Some(id));
         Ok(())
     }
@@ -198,7 +335,7 @@ impl Translator<'_> {
     /// (so the DEALLOCATE succeeds as the client expects); `None` to send the text unchanged.
     fn deallocate(
         &mut self,
-        sql: &str,
+        sql: &[u8],
         to_server: &mut Vec<u8>,
     ) -> Result<Option<String>, ProxyError> {
         match deallocate_target(sql) {
@@ -230,9 +367,12 @@ impl Translator<'_> {
         Ok(())
     }
 
-    fn new_id(&mut self) -> u64 {
+    /// Keeps `undo` until the server has answered, under a fresh id for the tracker.
+    fn record(&mut self, undo: Undo) -> u64 {
         *self.next_id += 1;
-        *self.next_id
+        let id = *self.next_id;
+        self.att.undo.push((id, undo));
+        id
     }
 
     /// Notes a statement's effects: a possible write (for the read-your-writes token), a pin,
@@ -242,11 +382,58 @@ impl Translator<'_> {
         self.att.pinned |= a.pin;
         self.att.effects.extend(a.effects.iter().cloned());
     }
+
+    /// Notes the effects of a prepared statement when it is bound to run (not when parsed: a
+    /// prepared `DISCARD ALL` changes nothing until it is executed).
+    fn note_statement(&mut self, stmt: &Statement) {
+        self.att.wrote |= !stmt.read_only;
+        self.att.pinned |= stmt.pin;
+        self.att.effects.extend(stmt.effects.iter().cloned());
+    }
+}
+
+/// Undoes what failed messages did to the session, newest first (a Close then a Parse of the
+/// same name, both skipped, must leave the old statement in place).
+pub fn undo_failed(failed: &[u64], att: &mut Attached, state: &mut SessionState) {
+    for id in failed.iter().rev() {
+        let Some(pos) = att.undo.iter().position(|(i, _)| i == id) else {
+            continue;
+        };
+        let (_, undo) = att.undo.remove(pos);
+        match undo {
+            Undo::Parse { server, client } => {
+                if let Some(name) = server {
+                    att.lease.conn.prepared.remove(&name);
+                }
+                if let Some((name, stmt)) = client {
+                    if state
+                        .statements
+                        .get(&name)
+                        .is_some_and(|s| Arc::ptr_eq(s, &stmt))
+                    {
+                        state.statements.remove(&name);
+                    }
+                }
+            }
+            Undo::Unnamed { token } => {
+                if state.unnamed.as_ref().is_some_and(|u| u.token == token) {
+                    state.unnamed = None;
+                }
+                if att.lease.conn.unnamed == Some(token) {
+                    att.lease.conn.unnamed = None;
+                }
+            }
+            Undo::Close { client, stmt } => {
+                state.statements.entry(client).or_insert(stmt);
+            }
+        }
+    }
 }
 
 /// The target of a lone `DEALLOCATE [PREPARE] name | ALL`: `Some(None)` for ALL.
-fn deallocate_target(sql: &str) -> Option<Option<String>> {
-    let text = sql.trim().trim_end_matches(';').trim();
+fn deallocate_target(sql: &[u8]) -> Option<Option<Vec<u8>>> {
+    let text = std::str::from_utf8(sql).ok()?;
+    let text = text.trim().trim_end_matches(';').trim();
     let mut words = text.split_whitespace();
     if !words.next()?.eq_ignore_ascii_case("deallocate") {
         return None;
@@ -265,7 +452,7 @@ fn deallocate_target(sql: &str) -> Option<Option<String>> {
         Some(quoted) => quoted.replace("\"\"", "\""),
         None => target.to_lowercase(),
     };
-    Some(Some(name))
+    Some(Some(name.into_bytes()))
 }
 
 #[cfg(test)]
@@ -274,18 +461,21 @@ mod tests {
 
     #[test]
     fn deallocate_forms() {
-        assert_eq!(deallocate_target("DEALLOCATE ALL"), Some(None));
-        assert_eq!(deallocate_target("deallocate prepare all;"), Some(None));
+        assert_eq!(deallocate_target(b"DEALLOCATE ALL"), Some(None));
+        assert_eq!(deallocate_target(b"deallocate prepare all;"), Some(None));
         assert_eq!(
-            deallocate_target("DEALLOCATE _pg3_0"),
-            Some(Some("_pg3_0".into()))
+            deallocate_target(b"DEALLOCATE _pg3_0"),
+            Some(Some(b"_pg3_0".to_vec()))
         );
         assert_eq!(
-            deallocate_target("DEALLOCATE \"Q1\""),
-            Some(Some("Q1".into()))
+            deallocate_target(b"DEALLOCATE \"Q1\""),
+            Some(Some(b"Q1".to_vec()))
         );
-        assert_eq!(deallocate_target("DEALLOCATE Q1"), Some(Some("q1".into())));
-        assert_eq!(deallocate_target("select 1"), None);
-        assert_eq!(deallocate_target("deallocate a b"), None);
+        assert_eq!(
+            deallocate_target(b"DEALLOCATE Q1"),
+            Some(Some(b"q1".to_vec()))
+        );
+        assert_eq!(deallocate_target(b"select 1"), None);
+        assert_eq!(deallocate_target(b"deallocate a b"), None);
     }
 }

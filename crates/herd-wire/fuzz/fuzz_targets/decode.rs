@@ -42,7 +42,7 @@ fn decode_body(body: &[u8]) {
             if let Ok(Some((frame, _))) = split_frame(&out, usize::MAX) {
                 if let Ok(again) = Bind::decode(frame.body) {
                     assert_eq!(again.rest, bind.rest);
-                    assert_eq!(again.statement, "renamed");
+                    assert_eq!(again.statement, b"renamed");
                 }
             }
         }

@@ -42,20 +42,20 @@ pub fn cancel_request(buf: &mut Vec<u8>, pid: i32, key: i32) {
 }
 
 /// Query ('Q').
-pub fn query(buf: &mut Vec<u8>, sql: &str) -> Result<(), WireError> {
-    message(buf, Some(tag::QUERY), |b| put_cstr(b, sql))
+pub fn query(buf: &mut Vec<u8>, sql: impl AsRef<[u8]>) -> Result<(), WireError> {
+    message(buf, Some(tag::QUERY), |b| put_cstr_bytes(b, sql.as_ref()))
 }
 
 /// Parse ('P') with statement `name`, SQL `query` and parameter type OIDs.
 pub fn parse(
     buf: &mut Vec<u8>,
-    name: &str,
-    query: &str,
+    name: impl AsRef<[u8]>,
+    query: impl AsRef<[u8]>,
     param_types: &[u32],
 ) -> Result<(), WireError> {
     message(buf, Some(tag::PARSE), |b| {
-        put_cstr(b, name)?;
-        put_cstr(b, query)?;
+        put_cstr_bytes(b, name.as_ref())?;
+        put_cstr_bytes(b, query.as_ref())?;
         put_count(b, param_types.len())?;
         for t in param_types {
             b.extend_from_slice(&t.to_be_bytes());
@@ -68,38 +68,42 @@ pub fn parse(
 /// [`Bind::rest`](crate::frontend::Bind::rest) copied verbatim.
 pub fn bind_renamed(
     buf: &mut Vec<u8>,
-    portal: &str,
-    statement: &str,
+    portal: impl AsRef<[u8]>,
+    statement: impl AsRef<[u8]>,
     rest: &[u8],
 ) -> Result<(), WireError> {
     message(buf, Some(tag::BIND), |b| {
-        put_cstr(b, portal)?;
-        put_cstr(b, statement)?;
+        put_cstr_bytes(b, portal.as_ref())?;
+        put_cstr_bytes(b, statement.as_ref())?;
         b.extend_from_slice(rest);
         Ok(())
     })
 }
 
 /// Describe ('D'); `kind` must be `b'S'` (statement) or `b'P'` (portal).
-pub fn describe(buf: &mut Vec<u8>, kind: u8, name: &str) -> Result<(), WireError> {
+pub fn describe(buf: &mut Vec<u8>, kind: u8, name: impl AsRef<[u8]>) -> Result<(), WireError> {
     message(buf, Some(tag::DESCRIBE), |b| {
         b.push(check_kind(kind)?);
-        put_cstr(b, name)
+        put_cstr_bytes(b, name.as_ref())
     })
 }
 
 /// Close ('C'); `kind` must be `b'S'` (statement) or `b'P'` (portal).
-pub fn close(buf: &mut Vec<u8>, kind: u8, name: &str) -> Result<(), WireError> {
+pub fn close(buf: &mut Vec<u8>, kind: u8, name: impl AsRef<[u8]>) -> Result<(), WireError> {
     message(buf, Some(tag::CLOSE), |b| {
         b.push(check_kind(kind)?);
-        put_cstr(b, name)
+        put_cstr_bytes(b, name.as_ref())
     })
 }
 
 /// Execute ('E'); `max_rows` 0 means no limit.
-pub fn execute(buf: &mut Vec<u8>, portal: &str, max_rows: i32) -> Result<(), WireError> {
+pub fn execute(
+    buf: &mut Vec<u8>,
+    portal: impl AsRef<[u8]>,
+    max_rows: i32,
+) -> Result<(), WireError> {
     message(buf, Some(tag::EXECUTE), |b| {
-        put_cstr(b, portal)?;
+        put_cstr_bytes(b, portal.as_ref())?;
         b.extend_from_slice(&max_rows.to_be_bytes());
         Ok(())
     })
