@@ -84,6 +84,10 @@ pub fn render_server_conf(s: &ServerSettings) -> String {
     }
     set("password_encryption", "scram-sha-256");
     set("max_connections", &s.max_connections.to_string());
+    // Two-phase commit (PREPARE TRANSACTION) for applications and drivers that use it: as
+    // many prepared transactions as connections. Standbys require at least the primary's
+    // value, which every node shares.
+    set("max_prepared_transactions", &s.max_connections.to_string());
     set("shared_buffers", &s.shared_buffers);
     set("work_mem", &s.work_mem);
     set("maintenance_work_mem", "64MB");

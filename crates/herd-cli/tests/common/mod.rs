@@ -2,6 +2,8 @@
 
 #![allow(dead_code)]
 
+pub mod raw;
+
 use std::time::Duration;
 
 use herd_testkit::TestCluster;
