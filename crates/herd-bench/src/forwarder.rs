@@ -1,5 +1,5 @@
 //! A plain TCP forwarder on tokio (one upstream connection per client, over TCP or the server's
-//! Unix socket like Herd's proxy, bytes copied both ways, nothing parsed): the floor of "one extra hop" that shared/DESIGN.md asks the proxy to be
+//! Unix socket like Herd's proxy, bytes copied both ways, nothing parsed): the floor of "one extra hop" that the proxy's cost is to be
 //! compared with. It runs on its own thread with a current-thread runtime, like `herd up` on a
 //! small machine, and stops when dropped.
 

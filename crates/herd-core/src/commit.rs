@@ -27,7 +27,7 @@ impl ParseError {
     }
 }
 
-/// How long a commit waits before it is acknowledged (reference 000, "replication modes").
+/// How long a commit waits before it is acknowledged (the replication modes of "High availability and scalable reads in PostgreSQL").
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum CommitMode {
     /// Acknowledge after the local WAL flush; replicas follow asynchronously.
