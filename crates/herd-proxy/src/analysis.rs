@@ -169,6 +169,7 @@ pub fn reason_label(reason: &Reason) -> &'static str {
         Reason::SessionState => "session_state",
         Reason::Cursor => "cursor",
         Reason::Utility => "utility",
+        Reason::PrimaryOnly(_) => "primary_only",
         Reason::Unparseable => "unparseable",
         Reason::TooComplex => "too_complex",
         Reason::Empty => "empty",

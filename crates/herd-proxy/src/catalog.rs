@@ -1,8 +1,9 @@
 //! Function volatility from the primary's `pg_proc`, so reads calling only immutable or stable
 //! functions can go to replicas. Unknown functions (created since the last load) are treated as
-//! volatile by the classifier: they go to the primary.
+//! volatile by the classifier: they go to the primary. Unlogged tables are listed too: a hot
+//! standby cannot read them, so statements reading them go to the primary.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use herd_sql::{FunctionCatalog, Volatility};
 use tokio_postgres::Client;
@@ -11,11 +12,17 @@ use tokio_postgres::Client;
 #[derive(Debug, Default)]
 pub struct ProcCatalog {
     map: HashMap<String, Volatility>,
+    /// Unlogged tables, both `name` and `schema.name`.
+    unlogged: HashSet<String>,
 }
 
 impl FunctionCatalog for ProcCatalog {
     fn volatility(&self, name: &str) -> Option<Volatility> {
         self.map.get(name).copied()
+    }
+
+    fn is_unlogged(&self, relation: &str) -> bool {
+        self.unlogged.contains(relation)
     }
 }
 
@@ -40,7 +47,24 @@ impl ProcCatalog {
             catalog.insert(format!("{schema}.{name}"), v);
             catalog.insert(name, v);
         }
+        let unlogged = client
+            .query(
+                "select n.nspname::text, c.relname::text from pg_class c \
+                 join pg_namespace n on n.oid = c.relnamespace where c.relpersistence = 'u'",
+                &[],
+            )
+            .await?;
+        for row in unlogged {
+            let (schema, name): (String, String) = (row.get(0), row.get(1));
+            catalog.note_unlogged(&schema, &name);
+        }
         Ok(catalog)
+    }
+
+    /// Records an unlogged table `schema.name`.
+    pub fn note_unlogged(&mut self, schema: &str, name: &str) {
+        self.unlogged.insert(format!("{schema}.{name}"));
+        self.unlogged.insert(name.to_string());
     }
 
     fn insert(&mut self, name: String, v: Volatility) {
@@ -63,5 +87,20 @@ impl ProcCatalog {
     /// True when nothing is known (not loaded yet): every function is then unknown.
     pub fn is_empty(&self) -> bool {
         self.map.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unlogged_tables_by_either_name() {
+        let mut c = ProcCatalog::default();
+        c.note_unlogged("public", "events");
+        assert!(c.is_unlogged("events"));
+        assert!(c.is_unlogged("public.events"));
+        assert!(!c.is_unlogged("other.events"));
+        assert!(!c.is_unlogged("orders"));
     }
 }

@@ -19,6 +19,7 @@ pub(crate) struct Draft {
     pub route: Route,
     pub reason: Reason,
     pub functions: Vec<String>,
+    pub relations: Vec<String>,
     pub tx: TxEffect,
     pub session: SessionEffect,
     pub may_write: bool,
@@ -30,6 +31,7 @@ impl Draft {
             route,
             reason,
             functions: Vec::new(),
+            relations: Vec::new(),
             tx: TxEffect::None,
             session: SessionEffect::None,
             may_write: false,
@@ -60,6 +62,7 @@ impl Draft {
             route_without_functions: self.route,
             reason: self.reason,
             functions: self.functions,
+            relations: self.relations,
             tx: self.tx,
             session: self.session,
             may_write: self.may_write,
@@ -148,7 +151,7 @@ fn statement(node: &Node, text: &str) -> Draft {
         | N::UpdateStmt(_)
         | N::DeleteStmt(_)
         | N::MergeStmt(_) => query(node, kind),
-        N::VariableShowStmt(_) => Draft::new(Route::Replica, Reason::ReadOnly),
+        N::VariableShowStmt(s) => show(&s.name),
         N::VariableSetStmt(s) => session::variable_set(s, text),
         N::TransactionStmt(s) => session::transaction(s),
         N::DiscardStmt(s) => session::discard(s),
@@ -178,6 +181,17 @@ fn statement(node: &Node, text: &str) -> Draft {
     }
 }
 
+/// SHOW: settings a standby reports differently (and SHOW ALL, which lists them) go to the
+/// primary.
+fn show(name: &str) -> Draft {
+    let name = name.to_ascii_lowercase();
+    if name == "all" || crate::walk::STANDBY_SETTINGS.contains(&name.as_str()) {
+        Draft::primary(Reason::PrimaryOnly(format!("SHOW {name}")))
+    } else {
+        Draft::new(Route::Replica, Reason::ReadOnly)
+    }
+}
+
 /// True when `rel` names a temporary relation (TEMP keyword or `pg_temp` schema).
 fn is_temp(rel: Option<&RangeVar>) -> bool {
     rel.is_some_and(|r| r.relpersistence == "t" || r.schemaname.starts_with("pg_temp"))
@@ -202,6 +216,8 @@ fn query(node: &Node, kind: &N) -> Draft {
         select_into,
         pin,
         opaque,
+        relations,
+        primary_only,
     } = scan(node);
     if opaque {
         return Draft::primary(Reason::Unparseable);
@@ -237,7 +253,12 @@ fn query(node: &Node, kind: &N) -> Draft {
             draft.session = SessionEffect::Pin(reason);
         }
     }
+    if let (Some(what), Route::Replica) = (primary_only, draft.route) {
+        draft.route = Route::Primary;
+        draft.reason = Reason::PrimaryOnly(what);
+    }
     draft.functions = functions;
+    draft.relations = relations;
     draft
 }
 
@@ -302,7 +323,21 @@ fn copy(stmt: &CopyStmt) -> Draft {
             draft.tx = TxEffect::None;
             draft
         }
-        None => Draft::new(Route::Replica, Reason::ReadOnly),
+        None => {
+            let mut draft = Draft::new(Route::Replica, Reason::ReadOnly);
+            if let Some(rel) = &stmt.relation {
+                let name = if rel.schemaname.is_empty() {
+                    rel.relname.clone()
+                } else {
+                    format!("{}.{}", rel.schemaname, rel.relname)
+                };
+                if crate::walk::is_node_local_view(&name) {
+                    draft = Draft::primary(Reason::PrimaryOnly(name.clone()));
+                }
+                draft.relations = vec![name];
+            }
+            draft
+        }
     }
 }
 

@@ -66,6 +66,10 @@ pub enum Reason {
     /// Other commands that must reach the primary: CALL, DO, NOTIFY, LISTEN,
     /// UNLISTEN, PREPARE, EXECUTE, DEALLOCATE, LOAD, COPY to a server file.
     Utility,
+    /// Reads something a hot standby answers differently from the primary: a node-local view
+    /// (`pg_prepared_xacts`, `pg_stat_activity`, …), a setting such as
+    /// `transaction_read_only`, or an unlogged table (its name).
+    PrimaryOnly(String),
     /// The text does not parse (or the parser failed).
     Unparseable,
     /// The text parses but its tree is nested deeper than the protobuf
@@ -177,6 +181,9 @@ pub struct Statement {
     pub route_without_functions: Route,
     /// Reason for `route_without_functions`.
     pub reason: Reason,
+    /// Relations read, as written (`name` or `schema.name`), for catalogs that know which are
+    /// unlogged (a hot standby cannot read those).
+    pub relations: Vec<String>,
     /// Called functions, as written (unquoted names are lower case), schema-qualified
     /// if written so, e.g. `nextval`, `pg_catalog.now`. Some SQL syntax becomes a call
     /// to a `pg_catalog.` function (e.g. `extract(…)` is `pg_catalog.extract`).
@@ -243,6 +250,12 @@ impl Volatility {
 pub trait FunctionCatalog {
     /// Volatility of `name`; `None` means unknown (routes to the primary).
     fn volatility(&self, name: &str) -> Option<Volatility>;
+
+    /// Whether `relation` (`name` or `schema.name`, as written in the statement) is an
+    /// unlogged table, which a hot standby refuses to read. Unknown relations are not.
+    fn is_unlogged(&self, _relation: &str) -> bool {
+        false
+    }
 }
 
 impl<S: std::hash::BuildHasher> FunctionCatalog

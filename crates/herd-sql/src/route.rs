@@ -20,6 +20,9 @@ impl Statement {
                 None => return (Route::Primary, Reason::UnknownFunction(name.clone())),
             }
         }
+        if let Some(rel) = self.relations.iter().find(|r| catalog.is_unlogged(r)) {
+            return (Route::Primary, Reason::PrimaryOnly(rel.clone()));
+        }
         (Route::Replica, self.reason.clone())
     }
 

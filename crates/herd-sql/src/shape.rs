@@ -81,7 +81,10 @@ pub fn shape_key(sql: &str) -> Option<String> {
                     .position(|&x| !is_ident(x))
                     .map_or(b.len(), |p| i + p);
                 let word = &sql[i..end];
+                // current_setting('transaction_read_only') routes differently from
+                // current_setting('work_mem'): its literal decides, as set_config's does.
                 if word.eq_ignore_ascii_case("set_config")
+                    || word.eq_ignore_ascii_case("current_setting")
                     || (at_statement_start
                         && (word.eq_ignore_ascii_case("set") || word.eq_ignore_ascii_case("reset")))
                 {
@@ -162,6 +165,7 @@ mod tests {
             "select 1; set x = 2",
             "  reset all",
             "select set_config('a', 'b', false)",
+            "select current_setting('transaction_read_only')",
             "select E'\\'' from t",
             "select $$ 1 $$",
             "select $tag$ x $tag$",

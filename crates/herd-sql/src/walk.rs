@@ -27,6 +27,45 @@ pub(crate) struct Facts {
     pub pin: Option<(crate::PinReason, String)>,
     /// The tree could not be scanned; treat the statement as opaque.
     pub opaque: bool,
+    /// Relations read, as written (`name` or `schema.name`), without duplicates.
+    pub relations: Vec<String>,
+    /// What makes a hot standby answer differently from the primary (a node-local view, a
+    /// setting that differs on a standby), if anything.
+    pub primary_only: Option<String>,
+}
+
+/// Views whose rows describe the node that answers, not the database: a standby's differ from
+/// the primary's (its `pg_prepared_xacts` is empty, its `pg_stat_replication` lists no
+/// standbys, its `pg_stat_activity` shows other sessions). A client of the cluster's endpoint
+/// means the primary, which holds the database's transactions, locks and sessions.
+pub(crate) const NODE_LOCAL_VIEWS: [&str; 14] = [
+    "pg_prepared_xacts",
+    "pg_stat_replication",
+    "pg_replication_slots",
+    "pg_stat_activity",
+    "pg_locks",
+    "pg_stat_wal_receiver",
+    "pg_stat_subscription",
+    "pg_stat_statements",
+    "pg_prepared_statements",
+    "pg_cursors",
+    "pg_backend_memory_contexts",
+    "pg_stat_replication_slots",
+    "pg_stat_wal",
+    "pg_stat_archiver",
+];
+
+/// Settings whose value on a hot standby differs from the primary's.
+pub(crate) const STANDBY_SETTINGS: [&str; 3] = [
+    "transaction_read_only",
+    "default_transaction_read_only",
+    "in_hot_standby",
+];
+
+/// Whether `name` (bare or `pg_catalog.`-qualified) is a node-local view.
+pub(crate) fn is_node_local_view(name: &str) -> bool {
+    let bare = name.strip_prefix("pg_catalog.").unwrap_or(name);
+    NODE_LOCAL_VIEWS.contains(&bare) || bare.starts_with("pg_stat_progress_")
 }
 
 const DML_KINDS: [&str; 4] = ["InsertStmt", "UpdateStmt", "DeleteStmt", "MergeStmt"];
@@ -48,6 +87,7 @@ pub(crate) fn scan(node: &Node) -> Facts {
                 for (key, child) in map {
                     match key.as_str() {
                         "FuncCall" => on_func_call(child, &mut facts),
+                        "RangeVar" => on_range_var(child, &mut facts),
                         "LockingClause" => facts.locking = true,
                         "SelectStmt" if child.get("into_clause").is_some_and(|c| !c.is_null()) => {
                             facts.select_into = true;
@@ -65,9 +105,40 @@ pub(crate) fn scan(node: &Node) -> Facts {
     facts
 }
 
+/// Records one relation read.
+fn on_range_var(rv: &Value, facts: &mut Facts) {
+    let rel = rv.get("relname").and_then(Value::as_str).unwrap_or("");
+    let schema = rv.get("schemaname").and_then(Value::as_str).unwrap_or("");
+    let name = if schema.is_empty() {
+        rel.to_string()
+    } else {
+        format!("{schema}.{rel}")
+    };
+    if is_node_local_view(&name) && facts.primary_only.is_none() {
+        facts.primary_only = Some(name.clone());
+    }
+    if !facts.relations.contains(&name) {
+        facts.relations.push(name);
+    }
+}
+
 /// Records one `FuncCall` node: its name and any pin it implies.
 fn on_func_call(call: &Value, facts: &mut Facts) {
     let name = func_name(call);
+    if facts.primary_only.is_none() {
+        let bare = name.strip_prefix("pg_catalog.").unwrap_or(&name);
+        if bare == "current_setting" {
+            if let Some(setting) = first_string_arg(call) {
+                let setting = setting.to_ascii_lowercase();
+                if STANDBY_SETTINGS.contains(&setting.as_str()) {
+                    facts.primary_only = Some(format!("current_setting('{setting}')"));
+                }
+            } else {
+                // A computed name might be any of them.
+                facts.primary_only = Some("current_setting(…)".to_string());
+            }
+        }
+    }
     if facts.pin.is_none() {
         facts.pin = function_pin(&name, call).map(|p| (p, name.clone()));
     }
@@ -115,6 +186,19 @@ fn function_pin(name: &str, call: &Value) -> Option<crate::PinReason> {
         "set_config" if !third_arg_is_true(call) => Some(PinReason::SetConfig),
         _ => None,
     }
+}
+
+/// The first argument of a call when it is a string literal.
+fn first_string_arg(call: &Value) -> Option<&str> {
+    call.get("args")?
+        .as_array()?
+        .first()?
+        .get("node")?
+        .get("AConst")?
+        .get("val")?
+        .get("Sval")?
+        .get("sval")?
+        .as_str()
 }
 
 /// True when the call's third argument is the literal `true` (or a string
@@ -181,6 +265,33 @@ mod tests {
         assert!(facts("select * from (select * from t for share) s").locking);
         assert!(facts("with x as (delete from t returning *) select * from x").dml);
         assert!(facts("select * into n from t").select_into);
+    }
+
+    #[test]
+    fn relations_and_standby_dependent_reads() {
+        let f = facts(
+            "select * from a join s.b on true where x in (select 1 from pg_catalog.pg_locks)",
+        );
+        let mut rels = f.relations.clone();
+        rels.sort();
+        assert_eq!(rels, vec!["a", "pg_catalog.pg_locks", "s.b"]);
+        assert_eq!(f.primary_only.as_deref(), Some("pg_catalog.pg_locks"));
+        assert_eq!(
+            facts("with x as (select * from pg_prepared_xacts) select * from x").primary_only,
+            Some("pg_prepared_xacts".into())
+        );
+        assert_eq!(
+            facts("select current_setting('Transaction_Read_Only', true)").primary_only,
+            Some("current_setting('transaction_read_only')".into())
+        );
+        assert_eq!(
+            facts("select current_setting('work_mem')").primary_only,
+            None
+        );
+        assert!(facts("select * from pg_stat_progress_vacuum")
+            .primary_only
+            .is_some());
+        assert_eq!(facts("select * from my_pg_locks").primary_only, None);
     }
 
     #[test]

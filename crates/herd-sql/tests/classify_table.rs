@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{at, pri, rep, run, unk, vol};
+use common::{at, only, pri, rep, run, unk, vol};
 use herd_sql::PinReason::*;
 use herd_sql::Reason::*;
 use herd_sql::Route;
@@ -17,7 +17,6 @@ fn reads() {
         rep("table t"),
         rep("values (1), (2)"),
         rep("show work_mem"),
-        rep("show all"),
         rep("show herd.consistency"),
         rep("explain select 1"),
         rep("explain (verbose, costs off) select * from t"),
@@ -63,6 +62,64 @@ fn reads() {
         rep("select jsonb '{}' -> 'a', x || 'y' from t"),
     ]);
     assert!(n > 40);
+}
+
+#[test]
+fn reads_a_standby_answers_differently() {
+    run(vec![
+        pri("select * from pg_prepared_xacts", only("pg_prepared_xacts")),
+        pri(
+            "select gid from pg_catalog.pg_prepared_xacts where gid = $1",
+            only("pg_catalog.pg_prepared_xacts"),
+        ),
+        pri(
+            "with x as (select * from pg_stat_replication) select count(*) from x",
+            only("pg_stat_replication"),
+        ),
+        pri(
+            "select * from t where id in (select pid from pg_locks)",
+            only("pg_locks"),
+        ),
+        pri("select * from pg_stat_activity", only("pg_stat_activity")),
+        pri(
+            "select * from pg_stat_progress_vacuum",
+            only("pg_stat_progress_vacuum"),
+        ),
+        pri(
+            "copy pg_prepared_xacts to stdout",
+            only("pg_prepared_xacts"),
+        ),
+        pri("explain select * from pg_locks", only("pg_locks")),
+        pri(
+            "select current_setting('transaction_read_only')",
+            only("current_setting('transaction_read_only')"),
+        ),
+        pri(
+            "select current_setting('DEFAULT_TRANSACTION_READ_ONLY', true)",
+            only("current_setting('default_transaction_read_only')"),
+        ),
+        pri(
+            "select current_setting(name) from t",
+            only("current_setting(…)"),
+        ),
+        pri(
+            "show transaction_read_only",
+            only("SHOW transaction_read_only"),
+        ),
+        pri("SHOW in_hot_standby", only("SHOW in_hot_standby")),
+        pri("show all", only("SHOW all")),
+        pri("select * from unl", only("unl")),
+        pri(
+            "select count(*) from public.unl u join t on true",
+            only("public.unl"),
+        ),
+        pri("copy unl to stdout", only("unl")),
+        rep("select current_setting('work_mem')"),
+        rep("show work_mem"),
+        rep("select * from my_prepared_xacts"),
+        rep("select * from other.unl"),
+        rep("select * from t"),
+    ]);
 }
 
 #[test]

@@ -15,7 +15,7 @@ impl FunctionCatalog for TestCatalog {
         Some(match bare {
             "lower" | "upper" | "abs" | "length" | "extract" | "date_part" => Immutable,
             "now" | "count" | "sum" | "avg" | "max" | "min" | "array_agg" | "row_number"
-            | "rank" | "generate_series" | "f" | "date_trunc" => Stable,
+            | "rank" | "generate_series" | "f" | "date_trunc" | "current_setting" => Stable,
             "nextval"
             | "setval"
             | "currval"
@@ -31,6 +31,10 @@ impl FunctionCatalog for TestCatalog {
             | "clock_timestamp" => Volatile,
             _ => return None,
         })
+    }
+
+    fn is_unlogged(&self, relation: &str) -> bool {
+        matches!(relation, "unl" | "public.unl")
     }
 }
 
@@ -92,6 +96,10 @@ pub fn at(sql: &'static str, route: Route, reason: Reason) -> Row {
 
 pub fn vol(name: &str) -> Reason {
     Reason::VolatileFunction(name.to_string())
+}
+
+pub fn only(what: &str) -> Reason {
+    Reason::PrimaryOnly(what.to_string())
 }
 
 pub fn unk(name: &str) -> Reason {
