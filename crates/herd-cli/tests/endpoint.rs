@@ -89,6 +89,25 @@ fn pipelines_with_errors_and_huge_batches() {
         in_use(c.api_port(), "node0") == 0
     });
 
+    // A batch whose end is late reaches the server as it is (its statement_timeout applies
+    // between Parse and Describe, as directly), not held back until the Sync.
+    let mut slow = Raw::connect(&url, &[("options", "-c statement_timeout=100")]);
+    out.clear();
+    parse(&mut out, "", "select $1::varchar");
+    slow.send(&out);
+    std::thread::sleep(Duration::from_millis(400));
+    out.clear();
+    encode::describe(&mut out, b'S', "").expect("describe");
+    sync(&mut out);
+    slow.send(&out);
+    let msgs = slow.until_ready();
+    assert_eq!(
+        error_code(&msgs).as_deref(),
+        Some("57014"),
+        "{}",
+        tags(&msgs)
+    );
+
     // A huge batch, written while its answers stream back: relaying must be full duplex.
     const N: usize = 40_000;
     out.clear();
@@ -271,6 +290,26 @@ fn statements_across_units_and_servers() {
     let fields = u16::from_be_bytes([msgs[3].body[0], msgs[3].body[1]]);
     assert_eq!(fields, 2, "the new result type");
 
+    // A driver that closes and parses a statement again after a schema change gets the new
+    // parameter types (pgx TestStmtCacheInvalidationExec), not the proxy's older copy.
+    p.query("create table ict(f1 int)");
+    let describe_params = |p: &mut Raw, close: bool| {
+        let mut out = Vec::new();
+        if close {
+            encode::close(&mut out, b'S', "ic").expect("close");
+        }
+        parse(&mut out, "ic", "insert into ict(f1) values ($1)");
+        encode::describe(&mut out, b'S', "ic").expect("describe");
+        sync(&mut out);
+        p.send(&out);
+        let msgs = p.until_ready();
+        let t = msgs.iter().find(|m| m.tag == b't').expect("parameters");
+        u32::from_be_bytes([t.body[2], t.body[3], t.body[4], t.body[5]])
+    };
+    assert_eq!(describe_params(&mut p, false), 23, "int4");
+    p.query("alter table ict alter column f1 type boolean using f1::boolean");
+    assert_eq!(describe_params(&mut p, true), 16, "bool after the change");
+
     // Text in a client encoding other than UTF-8 passes as bytes; the client's own startup
     // parameters are what it is told.
     let mut latin = Raw::connect(
@@ -342,6 +381,18 @@ fn reads_a_standby_answers_differently_go_to_the_primary() {
         let msgs = r.query("select current_setting('transaction_read_only')");
         assert_eq!(msgs[1].text(), "off");
     }
+    // A type created in the session's temporary schema stays usable: the session is pinned.
+    assert_eq!(
+        error_code(&r.query("create type pg_temp.tr as range (subtype = text)")),
+        None
+    );
+    for _ in 0..5 {
+        let msgs = r.query("select lower('[a,b]'::pg_temp.tr)");
+        assert_eq!(error_code(&msgs), None, "{:?}", msgs[0].field(b'M'));
+    }
+    drop(r);
+    let mut r = Raw::connect(&url, &[]);
+
     // A prepared transaction is visible where it lives.
     direct.query("create table tx(i int)");
     assert_eq!(tags(&r.query("begin")), "CZ");

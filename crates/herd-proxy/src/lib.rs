@@ -71,6 +71,8 @@ pub struct ProxyContext {
     params: Mutex<HashMap<(String, String, u64), ServerParams>>,
     paused: watch::Sender<bool>,
     tokens: std::sync::atomic::AtomicU64,
+    /// Server-side statement name → generation of the last client Close of it.
+    closed: Mutex<HashMap<String, u64>>,
 }
 
 impl ProxyContext {
@@ -237,6 +239,29 @@ impl ProxyContext {
             + 1
     }
 
+    /// The generation a newly parsed statement `server_name` gets: after a client closed it,
+    /// newer than every server's copy, so each server prepares it afresh.
+    pub fn closed_generation(&self, server_name: &str) -> u64 {
+        self.closed
+            .lock()
+            .ok()
+            .and_then(|m| m.get(server_name).copied())
+            .unwrap_or(0)
+    }
+
+    /// A client closed statement `server_name`.
+    pub fn note_closed(&self, server_name: &str) {
+        let generation = self.next_token();
+        if let Ok(mut m) = self.closed.lock() {
+            if m.len() >= CLOSED_CAPACITY {
+                // Forgetting makes old copies look current again: rare, and no worse than a
+                // statement the server re-validates itself.
+                m.clear();
+            }
+            m.insert(server_name.to_string(), generation);
+        }
+    }
+
     /// ParameterStatus values a new client of `user` on `database` receives in transaction
     /// pooling: a real server's, after the client's own startup settings were applied there,
     /// so they read as PostgreSQL would report them to this client. Cached by settings.
@@ -281,6 +306,9 @@ impl ProxyContext {
         Ok(params)
     }
 }
+
+/// Statement names whose last Close is remembered.
+const CLOSED_CAPACITY: usize = 100_000;
 
 /// Distinct (user, database, settings) whose parameters are kept.
 const PARAMS_CAPACITY: usize = 1_000;
@@ -348,6 +376,7 @@ impl Proxy {
             params: Mutex::new(HashMap::new()),
             paused: watch::channel(false).0,
             tokens: std::sync::atomic::AtomicU64::new(0),
+            closed: Mutex::new(HashMap::new()),
         });
         tokio::spawn(load_catalog(ctx.clone(), login, shutdown.clone()));
         tokio::spawn(accept(listener, ctx.clone(), shutdown));

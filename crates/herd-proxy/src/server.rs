@@ -404,30 +404,39 @@ pub fn server_error(body: &[u8]) -> ProxyError {
     }
 }
 
-/// The statements prepared on one server connection, with least-recently-used eviction.
+/// The statements prepared on one server connection, with least-recently-used eviction. Each
+/// carries the generation of the client statement it was prepared for: a client that closed and
+/// parsed a statement again (after a schema change, drivers do) must not get the server's older
+/// analysis of the same text.
 #[derive(Debug, Default)]
 pub struct PreparedSet {
-    names: HashMap<String, u64>,
+    /// Name → (last use, generation).
+    names: HashMap<String, (u64, u64)>,
     clock: u64,
 }
 
 impl PreparedSet {
-    /// Whether `name` is prepared here; marks it used.
-    pub fn touch(&mut self, name: &str) -> bool {
+    /// Whether `name` is prepared here at `generation` or later; marks it used. A copy from an
+    /// older generation is forgotten and reported `Stale` (close it before preparing it again).
+    pub fn lookup(&mut self, name: &str, generation: u64) -> Lookup {
         self.clock += 1;
         match self.names.get_mut(name) {
-            Some(used) => {
+            Some((used, gen)) if *gen >= generation => {
                 *used = self.clock;
-                true
+                Lookup::Fresh
             }
-            None => false,
+            Some(_) => {
+                self.names.remove(name);
+                Lookup::Stale
+            }
+            None => Lookup::Absent,
         }
     }
 
-    /// Records `name` as prepared.
-    pub fn insert(&mut self, name: String) {
+    /// Records `name` as prepared for `generation`.
+    pub fn insert(&mut self, name: String, generation: u64) {
         self.clock += 1;
-        self.names.insert(name, self.clock);
+        self.names.insert(name, (self.clock, generation));
     }
 
     /// Forgets `name`.
@@ -455,9 +464,43 @@ impl PreparedSet {
         let oldest = self
             .names
             .iter()
-            .min_by_key(|(_, used)| **used)
+            .min_by_key(|(_, (used, _))| *used)
             .map(|(n, _)| n.clone())?;
         self.names.remove(&oldest);
         Some(oldest)
+    }
+}
+
+/// Whether a server holds a statement.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lookup {
+    /// Prepared, and recent enough.
+    Fresh,
+    /// Prepared from an older generation: close it, then prepare it again.
+    Stale,
+    /// Not prepared.
+    Absent,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn generations_make_older_copies_stale() {
+        let mut p = PreparedSet::default();
+        p.insert("herd_a".into(), 0);
+        assert_eq!(p.lookup("herd_a", 0), Lookup::Fresh);
+        assert_eq!(
+            p.lookup("herd_a", 7),
+            Lookup::Stale,
+            "closed and parsed again since"
+        );
+        assert_eq!(p.lookup("herd_a", 7), Lookup::Absent);
+        p.insert("herd_a".into(), 7);
+        assert_eq!(p.lookup("herd_a", 3), Lookup::Fresh);
+        p.insert("herd_b".into(), 0);
+        p.lookup("herd_a", 0);
+        assert_eq!(p.pop_oldest().as_deref(), Some("herd_b"));
     }
 }

@@ -199,8 +199,12 @@ fn is_temp(rel: Option<&RangeVar>) -> bool {
 
 /// DDL or maintenance; pins when it creates a temporary relation.
 fn ddl(node: &Node, created: Option<&RangeVar>) -> Draft {
-    let draft = Draft::primary(Reason::Ddl).with_functions_of(node).writes();
-    if is_temp(created) {
+    let facts = scan(node);
+    let mut draft = Draft::primary(Reason::Ddl).writes();
+    draft.functions = facts.functions;
+    // `create type pg_temp.t …`, `create function pg_temp.f …`: the object lives in this
+    // server's temporary schema only.
+    if is_temp(created) || facts.temp_schema {
         draft.pinned(PinReason::TempTable)
     } else {
         draft
@@ -218,6 +222,7 @@ fn query(node: &Node, kind: &N) -> Draft {
         opaque,
         relations,
         primary_only,
+        temp_schema: _,
     } = scan(node);
     if opaque {
         return Draft::primary(Reason::Unparseable);

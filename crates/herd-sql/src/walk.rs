@@ -32,6 +32,9 @@ pub(crate) struct Facts {
     /// What makes a hot standby answer differently from the primary (a node-local view, a
     /// setting that differs on a standby), if anything.
     pub primary_only: Option<String>,
+    /// A name in the session's temporary schema (`pg_temp…`) appears: what is created there
+    /// exists only on this server.
+    pub temp_schema: bool,
 }
 
 /// Views whose rows describe the node that answers, not the database: a standby's differ from
@@ -88,6 +91,14 @@ pub(crate) fn scan(node: &Node) -> Facts {
                     match key.as_str() {
                         "FuncCall" => on_func_call(child, &mut facts),
                         "RangeVar" => on_range_var(child, &mut facts),
+                        "String"
+                            if child
+                                .get("sval")
+                                .and_then(Value::as_str)
+                                .is_some_and(|s| s.starts_with("pg_temp")) =>
+                        {
+                            facts.temp_schema = true
+                        }
                         "LockingClause" => facts.locking = true,
                         "SelectStmt" if child.get("into_clause").is_some_and(|c| !c.is_null()) => {
                             facts.select_into = true;
@@ -114,6 +125,9 @@ fn on_range_var(rv: &Value, facts: &mut Facts) {
     } else {
         format!("{schema}.{rel}")
     };
+    if schema.starts_with("pg_temp") {
+        facts.temp_schema = true;
+    }
     if is_node_local_view(&name) && facts.primary_only.is_none() {
         facts.primary_only = Some(name.clone());
     }

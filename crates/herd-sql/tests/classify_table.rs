@@ -254,6 +254,17 @@ fn ddl_and_maintenance() {
         pri("create temp table x(i int)", Ddl).pin(TempTable),
         pri("create temporary table x(i int)", Ddl).pin(TempTable),
         pri("create table pg_temp.x(i int)", Ddl).pin(TempTable),
+        pri(
+            "create type pg_temp.r as range (subtype = text, collation = \"C\")",
+            Ddl,
+        )
+        .pin(TempTable),
+        pri(
+            "create function pg_temp.f() returns int language sql as 'select 1'",
+            Ddl,
+        )
+        .pin(TempTable),
+        pri("create type public.r as range (subtype = text)", Ddl).no_pin(),
         pri("create unlogged table x(i int)", Ddl).no_pin(),
         pri("create table x as select 1", Ddl).no_pin(),
         pri("create temp table x as select 1", Ddl).pin(TempTable),

@@ -394,7 +394,9 @@ impl Session {
             begin: None,
             effects: Vec::new(),
             error_seen: false,
-            ready_idle: false,
+            // Idle after login and replayed settings: a session that leaves before sending
+            // anything gives its server back.
+            ready_idle: true,
             batch_open: false,
         });
     }

@@ -77,8 +77,11 @@ pub struct Session {
     out: Outbox,
     /// Bytes for the attached server, written as its socket takes them.
     sout: Outbox,
-    /// The next unit goes to the primary whatever it is (a standby refused it).
+    /// The next unit goes to the primary whatever it is (a standby refused it, or it is the
+    /// start of a batch whose end is late).
     force_primary: bool,
+    /// When the client's last bytes arrived.
+    last_client_read: std::time::Instant,
     /// A transaction the client began that no server has seen yet.
     pending_begin: Option<PendingBegin>,
     /// The key this client proved at login (for new server connections).
@@ -133,6 +136,7 @@ pub async fn serve_client(mut client: TcpStream, ctx: Arc<ProxyContext>) {
         out: Outbox::default(),
         sout: Outbox::default(),
         force_primary: false,
+        last_client_read: std::time::Instant::now(),
         pending_begin: None,
         pools: std::collections::HashMap::new(),
         creds: None,

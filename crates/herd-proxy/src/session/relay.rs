@@ -26,6 +26,11 @@ const IN_LIMIT: usize = 1 << 20;
 const OUT_LIMIT: usize = 1 << 20;
 /// Bytes for the server not yet written: above it client messages wait.
 const SOUT_LIMIT: usize = 1 << 20;
+/// How long the start of an extended-protocol batch waits for the rest (its Sync or Flush)
+/// while the client sends nothing more. Past it the messages go to the primary as they are, as
+/// PostgreSQL would have received them: a driver that pauses between Parse and Describe meets
+/// the server's `statement_timeout` as it would directly.
+const PARTIAL_WAIT: Duration = Duration::from_millis(50);
 
 /// What one step of work without waiting achieved.
 enum Step {
@@ -45,6 +50,8 @@ enum Ready {
     ServerWrite,
     ClientFailed(ProxyError),
     ServerFailed(ProxyError),
+    /// The start of a batch waited long enough for its end.
+    PartialUnit,
 }
 
 impl Session {
@@ -55,6 +62,11 @@ impl Session {
                 Step::Progress => continue,
                 Step::Terminated => return Ok(()),
                 Step::Blocked => {}
+            }
+            // Write what is ready now, without a round through the event loop first: most
+            // answers fit the socket buffer, so the usual transaction costs no extra wake-up.
+            if self.write_now()? {
+                continue;
             }
             if !self.wait_io().await? {
                 return Ok(());
@@ -104,6 +116,32 @@ impl Session {
         Ok(Step::Blocked)
     }
 
+    /// Writes pending bytes to the client and the server as far as their sockets take them
+    /// without waiting. `Ok(true)` when the server's outbox drained (more client messages may
+    /// be forwarded now) or a failed server was dealt with.
+    fn write_now(&mut self) -> Result<bool, ProxyError> {
+        if !self.out.is_empty() {
+            match self.client.try_write(self.out.pending()) {
+                Ok(n) => self.out.advance(n),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(e) => return Err(ProxyError::io("writing to client", e)),
+            }
+        }
+        if self.sout.is_empty() {
+            return Ok(false);
+        }
+        let Some(att) = self.attached.as_mut() else {
+            return Ok(false);
+        };
+        let was_full = self.sout.len() >= SOUT_LIMIT;
+        match att.lease.conn.try_send(self.sout.pending()) {
+            Ok(n) => self.sout.advance(n),
+            // Left to wait_io, which reports it through server_failed.
+            Err(_) => return Ok(false),
+        }
+        Ok(was_full && self.sout.len() < SOUT_LIMIT)
+    }
+
     /// Waits until a socket with work can move, and moves it. `Ok(false)`: the client left.
     async fn wait_io(&mut self) -> Result<bool, ProxyError> {
         let max = self.ctx.config.max_message_bytes as usize;
@@ -118,6 +156,10 @@ impl Session {
         let attached = self.attached.is_some();
         let read_server = attached && self.out.len() < OUT_LIMIT;
         let write_server = attached && !self.sout.is_empty();
+        // Detached with complete messages but no end of their batch yet: a deadline for them.
+        let partial_deadline =
+            (!attached && !next_complete && herd_wire::split_frame(&self.cbuf, max)?.is_some())
+                .then(|| tokio::time::Instant::from_std(self.last_client_read + PARTIAL_WAIT));
         let ready = {
             let client = &self.client;
             let conn = self.attached.as_ref().map(|a| &a.lease.conn);
@@ -150,6 +192,9 @@ impl Session {
                     Ok(()) => Ready::ServerWrite,
                     Err(e) => Ready::ServerFailed(e),
                 },
+                () = sleep_until(partial_deadline), if partial_deadline.is_some() => {
+                    Ready::PartialUnit
+                }
             }
         };
         match ready {
@@ -159,7 +204,7 @@ impl Session {
                 }
                 match self.client.try_read_buf(&mut self.cbuf) {
                     Ok(0) => return Ok(false),
-                    Ok(_) => {}
+                    Ok(_) => self.last_client_read = std::time::Instant::now(),
                     Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
                     Err(e) => return Err(ProxyError::io("reading from client", e)),
                 }
@@ -186,6 +231,15 @@ impl Session {
                 match sent {
                     Ok(n) => self.sout.advance(n),
                     Err(e) => self.server_failed(e).await?,
+                }
+            }
+            Ready::PartialUnit => {
+                if let Some(n) = complete_frames_len(&self.cbuf, max)? {
+                    let unit: Bytes = self.cbuf.split_to(n).freeze();
+                    self.force_primary = true;
+                    if !self.start_unit(unit).await? {
+                        return Ok(false);
+                    }
                 }
             }
             Ready::ClientFailed(e) => return Err(e),
@@ -310,6 +364,8 @@ impl Session {
         att.unit = None;
         att.begin = None;
         if att.wrote && att.replica.is_none() {
+            // A late CancelRequest of the client must not cancel the proxy's own query.
+            self.cancel.detach();
             // The commit is done; the primary's position now is at or past its commit record.
             let rows = att
                 .lease
@@ -326,6 +382,11 @@ impl Session {
                 self.state.advance_token(lsn);
             }
             att.wrote = false;
+            if att.pinned {
+                let conn = &att.lease.conn;
+                self.cancel
+                    .attach(&conn.endpoint.host, conn.endpoint.port, conn.backend_key);
+            }
         }
         if att.pinned {
             return Ok(());
@@ -375,6 +436,14 @@ impl Session {
         Err(ProxyError::Unavailable(format!(
             "connection to server {node} was lost ({e}); the outcome of the current transaction is unknown"
         )))
+    }
+}
+
+/// Sleeps until `deadline` (never, without one).
+async fn sleep_until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
     }
 }
 

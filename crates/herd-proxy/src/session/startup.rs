@@ -113,6 +113,8 @@ pub async fn startup(
                             })
                         }
                         "options" => parse_options(v, &mut login)?,
+                        // Protocol extensions PostgreSQL 15 does not know are ignored, as it does.
+                        name if name.starts_with("_pq_.") => {}
                         name => login.settings.push((name.to_string(), set_statement(name, v))),
                     }
                 }

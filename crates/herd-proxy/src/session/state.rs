@@ -25,6 +25,8 @@ pub struct Statement {
     pub pin: bool,
     /// What running it changes in the session (applied when it is executed, not parsed).
     pub effects: Vec<Effect>,
+    /// Servers holding an older generation of the same text prepare it again.
+    pub generation: u64,
 }
 
 impl Statement {
@@ -40,6 +42,7 @@ impl Statement {
             read_only: analysis.read_only,
             pin: analysis.pin,
             effects: analysis.effects.clone(),
+            generation: 0,
         }
     }
 }

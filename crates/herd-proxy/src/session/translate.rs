@@ -12,7 +12,7 @@ use super::state::{SessionState, Statement, Unnamed};
 use super::Attached;
 use crate::analysis::{analyze, Analysis};
 use crate::router::track::Expect;
-use crate::server::PREPARED_CAPACITY;
+use crate::server::{Lookup, PREPARED_CAPACITY};
 use crate::{ProxyContext, ProxyError};
 
 /// What the caller does after a client message.
@@ -150,7 +150,11 @@ impl Translator<'_> {
             self.att.tracker.sent(Expect::Parse, false, None);
             return Ok(());
         }
-        let stmt = Arc::new(Statement::new(p.query, p.param_types.clone(), &analysis));
+        let mut stmt = Statement::new(p.query, p.param_types.clone(), &analysis);
+        if !p.name.is_empty() {
+            stmt.generation = self.ctx.closed_generation(&stmt.server_name);
+        }
+        let stmt = Arc::new(stmt);
         if p.name.is_empty() {
             // PostgreSQL drops the old unnamed statement first, whatever becomes of this one.
             let token = self.ctx.next_token();
@@ -166,7 +170,7 @@ impl Translator<'_> {
         }
         self.state.statements.insert(p.name.to_vec(), stmt.clone());
         let client = Some((p.name.to_vec(), stmt.clone()));
-        if self.att.lease.conn.prepared.touch(&stmt.server_name) {
+        if self.fresh_here(&stmt) {
             // Already on this server: answer ParseComplete ourselves, in order.
             let mut answer = Vec::new();
             encode::parse_complete(&mut answer);
@@ -252,6 +256,9 @@ impl Translator<'_> {
         let mut answer = Vec::new();
         encode::close_complete(&mut answer);
         let id = self.state.statements.remove(c.name).map(|stmt| {
+            // A driver closes a statement it found invalid (a schema change) before preparing
+            // it again: the next Parse of this text must reach a server, not the proxy's cache.
+            self.ctx.note_closed(&stmt.server_name);
             self.record(Undo::Close {
                 client: c.name.to_vec(),
                 stmt,
@@ -294,10 +301,26 @@ impl Translator<'_> {
         stmt: &Statement,
         to_server: &mut Vec<u8>,
     ) -> Result<(), ProxyError> {
-        if self.att.lease.conn.prepared.touch(&stmt.server_name) {
+        if self.fresh_here(stmt) {
             return Ok(());
         }
         self.send_parse(stmt, true, None, to_server)
+    }
+
+    /// Whether the server holds `stmt` as the client knows it; a stale copy is queued for
+    /// closing.
+    fn fresh_here(&mut self, stmt: &Statement) -> bool {
+        let conn = &mut self.att.lease.conn;
+        match conn.prepared.lookup(&stmt.server_name, stmt.generation) {
+            Lookup::Fresh => true,
+            Lookup::Stale => {
+                if !conn.stale.contains(&stmt.server_name) {
+                    conn.stale.push(stmt.server_name.clone());
+                }
+                false
+            }
+            Lookup::Absent => false,
+        }
     }
 
     /// Sends a Parse of `stmt` under its shared name (making room first, and closing a stale
@@ -321,7 +344,7 @@ impl Translator<'_> {
             .lease
             .conn
             .prepared
-            .insert(stmt.server_name.clone());
+            .insert(stmt.server_name.clone(), stmt.generation);
         let id = self.record(Undo::Parse {
             server: Some(stmt.server_name.clone()),
             client,
