@@ -43,8 +43,8 @@ pgx_prepare_db() {
 run_pgx() {
   command -v go > /dev/null || { echo "compat: pgx needs Go" >&2; return 1; }
   command -v psql > /dev/null || { echo "compat: pgx's database setup needs psql" >&2; return 1; }
-  local port=6800 side url pg_version
-  [ "$pool_mode" = session ] && port=6850
+  local port=$((6800 + ${COMPAT_PORT_OFFSET:-0})) side url pg_version
+  [ "$pool_mode" = session ] && port=$((port + 50))
   pgx_source
   (cd "$pgx_dir" && go mod download)  # dependencies before the clock starts
   for side in direct herd; do

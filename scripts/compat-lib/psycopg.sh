@@ -42,8 +42,8 @@ psycopg_venv() {
 }
 
 run_psycopg() {
-  local port=5800 side url pg_version version
-  [ "$pool_mode" = session ] && port=5850
+  local port=$((5800 + ${COMPAT_PORT_OFFSET:-0})) side url pg_version version
+  [ "$pool_mode" = session ] && port=$((port + 50))
   psycopg_source
   psycopg_venv
   version="$(git -C "$psycopg_dir" describe --tags --always 2>/dev/null || echo local),"

@@ -143,6 +143,12 @@ fn pipelines_with_errors_and_huge_batches() {
     sender.join().expect("writer");
     assert_eq!(rows, N);
 
+    // Answers much larger than the proxy's outbox, read as they come.
+    for _ in 0..3 {
+        let msgs = r.query("select repeat('x', 1000) from generate_series(1, 5000)");
+        assert_eq!(msgs.iter().filter(|m| m.tag == b'D').count(), 5000);
+    }
+
     // A client that gives up in the middle of a big answer leaves no busy backend behind.
     let mut quitter = Raw::connect(&url, &[("options", "-c herd.consistency=primary")]);
     out.clear();

@@ -117,29 +117,33 @@ impl Session {
     }
 
     /// Writes pending bytes to the client and the server as far as their sockets take them
-    /// without waiting. `Ok(true)` when the server's outbox drained (more client messages may
-    /// be forwarded now) or a failed server was dealt with.
+    /// without waiting. `Ok(true)` when an outbox fell below its bound: work that waited for
+    /// room (buffered server messages, a buffered unit, client messages) can go on now, and
+    /// no socket will say so.
     fn write_now(&mut self) -> Result<bool, ProxyError> {
+        let mut room = false;
         if !self.out.is_empty() {
+            let was_full = self.out.len() >= OUT_LIMIT;
             match self.client.try_write(self.out.pending()) {
                 Ok(n) => self.out.advance(n),
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
                 Err(e) => return Err(ProxyError::io("writing to client", e)),
             }
+            room = was_full && self.out.len() < OUT_LIMIT;
         }
         if self.sout.is_empty() {
-            return Ok(false);
+            return Ok(room);
         }
         let Some(att) = self.attached.as_mut() else {
-            return Ok(false);
+            return Ok(room);
         };
         let was_full = self.sout.len() >= SOUT_LIMIT;
         match att.lease.conn.try_send(self.sout.pending()) {
             Ok(n) => self.sout.advance(n),
             // Left to wait_io, which reports it through server_failed.
-            Err(_) => return Ok(false),
+            Err(_) => return Ok(room),
         }
-        Ok(was_full && self.sout.len() < SOUT_LIMIT)
+        Ok(room || (was_full && self.sout.len() < SOUT_LIMIT))
     }
 
     /// Waits until a socket with work can move, and moves it. `Ok(false)`: the client left.
