@@ -3,17 +3,12 @@
 # compat_up/compat_down, compat_wait_replicas, summarize and $summary.
 
 # psycopg_source: sets $psycopg_dir, a checkout of the psycopg repository: --psycopg-src, else
-# $COMPAT_CACHE/psycopg, cloned from a local mirror of the repository when it is not there yet.
+# $COMPAT_CACHE/psycopg, cloned from $PSYCOPG_REPO (default: psycopg's GitHub repository) when
+# it is not there yet.
 psycopg_source() {
   psycopg_dir="${psycopg_src:-$COMPAT_CACHE/psycopg}"
   if [ ! -d "$psycopg_dir/tests" ] && [ -z "$psycopg_src" ]; then
-    local mirror
-    for mirror in "${PSYCOPG_MIRROR:-}" /work/.mirror/psycopg+psycopg/repo; do
-      if [ -n "$mirror" ] && [ -d "$mirror" ]; then
-        git clone -q "$mirror" "$psycopg_dir"
-        break
-      fi
-    done
+    git clone -q "${PSYCOPG_REPO:-https://github.com/psycopg/psycopg}" "$psycopg_dir" 2> /dev/null || true
   fi
   if [ ! -d "$psycopg_dir/tests" ]; then
     echo "compat: no psycopg checkout at $psycopg_dir; pass --psycopg-src DIR (a clone of psycopg/psycopg)" >&2
