@@ -104,6 +104,8 @@ mod tests {
             supervisor: None,
             nodes,
             ha_note: None,
+            group: 0,
+            groups: Vec::new(),
         }
     }
 

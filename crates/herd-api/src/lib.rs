@@ -38,6 +38,8 @@ pub enum AdminAction {
     Switchover {
         /// Target node, if given.
         to: Option<String>,
+        /// The shard group, if given (else the target's group, else group 0).
+        group: Option<u32>,
     },
     /// `POST /failover`.
     Failover {
@@ -45,6 +47,8 @@ pub enum AdminAction {
         to: Option<String>,
         /// Promote even if acknowledged commits may be lost.
         allow_data_loss: bool,
+        /// The shard group, if given (else the target's group, else group 0).
+        group: Option<u32>,
     },
 }
 
@@ -61,6 +65,7 @@ pub type AdminSource = std::sync::Arc<
 #[derive(serde::Deserialize)]
 struct AdminQuery {
     to: Option<String>,
+    group: Option<u32>,
     #[serde(default)]
     allow_data_loss: bool,
 }
@@ -80,7 +85,13 @@ pub fn router(
 ) -> Router {
     let (a1, a2) = (admin.clone(), admin);
     let switchover = axum::routing::post(move |Query(q): Query<AdminQuery>| {
-        admin_reply(a1.clone(), AdminAction::Switchover { to: q.to })
+        admin_reply(
+            a1.clone(),
+            AdminAction::Switchover {
+                to: q.to,
+                group: q.group,
+            },
+        )
     });
     let failover = axum::routing::post(move |Query(q): Query<AdminQuery>| {
         admin_reply(
@@ -88,6 +99,7 @@ pub fn router(
             AdminAction::Failover {
                 to: q.to,
                 allow_data_loss: q.allow_data_loss,
+                group: q.group,
             },
         )
     });

@@ -7,30 +7,61 @@ use herd_cluster::{read_supervisor, Command, Layout};
 use herd_core::NodeName;
 use tokio::sync::{mpsc, oneshot};
 
-/// Supervisor side: forwards an API request to the supervisor loop and waits for the outcome.
-pub async fn dispatch(tx: &mpsc::Sender<Command>, action: AdminAction) -> Result<String, String> {
+/// Supervisor side: forwards an API request to the supervisor loop of its shard group (given, or
+/// the target node's, or group 0) and waits for the outcome.
+pub async fn dispatch(
+    groups: &[mpsc::Sender<Command>],
+    action: AdminAction,
+) -> Result<String, String> {
     let (reply, answer) = oneshot::channel();
     let name = |n: Option<String>| n.map(|n| NodeName::from_text(&n));
-    let command = match action {
-        AdminAction::Switchover { to } => Command::Switchover {
-            to: name(to),
-            reply,
-        },
+    let (group, command) = match action {
+        AdminAction::Switchover { to, group } => {
+            let to = name(to);
+            let command = Command::Switchover {
+                to: to.clone(),
+                reply,
+            };
+            (target_group(group, to.as_ref())?, command)
+        }
         AdminAction::Failover {
             to,
             allow_data_loss,
-        } => Command::Failover {
-            to: name(to),
-            allow_data_loss,
-            reply,
-        },
+            group,
+        } => {
+            let to = name(to);
+            let command = Command::Failover {
+                to: to.clone(),
+                allow_data_loss,
+                reply,
+            };
+            (target_group(group, to.as_ref())?, command)
+        }
     };
+    let tx = groups.get(group as usize).ok_or_else(|| {
+        format!(
+            "there is no shard group {group}: the cluster has {} (numbered from 0)",
+            groups.len()
+        )
+    })?;
     tx.send(command)
         .await
         .map_err(|_| "the supervisor is shutting down".to_string())?;
     answer
         .await
         .map_err(|_| "the supervisor dropped the request".to_string())?
+}
+
+/// The group a request is for: as given, which must agree with the target node's.
+fn target_group(given: Option<u32>, to: Option<&NodeName>) -> Result<u32, String> {
+    match (given, to.map(NodeName::group)) {
+        (Some(g), Some(t)) if g != t => Err(format!(
+            "{} is a node of shard group {t}, not of group {g}",
+            to.map(NodeName::as_str).unwrap_or_default()
+        )),
+        (Some(g), _) => Ok(g),
+        (None, t) => Ok(t.unwrap_or(0)),
+    }
 }
 
 /// Client side: POSTs `path` to the running supervisor and prints its answer.

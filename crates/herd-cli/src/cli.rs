@@ -59,9 +59,13 @@ impl DataDirArg {
 pub struct UpArgs {
     #[command(flatten)]
     pub dir: DataDirArg,
-    /// Number of hot-standby replicas (first run only).
+    /// Number of hot-standby replicas per shard group (first run only).
     #[arg(long)]
     pub replicas: Option<u32>,
+    /// Number of shard groups, each a primary with its own replicas and failover (default 1;
+    /// groups can be added to an existing cluster, not removed).
+    #[arg(long)]
+    pub shards: Option<u32>,
     /// When commits are acknowledged: async, remote_write, on, remote_apply.
     #[arg(long)]
     pub commit_mode: Option<String>,
@@ -90,6 +94,9 @@ pub struct SwitchArgs {
     /// The replica to promote (default: the most advanced).
     #[arg(long, value_name = "NODE")]
     pub to: Option<String>,
+    /// The shard group (default: the group of --to, else 0).
+    #[arg(long, value_name = "G")]
+    pub group: Option<u32>,
 }
 
 /// Options of `herd failover`.
@@ -103,6 +110,9 @@ pub struct FailoverArgs {
     /// Promote even if acknowledged commits may be missing from that replica.
     #[arg(long)]
     pub allow_data_loss: bool,
+    /// The shard group (default: the group of --to, else 0).
+    #[arg(long, value_name = "G")]
+    pub group: Option<u32>,
 }
 
 /// Options of `herd status`.
@@ -126,6 +136,9 @@ pub struct UrlArgs {
     /// A replica: its position among the replicas (1, 2, …) or its node name.
     #[arg(long, value_name = "N")]
     pub replica: Option<String>,
+    /// The shard group whose --primary or --replica is meant (default 0).
+    #[arg(long, value_name = "G", default_value_t = 0)]
+    pub group: u32,
 }
 
 #[derive(Debug, Subcommand)]
@@ -150,16 +163,23 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Url(args) => crate::url::run(&args),
         Command::Bench(args) => crate::bench::run(args).await,
         Command::Switchover(a) => {
-            let path = match &a.to {
-                Some(to) => format!("/switchover?to={to}"),
-                None => "/switchover".to_string(),
-            };
+            let mut query = Vec::new();
+            if let Some(to) = &a.to {
+                query.push(format!("to={to}"));
+            }
+            if let Some(g) = a.group {
+                query.push(format!("group={g}"));
+            }
+            let path = format!("/switchover?{}", query.join("&"));
             crate::admin::request(&a.dir.layout()?, path).await
         }
         Command::Failover(a) => {
             let mut path = format!("/failover?allow_data_loss={}", a.allow_data_loss);
             if let Some(to) = &a.to {
                 path.push_str(&format!("&to={to}"));
+            }
+            if let Some(g) = a.group {
+                path.push_str(&format!("&group={g}"));
             }
             crate::admin::request(&a.dir.layout()?, path).await
         }

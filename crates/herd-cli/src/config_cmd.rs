@@ -13,15 +13,21 @@ pub async fn set(layout: &Layout, key: &str, value: &str) -> anyhow::Result<()> 
     );
     // herd.toml first: a supervisor restarting a server reads it from there.
     std::fs::write(layout.config(), herd_config::render(&cluster.config))?;
+    // Every shard group gets the same settings, group 0 first.
+    let groups = herd_cluster::open_groups(layout, &cluster.config)?;
     if changed == herd_config::Changed::ServerSetting {
-        cluster.reload_servers(&pg).await?;
+        for group in &groups {
+            group.reload_servers(&pg).await?;
+        }
         crate::output::emitln!(
             "wal_compression = {} applied",
             cluster.config.postgres.wal_compression
         );
         return Ok(());
     }
-    cluster.apply_commit_settings(&pg).await?;
+    for mut group in groups {
+        group.apply_commit_settings(&pg).await?;
+    }
     crate::output::emitln!(
         "commit mode {} with {} applied: synchronous_commit = {}, synchronous_standby_names = '{}'",
         cluster.config.cluster.commit_mode,

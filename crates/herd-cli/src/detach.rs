@@ -5,7 +5,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use herd_cluster::{read_supervisor, Cluster, Layout};
+use herd_cluster::{read_supervisor, Layout};
 use herd_config::Config;
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -85,9 +85,11 @@ pub async fn run(layout: &Layout, config: &Config) -> anyhow::Result<()> {
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let cluster = Cluster::open(layout.clone(), config.clone())?;
-    let status = herd_cluster::observe(&cluster).await.status;
-    crate::output::emit!("{}", crate::status::summary(&cluster, &status));
+    let groups = herd_cluster::open_groups(layout, config)?;
+    let status = herd_cluster::observe_groups(&groups)
+        .await
+        .context("observing the shard groups")?;
+    crate::output::emit!("{}", crate::status::summary(&groups[0], &status));
     crate::output::emitln!(
         "Supervisor running in the background (pid {pid}); log: {}",
         log_path.display()

@@ -12,7 +12,8 @@ use nix::unistd::Pid;
 use crate::progress::TermProgress;
 
 pub async fn run(layout: &Layout) -> anyhow::Result<()> {
-    let cluster = crate::status::open(layout)?;
+    let groups = crate::status::open_all(layout)?;
+    let cluster = &groups[0];
     if supervisor_running(layout) && read_supervisor(layout).is_none() {
         bail!(
             "the Herd supervisor of {} is still starting; try again once `herd up` has finished",
@@ -43,7 +44,7 @@ pub async fn run(layout: &Layout) -> anyhow::Result<()> {
         PgBinaries::locate(cluster.config.postgres.bindir.as_deref())?,
         OsUser::for_servers(&cluster.config.postgres.os_user)?,
     );
-    cluster.stop_all(&pg, &TermProgress::new()).await?;
+    herd_cluster::stop_groups(&groups, &pg, &TermProgress::new()).await?;
     eprintln!("Cluster stopped; `herd up` resumes it with its data.");
     Ok(())
 }

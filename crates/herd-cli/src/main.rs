@@ -6,6 +6,7 @@ mod cli;
 mod config_cmd;
 mod detach;
 mod down;
+mod groups;
 mod output;
 mod progress;
 mod status;

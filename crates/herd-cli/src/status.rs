@@ -2,13 +2,18 @@
 
 use std::fmt::Write;
 
+use anyhow::Context;
+
 use herd_cluster::{Cluster, Layout};
 use herd_config::Config;
 use herd_core::{ClusterStatus, LagInfo, NodeStatus};
 
 pub async fn run(layout: &Layout, json: bool) -> anyhow::Result<()> {
-    let cluster = open(layout)?;
-    let status = herd_cluster::observe(&cluster).await.status;
+    let groups = open_all(layout)?;
+    let cluster = &groups[0];
+    let status = herd_cluster::observe_groups(&groups)
+        .await
+        .context("observing the shard groups")?;
     if json {
         crate::output::emitln!("{}", serde_json::to_string_pretty(&status)?);
     } else {
@@ -107,6 +112,12 @@ pub fn open(layout: &Layout) -> anyhow::Result<Cluster> {
     Ok(Cluster::open(layout.clone(), config)?)
 }
 
+/// Opens every shard group of the cluster of `layout` (group 0 first; never empty).
+pub fn open_all(layout: &Layout) -> anyhow::Result<Vec<Cluster>> {
+    let cluster = open(layout)?;
+    Ok(herd_cluster::open_groups(layout, &cluster.config)?)
+}
+
 /// What `herd up` prints once the cluster is ready.
 pub fn summary(cluster: &Cluster, status: &ClusterStatus) -> String {
     let mut out = String::from("\nHerd cluster ready.\n\n");
@@ -127,8 +138,22 @@ pub fn summary(cluster: &Cluster, status: &ClusterStatus) -> String {
     out
 }
 
-/// The human-readable status table.
+/// The human-readable status: one table, or one per shard group.
 pub fn table(s: &ClusterStatus) -> String {
+    if s.groups.is_empty() {
+        return group_table(s);
+    }
+    let mut out = String::new();
+    for g in s.all_groups() {
+        let _ = writeln!(out, "shard group {}:", g.group);
+        out.push_str(&group_table(g));
+        out.push('\n');
+    }
+    out
+}
+
+/// One group's table.
+fn group_table(s: &ClusterStatus) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,

@@ -10,6 +10,7 @@ use herd_pg::{OsUser, Pg, PgBinaries};
 use tokio::sync::watch;
 
 use crate::cli::UpArgs;
+use crate::groups::GroupLinks;
 use crate::progress::TermProgress;
 
 /// Set in the environment of a detached supervisor.
@@ -53,6 +54,9 @@ fn effective_config(layout: &Layout, args: &UpArgs) -> anyhow::Result<Config> {
     if let Some(r) = args.replicas {
         config.cluster.replicas = r;
     }
+    if let Some(n) = args.shards {
+        config.cluster.shards = n;
+    }
     if let Some(m) = &args.commit_mode {
         config.cluster.commit_mode = m.parse().map_err(|e| invalid("commit-mode", e))?;
     }
@@ -75,6 +79,13 @@ fn effective_config(layout: &Layout, args: &UpArgs) -> anyhow::Result<Config> {
             bail!(
                 "this cluster has {existing} replicas; changing the count of an existing cluster is not supported \
                  (drop --replicas, or set cluster.replicas = {existing} in herd.toml)"
+            );
+        }
+        let groups = herd_cluster::existing_groups(layout);
+        if config.cluster.shards < groups {
+            bail!(
+                "this cluster has {groups} shard groups; removing groups is not supported \
+                 (drop --shards, or set cluster.shards = {groups} in herd.toml)"
             );
         }
     }
@@ -116,58 +127,48 @@ async fn supervise_foreground(layout: Layout, config: Config) -> anyhow::Result<
                 endpoint_addr.1, endpoint_addr.0
             )
         })?;
-    let cluster = if fresh {
-        Cluster::bootstrap(layout.clone(), config.clone(), &pg, &progress).await?
-    } else {
-        let cluster = Cluster::open(layout.clone(), config.clone())?;
-        cluster.verify_data_dirs()?;
-        cluster.check_ports(None)?;
-        cluster.start_all(&pg, &progress).await?;
-        cluster
-    };
+    let groups = start_groups(&layout, &config, &pg, &progress).await?;
     let timeout = Duration::from_secs(config.supervisor.ready_timeout_s);
-    if let Err(e) = cluster.wait_ready(timeout, &progress).await {
-        let _ = cluster.stop_all(&pg, &progress).await;
-        return Err(e).context("the servers were stopped again");
+    for cluster in &groups {
+        if let Err(e) = cluster.wait_ready(timeout, &progress).await {
+            let _ = herd_cluster::stop_groups(&groups, &pg, &progress).await;
+            return Err(e).context("the servers were stopped again");
+        }
     }
+    let cluster = groups[0].clone();
     let info = SupervisorInfo {
         pid: std::process::id(),
         api_port: api_addr.1,
     };
-    let first = herd_cluster::observe(&cluster).await.status;
+    let first = herd_cluster::observe_groups(&groups)
+        .await
+        .context("observing the shard groups")?;
     crate::output::emit!("{}", crate::status::summary(&cluster, &first));
     lock.publish(&info)?;
     drop(progress);
 
-    let (status_tx, status_rx) = watch::channel(first);
+    let (status_tx, status_rx) = watch::channel(first.clone());
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
-    let (assignment_tx, assignment_rx) = watch::channel(cluster.assignment());
+    let links = GroupLinks::new(&groups, &first, status_tx);
     let login = herd_proxy::monitor::AdminLogin {
         user: herd_cluster::SUPERUSER.into(),
         password: cluster.secrets.superuser.clone(),
     };
+    // Until key routing lands the endpoint serves group 0, where non-distributed tables live.
     let proxy = herd_proxy::Proxy::start(
         config.proxy.clone(),
-        assignment_rx,
+        links.assignments[0].subscribe(),
         login,
         proxy_listener,
         shutdown_rx.clone(),
     );
     let proxy_ctx = proxy.ctx.clone();
     let metrics: herd_api::MetricsSource = std::sync::Arc::new(move || proxy_ctx.render_metrics());
-    let (command_tx, command_rx) = tokio::sync::mpsc::channel(4);
+    let commands = links.commands.clone();
     let admin: herd_api::AdminSource = std::sync::Arc::new(move |action| {
-        let tx = command_tx.clone();
-        Box::pin(async move { crate::admin::dispatch(&tx, action).await })
+        let commands = commands.clone();
+        Box::pin(async move { crate::admin::dispatch(&commands, action).await })
     });
-    let count_ctx = proxy.ctx.clone();
-    let count: std::sync::Arc<dyn Fn(&str) + Send + Sync> = std::sync::Arc::new(move |kind| {
-        count_ctx
-            .metrics
-            .inc_labels("herd_ha_decisions_total", &[("action", kind)])
-    });
-    let gate_ctx = proxy.ctx.clone();
-    let gate: herd_cluster::Gate = std::sync::Arc::new(move |paused| gate_ctx.set_paused(paused));
     let mut api_shutdown = shutdown_rx.clone();
     let api = tokio::spawn(herd_api::serve(
         api_listener,
@@ -178,42 +179,67 @@ async fn supervise_foreground(layout: Layout, config: Config) -> anyhow::Result<
             let _ = api_shutdown.changed().await;
         },
     ));
-    let supervisor = {
-        let cluster = cluster.clone();
-        let pg = pg.clone();
-        tokio::spawn(async move {
-            // Embedded mode: one supervisor, so the store lives in its memory.
-            let dcs = herd_dcs::MemoryDcs::default();
-            if let Err(e) = cluster.state.record(&dcs) {
-                tracing::warn!("recording the topology failed: {e}");
-            }
-            let links = herd_cluster::Links {
-                status: &status_tx,
-                assignment: &assignment_tx,
-                dcs: &dcs,
-                commands: command_rx,
-                gate,
-                shutdown: shutdown_rx,
-                count,
-            };
-            herd_cluster::supervise(cluster, &pg, links).await
-        })
-    };
+    let supervisors = links.spawn(&groups, &pg, &proxy.ctx, &shutdown_rx);
     init_logging();
     tracing::info!(
-        "supervising {} nodes; Ctrl-C or `herd down` stops the cluster",
-        cluster.state.nodes.len()
+        "supervising {} nodes in {} shard group(s); Ctrl-C or `herd down` stops the cluster",
+        groups.iter().map(|g| g.state.nodes.len()).sum::<usize>(),
+        groups.len()
     );
     wait_for_signal().await?;
     tracing::info!("shutting down");
     let _ = shutdown_tx.send(true);
-    let _ = supervisor.await;
+    for s in supervisors {
+        let _ = s.await;
+    }
     let _ = api.await;
     let progress = TermProgress::new();
-    cluster.stop_all(&pg, &progress).await?;
+    herd_cluster::stop_groups(&groups, &pg, &progress).await?;
     drop(lock);
     eprintln!("Cluster stopped; `herd up` resumes it with its data.");
     Ok(())
+}
+
+/// Creates (first run) or resumes every shard group, group 0 first; when one fails, the servers
+/// of the groups already started are stopped again.
+async fn start_groups(
+    layout: &Layout,
+    config: &Config,
+    pg: &Pg,
+    progress: &TermProgress,
+) -> anyhow::Result<Vec<Cluster>> {
+    let mut groups: Vec<Cluster> = Vec::new();
+    for g in 0..config.cluster.shards {
+        let layout = layout.for_group(g);
+        let started = if layout.state().exists() {
+            resume_group(layout, config, pg, progress).await
+        } else {
+            Cluster::bootstrap(layout, config.clone(), pg, progress)
+                .await
+                .map_err(anyhow::Error::from)
+        };
+        match started {
+            Ok(cluster) => groups.push(cluster),
+            Err(e) => {
+                let _ = herd_cluster::stop_groups(&groups, pg, progress).await;
+                return Err(e);
+            }
+        }
+    }
+    Ok(groups)
+}
+
+async fn resume_group(
+    layout: Layout,
+    config: &Config,
+    pg: &Pg,
+    progress: &TermProgress,
+) -> anyhow::Result<Cluster> {
+    let cluster = Cluster::open(layout, config.clone())?;
+    cluster.verify_data_dirs()?;
+    cluster.check_ports(None)?;
+    cluster.start_all(pg, progress).await?;
+    Ok(cluster)
 }
 
 pub(crate) fn save_config(layout: &Layout, config: &Config) -> anyhow::Result<()> {

@@ -6,7 +6,15 @@ use herd_core::NodeName;
 use crate::cli::UrlArgs;
 
 pub fn run(args: &UrlArgs) -> anyhow::Result<()> {
-    let cluster = crate::status::open(&args.dir.layout()?)?;
+    let layout = args.dir.layout()?;
+    let groups = crate::status::open_all(&layout)?;
+    let Some(cluster) = groups.get(args.group as usize) else {
+        bail!(
+            "there is no shard group {}: the cluster has {} (numbered from 0)",
+            args.group,
+            groups.len()
+        );
+    };
     let url = match (&args.replica, args.primary) {
         (Some(which), _) => {
             let replicas = cluster.state.replicas();

@@ -17,23 +17,32 @@ impl Cluster {
         pg: &Pg,
         progress: &dyn Progress,
     ) -> Result<Cluster, ClusterError> {
-        let nodes_dir = layout.nodes();
-        let leftovers = std::fs::read_dir(&nodes_dir)
-            .map(|mut d| d.next().is_some())
-            .unwrap_or(false);
+        let group = layout.group();
+        let state = ClusterState::new_group(group, config.cluster.replicas);
+        let leftovers = state.nodes.iter().any(|n| {
+            std::fs::read_dir(layout.node(n))
+                .map(|mut d| d.next().is_some())
+                .unwrap_or(false)
+        });
         if leftovers {
             return Err(ClusterError::DataDir {
                 path: layout.root().to_path_buf(),
                 detail: format!(
-                    "{} holds node directories but no state.json: an earlier initialisation did not finish. \
+                    "{} holds node directories of shard group {group} but no {}: an earlier initialisation did not finish. \
                      Remove the data directory to start afresh",
-                    nodes_dir.display()
+                    layout.nodes().display(),
+                    layout.state().display()
                 ),
             });
         }
-        let secrets = Secrets::generate();
+        // One set of passwords for the whole cluster: group 0 makes them, the others share them.
+        let secrets = if group == 0 {
+            Secrets::generate()
+        } else {
+            Secrets::load(&layout)?
+        };
         let mut cluster = Cluster {
-            state: ClusterState::new(config.cluster.replicas),
+            state,
             layout,
             config,
             secrets,
@@ -49,7 +58,9 @@ impl Cluster {
         ] {
             std::fs::create_dir_all(&dir).map_err(|e| ClusterError::io("creating", &dir, e))?;
         }
-        cluster.secrets.save(layout, REPLICATION_USER)?;
+        if group == 0 {
+            cluster.secrets.save(layout, REPLICATION_USER)?;
+        }
         pg.hand_over(layout.root())?;
         if let Some(user) = pg.os_user() {
             user.check_access(layout.root())?;

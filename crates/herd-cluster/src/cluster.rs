@@ -44,6 +44,11 @@ impl Cluster {
         })
     }
 
+    /// The shard group this cluster object manages (0 when there is one group).
+    pub fn group(&self) -> u32 {
+        self.layout.group()
+    }
+
     /// The address Herd connects to the servers on.
     pub fn host(&self) -> IpAddr {
         let listen = self.config.network.listen_address;
@@ -65,7 +70,8 @@ impl Cluster {
 
     /// The TCP port of `node`.
     pub fn port(&self, node: &NodeName) -> u16 {
-        self.config.node_port(self.state.index(node).unwrap_or(0))
+        self.config
+            .group_node_port(self.group(), self.state.index(node).unwrap_or(0))
     }
 
     /// How Herd reaches `node` as the superuser.

@@ -1,6 +1,6 @@
 //! A Herd cluster on one machine: its data directory, first-time bootstrap, resuming an existing
 //! cluster (adopting servers that still run), supervision through `herd-ha`'s decisions, run-time
-//! commit mode changes, and the status document.
+//! commit mode changes, the status document, and clusters of several shard groups.
 //!
 //! Everything that runs a PostgreSQL program goes through `herd-pg`.
 
@@ -9,6 +9,7 @@ mod cluster;
 mod commit;
 mod error;
 mod failover;
+mod groups;
 mod layout;
 mod lifecycle;
 mod progress;
@@ -21,6 +22,7 @@ mod switchover;
 
 pub use cluster::{Cluster, REPLICATION_USER, SUPERUSER};
 pub use error::ClusterError;
+pub use groups::{combine, existing_groups, observe_groups, open_groups, stop_groups};
 pub use layout::Layout;
 pub use progress::{Progress, SilentProgress};
 pub use runfiles::{read_supervisor, supervisor_running, SupervisorLock};

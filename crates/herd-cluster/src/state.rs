@@ -25,7 +25,14 @@ pub struct ClusterState {
 impl ClusterState {
     /// A new cluster: `node0` primary, `replicas` replicas all in the sync set.
     pub fn new(replicas: u32) -> ClusterState {
-        let nodes: Vec<NodeName> = (0..=replicas as usize).map(NodeName::numbered).collect();
+        Self::new_group(0, replicas)
+    }
+
+    /// A new shard group: its node 0 primary, `replicas` replicas all in the sync set.
+    pub fn new_group(group: u32, replicas: u32) -> ClusterState {
+        let nodes: Vec<NodeName> = (0..=replicas as usize)
+            .map(|i| NodeName::in_group(group, i))
+            .collect();
         ClusterState {
             primary: nodes[0].clone(),
             sync_set: nodes[1..].to_vec(),
@@ -124,7 +131,11 @@ mod tests {
         let path = tmp.path().join("state.json");
         assert_eq!(ClusterState::load(&path).expect("absent"), None);
         s.save(&path).expect("save");
-        assert_eq!(ClusterState::load(&path).expect("load"), Some(s));
+        assert_eq!(ClusterState::load(&path).expect("load"), Some(s.clone()));
+        let g2 = ClusterState::new_group(2, 1);
+        assert_eq!(g2.primary.as_str(), "g2_node0");
+        assert_eq!(g2.replicas()[0].group(), 2);
+        assert_eq!(s.replicas()[0].group(), 0);
         std::fs::write(&path, "{").expect("write");
         assert!(ClusterState::load(&path)
             .expect_err("damaged")

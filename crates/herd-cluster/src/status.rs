@@ -67,9 +67,11 @@ pub async fn observe(cluster: &Cluster) -> Observation {
         endpoint: cluster.endpoint_url(false),
         supervisor: read_supervisor(&cluster.layout),
         nodes,
-        ha_note: std::fs::read_to_string(cluster.layout.run().join("ha-note.txt"))
+        ha_note: std::fs::read_to_string(cluster.layout.ha_note())
             .ok()
             .map(|s| s.trim().to_string()),
+        group: cluster.group(),
+        groups: Vec::new(),
     };
     Observation {
         status,

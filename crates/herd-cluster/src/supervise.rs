@@ -358,7 +358,7 @@ fn action_label(a: &Action) -> &'static str {
 /// Leaves the latest high-availability event where `herd status` shows it.
 fn note(cluster: &Cluster, text: &str) {
     let line = format!("{} {text}\n", unix_timestamp());
-    let _ = std::fs::write(cluster.layout.run().join("ha-note.txt"), line);
+    let _ = std::fs::write(cluster.layout.ha_note(), line);
 }
 
 /// Seconds since the epoch (a calendar date is not worth a dependency here).

@@ -11,6 +11,9 @@ use crate::ConfigError;
 /// Highest replica count `herd up` accepts on one machine.
 pub const MAX_REPLICAS: u32 = 8;
 
+/// Highest number of shard groups `herd up` accepts on one machine.
+pub const MAX_SHARDS: u32 = 8;
+
 /// The whole `herd.toml`.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -31,8 +34,11 @@ pub struct Config {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ClusterConfig {
-    /// Number of hot-standby replicas beside the primary.
+    /// Number of hot-standby replicas beside the primary (in every shard group).
     pub replicas: u32,
+    /// Number of shard groups, each a primary with its own replicas, quorum and failover
+    /// (1: one group, the cluster as it was before sharding).
+    pub shards: u32,
     /// When a commit is acknowledged.
     pub commit_mode: CommitMode,
     /// How many standbys confirm a commit in the synchronous modes.
@@ -43,6 +49,7 @@ impl Default for ClusterConfig {
     fn default() -> Self {
         ClusterConfig {
             replicas: 2,
+            shards: 1,
             commit_mode: CommitMode::On,
             sync_standbys: SyncStandbys::default(),
         }
@@ -225,6 +232,13 @@ impl Config {
                 format!("0 to {MAX_REPLICAS}"),
             ));
         }
+        if c.shards == 0 || c.shards > MAX_SHARDS {
+            return Err(ConfigError::invalid(
+                "cluster.shards",
+                c.shards,
+                format!("1 to {MAX_SHARDS}"),
+            ));
+        }
         if c.replicas > 0 && c.sync_standbys.count > c.replicas {
             // Commits would wait forever for standbys that do not exist.
             return Err(ConfigError::invalid(
@@ -234,15 +248,15 @@ impl Config {
             ));
         }
         let n = &self.network;
-        let last_node_port = u32::from(n.port) + 1 + c.replicas;
+        let nodes = self.node_count();
+        let last_node_port = u32::from(n.port) + nodes;
         if n.port < 1024 || last_node_port > u32::from(u16::MAX) {
             return Err(ConfigError::invalid(
                 "network.port",
                 n.port,
                 format!(
-                    "1024 to {}, leaving room for {} node ports after it",
-                    u16::MAX as u32 - 1 - c.replicas,
-                    c.replicas + 1
+                    "1024 to {}, leaving room for {nodes} node ports after it",
+                    u16::MAX as u32 - nodes,
                 ),
             ));
         }
@@ -329,6 +343,18 @@ impl Config {
             ));
         }
         Ok(())
+    }
+
+    /// Nodes of the whole cluster: every shard group's primary and replicas.
+    pub fn node_count(&self) -> u32 {
+        self.cluster.shards.max(1) * (self.cluster.replicas + 1)
+    }
+
+    /// The port of node `index` of shard group `group` (group 0's node 0 is the first primary;
+    /// the groups' nodes follow each other).
+    pub fn group_node_port(&self, group: u32, index: usize) -> u16 {
+        let per_group = self.cluster.replicas as usize + 1;
+        self.node_port(group as usize * per_group + index)
     }
 
     /// The port of node `index` (0 is the first primary).
@@ -439,6 +465,8 @@ mod tests {
                 "cluster.sync_standbys",
             ),
             ("[cluster]\nreplicas = 9\n", "cluster.replicas"),
+            ("[cluster]\nshards = 0\n", "cluster.shards"),
+            ("[cluster]\nshards = 9\n", "cluster.shards"),
             ("[network]\nport = 80\n", "network.port"),
             ("[network]\nport = 65534\n", "network.port"),
             (

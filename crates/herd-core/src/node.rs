@@ -16,6 +16,25 @@ impl NodeName {
         NodeName(format!("node{index}"))
     }
 
+    /// The name of the `index`-th node of shard group `group`: `node<i>` in group 0 (the names
+    /// of clusters made before shard groups), `g<N>_node<i>` in group N. Names are unique across
+    /// groups and valid replication slot names.
+    pub fn in_group(group: u32, index: usize) -> Self {
+        match group {
+            0 => Self::numbered(index),
+            g => NodeName(format!("g{g}_node{index}")),
+        }
+    }
+
+    /// The shard group a node of this cluster belongs to, read from its name.
+    pub fn group(&self) -> u32 {
+        self.0
+            .strip_prefix('g')
+            .and_then(|rest| rest.split_once("_node"))
+            .and_then(|(g, _)| g.parse().ok())
+            .unwrap_or(0)
+    }
+
     /// A name as given by an operator.
     pub fn from_text(name: &str) -> Self {
         NodeName(name.to_string())

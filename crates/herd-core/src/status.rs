@@ -29,6 +29,13 @@ pub struct ClusterStatus {
     /// to fail over and why), `null` when there is none.
     #[serde(default)]
     pub ha_note: Option<String>,
+    /// The shard group these fields describe (0 when there is one group).
+    #[serde(default)]
+    pub group: u32,
+    /// The other shard groups (1, 2, …), each described with these same fields; empty when the
+    /// cluster has one group. The top-level fields describe group 0.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub groups: Vec<ClusterStatus>,
 }
 
 impl ClusterStatus {
@@ -37,6 +44,11 @@ impl ClusterStatus {
         self.nodes
             .iter()
             .find(|n| n.role == Role::Primary && n.state == NodeState::Running)
+    }
+
+    /// Every group's status, group 0 (the top level, without its `groups`) first.
+    pub fn all_groups(&self) -> Vec<&ClusterStatus> {
+        std::iter::once(self).chain(self.groups.iter()).collect()
     }
 
     /// A node by name.
@@ -184,6 +196,8 @@ mod tests {
                 sync_state: Some(SyncState::Quorum),
             }],
             ha_note: None,
+            group: 0,
+            groups: Vec::new(),
         };
         let json = serde_json::to_value(&status).expect("serialises");
         assert_eq!(json["commit_mode"], "on");
