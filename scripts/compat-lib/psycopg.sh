@@ -49,10 +49,11 @@ run_psycopg() {
     pg_version="$(psql -Atc 'show server_version' "$primary")"
     if [ "$side" = herd ]; then url="$endpoint"; else url="$primary"; fi
     echo "==> psycopg $version ($side): pytest  -> $out/psycopg-$side.{xml,log}"
+    # psycopg's conftest needs pytest's cache plugin: its files go to $out, not the checkout.
     (cd "$psycopg_dir" && PSYCOPG_IMPL=python timeout 3600 "$venv/bin/python" -m pytest tests \
       -m "not slow and not mypy" \
       -k "not test_leak and not test_connect_error_multi_hosts_each_message_preserved and not test_resolve_error_host" \
-      --timeout 60 -p no:cacheprovider -p no:randomly \
+      --timeout 60 -p no:randomly -o cache_dir="$out/.pytest_cache" \
       --junitxml "$out/psycopg-$side.xml" --test-dsn "$url" \
       > "$out/psycopg-$side.log" 2>&1) || true
     tail -n 1 "$out/psycopg-$side.log"

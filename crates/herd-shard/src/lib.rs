@@ -1,0 +1,13 @@
+//! Sharding across shard groups: where a row lives and which groups a statement needs.
+//!
+//! Placement follows PostgreSQL's own hash partitioning: a key is hashed with the type's
+//! extended hash function and the partition seed, exactly as `PARTITION BY HASH` and
+//! `satisfies_hash_partition()` do, then `hash % shard_count` names one of a fixed number of
+//! virtual shards, and the shard map says which group holds each shard. So PostgreSQL itself can
+//! check where a row belongs, and a shard can later move as a unit. Everything here is pure.
+
+mod hash;
+mod map;
+
+pub use hash::{partition_hash, virtual_shard, KeyType, KeyValue, ParseKeyError};
+pub use map::{qualified, ShardMap, TableKind, DEFAULT_SHARD_COUNT};
