@@ -349,6 +349,27 @@ fn statements_across_units_and_servers() {
         plain.parameter("application_name").as_deref(),
         Some(&b""[..])
     );
+    assert_eq!(
+        plain.parameter("client_encoding").as_deref(),
+        Some(&b"UTF8"[..])
+    );
+    drop((latin, plain));
+    // PostgreSQL reports a setting only when it changes on its connection: a server that
+    // already runs in EUC_JP for an earlier client reports nothing to the next one asking for
+    // it by another spelling, who must still be told EUC_JP (psycopg's test_encoding_env_var).
+    for spelling in ["eucjp", "euc-jp", "EUC_JP"] {
+        let c = Raw::connect(&url, &[("client_encoding", spelling)]);
+        assert_eq!(
+            c.parameter("client_encoding").as_deref(),
+            Some(&b"EUC_JP"[..]),
+            "{spelling}"
+        );
+    }
+    let after = Raw::connect(&url, &[]);
+    assert_eq!(
+        after.parameter("client_encoding").as_deref(),
+        Some(&b"UTF8"[..])
+    );
 
     // A server's FATAL reaches the client once, and nothing of Herd's follows it.
     let mut victim = Raw::connect(&url, &[("options", "-c herd.consistency=primary")]);

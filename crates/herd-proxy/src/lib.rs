@@ -288,14 +288,14 @@ impl ProxyContext {
         let mut lease = pool
             .acquire(&creds, Duration::from_secs(30), Duration::from_secs(5))
             .await?;
-        let mut params = lease.conn.params.clone();
-        if state.hash != 0 {
+        if lease.conn.state_hash != state.hash {
             // A setting the server rejects fails the login, as it would on PostgreSQL (the
             // connection, in an unknown state, is closed rather than returned).
             lease.conn.internal_query(&state.replay_sql()).await?;
-            overlay_params(&mut params, &lease.conn.reported);
             lease.conn.state_hash = state.hash;
         }
+        // The connection's parameters as last reported: the login's, updated by every report.
+        let params = lease.conn.params.clone();
         lease.release();
         if let Ok(mut m) = self.params.lock() {
             if m.len() >= PARAMS_CAPACITY {

@@ -105,7 +105,10 @@ pub struct ServerConn {
     pub endpoint: Endpoint,
     /// Backend process id and secret key, for CancelRequest.
     pub backend_key: (i32, i32),
-    /// ParameterStatus values reported at login.
+    /// ParameterStatus values as this connection last reported them: at login, then updated
+    /// by every report since (the proxy's own queries and relayed ones). PostgreSQL reports a
+    /// setting only when it differs from what it last reported on the connection, so this is
+    /// what a client attached here must be told, not the login values.
     pub params: Vec<(String, String)>,
     /// Server-side names of the statements prepared here.
     pub prepared: PreparedSet,
@@ -117,7 +120,8 @@ pub struct ServerConn {
     /// Server-side statements whose plan PostgreSQL refuses to reuse after a schema change
     /// (0A000 "cached plan must not change result type"): closed before they are prepared again.
     pub stale: Vec<String>,
-    /// ParameterStatus values the server reported during the last internal query.
+    /// ParameterStatus values the server reported during the last internal query (also
+    /// folded into `params`).
     pub reported: Vec<(String, String)>,
 }
 
@@ -344,7 +348,27 @@ impl ServerConn {
 
     /// Runs `sql` (simple protocol) for the proxy itself; returns the rows' text columns.
     /// The server must be idle. An error from the server is returned after its ReadyForQuery.
+    ///
+    /// The proxy's own statements are idempotent and the proxy never cancels them, so a query
+    /// cancelled (57014) was hit by a client's CancelRequest that was already on its way when
+    /// the client's query ended: PostgreSQL would have ignored it on an idle connection, so the
+    /// statement runs again (a few times at most) instead of failing the client.
     pub async fn internal_query(
+        &mut self,
+        sql: &str,
+    ) -> Result<Vec<Vec<Option<String>>>, ProxyError> {
+        let mut attempts = 0;
+        loop {
+            match self.internal_query_once(sql).await {
+                Err(ProxyError::Server { code, .. }) if code == "57014" && attempts < 3 => {
+                    attempts += 1;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    async fn internal_query_once(
         &mut self,
         sql: &str,
     ) -> Result<Vec<Vec<Option<String>>>, ProxyError> {
@@ -364,6 +388,7 @@ impl ServerConn {
                     if let Ok(p) = ParameterStatus::decode(&body) {
                         self.reported
                             .push((p.name.to_string(), p.value.to_string()));
+                        self.note_parameter(p.name, p.value);
                     }
                 }
                 b'D' => {
@@ -379,6 +404,14 @@ impl ServerConn {
                 b'Z' => return error.map_or(Ok(rows), Err),
                 _ => {}
             }
+        }
+    }
+
+    /// Records a ParameterStatus the server sent on this connection.
+    pub fn note_parameter(&mut self, name: &str, value: &str) {
+        match self.params.iter_mut().find(|(n, _)| n == name) {
+            Some(entry) => entry.1 = value.to_string(),
+            None => self.params.push((name.to_string(), value.to_string())),
         }
     }
 

@@ -449,6 +449,7 @@ impl Session {
             att,
             next_id: &mut self.next_id,
             to_client: &mut self.out.buf,
+            at_pause: false,
         };
         let to_server = &mut self.sout.buf;
         let mut rest = bytes;
@@ -457,6 +458,8 @@ impl Session {
         while let Some((frame, used)) = split_frame(rest, usize::MAX)? {
             rest = &rest[used..];
             last = Some(frame.tag);
+            // The last message the client has sent so far, with its batch still open.
+            t.at_pause = rest.is_empty() && frame.tag == tag::PARSE;
             if t.translate(&frame, to_server)? == Flow::Terminate {
                 go_on = false;
                 break;

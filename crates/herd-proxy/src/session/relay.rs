@@ -299,6 +299,14 @@ impl Session {
                 Some(btag::COMMAND_COMPLETE) if raw.get(5..13) == Some(b"ROLLBACK".as_slice()) => {
                     att.rolled_back = true
                 }
+                Some(btag::PARAMETER_STATUS) => {
+                    // The connection's reporting baseline moves with what its client is told.
+                    if let Ok(p) = herd_wire::backend::ParameterStatus::decode(
+                        raw.get(5..).unwrap_or_default(),
+                    ) {
+                        att.lease.conn.note_parameter(p.name, p.value);
+                    }
+                }
                 _ => {}
             }
             let before = self.out.buf.len();

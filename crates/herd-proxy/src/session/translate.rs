@@ -57,6 +57,8 @@ pub struct Translator<'a> {
     pub next_id: &'a mut u64,
     /// Answers for the client (synthetic ones, in order).
     pub to_client: &'a mut Vec<u8>,
+    /// The message being translated is a Parse the client has sent nothing after (yet).
+    pub at_pause: bool,
 }
 
 impl Translator<'_> {
@@ -170,7 +172,16 @@ impl Translator<'_> {
         }
         self.state.statements.insert(p.name.to_vec(), stmt.clone());
         let client = Some((p.name.to_vec(), stmt.clone()));
-        if self.fresh_here(&stmt) {
+        let fresh = self.fresh_here(&stmt);
+        if fresh && self.at_pause {
+            // The client may pause here before the rest of its batch: the server must have
+            // received this Parse now, as directly, so that its statement_timeout runs from
+            // here (pgx's TestPrepareHandlesTimeoutBetweenParseAndDescribe). Prepared again.
+            let conn = &mut self.att.lease.conn;
+            if !conn.stale.contains(&stmt.server_name) {
+                conn.stale.push(stmt.server_name.clone());
+            }
+        } else if fresh {
             // Already on this server: answer ParseComplete ourselves, in order.
             let mut answer = Vec::new();
             encode::parse_complete(&mut answer);
