@@ -154,10 +154,9 @@ async fn supervise_foreground(layout: Layout, config: Config) -> anyhow::Result<
         user: herd_cluster::SUPERUSER.into(),
         password: cluster.secrets.superuser.clone(),
     };
-    // Until key routing lands the endpoint serves group 0, where non-distributed tables live.
     let proxy = herd_proxy::Proxy::start(
         config.proxy.clone(),
-        links.assignments[0].subscribe(),
+        links.assignments.iter().map(|a| a.subscribe()).collect(),
         login,
         proxy_listener,
         shutdown_rx.clone(),

@@ -53,7 +53,8 @@ type ServerParams = Vec<(String, String)>;
 pub struct ProxyContext {
     /// Settings.
     pub config: ProxyConfig,
-    views: watch::Receiver<Arc<TopologyView>>,
+    /// Each shard group's topology (index = group; never empty).
+    views: Vec<watch::Receiver<Arc<TopologyView>>>,
     /// Server connection pools.
     pub pools: Pools,
     /// Roles, verifiers and keys.
@@ -76,9 +77,21 @@ pub struct ProxyContext {
 }
 
 impl ProxyContext {
-    /// The latest topology, minus replicas that just failed a read.
+    /// The latest topology of shard group 0, minus replicas that just failed a read.
     pub fn view(&self) -> Arc<TopologyView> {
-        let view = self.views.borrow().clone();
+        self.view_of(0)
+    }
+
+    /// How many shard groups the proxy serves.
+    pub fn groups(&self) -> u32 {
+        self.views.len() as u32
+    }
+
+    /// The latest topology of shard group `group` (group 0 for an unknown one), minus replicas
+    /// that just failed a read.
+    pub fn view_of(&self, group: u32) -> Arc<TopologyView> {
+        let views = self.views.get(group as usize).unwrap_or(&self.views[0]);
+        let view = views.borrow().clone();
         let avoided = match self.avoided.lock() {
             Ok(mut a) => {
                 a.retain(|_, until| *until > Instant::now());
@@ -120,9 +133,18 @@ impl ProxyContext {
         }
     }
 
-    /// The primary, waiting a little for one to appear (restart, failover).
+    /// Group 0's primary, waiting a little for one to appear (restart, failover).
     pub async fn current_primary(&self) -> Result<Endpoint, ProxyError> {
-        let mut views = self.views.clone();
+        self.current_primary_of(0).await
+    }
+
+    /// Shard group `group`'s primary, waiting a little for one to appear (restart, failover).
+    pub async fn current_primary_of(&self, group: u32) -> Result<Endpoint, ProxyError> {
+        let mut views = self
+            .views
+            .get(group as usize)
+            .unwrap_or(&self.views[0])
+            .clone();
         let wait = async {
             loop {
                 if let Some(p) = views.borrow_and_update().primary.clone() {
@@ -136,7 +158,12 @@ impl ProxyContext {
         match tokio::time::timeout(PRIMARY_WAIT, wait).await {
             Ok(Some(p)) => Ok(p),
             _ => Err(ProxyError::Unavailable(format!(
-                "no primary is available (waited {} s); retry shortly",
+                "no primary is available{} (waited {} s); retry shortly",
+                if self.views.len() > 1 {
+                    format!(" in shard group {group}")
+                } else {
+                    String::new()
+                },
                 PRIMARY_WAIT.as_secs()
             ))),
         }
@@ -152,14 +179,26 @@ impl ProxyContext {
     pub fn render_metrics(&self) -> String {
         use std::fmt::Write;
         let mut out = self.metrics.render();
-        let view = self.view();
+        let views: Vec<Arc<TopologyView>> = (0..self.groups()).map(|g| self.view_of(g)).collect();
+        let view = &views[0];
         let _ = writeln!(
             out,
             "# TYPE herd_primary_available gauge\nherd_primary_available {}",
             u8::from(view.primary.is_some())
         );
+        if views.len() > 1 {
+            out.push_str("# TYPE herd_group_primary_available gauge\n");
+            for (g, v) in views.iter().enumerate() {
+                let _ = writeln!(
+                    out,
+                    "herd_group_primary_available{{group=\"{g}\"}} {}",
+                    u8::from(v.primary.is_some())
+                );
+            }
+        }
+        let replicas: Vec<_> = views.iter().flat_map(|v| v.replicas.iter()).collect();
         out.push_str("# TYPE herd_replica_lag_bytes gauge\n");
-        for r in &view.replicas {
+        for r in &replicas {
             let _ = writeln!(
                 out,
                 "herd_replica_lag_bytes{{node=\"{}\"}} {}",
@@ -167,7 +206,7 @@ impl ProxyContext {
             );
         }
         out.push_str("# TYPE herd_replica_staleness_seconds gauge\n");
-        for r in &view.replicas {
+        for r in &replicas {
             let s = r.staleness.map_or(f64::NAN, |d| d.as_secs_f64());
             let _ = writeln!(
                 out,
@@ -176,7 +215,7 @@ impl ProxyContext {
             );
         }
         out.push_str("# TYPE herd_replica_in_read_pool gauge\n");
-        for r in &view.replicas {
+        for r in &replicas {
             let _ = writeln!(
                 out,
                 "herd_replica_in_read_pool{{node=\"{}\"}} {}",
@@ -338,34 +377,43 @@ pub struct Proxy {
 }
 
 impl Proxy {
-    /// Starts the monitor, the catalog loader and the accept loop on `listener`; everything
-    /// stops when `shutdown` turns true.
+    /// Starts the monitors (one per shard group: `assignments[g]` is group g's roles), the
+    /// catalog loader and the accept loop on `listener`; everything stops when `shutdown`
+    /// turns true.
     pub fn start(
         config: ProxyConfig,
-        assignment: watch::Receiver<Assignment>,
+        assignments: Vec<watch::Receiver<Assignment>>,
         login: AdminLogin,
         listener: TcpListener,
         shutdown: watch::Receiver<bool>,
     ) -> Proxy {
-        let (views_tx, views_rx) = watch::channel(Arc::new(TopologyView::default()));
         let limits = LagLimits {
             max_bytes: config.max_replica_lag_bytes,
             max_staleness: Duration::from_millis(config.max_replica_lag_ms),
             readmit_fraction: config.readmit_fraction,
         };
         let interval = Duration::from_millis(config.poll_interval_ms);
-        tokio::spawn(monitor::run(
-            assignment.clone(),
-            login.clone(),
-            interval,
-            limits,
-            views_tx,
-            shutdown.clone(),
-        ));
+        let mut views = Vec::new();
+        for assignment in assignments {
+            let (views_tx, views_rx) = watch::channel(Arc::new(TopologyView::default()));
+            tokio::spawn(monitor::run(
+                assignment,
+                login.clone(),
+                interval,
+                limits,
+                views_tx,
+                shutdown.clone(),
+            ));
+            views.push(views_rx);
+        }
+        if views.is_empty() {
+            // No group given: a proxy with no servers, whose clients are told so.
+            views.push(watch::channel(Arc::new(TopologyView::default())).1);
+        }
         let ctx = Arc::new(ProxyContext {
             pools: Pools::new(config.pool_size as usize),
             config,
-            views: views_rx,
+            views,
             users: Users::new(login.clone()),
             catalog: RwLock::new(Arc::new(ProcCatalog::default())),
             classifier: ClassifierCache::new(CLASSIFIER_CAPACITY),

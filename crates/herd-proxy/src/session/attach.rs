@@ -55,7 +55,7 @@ impl Session {
                 return Ok(true);
             }
         }
-        let view = self.ctx.view();
+        let view = self.ctx.view_of(self.group);
         let (read_only, consistency) = match &self.pending_begin {
             // Inside a transaction only its declaration counts: it may write later otherwise.
             Some(b) => (b.read_only, b.consistency.unwrap_or(self.state.consistency)),
@@ -64,7 +64,7 @@ impl Session {
         let request = Request {
             read_only,
             consistency,
-            token: self.state.token,
+            token: self.state.token(self.group),
             max_staleness: Duration::from_millis(self.ctx.config.max_staleness_ms),
             may_wait: self.ctx.config.max_wait_ms > 0,
         };
@@ -233,7 +233,7 @@ impl Session {
     ) -> Result<(Lease, Option<usize>), ProxyError> {
         let primary = match &view.primary {
             Some(p) => p.clone(),
-            None => self.ctx.current_primary().await?,
+            None => self.ctx.current_primary_of(self.group).await?,
         };
         let lease = self.lease(&primary).await?;
         self.ctx.metrics.inc_labels(
@@ -379,6 +379,7 @@ impl Session {
             lease.conn.backend_key,
         );
         self.attached = Some(Attached {
+            group: self.group,
             lease,
             tracker: Tracker::default(),
             replica,
@@ -410,11 +411,11 @@ impl Session {
         &mut self,
         read_only: bool,
     ) -> Result<(Vec<(String, String)>, (i32, i32)), ProxyError> {
-        let view = self.ctx.view();
+        let view = self.ctx.view_of(self.group);
         let request = Request {
             read_only,
             consistency: self.state.consistency,
-            token: self.state.token,
+            token: self.state.token(self.group),
             max_staleness: Duration::from_millis(self.ctx.config.max_staleness_ms),
             may_wait: self.ctx.config.max_wait_ms > 0,
         };

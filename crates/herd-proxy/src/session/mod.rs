@@ -28,6 +28,8 @@ use state::SessionState;
 /// A server attached to the session.
 struct Attached {
     lease: Lease,
+    /// The shard group of the server.
+    group: u32,
     tracker: Tracker,
     /// Index of the replica, or `None` for the primary.
     replica: Option<usize>,
@@ -82,6 +84,8 @@ pub struct Session {
     force_primary: bool,
     /// When the client's last bytes arrived.
     last_client_read: std::time::Instant,
+    /// The shard group the next unit goes to.
+    group: u32,
     /// A transaction the client began that no server has seen yet.
     pending_begin: Option<PendingBegin>,
     /// The key this client proved at login (for new server connections).
@@ -137,6 +141,7 @@ pub async fn serve_client(mut client: TcpStream, ctx: Arc<ProxyContext>) {
         sout: Outbox::default(),
         force_primary: false,
         last_client_read: std::time::Instant::now(),
+        group: 0,
         pending_begin: None,
         pools: std::collections::HashMap::new(),
         creds: None,

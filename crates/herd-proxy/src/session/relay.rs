@@ -391,7 +391,7 @@ impl Session {
                 .flatten()
                 .and_then(|t| t.parse::<Lsn>().ok())
             {
-                self.state.advance_token(lsn);
+                self.state.advance_token(att.group, lsn);
             }
             att.wrote = false;
             if att.pinned {

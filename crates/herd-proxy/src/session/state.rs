@@ -69,8 +69,10 @@ pub struct SessionState {
     pub hash: u64,
     /// Consistency level of the session.
     pub consistency: Consistency,
-    /// Read-your-writes token: the primary's WAL position after this session's last write.
-    pub token: Lsn,
+    /// Read-your-writes tokens, one per shard group (index = group; missing: none yet): the
+    /// group primary's WAL position after this session's last write there. Positions of
+    /// different groups are not comparable.
+    tokens: Vec<Lsn>,
     /// Named prepared statements by the client's name (bytes in its encoding; shared handles:
     /// a Bind looks one up per execution).
     pub statements: HashMap<Vec<u8>, Arc<Statement>>,
@@ -89,7 +91,7 @@ impl SessionState {
             pending_sets: Vec::new(),
             hash: 0,
             consistency,
-            token: Lsn(0),
+            tokens: Vec::new(),
             statements: HashMap::new(),
             unnamed: None,
             unsafe_encoding: false,
@@ -160,9 +162,18 @@ impl SessionState {
         sql
     }
 
-    /// Raises the read-your-writes token (never lowers it).
-    pub fn advance_token(&mut self, lsn: Lsn) {
-        self.token = self.token.max(lsn);
+    /// The read-your-writes token of shard group `group`.
+    pub fn token(&self, group: u32) -> Lsn {
+        self.tokens.get(group as usize).copied().unwrap_or(Lsn(0))
+    }
+
+    /// Raises the read-your-writes token of shard group `group` (never lowers it).
+    pub fn advance_token(&mut self, group: u32, lsn: Lsn) {
+        let i = group as usize;
+        if self.tokens.len() <= i {
+            self.tokens.resize(i + 1, Lsn(0));
+        }
+        self.tokens[i] = self.tokens[i].max(lsn);
     }
 }
 
@@ -250,9 +261,11 @@ mod tests {
     #[test]
     fn token_only_grows() {
         let mut s = SessionState::new(Consistency::Session);
-        s.advance_token(Lsn(10));
-        s.advance_token(Lsn(5));
-        assert_eq!(s.token, Lsn(10));
+        s.advance_token(0, Lsn(10));
+        s.advance_token(0, Lsn(5));
+        assert_eq!(s.token(0), Lsn(10));
+        s.advance_token(2, Lsn(3));
+        assert_eq!((s.token(1), s.token(2)), (Lsn(0), Lsn(3)));
     }
 
     #[test]
