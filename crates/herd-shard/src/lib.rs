@@ -8,6 +8,8 @@
 
 mod hash;
 mod map;
+mod plan;
 
 pub use hash::{partition_hash, virtual_shard, KeyType, KeyValue, ParseKeyError};
 pub use map::{qualified, ShardMap, TableKind, DEFAULT_SHARD_COUNT};
+pub use plan::{plan, ParamValue, Plan};

@@ -14,6 +14,7 @@
 
 mod cache;
 mod classify;
+mod keys;
 mod route;
 mod session;
 mod shape;
@@ -21,6 +22,7 @@ mod walk;
 
 pub use cache::{CacheStats, ClassifierCache};
 pub use classify::classify;
+pub use keys::{key_facts, Condition, KeyExpr, KeyFacts, StmtKind, TableRef};
 pub use shape::shape_key;
 
 use std::ops::Range;

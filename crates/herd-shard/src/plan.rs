@@ -1,0 +1,473 @@
+//! Which shard group a statement runs on: a pure function of the statement's key facts, the
+//! relations it reads, the shard map and the parameters of its execution. A statement the
+//! planner cannot place on exactly one group with certainty is refused with a reason that
+//! names the table and what would make it single-group; it is never sent somewhere on a guess.
+
+use herd_sql::{KeyExpr, KeyFacts, StmtKind};
+
+use crate::{KeyType, KeyValue, ShardMap, TableKind};
+
+/// A parameter's value as a Bind carries it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ParamValue {
+    /// Not known (a simple query has none; or the parameter does not exist).
+    Missing,
+    /// SQL NULL.
+    Null,
+    /// Text format.
+    Text(Vec<u8>),
+    /// Binary format.
+    Binary(Vec<u8>),
+}
+
+/// Where a statement goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Plan {
+    /// It names no distributed table and no table that lives on group 0 only: any group can
+    /// run it (the session's current one).
+    Anywhere,
+    /// Exactly this group.
+    Group {
+        /// The group.
+        group: u32,
+        /// Why (for metrics and EXPLAIN): `key` or `local_table`.
+        reason: &'static str,
+    },
+    /// Not runnable on one group; the message says why (SQLSTATE 0A000).
+    Refuse(String),
+}
+
+/// Plans one statement. `facts` are its key facts (`None`: several statements or
+/// unparsable), `relations` every relation it reads anywhere (as written), `param(n)` the
+/// value of `$n`.
+pub fn plan(
+    facts: Option<&KeyFacts>,
+    relations: &[String],
+    map: &ShardMap,
+    param: &dyn Fn(u32) -> ParamValue,
+) -> Plan {
+    let mut distributed = Vec::new();
+    let mut local = Vec::new();
+    let mut reference = Vec::new();
+    // A DML target is not among the relations read: take the facts' tables too.
+    let mut all: Vec<&String> = relations.iter().collect();
+    for t in facts.into_iter().flat_map(|f| f.tables.iter()) {
+        if !all.iter().any(|r| crate::qualified(r) == crate::qualified(&t.name)) {
+            all.push(&t.name);
+        }
+    }
+    for r in all {
+        match map.table(r) {
+            Some(TableKind::Distributed { column, key_type }) => {
+                distributed.push((r.as_str(), column.as_str(), *key_type))
+            }
+            Some(TableKind::Reference) => reference.push(r.as_str()),
+            None => local.push(r.as_str()),
+        }
+    }
+    let writes = facts.is_none_or(|f| f.kind != StmtKind::Select);
+    if let (Some(r), true) = (reference.first(), writes) {
+        if facts.is_some_and(|f| f.tables.first().is_some_and(|t| t.name == *r)) || facts.is_none()
+        {
+            return Plan::Refuse(format!(
+                "writing to reference table {r} must reach every shard group at once, which needs a \
+                 distributed transaction (not supported yet); change it through each group (herd url --group G --primary)"
+            ));
+        }
+    }
+    if distributed.is_empty() {
+        return if local.is_empty() {
+            Plan::Anywhere
+        } else {
+            Plan::Group {
+                group: 0,
+                reason: "local_table",
+            }
+        };
+    }
+    let table = distributed[0].0;
+    let Some(facts) = facts else {
+        return Plan::Refuse(format!(
+            "a statement on distributed table {table} must be sent alone (not in a multi-statement \
+             string) so its shard key can be read"
+        ));
+    };
+    if let Some(l) = local.first() {
+        return Plan::Refuse(format!(
+            "{l} is not distributed and lives on shard group 0 only, while rows of distributed \
+             table {table} live on every group: distribute {l} on the same key, or make it a \
+             reference table (herd.create_reference_table)"
+        ));
+    }
+    match facts.kind {
+        StmtKind::Other => Plan::Refuse(format!(
+            "this statement on distributed table {table} cannot run on one shard group; \
+             statements on distributed tables are SELECT, INSERT, UPDATE and DELETE by key"
+        )),
+        StmtKind::Insert => plan_insert(facts, &distributed, map, param),
+        StmtKind::Select | StmtKind::Update | StmtKind::Delete => {
+            plan_by_conditions(facts, &distributed, map, param)
+        }
+    }
+}
+
+type Dist<'a> = (&'a str, &'a str, KeyType);
+
+fn plan_insert(
+    facts: &KeyFacts,
+    distributed: &[Dist<'_>],
+    map: &ShardMap,
+    param: &dyn Fn(u32) -> ParamValue,
+) -> Plan {
+    let (table, column, key_type) = distributed[0];
+    if distributed.len() > 1 || facts.insert_select {
+        return Plan::Refuse(format!(
+            "INSERT … SELECT into distributed table {table} reads rows that may live on several \
+             shard groups; insert the rows with VALUES"
+        ));
+    }
+    let Some(index) = facts.insert_columns.iter().position(|c| c == column) else {
+        return Plan::Refuse(format!(
+            "an INSERT into distributed table {table} must name its shard key column {column} \
+             in its column list, with a value"
+        ));
+    };
+    if facts.insert_rows.is_empty() {
+        return Plan::Refuse(format!(
+            "an INSERT into distributed table {table} needs VALUES with its key {column}"
+        ));
+    }
+    let mut group = None;
+    for row in &facts.insert_rows {
+        let Some(expr) = row.get(index) else {
+            return Plan::Refuse(format!("a VALUES row lacks the key {column}"));
+        };
+        let g = match value_group(expr, key_type, map, param) {
+            Ok(g) => g,
+            Err(why) => return Plan::Refuse(format!("{why} for {table}.{column}")),
+        };
+        if group.is_some_and(|x| x != g) {
+            return Plan::Refuse(format!(
+                "the rows of this INSERT into {table} belong to several shard groups; insert \
+                 them in separate statements (one per group) until cross-group writes are supported"
+            ));
+        }
+        group = Some(g);
+    }
+    Plan::Group {
+        group: group.unwrap_or(0),
+        reason: "key",
+    }
+}
+
+fn plan_by_conditions(
+    facts: &KeyFacts,
+    distributed: &[Dist<'_>],
+    map: &ShardMap,
+    param: &dyn Fn(u32) -> ParamValue,
+) -> Plan {
+    if facts.kind == StmtKind::Update {
+        let (table, column, _) = distributed[0];
+        if facts.set_columns.iter().any(|c| c == column) {
+            return Plan::Refuse(format!(
+                "UPDATE of the shard key {table}.{column} would move the row to another group; \
+                 delete it and insert it again instead"
+            ));
+        }
+    }
+    let mut group = None;
+    for (table, column, key_type) in distributed {
+        // The table's own reference in the top-level FROM (a table only read in a subquery or
+        // join cannot be tied to a condition here).
+        let Some(tref) = facts.tables.iter().find(|t| {
+            map.table(&t.name).is_some() && crate::qualified(&t.name) == crate::qualified(table)
+        }) else {
+            return Plan::Refuse(format!(
+                "distributed table {table} is read in a subquery, join or CTE; such queries span \
+                 shard groups (not supported yet): filter {table} by its key {column} at the top level"
+            ));
+        };
+        let only_one = facts.tables.len() == 1;
+        let cond = facts.conditions.iter().find(|c| {
+            c.column == *column
+                && match &c.qualifier {
+                    None => only_one,
+                    Some(q) => {
+                        Some(q.as_str()) == tref.alias.as_deref()
+                            || (tref.alias.is_none()
+                                && (q == &tref.name || tref.name.ends_with(&format!(".{q}"))))
+                    }
+                }
+        });
+        let Some(cond) = cond else {
+            return Plan::Refuse(format!(
+                "this statement on distributed table {table} has no condition on its shard key \
+                 {column}, so it would need every shard group (not supported yet): add \
+                 WHERE {column} = <value> (or IN (…) within one group)"
+            ));
+        };
+        for v in &cond.values {
+            let g = match value_group(v, *key_type, map, param) {
+                Ok(g) => g,
+                Err(why) => return Plan::Refuse(format!("{why} for {table}.{column}")),
+            };
+            if group.is_some_and(|x| x != g) {
+                return Plan::Refuse(format!(
+                    "the keys of this statement on {table} belong to several shard groups \
+                     (not supported yet): query each key separately"
+                ));
+            }
+            group = Some(g);
+        }
+    }
+    Plan::Group {
+        group: group.unwrap_or(0),
+        reason: "key",
+    }
+}
+
+fn value_group(
+    expr: &KeyExpr,
+    key_type: KeyType,
+    map: &ShardMap,
+    param: &dyn Fn(u32) -> ParamValue,
+) -> Result<u32, String> {
+    let value: Option<KeyValue> = match expr {
+        KeyExpr::Const(None) => None,
+        KeyExpr::Const(Some(text)) => Some(key_type.parse(text).map_err(|e| e.to_string())?),
+        KeyExpr::Param(n) => match param(*n) {
+            ParamValue::Null => None,
+            ParamValue::Text(t) => {
+                let text =
+                    String::from_utf8(t).map_err(|_| "a key that is not UTF-8 text".to_string())?;
+                Some(key_type.parse(&text).map_err(|e| e.to_string())?)
+            }
+            ParamValue::Binary(b) => Some(key_type.decode_binary(&b).map_err(|e| e.to_string())?),
+            ParamValue::Missing => return Err(format!("parameter ${n} has no value")),
+        },
+        KeyExpr::Other => {
+            return Err("the shard key must be compared with a constant or a parameter".into())
+        }
+    };
+    Ok(map.group_of(value.as_ref()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use herd_sql::key_facts;
+
+    fn map() -> ShardMap {
+        let mut m = ShardMap::new(2, 32);
+        let d = |c: &str, t| TableKind::Distributed {
+            column: c.into(),
+            key_type: t,
+        };
+        m.tables
+            .insert("public.orders".into(), d("customer_id", KeyType::Int8));
+        m.tables
+            .insert("public.items".into(), d("customer_id", KeyType::Int8));
+        m.tables
+            .insert("public.users".into(), d("email", KeyType::Text));
+        m.tables
+            .insert("public.countries".into(), TableKind::Reference);
+        m
+    }
+
+    fn run(sql: &str, params: &[Option<&str>]) -> Plan {
+        let m = map();
+        let cls = herd_sql::classify(sql);
+        let relations: Vec<String> = cls
+            .statements
+            .iter()
+            .flat_map(|s| s.relations.clone())
+            .collect();
+        let facts = key_facts(sql);
+        let p = |n: u32| match params.get(n as usize - 1) {
+            Some(Some(t)) => ParamValue::Text(t.as_bytes().to_vec()),
+            Some(None) => ParamValue::Null,
+            None => ParamValue::Missing,
+        };
+        plan(facts.as_ref(), &relations, &m, &p)
+    }
+
+    fn group_of(v: i64) -> u32 {
+        map().group_of(Some(&KeyValue::Int8(v)))
+    }
+
+    /// Two keys on different groups.
+    fn split_keys() -> (i64, i64) {
+        let a = 1;
+        let b = (2..100)
+            .find(|k| group_of(*k) != group_of(a))
+            .expect("another group");
+        (a, b)
+    }
+
+    fn group(g: u32) -> Plan {
+        Plan::Group {
+            group: g,
+            reason: "key",
+        }
+    }
+
+    fn refused(p: &Plan, needle: &str) -> bool {
+        matches!(p, Plan::Refuse(m) if m.contains(needle))
+    }
+
+    #[test]
+    fn routes_single_key_statements() {
+        let (a, b) = split_keys();
+        let ga = group(group_of(a));
+        let cases: Vec<(String, Vec<Option<&str>>, Plan)> = vec![
+            (format!("select * from orders where customer_id = {a}"), vec![], ga.clone()),
+            (format!("select * from orders where customer_id = '{a}'"), vec![], ga.clone()),
+            (format!("select * from orders where customer_id = '{a}'::bigint"), vec![], ga.clone()),
+            (format!("select * from orders o where o.customer_id = {a} and o.v > 3"), vec![], ga.clone()),
+            (format!("select * from public.orders where orders.customer_id = {a}"), vec![], ga.clone()),
+            ("select * from orders where customer_id = $1".into(), vec![Some("1")], ga.clone()),
+            (format!("select * from orders where customer_id in ({a}, {a})"), vec![], ga.clone()),
+            (format!("update orders set v = v + 1 where customer_id = {a}"), vec![], ga.clone()),
+            (format!("delete from orders where customer_id = {a}"), vec![], ga.clone()),
+            (format!("insert into orders (customer_id, v) values ({a}, 1)"), vec![], ga.clone()),
+            (format!("insert into orders (v, customer_id) values (1, {a}), (2, {a})"), vec![], ga.clone()),
+            ("insert into orders (customer_id) values ($1)".into(), vec![Some("1")], ga.clone()),
+            (
+                format!("select * from orders o join countries c on c.id = o.country where o.customer_id = {a}"),
+                vec![],
+                // A join with a reference table runs where the key's rows are.
+                ga.clone(),
+            ),
+            (
+                format!("select * from orders, items where orders.customer_id = {a} and items.customer_id = {a}"),
+                vec![],
+                ga.clone(),
+            ),
+            ("select * from countries".into(), vec![], Plan::Anywhere),
+            ("select 1".into(), vec![], Plan::Anywhere),
+            ("select * from plain_table".into(), vec![], Plan::Group { group: 0, reason: "local_table" }),
+            ("insert into plain_table values (1)".into(), vec![], Plan::Group { group: 0, reason: "local_table" }),
+        ];
+        for (sql, params, want) in cases {
+            let got = run(&sql, &params);
+            assert_eq!(got, want, "{sql}");
+        }
+        // NULL keys go where PostgreSQL's hash partitioning puts them: remainder 0.
+        assert_eq!(
+            run("select * from orders where customer_id = $1", &[None]),
+            group(map().group_of(None))
+        );
+        let text_key = map().group_of(Some(&KeyValue::Text("a@b.c".into())));
+        assert_eq!(
+            run("select * from users where email = 'a@b.c'", &[]),
+            group(text_key)
+        );
+        let _ = b;
+    }
+
+    #[test]
+    fn refuses_what_spans_groups_or_cannot_be_told() {
+        let (a, b) = split_keys();
+        // A join of two distributed tables on different keys' groups.
+        assert!(refused(
+            &run(
+                &format!("select * from orders o join items i on i.customer_id = o.customer_id where o.customer_id = {a} and i.customer_id = {b}"),
+                &[]
+            ),
+            "several shard groups"
+        ));
+        let cases: Vec<(String, Vec<Option<&str>>, &str)> = vec![
+            (
+                "select * from orders".into(),
+                vec![],
+                "no condition on its shard key",
+            ),
+            (
+                "select * from orders where v = 1".into(),
+                vec![],
+                "no condition on its shard key",
+            ),
+            (
+                format!("select * from orders where customer_id = {a} or customer_id = {b}"),
+                vec![],
+                "no condition",
+            ),
+            (
+                format!("select * from orders where customer_id in ({a}, {b})"),
+                vec![],
+                "several shard groups",
+            ),
+            (
+                format!("insert into orders (customer_id) values ({a}), ({b})"),
+                vec![],
+                "several shard groups",
+            ),
+            (
+                "insert into orders values (1, 2)".into(),
+                vec![],
+                "column list",
+            ),
+            (
+                "insert into orders (customer_id) select 1".into(),
+                vec![],
+                "INSERT … SELECT",
+            ),
+            (
+                format!("update orders set customer_id = 5 where customer_id = {a}"),
+                vec![],
+                "move the row",
+            ),
+            (
+                "select * from orders where customer_id = $1".into(),
+                vec![],
+                "no value",
+            ),
+            (
+                "select * from orders where customer_id = 'x'".into(),
+                vec![],
+                "not a valid bigint",
+            ),
+            (
+                "select * from orders where customer_id = v + 1".into(),
+                vec![],
+                "constant or a parameter",
+            ),
+            (
+                format!(
+                    "select * from orders where customer_id = {a} and id in (select id from items)"
+                ),
+                vec![],
+                "subquery, join or CTE",
+            ),
+            (
+                format!("select * from orders, plain_table where customer_id = {a}"),
+                vec![],
+                "lives on shard group 0",
+            ),
+            (
+                "select * from orders, items where customer_id = 1".into(),
+                vec![],
+                "no condition",
+            ),
+            (
+                "truncate orders".into(),
+                vec![],
+                "cannot run on one shard group",
+            ),
+            (
+                "insert into countries values (1, 'x')".into(),
+                vec![],
+                "reference table",
+            ),
+            (
+                format!("select 1 from orders where customer_id = {a}; select 2"),
+                vec![],
+                "sent alone",
+            ),
+        ];
+        for (sql, params, needle) in cases {
+            let got = run(&sql, &params);
+            assert!(refused(&got, needle), "{sql}: {got:?}");
+        }
+    }
+}

@@ -1,0 +1,467 @@
+//! What a statement says about the rows it touches, for routing by shard key: its kind, the
+//! tables it names, the equality conditions of its WHERE clause, an INSERT's columns and rows,
+//! the columns an UPDATE sets. Only what is certain is reported; everything else is marked so
+//! a planner can refuse rather than guess.
+
+use pg_query::protobuf::Node;
+use serde_json::Value;
+
+/// The kind of statement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StmtKind {
+    /// `SELECT` (also `VALUES`, set operations).
+    Select,
+    /// `INSERT`.
+    Insert,
+    /// `UPDATE`.
+    Update,
+    /// `DELETE`.
+    Delete,
+    /// Anything else (DDL, utility statements, `COPY`, `MERGE` …).
+    Other,
+}
+
+/// A value a key may be compared with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeyExpr {
+    /// A literal in its text form (`None`: SQL NULL).
+    Const(Option<String>),
+    /// A parameter, `$n` (1-based).
+    Param(u32),
+    /// Anything else (an expression, a column, a subquery).
+    Other,
+}
+
+/// `column = value` or `column IN (values…)`, as a top-level conjunct of a WHERE clause.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Condition {
+    /// The table name or alias qualifying the column, if written.
+    pub qualifier: Option<String>,
+    /// The column.
+    pub column: String,
+    /// The values it equals (one for `=`, the list for `IN`).
+    pub values: Vec<KeyExpr>,
+}
+
+/// A table named in the statement's top-level FROM (or its target), with its alias.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableRef {
+    /// As written: `name` or `schema.name`.
+    pub name: String,
+    /// Its alias, if any.
+    pub alias: Option<String>,
+}
+
+/// Key facts of one statement.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyFacts {
+    /// The statement's kind.
+    pub kind: StmtKind,
+    /// INSERT/UPDATE/DELETE target, and the top-level FROM / USING tables.
+    pub tables: Vec<TableRef>,
+    /// Top-level conjuncts of the WHERE clause that compare a column with values.
+    pub conditions: Vec<Condition>,
+    /// An INSERT's column list (empty when not written).
+    pub insert_columns: Vec<String>,
+    /// An INSERT's VALUES rows (empty for INSERT … SELECT or DEFAULT VALUES).
+    pub insert_rows: Vec<Vec<KeyExpr>>,
+    /// The INSERT takes its rows from a query.
+    pub insert_select: bool,
+    /// Columns an UPDATE sets.
+    pub set_columns: Vec<String>,
+    /// A join, subquery, CTE or set operation is present: tables beyond `tables` may be read.
+    pub nested: bool,
+}
+
+/// Key facts of `sql` when it is exactly one statement that parses; `None` otherwise.
+pub fn key_facts(sql: &str) -> Option<KeyFacts> {
+    let parsed = std::panic::catch_unwind(|| pg_query::parse(sql, 0))
+        .ok()?
+        .ok()?;
+    let stmts = &parsed.protobuf.stmts;
+    if stmts.len() != 1 {
+        return None;
+    }
+    let node: &Node = stmts[0].stmt.as_ref()?;
+    let value = serde_json::to_value(node).ok()?;
+    Some(facts_of(value.get("node")?))
+}
+
+fn facts_of(node: &Value) -> KeyFacts {
+    let mut f = KeyFacts {
+        kind: StmtKind::Other,
+        tables: Vec::new(),
+        conditions: Vec::new(),
+        insert_columns: Vec::new(),
+        insert_rows: Vec::new(),
+        insert_select: false,
+        set_columns: Vec::new(),
+        nested: false,
+    };
+    if let Some(s) = node.get("SelectStmt") {
+        f.kind = StmtKind::Select;
+        select(s, &mut f);
+    } else if let Some(s) = node.get("InsertStmt") {
+        f.kind = StmtKind::Insert;
+        f.tables.extend(range_var(&s["relation"]));
+        f.insert_columns = s["cols"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|c| c["node"]["ResTarget"]["name"].as_str())
+            .map(str::to_string)
+            .collect();
+        f.nested |= !s["with_clause"].is_null();
+        let source = &s["select_stmt"]["node"]["SelectStmt"];
+        let rows = source["values_lists"].as_array();
+        match rows {
+            Some(rows) if !rows.is_empty() => {
+                f.insert_rows = rows
+                    .iter()
+                    .map(|r| {
+                        r["node"]["List"]["items"]
+                            .as_array()
+                            .into_iter()
+                            .flatten()
+                            .map(key_expr)
+                            .collect()
+                    })
+                    .collect();
+                f.nested |= contains_sublink(source);
+            }
+            _ => f.insert_select = !s["select_stmt"].is_null(),
+        }
+        f.nested |=
+            !s["on_conflict_clause"].is_null() && contains_sublink(&s["on_conflict_clause"]);
+    } else if let Some(s) = node.get("UpdateStmt") {
+        f.kind = StmtKind::Update;
+        f.tables.extend(range_var(&s["relation"]));
+        f.set_columns = s["target_list"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|c| c["node"]["ResTarget"]["name"].as_str())
+            .map(str::to_string)
+            .collect();
+        from_list(&s["from_clause"], &mut f);
+        f.nested |= !s["with_clause"].is_null() || contains_sublink(&s["target_list"]);
+        where_clause(&s["where_clause"], &mut f);
+    } else if let Some(s) = node.get("DeleteStmt") {
+        f.kind = StmtKind::Delete;
+        f.tables.extend(range_var(&s["relation"]));
+        from_list(&s["using_clause"], &mut f);
+        f.nested |= !s["with_clause"].is_null();
+        where_clause(&s["where_clause"], &mut f);
+    } else {
+        // DDL and utility statements: every table they name (TRUNCATE, ALTER, CREATE INDEX,
+        // COPY, GRANT … carry RangeVars; DROP carries name lists).
+        all_range_vars(node, &mut f.tables);
+        if let Some(d) = node.get("DropStmt") {
+            for obj in d["objects"].as_array().into_iter().flatten() {
+                let parts: Vec<&str> = obj["node"]["List"]["items"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|p| p["node"]["String"]["sval"].as_str())
+                    .collect();
+                if !parts.is_empty() {
+                    f.tables.push(TableRef {
+                        name: parts.join("."),
+                        alias: None,
+                    });
+                }
+            }
+        }
+    }
+    f
+}
+
+fn all_range_vars(v: &Value, out: &mut Vec<TableRef>) {
+    match v {
+        Value::Object(m) => {
+            // A RangeVar, as a node ({"RangeVar": {…}}) or as a typed field ({"relname": …}).
+            if m.contains_key("relname") {
+                out.extend(range_var(v));
+                return;
+            }
+            m.values().for_each(|child| all_range_vars(child, out));
+        }
+        Value::Array(a) => a.iter().for_each(|x| all_range_vars(x, out)),
+        _ => {}
+    }
+}
+
+fn select(s: &Value, f: &mut KeyFacts) {
+    if !s["larg"].is_null() || !s["with_clause"].is_null() {
+        f.nested = true;
+    }
+    from_list(&s["from_clause"], f);
+    f.nested |= contains_sublink(&s["target_list"])
+        || contains_sublink(&s["having_clause"])
+        || contains_sublink(&s["sort_clause"]);
+    where_clause(&s["where_clause"], f);
+}
+
+fn from_list(list: &Value, f: &mut KeyFacts) {
+    for item in list.as_array().into_iter().flatten() {
+        from_item(item, f);
+    }
+}
+
+/// A FROM item: a table, or a join of tables (its tables count as top-level: each is still
+/// tied to its own key condition); anything else (a subquery, a function) is nesting.
+fn from_item(item: &Value, f: &mut KeyFacts) {
+    let node = &item["node"];
+    if let Some(t) = range_var(&node["RangeVar"]) {
+        f.tables.push(t);
+    } else if let Some(j) = node.get("JoinExpr") {
+        from_item(&j["larg"], f);
+        from_item(&j["rarg"], f);
+        f.nested |= contains_sublink(&j["quals"]);
+    } else {
+        f.nested = true;
+    }
+}
+
+fn range_var(rv: &Value) -> Option<TableRef> {
+    let rel = rv.get("relname")?.as_str()?;
+    let schema = rv["schemaname"].as_str().unwrap_or("");
+    Some(TableRef {
+        name: if schema.is_empty() {
+            rel.to_string()
+        } else {
+            format!("{schema}.{rel}")
+        },
+        alias: rv["alias"]["aliasname"].as_str().map(str::to_string),
+    })
+}
+
+fn where_clause(w: &Value, f: &mut KeyFacts) {
+    if w.is_null() {
+        return;
+    }
+    f.nested |= contains_sublink(w);
+    let node = &w["node"];
+    // AND of conjuncts (boolop 1 = AND_EXPR), or a single condition.
+    if let Some(b) = node.get("BoolExpr") {
+        if b["boolop"].as_i64() == Some(1) {
+            for arg in b["args"].as_array().into_iter().flatten() {
+                if let Some(c) = condition(&arg["node"]) {
+                    f.conditions.push(c);
+                }
+            }
+        }
+        return;
+    }
+    if let Some(c) = condition(node) {
+        f.conditions.push(c);
+    }
+}
+
+/// `col = value`, `value = col` or `col IN (…)`.
+fn condition(node: &Value) -> Option<Condition> {
+    let e = node.get("AExpr")?;
+    let op = e["name"].as_array()?.last()?["node"]["String"]["sval"].as_str()?;
+    if op != "=" {
+        return None;
+    }
+    // kind 1 = AEXPR_OP, 7 = AEXPR_IN.
+    match e["kind"].as_i64()? {
+        1 => {
+            if let Some((q, c)) = column_ref(&e["lexpr"]["node"]) {
+                return Some(Condition {
+                    qualifier: q,
+                    column: c,
+                    values: vec![key_expr(&e["rexpr"])],
+                });
+            }
+            let (q, c) = column_ref(&e["rexpr"]["node"])?;
+            Some(Condition {
+                qualifier: q,
+                column: c,
+                values: vec![key_expr(&e["lexpr"])],
+            })
+        }
+        7 => {
+            let (q, c) = column_ref(&e["lexpr"]["node"])?;
+            let values = e["rexpr"]["node"]["List"]["items"]
+                .as_array()?
+                .iter()
+                .map(key_expr)
+                .collect();
+            Some(Condition {
+                qualifier: q,
+                column: c,
+                values,
+            })
+        }
+        _ => None,
+    }
+}
+
+fn column_ref(node: &Value) -> Option<(Option<String>, String)> {
+    let fields: Vec<&str> = node
+        .get("ColumnRef")?
+        .get("fields")?
+        .as_array()?
+        .iter()
+        .map(|f| f["node"]["String"]["sval"].as_str())
+        .collect::<Option<Vec<_>>>()?;
+    match fields.as_slice() {
+        [c] => Some((None, c.to_string())),
+        [q, c] => Some((Some(q.to_string()), c.to_string())),
+        // schema.table.column: the table name qualifies it.
+        [_, q, c] => Some((Some(q.to_string()), c.to_string())),
+        _ => None,
+    }
+}
+
+fn key_expr(v: &Value) -> KeyExpr {
+    let node = &v["node"];
+    if let Some(c) = node.get("AConst") {
+        if c["isnull"].as_bool() == Some(true) {
+            return KeyExpr::Const(None);
+        }
+        let val = &c["val"];
+        let text = if let Some(i) = val["Ival"].get("ival") {
+            Some(i.as_i64().unwrap_or(0).to_string())
+        } else if let Some(s) = val["Sval"]["sval"].as_str() {
+            Some(s.to_string())
+        } else {
+            // A bigint literal beyond int4 arrives as a Float node with its digits.
+            val["Fval"]["fval"].as_str().map(str::to_string)
+        };
+        return match text {
+            Some(t) => KeyExpr::Const(Some(t)),
+            None => KeyExpr::Other,
+        };
+    }
+    if let Some(p) = node.get("ParamRef") {
+        return match p["number"].as_u64() {
+            Some(n) if n > 0 => KeyExpr::Param(n as u32),
+            _ => KeyExpr::Other,
+        };
+    }
+    if let Some(cast) = node.get("TypeCast") {
+        // '42'::bigint — the literal's text; the planner parses it by the key's own type.
+        return key_expr(&cast["arg"]);
+    }
+    KeyExpr::Other
+}
+
+/// Whether a subquery appears anywhere under `v`.
+fn contains_sublink(v: &Value) -> bool {
+    match v {
+        Value::Object(m) => m.contains_key("SubLink") || m.values().any(contains_sublink),
+        Value::Array(a) => a.iter().any(contains_sublink),
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn c(q: Option<&str>, col: &str, values: Vec<KeyExpr>) -> Condition {
+        Condition {
+            qualifier: q.map(str::to_string),
+            column: col.into(),
+            values,
+        }
+    }
+
+    fn lit(s: &str) -> KeyExpr {
+        KeyExpr::Const(Some(s.into()))
+    }
+
+    #[test]
+    fn selects_updates_deletes() {
+        let f =
+            key_facts("select * from orders o where o.customer_id = 42 and x = $1").expect("facts");
+        assert_eq!(f.kind, StmtKind::Select);
+        assert_eq!(f.tables[0].name, "orders");
+        assert_eq!(f.tables[0].alias.as_deref(), Some("o"));
+        assert_eq!(
+            f.conditions,
+            vec![
+                c(Some("o"), "customer_id", vec![lit("42")]),
+                c(None, "x", vec![KeyExpr::Param(1)])
+            ]
+        );
+        assert!(!f.nested);
+        let f = key_facts("update orders set v = 1 where customer_id in (1, '2', null)")
+            .expect("facts");
+        assert_eq!(f.kind, StmtKind::Update);
+        assert_eq!(f.set_columns, ["v"]);
+        assert_eq!(
+            f.conditions,
+            vec![c(
+                None,
+                "customer_id",
+                vec![lit("1"), lit("2"), KeyExpr::Const(None)]
+            )]
+        );
+        let f =
+            key_facts("delete from public.orders where '7'::bigint = customer_id").expect("facts");
+        assert_eq!(f.tables[0].name, "public.orders");
+        assert_eq!(f.conditions, vec![c(None, "customer_id", vec![lit("7")])]);
+        let f = key_facts("select 1 from orders where customer_id = 9000000000").expect("f");
+        assert_eq!(f.conditions[0].values, vec![lit("9000000000")]);
+        // OR is not a conjunction: no condition is certain.
+        let f = key_facts("select * from orders where customer_id = 1 or customer_id = 2")
+            .expect("facts");
+        assert!(f.conditions.is_empty());
+    }
+
+    #[test]
+    fn inserts() {
+        let f = key_facts("insert into orders (customer_id, v) values (1, 'a'), ($2, 'b')")
+            .expect("facts");
+        assert_eq!(f.kind, StmtKind::Insert);
+        assert_eq!(f.insert_columns, ["customer_id", "v"]);
+        assert_eq!(
+            f.insert_rows,
+            vec![vec![lit("1"), lit("a")], vec![KeyExpr::Param(2), lit("b")]]
+        );
+        assert!(!f.insert_select);
+        let f = key_facts("insert into orders select * from staging").expect("facts");
+        assert!(f.insert_select);
+        assert!(f.insert_columns.is_empty());
+        let f = key_facts("insert into orders values (now()::int, 1)").expect("facts");
+        assert_eq!(f.insert_rows, vec![vec![KeyExpr::Other, lit("1")]]);
+    }
+
+    #[test]
+    fn nesting_and_other_statements() {
+        let joined = key_facts(
+            "select * from orders o join items i using (customer_id) where o.customer_id = 1",
+        )
+        .expect("facts");
+        assert!(!joined.nested);
+        assert_eq!(joined.tables.len(), 2);
+        for sql in [
+            "select * from orders join (select 1) s on true where customer_id = 1",
+            "select * from orders where customer_id = (select max(id) from c)",
+            "with x as (select 1) select * from orders where customer_id = 1",
+            "select * from orders where customer_id = 1 union select * from orders",
+            "select (select 1 from items) from orders where customer_id = 1",
+        ] {
+            assert!(key_facts(sql).expect("facts").nested, "{sql}");
+        }
+        let ddl = key_facts("create table t (i int)").expect("facts");
+        assert_eq!(ddl.kind, StmtKind::Other);
+        assert_eq!(ddl.tables[0].name, "t");
+        for (sql, table) in [
+            ("truncate orders", "orders"),
+            ("drop table s.orders", "s.orders"),
+            ("create index on orders (v)", "orders"),
+            ("alter table orders add column w int", "orders"),
+            ("copy orders from stdin", "orders"),
+        ] {
+            let f = key_facts(sql).expect("facts");
+            assert!(f.tables.iter().any(|t| t.name == table), "{sql}: {f:?}");
+        }
+        assert_eq!(key_facts("select 1; select 2"), None);
+        assert_eq!(key_facts("selec"), None);
+    }
+}
