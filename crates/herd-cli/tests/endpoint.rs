@@ -469,6 +469,33 @@ fn session_pooling_end_to_end() {
         i32::from_be_bytes([note.body[0], note.body[1], note.body[2], note.body[3]]),
         sender_pid
     );
+    // Statements keep the client's own names on its own server, and the unnamed statement
+    // outlives a write (pgx's describe_exec: Parse+Describe, later Bind+Execute).
+    let mut out = Vec::new();
+    parse(&mut out, "mine", "select 1");
+    parse(&mut out, "", "insert into t values ($1::int)");
+    encode::describe(&mut out, b'S', "").expect("describe");
+    sync(&mut out);
+    s.send(&out);
+    assert_eq!(tags(&s.until_ready()), "11tnZ");
+    for i in 0..2 {
+        out.clear();
+        bind(&mut out, "", &[&i.to_string()]);
+        execute(&mut out);
+        sync(&mut out);
+        s.send(&out);
+        let msgs = s.until_ready();
+        assert_eq!(tags(&msgs), "2CZ", "{:?}", error_code(&msgs));
+    }
+    let msgs = s.query("select string_agg(name, ',') from pg_prepared_statements");
+    assert_eq!(msgs[1].text(), "mine");
+    // A second Parse of the name is the server's own 42P05.
+    out.clear();
+    parse(&mut out, "mine", "select 2");
+    sync(&mut out);
+    s.send(&out);
+    assert_eq!(error_code(&s.until_ready()).as_deref(), Some("42P05"));
+
     // A session that says it only reads may be served by a replica.
     let mut ro = Raw::connect(&url, &[("default_transaction_read_only", "on")]);
     assert_eq!(ro.query("select pg_is_in_recovery()")[1].text(), "t");

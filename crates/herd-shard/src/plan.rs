@@ -52,7 +52,10 @@ pub fn plan(
     // A DML target is not among the relations read: take the facts' tables too.
     let mut all: Vec<&String> = relations.iter().collect();
     for t in facts.into_iter().flat_map(|f| f.tables.iter()) {
-        if !all.iter().any(|r| crate::qualified(r) == crate::qualified(&t.name)) {
+        if !all
+            .iter()
+            .any(|r| crate::qualified(r) == crate::qualified(&t.name))
+        {
             all.push(&t.name);
         }
     }

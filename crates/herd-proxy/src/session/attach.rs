@@ -451,6 +451,7 @@ impl Session {
             next_id: &mut self.next_id,
             to_client: &mut self.out.buf,
             at_pause: false,
+            passthrough: self.ctx.config.pool_mode == herd_core::PoolMode::Session,
         };
         let to_server = &mut self.sout.buf;
         let mut rest = bytes;

@@ -375,7 +375,10 @@ impl Session {
         att.lease.conn.state_hash = self.state.hash;
         att.unit = None;
         att.begin = None;
-        if att.wrote && att.replica.is_none() {
+        // In session pooling the client never leaves its server, so no token is needed; and
+        // a query of the proxy's own would drop the client's unnamed statement there.
+        let session_pooling = self.ctx.config.pool_mode == herd_core::PoolMode::Session;
+        if att.wrote && att.replica.is_none() && !session_pooling {
             // A late CancelRequest of the client must not cancel the proxy's own query.
             self.cancel.detach();
             // The commit is done; the primary's position now is at or past its commit record.

@@ -59,6 +59,10 @@ pub struct Translator<'a> {
     pub to_client: &'a mut Vec<u8>,
     /// The message being translated is a Parse the client has sent nothing after (yet).
     pub at_pause: bool,
+    /// Session pooling: the server is the client's alone, so statements and portals keep the
+    /// client's own names and go through untouched (`pg_prepared_statements` shows them as
+    /// the client named them, and the server itself answers duplicates and unknown names).
+    pub passthrough: bool,
 }
 
 impl Translator<'_> {
@@ -78,6 +82,11 @@ impl Translator<'_> {
             // statement is created or closed, nothing is answered.
             to_server.extend_from_slice(frame.raw);
             return Ok(Flow::Continue);
+        }
+        if self.passthrough {
+            if let Some(flow) = self.pass(frame, to_server)? {
+                return Ok(flow);
+            }
         }
         match frame.tag {
             tag::QUERY => {
@@ -141,6 +150,36 @@ impl Translator<'_> {
             }
         }
         Ok(Flow::Continue)
+    }
+
+    /// Session pooling: messages that name statements go as they are. `None` for the others.
+    fn pass(
+        &mut self,
+        frame: &Frame<'_>,
+        to_server: &mut Vec<u8>,
+    ) -> Result<Option<Flow>, ProxyError> {
+        let expect = match frame.tag {
+            tag::QUERY => {
+                let q = Query::decode(frame.body)?;
+                self.note(&analyze(self.ctx, q.sql, self.state.unsafe_encoding));
+                Expect::Query
+            }
+            tag::PARSE => {
+                let p = Parse::decode(frame.body)?;
+                self.note(&analyze(self.ctx, p.query, self.state.unsafe_encoding));
+                Expect::Parse
+            }
+            tag::BIND => Expect::Bind,
+            tag::CLOSE => Expect::Close,
+            tag::DESCRIBE => match Describe::decode(frame.body)?.kind {
+                KIND_STATEMENT => Expect::DescribeStatement,
+                _ => Expect::DescribePortal,
+            },
+            _ => return Ok(None),
+        };
+        to_server.extend_from_slice(frame.raw);
+        self.att.tracker.sent(expect, false, None);
+        Ok(Some(Flow::Continue))
     }
 
     fn parse(&mut self, frame: &Frame<'_>, to_server: &mut Vec<u8>) -> Result<(), ProxyError> {
