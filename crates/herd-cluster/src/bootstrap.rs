@@ -109,6 +109,20 @@ impl Cluster {
         progress.phase("creating the replication role and one slot per replica");
         let client = herd_pg::connect(&self.conn_spec(primary)).await?;
         herd_pg::ensure_role(&client, REPLICATION_USER, &self.secrets.replication, true).await?;
+        if self.group() > 0 {
+            // One SCRAM proof for every group: the superuser's verifier is group 0's.
+            progress.phase("giving the superuser group 0's password verifier");
+            let group0 = Cluster {
+                layout: self.layout.for_group(0),
+                state: crate::ClusterState::load(&self.layout.for_group(0).state())?.ok_or_else(
+                    || ClusterError::NotReady("shard group 0 has no topology".into()),
+                )?,
+                config: self.config.clone(),
+                secrets: self.secrets.clone(),
+            };
+            let source = herd_pg::connect(&group0.conn_spec(&group0.state.primary)).await?;
+            herd_pg::copy_verifier(&source, &client, SUPERUSER).await?;
+        }
         for replica in self.state.replicas() {
             herd_pg::create_physical_slot(&client, replica.as_str()).await?;
         }

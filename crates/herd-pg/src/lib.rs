@@ -23,6 +23,6 @@ pub use error::PgError;
 pub use files::write_private;
 pub use osuser::OsUser;
 pub use probe::{
-    checkpoint, connect, create_physical_slot, ensure_role, probe, ConnSpec, PrimaryProbe, Probe,
-    ReplicaProbe, ReplicationRow,
+    checkpoint, connect, copy_verifier, create_physical_slot, ensure_role, probe, ConnSpec,
+    PrimaryProbe, Probe, ReplicaProbe, ReplicationRow,
 };

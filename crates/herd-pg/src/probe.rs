@@ -267,3 +267,26 @@ pub async fn checkpoint(client: &Client) -> Result<(), PgError> {
             source,
         })
 }
+
+/// Gives role `name` on `to` the same stored password verifier it has on `from` (same salt
+/// and keys), so one SCRAM proof is valid on both servers: shard groups are separate
+/// PostgreSQL clusters, and Herd's proxy logs into every group with the key a client proved.
+pub async fn copy_verifier(from: &Client, to: &Client, name: &str) -> Result<(), PgError> {
+    let sql = |context: String| move |source| PgError::Sql { context, source };
+    let row = from
+        .query_one(
+            "select rolpassword from pg_authid where rolname = $1",
+            &[&name],
+        )
+        .await
+        .map_err(sql(format!("reading the verifier of role {name}")))?;
+    let verifier: Option<String> = row.get(0);
+    let Some(verifier) = verifier else {
+        return Ok(());
+    };
+    let ident = postgres_protocol::escape::escape_identifier(name);
+    let literal = postgres_protocol::escape::escape_literal(&verifier);
+    to.batch_execute(&format!("ALTER ROLE {ident} PASSWORD {literal}"))
+        .await
+        .map_err(sql(format!("copying the verifier of role {name}")))
+}

@@ -16,6 +16,7 @@ pub mod pool;
 pub mod router;
 pub mod server;
 pub mod session;
+pub mod shards;
 pub mod topology;
 pub mod users;
 
@@ -74,6 +75,10 @@ pub struct ProxyContext {
     tokens: std::sync::atomic::AtomicU64,
     /// Server-side statement name → generation of the last client Close of it.
     closed: Mutex<HashMap<String, u64>>,
+    /// The superuser login of the proxy's own connections (shard map changes).
+    admin: AdminLogin,
+    /// Shard maps by database.
+    shard_maps: shards::ShardMaps,
 }
 
 impl ProxyContext {
@@ -425,6 +430,8 @@ impl Proxy {
             paused: watch::channel(false).0,
             tokens: std::sync::atomic::AtomicU64::new(0),
             closed: Mutex::new(HashMap::new()),
+            admin: login.clone(),
+            shard_maps: shards::ShardMaps::default(),
         });
         tokio::spawn(load_catalog(ctx.clone(), login, shutdown.clone()));
         tokio::spawn(accept(listener, ctx.clone(), shutdown));

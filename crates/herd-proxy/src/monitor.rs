@@ -30,13 +30,23 @@ impl std::fmt::Debug for AdminLogin {
 
 /// Opens an administrative connection to `ep`.
 pub async fn admin_connect(ep: &Endpoint, login: &AdminLogin, timeout: Duration) -> Option<Client> {
+    admin_connect_db(ep, login, "postgres", timeout).await
+}
+
+/// Like [`admin_connect`], to `database`.
+pub async fn admin_connect_db(
+    ep: &Endpoint,
+    login: &AdminLogin,
+    database: &str,
+    timeout: Duration,
+) -> Option<Client> {
     let mut config = tokio_postgres::Config::new();
     config
         .host(&ep.host)
         .port(ep.port)
         .user(&login.user)
         .password(&login.password)
-        .dbname("postgres")
+        .dbname(database)
         .application_name("herd-proxy-monitor")
         .connect_timeout(timeout);
     let (client, conn) = tokio::time::timeout(timeout, config.connect(NoTls))

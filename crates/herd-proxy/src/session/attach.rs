@@ -55,6 +55,20 @@ impl Session {
                 return Ok(true);
             }
         }
+        if self.ctx.groups() > 1 {
+            if let Some((function, args)) = herd_call_of(&unit) {
+                self.answer_herd_call(&unit, &function, &args).await?;
+                return Ok(true);
+            }
+            // Statements on no distributed table run on group 0, where such tables live.
+            match self.unit_group(&unit).await {
+                Ok(group) => self.group = group.unwrap_or(0),
+                Err(e) => {
+                    self.reply_error(&e, &unit).await?;
+                    return Ok(true);
+                }
+            }
+        }
         let view = self.ctx.view_of(self.group);
         let (read_only, consistency) = match &self.pending_begin {
             // Inside a transaction only its declaration counts: it may write later otherwise.
@@ -452,6 +466,7 @@ impl Session {
             to_client: &mut self.out.buf,
             at_pause: false,
             passthrough: self.ctx.config.pool_mode == herd_core::PoolMode::Session,
+            map: self.map.as_deref(),
         };
         let to_server = &mut self.sout.buf;
         let mut rest = bytes;
@@ -473,9 +488,13 @@ impl Session {
         Ok(go_on)
     }
 
-    /// Reports `e` for a unit that could not be placed: ErrorResponse, then ReadyForQuery when
+    /// Reports `e` for a unit that could not be placed (or was refused): ErrorResponse, then ReadyForQuery when
     /// the unit expected one (it ended with Sync or was a simple query).
-    async fn reply_error(&mut self, e: &ProxyError, unit: &[u8]) -> Result<(), ProxyError> {
+    pub(super) async fn reply_error(
+        &mut self,
+        e: &ProxyError,
+        unit: &[u8],
+    ) -> Result<(), ProxyError> {
         self.ctx.metrics.inc(
             "herd_unit_errors_total",
             &format!("sqlstate=\"{}\"", e.sqlstate()),
@@ -495,6 +514,20 @@ impl Session {
         self.out.buf.extend_from_slice(&out);
         Ok(())
     }
+}
+
+/// `SELECT herd.<function>(…)` when `unit` is exactly that simple query.
+fn herd_call_of(unit: &[u8]) -> Option<(String, Vec<String>)> {
+    let (frame, used) = split_frame(unit, usize::MAX).ok()??;
+    if used != unit.len() || frame.tag != tag::QUERY {
+        return None;
+    }
+    let sql = std::str::from_utf8(Query::decode(frame.body).ok()?.sql).ok()?;
+    // Most statements are not calls of Herd's functions: no second parse for them.
+    if !sql.to_ascii_lowercase().contains("herd.") {
+        return None;
+    }
+    herd_sql::herd_call(sql)
 }
 
 /// `Some(tag)` when `unit` is a single Sync or Flush.

@@ -8,6 +8,7 @@
 
 mod attach;
 mod relay;
+mod shard;
 mod startup;
 pub mod state;
 mod translate;
@@ -86,6 +87,8 @@ pub struct Session {
     last_client_read: std::time::Instant,
     /// The shard group the next unit goes to.
     group: u32,
+    /// The shard map of the session's database while something is distributed there.
+    map: Option<Arc<herd_shard::ShardMap>>,
     /// A transaction the client began that no server has seen yet.
     pending_begin: Option<PendingBegin>,
     /// The key this client proved at login (for new server connections).
@@ -142,6 +145,7 @@ pub async fn serve_client(mut client: TcpStream, ctx: Arc<ProxyContext>) {
         force_primary: false,
         last_client_read: std::time::Instant::now(),
         group: 0,
+        map: None,
         pending_begin: None,
         pools: std::collections::HashMap::new(),
         creds: None,

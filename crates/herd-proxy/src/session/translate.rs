@@ -63,6 +63,9 @@ pub struct Translator<'a> {
     /// client's own names and go through untouched (`pg_prepared_statements` shows them as
     /// the client named them, and the server itself answers duplicates and unknown names).
     pub passthrough: bool,
+    /// The shard map while something is distributed: statements are checked against the
+    /// group of the attached server.
+    pub map: Option<&'a herd_shard::ShardMap>,
 }
 
 impl Translator<'_> {
@@ -81,6 +84,10 @@ impl Translator<'_> {
             // After an error the server ignores these until Sync, and so must the proxy: no
             // statement is created or closed, nothing is answered.
             to_server.extend_from_slice(frame.raw);
+            return Ok(Flow::Continue);
+        }
+        if let Some(why) = self.wrong_group(frame)? {
+            self.refuse_here(frame, &why, to_server)?;
             return Ok(Flow::Continue);
         }
         if self.passthrough {
@@ -150,6 +157,67 @@ impl Translator<'_> {
             }
         }
         Ok(Flow::Continue)
+    }
+
+    /// Why a Query or Bind cannot run on the attached server's shard group (a transaction
+    /// stays on the group of its first statement), if it cannot.
+    fn wrong_group(&self, frame: &Frame<'_>) -> Result<Option<String>, ProxyError> {
+        let Some(map) = self.map else {
+            return Ok(None);
+        };
+        let plan = match frame.tag {
+            tag::QUERY => {
+                super::shard::plan_sql(self.ctx, map, Query::decode(frame.body)?.sql, &[])
+            }
+            tag::BIND => {
+                let b = Bind::decode(frame.body)?;
+                let sql = if b.statement.is_empty() {
+                    self.state.unnamed.as_ref().map(|u| u.stmt.query.clone())
+                } else {
+                    self.state
+                        .statements
+                        .get(b.statement)
+                        .map(|s| s.query.clone())
+                };
+                let Some(sql) = sql else { return Ok(None) };
+                super::shard::plan_sql(self.ctx, map, &sql, &super::shard::bind_params(b.rest))
+            }
+            _ => return Ok(None),
+        };
+        let here = self.att.group;
+        Ok(match plan {
+            herd_shard::Plan::Refuse(why) => Some(why),
+            herd_shard::Plan::Group { group, .. } if group != here => Some(format!(
+                "this statement's rows are on shard group {group}, but its transaction (or \
+                 session) runs on group {here}; transactions spanning shard groups are not supported yet"
+            )),
+            _ => None,
+        })
+    }
+
+    /// Makes the server itself fail `frame` with 0A000 and `why`, so its transaction aborts
+    /// as PostgreSQL's would: a Query becomes a DO block that raises; a Bind binds the client's
+    /// portal to such a block (its Execute raises).
+    fn refuse_here(
+        &mut self,
+        frame: &Frame<'_>,
+        why: &str,
+        to_server: &mut Vec<u8>,
+    ) -> Result<(), ProxyError> {
+        let sql = super::shard::raising_sql(why);
+        if frame.tag == tag::QUERY {
+            encode::query(to_server, &sql)?;
+            self.att.tracker.sent(Expect::Query, false, None);
+        } else {
+            let b = Bind::decode(frame.body)?;
+            encode::parse(to_server, "", &sql, &[])?;
+            self.att.tracker.sent(Expect::Parse, true, None);
+            // The server's unnamed statement is no longer the client's.
+            self.att.lease.conn.unnamed = None;
+            encode::bind_renamed(to_server, b.portal, "", &[0, 0, 0, 0, 0, 0])?;
+            self.att.tracker.sent(Expect::Bind, false, None);
+        }
+        Ok(())
     }
 
     /// Session pooling: messages that name statements go as they are. `None` for the others.

@@ -132,6 +132,23 @@ pub fn command_complete(buf: &mut Vec<u8>, command_tag: &str) -> Result<(), Wire
     })
 }
 
+/// RowDescription ('T') of text columns (type `text`, OID 25) named `names`, not from a table.
+pub fn row_description_text(buf: &mut Vec<u8>, names: &[&str]) -> Result<(), WireError> {
+    message(buf, Some(tag::ROW_DESCRIPTION), |b| {
+        put_count(b, names.len())?;
+        for name in names {
+            put_cstr(b, name)?;
+            b.extend_from_slice(&0i32.to_be_bytes()); // table OID
+            b.extend_from_slice(&0i16.to_be_bytes()); // column number
+            b.extend_from_slice(&25i32.to_be_bytes()); // type OID: text
+            b.extend_from_slice(&(-1i16).to_be_bytes()); // variable length
+            b.extend_from_slice(&(-1i32).to_be_bytes()); // no type modifier
+            b.extend_from_slice(&0i16.to_be_bytes()); // text format
+        }
+        Ok(())
+    })
+}
+
 /// DataRow ('D'); `None` columns are sent as NULL (length -1).
 pub fn data_row(buf: &mut Vec<u8>, columns: &[Option<&[u8]>]) -> Result<(), WireError> {
     message(buf, Some(tag::DATA_ROW), |b| {

@@ -1,0 +1,210 @@
+//! Sharding through the one endpoint on a 2-group cluster: a table distributed in SQL
+//! (`herd.create_distributed_table`), rows placed by PostgreSQL's hash of the key on the group
+//! the map names (in the simple and extended protocols, text and binary parameters), reads by
+//! key from that group, clear 0A000 refusals for what would span groups (also inside a
+//! transaction), local tables on group 0, and the map kept across `herd down`/`up`.
+
+mod common;
+
+use common::{cluster, connect};
+use herd_shard::{KeyValue, ShardMap, DEFAULT_SHARD_COUNT};
+use tokio_postgres::error::SqlState;
+
+fn code(e: &tokio_postgres::Error) -> String {
+    e.code().map(|c| c.code().to_string()).unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn distributed_table_routed_by_key() {
+    let c = cluster();
+    c.up(&["--shards", "2", "--replicas", "1"]);
+    let endpoint = c.url(&[]);
+    let client = connect(&endpoint).await;
+    client
+        .batch_execute(
+            "create table orders (id bigserial, customer_id bigint not null, v text, \
+             primary key (customer_id, id)); create table notes (t text)",
+        )
+        .await
+        .expect("creating tables through the endpoint");
+    let answer = client
+        .simple_query("select herd.create_distributed_table('orders', 'customer_id')")
+        .await
+        .expect("distributing");
+    assert!(
+        format!("{answer:?}").contains("distributed by customer_id"),
+        "{answer:?}"
+    );
+    let again = client
+        .simple_query("select herd.create_distributed_table('orders', 'customer_id')")
+        .await
+        .expect_err("twice");
+    assert_eq!(code(&again), "42P07");
+    let bad = client
+        .simple_query("select herd.create_distributed_table('orders', 'nope')")
+        .await
+        .expect_err("unknown column");
+    assert_eq!(code(&bad), "42703");
+    let listed = client
+        .query_one("select kind, distribution_column, key_type from herd.tables where table_name = 'public.orders'", &[])
+        .await
+        .expect("herd.tables");
+    assert_eq!(
+        (
+            listed.get::<_, String>(0),
+            listed.get::<_, String>(1),
+            listed.get::<_, String>(2)
+        ),
+        ("distributed".into(), "customer_id".into(), "int8".into())
+    );
+
+    // Rows by key: half in the simple protocol (literals), half in the extended one (binary
+    // parameters, as tokio-postgres sends an i64).
+    for k in 0..60i64 {
+        if k % 2 == 0 {
+            client
+                .batch_execute(&format!(
+                    "insert into orders (customer_id, v) values ({k}, 'v{k}')"
+                ))
+                .await
+                .expect("insert (simple)");
+        } else {
+            client
+                .execute(
+                    "insert into orders (customer_id, v) values ($1, $2)",
+                    &[&k, &format!("v{k}")],
+                )
+                .await
+                .expect("insert (extended)");
+        }
+    }
+    // Every row is on the group the rule names, and both groups hold some.
+    let map = ShardMap::new(2, DEFAULT_SHARD_COUNT);
+    let mut total = 0;
+    for g in 0..2u32 {
+        let direct = connect(&c.url(&["--group", &g.to_string(), "--primary"])).await;
+        let rows = direct
+            .query("select customer_id from orders", &[])
+            .await
+            .expect("reading a group directly");
+        assert!(!rows.is_empty(), "group {g} holds no row");
+        for r in &rows {
+            let k: i64 = r.get(0);
+            assert_eq!(
+                map.group_of(Some(&KeyValue::Int8(k))),
+                g,
+                "key {k} on group {g}"
+            );
+        }
+        total += rows.len();
+    }
+    assert_eq!(total, 60);
+
+    // Reads and writes by key reach the row wherever it is.
+    for k in [3i64, 4, 57] {
+        let row = client
+            .query_one("select v from orders where customer_id = $1", &[&k])
+            .await
+            .expect("read by key (extended)");
+        assert_eq!(row.get::<_, String>(0), format!("v{k}"));
+        let rows = client
+            .simple_query(&format!("select v from orders where customer_id = {k}"))
+            .await
+            .expect("read by key (simple)");
+        let found = rows
+            .iter()
+            .filter(|m| matches!(m, tokio_postgres::SimpleQueryMessage::Row(_)))
+            .count();
+        assert_eq!(found, 1, "key {k}");
+    }
+    let updated = client
+        .execute("update orders set v = 'w' where customer_id = $1", &[&5i64])
+        .await
+        .expect("update by key");
+    assert_eq!(updated, 1);
+
+    // What would span groups is refused, naming the table and the way out.
+    for sql in [
+        "select count(*) from orders",
+        "update orders set customer_id = 1 where customer_id = 2",
+        "select * from orders, notes where customer_id = 1",
+        "truncate orders",
+    ] {
+        let e = client.simple_query(sql).await.expect_err(sql);
+        assert_eq!(
+            e.code(),
+            Some(&SqlState::FEATURE_NOT_SUPPORTED),
+            "{sql}: {e}"
+        );
+        let message = e
+            .as_db_error()
+            .map(|d| d.message().to_string())
+            .unwrap_or_default();
+        assert!(message.contains("orders"), "{sql}: {message}");
+    }
+    // A transaction stays on its first statement's group: a key of the other group fails the
+    // transaction there, as a failing statement would.
+    let (a, b) = {
+        let a = 1i64;
+        let ga = map.group_of(Some(&KeyValue::Int8(a)));
+        let b = (2..100)
+            .find(|k| map.group_of(Some(&KeyValue::Int8(*k))) != ga)
+            .expect("a key on the other group");
+        (a, b)
+    };
+    client.batch_execute("begin").await.expect("begin");
+    client
+        .batch_execute(&format!(
+            "insert into orders (customer_id, v) values ({a}, 'tx')"
+        ))
+        .await
+        .expect("first statement picks the group");
+    let e = client
+        .execute("select v from orders where customer_id = $1", &[&b])
+        .await
+        .expect_err("other group in the transaction");
+    assert_eq!(e.code(), Some(&SqlState::FEATURE_NOT_SUPPORTED), "{e}");
+    client.batch_execute("rollback").await.expect("rollback");
+    let kept = client
+        .query_one(
+            "select count(*) from orders where customer_id = $1 and v = 'tx'",
+            &[&a],
+        )
+        .await
+        .expect("count");
+    assert_eq!(
+        kept.get::<_, i64>(0),
+        0,
+        "the failed transaction left nothing"
+    );
+
+    // Local tables live on group 0.
+    client
+        .batch_execute("insert into notes values ('n')")
+        .await
+        .expect("local table");
+    let g0 = connect(&c.url(&["--group", "0", "--primary"])).await;
+    assert_eq!(
+        g0.query_one("select count(*) from notes", &[])
+            .await
+            .expect("notes")
+            .get::<_, i64>(0),
+        1
+    );
+
+    // The map survives a restart of everything.
+    drop(client);
+    c.herd_ok(&["down"]);
+    c.up(&[]);
+    let client = connect(&c.url(&[])).await;
+    let row = client
+        .query_one("select v from orders where customer_id = $1", &[&57i64])
+        .await
+        .expect("read by key after restart");
+    assert_eq!(row.get::<_, String>(0), "v57");
+    let e = client
+        .simple_query("select * from orders")
+        .await
+        .expect_err("still distributed");
+    assert_eq!(e.code(), Some(&SqlState::FEATURE_NOT_SUPPORTED));
+}

@@ -1,0 +1,237 @@
+//! The session's side of sharding: which shard group a unit runs on (planned by `herd-shard`
+//! from each statement's key and its Bind parameters), Herd's own `SELECT herd.…()` functions,
+//! and the refusal of a statement that would leave its transaction's group.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use herd_shard::{ParamValue, Plan, ShardMap};
+use herd_wire::frontend::{tag, Bind, Parse, Query};
+use herd_wire::{encode, split_frame};
+
+use super::Session;
+use crate::{ProxyContext, ProxyError};
+
+/// SQLSTATE of statements a shard group cannot run alone (feature_not_supported).
+const NOT_SUPPORTED: &str = "0A000";
+
+fn not_supported(message: String) -> ProxyError {
+    ProxyError::Server {
+        code: NOT_SUPPORTED.into(),
+        message,
+    }
+}
+
+impl Session {
+    /// The shard map of the session's database when the cluster has several groups and
+    /// something is distributed there; `None` otherwise (everything runs on group 0).
+    pub(super) async fn active_map(&mut self) -> Result<Option<Arc<ShardMap>>, ProxyError> {
+        if self.ctx.groups() < 2 {
+            return Ok(None);
+        }
+        let map = self.ctx.shard_map(&self.database).await?;
+        self.map = (!map.tables.is_empty()).then(|| map.clone());
+        Ok(self.map.clone())
+    }
+
+    /// The group `unit` must run on; `Ok(None)` when any group may run it.
+    pub(super) async fn unit_group(&mut self, unit: &[u8]) -> Result<Option<u32>, ProxyError> {
+        let Some(map) = self.active_map().await? else {
+            return Ok(None);
+        };
+        let mut parsed: HashMap<Vec<u8>, Vec<u8>> = HashMap::new();
+        let mut group: Option<u32> = None;
+        let mut rest = unit;
+        while let Some((frame, used)) = split_frame(rest, usize::MAX)? {
+            rest = &rest[used..];
+            let plan = match frame.tag {
+                tag::QUERY => plan_sql(&self.ctx, &map, Query::decode(frame.body)?.sql, &[]),
+                tag::PARSE => {
+                    let p = Parse::decode(frame.body)?;
+                    parsed.insert(p.name.to_vec(), p.query.to_vec());
+                    continue;
+                }
+                tag::BIND => {
+                    let b = Bind::decode(frame.body)?;
+                    let Some(sql) = self.bound_sql(&parsed, b.statement) else {
+                        continue;
+                    };
+                    plan_sql(&self.ctx, &map, &sql, &bind_params(b.rest))
+                }
+                _ => continue,
+            };
+            match plan {
+                Plan::Anywhere => {}
+                Plan::Refuse(why) => return Err(not_supported(why)),
+                Plan::Group { group: g, reason } => {
+                    if group.is_some_and(|x| x != g) {
+                        return Err(not_supported(
+                            "the statements of this batch belong to different shard groups; send \
+                             them separately (cross-group batches are not supported yet)"
+                                .into(),
+                        ));
+                    }
+                    self.ctx.metrics.inc_labels(
+                        "herd_shard_routed_total",
+                        &[("group", &g.to_string()), ("reason", reason)],
+                    );
+                    group = Some(g);
+                }
+            }
+        }
+        Ok(group)
+    }
+
+    /// The SQL a Bind of `statement` runs: parsed in this unit, or earlier.
+    fn bound_sql(&self, parsed: &HashMap<Vec<u8>, Vec<u8>>, statement: &[u8]) -> Option<Vec<u8>> {
+        if let Some(sql) = parsed.get(statement) {
+            return Some(sql.clone());
+        }
+        if statement.is_empty() {
+            return self.state.unnamed.as_ref().map(|u| u.stmt.query.clone());
+        }
+        self.state
+            .statements
+            .get(statement)
+            .map(|s| s.query.clone())
+    }
+
+    /// Answers `SELECT herd.<function>(…)` (outside a transaction) with its one-row result.
+    pub(super) async fn answer_herd_call(
+        &mut self,
+        unit: &[u8],
+        function: &str,
+        args: &[String],
+    ) -> Result<(), ProxyError> {
+        if self.pending_begin.is_some() {
+            let e = ProxyError::Server {
+                code: "25001".into(),
+                message: format!("herd.{function} cannot run inside a transaction block"),
+            };
+            return self.reply_error(&e, unit).await;
+        }
+        let database = self.database.clone();
+        match self.ctx.herd_call(&database, function, args).await {
+            Ok(text) => {
+                let out = &mut self.out.buf;
+                encode::row_description_text(out, &[function])?;
+                encode::data_row(out, &[Some(text.as_bytes())])?;
+                encode::command_complete(out, "SELECT 1")?;
+                encode::ready_for_query(out, b'I')?;
+                self.map = None;
+                Ok(())
+            }
+            Err(e) => self.reply_error(&e, unit).await,
+        }
+    }
+}
+
+/// The plan of one statement's text with its parameters.
+pub(super) fn plan_sql(
+    ctx: &ProxyContext,
+    map: &ShardMap,
+    sql: &[u8],
+    params: &[ParamValue],
+) -> Plan {
+    let text = String::from_utf8_lossy(sql);
+    let classification = ctx.classifier.get_or_classify(&text);
+    let relations: Vec<String> = classification
+        .statements
+        .iter()
+        .flat_map(|s| s.relations.iter().cloned())
+        .collect();
+    let facts = herd_sql::key_facts(&text);
+    let param = |n: u32| {
+        params
+            .get((n as usize).wrapping_sub(1))
+            .cloned()
+            .unwrap_or(ParamValue::Missing)
+    };
+    herd_shard::plan(facts.as_ref(), &relations, map, &param)
+}
+
+/// The parameters of a Bind (after its names): format codes, then values.
+pub(super) fn bind_params(rest: &[u8]) -> Vec<ParamValue> {
+    let mut r = rest;
+    let mut take = |n: usize| -> Option<&[u8]> {
+        let (head, tail) = (r.get(..n)?, r.get(n..)?);
+        r = tail;
+        Some(head)
+    };
+    let mut out = Vec::new();
+    let Some(n_formats) = take(2).map(|b| u16::from_be_bytes([b[0], b[1]]) as usize) else {
+        return out;
+    };
+    let mut formats = Vec::with_capacity(n_formats);
+    for _ in 0..n_formats {
+        match take(2) {
+            Some(b) => formats.push(u16::from_be_bytes([b[0], b[1]])),
+            None => return out,
+        }
+    }
+    let Some(n_params) = take(2).map(|b| u16::from_be_bytes([b[0], b[1]]) as usize) else {
+        return out;
+    };
+    for i in 0..n_params {
+        let Some(len) = take(4).map(|b| i32::from_be_bytes([b[0], b[1], b[2], b[3]])) else {
+            return out;
+        };
+        // One format code applies to all; none means text.
+        let format = match formats.len() {
+            0 => 0,
+            1 => formats[0],
+            _ => formats.get(i).copied().unwrap_or(0),
+        };
+        if len < 0 {
+            out.push(ParamValue::Null);
+            continue;
+        }
+        let Some(value) = take(len as usize) else {
+            return out;
+        };
+        out.push(if format == 1 {
+            ParamValue::Binary(value.to_vec())
+        } else {
+            ParamValue::Text(value.to_vec())
+        });
+    }
+    out
+}
+
+/// SQL that fails with `message` and SQLSTATE 0A000 on the server itself, so the server's
+/// transaction aborts exactly as if the statement had failed there.
+pub(super) fn raising_sql(message: &str) -> String {
+    let quoted = message.replace('\'', "''").replace("$herd$", "");
+    format!(
+        "DO $herd$ BEGIN RAISE EXCEPTION USING ERRCODE = '{NOT_SUPPORTED}', MESSAGE = '{quoted}'; END $herd$"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bind_parameters() {
+        let mut b = Vec::new();
+        b.extend_from_slice(&2u16.to_be_bytes());
+        b.extend_from_slice(&0u16.to_be_bytes());
+        b.extend_from_slice(&1u16.to_be_bytes());
+        b.extend_from_slice(&3u16.to_be_bytes());
+        b.extend_from_slice(&2i32.to_be_bytes());
+        b.extend_from_slice(b"42");
+        b.extend_from_slice(&8i32.to_be_bytes());
+        b.extend_from_slice(&7i64.to_be_bytes());
+        b.extend_from_slice(&(-1i32).to_be_bytes());
+        assert_eq!(
+            bind_params(&b),
+            vec![
+                ParamValue::Text(b"42".to_vec()),
+                ParamValue::Binary(7i64.to_be_bytes().to_vec()),
+                ParamValue::Null
+            ]
+        );
+        assert!(bind_params(&[0, 0, 0, 1, 0]).is_empty(), "truncated");
+        assert!(raising_sql("it's").contains("'it''s'"));
+    }
+}

@@ -1,0 +1,487 @@
+//! The shard map as the proxy keeps it, per database: loaded from shard group 0's primary, and
+//! changed by `SELECT herd.create_distributed_table(…)` and its siblings through the endpoint.
+//!
+//! Durable copy: table `herd.shard_map (version, map jsonb)` in the database, identical on every
+//! group's primary (and so on its replicas, through streaming replication). A change inserts the
+//! next version on every group inside one two-phase commit: every group PREPAREs it, then group
+//! 0 commits first — its committed row is the decision — then the others. A change left in
+//! doubt (the proxy died between the two phases) is resolved when the map is next loaded:
+//! committed everywhere if any group committed it, else rolled back everywhere.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use herd_shard::{KeyType, ShardMap, TableKind, DEFAULT_SHARD_COUNT};
+use tokio_postgres::Client;
+
+use crate::monitor::admin_connect_db;
+use crate::{ProxyContext, ProxyError};
+
+/// The schema, the map's table and the catalog view, created on every group with the first map.
+const MAP_DDL: &str = "CREATE SCHEMA IF NOT EXISTS herd;
+CREATE TABLE IF NOT EXISTS herd.shard_map (
+    version bigint PRIMARY KEY,
+    map jsonb NOT NULL,
+    changed_at timestamptz NOT NULL DEFAULT now());
+CREATE OR REPLACE VIEW herd.tables AS
+    SELECT t.key AS table_name, t.value->>'kind' AS kind,
+           t.value->>'column' AS distribution_column, t.value->>'key_type' AS key_type,
+           m.version AS map_version
+    FROM (SELECT version, map FROM herd.shard_map ORDER BY version DESC LIMIT 1) m,
+         jsonb_each(m.map->'tables') t;";
+
+/// Prepared transactions of map changes are named `herd_map_<version>`.
+const GID_PREFIX: &str = "herd_map_";
+
+/// Shard maps by database.
+#[derive(Default)]
+pub struct ShardMaps {
+    maps: Mutex<HashMap<String, Arc<ShardMap>>>,
+    /// One change at a time.
+    changing: tokio::sync::Mutex<()>,
+}
+
+fn failed(what: &str, e: impl std::fmt::Display) -> ProxyError {
+    ProxyError::Server {
+        code: "XX000".into(),
+        message: format!("{what}: {e}"),
+    }
+}
+
+fn refused(code: &str, message: String) -> ProxyError {
+    ProxyError::Server {
+        code: code.into(),
+        message,
+    }
+}
+
+/// A SQL string literal.
+fn literal(text: &str) -> String {
+    format!("'{}'", text.replace('\'', "''"))
+}
+
+impl ProxyContext {
+    /// The shard map of `database` (empty when the cluster has one group, or nothing is
+    /// distributed there yet).
+    pub async fn shard_map(&self, database: &str) -> Result<Arc<ShardMap>, ProxyError> {
+        if let Some(m) = self
+            .shard_maps
+            .maps
+            .lock()
+            .ok()
+            .and_then(|m| m.get(database).cloned())
+        {
+            return Ok(m);
+        }
+        let map = if self.groups() > 1 {
+            let clients = self.group_clients(database).await?;
+            recover(&clients).await?;
+            read_map(&clients[0]).await?
+        } else {
+            None
+        };
+        let map =
+            Arc::new(map.unwrap_or_else(|| ShardMap::new(self.groups(), DEFAULT_SHARD_COUNT)));
+        if let Ok(mut m) = self.shard_maps.maps.lock() {
+            m.insert(database.to_string(), map.clone());
+        }
+        Ok(map)
+    }
+
+    /// Admin connections to every group's primary, on `database`.
+    async fn group_clients(&self, database: &str) -> Result<Vec<Client>, ProxyError> {
+        let mut clients = Vec::new();
+        for g in 0..self.groups() {
+            let primary = self.current_primary_of(g).await?;
+            let client = admin_connect_db(&primary, &self.admin, database, Duration::from_secs(5))
+                .await
+                .ok_or_else(|| {
+                    ProxyError::Unavailable(format!(
+                        "cannot reach shard group {g}'s primary {} to read or change the shard map",
+                        primary.name
+                    ))
+                })?;
+            clients.push(client);
+        }
+        Ok(clients)
+    }
+
+    /// Runs `SELECT herd.<function>(args…)`; the text is the function's one-row answer.
+    pub async fn herd_call(
+        &self,
+        database: &str,
+        function: &str,
+        args: &[String],
+    ) -> Result<String, ProxyError> {
+        if self.groups() < 2 {
+            return Err(refused(
+                "0A000",
+                format!(
+                    "herd.{function}: this cluster has one shard group, so nothing is distributed; \
+                     create it with `herd up --shards N`"
+                ),
+            ));
+        }
+        let _one_at_a_time = self.shard_maps.changing.lock().await;
+        let clients = self.group_clients(database).await?;
+        recover(&clients).await?;
+        let current = read_map(&clients[0])
+            .await?
+            .unwrap_or_else(|| ShardMap::new(self.groups(), DEFAULT_SHARD_COUNT));
+        let mut next = current.clone();
+        next.version = current.version + 1;
+        let (answer, ddl) = match (function, args) {
+            ("create_distributed_table", [table, column]) => {
+                let (name, key_type) = describe_key(&clients[0], table, column).await?;
+                check_new(&current, &name)?;
+                check_empty(&clients, &name).await?;
+                next.tables.insert(
+                    name.clone(),
+                    TableKind::Distributed {
+                        column: column.clone(),
+                        key_type,
+                    },
+                );
+                (
+                    format!("{name} distributed by {column} ({key_type}) over {} shard groups", self.groups()),
+                    table_ddl(&clients[0], &name).await?,
+                )
+            }
+            ("create_reference_table", [table]) => {
+                let name = resolve(&clients[0], table).await?;
+                check_new(&current, &name)?;
+                check_empty(&clients, &name).await?;
+                next.tables.insert(name.clone(), TableKind::Reference);
+                (
+                    format!("{name} is a reference table on {} shard groups", self.groups()),
+                    table_ddl(&clients[0], &name).await?,
+                )
+            }
+            ("undistribute_table", [table]) => {
+                let name = resolve(&clients[0], table).await?;
+                if next.tables.remove(&name).is_none() {
+                    return Err(refused(
+                        "42P01",
+                        format!("{name} is neither a distributed nor a reference table"),
+                    ));
+                }
+                // Its rows on the other groups would vanish from sight: only an empty table.
+                check_empty(&clients, &name).await?;
+                (format!("{name} lives on shard group 0 only again"), Vec::new())
+            }
+            _ => {
+                return Err(refused(
+                    "42883",
+                    format!(
+                        "herd.{function} with {} argument(s) does not exist; Herd's functions are \
+                         create_distributed_table(table, column), create_reference_table(table) and \
+                         undistribute_table(table)",
+                        args.len()
+                    ),
+                ))
+            }
+        };
+        commit_everywhere(&clients, &next, &ddl).await?;
+        if let Ok(mut m) = self.shard_maps.maps.lock() {
+            m.insert(database.to_string(), Arc::new(next));
+        }
+        Ok(answer)
+    }
+}
+
+/// The newest map in `herd.shard_map`, `None` when there is none.
+async fn read_map(client: &Client) -> Result<Option<ShardMap>, ProxyError> {
+    let rows = client
+        .query(
+            "SELECT map::text FROM herd.shard_map ORDER BY version DESC LIMIT 1",
+            &[],
+        )
+        .await;
+    let rows = match rows {
+        Ok(r) => r,
+        // No table yet: nothing was ever distributed in this database.
+        Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::UNDEFINED_TABLE) => {
+            return Ok(None)
+        }
+        Err(e) => return Err(failed("reading the shard map", e)),
+    };
+    let Some(row) = rows.first() else {
+        return Ok(None);
+    };
+    let text: String = row.get(0);
+    serde_json::from_str(&text)
+        .map(Some)
+        .map_err(|e| failed("the stored shard map is damaged", e))
+}
+
+/// Resolves every map change left in doubt on these groups.
+async fn recover(clients: &[Client]) -> Result<(), ProxyError> {
+    let mut in_doubt: Vec<(usize, String)> = Vec::new();
+    for (g, c) in clients.iter().enumerate() {
+        let rows = c
+            .query(
+                "SELECT gid FROM pg_prepared_xacts WHERE database = current_database() AND gid LIKE 'herd\\_map\\_%'",
+                &[],
+            )
+            .await
+            .map_err(|e| failed("looking for shard map changes in doubt", e))?;
+        in_doubt.extend(rows.iter().map(|r| (g, r.get::<_, String>(0))));
+    }
+    for (g, gid) in in_doubt {
+        let version: i64 = gid
+            .strip_prefix(GID_PREFIX)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(-1);
+        let mut committed = false;
+        for c in clients {
+            let row = c
+                .query_opt(
+                    "SELECT 1 FROM herd.shard_map WHERE version = $1",
+                    &[&version],
+                )
+                .await
+                .ok()
+                .flatten();
+            committed |= row.is_some();
+        }
+        let verb = if committed { "COMMIT" } else { "ROLLBACK" };
+        tracing::warn!(group = g, gid = %gid, "resolving a shard map change left in doubt: {verb}");
+        clients[g]
+            .batch_execute(&format!("{verb} PREPARED {}", literal(&gid)))
+            .await
+            .map_err(|e| failed("resolving a shard map change in doubt", e))?;
+    }
+    Ok(())
+}
+
+/// Writes `next` (and, on groups other than 0, `ddl` for tables they lack) on every group in
+/// one two-phase commit.
+async fn commit_everywhere(
+    clients: &[Client],
+    next: &ShardMap,
+    ddl: &[String],
+) -> Result<(), ProxyError> {
+    let json = serde_json::to_string(next).map_err(|e| failed("encoding the shard map", e))?;
+    let gid = literal(&format!("{GID_PREFIX}{}", next.version));
+    let mut prepared: Vec<usize> = Vec::new();
+    for (g, c) in clients.iter().enumerate() {
+        let mut sql = format!("BEGIN;\n{MAP_DDL}\n");
+        if g > 0 {
+            for stmt in ddl {
+                sql.push_str(stmt);
+                sql.push_str(";\n");
+            }
+        }
+        sql.push_str(&format!(
+            "INSERT INTO herd.shard_map (version, map) VALUES ({}, {}::jsonb);\nPREPARE TRANSACTION {gid};",
+            next.version,
+            literal(&json)
+        ));
+        if let Err(e) = c.batch_execute(&sql).await {
+            for p in &prepared {
+                let _ = clients[*p]
+                    .batch_execute(&format!("ROLLBACK PREPARED {gid}"))
+                    .await;
+            }
+            let detail = e
+                .as_db_error()
+                .map_or(e.to_string(), |d| d.message().to_string());
+            return Err(failed(
+                &format!("changing the shard map on shard group {g} failed; nothing was changed"),
+                detail,
+            ));
+        }
+        prepared.push(g);
+    }
+    // Group 0 first: once its commit is durable the change is decided (see `recover`).
+    for (g, c) in clients.iter().enumerate() {
+        if let Err(e) = c.batch_execute(&format!("COMMIT PREPARED {gid}")).await {
+            return Err(failed(
+                &format!(
+                    "committing the shard map on shard group {g} failed (it is resolved when the \
+                     map is next read)"
+                ),
+                e,
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `schema.table` of a table name as the client wrote it (resolved on group 0).
+async fn resolve(client: &Client, table: &str) -> Result<String, ProxyError> {
+    let row = client
+        .query_opt(
+            "SELECT n.nspname || '.' || c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+             WHERE c.oid = to_regclass($1) AND c.relkind IN ('r', 'p')",
+            &[&table],
+        )
+        .await
+        .map_err(|e| failed("looking up the table", e))?;
+    row.map(|r| r.get(0)).ok_or_else(|| {
+        refused(
+            "42P01",
+            format!("table {table} does not exist (create it through the endpoint first)"),
+        )
+    })
+}
+
+/// The table's qualified name and the type of its key column.
+async fn describe_key(
+    client: &Client,
+    table: &str,
+    column: &str,
+) -> Result<(String, KeyType), ProxyError> {
+    let name = resolve(client, table).await?;
+    let row = client
+        .query_opt(
+            "SELECT format_type(atttypid, atttypmod) FROM pg_attribute \
+             WHERE attrelid = to_regclass($1) AND attname = $2 AND attnum > 0 AND NOT attisdropped",
+            &[&name, &column],
+        )
+        .await
+        .map_err(|e| failed("looking up the key column", e))?;
+    let Some(row) = row else {
+        return Err(refused(
+            "42703",
+            format!("column {column} of {name} does not exist"),
+        ));
+    };
+    let type_name: String = row.get(0);
+    let key_type = KeyType::from_pg(&type_name).ok_or_else(|| {
+        refused(
+            "0A000",
+            format!(
+                "{name}.{column} is {type_name}; a shard key is smallint, integer, bigint, text, varchar or uuid"
+            ),
+        )
+    })?;
+    Ok((name, key_type))
+}
+
+fn check_new(map: &ShardMap, name: &str) -> Result<(), ProxyError> {
+    match map.tables.get(name) {
+        Some(_) => Err(refused(
+            "42P07",
+            format!("{name} is already distributed or a reference table (see herd.tables)"),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// Distributing moves no rows yet: the table must be empty wherever it exists.
+async fn check_empty(clients: &[Client], name: &str) -> Result<(), ProxyError> {
+    for (g, c) in clients.iter().enumerate() {
+        let sql = format!(
+            "SELECT to_regclass({lit}) IS NOT NULL AND EXISTS (SELECT 1 FROM {name})",
+            lit = literal(name),
+            name = quote_qualified(name)
+        );
+        let exists_with_rows = match c.query_one(&sql, &[]).await {
+            Ok(r) => r.get::<_, bool>(0),
+            // Not on this group yet: created with the change.
+            Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::UNDEFINED_TABLE) => false,
+            Err(e) => return Err(failed("checking the table is empty", e)),
+        };
+        if exists_with_rows {
+            return Err(refused(
+                "55000",
+                format!(
+                    "{name} has rows on shard group {g}; distribute a table while it is empty, then \
+                     load it through the endpoint (moving existing rows is not supported yet)"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn quote_qualified(name: &str) -> String {
+    name.split('.')
+        .map(|p| format!("\"{}\"", p.replace('"', "\"\"")))
+        .collect::<Vec<_>>()
+        .join(".")
+}
+
+/// Statements that create `name` as group 0 has it (columns with types, defaults, NOT NULL,
+/// identity; its sequences; primary key, unique and check constraints; other indexes), each
+/// guarded so a group that already has the table keeps it.
+async fn table_ddl(client: &Client, name: &str) -> Result<Vec<String>, ProxyError> {
+    let q = |e| failed("reading the table's definition", e);
+    let qualified = quote_qualified(name);
+    let columns = client
+        .query(
+            "SELECT quote_ident(a.attname) || ' ' || format_type(a.atttypid, a.atttypmod)
+                 || CASE a.attidentity WHEN 'a' THEN ' GENERATED ALWAYS AS IDENTITY'
+                                       WHEN 'd' THEN ' GENERATED BY DEFAULT AS IDENTITY' ELSE '' END
+                 || coalesce(' DEFAULT ' || pg_get_expr(d.adbin, d.adrelid), '')
+                 || CASE WHEN a.attnotnull AND a.attidentity = '' THEN ' NOT NULL' ELSE '' END
+             FROM pg_attribute a LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+             WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped
+             ORDER BY a.attnum",
+            &[&name],
+        )
+        .await
+        .map_err(q)?;
+    let sequences = client
+        .query(
+            "SELECT s.oid::regclass::text FROM pg_depend d JOIN pg_class s ON s.oid = d.objid
+             WHERE d.refobjid = to_regclass($1) AND s.relkind = 'S' AND d.deptype = 'a'",
+            &[&name],
+        )
+        .await
+        .map_err(q)?;
+    let constraints = client
+        .query(
+            "SELECT quote_ident(conname) || ' ' || pg_get_constraintdef(oid) FROM pg_constraint
+             WHERE conrelid = to_regclass($1) AND contype IN ('p', 'u', 'c') ORDER BY conname",
+            &[&name],
+        )
+        .await
+        .map_err(q)?;
+    let indexes = client
+        .query(
+            "SELECT pg_get_indexdef(i.indexrelid) FROM pg_index i
+             WHERE i.indrelid = to_regclass($1)
+               AND NOT EXISTS (SELECT 1 FROM pg_constraint c WHERE c.conindid = i.indexrelid)",
+            &[&name],
+        )
+        .await
+        .map_err(q)?;
+    let mut body: Vec<String> = columns.iter().map(|r| r.get(0)).collect();
+    body.extend(
+        constraints
+            .iter()
+            .map(|r| format!("CONSTRAINT {}", r.get::<_, String>(0))),
+    );
+    let mut out: Vec<String> = Vec::new();
+    if let Some((schema, _)) = name.split_once('.') {
+        out.push(format!(
+            "CREATE SCHEMA IF NOT EXISTS \"{}\"",
+            schema.replace('"', "\"\"")
+        ));
+    }
+    for s in &sequences {
+        out.push(format!(
+            "CREATE SEQUENCE IF NOT EXISTS {}",
+            s.get::<_, String>(0)
+        ));
+    }
+    out.push(format!(
+        "CREATE TABLE IF NOT EXISTS {qualified} ({})",
+        body.join(", ")
+    ));
+    for i in &indexes {
+        let def: String = i.get(0);
+        out.push(
+            def.replacen("CREATE INDEX", "CREATE INDEX IF NOT EXISTS", 1)
+                .replacen(
+                    "CREATE UNIQUE INDEX",
+                    "CREATE UNIQUE INDEX IF NOT EXISTS",
+                    1,
+                ),
+        );
+    }
+    Ok(out)
+}
