@@ -34,6 +34,24 @@ enum Command {
         #[command(subcommand)]
         command: ConfigCommand,
     },
+    /// Shard groups: check where distributed rows live.
+    Shards {
+        #[command(subcommand)]
+        command: ShardsCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum ShardsCommand {
+    /// Check that every row of every distributed table is on the group the placement rule
+    /// names (computed by PostgreSQL's own hash functions); exit 1 and list where not.
+    Verify {
+        #[command(flatten)]
+        dir: DataDirArg,
+        /// The database whose tables are checked.
+        #[arg(long, default_value = "postgres")]
+        database: String,
+    },
 }
 
 /// `--data-dir`, shared by every command.
@@ -186,5 +204,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Config {
             command: ConfigCommand::Set { dir, key, value },
         } => crate::config_cmd::set(&dir.layout()?, &key, &value).await,
+        Command::Shards {
+            command: ShardsCommand::Verify { dir, database },
+        } => crate::shards::verify(&dir.layout()?, &database).await,
     }
 }

@@ -9,6 +9,7 @@ mod down;
 mod groups;
 mod output;
 mod progress;
+mod shards;
 mod status;
 mod up;
 mod url;

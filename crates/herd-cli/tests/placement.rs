@@ -5,7 +5,7 @@
 mod common;
 
 use common::{cluster, connect};
-use herd_shard::{partition_hash, virtual_shard, KeyType};
+use herd_shard::{partition_hash, shard_sql, virtual_shard, KeyType};
 
 /// Keys of every type, chosen for edges: signs, widths, every tail length of the byte hash
 /// (0–40 bytes), multibyte UTF-8, and uuids.
@@ -100,8 +100,28 @@ async fn placement_matches_postgresql_hash_partitioning() {
                 row.get::<_, bool>(0),
                 "{pg_type} key {text:?}: Herd says shard {shard} of {shards}, PostgreSQL disagrees"
             );
+            // The SQL form `herd shards verify` runs agrees too.
+            let expr = shard_sql(&format!("$1::text::{pg_type}"), key_type, shards);
+            let row = client
+                .query_one(&format!("select {expr}"), &[&text])
+                .await
+                .expect("shard_sql");
+            assert_eq!(
+                row.get::<_, i32>(0) as u32,
+                shard,
+                "{pg_type} {text:?} in SQL"
+            );
             checked += 1;
         }
     }
     assert!(checked > 100);
+    // A NULL key is in shard 0, as in hash partitioning.
+    let null = client
+        .query_one(
+            &format!("select {}", shard_sql("null::bigint", KeyType::Int8, 32)),
+            &[],
+        )
+        .await
+        .expect("null");
+    assert_eq!(null.get::<_, i32>(0), 0);
 }

@@ -192,6 +192,31 @@ async fn distributed_table_routed_by_key() {
         1
     );
 
+    // `herd shards verify` checks placement with PostgreSQL's own hash functions, and names
+    // a row put on the wrong group behind Herd's back.
+    let out = c.herd_ok(&["shards", "verify"]);
+    assert!(
+        out.contains("public.orders on group 1") && out.contains("all in place"),
+        "{out}"
+    );
+    let wrong_group = 1 - map.group_of(Some(&KeyValue::Int8(777)));
+    let direct = connect(&c.url(&["--group", &wrong_group.to_string(), "--primary"])).await;
+    direct
+        .batch_execute("insert into orders (customer_id, v) values (777, 'misplaced')")
+        .await
+        .expect("a row behind Herd's back");
+    let out = c.herd(&["shards", "verify"]);
+    assert!(!out.status.success(), "verify must fail");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("1 NOT on the group") && text.contains("777"),
+        "{text}"
+    );
+    direct
+        .batch_execute("delete from orders where customer_id = 777")
+        .await
+        .expect("cleaning up");
+
     // The map survives a restart of everything.
     drop(client);
     c.herd_ok(&["down"]);

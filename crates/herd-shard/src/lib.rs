@@ -10,6 +10,6 @@ mod hash;
 mod map;
 mod plan;
 
-pub use hash::{partition_hash, virtual_shard, KeyType, KeyValue, ParseKeyError};
+pub use hash::{partition_hash, shard_sql, virtual_shard, KeyType, KeyValue, ParseKeyError};
 pub use map::{qualified, ShardMap, TableKind, DEFAULT_SHARD_COUNT};
 pub use plan::{plan, ParamValue, Plan};
