@@ -260,6 +260,27 @@ fn parse_uuid(text: &str) -> Option<[u8; 16]> {
     Some(out)
 }
 
+/// A SQL expression computing, inside PostgreSQL, the virtual shard of `column` (an SQL
+/// expression of type `key_type`): the row hash hash partitioning uses, modulo `shard_count`.
+/// `herd shards verify` checks every stored row with it, so placement is checked by PostgreSQL's
+/// own hash functions, not by Herd's copy of them.
+pub fn shard_sql(column: &str, key_type: KeyType, shard_count: u32) -> String {
+    let function = match key_type {
+        KeyType::Int2 => "hashint2extended",
+        KeyType::Int4 => "hashint4extended",
+        KeyType::Int8 => "hashint8extended",
+        KeyType::Text => "hashtextextended",
+        KeyType::Uuid => "uuid_hash_extended",
+    };
+    // The signed 64-bit hash as unsigned, plus hash_combine64's constant, modulo 2^64; a NULL
+    // key hashes to 0.
+    let seed = PARTITION_SEED as i64;
+    let combine = 0x49a0_f4dd_15e5_a8e3u64;
+    format!(
+        "(coalesce((({function}({column}, {seed})::numeric + 18446744073709551616 + {combine}) % 18446744073709551616), 0) % {shard_count})::int"
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -311,25 +332,4 @@ mod tests {
         }
         assert!(seen.iter().all(|n| (50..150).contains(n)), "{seen:?}");
     }
-}
-
-/// A SQL expression computing, inside PostgreSQL, the virtual shard of `column` (an SQL
-/// expression of type `key_type`): the row hash hash partitioning uses, modulo `shard_count`.
-/// `herd shards verify` checks every stored row with it, so placement is checked by PostgreSQL's
-/// own hash functions, not by Herd's copy of them.
-pub fn shard_sql(column: &str, key_type: KeyType, shard_count: u32) -> String {
-    let function = match key_type {
-        KeyType::Int2 => "hashint2extended",
-        KeyType::Int4 => "hashint4extended",
-        KeyType::Int8 => "hashint8extended",
-        KeyType::Text => "hashtextextended",
-        KeyType::Uuid => "uuid_hash_extended",
-    };
-    // The signed 64-bit hash as unsigned, plus hash_combine64's constant, modulo 2^64; a NULL
-    // key hashes to 0.
-    let seed = PARTITION_SEED as i64;
-    let combine = 0x49a0_f4dd_15e5_a8e3u64;
-    format!(
-        "(coalesce((({function}({column}, {seed})::numeric + 18446744073709551616 + {combine}) % 18446744073709551616), 0) % {shard_count})::int"
-    )
 }
