@@ -128,7 +128,7 @@ async fn distributed_table_routed_by_key() {
         "select count(*) from orders",
         "update orders set customer_id = 1 where customer_id = 2",
         "select * from orders, notes where customer_id = 1",
-        "truncate orders",
+        "drop table orders",
     ] {
         let e = client.simple_query(sql).await.expect_err(sql);
         assert_eq!(
@@ -191,6 +191,36 @@ async fn distributed_table_routed_by_key() {
             .get::<_, i64>(0),
         1
     );
+
+    // DDL on a distributed table reaches every group, all or none.
+    client
+        .batch_execute("create index orders_v on orders (v)")
+        .await
+        .expect("create index everywhere");
+    client
+        .batch_execute("alter table orders add column note text")
+        .await
+        .expect("alter everywhere");
+    let e = client
+        .batch_execute("alter table orders add column note text")
+        .await
+        .expect_err("fails on every group: nothing changes anywhere");
+    assert_eq!(e.code(), Some(&SqlState::DUPLICATE_COLUMN), "{e}");
+    for g in 0..2u32 {
+        let direct = connect(&c.url(&["--group", &g.to_string(), "--primary"])).await;
+        let row = direct
+            .query_one(
+                "select (select count(*) from pg_indexes where indexname = 'orders_v'),                  (select count(*) from information_schema.columns where table_name = 'orders' and column_name = 'note'),                  (select count(*) from pg_prepared_xacts)",
+                &[],
+            )
+            .await
+            .expect("catalog");
+        assert_eq!(
+            (row.get::<_, i64>(0), row.get::<_, i64>(1), row.get::<_, i64>(2)),
+            (1, 1, 0),
+            "group {g}"
+        );
+    }
 
     // `herd shards verify` checks placement with PostgreSQL's own hash functions, and names
     // a row put on the wrong group behind Herd's back.

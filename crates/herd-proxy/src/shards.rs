@@ -215,8 +215,9 @@ async fn read_map(client: &Client) -> Result<Option<ShardMap>, ProxyError> {
         .map_err(|e| failed("the stored shard map is damaged", e))
 }
 
-/// Resolves every map change left in doubt on these groups.
+/// Resolves every map change and every DDL left in doubt on these groups.
 async fn recover(clients: &[Client]) -> Result<(), ProxyError> {
+    recover_ddl(clients).await?;
     let mut in_doubt: Vec<(usize, String)> = Vec::new();
     for (g, c) in clients.iter().enumerate() {
         let rows = c
@@ -251,6 +252,38 @@ async fn recover(clients: &[Client]) -> Result<(), ProxyError> {
             .batch_execute(&format!("{verb} PREPARED {}", literal(&gid)))
             .await
             .map_err(|e| failed("resolving a shard map change in doubt", e))?;
+    }
+    Ok(())
+}
+
+/// DDL run on every group (`herd_ddl_…`) left in doubt: group 0 commits first and rolls back
+/// last, so one still prepared on group 0 was not decided (rolled back everywhere), and one
+/// gone from group 0 but prepared elsewhere was committed (committed everywhere).
+async fn recover_ddl(clients: &[Client]) -> Result<(), ProxyError> {
+    let mut held: Vec<Vec<String>> = Vec::new();
+    for c in clients {
+        let rows = c
+            .query(
+                "SELECT gid FROM pg_prepared_xacts WHERE database = current_database() AND gid LIKE 'herd\\_ddl\\_%'",
+                &[],
+            )
+            .await
+            .map_err(|e| failed("looking for DDL in doubt", e))?;
+        held.push(rows.iter().map(|r| r.get(0)).collect());
+    }
+    for (g, gids) in held.iter().enumerate() {
+        for gid in gids {
+            let verb = if held[0].contains(gid) {
+                "ROLLBACK"
+            } else {
+                "COMMIT"
+            };
+            tracing::warn!(group = g, gid = %gid, "resolving DDL left in doubt: {verb}");
+            clients[g]
+                .batch_execute(&format!("{verb} PREPARED {}", literal(gid)))
+                .await
+                .map_err(|e| failed("resolving DDL in doubt", e))?;
+        }
     }
     Ok(())
 }

@@ -33,9 +33,22 @@ pub enum Plan {
         /// Why (for metrics and EXPLAIN): `key` or `local_table`.
         reason: &'static str,
     },
+    /// DDL on distributed or reference tables: every group runs it, all or none; the text
+    /// is the command tag PostgreSQL answers it with.
+    Everywhere(&'static str),
     /// Not runnable on one group; the message says why (SQLSTATE 0A000).
     Refuse(String),
 }
+
+/// DDL that keeps a table's name and rows where they are, so every group can run it as is:
+/// (statement kind, command tag).
+const BROADCAST_DDL: [(&str, &str); 5] = [
+    ("IndexStmt", "CREATE INDEX"),
+    ("AlterTableStmt", "ALTER TABLE"),
+    ("TruncateStmt", "TRUNCATE TABLE"),
+    ("GrantStmt", "GRANT"),
+    ("CommentStmt", "COMMENT"),
+];
 
 /// Plans one statement. `facts` are its key facts (`None`: several statements or
 /// unparsable), `relations` every relation it reads anywhere (as written), `param(n)` the
@@ -66,6 +79,15 @@ pub fn plan(
             }
             Some(TableKind::Reference) => reference.push(r.as_str()),
             None => local.push(r.as_str()),
+        }
+    }
+    if let Some(f) = facts.filter(|f| f.kind == StmtKind::Other) {
+        if let Some(table) = distributed
+            .first()
+            .map(|d| d.0)
+            .or(reference.first().copied())
+        {
+            return ddl_plan(f, table);
         }
     }
     let writes = facts.is_none_or(|f| f.kind != StmtKind::Select);
@@ -115,6 +137,30 @@ pub fn plan(
 }
 
 type Dist<'a> = (&'a str, &'a str, KeyType);
+
+/// DDL naming a distributed or reference `table`.
+fn ddl_plan(f: &KeyFacts, table: &str) -> Plan {
+    let kind = f.utility.as_deref().unwrap_or("");
+    if f.concurrent {
+        return Plan::Refuse(format!(
+            "CREATE INDEX CONCURRENTLY on {table} cannot run inside the transaction that keeps \
+             every shard group's copy in step: drop CONCURRENTLY, or run it on each group \
+             (herd url --group G --primary)"
+        ));
+    }
+    match BROADCAST_DDL.iter().find(|(k, _)| *k == kind) {
+        Some((_, tag)) if kind != "GrantStmt" || grant_on_tables_only(f) => Plan::Everywhere(tag),
+        _ => Plan::Refuse(format!(
+            "this statement on {table} would change the table's identity or its place in the \
+             shard map; for DROP or RENAME, first empty it and call herd.undistribute_table('{table}')"
+        )),
+    }
+}
+
+/// A GRANT/REVOKE whose every named object is a table (no mix with other objects).
+fn grant_on_tables_only(f: &KeyFacts) -> bool {
+    !f.tables.is_empty()
+}
 
 fn plan_insert(
     facts: &KeyFacts,
@@ -355,6 +401,15 @@ mod tests {
             let got = run(&sql, &params);
             assert_eq!(got, want, "{sql}");
         }
+        for (sql, tag) in [
+            ("truncate orders", "TRUNCATE TABLE"),
+            ("create index on orders (v)", "CREATE INDEX"),
+            ("alter table orders add column w int", "ALTER TABLE"),
+            ("alter table countries add column w int", "ALTER TABLE"),
+            ("grant select on orders to public", "GRANT"),
+        ] {
+            assert_eq!(run(sql, &[]), Plan::Everywhere(tag), "{sql}");
+        }
         // NULL keys go where PostgreSQL's hash partitioning puts them: remainder 0.
         assert_eq!(
             run("select * from orders where customer_id = $1", &[None]),
@@ -452,10 +507,16 @@ mod tests {
                 vec![],
                 "no condition",
             ),
+            ("drop table orders".into(), vec![], "undistribute_table"),
             (
-                "truncate orders".into(),
+                "alter table orders rename to x".into(),
                 vec![],
-                "cannot run on one shard group",
+                "undistribute_table",
+            ),
+            (
+                "create index concurrently on orders (v)".into(),
+                vec![],
+                "CONCURRENTLY",
             ),
             (
                 "insert into countries values (1, 'x')".into(),

@@ -71,6 +71,11 @@ pub struct KeyFacts {
     pub set_columns: Vec<String>,
     /// A join, subquery, CTE or set operation is present: tables beyond `tables` may be read.
     pub nested: bool,
+    /// For other statements, the parse node's kind (`IndexStmt`, `AlterTableStmt`,
+    /// `TruncateStmt`, `DropStmt` …).
+    pub utility: Option<String>,
+    /// `CREATE INDEX CONCURRENTLY` (it cannot run inside a transaction).
+    pub concurrent: bool,
 }
 
 /// Key facts of `sql` when it is exactly one statement that parses; `None` otherwise.
@@ -97,6 +102,8 @@ fn facts_of(node: &Value) -> KeyFacts {
         insert_select: false,
         set_columns: Vec::new(),
         nested: false,
+        utility: None,
+        concurrent: false,
     };
     if let Some(s) = node.get("SelectStmt") {
         f.kind = StmtKind::Select;
@@ -153,6 +160,10 @@ fn facts_of(node: &Value) -> KeyFacts {
         f.nested |= !s["with_clause"].is_null();
         where_clause(&s["where_clause"], &mut f);
     } else {
+        if let Some((kind, body)) = node.as_object().and_then(|m| m.iter().next()) {
+            f.utility = Some(kind.clone());
+            f.concurrent = body["concurrent"].as_bool() == Some(true);
+        }
         // DDL and utility statements: every table they name (TRUNCATE, ALTER, CREATE INDEX,
         // COPY, GRANT … carry RangeVars; DROP carries name lists).
         all_range_vars(node, &mut f.tables);
@@ -450,6 +461,12 @@ mod tests {
         }
         let ddl = key_facts("create table t (i int)").expect("facts");
         assert_eq!(ddl.kind, StmtKind::Other);
+        assert_eq!(ddl.utility.as_deref(), Some("CreateStmt"));
+        let idx = key_facts("create index concurrently on orders (v)").expect("facts");
+        assert_eq!(
+            (idx.utility.as_deref(), idx.concurrent),
+            (Some("IndexStmt"), true)
+        );
         assert_eq!(ddl.tables[0].name, "t");
         for (sql, table) in [
             ("truncate orders", "orders"),

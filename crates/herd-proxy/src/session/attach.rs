@@ -61,8 +61,12 @@ impl Session {
                 return Ok(true);
             }
             // Statements on no distributed table run on group 0, where such tables live.
-            match self.unit_group(&unit).await {
-                Ok(group) => self.group = group.unwrap_or(0),
+            match self.unit_route(&unit).await {
+                Ok(super::shard::UnitRoute::Group(group)) => self.group = group.unwrap_or(0),
+                Ok(super::shard::UnitRoute::Everywhere(tag)) => {
+                    self.run_everywhere(&unit, tag).await?;
+                    return Ok(true);
+                }
                 Err(e) => {
                     self.reply_error(&e, &unit).await?;
                     return Ok(true);
@@ -348,7 +352,7 @@ impl Session {
         pool
     }
 
-    async fn lease(&mut self, ep: &Endpoint) -> Result<Lease, ProxyError> {
+    pub(super) async fn lease(&mut self, ep: &Endpoint) -> Result<Lease, ProxyError> {
         if self.creds.is_none() {
             self.creds = self.ctx.users.credentials(&self.user);
         }

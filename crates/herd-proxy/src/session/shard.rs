@@ -22,6 +22,14 @@ fn not_supported(message: String) -> ProxyError {
     }
 }
 
+/// Where a unit goes.
+pub(super) enum UnitRoute {
+    /// One group (`None`: any; the session then uses group 0).
+    Group(Option<u32>),
+    /// DDL every group runs, all or none; the command tag to answer.
+    Everywhere(&'static str),
+}
+
 impl Session {
     /// The shard map of the session's database when the cluster has several groups and
     /// something is distributed there; `None` otherwise (everything runs on group 0).
@@ -34,10 +42,10 @@ impl Session {
         Ok(self.map.clone())
     }
 
-    /// The group `unit` must run on; `Ok(None)` when any group may run it.
-    pub(super) async fn unit_group(&mut self, unit: &[u8]) -> Result<Option<u32>, ProxyError> {
+    /// Where `unit` must run.
+    pub(super) async fn unit_route(&mut self, unit: &[u8]) -> Result<UnitRoute, ProxyError> {
         let Some(map) = self.active_map().await? else {
-            return Ok(None);
+            return Ok(UnitRoute::Group(None));
         };
         let mut parsed: HashMap<Vec<u8>, Vec<u8>> = HashMap::new();
         let mut group: Option<u32> = None;
@@ -63,6 +71,17 @@ impl Session {
             match plan {
                 Plan::Anywhere => {}
                 Plan::Refuse(why) => return Err(not_supported(why)),
+                Plan::Everywhere(tag) => {
+                    let alone = frame.tag == tag::QUERY && rest.is_empty() && group.is_none();
+                    if !alone || self.pending_begin.is_some() {
+                        return Err(not_supported(
+                            "DDL on a distributed or reference table runs on every shard group in \
+                             a transaction of its own: send it alone, outside a transaction block"
+                                .into(),
+                        ));
+                    }
+                    return Ok(UnitRoute::Everywhere(tag));
+                }
                 Plan::Group { group: g, reason } => {
                     if group.is_some_and(|x| x != g) {
                         return Err(not_supported(
@@ -79,7 +98,93 @@ impl Session {
                 }
             }
         }
-        Ok(group)
+        Ok(UnitRoute::Group(group))
+    }
+
+    /// Runs the one DDL statement of `unit` on every group's primary as the client's own role,
+    /// all or none: each group PREPAREs it, then group 0 commits first (its commit decides: a
+    /// change left in doubt is committed where group 0 no longer holds it, else rolled back),
+    /// then the others; a failure before that rolls back the others first, group 0 last.
+    pub(super) async fn run_everywhere(
+        &mut self,
+        unit: &[u8],
+        tag_text: &str,
+    ) -> Result<(), ProxyError> {
+        let sql = match split_frame(unit, usize::MAX)? {
+            Some((frame, _)) => {
+                String::from_utf8_lossy(Query::decode(frame.body)?.sql).into_owned()
+            }
+            None => return Ok(()),
+        };
+        let outcome = self.ddl_two_phase(&sql).await;
+        match outcome {
+            Ok(()) => {
+                encode::command_complete(&mut self.out.buf, tag_text)?;
+                encode::ready_for_query(&mut self.out.buf, b'I')?;
+                self.ctx.metrics.inc("herd_shard_ddl_total", "");
+                Ok(())
+            }
+            Err(e) => self.reply_error(&e, unit).await,
+        }
+    }
+
+    async fn ddl_two_phase(&mut self, sql: &str) -> Result<(), ProxyError> {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        let gid = format!("herd_ddl_{}_{nanos}", std::process::id());
+        let mut leases = Vec::new();
+        for g in 0..self.ctx.groups() {
+            let primary = self.ctx.current_primary_of(g).await?;
+            leases.push(self.lease(&primary).await?);
+        }
+        let body = sql.trim().trim_end_matches(';');
+        let mut prepared = 0;
+        let mut failure = None;
+        for lease in leases.iter_mut() {
+            let prepare = format!("BEGIN; {body}; PREPARE TRANSACTION '{gid}'");
+            match lease.conn.internal_query(&prepare).await {
+                Ok(_) => prepared += 1,
+                Err(e) => {
+                    // Its transaction failed and is still open: end it.
+                    let _ = lease.conn.internal_query("ROLLBACK").await;
+                    failure = Some(e);
+                    break;
+                }
+            }
+        }
+        if let Some(e) = failure {
+            for lease in leases[..prepared].iter_mut().rev() {
+                let _ = lease
+                    .conn
+                    .internal_query(&format!("ROLLBACK PREPARED '{gid}'"))
+                    .await;
+            }
+            for lease in leases {
+                lease.release();
+            }
+            return Err(e);
+        }
+        for (g, lease) in leases.iter_mut().enumerate() {
+            if let Err(e) = lease
+                .conn
+                .internal_query(&format!("COMMIT PREPARED '{gid}'"))
+                .await
+            {
+                return Err(ProxyError::Server {
+                    code: "XX000".into(),
+                    message: format!(
+                        "the change is decided but committing it on shard group {g} failed ({e}); \
+                         it is completed when the shard map is next read"
+                    ),
+                });
+            }
+        }
+        for lease in leases {
+            lease.release();
+        }
+        Ok(())
     }
 
     /// The SQL a Bind of `statement` runs: parsed in this unit, or earlier.
