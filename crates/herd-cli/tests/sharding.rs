@@ -216,7 +216,11 @@ async fn distributed_table_routed_by_key() {
             .await
             .expect("catalog");
         assert_eq!(
-            (row.get::<_, i64>(0), row.get::<_, i64>(1), row.get::<_, i64>(2)),
+            (
+                row.get::<_, i64>(0),
+                row.get::<_, i64>(1),
+                row.get::<_, i64>(2)
+            ),
             (1, 1, 0),
             "group {g}"
         );
@@ -262,4 +266,137 @@ async fn distributed_table_routed_by_key() {
         .await
         .expect_err("still distributed");
     assert_eq!(e.code(), Some(&SqlState::FEATURE_NOT_SUPPORTED));
+}
+
+/// kill -9 of one group's primary under write load through the endpoint: that group fails over
+/// with every acknowledged write kept, while writes to the other group go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_group_fails_over_under_load_without_losing_writes() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+    use std::time::{Duration, Instant};
+
+    let c = cluster();
+    c.up(&["--shards", "2", "--replicas", "1"]);
+    let endpoint = c.url(&[]);
+    let setup = connect(&endpoint).await;
+    setup
+        .batch_execute("create table ledger (k bigint primary key)")
+        .await
+        .expect("table");
+    setup
+        .simple_query("select herd.create_distributed_table('ledger', 'k')")
+        .await
+        .expect("distribute");
+    let map = ShardMap::new(2, DEFAULT_SHARD_COUNT);
+    let stop = Arc::new(AtomicBool::new(false));
+    // (key, acknowledged at) of every acknowledged insert.
+    let acked: Arc<Mutex<Vec<(i64, Instant)>>> = Arc::default();
+    let mut writers = Vec::new();
+    // One writer per group (a writer waiting on the failing group must not hide the other).
+    for w in 0..2u32 {
+        let (stop, acked, endpoint) = (stop.clone(), acked.clone(), endpoint.clone());
+        let map = map.clone();
+        writers.push(tokio::spawn(async move {
+            let mut client = None;
+            let mut k = 0i64;
+            while !stop.load(Ordering::Relaxed) {
+                if client.is_none() {
+                    match tokio_postgres::connect(&endpoint, tokio_postgres::NoTls).await {
+                        Ok((cl, conn)) => {
+                            tokio::spawn(conn);
+                            client = Some(cl);
+                        }
+                        Err(_) => {
+                            tokio::time::sleep(Duration::from_millis(100)).await;
+                            continue;
+                        }
+                    }
+                }
+                let Some(cl) = client.as_ref() else { continue };
+                k += 1;
+                while map.group_of(Some(&KeyValue::Int8(k))) != w {
+                    k += 1;
+                }
+                let done = tokio::time::timeout(
+                    Duration::from_secs(15),
+                    cl.execute("insert into ledger (k) values ($1)", &[&k]),
+                )
+                .await;
+                match done {
+                    Ok(Ok(_)) => acked.lock().expect("acked").push((k, Instant::now())),
+                    // Failed or unknown: never counted as acknowledged.
+                    _ => client = None,
+                }
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let status = c.status();
+    let g1 = status["groups"][0]["nodes"][0].clone();
+    assert_eq!(g1["role"], "primary");
+    let killed_at = Instant::now();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(g1["pid"].as_i64().expect("pid") as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("kill -9 group 1's primary");
+    herd_testkit::wait_until(Duration::from_secs(120), "group 1 promoted", || {
+        let s = c.status();
+        let nodes = s["groups"][0]["nodes"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        nodes
+            .iter()
+            .any(|n| n["role"] == "primary" && n["state"] == "running" && n["name"] != g1["name"])
+            .then_some(())
+    });
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    stop.store(true, Ordering::Relaxed);
+    for w in writers {
+        w.await.expect("writer");
+    }
+    let acked = acked.lock().expect("acked").clone();
+    let group_of = |k: i64| map.group_of(Some(&KeyValue::Int8(k)));
+    // Group 0 kept taking writes while group 1 failed over (within the first seconds).
+    let during = acked
+        .iter()
+        .filter(|(k, at)| {
+            group_of(*k) == 0 && *at > killed_at && *at < killed_at + Duration::from_secs(2)
+        })
+        .count();
+    assert!(
+        during > 0,
+        "no write reached group 0 right after group 1's primary died"
+    );
+    assert!(
+        acked
+            .iter()
+            .any(|(k, at)| group_of(*k) == 1 && *at > killed_at),
+        "group 1 took writes again"
+    );
+    // Every acknowledged write is on its group's (new) primary.
+    let mut stored = std::collections::BTreeSet::new();
+    for g in 0..2u32 {
+        let direct = connect(&c.url(&["--group", &g.to_string(), "--primary"])).await;
+        for r in direct
+            .query("select k from ledger", &[])
+            .await
+            .expect("read")
+        {
+            stored.insert(r.get::<_, i64>(0));
+        }
+    }
+    let lost: Vec<i64> = acked
+        .iter()
+        .map(|(k, _)| *k)
+        .filter(|k| !stored.contains(k))
+        .collect();
+    assert!(lost.is_empty(), "acknowledged writes lost: {lost:?}");
+    assert!(
+        acked.len() > 20,
+        "too few writes to mean anything: {}",
+        acked.len()
+    );
 }
