@@ -192,6 +192,29 @@ async fn distributed_table_routed_by_key() {
         1
     );
 
+    // Where a statement goes, explained; EXPLAIN itself runs on the key's group.
+    let ga = map.group_of(Some(&KeyValue::Int8(3)));
+    let explained = client
+        .simple_query("select herd.explain('select * from orders where customer_id = 3')")
+        .await
+        .expect("herd.explain");
+    assert!(
+        format!("{explained:?}").contains(&format!("shard group {ga}: the group that holds")),
+        "{explained:?}"
+    );
+    let refused = client
+        .simple_query("select herd.explain('select * from orders')")
+        .await
+        .expect("herd.explain of a refused statement");
+    assert!(
+        format!("{refused:?}").contains("refused with 0A000"),
+        "{refused:?}"
+    );
+    client
+        .simple_query("explain select * from orders where customer_id = 3")
+        .await
+        .expect("EXPLAIN by key");
+
     // DDL on a distributed table reaches every group, all or none.
     client
         .batch_execute("create index orders_v on orders (v)")

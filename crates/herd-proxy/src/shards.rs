@@ -144,7 +144,10 @@ impl ProxyContext {
                     },
                 );
                 (
-                    format!("{name} distributed by {column} ({key_type}) over {} shard groups", self.groups()),
+                    format!(
+                        "{name} distributed by {column} ({key_type}) over {} shard groups",
+                        self.groups()
+                    ),
                     table_ddl(&clients[0], &name).await?,
                 )
             }
@@ -154,7 +157,10 @@ impl ProxyContext {
                 check_empty(&clients, &name).await?;
                 next.tables.insert(name.clone(), TableKind::Reference);
                 (
-                    format!("{name} is a reference table on {} shard groups", self.groups()),
+                    format!(
+                        "{name} is a reference table on {} shard groups",
+                        self.groups()
+                    ),
                     table_ddl(&clients[0], &name).await?,
                 )
             }
@@ -168,15 +174,18 @@ impl ProxyContext {
                 }
                 // Its rows on the other groups would vanish from sight: only an empty table.
                 check_empty(&clients, &name).await?;
-                (format!("{name} lives on shard group 0 only again"), Vec::new())
+                (
+                    format!("{name} lives on shard group 0 only again"),
+                    Vec::new(),
+                )
             }
             _ => {
                 return Err(refused(
                     "42883",
                     format!(
                         "herd.{function} with {} argument(s) does not exist; Herd's functions are \
-                         create_distributed_table(table, column), create_reference_table(table) and \
-                         undistribute_table(table)",
+                         create_distributed_table(table, column), create_reference_table(table), \
+                         undistribute_table(table) and explain(statement)",
                         args.len()
                     ),
                 ))

@@ -93,6 +93,10 @@ pub fn key_facts(sql: &str) -> Option<KeyFacts> {
 }
 
 fn facts_of(node: &Value) -> KeyFacts {
+    // EXPLAIN [ANALYZE] runs where the statement it explains would.
+    if let Some(inner) = node.get("ExplainStmt").and_then(|e| e["query"].get("node")) {
+        return facts_of(inner);
+    }
     let mut f = KeyFacts {
         kind: StmtKind::Other,
         tables: Vec::new(),
@@ -462,6 +466,9 @@ mod tests {
         let ddl = key_facts("create table t (i int)").expect("facts");
         assert_eq!(ddl.kind, StmtKind::Other);
         assert_eq!(ddl.utility.as_deref(), Some("CreateStmt"));
+        let explained = key_facts("explain analyze select * from orders where k = 1").expect("f");
+        assert_eq!(explained.kind, StmtKind::Select);
+        assert_eq!(explained.conditions.len(), 1);
         let idx = key_facts("create index concurrently on orders (v)").expect("facts");
         assert_eq!(
             (idx.utility.as_deref(), idx.concurrent),

@@ -187,6 +187,34 @@ impl Session {
         Ok(())
     }
 
+    /// `herd.explain('<statement>')`: where the statement would run through the endpoint, and
+    /// why (parameters are unknown here: a key given as `$n` is planned at Bind time).
+    async fn explain(&mut self, sql: &str) -> Result<String, ProxyError> {
+        let Some(map) = self.active_map().await? else {
+            return Ok("shard group 0: nothing is distributed in this database".into());
+        };
+        Ok(match plan_sql(&self.ctx, &map, sql.as_bytes(), &[]) {
+            Plan::Anywhere => {
+                "any shard group (it names no table that lives on one group); outside a \
+                 transaction it runs on group 0"
+                    .into()
+            }
+            Plan::Group {
+                group,
+                reason: "key",
+            } => {
+                format!("shard group {group}: the group that holds its shard key's rows")
+            }
+            Plan::Group { group, .. } => {
+                format!("shard group {group}: tables that are not distributed live there")
+            }
+            Plan::Everywhere(tag) => {
+                format!("every shard group, all or none ({tag} in a two-phase commit)")
+            }
+            Plan::Refuse(why) => format!("refused with 0A000: {why}"),
+        })
+    }
+
     /// The SQL a Bind of `statement` runs: parsed in this unit, or earlier.
     fn bound_sql(&self, parsed: &HashMap<Vec<u8>, Vec<u8>>, statement: &[u8]) -> Option<Vec<u8>> {
         if let Some(sql) = parsed.get(statement) {
@@ -216,7 +244,11 @@ impl Session {
             return self.reply_error(&e, unit).await;
         }
         let database = self.database.clone();
-        match self.ctx.herd_call(&database, function, args).await {
+        let answer = match (function, args) {
+            ("explain", [sql]) => self.explain(sql).await,
+            _ => self.ctx.herd_call(&database, function, args).await,
+        };
+        match answer {
             Ok(text) => {
                 let out = &mut self.out.buf;
                 encode::row_description_text(out, &[function])?;
