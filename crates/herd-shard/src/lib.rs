@@ -6,10 +6,12 @@
 //! virtual shards, and the shard map says which group holds each shard. So PostgreSQL itself can
 //! check where a row belongs, and a shard can later move as a unit. Everything here is pure.
 
+mod copy;
 mod hash;
 mod map;
 mod plan;
 
+pub use copy::{CopyError, CopyFormat, CopySplitter, Routed};
 pub use hash::{partition_hash, shard_sql, virtual_shard, KeyType, KeyValue, ParseKeyError};
 pub use map::{qualified, ShardMap, TableKind, DEFAULT_SHARD_COUNT};
 pub use plan::{plan, ParamValue, Plan};
