@@ -249,6 +249,68 @@ async fn distributed_table_routed_by_key() {
         );
     }
 
+    // COPY FROM STDIN is split by key (text, CSV with a header, binary); the count is the total.
+    use futures_util::SinkExt;
+    let sink = client
+        .copy_in("copy orders (customer_id, v) from stdin")
+        .await
+        .expect("copy text");
+    let text: String = (1000..1100).map(|k| format!("{k}\tc{k}\n")).collect();
+    futures_util::pin_mut!(sink);
+    sink.send(bytes::Bytes::from(text)).await.expect("send");
+    assert_eq!(sink.finish().await.expect("finish"), 100);
+    let sink = client
+        .copy_in("copy orders (v, customer_id) from stdin with (format csv, header)")
+        .await
+        .expect("copy csv");
+    let csv: String = std::iter::once("v,customer_id\n".to_string())
+        .chain((1100..1150).map(|k| format!("\"c,{k}\",{k}\n")))
+        .collect();
+    futures_util::pin_mut!(sink);
+    sink.send(bytes::Bytes::from(csv)).await.expect("send");
+    assert_eq!(sink.finish().await.expect("finish"), 50);
+    let sink = client
+        .copy_in("copy orders (customer_id, v) from stdin with (format binary)")
+        .await
+        .expect("copy binary");
+    let writer = tokio_postgres::binary_copy::BinaryCopyInWriter::new(
+        sink,
+        &[
+            tokio_postgres::types::Type::INT8,
+            tokio_postgres::types::Type::TEXT,
+        ],
+    );
+    futures_util::pin_mut!(writer);
+    for k in 1150..1160i64 {
+        writer
+            .as_mut()
+            .write(&[&k, &format!("b{k}")])
+            .await
+            .expect("row");
+    }
+    assert_eq!(writer.finish().await.expect("finish"), 10);
+    let loaded = client
+        .query_one("select v from orders where customer_id = $1", &[&1125i64])
+        .await
+        .expect("a CSV row by key");
+    assert_eq!(loaded.get::<_, String>(0), "c,1125");
+    // A bad key fails the whole load: no group keeps any of its rows.
+    let sink = client
+        .copy_in("copy orders (customer_id, v) from stdin")
+        .await
+        .expect("copy");
+    futures_util::pin_mut!(sink);
+    sink.send(bytes::Bytes::from("2000\tok\nnot-a-number\tbad\n"))
+        .await
+        .expect("send");
+    let e = sink.finish().await.expect_err("bad key");
+    assert_eq!(e.code(), Some(&SqlState::BAD_COPY_FILE_FORMAT), "{e}");
+    let none = client
+        .query_one("select count(*) from orders where customer_id = 2000", &[])
+        .await
+        .expect("count");
+    assert_eq!(none.get::<_, i64>(0), 0);
+
     // `herd shards verify` checks placement with PostgreSQL's own hash functions, and names
     // a row put on the wrong group behind Herd's back.
     let out = c.herd_ok(&["shards", "verify"]);

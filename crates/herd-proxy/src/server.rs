@@ -335,7 +335,7 @@ impl ServerConn {
     }
 
     /// The next whole message, owned (for the login and internal queries, not the hot path).
-    async fn next_message(&mut self) -> Result<(u8, Vec<u8>), ProxyError> {
+    pub async fn next_message(&mut self) -> Result<(u8, Vec<u8>), ProxyError> {
         loop {
             if let Some((frame, n)) = split_frame(&self.rbuf, MAX_SERVER_MESSAGE)? {
                 let out = (frame.tag, frame.body.to_vec());

@@ -72,10 +72,7 @@ impl<'a> CopySplitter<'a> {
     pub fn push(&mut self, data: &[u8]) -> Result<Vec<Routed>, CopyError> {
         self.pending.extend_from_slice(data);
         let mut out = Vec::new();
-        loop {
-            let Some(cut) = self.next_piece()? else {
-                break;
-            };
+        while let Some(cut) = self.next_piece()? {
             let piece: Vec<u8> = self.pending.drain(..cut.len).collect();
             match cut.kind {
                 Piece::Shared => out.push(Routed::All(piece)),

@@ -36,8 +36,25 @@ pub enum Plan {
     /// DDL on distributed or reference tables: every group runs it, all or none; the text
     /// is the command tag PostgreSQL answers it with.
     Everywhere(&'static str),
+    /// `COPY … FROM STDIN` into a distributed table: rows split by key over every group.
+    CopyIn(CopyIn),
     /// Not runnable on one group; the message says why (SQLSTATE 0A000).
     Refuse(String),
+}
+
+/// How to split a COPY into a distributed table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CopyIn {
+    /// The table, as written.
+    pub table: String,
+    /// The COPY's column list (empty: the table's columns in order).
+    pub columns: Vec<String>,
+    /// The distribution column.
+    pub key_column: String,
+    /// Its type.
+    pub key_type: KeyType,
+    /// The data format.
+    pub format: crate::CopyFormat,
 }
 
 /// DDL that keeps a table's name and rows where they are, so every group can run it as is:
@@ -87,7 +104,7 @@ pub fn plan(
             .map(|d| d.0)
             .or(reference.first().copied())
         {
-            return ddl_plan(f, table);
+            return ddl_plan(f, table, map);
         }
     }
     let writes = facts.is_none_or(|f| f.kind != StmtKind::Select);
@@ -138,8 +155,53 @@ pub fn plan(
 
 type Dist<'a> = (&'a str, &'a str, KeyType);
 
+/// COPY of a distributed or reference table.
+fn copy_plan(copy: &herd_sql::CopyFacts, table: &str, map: &ShardMap) -> Plan {
+    let Some(TableKind::Distributed { column, key_type }) = map.table(table) else {
+        return Plan::Refuse(format!(
+            "COPY of reference table {table} would need every shard group at once (not supported \
+             yet): load it through each group (herd url --group G --primary)"
+        ));
+    };
+    if !copy.from {
+        return Plan::Refuse(format!(
+            "COPY {table} TO reads rows of every shard group (not supported yet): COPY (SELECT … \
+             WHERE {column} = …) TO, or COPY on each group (herd url --group G --primary)"
+        ));
+    }
+    let format = match copy.format.as_str() {
+        "text" => crate::CopyFormat::Text,
+        "csv" => crate::CopyFormat::Csv {
+            header: copy.header,
+        },
+        "binary" => crate::CopyFormat::Binary,
+        other => return Plan::Refuse(format!("COPY format {other} is unknown")),
+    };
+    if !copy.client_data || copy.filtered || !copy.other_options.is_empty() {
+        return Plan::Refuse(format!(
+            "COPY into distributed table {table} is split by key from STDIN in the text, CSV or \
+             binary format with default delimiters, quoting and NULL (FORMAT and HEADER only)"
+        ));
+    }
+    if !copy.columns.is_empty() && !copy.columns.iter().any(|c| c == column) {
+        return Plan::Refuse(format!(
+            "COPY into distributed table {table} must include its shard key column {column}"
+        ));
+    }
+    Plan::CopyIn(CopyIn {
+        table: table.to_string(),
+        columns: copy.columns.clone(),
+        key_column: column.clone(),
+        key_type: *key_type,
+        format,
+    })
+}
+
 /// DDL naming a distributed or reference `table`.
-fn ddl_plan(f: &KeyFacts, table: &str) -> Plan {
+fn ddl_plan(f: &KeyFacts, table: &str, map: &ShardMap) -> Plan {
+    if let Some(copy) = &f.copy {
+        return copy_plan(copy, table, map);
+    }
     let kind = f.utility.as_deref().unwrap_or("");
     if f.concurrent {
         return Plan::Refuse(format!(
@@ -400,6 +462,28 @@ mod tests {
         for (sql, params, want) in cases {
             let got = run(&sql, &params);
             assert_eq!(got, want, "{sql}");
+        }
+        match run(
+            "copy orders (v, customer_id) from stdin with (format csv)",
+            &[],
+        ) {
+            Plan::CopyIn(c) => {
+                assert_eq!(c.key_column, "customer_id");
+                assert_eq!(c.format, crate::CopyFormat::Csv { header: false });
+            }
+            other => panic!("{other:?}"),
+        }
+        for (sql, needle) in [
+            ("copy orders to stdout", "TO reads rows"),
+            ("copy orders from '/tmp/f'", "from STDIN"),
+            (
+                "copy orders from stdin with (delimiter '|')",
+                "default delimiters",
+            ),
+            ("copy orders (v) from stdin", "shard key column"),
+            ("copy countries from stdin", "reference table"),
+        ] {
+            assert!(refused(&run(sql, &[]), needle), "{sql}");
         }
         for (sql, tag) in [
             ("truncate orders", "TRUNCATE TABLE"),

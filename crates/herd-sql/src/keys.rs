@@ -76,6 +76,27 @@ pub struct KeyFacts {
     pub utility: Option<String>,
     /// `CREATE INDEX CONCURRENTLY` (it cannot run inside a transaction).
     pub concurrent: bool,
+    /// A `COPY` of a table.
+    pub copy: Option<CopyFacts>,
+}
+
+/// What a `COPY table …` statement says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CopyFacts {
+    /// `FROM` (else `TO`).
+    pub from: bool,
+    /// Data through the protocol (`STDIN`/`STDOUT`), not a server file or program.
+    pub client_data: bool,
+    /// The column list (empty: every column in order).
+    pub columns: Vec<String>,
+    /// `text`, `csv` or `binary`.
+    pub format: String,
+    /// `HEADER` (true or `match`).
+    pub header: bool,
+    /// Options other than FORMAT and HEADER, by name.
+    pub other_options: Vec<String>,
+    /// A WHERE clause is present.
+    pub filtered: bool,
 }
 
 /// Key facts of `sql` when it is exactly one statement that parses; `None` otherwise.
@@ -108,6 +129,7 @@ fn facts_of(node: &Value) -> KeyFacts {
         nested: false,
         utility: None,
         concurrent: false,
+        copy: None,
     };
     if let Some(s) = node.get("SelectStmt") {
         f.kind = StmtKind::Select;
@@ -167,6 +189,9 @@ fn facts_of(node: &Value) -> KeyFacts {
         if let Some((kind, body)) = node.as_object().and_then(|m| m.iter().next()) {
             f.utility = Some(kind.clone());
             f.concurrent = body["concurrent"].as_bool() == Some(true);
+            if kind == "CopyStmt" && !body["relation"].is_null() {
+                f.copy = Some(copy_facts(body));
+            }
         }
         // DDL and utility statements: every table they name (TRUNCATE, ALTER, CREATE INDEX,
         // COPY, GRANT … carry RangeVars; DROP carries name lists).
@@ -189,6 +214,47 @@ fn facts_of(node: &Value) -> KeyFacts {
         }
     }
     f
+}
+
+fn copy_facts(c: &Value) -> CopyFacts {
+    let mut facts = CopyFacts {
+        from: c["is_from"].as_bool() == Some(true),
+        client_data: c["filename"].as_str().unwrap_or("").is_empty()
+            && c["is_program"].as_bool() != Some(true),
+        columns: c["attlist"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|a| a["node"]["String"]["sval"].as_str())
+            .map(str::to_string)
+            .collect(),
+        format: "text".into(),
+        header: false,
+        other_options: Vec::new(),
+        filtered: !c["where_clause"].is_null(),
+    };
+    for opt in c["options"].as_array().into_iter().flatten() {
+        let d = &opt["node"]["DefElem"];
+        let name = d["defname"].as_str().unwrap_or("").to_string();
+        let arg = &d["arg"]["node"];
+        let text = arg["String"]["sval"]
+            .as_str()
+            .map(str::to_ascii_lowercase)
+            .or_else(|| arg["Boolean"]["boolval"].as_bool().map(|b| b.to_string()))
+            .unwrap_or_else(|| {
+                if arg.is_null() {
+                    "true".into()
+                } else {
+                    String::new()
+                }
+            });
+        match name.as_str() {
+            "format" => facts.format = text,
+            "header" => facts.header = matches!(text.as_str(), "true" | "on" | "1" | "match"),
+            _ => facts.other_options.push(name),
+        }
+    }
+    facts
 }
 
 fn all_range_vars(v: &Value, out: &mut Vec<TableRef>) {
@@ -469,6 +535,17 @@ mod tests {
         let explained = key_facts("explain analyze select * from orders where k = 1").expect("f");
         assert_eq!(explained.kind, StmtKind::Select);
         assert_eq!(explained.conditions.len(), 1);
+        let copy = key_facts("copy orders (a, b) from stdin with (format csv, header)")
+            .expect("facts")
+            .copy
+            .expect("copy facts");
+        assert!(copy.from && copy.client_data && copy.header && copy.other_options.is_empty());
+        assert_eq!((copy.columns.len(), copy.format.as_str()), (2, "csv"));
+        let file = key_facts("copy orders from '/tmp/x'")
+            .expect("f")
+            .copy
+            .expect("copy");
+        assert!(!file.client_data);
         let idx = key_facts("create index concurrently on orders (v)").expect("facts");
         assert_eq!(
             (idx.utility.as_deref(), idx.concurrent),

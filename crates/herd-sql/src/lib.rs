@@ -22,7 +22,7 @@ mod walk;
 
 pub use cache::{CacheStats, ClassifierCache};
 pub use classify::classify;
-pub use keys::{herd_call, key_facts, Condition, KeyExpr, KeyFacts, StmtKind, TableRef};
+pub use keys::{herd_call, key_facts, Condition, CopyFacts, KeyExpr, KeyFacts, StmtKind, TableRef};
 pub use shape::shape_key;
 
 use std::ops::Range;

@@ -67,6 +67,10 @@ impl Session {
                     self.run_everywhere(&unit, tag).await?;
                     return Ok(true);
                 }
+                Ok(super::shard::UnitRoute::CopyIn(copy)) => {
+                    self.copy_in(&unit, copy).await?;
+                    return Ok(true);
+                }
                 Err(e) => {
                     self.reply_error(&e, &unit).await?;
                     return Ok(true);

@@ -7,6 +7,7 @@
 //! pooling), unless something pinned the session to it.
 
 mod attach;
+mod copy;
 mod relay;
 mod shard;
 mod startup;

@@ -15,6 +15,10 @@ use crate::{ProxyContext, ProxyError};
 /// SQLSTATE of statements a shard group cannot run alone (feature_not_supported).
 const NOT_SUPPORTED: &str = "0A000";
 
+/// Why DDL and COPY on distributed tables run by themselves.
+pub(super) const ALONE: &str = "DDL and COPY on a distributed or reference table run on every \
+     shard group in a transaction of their own: send the statement alone, outside a transaction block";
+
 fn not_supported(message: String) -> ProxyError {
     ProxyError::Server {
         code: NOT_SUPPORTED.into(),
@@ -28,6 +32,8 @@ pub(super) enum UnitRoute {
     Group(Option<u32>),
     /// DDL every group runs, all or none; the command tag to answer.
     Everywhere(&'static str),
+    /// COPY FROM STDIN into a distributed table, split by key.
+    CopyIn(herd_shard::CopyIn),
 }
 
 impl Session {
@@ -71,16 +77,21 @@ impl Session {
             match plan {
                 Plan::Anywhere => {}
                 Plan::Refuse(why) => return Err(not_supported(why)),
-                Plan::Everywhere(tag) => {
-                    let alone = frame.tag == tag::QUERY && rest.is_empty() && group.is_none();
+                Plan::Everywhere(_) | Plan::CopyIn(_) => {
+                    let alone = group.is_none()
+                        && match frame.tag {
+                            tag::QUERY => rest.is_empty(),
+                            // COPY through the extended protocol (a driver's copy_in): one Bind.
+                            _ => matches!(plan, Plan::CopyIn(_)) && single_bind(unit),
+                        };
                     if !alone || self.pending_begin.is_some() {
-                        return Err(not_supported(
-                            "DDL on a distributed or reference table runs on every shard group in \
-                             a transaction of its own: send it alone, outside a transaction block"
-                                .into(),
-                        ));
+                        return Err(not_supported(ALONE.into()));
                     }
-                    return Ok(UnitRoute::Everywhere(tag));
+                    return Ok(match plan {
+                        Plan::Everywhere(tag) => UnitRoute::Everywhere(tag),
+                        Plan::CopyIn(c) => UnitRoute::CopyIn(c),
+                        _ => UnitRoute::Group(None),
+                    });
                 }
                 Plan::Group { group: g, reason } => {
                     if group.is_some_and(|x| x != g) {
@@ -211,12 +222,20 @@ impl Session {
             Plan::Everywhere(tag) => {
                 format!("every shard group, all or none ({tag} in a two-phase commit)")
             }
+            Plan::CopyIn(c) => format!(
+                "every shard group: rows split by {} and loaded in one two-phase commit",
+                c.key_column
+            ),
             Plan::Refuse(why) => format!("refused with 0A000: {why}"),
         })
     }
 
     /// The SQL a Bind of `statement` runs: parsed in this unit, or earlier.
-    fn bound_sql(&self, parsed: &HashMap<Vec<u8>, Vec<u8>>, statement: &[u8]) -> Option<Vec<u8>> {
+    pub(super) fn bound_sql(
+        &self,
+        parsed: &HashMap<Vec<u8>, Vec<u8>>,
+        statement: &[u8],
+    ) -> Option<Vec<u8>> {
         if let Some(sql) = parsed.get(statement) {
             return Some(sql.clone());
         }
@@ -261,6 +280,22 @@ impl Session {
             Err(e) => self.reply_error(&e, unit).await,
         }
     }
+}
+
+/// `unit` is one extended-protocol execution: at most a Parse, one Bind, a Describe of its
+/// portal, its Execute, and Sync or Flush.
+fn single_bind(unit: &[u8]) -> bool {
+    let mut rest = unit;
+    let mut binds = 0;
+    while let Ok(Some((frame, used))) = split_frame(rest, usize::MAX) {
+        rest = &rest[used..];
+        match frame.tag {
+            tag::BIND => binds += 1,
+            tag::PARSE | tag::DESCRIBE | tag::EXECUTE | tag::SYNC | tag::FLUSH => {}
+            _ => return false,
+        }
+    }
+    binds == 1
 }
 
 /// The plan of one statement's text with its parameters.

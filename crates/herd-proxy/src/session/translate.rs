@@ -187,6 +187,9 @@ impl Translator<'_> {
         let here = self.att.group;
         Ok(match plan {
             herd_shard::Plan::Refuse(why) => Some(why),
+            herd_shard::Plan::Everywhere(_) | herd_shard::Plan::CopyIn(_) => {
+                Some(super::shard::ALONE.to_string())
+            }
             herd_shard::Plan::Group { group, .. } if group != here => Some(format!(
                 "this statement's rows are on shard group {group}, but its transaction (or \
                  session) runs on group {here}; transactions spanning shard groups are not supported yet"
