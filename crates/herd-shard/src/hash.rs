@@ -62,15 +62,15 @@ impl KeyType {
             key_type: self,
         };
         Ok(match self {
-            KeyType::Int2 => {
-                KeyValue::Int2(i16::from_be_bytes(bytes.try_into().map_err(|_| bad())?))
-            }
-            KeyType::Int4 => {
-                KeyValue::Int4(i32::from_be_bytes(bytes.try_into().map_err(|_| bad())?))
-            }
-            KeyType::Int8 => {
-                KeyValue::Int8(i64::from_be_bytes(bytes.try_into().map_err(|_| bad())?))
-            }
+            // A driver may send an integer key in a narrower or wider integer type than the
+            // column's (psycopg sends 4242 as int2): the width tells which, and equal values
+            // of every integer width hash alike, as PostgreSQL's cross-type comparison needs.
+            KeyType::Int2 | KeyType::Int4 | KeyType::Int8 => match bytes.len() {
+                2 => KeyValue::Int2(i16::from_be_bytes([bytes[0], bytes[1]])),
+                4 => KeyValue::Int4(i32::from_be_bytes([bytes[0], bytes[1], bytes[2], bytes[3]])),
+                8 => KeyValue::Int8(i64::from_be_bytes(bytes.try_into().map_err(|_| bad())?)),
+                _ => return Err(bad()),
+            },
             KeyType::Text => KeyValue::Text(String::from_utf8(bytes.to_vec()).map_err(|_| bad())?),
             KeyType::Uuid => KeyValue::Uuid(bytes.try_into().map_err(|_| bad())?),
         })
@@ -294,7 +294,15 @@ mod tests {
             KeyType::Int8.decode_binary(&7i64.to_be_bytes()),
             Ok(KeyValue::Int8(7))
         );
-        assert!(KeyType::Int8.decode_binary(&[1, 2]).is_err());
+        assert!(KeyType::Int8.decode_binary(&[1, 2, 3]).is_err());
+        // Another integer width than the column's hashes as the same value.
+        let narrow = KeyType::Int4
+            .decode_binary(&4242i16.to_be_bytes())
+            .expect("int2");
+        assert_eq!(
+            partition_hash(Some(&narrow)),
+            partition_hash(Some(&KeyValue::Int4(4242)))
+        );
         let u = KeyType::Uuid
             .parse("{a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11}")
             .expect("uuid");
