@@ -294,6 +294,52 @@ async fn distributed_table_routed_by_key() {
         .await
         .expect("a CSV row by key");
     assert_eq!(loaded.get::<_, String>(0), "c,1125");
+    // COPY TO STDOUT gathers every group's rows: one header, one binary signature and trailer.
+    let mut direct_rows = Vec::new();
+    for g in 0..2u32 {
+        let direct = connect(&c.url(&["--group", &g.to_string(), "--primary"])).await;
+        let text = copy_out_text(&direct, "copy orders (customer_id, v) to stdout").await;
+        assert!(!text.is_empty(), "group {g} holds rows");
+        direct_rows.extend(text.lines().map(str::to_string));
+    }
+    direct_rows.sort();
+    let through = copy_out_text(&client, "copy orders (customer_id, v) to stdout").await;
+    let mut rows: Vec<String> = through.lines().map(str::to_string).collect();
+    rows.sort();
+    assert_eq!(rows, direct_rows, "every group's rows, each once");
+    let csv = copy_out_text(
+        &client,
+        "copy orders (customer_id, v) to stdout with (format csv, header)",
+    )
+    .await;
+    assert_eq!(csv.lines().next(), Some("customer_id,v"));
+    assert_eq!(csv.lines().filter(|l| *l == "customer_id,v").count(), 1);
+    assert_eq!(csv.lines().count(), direct_rows.len() + 1);
+    let stream = client
+        .copy_out("copy orders (customer_id, v) to stdout with (format binary)")
+        .await
+        .expect("binary copy out");
+    let binary = tokio_postgres::binary_copy::BinaryCopyOutStream::new(
+        stream,
+        &[
+            tokio_postgres::types::Type::INT8,
+            tokio_postgres::types::Type::TEXT,
+        ],
+    );
+    use futures_util::TryStreamExt;
+    let mut keys: Vec<i64> = binary
+        .map_ok(|row| row.get::<i64>(0))
+        .try_collect()
+        .await
+        .expect("binary rows: one signature, one trailer");
+    keys.sort();
+    let mut want: Vec<i64> = direct_rows
+        .iter()
+        .filter_map(|l| l.split('\t').next()?.parse().ok())
+        .collect();
+    want.sort();
+    assert_eq!(keys, want);
+
     // A bad key fails the whole load: no group keeps any of its rows.
     let sink = client
         .copy_in("copy orders (customer_id, v) from stdin")
@@ -351,6 +397,17 @@ async fn distributed_table_routed_by_key() {
         .await
         .expect_err("still distributed");
     assert_eq!(e.code(), Some(&SqlState::FEATURE_NOT_SUPPORTED));
+}
+
+/// The text a `COPY … TO STDOUT` sends.
+async fn copy_out_text(client: &tokio_postgres::Client, sql: &str) -> String {
+    use futures_util::TryStreamExt;
+    let stream = client.copy_out(sql).await.expect("copy out");
+    let chunks: Vec<bytes::Bytes> = stream.try_collect().await.expect("copy data");
+    chunks
+        .iter()
+        .map(|c| String::from_utf8_lossy(c).into_owned())
+        .collect()
 }
 
 /// kill -9 of one group's primary under write load through the endpoint: that group fails over

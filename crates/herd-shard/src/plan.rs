@@ -38,6 +38,9 @@ pub enum Plan {
     Everywhere(&'static str),
     /// `COPY … FROM STDIN` into a distributed table: rows split by key over every group.
     CopyIn(CopyIn),
+    /// `COPY table TO STDOUT` of a distributed table: every group's rows, one group after
+    /// the other.
+    CopyOut(CopyOut),
     /// Not runnable on one group; the message says why (SQLSTATE 0A000).
     Refuse(String),
 }
@@ -55,6 +58,17 @@ pub struct CopyIn {
     pub key_type: KeyType,
     /// The data format.
     pub format: crate::CopyFormat,
+}
+
+/// How to gather a COPY out of a distributed table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CopyOut {
+    /// The table, as written.
+    pub table: String,
+    /// The binary format (its header and trailer are sent once).
+    pub binary: bool,
+    /// A header line (text or CSV `HEADER`), sent once.
+    pub header: bool,
 }
 
 /// DDL that keeps a table's name and rows where they are, so every group can run it as is:
@@ -158,16 +172,28 @@ type Dist<'a> = (&'a str, &'a str, KeyType);
 /// COPY of a distributed or reference table.
 fn copy_plan(copy: &herd_sql::CopyFacts, table: &str, map: &ShardMap) -> Plan {
     let Some(TableKind::Distributed { column, key_type }) = map.table(table) else {
+        if !copy.from {
+            // Every group holds the same rows.
+            return Plan::Anywhere;
+        }
         return Plan::Refuse(format!(
             "COPY of reference table {table} would need every shard group at once (not supported \
              yet): load it through each group (herd url --group G --primary)"
         ));
     };
     if !copy.from {
-        return Plan::Refuse(format!(
-            "COPY {table} TO reads rows of every shard group (not supported yet): COPY (SELECT … \
-             WHERE {column} = …) TO, or COPY on each group (herd url --group G --primary)"
-        ));
+        if !copy.client_data || copy.filtered || !copy.other_options.is_empty() {
+            return Plan::Refuse(format!(
+                "COPY TO of distributed table {table} gathers every shard group's rows to \
+                 STDOUT in the text, CSV or binary format with default delimiters, quoting and \
+                 NULL (FORMAT and HEADER only)"
+            ));
+        }
+        return Plan::CopyOut(CopyOut {
+            table: table.to_string(),
+            binary: copy.format == "binary",
+            header: copy.header,
+        });
     }
     let format = match copy.format.as_str() {
         "text" => crate::CopyFormat::Text,
@@ -473,8 +499,29 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+        for (sql, binary, header) in [
+            ("copy orders to stdout", false, false),
+            (
+                "copy orders (v) to stdout with (format csv, header)",
+                false,
+                true,
+            ),
+            ("copy orders to stdout (format binary)", true, false),
+        ] {
+            let want = Plan::CopyOut(CopyOut {
+                table: "orders".into(),
+                binary,
+                header,
+            });
+            assert_eq!(run(sql, &[]), want, "{sql}");
+        }
+        assert_eq!(run("copy countries to stdout", &[]), Plan::Anywhere);
         for (sql, needle) in [
-            ("copy orders to stdout", "TO reads rows"),
+            ("copy orders to '/tmp/f'", "to STDOUT"),
+            (
+                "copy orders to stdout (delimiter '|')",
+                "FORMAT and HEADER only",
+            ),
             ("copy orders from '/tmp/f'", "from STDIN"),
             (
                 "copy orders from stdin with (delimiter '|')",

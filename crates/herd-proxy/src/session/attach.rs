@@ -71,6 +71,10 @@ impl Session {
                     self.copy_in(&unit, copy).await?;
                     return Ok(true);
                 }
+                Ok(super::shard::UnitRoute::CopyOut(copy)) => {
+                    self.copy_out(&unit, copy).await?;
+                    return Ok(true);
+                }
                 Err(e) => {
                     self.reply_error(&e, &unit).await?;
                     return Ok(true);

@@ -16,7 +16,7 @@ use crate::server::server_error;
 use crate::ProxyError;
 
 /// Why a load failed, for the client.
-fn copy_error(code: &str, message: String) -> ProxyError {
+pub(super) fn copy_error(code: &str, message: String) -> ProxyError {
     ProxyError::Server {
         code: code.into(),
         message,
@@ -31,41 +31,68 @@ fn copy_data(bytes: &[u8]) -> Vec<u8> {
     out
 }
 
+/// A COPY statement as the client sent it.
+pub(super) struct CopyUnit {
+    /// Its SQL.
+    pub sql: String,
+    /// The answers owed before the copy starts (ParseComplete, BindComplete, NoData), which
+    /// the proxy gives itself.
+    pub before: Vec<u8>,
+    /// A simple query (else one execution in the extended protocol).
+    pub simple: bool,
+    /// The unit ends with Sync (extended protocol), so ReadyForQuery follows the copy.
+    pub sync: bool,
+}
+
 impl Session {
-    /// Runs the COPY of `unit` (a lone simple query) split over every group.
-    pub(super) async fn copy_in(&mut self, unit: &[u8], copy: CopyIn) -> Result<(), ProxyError> {
-        // A simple query, or one execution in the extended protocol (whose answers before the
-        // CopyInResponse the proxy gives itself).
-        let mut sql = String::new();
-        let mut before = Vec::new();
-        let mut sync = false;
+    /// Reads the COPY statement of `unit`: a simple query, or one execution in the extended
+    /// protocol (whose answers before the copy's response the proxy gives itself).
+    pub(super) fn copy_unit(&self, unit: &[u8]) -> Result<CopyUnit, ProxyError> {
+        let mut copy = CopyUnit {
+            sql: String::new(),
+            before: Vec::new(),
+            simple: false,
+            sync: false,
+        };
         let mut parsed = std::collections::HashMap::new();
         let mut rest = unit;
         while let Some((frame, used)) = split_frame(rest, usize::MAX)? {
             rest = &rest[used..];
             match frame.tag {
                 tag::QUERY => {
-                    sql = String::from_utf8_lossy(Query::decode(frame.body)?.sql).into_owned();
-                    sync = true;
+                    copy.sql = String::from_utf8_lossy(Query::decode(frame.body)?.sql).into_owned();
+                    copy.simple = true;
                 }
                 tag::PARSE => {
                     let p = Parse::decode(frame.body)?;
                     parsed.insert(p.name.to_vec(), p.query.to_vec());
-                    encode::parse_complete(&mut before);
+                    encode::parse_complete(&mut copy.before);
                 }
                 tag::BIND => {
                     let b = Bind::decode(frame.body)?;
                     if let Some(text) = self.bound_sql(&parsed, b.statement) {
-                        sql = String::from_utf8_lossy(&text).into_owned();
+                        copy.sql = String::from_utf8_lossy(&text).into_owned();
                     }
-                    encode::bind_complete(&mut before);
+                    encode::bind_complete(&mut copy.before);
                 }
-                tag::DESCRIBE => encode::no_data(&mut before),
-                // PostgreSQL ignores a Sync that reaches it in copy mode: the client's Sync
-                // after CopyDone is the one answered (by the proxy, as a lone Sync).
+                tag::DESCRIBE => encode::no_data(&mut copy.before),
+                // In COPY FROM, PostgreSQL ignores a Sync that reaches it in copy mode: the
+                // client's Sync after CopyDone is the one answered (by the proxy, as a lone Sync).
+                tag::SYNC => copy.sync = true,
                 _ => {}
             }
         }
+        Ok(copy)
+    }
+
+    /// Runs the COPY of `unit` (a lone simple query) split over every group.
+    pub(super) async fn copy_in(&mut self, unit: &[u8], copy: CopyIn) -> Result<(), ProxyError> {
+        let CopyUnit {
+            sql,
+            before,
+            simple: sync,
+            ..
+        } = self.copy_unit(unit)?;
         let Some(map) = self.map.clone() else {
             return Ok(());
         };
@@ -161,7 +188,11 @@ impl Session {
     /// Reports a load that failed once the client was in copy mode: ErrorResponse, and
     /// ReadyForQuery only for a simple query (in the extended protocol the client's Sync after
     /// CopyDone is answered, as a lone Sync).
-    async fn copy_failed(&mut self, e: &ProxyError, simple: bool) -> Result<(), ProxyError> {
+    pub(super) async fn copy_failed(
+        &mut self,
+        e: &ProxyError,
+        simple: bool,
+    ) -> Result<(), ProxyError> {
         let mut out = Vec::new();
         encode::error_response(&mut out, "ERROR", e.sqlstate(), &e.to_string())?;
         if simple {

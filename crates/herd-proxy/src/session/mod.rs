@@ -8,6 +8,7 @@
 
 mod attach;
 mod copy;
+mod copy_out;
 mod relay;
 mod shard;
 mod startup;

@@ -34,6 +34,8 @@ pub(super) enum UnitRoute {
     Everywhere(&'static str),
     /// COPY FROM STDIN into a distributed table, split by key.
     CopyIn(herd_shard::CopyIn),
+    /// COPY TO STDOUT of a distributed table, gathered from every group.
+    CopyOut(herd_shard::CopyOut),
 }
 
 impl Session {
@@ -77,12 +79,12 @@ impl Session {
             match plan {
                 Plan::Anywhere => {}
                 Plan::Refuse(why) => return Err(not_supported(why)),
-                Plan::Everywhere(_) | Plan::CopyIn(_) => {
+                Plan::Everywhere(_) | Plan::CopyIn(_) | Plan::CopyOut(_) => {
                     let alone = group.is_none()
                         && match frame.tag {
                             tag::QUERY => rest.is_empty(),
                             // COPY through the extended protocol (a driver's copy_in): one Bind.
-                            _ => matches!(plan, Plan::CopyIn(_)) && single_bind(unit),
+                            _ => !matches!(plan, Plan::Everywhere(_)) && single_bind(unit),
                         };
                     if !alone || self.pending_begin.is_some() {
                         return Err(not_supported(ALONE.into()));
@@ -90,6 +92,7 @@ impl Session {
                     return Ok(match plan {
                         Plan::Everywhere(tag) => UnitRoute::Everywhere(tag),
                         Plan::CopyIn(c) => UnitRoute::CopyIn(c),
+                        Plan::CopyOut(c) => UnitRoute::CopyOut(c),
                         _ => UnitRoute::Group(None),
                     });
                 }
@@ -226,6 +229,11 @@ impl Session {
                 "every shard group: rows split by {} and loaded in one two-phase commit",
                 c.key_column
             ),
+            Plan::CopyOut(_) => {
+                "every shard group: each group's rows in turn, as one COPY (each group's rows as \
+                 of its own snapshot)"
+                    .into()
+            }
             Plan::Refuse(why) => format!("refused with 0A000: {why}"),
         })
     }

@@ -187,7 +187,9 @@ impl Translator<'_> {
         let here = self.att.group;
         Ok(match plan {
             herd_shard::Plan::Refuse(why) => Some(why),
-            herd_shard::Plan::Everywhere(_) | herd_shard::Plan::CopyIn(_) => {
+            herd_shard::Plan::Everywhere(_)
+            | herd_shard::Plan::CopyIn(_)
+            | herd_shard::Plan::CopyOut(_) => {
                 Some(super::shard::ALONE.to_string())
             }
             herd_shard::Plan::Group { group, .. } if group != here => Some(format!(
