@@ -128,7 +128,7 @@ async fn distributed_table_routed_by_key() {
         "select count(*) from orders",
         "update orders set customer_id = 1 where customer_id = 2",
         "select * from orders, notes where customer_id = 1",
-        "drop table orders",
+        "alter table orders rename to orders2",
     ] {
         let e = client.simple_query(sql).await.expect_err(sql);
         assert_eq!(
@@ -397,6 +397,74 @@ async fn distributed_table_routed_by_key() {
         .await
         .expect_err("still distributed");
     assert_eq!(e.code(), Some(&SqlState::FEATURE_NOT_SUPPORTED));
+
+    // CREATE INDEX CONCURRENTLY runs on each group in turn; one that fails on a group is
+    // dropped from every group.
+    client
+        .batch_execute("create index concurrently orders_note on orders (note)")
+        .await
+        .expect("concurrent index everywhere");
+    client
+        .batch_execute(
+            "insert into orders (customer_id, v, note) values (5, 'again', 'same'); \
+             insert into orders (customer_id, v, note) values (5, 'third', 'same')",
+        )
+        .await
+        .expect("duplicates on one group");
+    let e = client
+        .batch_execute("create unique index concurrently orders_unique_note on orders (note)")
+        .await
+        .expect_err("duplicates on one group");
+    assert_eq!(e.code(), Some(&SqlState::UNIQUE_VIOLATION), "{e}");
+    for g in 0..2u32 {
+        let direct = connect(&c.url(&["--group", &g.to_string(), "--primary"])).await;
+        let row = direct
+            .query_one(
+                "select (select count(*) from pg_index i join pg_class c on c.oid = i.indexrelid \
+                         where c.relname = 'orders_note' and i.indisvalid), \
+                        (select count(*) from pg_class where relname = 'orders_unique_note')",
+                &[],
+            )
+            .await
+            .expect("indexes");
+        assert_eq!(
+            (row.get::<_, i64>(0), row.get::<_, i64>(1)),
+            (1, 0),
+            "group {g}"
+        );
+    }
+
+    // DROP TABLE of a distributed table drops it everywhere and takes it out of the map: a
+    // new table of the same name is an ordinary one on group 0.
+    client
+        .batch_execute("drop table orders")
+        .await
+        .expect("drop everywhere");
+    for g in 0..2u32 {
+        let direct = connect(&c.url(&["--group", &g.to_string(), "--primary"])).await;
+        let row = direct
+            .query_one("select to_regclass('orders') is null", &[])
+            .await
+            .expect("catalog");
+        assert!(row.get::<_, bool>(0), "orders still on group {g}");
+    }
+    let listed = client
+        .query(
+            "select table_name from herd.tables where table_name = 'public.orders'",
+            &[],
+        )
+        .await
+        .expect("herd.tables");
+    assert!(listed.is_empty(), "orders still in the map");
+    client
+        .batch_execute("create table orders (i int); insert into orders values (1)")
+        .await
+        .expect("a new local table");
+    let n = client
+        .query_one("select count(*) from orders", &[])
+        .await
+        .expect("no key needed");
+    assert_eq!(n.get::<_, i64>(0), 1);
 }
 
 /// The text a `COPY … TO STDOUT` sends.

@@ -77,7 +77,16 @@ impl ProxyContext {
         let map = if self.groups() > 1 {
             let clients = self.group_clients(database).await?;
             recover(&clients).await?;
-            read_map(&clients[0]).await?
+            let map = read_map(&clients[0]).await?;
+            match map {
+                // Tables dropped while their entries stayed (a crash between a DROP TABLE on
+                // every group and its map change) leave the map now.
+                Some(m) if !dangling(&clients[0], &m).await?.is_empty() => {
+                    drop(clients);
+                    return self.forget_dropped(database).await;
+                }
+                other => other,
+            }
         } else {
             None
         };
@@ -105,6 +114,35 @@ impl ProxyContext {
             clients.push(client);
         }
         Ok(clients)
+    }
+
+    /// Removes from `database`'s map every table that no longer exists (after a `DROP TABLE`
+    /// ran on every group), in one two-phase commit like any map change; the map after.
+    pub async fn forget_dropped(&self, database: &str) -> Result<Arc<ShardMap>, ProxyError> {
+        let _one_at_a_time = self.shard_maps.changing.lock().await;
+        let clients = self.group_clients(database).await?;
+        recover(&clients).await?;
+        let current = read_map(&clients[0])
+            .await?
+            .unwrap_or_else(|| ShardMap::new(self.groups(), DEFAULT_SHARD_COUNT));
+        let gone = dangling(&clients[0], &current).await?;
+        let map = if gone.is_empty() {
+            current
+        } else {
+            let mut next = current.clone();
+            next.version = current.version + 1;
+            for table in &gone {
+                next.tables.remove(table);
+            }
+            commit_everywhere(&clients, &next, &[]).await?;
+            tracing::info!(database, tables = ?gone, "dropped tables left the shard map");
+            next
+        };
+        let map = Arc::new(map);
+        if let Ok(mut m) = self.shard_maps.maps.lock() {
+            m.insert(database.to_string(), map.clone());
+        }
+        Ok(map)
     }
 
     /// Runs `SELECT herd.<function>(args…)`; the text is the function's one-row answer.
@@ -349,6 +387,22 @@ async fn commit_everywhere(
         }
     }
     Ok(())
+}
+
+/// Tables of `map` that no longer exist (on group 0, whose `client` this is).
+async fn dangling(client: &Client, map: &ShardMap) -> Result<Vec<String>, ProxyError> {
+    let names: Vec<String> = map.tables.keys().cloned().collect();
+    if names.is_empty() {
+        return Ok(names);
+    }
+    let rows = client
+        .query(
+            "SELECT n FROM unnest($1::text[]) n WHERE to_regclass(n) IS NULL",
+            &[&names],
+        )
+        .await
+        .map_err(|e| failed("checking the shard map's tables", e))?;
+    Ok(rows.iter().map(|r| r.get(0)).collect())
 }
 
 /// `schema.table` of a table name as the client wrote it (resolved on group 0).

@@ -36,6 +36,14 @@ pub enum Plan {
     /// DDL on distributed or reference tables: every group runs it, all or none; the text
     /// is the command tag PostgreSQL answers it with.
     Everywhere(&'static str),
+    /// DDL that cannot run inside a transaction (`CREATE INDEX CONCURRENTLY`): every group
+    /// runs it in turn; if one fails, `undo` runs on every group it reached, so none keeps it.
+    EachGroup {
+        /// The command tag PostgreSQL answers it with.
+        tag: &'static str,
+        /// The statement that takes it back.
+        undo: String,
+    },
     /// `COPY … FROM STDIN` into a distributed table: rows split by key over every group.
     CopyIn(CopyIn),
     /// `COPY table TO STDOUT` of a distributed table: every group's rows, one group after
@@ -230,17 +238,38 @@ fn ddl_plan(f: &KeyFacts, table: &str, map: &ShardMap) -> Plan {
     }
     let kind = f.utility.as_deref().unwrap_or("");
     if f.concurrent {
-        return Plan::Refuse(format!(
-            "CREATE INDEX CONCURRENTLY on {table} cannot run inside the transaction that keeps \
-             every shard group's copy in step: drop CONCURRENTLY, or run it on each group \
-             (herd url --group G --primary)"
-        ));
+        let Some(index) = &f.index_name else {
+            return Plan::Refuse(format!(
+                "CREATE INDEX CONCURRENTLY on {table} needs an index name, so that a build that \
+                 fails on one shard group can be dropped from the others: CREATE INDEX \
+                 CONCURRENTLY <name> ON …"
+            ));
+        };
+        let schema = table.rsplit_once('.').map(|(s, _)| format!("{s}."));
+        return Plan::EachGroup {
+            tag: "CREATE INDEX",
+            undo: format!(
+                "DROP INDEX CONCURRENTLY IF EXISTS {}{index}",
+                schema.unwrap_or_default()
+            ),
+        };
+    }
+    if kind == "DropStmt" && f.drop_type.as_deref() == Some("OBJECT_TABLE") {
+        // Every named table must be on every group; its map entry goes with it.
+        return match f.tables.iter().find(|t| map.table(&t.name).is_none()) {
+            None => Plan::Everywhere("DROP TABLE"),
+            Some(local) => Plan::Refuse(format!(
+                "{} lives on shard group 0 only while {table} is on every group: drop them in \
+                 separate statements",
+                local.name
+            )),
+        };
     }
     match BROADCAST_DDL.iter().find(|(k, _)| *k == kind) {
         Some((_, tag)) if kind != "GrantStmt" || grant_on_tables_only(f) => Plan::Everywhere(tag),
         _ => Plan::Refuse(format!(
             "this statement on {table} would change the table's identity or its place in the \
-             shard map; for DROP or RENAME, first empty it and call herd.undistribute_table('{table}')"
+             shard map; to RENAME it, first empty it and call herd.undistribute_table('{table}')"
         )),
     }
 }
@@ -538,9 +567,24 @@ mod tests {
             ("alter table orders add column w int", "ALTER TABLE"),
             ("alter table countries add column w int", "ALTER TABLE"),
             ("grant select on orders to public", "GRANT"),
+            ("drop table orders", "DROP TABLE"),
+            (
+                "drop table if exists orders, countries cascade",
+                "DROP TABLE",
+            ),
         ] {
             assert_eq!(run(sql, &[]), Plan::Everywhere(tag), "{sql}");
         }
+        assert_eq!(
+            run(
+                "create index concurrently orders_v on public.orders (v)",
+                &[]
+            ),
+            Plan::EachGroup {
+                tag: "CREATE INDEX",
+                undo: "DROP INDEX CONCURRENTLY IF EXISTS public.orders_v".into()
+            }
+        );
         // NULL keys go where PostgreSQL's hash partitioning puts them: remainder 0.
         assert_eq!(
             run("select * from orders where customer_id = $1", &[None]),
@@ -638,7 +682,11 @@ mod tests {
                 vec![],
                 "no condition",
             ),
-            ("drop table orders".into(), vec![], "undistribute_table"),
+            (
+                "drop table orders, plain_table".into(),
+                vec![],
+                "separate statements",
+            ),
             (
                 "alter table orders rename to x".into(),
                 vec![],
@@ -647,7 +695,7 @@ mod tests {
             (
                 "create index concurrently on orders (v)".into(),
                 vec![],
-                "CONCURRENTLY",
+                "needs an index name",
             ),
             (
                 "insert into countries values (1, 'x')".into(),

@@ -76,6 +76,10 @@ pub struct KeyFacts {
     pub utility: Option<String>,
     /// `CREATE INDEX CONCURRENTLY` (it cannot run inside a transaction).
     pub concurrent: bool,
+    /// What a `DROP` drops (`OBJECT_TABLE`, `OBJECT_INDEX` …).
+    pub drop_type: Option<String>,
+    /// The name a `CREATE INDEX` gives its index, if written.
+    pub index_name: Option<String>,
     /// A `COPY` of a table.
     pub copy: Option<CopyFacts>,
 }
@@ -129,6 +133,8 @@ fn facts_of(node: &Value) -> KeyFacts {
         nested: false,
         utility: None,
         concurrent: false,
+        drop_type: None,
+        index_name: None,
         copy: None,
     };
     if let Some(s) = node.get("SelectStmt") {
@@ -189,6 +195,16 @@ fn facts_of(node: &Value) -> KeyFacts {
         if let Some((kind, body)) = node.as_object().and_then(|m| m.iter().next()) {
             f.utility = Some(kind.clone());
             f.concurrent = body["concurrent"].as_bool() == Some(true);
+            f.drop_type = (kind == "DropStmt")
+                .then(|| body["remove_type"].as_i64())
+                .flatten()
+                .and_then(|t| i32::try_from(t).ok())
+                .and_then(|t| pg_query::protobuf::ObjectType::try_from(t).ok())
+                .map(|t| t.as_str_name().to_string());
+            f.index_name = (kind == "IndexStmt")
+                .then(|| body["idxname"].as_str().filter(|n| !n.is_empty()))
+                .flatten()
+                .map(str::to_string);
             if kind == "CopyStmt" && !body["relation"].is_null() {
                 f.copy = Some(copy_facts(body));
             }
@@ -551,6 +567,14 @@ mod tests {
             (idx.utility.as_deref(), idx.concurrent),
             (Some("IndexStmt"), true)
         );
+        assert_eq!(idx.index_name, None);
+        let named = key_facts("create index concurrently orders_v on orders (v)").expect("f");
+        assert_eq!(named.index_name.as_deref(), Some("orders_v"));
+        let drop = key_facts("drop table orders, s.items").expect("facts");
+        assert_eq!(drop.drop_type.as_deref(), Some("OBJECT_TABLE"));
+        assert_eq!(drop.tables.len(), 2);
+        let drop = key_facts("drop index orders_v").expect("facts");
+        assert_eq!(drop.drop_type.as_deref(), Some("OBJECT_INDEX"));
         assert_eq!(ddl.tables[0].name, "t");
         for (sql, table) in [
             ("truncate orders", "orders"),

@@ -71,6 +71,10 @@ impl Session {
                     self.copy_in(&unit, copy).await?;
                     return Ok(true);
                 }
+                Ok(super::shard::UnitRoute::EachGroup(tag, undo)) => {
+                    self.run_each_group(&unit, tag, &undo).await?;
+                    return Ok(true);
+                }
                 Ok(super::shard::UnitRoute::CopyOut(copy)) => {
                     self.copy_out(&unit, copy).await?;
                     return Ok(true);

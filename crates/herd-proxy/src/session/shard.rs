@@ -36,6 +36,8 @@ pub(super) enum UnitRoute {
     CopyIn(herd_shard::CopyIn),
     /// COPY TO STDOUT of a distributed table, gathered from every group.
     CopyOut(herd_shard::CopyOut),
+    /// DDL outside a transaction, group after group (and its undo where it ran, on failure).
+    EachGroup(&'static str, String),
 }
 
 impl Session {
@@ -79,12 +81,18 @@ impl Session {
             match plan {
                 Plan::Anywhere => {}
                 Plan::Refuse(why) => return Err(not_supported(why)),
-                Plan::Everywhere(_) | Plan::CopyIn(_) | Plan::CopyOut(_) => {
+                Plan::Everywhere(_)
+                | Plan::EachGroup { .. }
+                | Plan::CopyIn(_)
+                | Plan::CopyOut(_) => {
                     let alone = group.is_none()
                         && match frame.tag {
                             tag::QUERY => rest.is_empty(),
                             // COPY through the extended protocol (a driver's copy_in): one Bind.
-                            _ => !matches!(plan, Plan::Everywhere(_)) && single_bind(unit),
+                            _ => {
+                                matches!(plan, Plan::CopyIn(_) | Plan::CopyOut(_))
+                                    && single_bind(unit)
+                            }
                         };
                     if !alone || self.pending_begin.is_some() {
                         return Err(not_supported(ALONE.into()));
@@ -93,6 +101,7 @@ impl Session {
                         Plan::Everywhere(tag) => UnitRoute::Everywhere(tag),
                         Plan::CopyIn(c) => UnitRoute::CopyIn(c),
                         Plan::CopyOut(c) => UnitRoute::CopyOut(c),
+                        Plan::EachGroup { tag, undo } => UnitRoute::EachGroup(tag, undo),
                         _ => UnitRoute::Group(None),
                     });
                 }
@@ -130,7 +139,13 @@ impl Session {
             }
             None => return Ok(()),
         };
-        let outcome = self.ddl_two_phase(&sql).await;
+        let mut outcome = self.ddl_two_phase(&sql).await;
+        if outcome.is_ok() && tag_text == "DROP TABLE" {
+            // The dropped tables leave the shard map (if this fails, the next load of the map
+            // removes them).
+            self.map = None;
+            outcome = self.ctx.forget_dropped(&self.database).await.map(|_| ());
+        }
         match outcome {
             Ok(()) => {
                 encode::command_complete(&mut self.out.buf, tag_text)?;
@@ -140,6 +155,65 @@ impl Session {
             }
             Err(e) => self.reply_error(&e, unit).await,
         }
+    }
+
+    /// Runs the one statement of `unit` (DDL that cannot run inside a transaction) on every
+    /// group's primary in turn as the client's role; if a group fails, `undo` runs on every
+    /// group it reached (the failed one too: a failed concurrent build leaves an invalid
+    /// index behind) and the client gets the failure.
+    pub(super) async fn run_each_group(
+        &mut self,
+        unit: &[u8],
+        tag_text: &str,
+        undo: &str,
+    ) -> Result<(), ProxyError> {
+        let sql = match split_frame(unit, usize::MAX)? {
+            Some((frame, _)) => {
+                String::from_utf8_lossy(Query::decode(frame.body)?.sql).into_owned()
+            }
+            None => return Ok(()),
+        };
+        match self.each_group(&sql, undo).await {
+            Ok(()) => {
+                encode::command_complete(&mut self.out.buf, tag_text)?;
+                encode::ready_for_query(&mut self.out.buf, b'I')?;
+                self.ctx.metrics.inc("herd_shard_ddl_total", "");
+                Ok(())
+            }
+            Err(e) => self.reply_error(&e, unit).await,
+        }
+    }
+
+    async fn each_group(&mut self, sql: &str, undo: &str) -> Result<(), ProxyError> {
+        let mut leases = Vec::new();
+        for g in 0..self.ctx.groups() {
+            let primary = self.ctx.current_primary_of(g).await?;
+            leases.push(self.lease(&primary).await?);
+        }
+        let mut failure = None;
+        let mut reached = 0;
+        for lease in leases.iter_mut() {
+            reached += 1;
+            if let Err(e) = lease.conn.internal_query(sql).await {
+                failure = Some(e);
+                break;
+            }
+        }
+        if let Some(e) = failure {
+            for (g, lease) in leases[..reached].iter_mut().enumerate() {
+                if let Err(u) = lease.conn.internal_query(undo).await {
+                    tracing::warn!(group = g, error = %u, "undoing DDL on a shard group failed");
+                }
+            }
+            for lease in leases {
+                lease.release();
+            }
+            return Err(e);
+        }
+        for lease in leases {
+            lease.release();
+        }
+        Ok(())
     }
 
     async fn ddl_two_phase(&mut self, sql: &str) -> Result<(), ProxyError> {
@@ -228,6 +302,10 @@ impl Session {
             Plan::CopyIn(c) => format!(
                 "every shard group: rows split by {} and loaded in one two-phase commit",
                 c.key_column
+            ),
+            Plan::EachGroup { tag, .. } => format!(
+                "every shard group, one after the other ({tag} outside a transaction; undone \
+                 everywhere if one group fails)"
             ),
             Plan::CopyOut(_) => {
                 "every shard group: each group's rows in turn, as one COPY (each group's rows as \

@@ -188,6 +188,7 @@ impl Translator<'_> {
         Ok(match plan {
             herd_shard::Plan::Refuse(why) => Some(why),
             herd_shard::Plan::Everywhere(_)
+            | herd_shard::Plan::EachGroup { .. }
             | herd_shard::Plan::CopyIn(_)
             | herd_shard::Plan::CopyOut(_) => {
                 Some(super::shard::ALONE.to_string())
