@@ -122,6 +122,27 @@ async fn distributed_table_routed_by_key() {
         .await
         .expect("update by key");
     assert_eq!(updated, 1);
+    // INSERT … SELECT within the key's group.
+    let copied = client
+        .execute(
+            "insert into orders (customer_id, v) select customer_id, v || '-copy' from orders where customer_id = $1",
+            &[&5i64],
+        )
+        .await
+        .expect("insert … select by key");
+    assert_eq!(copied, 1);
+    let both = client
+        .query_one("select count(*) from orders where customer_id = 5", &[])
+        .await
+        .expect("count by key");
+    assert_eq!(both.get::<_, i64>(0), 2);
+    client
+        .execute(
+            "delete from orders where customer_id = 5 and v = 'w-copy'",
+            &[],
+        )
+        .await
+        .expect("delete by key");
 
     // What would span groups is refused, naming the table and the way out.
     for sql in [

@@ -168,7 +168,7 @@ pub fn plan(
             "this statement on distributed table {table} cannot run on one shard group; \
              statements on distributed tables are SELECT, INSERT, UPDATE and DELETE by key"
         )),
-        StmtKind::Insert => plan_insert(facts, &distributed, map, param),
+        StmtKind::Insert => plan_insert(facts, relations, &distributed, map, param),
         StmtKind::Select | StmtKind::Update | StmtKind::Delete => {
             plan_by_conditions(facts, &distributed, map, param)
         }
@@ -281,23 +281,40 @@ fn grant_on_tables_only(f: &KeyFacts) -> bool {
 
 fn plan_insert(
     facts: &KeyFacts,
+    relations: &[String],
     distributed: &[Dist<'_>],
     map: &ShardMap,
     param: &dyn Fn(u32) -> ParamValue,
 ) -> Plan {
-    let (table, column, key_type) = distributed[0];
-    if distributed.len() > 1 || facts.insert_select {
-        return Plan::Refuse(format!(
-            "INSERT … SELECT into distributed table {table} reads rows that may live on several \
-             shard groups; insert the rows with VALUES"
-        ));
-    }
+    // The target (the first table of an INSERT's facts), which relations read may precede.
+    let target = facts.tables.first().map(|t| crate::qualified(&t.name));
+    let (table, column, key_type) = distributed
+        .iter()
+        .find(|d| Some(crate::qualified(d.0)) == target)
+        .copied()
+        .unwrap_or(distributed[0]);
     let Some(index) = facts.insert_columns.iter().position(|c| c == column) else {
         return Plan::Refuse(format!(
             "an INSERT into distributed table {table} must name its shard key column {column} \
              in its column list, with a value"
         ));
     };
+    if facts.insert_select {
+        return plan_insert_select(
+            facts,
+            relations,
+            (table, column, key_type),
+            index,
+            map,
+            param,
+        );
+    }
+    if distributed.len() > 1 {
+        return Plan::Refuse(format!(
+            "this INSERT into distributed table {table} reads other distributed tables in a \
+             subquery, whose rows may live on several shard groups"
+        ));
+    }
     if facts.insert_rows.is_empty() {
         return Plan::Refuse(format!(
             "an INSERT into distributed table {table} needs VALUES with its key {column}"
@@ -324,6 +341,92 @@ fn plan_insert(
         group: group.unwrap_or(0),
         reason: "key",
     }
+}
+
+/// `INSERT INTO t (…, key, …) SELECT …`: runs on one group when the SELECT does (its
+/// distributed tables filtered by keys of one group) and every row's key is certain to belong
+/// there: a constant of that group, or the key column of a co-located table the SELECT reads.
+fn plan_insert_select(
+    facts: &KeyFacts,
+    relations: &[String],
+    (table, column, key_type): Dist<'_>,
+    index: usize,
+    map: &ShardMap,
+    param: &dyn Fn(u32) -> ParamValue,
+) -> Plan {
+    let spans = |why: &str| {
+        Plan::Refuse(format!(
+            "INSERT … SELECT into distributed table {table} runs on one shard group only when \
+             the SELECT reads one group (its distributed tables filtered by keys of that group) \
+             and {column} comes from a constant or the key column of a co-located table it reads: {why}"
+        ))
+    };
+    let Some(source) = facts.source.as_deref() else {
+        return spans("the SELECT is a set operation or not a plain SELECT");
+    };
+    if facts.nested {
+        return spans("a CTE is present");
+    }
+    let read_group = match plan(Some(source), relations, map, param) {
+        Plan::Group {
+            group,
+            reason: "key",
+        } => Some(group),
+        Plan::Anywhere => None,
+        Plan::Group { .. } => return spans("it reads a table that lives on shard group 0 only"),
+        Plan::Refuse(why) => return Plan::Refuse(why),
+        _ => return spans("the SELECT cannot be placed"),
+    };
+    let key_group = match source.targets.get(index) {
+        Some(herd_sql::Target::Value(v)) => match value_group(v, key_type, map, param) {
+            Ok(g) => g,
+            Err(why) => return Plan::Refuse(format!("{why} for {table}.{column}")),
+        },
+        Some(herd_sql::Target::Column(qualifier, name)) => {
+            let from = source.tables.iter().find(|t| {
+                let keyed = matches!(
+                    map.table(&t.name),
+                    Some(TableKind::Distributed { column: c, key_type: k })
+                        if c == name && same_hash(*k, key_type)
+                );
+                keyed
+                    && match qualifier {
+                        None => true,
+                        Some(q) => {
+                            Some(q.as_str()) == t.alias.as_deref()
+                                || (t.alias.is_none()
+                                    && (q == &t.name || t.name.ends_with(&format!(".{q}"))))
+                        }
+                    }
+            });
+            match (from, read_group) {
+                (Some(_), Some(g)) => g,
+                _ => {
+                    return spans(&format!(
+                        "{name} is not the key of a co-located distributed table the SELECT filters by key"
+                    ))
+                }
+            }
+        }
+        Some(herd_sql::Target::Other) | None => {
+            return spans(&format!(
+                "the value for {column} is an expression, `*` or missing (name the columns)"
+            ))
+        }
+    };
+    if read_group.is_some_and(|g| g != key_group) {
+        return spans("the rows are read on one group but their keys belong to another");
+    }
+    Plan::Group {
+        group: key_group,
+        reason: "key",
+    }
+}
+
+/// Key types whose equal values hash alike (PostgreSQL's integer hashes agree across widths).
+fn same_hash(a: KeyType, b: KeyType) -> bool {
+    let int = |t| matches!(t, KeyType::Int2 | KeyType::Int4 | KeyType::Int8);
+    a == b || (int(a) && int(b))
 }
 
 fn plan_by_conditions(
@@ -509,6 +612,34 @@ mod tests {
                 vec![],
                 ga.clone(),
             ),
+            // INSERT … SELECT within one group: the key from a co-located table read by key, or
+            // a constant of the group the SELECT reads.
+            (
+                format!("insert into orders (customer_id, v) select customer_id, v from items where customer_id = {a}"),
+                vec![],
+                ga.clone(),
+            ),
+            (
+                format!("insert into orders (v, customer_id) select i.v, i.customer_id from items i where i.customer_id in ({a}, {a})"),
+                vec![],
+                ga.clone(),
+            ),
+            (
+                "insert into orders (customer_id, v) select o.customer_id, o.v || 'x' from orders o where o.customer_id = $1".into(),
+                vec![Some("1")],
+                ga.clone(),
+            ),
+            (format!("insert into orders (customer_id, v) select {a}, 'x'"), vec![], ga.clone()),
+            (
+                format!("insert into orders (customer_id, v) select {a}, name from countries where id = 3"),
+                vec![],
+                ga.clone(),
+            ),
+            (
+                format!("insert into orders (customer_id, v) select $1, v from items where customer_id = {a}"),
+                vec![Some("1")],
+                ga.clone(),
+            ),
             ("select * from countries".into(), vec![], Plan::Anywhere),
             ("select 1".into(), vec![], Plan::Anywhere),
             ("select * from plain_table".into(), vec![], Plan::Group { group: 0, reason: "local_table" }),
@@ -641,9 +772,49 @@ mod tests {
                 "column list",
             ),
             (
-                "insert into orders (customer_id) select 1".into(),
+                format!("insert into orders (customer_id, v) select customer_id, v from items where customer_id in ({a}, {b})"),
                 vec![],
-                "INSERT … SELECT",
+                "several shard groups",
+            ),
+            (
+                format!("insert into orders (customer_id, v) select {b}, v from items where customer_id = {a}"),
+                vec![],
+                "keys belong to another",
+            ),
+            (
+                "insert into orders (customer_id, v) select customer_id, v from items".into(),
+                vec![],
+                "no condition",
+            ),
+            (
+                format!("insert into orders (customer_id, v) select email, v from users where email = 'x' and {a} = {a}"),
+                vec![],
+                "co-located",
+            ),
+            (
+                format!("insert into orders (customer_id, v) select customer_id + 1, v from items where customer_id = {a}"),
+                vec![],
+                "an expression",
+            ),
+            (
+                format!("insert into orders select * from items where customer_id = {a}"),
+                vec![],
+                "column list",
+            ),
+            (
+                format!("insert into orders (customer_id, v) select {a}, (select max(v) from items)"),
+                vec![],
+                "subquery",
+            ),
+            (
+                format!("insert into orders (customer_id, v) select customer_id, v from items where customer_id = {a} union select {a}, 'x'"),
+                vec![],
+                "set operation",
+            ),
+            (
+                format!("insert into orders (customer_id, v) select {a}, i from plain_table"),
+                vec![],
+                "group 0",
             ),
             (
                 format!("update orders set customer_id = 5 where customer_id = {a}"),

@@ -43,6 +43,17 @@ pub struct Condition {
     pub values: Vec<KeyExpr>,
 }
 
+/// One entry of a SELECT's target list, as far as routing cares.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// A plain column reference, with its qualifier if written.
+    Column(Option<String>, String),
+    /// A constant or parameter.
+    Value(KeyExpr),
+    /// Anything else (an expression, `*`).
+    Other,
+}
+
 /// A table named in the statement's top-level FROM (or its target), with its alias.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TableRef {
@@ -67,6 +78,10 @@ pub struct KeyFacts {
     pub insert_rows: Vec<Vec<KeyExpr>>,
     /// The INSERT takes its rows from a query.
     pub insert_select: bool,
+    /// That query's own facts, when it is a plain SELECT (no set operation).
+    pub source: Option<Box<KeyFacts>>,
+    /// A SELECT's target list (for the source of an INSERT … SELECT).
+    pub targets: Vec<Target>,
     /// Columns an UPDATE sets.
     pub set_columns: Vec<String>,
     /// A join, subquery, CTE or set operation is present: tables beyond `tables` may be read.
@@ -129,6 +144,8 @@ fn facts_of(node: &Value) -> KeyFacts {
         insert_columns: Vec::new(),
         insert_rows: Vec::new(),
         insert_select: false,
+        source: None,
+        targets: Vec::new(),
         set_columns: Vec::new(),
         nested: false,
         utility: None,
@@ -168,7 +185,19 @@ fn facts_of(node: &Value) -> KeyFacts {
                     .collect();
                 f.nested |= contains_sublink(source);
             }
-            _ => f.insert_select = !s["select_stmt"].is_null(),
+            _ => {
+                f.insert_select = !s["select_stmt"].is_null();
+                if !source.is_null() && source["larg"].is_null() {
+                    let mut inner = facts_of(&s["select_stmt"]["node"]);
+                    inner.targets = source["target_list"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .map(|t| target(&t["node"]["ResTarget"]["val"]))
+                        .collect();
+                    f.source = Some(Box::new(inner));
+                }
+            }
         }
         f.nested |=
             !s["on_conflict_clause"].is_null() && contains_sublink(&s["on_conflict_clause"]);
@@ -444,6 +473,17 @@ fn key_expr(v: &Value) -> KeyExpr {
         return key_expr(&cast["arg"]);
     }
     KeyExpr::Other
+}
+
+/// A target list entry.
+fn target(v: &Value) -> Target {
+    if let Some((qualifier, column)) = column_ref(&v["node"]) {
+        return Target::Column(qualifier, column);
+    }
+    match key_expr(v) {
+        KeyExpr::Other => Target::Other,
+        e => Target::Value(e),
+    }
 }
 
 /// Whether a subquery appears anywhere under `v`.

@@ -22,7 +22,9 @@ mod walk;
 
 pub use cache::{CacheStats, ClassifierCache};
 pub use classify::classify;
-pub use keys::{herd_call, key_facts, Condition, CopyFacts, KeyExpr, KeyFacts, StmtKind, TableRef};
+pub use keys::{
+    herd_call, key_facts, Condition, CopyFacts, KeyExpr, KeyFacts, StmtKind, TableRef, Target,
+};
 pub use shape::shape_key;
 
 use std::ops::Range;
