@@ -16,8 +16,23 @@ mod url;
 
 use clap::Parser;
 
+/// Raises the soft limit on open files to the hard limit: the endpoint holds one descriptor
+/// per client connection, and the usual soft limit (1,024) would refuse clients long before
+/// the pools or PostgreSQL are the limit.
+fn raise_open_files_limit() {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
+        if soft < hard {
+            if let Err(e) = setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
+                eprintln!("warning: cannot raise the open files limit from {soft} to {hard}: {e}");
+            }
+        }
+    }
+}
+
 fn main() -> std::process::ExitCode {
     let args = cli::Cli::parse();
+    raise_open_files_limit();
     // On 2 cores or fewer everything runs on one thread (tokio's current-thread scheduler):
     // the proxy's wake-ups then never cross threads, which measured 3-5 points better against
     // direct connections in `herd bench proxy` (docs/benchmarks.md). Larger machines get 2
