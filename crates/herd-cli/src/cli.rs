@@ -165,6 +165,9 @@ enum ConfigCommand {
     Set {
         #[command(flatten)]
         dir: DataDirArg,
+        /// Only this shard group (commit-mode and sync-standbys; kept in herd.toml as [group.G]).
+        #[arg(long)]
+        group: Option<u32>,
         /// commit-mode, sync-standbys or wal-compression.
         key: String,
         /// The new value, e.g. remote_apply, "ANY 2" or lz4.
@@ -202,8 +205,14 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             crate::admin::request(&a.dir.layout()?, path).await
         }
         Command::Config {
-            command: ConfigCommand::Set { dir, key, value },
-        } => crate::config_cmd::set(&dir.layout()?, &key, &value).await,
+            command:
+                ConfigCommand::Set {
+                    dir,
+                    group,
+                    key,
+                    value,
+                },
+        } => crate::config_cmd::set(&dir.layout()?, group, &key, &value).await,
         Command::Shards {
             command: ShardsCommand::Verify { dir, database },
         } => crate::shards::verify(&dir.layout()?, &database).await,

@@ -1,39 +1,61 @@
 //! `herd config set`: change the commit mode, sync quorum or WAL compression of a (running)
-//! cluster.
+//! cluster, for every shard group or (`--group G`) for one.
 
 use herd_cluster::Layout;
+use herd_config::{Changed, Config};
 use herd_pg::{OsUser, Pg, PgBinaries};
 
-pub async fn set(layout: &Layout, key: &str, value: &str) -> anyhow::Result<()> {
-    let mut cluster = crate::status::open(layout)?;
-    let changed = cluster.config.set(key, value)?;
+pub async fn set(
+    layout: &Layout,
+    group: Option<u32>,
+    key: &str,
+    value: &str,
+) -> anyhow::Result<()> {
+    // Opened first: it says clearly when there is no cluster here.
+    crate::status::open(layout)?;
+    // The file as written (not a group's view of it, which has its overrides applied).
+    let mut config = Config::load(&layout.config())?;
+    let changed = match group {
+        Some(g) => config.set_for_group(g, key, value)?,
+        None => config.set(key, value)?,
+    };
     let pg = Pg::new(
-        PgBinaries::locate(cluster.config.postgres.bindir.as_deref())?,
-        OsUser::for_servers(&cluster.config.postgres.os_user)?,
+        PgBinaries::locate(config.postgres.bindir.as_deref())?,
+        OsUser::for_servers(&config.postgres.os_user)?,
     );
     // herd.toml first: a supervisor restarting a server reads it from there.
-    std::fs::write(layout.config(), herd_config::render(&cluster.config))?;
-    // Every shard group gets the same settings, group 0 first.
-    let groups = herd_cluster::open_groups(layout, &cluster.config)?;
-    if changed == herd_config::Changed::ServerSetting {
-        for group in &groups {
+    std::fs::write(layout.config(), herd_config::render(&config))?;
+    // Every shard group concerned, group 0 first.
+    let groups: Vec<_> = herd_cluster::open_groups(layout, &config)?
+        .into_iter()
+        .enumerate()
+        .filter(|(g, _)| group.is_none_or(|x| x as usize == *g))
+        .collect();
+    if changed == Changed::ServerSetting {
+        for (_, group) in &groups {
             group.reload_servers(&pg).await?;
         }
         crate::output::emitln!(
             "wal_compression = {} applied",
-            cluster.config.postgres.wal_compression
+            config.postgres.wal_compression
         );
         return Ok(());
     }
-    for mut group in groups {
+    for (g, mut group) in groups {
         group.apply_commit_settings(&pg).await?;
+        let c = &group.config.cluster;
+        let which = if config.cluster.shards > 1 {
+            format!("shard group {g}: ")
+        } else {
+            String::new()
+        };
+        crate::output::emitln!(
+            "{which}commit mode {} with {} applied: synchronous_commit = {}, synchronous_standby_names = '{}'",
+            c.commit_mode,
+            c.sync_standbys,
+            c.commit_mode.synchronous_commit(),
+            group.synchronous_standby_names()
+        );
     }
-    crate::output::emitln!(
-        "commit mode {} with {} applied: synchronous_commit = {}, synchronous_standby_names = '{}'",
-        cluster.config.cluster.commit_mode,
-        cluster.config.cluster.sync_standbys,
-        cluster.config.cluster.commit_mode.synchronous_commit(),
-        cluster.synchronous_standby_names()
-    );
     Ok(())
 }

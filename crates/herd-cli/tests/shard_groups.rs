@@ -144,6 +144,42 @@ async fn groups_fail_over_on_their_own_and_survive_a_restart() {
     assert_eq!(wait_healthy(&c, 1, Some("g1_node1")), "g1_node0");
     assert_eq!(roles(&c, 0).0, ["node0"]);
 
+    // Each group has its own commit mode: group 1 to remote_apply, group 0 unchanged; the
+    // setting is kept in herd.toml as [group.1] and survives the restart below.
+    let out = c.herd_ok(&[
+        "config",
+        "set",
+        "--group",
+        "1",
+        "commit-mode",
+        "remote_apply",
+    ]);
+    assert!(
+        out.contains("shard group 1: commit mode remote_apply"),
+        "{out}"
+    );
+    assert!(!out.contains("shard group 0"), "{out}");
+    let setting = |url: String| async move {
+        connect(&url)
+            .await
+            .query_one("show synchronous_commit", &[])
+            .await
+            .expect("show")
+            .get::<_, String>(0)
+    };
+    assert_eq!(
+        setting(c.url(&["--group", "1", "--primary"])).await,
+        "remote_apply"
+    );
+    assert_eq!(setting(c.url(&["--primary"])).await, "on");
+    let status = c.status();
+    assert_eq!(group(&status, 1)["commit_mode"], "remote_apply", "{status}");
+    assert_eq!(status["commit_mode"], "on", "{status}");
+    assert!(!c
+        .herd(&["config", "set", "--group", "2", "commit-mode", "async"])
+        .status
+        .success());
+
     // Down and up again: both groups come back with their data and roles.
     c.herd_ok(&["down"]);
     let out = c.herd(&["up", "--detach", "--shards", "1"]);
@@ -156,4 +192,9 @@ async fn groups_fail_over_on_their_own_and_survive_a_restart() {
         .await
         .expect("count after restart");
     assert_eq!(rows.get::<_, i64>(0), 100);
+    assert_eq!(
+        setting(c.url(&["--group", "1", "--primary"])).await,
+        "remote_apply"
+    );
+    assert_eq!(setting(c.url(&["--primary"])).await, "on");
 }

@@ -18,6 +18,8 @@ impl Cluster {
         progress: &dyn Progress,
     ) -> Result<Cluster, ClusterError> {
         let group = layout.group();
+        // The group's own commit settings (`[group.N]`) over the cluster's.
+        let config = config.for_group(group);
         let state = ClusterState::new_group(group, config.cluster.replicas);
         let leftovers = state.nodes.iter().any(|n| {
             std::fs::read_dir(layout.node(n))

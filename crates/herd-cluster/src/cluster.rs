@@ -36,6 +36,8 @@ impl Cluster {
                 .into(),
         })?;
         let secrets = Secrets::load(&layout)?;
+        // The group's own commit settings (`[group.N]`) over the cluster's.
+        let config = config.for_group(layout.group());
         Ok(Cluster {
             layout,
             config,

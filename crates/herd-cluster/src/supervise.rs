@@ -372,7 +372,7 @@ fn unix_timestamp() -> String {
 
 fn refresh(cluster: &mut Cluster) {
     match Config::load(&cluster.layout.config()) {
-        Ok(config) => cluster.config = config,
+        Ok(config) => cluster.config = config.for_group(cluster.layout.group()),
         Err(e) => tracing::warn!("keeping the previous configuration: {e}"),
     }
     match ClusterState::load(&cluster.layout.state()) {

@@ -107,6 +107,18 @@ pub fn render(config: &Config) -> String {
             let _ = writeln!(out, "{key} = {value}");
         }
     }
+    for (g, o) in &c.group {
+        let _ = write!(
+            out,
+            "\n# Shard group {g}'s own commit settings (`herd config set --group {g}`).\n[group.{g}]\n"
+        );
+        if let Some(m) = o.commit_mode {
+            let _ = writeln!(out, "commit_mode = {}", q(m.as_str()));
+        }
+        if let Some(s) = o.sync_standbys {
+            let _ = writeln!(out, "sync_standbys = {}", q(&s.to_string()));
+        }
+    }
     out
 }
 
@@ -129,7 +141,34 @@ mod tests {
         c.postgres.bindir = Some(PathBuf::from("/opt/pg/bin"));
         c.postgres.wal_level = "logical".into();
         c.postgres.wal_compression = "lz4".into();
+        c.cluster.shards = 3;
+        c.set_for_group(2, "commit-mode", "async")
+            .expect("per group");
+        c.set_for_group(1, "sync-standbys", "ANY 2")
+            .expect("per group");
+        assert!(
+            c.set_for_group(3, "commit-mode", "on").is_err(),
+            "no group 3"
+        );
+        assert!(
+            c.set_for_group(1, "sync-standbys", "ANY 4").is_err(),
+            "3 replicas"
+        );
+        assert_eq!(
+            c.for_group(2).cluster.commit_mode,
+            herd_core::CommitMode::Async
+        );
+        assert_eq!(
+            c.for_group(1).cluster.commit_mode,
+            herd_core::CommitMode::RemoteApply
+        );
+        assert_eq!(c.for_group(1).cluster.sync_standbys.count, 2);
+        assert_eq!(c.for_group(0), c);
         let text = render(&c);
+        assert!(
+            text.contains("[group.2]\ncommit_mode = \"async\""),
+            "{text}"
+        );
         assert!(text.contains("wal_level = \"logical\""), "{text}");
         assert!(text.contains("(default: \"off\")"), "{text}");
         assert!(text.contains("(default: \"on\")"), "{text}");

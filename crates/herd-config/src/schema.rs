@@ -28,6 +28,22 @@ pub struct Config {
     pub supervisor: SupervisorConfig,
     /// The client endpoint: pooling, routing, consistency.
     pub proxy: ProxyConfig,
+    /// Per shard group overrides of `[cluster]`'s commit settings: `[group.1]`,
+    /// `commit_mode = "remote_apply"`. Keys are group numbers.
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub group: std::collections::BTreeMap<String, GroupConfig>,
+}
+
+/// `[group.N]`: what shard group N does differently from `[cluster]`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct GroupConfig {
+    /// The group's commit mode.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub commit_mode: Option<CommitMode>,
+    /// The group's synchronous quorum.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sync_standbys: Option<SyncStandbys>,
 }
 
 /// `[cluster]`
@@ -247,6 +263,29 @@ impl Config {
                 format!("k must be at most the number of replicas ({})", c.replicas),
             ));
         }
+        for (g, o) in &self.group {
+            let key = format!("group.{g}");
+            match g.parse::<u32>() {
+                Ok(n) if n < MAX_SHARDS => {}
+                _ => {
+                    return Err(ConfigError::invalid(
+                        "group",
+                        g,
+                        format!("a shard group number, 0 to {}", MAX_SHARDS - 1),
+                    ))
+                }
+            }
+            if let Some(s) = o
+                .sync_standbys
+                .filter(|s| c.replicas > 0 && s.count > c.replicas)
+            {
+                return Err(ConfigError::invalid(
+                    &format!("{key}.sync_standbys"),
+                    s,
+                    format!("k must be at most the number of replicas ({})", c.replicas),
+                ));
+            }
+        }
         let n = &self.network;
         let nodes = self.node_count();
         let last_node_port = u32::from(n.port) + nodes;
@@ -373,6 +412,55 @@ impl Config {
         } else {
             self.network.api_port
         }
+    }
+
+    /// The configuration as shard group `group` runs it: `[cluster]` with the group's own
+    /// `[group.N]` commit settings in place.
+    pub fn for_group(&self, group: u32) -> Config {
+        let mut c = self.clone();
+        if let Some(o) = self.group.get(&group.to_string()) {
+            if let Some(m) = o.commit_mode {
+                c.cluster.commit_mode = m;
+            }
+            if let Some(s) = o.sync_standbys {
+                c.cluster.sync_standbys = s;
+            }
+        }
+        c
+    }
+
+    /// Changes a commit setting (`commit-mode`, `sync-standbys`) of shard group `group` only,
+    /// kept as a `[group.N]` override; validating the result.
+    pub fn set_for_group(
+        &mut self,
+        group: u32,
+        key: &str,
+        value: &str,
+    ) -> Result<Changed, ConfigError> {
+        if group >= self.cluster.shards {
+            return Err(ConfigError::invalid(
+                "group",
+                group,
+                format!("0 to {}", self.cluster.shards.saturating_sub(1)),
+            ));
+        }
+        let invalid = |e: herd_core::ParseError| ConfigError::invalid(key, value, e.expected);
+        let mut next = self.clone();
+        let entry = next.group.entry(group.to_string()).or_default();
+        match key.replace('_', "-").trim_start_matches("cluster.") {
+            "commit-mode" => entry.commit_mode = Some(value.parse().map_err(invalid)?),
+            "sync-standbys" => entry.sync_standbys = Some(value.parse().map_err(invalid)?),
+            _ => {
+                return Err(ConfigError::invalid(
+                    "key",
+                    key,
+                    "commit-mode or sync-standbys (per group)",
+                ))
+            }
+        }
+        next.validate()?;
+        *self = next;
+        Ok(Changed::CommitSettings)
     }
 
     /// Changes one run-time setting named as on the command line (`commit-mode`, `sync-standbys`),
