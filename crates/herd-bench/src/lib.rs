@@ -103,6 +103,12 @@ pub const SCENARIOS: &[Scenario] = &[
                 on the replica directly and through Herd's lag-aware read pool",
         run: scenarios::lag::run,
     },
+    Scenario {
+        name: "sharding",
+        about: "point selects and a bulk read by key on 1 server, Herd with 1, 2 and 4 shard \
+                groups and a postgres_fdw baseline on 2 nodes, every node CPU-confined",
+        run: scenarios::sharding::run,
+    },
 ];
 
 /// The name that runs every scenario in turn.

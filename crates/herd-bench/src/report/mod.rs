@@ -67,6 +67,10 @@ pub struct Results {
     /// (absent from the JSON in other scenarios).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub read_scaling: Option<ReadScaling>,
+    /// `herd bench sharding` only: target → node → most client backends seen on the node
+    /// during a run (absent from the JSON in other scenarios).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub connections: BTreeMap<String, BTreeMap<String, u64>>,
 }
 
 /// What `herd bench read-scaling` reports besides qps: each node's CPU confinement and where
@@ -286,6 +290,7 @@ pub fn table(r: &Results) -> String {
         "commit-modes" => return crate::scenarios::commit_modes::table(r),
         "commit-waits" => return crate::scenarios::commit_waits::table(r),
         "read-scaling" => return crate::scenarios::read_scaling_report::table(r),
+        "sharding" => return crate::scenarios::sharding_report::table(r),
         _ => {}
     }
     let Some((base, others)) = r.settings.targets.split_first() else {

@@ -12,3 +12,5 @@ mod lag_sampler;
 pub mod proxy;
 pub mod read_scaling;
 pub mod read_scaling_report;
+pub mod sharding;
+pub mod sharding_report;
