@@ -144,6 +144,32 @@ async fn distributed_table_routed_by_key() {
         .await
         .expect("delete by key");
 
+    // A co-located table joined on the key runs on the key's group.
+    client
+        .batch_execute("create table items (customer_id bigint, item text)")
+        .await
+        .expect("items");
+    client
+        .simple_query("select herd.create_distributed_table('items', 'customer_id')")
+        .await
+        .expect("distribute items");
+    client
+        .execute(
+            "insert into items (customer_id, item) values ($1, 'book')",
+            &[&5i64],
+        )
+        .await
+        .expect("insert item by key");
+    let joined = client
+        .query(
+            "select o.v, i.item from orders o join items i using (customer_id) where o.customer_id = $1",
+            &[&5i64],
+        )
+        .await
+        .expect("join on the key");
+    assert_eq!(joined.len(), 1);
+    assert_eq!(joined[0].get::<_, String>(1), "book");
+
     // What would span groups is refused, naming the table and the way out.
     for sql in [
         "select count(*) from orders",

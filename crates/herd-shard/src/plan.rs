@@ -3,7 +3,7 @@
 //! planner cannot place on exactly one group with certainty is refused with a reason that
 //! names the table and what would make it single-group; it is never sent somewhere on a guess.
 
-use herd_sql::{KeyExpr, KeyFacts, StmtKind};
+use herd_sql::{KeyExpr, KeyFacts, StmtKind, TableRef};
 
 use crate::{KeyType, KeyValue, ShardMap, TableKind};
 
@@ -392,11 +392,7 @@ fn plan_insert_select(
                 keyed
                     && match qualifier {
                         None => true,
-                        Some(q) => {
-                            Some(q.as_str()) == t.alias.as_deref()
-                                || (t.alias.is_none()
-                                    && (q == &t.name || t.name.ends_with(&format!(".{q}"))))
-                        }
+                        Some(q) => names(t, q),
                     }
             });
             match (from, read_group) {
@@ -444,7 +440,10 @@ fn plan_by_conditions(
             ));
         }
     }
+    // Each distributed table's group: from a condition on its own key, or (joined on the key)
+    // from a co-located table's.
     let mut group = None;
+    let mut resolved: Vec<(&TableRef, &str, KeyType, Option<u32>)> = Vec::new();
     for (table, column, key_type) in distributed {
         // The table's own reference in the top-level FROM (a table only read in a subquery or
         // join cannot be tied to a condition here).
@@ -461,21 +460,11 @@ fn plan_by_conditions(
             c.column == *column
                 && match &c.qualifier {
                     None => only_one,
-                    Some(q) => {
-                        Some(q.as_str()) == tref.alias.as_deref()
-                            || (tref.alias.is_none()
-                                && (q == &tref.name || tref.name.ends_with(&format!(".{q}"))))
-                    }
+                    Some(q) => names(tref, q),
                 }
         });
-        let Some(cond) = cond else {
-            return Plan::Refuse(format!(
-                "this statement on distributed table {table} has no condition on its shard key \
-                 {column}, so it would need every shard group (not supported yet): add \
-                 WHERE {column} = <value> (or IN (…) within one group)"
-            ));
-        };
-        for v in &cond.values {
+        let mut own = None;
+        for v in cond.map(|c| c.values.as_slice()).unwrap_or_default() {
             let g = match value_group(v, *key_type, map, param) {
                 Ok(g) => g,
                 Err(why) => return Plan::Refuse(format!("{why} for {table}.{column}")),
@@ -487,12 +476,59 @@ fn plan_by_conditions(
                 ));
             }
             group = Some(g);
+            own = Some(g);
         }
+        resolved.push((tref, column, *key_type, own));
+    }
+    // Joined on the key to a table whose group is known: the same group (its joined rows have
+    // the same key). Repeated so that chains of joins resolve.
+    loop {
+        let mut changed = false;
+        for i in 0..resolved.len() {
+            if resolved[i].3.is_some() {
+                continue;
+            }
+            let (tref, column, key_type, _) = resolved[i];
+            let is_key = |c: &herd_sql::ColumnName, t: &TableRef, col: &str| {
+                c.1 == col && c.0.as_deref().is_some_and(|q| names(t, q))
+            };
+            let found = resolved.iter().find_map(|(u, ucol, utype, g)| {
+                let g = (*g)?;
+                let linked = facts.equalities.iter().any(|(a, b)| {
+                    (is_key(a, tref, column) && is_key(b, u, ucol))
+                        || (is_key(b, tref, column) && is_key(a, u, ucol))
+                });
+                (linked && same_hash(key_type, *utype)).then_some(g)
+            });
+            if let Some(g) = found {
+                resolved[i].3 = Some(g);
+                changed = true;
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    if let Some((tref, column, _, _)) = resolved.iter().find(|r| r.3.is_none()) {
+        let table = &tref.name;
+        return Plan::Refuse(format!(
+            "this statement on distributed table {table} has no condition on its shard key \
+             {column}, so it would need every shard group (not supported yet): add \
+             WHERE {column} = <value> (or IN (…) within one group), or join it on its key to a \
+             co-located table that has one"
+        ));
     }
     Plan::Group {
         group: group.unwrap_or(0),
         reason: "key",
     }
+}
+
+/// `qualifier` names the table reference `t` (its alias, or its name when it has none).
+fn names(t: &TableRef, qualifier: &str) -> bool {
+    Some(qualifier) == t.alias.as_deref()
+        || (t.alias.is_none()
+            && (qualifier == t.name || t.name.ends_with(&format!(".{qualifier}"))))
 }
 
 fn value_group(
@@ -638,6 +674,37 @@ mod tests {
             (
                 format!("insert into orders (customer_id, v) select $1, v from items where customer_id = {a}"),
                 vec![Some("1")],
+                ga.clone(),
+            ),
+            // Co-located tables joined on the key: the joined table's rows share the key.
+            (
+                format!("select * from orders o join items i on i.customer_id = o.customer_id where o.customer_id = {a}"),
+                vec![],
+                ga.clone(),
+            ),
+            (
+                format!("select * from orders join items using (customer_id) where orders.customer_id = {a}"),
+                vec![],
+                ga.clone(),
+            ),
+            (
+                format!("select * from orders o left join items i on o.customer_id = i.customer_id where o.customer_id = {a}"),
+                vec![],
+                ga.clone(),
+            ),
+            (
+                format!("select * from orders o, items i where i.customer_id = o.customer_id and i.customer_id = {a}"),
+                vec![],
+                ga.clone(),
+            ),
+            (
+                format!("select * from orders o join items i on i.customer_id = o.customer_id and o.customer_id = {a}"),
+                vec![],
+                ga.clone(),
+            ),
+            (
+                format!("delete from items using orders o where items.customer_id = o.customer_id and o.customer_id = {a}"),
+                vec![],
                 ga.clone(),
             ),
             ("select * from countries".into(), vec![], Plan::Anywhere),
@@ -850,6 +917,28 @@ mod tests {
             ),
             (
                 "select * from orders, items where customer_id = 1".into(),
+                vec![],
+                "no condition",
+            ),
+            // Joined, but not on the key, or on a key of another hash, or restricted only in
+            // an outer join's ON (which keeps every row of the other side).
+            (
+                format!("select * from orders o join items i on i.v = o.customer_id where o.customer_id = {a}"),
+                vec![],
+                "no condition",
+            ),
+            (
+                format!("select * from orders o join users u on u.email = o.v where o.customer_id = {a}"),
+                vec![],
+                "no condition",
+            ),
+            (
+                format!("select * from orders o left join items i on i.customer_id = o.customer_id and i.customer_id = {a}"),
+                vec![],
+                "no condition",
+            ),
+            (
+                "select * from orders o join items i on i.customer_id = o.customer_id".into(),
                 vec![],
                 "no condition",
             ),

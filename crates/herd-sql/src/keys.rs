@@ -54,6 +54,9 @@ pub enum Target {
     Other,
 }
 
+/// A column as written: its qualifier (table name or alias), if any, and its name.
+pub type ColumnName = (Option<String>, String);
+
 /// A table named in the statement's top-level FROM (or its target), with its alias.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TableRef {
@@ -70,8 +73,12 @@ pub struct KeyFacts {
     pub kind: StmtKind,
     /// INSERT/UPDATE/DELETE target, and the top-level FROM / USING tables.
     pub tables: Vec<TableRef>,
-    /// Top-level conjuncts of the WHERE clause that compare a column with values.
+    /// Top-level conjuncts of the WHERE clause (and of inner joins' ON) that compare a column
+    /// with values.
     pub conditions: Vec<Condition>,
+    /// `a.x = b.y` between two columns: top-level conjuncts of the WHERE clause and of any
+    /// join's ON, and the columns of `JOIN … USING`.
+    pub equalities: Vec<(ColumnName, ColumnName)>,
     /// An INSERT's column list (empty when not written).
     pub insert_columns: Vec<String>,
     /// An INSERT's VALUES rows (empty for INSERT … SELECT or DEFAULT VALUES).
@@ -141,6 +148,7 @@ fn facts_of(node: &Value) -> KeyFacts {
         kind: StmtKind::Other,
         tables: Vec::new(),
         conditions: Vec::new(),
+        equalities: Vec::new(),
         insert_columns: Vec::new(),
         insert_rows: Vec::new(),
         insert_select: false,
@@ -344,6 +352,19 @@ fn from_item(item: &Value, f: &mut KeyFacts) {
         from_item(&j["larg"], f);
         from_item(&j["rarg"], f);
         f.nested |= contains_sublink(&j["quals"]);
+        // An inner join's ON restricts both sides like WHERE.
+        let inner = j["jointype"].as_i64() == Some(pg_query::protobuf::JoinType::JoinInner as i64);
+        if !j["quals"].is_null() {
+            conjuncts(&j["quals"], f, inner);
+        }
+        if let (Some(l), Some(r)) = (range_name(&j["larg"]), range_name(&j["rarg"])) {
+            for c in j["using_clause"].as_array().into_iter().flatten() {
+                if let Some(col) = c["node"]["String"]["sval"].as_str() {
+                    f.equalities
+                        .push(((Some(l.clone()), col.into()), (Some(r.clone()), col.into())));
+                }
+            }
+        }
     } else {
         f.nested = true;
     }
@@ -367,21 +388,49 @@ fn where_clause(w: &Value, f: &mut KeyFacts) {
         return;
     }
     f.nested |= contains_sublink(w);
+    conjuncts(w, f, true);
+}
+
+/// The top-level conjuncts of `w`: column equalities always, value conditions when
+/// `conditions` (not from the ON of an outer join, which does not restrict the preserved side).
+fn conjuncts(w: &Value, f: &mut KeyFacts, conditions: bool) {
     let node = &w["node"];
     // AND of conjuncts (boolop 1 = AND_EXPR), or a single condition.
-    if let Some(b) = node.get("BoolExpr") {
-        if b["boolop"].as_i64() == Some(1) {
-            for arg in b["args"].as_array().into_iter().flatten() {
-                if let Some(c) = condition(&arg["node"]) {
-                    f.conditions.push(c);
-                }
-            }
+    let single = [w.clone()];
+    let parts: &[Value] = match node.get("BoolExpr") {
+        Some(b) if b["boolop"].as_i64() == Some(1) => b["args"].as_array().map_or(&[], |a| a),
+        Some(_) => return,
+        None => &single,
+    };
+    for arg in parts {
+        if let Some(eq) = equality(&arg["node"]) {
+            f.equalities.push(eq);
+        } else if let Some(c) = condition(&arg["node"]).filter(|_| conditions) {
+            f.conditions.push(c);
         }
-        return;
     }
-    if let Some(c) = condition(node) {
-        f.conditions.push(c);
+}
+
+/// `a.x = b.y`.
+fn equality(node: &Value) -> Option<(ColumnName, ColumnName)> {
+    let e = node.get("AExpr")?;
+    let op = e["name"].as_array()?.last()?["node"]["String"]["sval"].as_str()?;
+    if op != "=" || e["kind"].as_i64()? != 1 {
+        return None;
     }
+    Some((
+        column_ref(&e["lexpr"]["node"])?,
+        column_ref(&e["rexpr"]["node"])?,
+    ))
+}
+
+/// The name a FROM item that is a plain table goes by (its alias, else its name).
+fn range_name(item: &Value) -> Option<String> {
+    let t = range_var(&item["node"]["RangeVar"])?;
+    Some(
+        t.alias
+            .unwrap_or_else(|| t.name.rsplit('.').next().unwrap_or(&t.name).to_string()),
+    )
 }
 
 /// `col = value`, `value = col` or `col IN (…)`.
