@@ -111,7 +111,9 @@ pub fn plan(
             all.push(&t.name);
         }
     }
-    for r in all {
+    // A CTE's name is not a table.
+    let ctes: &[String] = facts.map_or(&[], |f| f.ctes.as_slice());
+    for r in all.into_iter().filter(|r| !ctes.contains(r)) {
         match map.table(r) {
             Some(TableKind::Distributed { column, key_type }) => {
                 distributed.push((r.as_str(), column.as_str(), *key_type))
@@ -676,6 +678,27 @@ mod tests {
                 vec![Some("1")],
                 ga.clone(),
             ),
+            // More forms of the key: reversed, cast, parameters among others, aggregates,
+            // locking, ordering, RETURNING, ON CONFLICT, EXPLAIN.
+            (format!("select * from orders where {a} = customer_id"), vec![], ga.clone()),
+            (format!("select * from orders where customer_id = {a}::int8"), vec![], ga.clone()),
+            (format!("select * from orders where customer_id = cast('{a}' as bigint)"), vec![], ga.clone()),
+            ("select * from orders where v = $1 and customer_id = $2".into(), vec![Some("x"), Some("1")], ga.clone()),
+            ("update orders set v = $1 where customer_id = $2".into(), vec![Some("x"), Some("1")], ga.clone()),
+            ("delete from orders where customer_id in ($1, $2)".into(), vec![Some("1"), Some("1")], ga.clone()),
+            (format!("select count(*), sum(v) from orders where customer_id = {a}"), vec![], ga.clone()),
+            (format!("select * from orders where customer_id = {a} for update"), vec![], ga.clone()),
+            (format!("select * from orders where customer_id = {a} order by id desc limit 5"), vec![], ga.clone()),
+            (format!("insert into orders (customer_id, v) values ({a}, 'x') returning id"), vec![], ga.clone()),
+            (
+                format!("insert into orders (customer_id, v) values ({a}, 'x') on conflict (customer_id, id) do update set v = excluded.v"),
+                vec![],
+                ga.clone(),
+            ),
+            (format!("explain select * from orders where customer_id = {a}"), vec![], ga.clone()),
+            (format!("explain analyze update orders set v = 1 where customer_id = {a}"), vec![], ga.clone()),
+            (format!("select * from public.orders o where o.customer_id = {a}"), vec![], ga.clone()),
+            (format!("delete from orders o where o.customer_id = {a} returning *"), vec![], ga.clone()),
             // Co-located tables joined on the key: the joined table's rows share the key.
             (
                 format!("select * from orders o join items i on i.customer_id = o.customer_id where o.customer_id = {a}"),
@@ -919,6 +942,31 @@ mod tests {
                 "select * from orders, items where customer_id = 1".into(),
                 vec![],
                 "no condition",
+            ),
+            (
+                "select * from orders where customer_id = any($1)".into(),
+                vec![Some("{1,2}")],
+                "no condition",
+            ),
+            (
+                format!("select * from orders where customer_id = {a} or customer_id = {b}"),
+                vec![],
+                "no condition",
+            ),
+            (
+                format!("select * from orders where customer_id > {a}"),
+                vec![],
+                "no condition",
+            ),
+            (
+                "select * from orders where customer_id = $1".into(),
+                vec![Some("not-a-number")],
+                "customer_id",
+            ),
+            (
+                format!("with x as (select * from orders where customer_id = {a}) select * from x"),
+                vec![],
+                "subquery, join or CTE",
             ),
             // Joined, but not on the key, or on a key of another hash, or restricted only in
             // an outer join's ON (which keeps every row of the other side).

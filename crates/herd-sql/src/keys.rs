@@ -93,6 +93,8 @@ pub struct KeyFacts {
     pub set_columns: Vec<String>,
     /// A join, subquery, CTE or set operation is present: tables beyond `tables` may be read.
     pub nested: bool,
+    /// Names of the statement's common table expressions (`WITH name AS …`): not tables.
+    pub ctes: Vec<String>,
     /// For other statements, the parse node's kind (`IndexStmt`, `AlterTableStmt`,
     /// `TruncateStmt`, `DropStmt` …).
     pub utility: Option<String>,
@@ -156,12 +158,25 @@ fn facts_of(node: &Value) -> KeyFacts {
         targets: Vec::new(),
         set_columns: Vec::new(),
         nested: false,
+        ctes: Vec::new(),
         utility: None,
         concurrent: false,
         drop_type: None,
         index_name: None,
         copy: None,
     };
+    if let Some(body) = ["SelectStmt", "InsertStmt", "UpdateStmt", "DeleteStmt"]
+        .iter()
+        .find_map(|k| node.get(*k))
+    {
+        f.ctes = body["with_clause"]["ctes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|c| c["node"]["CommonTableExpr"]["ctename"].as_str())
+            .map(str::to_string)
+            .collect();
+    }
     if let Some(s) = node.get("SelectStmt") {
         f.kind = StmtKind::Select;
         select(s, &mut f);

@@ -25,6 +25,7 @@ pub(super) fn explain(
     confinement: Option<String>,
     front_cpus: f64,
     connections: &BTreeMap<String, BTreeMap<String, u64>>,
+    throttled: &BTreeMap<String, f64>,
 ) -> Vec<String> {
     let mut notes = Vec::new();
     notes.push(match confinement {
@@ -45,6 +46,18 @@ pub(super) fn explain(
          table on the other server; half the clients connect to each server.",
         plan.rows, plan.customers
     ));
+    if !throttled.is_empty() {
+        let shares: Vec<String> = throttled
+            .iter()
+            .map(|(g, v)| format!("{g} {:.0} %", v * 100.0))
+            .collect();
+        notes.push(format!(
+            "Share of quota periods in which each group was throttled over all measured runs \
+             (a node's group is busy only while its target runs; the front group while any \
+             does — near 100 % there would mean the harness, not the nodes, set the pace): {}.",
+            shares.join(", ")
+        ));
+    }
     let conns: Vec<String> = connections
         .iter()
         .map(|(target, nodes)| {
