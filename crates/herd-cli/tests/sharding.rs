@@ -8,6 +8,8 @@ mod common;
 
 use common::{cluster, connect};
 use herd_shard::{KeyValue, ShardMap, DEFAULT_SHARD_COUNT};
+use std::time::Duration;
+
 use tokio_postgres::error::SqlState;
 
 fn code(e: &tokio_postgres::Error) -> String {
@@ -438,6 +440,35 @@ async fn distributed_table_routed_by_key() {
         .query_one("select v from orders where customer_id = $1", &[&57i64])
         .await
         .expect("read by key after restart");
+    assert_eq!(row.get::<_, String>(0), "v57");
+    let e = client
+        .simple_query("select * from orders")
+        .await
+        .expect_err("still distributed");
+    assert_eq!(e.code(), Some(&SqlState::FEATURE_NOT_SUPPORTED));
+    // … and a kill -9 of Herd itself (the servers keep running; `herd up` adopts them and a
+    // new proxy reads the map from the groups).
+    drop(client);
+    let supervisor = c.status()["supervisor"]["pid"]
+        .as_i64()
+        .expect("supervisor pid") as i32;
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(supervisor),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("kill -9 herd");
+    common::eventually(
+        Duration::from_secs(10),
+        "the supervisor to be gone",
+        || async { c.status()["supervisor"].is_null() },
+    )
+    .await;
+    c.up(&[]);
+    let client = connect(&c.url(&[])).await;
+    let row = client
+        .query_one("select v from orders where customer_id = $1", &[&57i64])
+        .await
+        .expect("read by key after Herd's restart");
     assert_eq!(row.get::<_, String>(0), "v57");
     let e = client
         .simple_query("select * from orders")
