@@ -701,8 +701,9 @@ fn pgbench(args: &[&str], url: &str) -> String {
 }
 
 /// pgbench through the endpoint on a 2-group cluster: its tables created, `pgbench_accounts`
-/// distributed by `aid` and loaded with pgbench's own COPY, then point selects by key in all three
-/// protocols with no failed transaction, and every row where the rule says; psycopg reads by key.
+/// distributed by `aid` and loaded with psql's `\copy`, then point selects by key in all three
+/// protocols with no failed transaction, and every row where the rule says; psql reads by key and
+/// copies every group's rows out; psycopg reads by key.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pgbench_and_psycopg_on_a_sharded_cluster() {
     let c = cluster();
@@ -723,19 +724,40 @@ async fn pgbench_and_psycopg_on_a_sharded_cluster() {
         )
         .await
         .expect("branches and tellers on group 0");
-    {
-        use futures_util::SinkExt;
-        let sink = client
-            .copy_in("copy pgbench_accounts (aid, bid, abalance, filler) from stdin")
-            .await
-            .expect("copy accounts");
-        futures_util::pin_mut!(sink);
-        let rows: String = (1..=100_000)
-            .map(|aid| format!("{aid}\t1\t0\t\n"))
-            .collect();
-        sink.send(bytes::Bytes::from(rows)).await.expect("send");
-        assert_eq!(sink.finish().await.expect("finish"), 100_000);
-    }
+    // psql's \copy (COPY in the simple protocol) loads the accounts, split by key.
+    let dir = herd_testkit::scratch_dir();
+    let file = dir.path().join("accounts.tsv");
+    let rows: String = (1..=100_000)
+        .map(|aid| format!("{aid}\t1\t0\t\n"))
+        .collect();
+    std::fs::write(&file, rows).expect("writing accounts");
+    let psql = |command: &str| {
+        let out = std::process::Command::new("/usr/lib/postgresql/15/bin/psql")
+            .args([
+                "-X",
+                "-q",
+                "-A",
+                "-t",
+                "-v",
+                "ON_ERROR_STOP=1",
+                "-d",
+                &url,
+                "-c",
+                command,
+            ])
+            .output()
+            .expect("psql");
+        assert!(
+            out.status.success(),
+            "psql {command}: {}",
+            herd_testkit::describe(&out)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    psql(&format!(
+        "\\copy pgbench_accounts (aid, bid, abalance, filler) from '{}'",
+        file.display()
+    ));
     client
         .batch_execute("alter table pgbench_accounts add primary key (aid)")
         .await
@@ -768,6 +790,13 @@ async fn pgbench_and_psycopg_on_a_sharded_cluster() {
         .filter_map(|l| l.split(": ").nth(1)?.split(' ').next()?.parse::<u64>().ok())
         .sum();
     assert_eq!(rows, 100_000, "{verify}");
+    // psql reads by key and copies every group's rows out as one COPY.
+    assert_eq!(
+        psql("select abalance from pgbench_accounts where aid = 77").trim(),
+        "0"
+    );
+    let copied = psql("\\copy pgbench_accounts (aid) to stdout");
+    assert_eq!(copied.lines().count(), 100_000);
     // psycopg (the system's, over libpq) by key, in its default (extended) protocol.
     let script = "import psycopg, sys\n\
         with psycopg.connect(sys.argv[1]) as c:\n\
