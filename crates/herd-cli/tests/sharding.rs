@@ -512,6 +512,28 @@ async fn distributed_table_routed_by_key() {
         );
     }
 
+    // DROP INDEX of a distributed table's indexes reaches every group (looked up by name),
+    // also CONCURRENTLY (group by group).
+    client
+        .batch_execute("drop index orders_note")
+        .await
+        .expect("drop index everywhere");
+    client
+        .batch_execute("drop index concurrently orders_v")
+        .await
+        .expect("drop index concurrently everywhere");
+    for g in 0..2u32 {
+        let direct = connect(&c.url(&["--group", &g.to_string(), "--primary"])).await;
+        let row = direct
+            .query_one(
+                "select count(*) from pg_class where relname in ('orders_note', 'orders_v')",
+                &[],
+            )
+            .await
+            .expect("catalog");
+        assert_eq!(row.get::<_, i64>(0), 0, "group {g}");
+    }
+
     // DROP TABLE of a distributed table drops it everywhere and takes it out of the map: a
     // new table of the same name is an ordinary one on group 0.
     client

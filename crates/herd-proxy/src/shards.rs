@@ -145,6 +145,34 @@ impl ProxyContext {
         Ok(map)
     }
 
+    /// The table (`schema.name`) of each index in `indexes` (as written), looked up on group 0
+    /// where every index of a distributed table also exists; unknown indexes are left out.
+    pub async fn index_tables(
+        &self,
+        database: &str,
+        indexes: &[String],
+    ) -> Result<Vec<String>, ProxyError> {
+        let primary = self.current_primary_of(0).await?;
+        let client = admin_connect_db(&primary, &self.admin, database, Duration::from_secs(5))
+            .await
+            .ok_or_else(|| {
+                ProxyError::Unavailable(format!(
+                    "cannot reach shard group 0's primary {} to look up an index",
+                    primary.name
+                ))
+            })?;
+        let rows = client
+            .query(
+                "SELECT n.nspname || '.' || t.relname FROM unnest($1::text[]) x \
+                 JOIN pg_index i ON i.indexrelid = to_regclass(x) \
+                 JOIN pg_class t ON t.oid = i.indrelid JOIN pg_namespace n ON n.oid = t.relnamespace",
+                &[&indexes],
+            )
+            .await
+            .map_err(|e| failed("looking up an index's table", e))?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
+    }
+
     /// Runs `SELECT herd.<function>(args…)`; the text is the function's one-row answer.
     pub async fn herd_call(
         &self,

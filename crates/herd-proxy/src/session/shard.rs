@@ -63,7 +63,13 @@ impl Session {
         while let Some((frame, used)) = split_frame(rest, usize::MAX)? {
             rest = &rest[used..];
             let plan = match frame.tag {
-                tag::QUERY => plan_sql(&self.ctx, &map, Query::decode(frame.body)?.sql, &[]),
+                tag::QUERY => {
+                    let sql = Query::decode(frame.body)?.sql;
+                    match self.drop_index_plan(&map, sql).await? {
+                        Some(p) => p,
+                        None => plan_sql(&self.ctx, &map, sql, &[]),
+                    }
+                }
                 tag::PARSE => {
                     let p = Parse::decode(frame.body)?;
                     parsed.insert(p.name.to_vec(), p.query.to_vec());
@@ -122,6 +128,43 @@ impl Session {
             }
         }
         Ok(UnitRoute::Group(group))
+    }
+
+    /// `DROP INDEX` of indexes of distributed or reference tables: the index name does not say
+    /// its table, so it is looked up; such a drop runs on every group (in a two-phase commit,
+    /// or group by group for `CONCURRENTLY`). `None`: not such a statement.
+    async fn drop_index_plan(
+        &mut self,
+        map: &ShardMap,
+        sql: &[u8],
+    ) -> Result<Option<Plan>, ProxyError> {
+        let head = String::from_utf8_lossy(&sql[..sql.len().min(64)]).to_ascii_lowercase();
+        if !head.trim_start().starts_with("drop") || !head.contains("index") {
+            return Ok(None);
+        }
+        let Some(facts) = herd_sql::key_facts(&String::from_utf8_lossy(sql)) else {
+            return Ok(None);
+        };
+        if facts.drop_type.as_deref() != Some("OBJECT_INDEX") {
+            return Ok(None);
+        }
+        let names: Vec<String> = facts.tables.iter().map(|t| t.name.clone()).collect();
+        let tables = self.ctx.index_tables(&self.database, &names).await?;
+        let shared = tables.iter().filter(|t| map.table(t).is_some()).count();
+        Ok(match shared {
+            0 => None,
+            n if n < names.len() => Some(Plan::Refuse(
+                "this DROP INDEX names indexes of distributed or reference tables (on every \
+                 shard group) and others (on group 0 only, or unknown): drop them in separate \
+                 statements"
+                    .into(),
+            )),
+            _ if facts.concurrent => Some(Plan::EachGroup {
+                tag: "DROP INDEX",
+                undo: String::new(),
+            }),
+            _ => Some(Plan::Everywhere("DROP INDEX")),
+        })
     }
 
     /// Runs the one DDL statement of `unit` on every group's primary as the client's own role,
@@ -200,7 +243,9 @@ impl Session {
             }
         }
         if let Some(e) = failure {
-            for (g, lease) in leases[..reached].iter_mut().enumerate() {
+            // An empty undo: the statement is safe to run again (DROP … CONCURRENTLY).
+            let undo_on = if undo.is_empty() { 0 } else { reached };
+            for (g, lease) in leases[..undo_on].iter_mut().enumerate() {
                 if let Err(u) = lease.conn.internal_query(undo).await {
                     tracing::warn!(group = g, error = %u, "undoing DDL on a shard group failed");
                 }
