@@ -1,14 +1,16 @@
 //! The store the control plane keeps its facts in: who leads, which standbys are in the sync
-//! set. `herd up` uses [`MemoryDcs`] (one supervisor, one process); several hosts will use an
-//! etcd backend behind the same [`Dcs`] trait, so the HA logic is one code path. Any backend
-//! must pass [`contract::check`].
+//! set. `herd up` uses [`MemoryDcs`] (one supervisor, one process); several hosts use
+//! [`EtcdDcs`], an etcd cluster behind the same [`Dcs`] trait, so the HA logic is one code path.
+//! Every backend passes [`contract::check`] (the etcd one against a real etcd cluster).
 
+mod etcd;
 mod memory;
 
 pub mod contract;
 
 use std::time::Duration;
 
+pub use etcd::{EtcdConfig, EtcdDcs};
 pub use memory::MemoryDcs;
 
 /// A value and the revision it was written at.

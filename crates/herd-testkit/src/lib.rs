@@ -2,6 +2,8 @@
 //! reach, blocks of free ports, a handle on a `herd` cluster that is always taken down (even when
 //! the test fails), and waiting with deadlines instead of fixed sleeps.
 
+pub mod etcd;
+
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

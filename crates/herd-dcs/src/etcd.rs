@@ -1,0 +1,380 @@
+//! The etcd v3 backend: the same contract as [`MemoryDcs`](crate::MemoryDcs), kept by an etcd
+//! cluster so that the supervisors of several hosts share one truth.
+//!
+//! - Keys live under a cluster prefix (`/herd/<cluster>/`); a key's revision is etcd's
+//!   `mod_revision`, and compare-and-set is one etcd transaction comparing it.
+//! - A lease is a key holding the owner's name, attached to an etcd lease granted with the
+//!   requested TTL: etcd deletes the key when the lease expires, renewal is a keep-alive, and
+//!   taking a lease is a transaction that succeeds only while the key is absent, so two owners
+//!   never hold it at once. A lease counts as held until etcd has revoked it (etcd checks for
+//!   expired leases every 500 ms): later than its TTL, never earlier — the safe side for a
+//!   leader lease, whose holder fences itself before its TTL runs out.
+//!
+//! The [`Dcs`] trait is synchronous (the HA logic calls it between awaits); this backend runs its
+//! client on a small runtime of its own and waits for each call with a time limit, so a store
+//! that does not answer becomes [`DcsError::Unavailable`], never a hang.
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::mpsc;
+use std::time::Duration;
+
+use etcd_client::{
+    Client, Compare, CompareOp, ConnectOptions, GetOptions, PutOptions, Txn, TxnOp, TxnOpResponse,
+};
+
+use crate::{Dcs, DcsError, Versioned};
+
+/// Where the etcd cluster is and how to authenticate to it.
+#[derive(Clone, Debug, Default)]
+pub struct EtcdConfig {
+    /// Client URLs of the members, e.g. `http://10.0.0.1:2379`.
+    pub endpoints: Vec<String>,
+    /// The cluster's name: its keys live under `/herd/<cluster>/`.
+    pub cluster: String,
+    /// User name and password, when etcd's authentication is on.
+    pub credentials: Option<(String, String)>,
+    /// TLS: the CA certificate that signed the members' certificates (PEM file).
+    pub ca_file: Option<PathBuf>,
+    /// TLS client certificate and key (PEM files), when the members require them.
+    pub client_cert: Option<(PathBuf, PathBuf)>,
+    /// How long one operation may take before the store counts as unavailable.
+    pub timeout: Duration,
+}
+
+/// A [`Dcs`] kept by an etcd cluster.
+pub struct EtcdDcs {
+    runtime: tokio::runtime::Runtime,
+    client: Client,
+    prefix: String,
+    timeout: Duration,
+}
+
+fn unavailable(e: impl std::fmt::Display) -> DcsError {
+    DcsError::Unavailable(e.to_string())
+}
+
+/// Runs `f` on `runtime` and waits at most `timeout` for it, from any thread (also from inside
+/// another tokio runtime, where `block_on` is not allowed).
+fn run_on<T: Send + 'static>(
+    runtime: &tokio::runtime::Runtime,
+    timeout: Duration,
+    f: impl Future<Output = Result<T, DcsError>> + Send + 'static,
+) -> Result<T, DcsError> {
+    let (tx, rx) = mpsc::channel();
+    let task = runtime.spawn(async move {
+        let _ = tx.send(f.await);
+    });
+    match rx.recv_timeout(timeout) {
+        Ok(r) => r,
+        Err(_) => {
+            task.abort();
+            Err(DcsError::Unavailable(format!(
+                "etcd did not answer within {} ms",
+                timeout.as_millis()
+            )))
+        }
+    }
+}
+
+impl EtcdDcs {
+    /// Connects to the etcd cluster of `config`.
+    pub fn connect(config: &EtcdConfig) -> Result<EtcdDcs, DcsError> {
+        if config.endpoints.is_empty() {
+            return Err(DcsError::Unavailable(
+                "no etcd endpoints given (e.g. etcd://10.0.0.1:2379,10.0.0.2:2379)".into(),
+            ));
+        }
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("herd-etcd")
+            .enable_all()
+            .build()
+            .map_err(|e| unavailable(format!("cannot start the etcd client's runtime: {e}")))?;
+        let timeout = if config.timeout.is_zero() {
+            Duration::from_secs(5)
+        } else {
+            config.timeout
+        };
+        let mut options = ConnectOptions::new()
+            .with_connect_timeout(timeout)
+            .with_timeout(timeout);
+        if let Some((user, password)) = &config.credentials {
+            options = options.with_user(user.clone(), password.clone());
+        }
+        if let Some(tls) = tls_options(config)? {
+            options = options.with_tls(tls);
+        }
+        let endpoints = config.endpoints.clone();
+        let client = run_on(&runtime, timeout * 2, async move {
+            Client::connect(endpoints, Some(options))
+                .await
+                .map_err(|e| unavailable(format!("cannot connect to etcd: {e}")))
+        })?;
+        Ok(EtcdDcs {
+            runtime,
+            client,
+            prefix: format!("/herd/{}/", config.cluster),
+            timeout,
+        })
+    }
+
+    fn key(&self, key: &str) -> String {
+        format!("{}{key}", self.prefix)
+    }
+
+    fn lease_key(&self, key: &str) -> String {
+        format!("{}leases/{key}", self.prefix)
+    }
+
+    /// Runs `f` with a client on the etcd runtime, again while the member it reached refuses
+    /// connections (the client then picks another member), within the time limit.
+    fn run<T, F, Fut>(&self, f: F) -> Result<T, DcsError>
+    where
+        T: Send + 'static,
+        F: Fn(Client) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<T, DcsError>> + Send,
+    {
+        self.attempt(f, never_sent)
+    }
+
+    /// Like [`EtcdDcs::run`] for reads, which are retried after any failure of the member
+    /// reached (a read changes nothing, so sending it again is always safe).
+    fn read<T, F, Fut>(&self, f: F) -> Result<T, DcsError>
+    where
+        T: Send + 'static,
+        F: Fn(Client) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<T, DcsError>> + Send,
+    {
+        self.attempt(f, |_| true)
+    }
+
+    fn attempt<T, F, Fut>(&self, f: F, retry: fn(&str) -> bool) -> Result<T, DcsError>
+    where
+        T: Send + 'static,
+        F: Fn(Client) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<T, DcsError>> + Send,
+    {
+        let client = self.client.clone();
+        let budget = self.timeout.mul_f64(0.8);
+        run_on(&self.runtime, self.timeout, async move {
+            let started = tokio::time::Instant::now();
+            loop {
+                match f(client.clone()).await {
+                    Err(DcsError::Unavailable(m)) if retry(&m) && started.elapsed() < budget => {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                    other => return other,
+                }
+            }
+        })
+    }
+
+    /// The lease key's (owner, etcd lease id, mod revision), when the key exists.
+    fn lease_entry(&self, key: &str) -> Result<Option<(String, i64, i64)>, DcsError> {
+        let k = self.lease_key(key);
+        self.run(move |mut client| {
+            let k = k.clone();
+            async move {
+                let r = client.get(k, None).await.map_err(unavailable)?;
+                Ok(r.kvs().first().map(|kv| {
+                    (
+                        String::from_utf8_lossy(kv.value()).into_owned(),
+                        kv.lease(),
+                        kv.mod_revision(),
+                    )
+                }))
+            }
+        })
+    }
+
+    fn revoke(&self, id: i64) -> Result<(), DcsError> {
+        self.run(move |mut client| async move {
+            match client.lease_revoke(id).await {
+                Ok(_) => Ok(()),
+                // Revoked meanwhile (expired, or by another owner's takeover).
+                Err(etcd_client::Error::GRpcStatus(s))
+                    if s.message().contains("lease not found") =>
+                {
+                    Ok(())
+                }
+                Err(e) => Err(unavailable(e)),
+            }
+        })
+    }
+}
+
+/// An error of a request that never reached a member (its connection was refused), which is
+/// safe to send again.
+fn never_sent(message: &str) -> bool {
+    message.contains("tcp connect error") || message.contains("Connection refused")
+}
+
+fn tls_options(config: &EtcdConfig) -> Result<Option<etcd_client::TlsOptions>, DcsError> {
+    if config.ca_file.is_none() && config.client_cert.is_none() {
+        return Ok(None);
+    }
+    let read = |p: &PathBuf| {
+        std::fs::read(p).map_err(|e| unavailable(format!("cannot read {}: {e}", p.display())))
+    };
+    let mut tls = etcd_client::TlsOptions::new();
+    if let Some(ca) = &config.ca_file {
+        tls = tls.ca_certificate(etcd_client::Certificate::from_pem(read(ca)?));
+    }
+    if let Some((cert, key)) = &config.client_cert {
+        tls = tls.identity(etcd_client::Identity::from_pem(read(cert)?, read(key)?));
+    }
+    Ok(Some(tls))
+}
+
+impl Dcs for EtcdDcs {
+    fn get(&self, key: &str) -> Result<Option<Versioned>, DcsError> {
+        let k = self.key(key);
+        self.read(move |mut client| {
+            let k = k.clone();
+            async move {
+                let r = client.get(k, None).await.map_err(unavailable)?;
+                Ok(r.kvs().first().map(|kv| Versioned {
+                    value: kv.value().to_vec(),
+                    revision: u64::try_from(kv.mod_revision()).unwrap_or(0),
+                }))
+            }
+        })
+    }
+
+    fn compare_and_set(&self, key: &str, expected: u64, value: Vec<u8>) -> Result<u64, DcsError> {
+        let k = self.key(key);
+        let name = key.to_string();
+        self.run(move |mut client| {
+            let (k, name, value) = (k.clone(), name.clone(), value.clone());
+            async move {
+                let expected_i = i64::try_from(expected).map_err(unavailable)?;
+                let txn = Txn::new()
+                    .when([Compare::mod_revision(
+                        k.clone(),
+                        CompareOp::Equal,
+                        expected_i,
+                    )])
+                    .and_then([TxnOp::put(k.clone(), value, None)])
+                    .or_else([TxnOp::get(k, None)]);
+                let r = client.txn(txn).await.map_err(unavailable)?;
+                let revision = r.header().map_or(0, |h| h.revision());
+                if r.succeeded() {
+                    return Ok(u64::try_from(revision).unwrap_or(0));
+                }
+                let found = r
+                    .op_responses()
+                    .into_iter()
+                    .find_map(|op| match op {
+                        TxnOpResponse::Get(g) => {
+                            Some(g.kvs().first().map_or(0, |kv| kv.mod_revision()))
+                        }
+                        _ => None,
+                    })
+                    .unwrap_or(0);
+                Err(DcsError::Conflict {
+                    key: name,
+                    expected,
+                    found: u64::try_from(found).unwrap_or(0),
+                })
+            }
+        })
+    }
+
+    fn acquire_lease(&self, key: &str, owner: &str, ttl: Duration) -> Result<bool, DcsError> {
+        let seconds = i64::try_from(ttl.as_millis().div_ceil(1000))
+            .unwrap_or(i64::MAX)
+            .max(1);
+        let mut observed = 0;
+        if let Some((holder, id, revision)) = self.lease_entry(key)? {
+            if holder != owner {
+                // Held until etcd revokes it, which is when its TTL has run out.
+                return Ok(false);
+            }
+            // Renewal: the keep-alive restarts the lease's full TTL.
+            let renewed = self.run(move |mut client| async move {
+                let (mut keeper, mut stream) =
+                    client.lease_keep_alive(id).await.map_err(unavailable)?;
+                keeper.keep_alive().await.map_err(unavailable)?;
+                let answer = stream.message().await.map_err(unavailable)?;
+                Ok(answer.is_some_and(|a| a.ttl() > 0))
+            })?;
+            if renewed {
+                return Ok(true);
+            }
+            // Our lease ran out but its key is still there: replaced below, only if nobody
+            // wrote it meanwhile.
+            observed = revision;
+        }
+        let k = self.lease_key(key);
+        let owner = owner.to_string();
+        let (granted, won) = self.run(move |mut client| {
+            let (k, owner) = (k.clone(), owner.clone());
+            async move {
+                let lease = client
+                    .lease_grant(seconds, None)
+                    .await
+                    .map_err(unavailable)?;
+                // Absent now (create revision 0), or still our expired entry seen above.
+                let guard = if observed == 0 {
+                    Compare::create_revision(k.clone(), CompareOp::Equal, 0)
+                } else {
+                    Compare::mod_revision(k.clone(), CompareOp::Equal, observed)
+                };
+                let txn = Txn::new().when([guard]).and_then([TxnOp::put(
+                    k,
+                    owner,
+                    Some(PutOptions::new().with_lease(lease.id())),
+                )]);
+                let r = client.txn(txn).await.map_err(unavailable)?;
+                Ok((lease.id(), r.succeeded()))
+            }
+        })?;
+        if !won {
+            self.revoke(granted)?;
+        }
+        Ok(won)
+    }
+
+    fn release_lease(&self, key: &str, owner: &str) -> Result<(), DcsError> {
+        match self.lease_entry(key)? {
+            Some((holder, id, _)) if holder == owner => self.revoke(id),
+            _ => Ok(()),
+        }
+    }
+
+    fn lease_holder(&self, key: &str) -> Result<Option<String>, DcsError> {
+        Ok(self.lease_entry(key)?.map(|(holder, _, _)| holder))
+    }
+}
+
+/// Every key of the cluster, for tests and `herd status` (sorted).
+impl EtcdDcs {
+    /// The names of the keys stored for this cluster (without the prefix).
+    pub fn keys(&self) -> Result<Vec<String>, DcsError> {
+        let prefix = self.prefix.clone();
+        self.read(move |mut client| {
+            let prefix = prefix.clone();
+            async move {
+                let r = client
+                    .get(
+                        prefix.clone(),
+                        Some(GetOptions::new().with_prefix().with_keys_only()),
+                    )
+                    .await
+                    .map_err(unavailable)?;
+                let mut keys: Vec<String> = r
+                    .kvs()
+                    .iter()
+                    .map(|kv| {
+                        String::from_utf8_lossy(kv.key())
+                            .trim_start_matches(prefix.as_str())
+                            .to_string()
+                    })
+                    .collect();
+                keys.sort();
+                Ok(keys)
+            }
+        })
+    }
+}
