@@ -436,16 +436,7 @@ async fn distributed_table_routed_by_key() {
     c.herd_ok(&["down"]);
     c.up(&[]);
     let client = connect(&c.url(&[])).await;
-    let row = client
-        .query_one("select v from orders where customer_id = $1", &[&57i64])
-        .await
-        .expect("read by key after restart");
-    assert_eq!(row.get::<_, String>(0), "v57");
-    let e = client
-        .simple_query("select * from orders")
-        .await
-        .expect_err("still distributed");
-    assert_eq!(e.code(), Some(&SqlState::FEATURE_NOT_SUPPORTED));
+    still_distributed(&client).await;
     // … and a kill -9 of Herd itself (the servers keep running; `herd up` adopts them and a
     // new proxy reads the map from the groups).
     drop(client);
@@ -465,16 +456,7 @@ async fn distributed_table_routed_by_key() {
     .await;
     c.up(&[]);
     let client = connect(&c.url(&[])).await;
-    let row = client
-        .query_one("select v from orders where customer_id = $1", &[&57i64])
-        .await
-        .expect("read by key after Herd's restart");
-    assert_eq!(row.get::<_, String>(0), "v57");
-    let e = client
-        .simple_query("select * from orders")
-        .await
-        .expect_err("still distributed");
-    assert_eq!(e.code(), Some(&SqlState::FEATURE_NOT_SUPPORTED));
+    still_distributed(&client).await;
 
     // CREATE INDEX CONCURRENTLY runs on each group in turn; one that fails on a group is
     // dropped from every group.
@@ -565,6 +547,20 @@ async fn distributed_table_routed_by_key() {
         .await
         .expect("no key needed");
     assert_eq!(n.get::<_, i64>(0), 1);
+}
+
+/// `orders` is still distributed after a restart: read by key, refused without it.
+async fn still_distributed(client: &tokio_postgres::Client) {
+    let row = client
+        .query_one("select v from orders where customer_id = $1", &[&57i64])
+        .await
+        .expect("read by key after a restart");
+    assert_eq!(row.get::<_, String>(0), "v57");
+    let e = client
+        .simple_query("select * from orders")
+        .await
+        .expect_err("still distributed");
+    assert_eq!(e.code(), Some(&SqlState::FEATURE_NOT_SUPPORTED));
 }
 
 /// The text a `COPY … TO STDOUT` sends.

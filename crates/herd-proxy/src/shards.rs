@@ -102,18 +102,25 @@ impl ProxyContext {
     async fn group_clients(&self, database: &str) -> Result<Vec<Client>, ProxyError> {
         let mut clients = Vec::new();
         for g in 0..self.groups() {
-            let primary = self.current_primary_of(g).await?;
-            let client = admin_connect_db(&primary, &self.admin, database, Duration::from_secs(5))
-                .await
-                .ok_or_else(|| {
-                    ProxyError::Unavailable(format!(
-                        "cannot reach shard group {g}'s primary {} to read or change the shard map",
-                        primary.name
-                    ))
-                })?;
-            clients.push(client);
+            clients.push(
+                self.group_client(g, database, "to read or change the shard map")
+                    .await?,
+            );
         }
         Ok(clients)
+    }
+
+    /// An admin connection to group `g`'s primary, on `database`; `why` completes the error.
+    async fn group_client(&self, g: u32, database: &str, why: &str) -> Result<Client, ProxyError> {
+        let primary = self.current_primary_of(g).await?;
+        admin_connect_db(&primary, &self.admin, database, Duration::from_secs(5))
+            .await
+            .ok_or_else(|| {
+                ProxyError::Unavailable(format!(
+                    "cannot reach shard group {g}'s primary {} {why}",
+                    primary.name
+                ))
+            })
     }
 
     /// Removes from `database`'s map every table that no longer exists (after a `DROP TABLE`
@@ -152,15 +159,9 @@ impl ProxyContext {
         database: &str,
         indexes: &[String],
     ) -> Result<Vec<String>, ProxyError> {
-        let primary = self.current_primary_of(0).await?;
-        let client = admin_connect_db(&primary, &self.admin, database, Duration::from_secs(5))
-            .await
-            .ok_or_else(|| {
-                ProxyError::Unavailable(format!(
-                    "cannot reach shard group 0's primary {} to look up an index",
-                    primary.name
-                ))
-            })?;
+        let client = self
+            .group_client(0, database, "to look up an index")
+            .await?;
         let rows = client
             .query(
                 "SELECT n.nspname || '.' || t.relname FROM unnest($1::text[]) x \

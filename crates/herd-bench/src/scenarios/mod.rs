@@ -14,3 +14,38 @@ pub mod read_scaling;
 pub mod read_scaling_report;
 pub mod sharding;
 pub mod sharding_report;
+
+/// The runs of `rounds` rounds over `a` × `b` combinations, as (round, i, k): both orders
+/// rotate every round, so no combination always runs first or last.
+pub(crate) fn rotated_jobs(rounds: u32, a: usize, b: usize) -> Vec<(usize, usize, usize)> {
+    let mut jobs = Vec::new();
+    for round in 0..rounds as usize {
+        for i in 0..a {
+            for k in 0..b {
+                jobs.push((round, (i + round) % a, (k + round) % b));
+            }
+        }
+    }
+    jobs
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn rotation_covers_every_pair_each_round() {
+        let jobs = super::rotated_jobs(2, 3, 2);
+        assert_eq!(jobs.len(), 12);
+        assert_eq!(&jobs[..2], &[(0, 0, 0), (0, 0, 1)]);
+        assert_eq!(jobs[6], (1, 1, 1));
+        for round in 0..2 {
+            let mut pairs: Vec<_> = jobs
+                .iter()
+                .filter(|j| j.0 == round)
+                .map(|j| (j.1, j.2))
+                .collect();
+            pairs.sort();
+            pairs.dedup();
+            assert_eq!(pairs.len(), 6);
+        }
+    }
+}

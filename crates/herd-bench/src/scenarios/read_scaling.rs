@@ -260,19 +260,11 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
         }
         l.front("front", &front, FRONT_QUOTA_US)?;
     }
-    let mut jobs = Vec::new();
-    for round in 0..plan.rounds as usize {
-        // Rotate both orders every round so no cluster or query always runs first or last.
-        for i in 0..configs.len() {
-            for k in 0..targets.len() {
-                jobs.push((
-                    round,
-                    (i + round) % configs.len(),
-                    targets[(k + round) % targets.len()],
-                ));
-            }
-        }
-    }
+    // Rotate both orders every round so no cluster or query always runs first or last.
+    let jobs: Vec<_> = super::rotated_jobs(plan.rounds, configs.len(), targets.len())
+        .into_iter()
+        .map(|(round, i, k)| (round, i, targets[k]))
+        .collect();
     bar.set_length(jobs.len() as u64);
     bar.set_position(0);
     let routed_before: Vec<_> = configs.iter().map(|c| routed(&c.cluster)).collect();

@@ -458,18 +458,7 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
         l.front("front", &front, FRONT_QUOTA_US)?;
     }
 
-    let mut jobs = Vec::new();
-    for round in 0..plan.rounds as usize {
-        for i in 0..targets.len() {
-            for k in 0..workloads.len() {
-                jobs.push((
-                    round,
-                    (i + round) % targets.len(),
-                    (k + round) % workloads.len(),
-                ));
-            }
-        }
-    }
+    let jobs = super::rotated_jobs(plan.rounds, targets.len(), workloads.len());
     bar.set_length(jobs.len() as u64);
     bar.set_position(0);
     let throttled_before = throttling(limits.as_ref(), &confine);

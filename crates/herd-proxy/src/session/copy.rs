@@ -361,15 +361,7 @@ async fn finish_copies(leases: &mut [Lease]) -> Result<u64, ProxyError> {
         loop {
             let (t, body) = lease.conn.next_message().await?;
             match t {
-                b'C' => {
-                    let text = String::from_utf8_lossy(&body);
-                    total += text
-                        .trim_end_matches('\0')
-                        .rsplit(' ')
-                        .next()
-                        .and_then(|n| n.parse::<u64>().ok())
-                        .unwrap_or(0);
-                }
+                b'C' => total += tag_rows(&body),
                 b'E' => first_error = first_error.or(Some(server_error(&body))),
                 b'Z' => break,
                 _ => {}
@@ -377,6 +369,16 @@ async fn finish_copies(leases: &mut [Lease]) -> Result<u64, ProxyError> {
         }
     }
     first_error.map_or(Ok(total), Err)
+}
+
+/// The row count at the end of a CommandComplete's tag (`COPY 42`), 0 when there is none.
+pub(super) fn tag_rows(body: &[u8]) -> u64 {
+    String::from_utf8_lossy(body)
+        .trim_end_matches('\0')
+        .rsplit(' ')
+        .next()
+        .and_then(|n| n.parse::<u64>().ok())
+        .unwrap_or(0)
 }
 
 /// Closes the connections of a failed load: each server rolls its transaction back.

@@ -12,7 +12,7 @@
 use herd_shard::CopyOut;
 use herd_wire::encode;
 
-use super::copy::{copy_error, CopyUnit};
+use super::copy::{copy_error, tag_rows, CopyUnit};
 use super::Session;
 use crate::pool::Lease;
 use crate::server::server_error;
@@ -170,14 +170,7 @@ impl Session {
                         out.clear();
                     }
                 }
-                b'C' => {
-                    rows = String::from_utf8_lossy(&body)
-                        .trim_end_matches('\0')
-                        .rsplit(' ')
-                        .next()
-                        .and_then(|n| n.parse::<u64>().ok())
-                        .unwrap_or(0);
-                }
+                b'C' => rows = tag_rows(&body),
                 b'E' => error = error.or(Some(server_error(&body))),
                 b'Z' => break,
                 _ => {}

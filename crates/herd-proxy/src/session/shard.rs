@@ -176,11 +176,8 @@ impl Session {
         unit: &[u8],
         tag_text: &str,
     ) -> Result<(), ProxyError> {
-        let sql = match split_frame(unit, usize::MAX)? {
-            Some((frame, _)) => {
-                String::from_utf8_lossy(Query::decode(frame.body)?.sql).into_owned()
-            }
-            None => return Ok(()),
+        let Some(sql) = lone_query(unit)? else {
+            return Ok(());
         };
         let mut outcome = self.ddl_two_phase(&sql).await;
         if outcome.is_ok() && tag_text == "DROP TABLE" {
@@ -210,11 +207,8 @@ impl Session {
         tag_text: &str,
         undo: &str,
     ) -> Result<(), ProxyError> {
-        let sql = match split_frame(unit, usize::MAX)? {
-            Some((frame, _)) => {
-                String::from_utf8_lossy(Query::decode(frame.body)?.sql).into_owned()
-            }
-            None => return Ok(()),
+        let Some(sql) = lone_query(unit)? else {
+            return Ok(());
         };
         match self.each_group(&sql, undo).await {
             Ok(()) => {
@@ -411,6 +405,16 @@ impl Session {
             Err(e) => self.reply_error(&e, unit).await,
         }
     }
+}
+
+/// The SQL of `unit`'s first message, a simple query.
+fn lone_query(unit: &[u8]) -> Result<Option<String>, ProxyError> {
+    Ok(match split_frame(unit, usize::MAX)? {
+        Some((frame, _)) => {
+            Some(String::from_utf8_lossy(Query::decode(frame.body)?.sql).into_owned())
+        }
+        None => None,
+    })
 }
 
 /// `unit` is one extended-protocol execution: at most a Parse, one Bind, a Describe of its
