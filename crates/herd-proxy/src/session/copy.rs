@@ -96,17 +96,10 @@ impl Session {
         let Some(map) = self.map.clone() else {
             return Ok(());
         };
-        let mut leases = Vec::new();
-        for g in 0..self.ctx.groups() {
-            let primary = match self.ctx.current_primary_of(g).await {
-                Ok(p) => p,
-                Err(e) => return self.reply_error(&e, unit).await,
-            };
-            match self.lease(&primary).await {
-                Ok(l) => leases.push(l),
-                Err(e) => return self.reply_error(&e, unit).await,
-            }
-        }
+        let mut leases = match self.primary_leases().await {
+            Ok(l) => l,
+            Err(e) => return self.reply_error(&e, unit).await,
+        };
         // Started on every group; the client gets group 0's CopyInResponse.
         let started = self.start_copies(&mut leases, &sql, &copy).await;
         let (response, key_index) = match started {

@@ -82,17 +82,10 @@ impl Session {
             sync,
         } = self.copy_unit(unit)?;
         let ready = simple || sync;
-        let mut leases = Vec::new();
-        for g in 0..self.ctx.groups() {
-            let primary = match self.ctx.current_primary_of(g).await {
-                Ok(p) => p,
-                Err(e) => return self.reply_error(&e, unit).await,
-            };
-            match self.lease(&primary).await {
-                Ok(l) => leases.push(l),
-                Err(e) => return self.reply_error(&e, unit).await,
-            }
-        }
+        let mut leases = match self.primary_leases().await {
+            Ok(l) => l,
+            Err(e) => return self.reply_error(&e, unit).await,
+        };
         // What the client is still owed goes first.
         let mut out = self.out.pending().to_vec();
         self.out.clear();

@@ -10,6 +10,7 @@ use herd_wire::frontend::{tag, Bind, Parse, Query};
 use herd_wire::{encode, split_frame};
 
 use super::Session;
+use crate::pool::Lease;
 use crate::{ProxyContext, ProxyError};
 
 /// SQLSTATE of statements a shard group cannot run alone (feature_not_supported).
@@ -186,6 +187,26 @@ impl Session {
             self.map = None;
             outcome = self.ctx.forget_dropped(&self.database).await.map(|_| ());
         }
+        self.ddl_done(unit, tag_text, outcome).await
+    }
+
+    /// A server connection to every group's primary, as the client's role, group 0 first.
+    pub(super) async fn primary_leases(&mut self) -> Result<Vec<Lease>, ProxyError> {
+        let mut leases = Vec::new();
+        for g in 0..self.ctx.groups() {
+            let primary = self.ctx.current_primary_of(g).await?;
+            leases.push(self.lease(&primary).await?);
+        }
+        Ok(leases)
+    }
+
+    /// Answers DDL run on every group: its tag, or its failure.
+    async fn ddl_done(
+        &mut self,
+        unit: &[u8],
+        tag_text: &str,
+        outcome: Result<(), ProxyError>,
+    ) -> Result<(), ProxyError> {
         match outcome {
             Ok(()) => {
                 encode::command_complete(&mut self.out.buf, tag_text)?;
@@ -210,23 +231,12 @@ impl Session {
         let Some(sql) = lone_query(unit)? else {
             return Ok(());
         };
-        match self.each_group(&sql, undo).await {
-            Ok(()) => {
-                encode::command_complete(&mut self.out.buf, tag_text)?;
-                encode::ready_for_query(&mut self.out.buf, b'I')?;
-                self.ctx.metrics.inc("herd_shard_ddl_total", "");
-                Ok(())
-            }
-            Err(e) => self.reply_error(&e, unit).await,
-        }
+        let outcome = self.each_group(&sql, undo).await;
+        self.ddl_done(unit, tag_text, outcome).await
     }
 
     async fn each_group(&mut self, sql: &str, undo: &str) -> Result<(), ProxyError> {
-        let mut leases = Vec::new();
-        for g in 0..self.ctx.groups() {
-            let primary = self.ctx.current_primary_of(g).await?;
-            leases.push(self.lease(&primary).await?);
-        }
+        let mut leases = self.primary_leases().await?;
         let mut failure = None;
         let mut reached = 0;
         for lease in leases.iter_mut() {
@@ -261,11 +271,7 @@ impl Session {
             .map(|d| d.as_nanos())
             .unwrap_or(0);
         let gid = format!("herd_ddl_{}_{nanos}", std::process::id());
-        let mut leases = Vec::new();
-        for g in 0..self.ctx.groups() {
-            let primary = self.ctx.current_primary_of(g).await?;
-            leases.push(self.lease(&primary).await?);
-        }
+        let mut leases = self.primary_leases().await?;
         let body = sql.trim().trim_end_matches(';');
         let mut prepared = 0;
         let mut failure = None;
