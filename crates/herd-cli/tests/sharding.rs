@@ -172,6 +172,94 @@ async fn distributed_table_routed_by_key() {
     assert_eq!(joined.len(), 1);
     assert_eq!(joined[0].get::<_, String>(1), "book");
 
+    // Roles made through the endpoint reach every group with group 0's verifier: a new login
+    // role reads and writes rows on both groups, and a changed password works everywhere.
+    client
+        .batch_execute("create role app login password 'app-secret'")
+        .await
+        .expect("create role through the endpoint");
+    for grant in [
+        "grant select, insert on orders to app",
+        "grant usage on all sequences in schema public to app",
+    ] {
+        client
+            .batch_execute(grant)
+            .await
+            .expect("grant on every group");
+    }
+    let (_, host) = endpoint.split_once('@').expect("url with credentials");
+    let as_app = |password: &str| format!("postgresql://app:{password}@{host}");
+    let keys: Vec<i64> = {
+        let g0 = map.group_of(Some(&KeyValue::Int8(1)));
+        let other = (2..100)
+            .find(|k| map.group_of(Some(&KeyValue::Int8(*k))) != g0)
+            .expect("a key of the other group");
+        vec![1, other]
+    };
+    let app = connect(&as_app("app-secret")).await;
+    for k in &keys {
+        app.execute(
+            "insert into orders (customer_id, v) values ($1, 'by app')",
+            &[k],
+        )
+        .await
+        .unwrap_or_else(|e| panic!("app writes key {k}: {e:?}"));
+    }
+    client
+        .batch_execute("alter role app password 'new-secret'")
+        .await
+        .expect("alter role through the endpoint");
+    let mut verifiers = Vec::new();
+    for g in 0..2u32 {
+        let direct = connect(&c.url(&["--group", &g.to_string(), "--primary"])).await;
+        let row = direct
+            .query_one(
+                "select rolpassword from pg_authid where rolname = 'app'",
+                &[],
+            )
+            .await
+            .expect("verifier");
+        verifiers.push(row.get::<_, String>(0));
+    }
+    assert_eq!(verifiers[0], verifiers[1], "one verifier on every group");
+    // The proxy trusts a verifier for up to 5 s.
+    let mut reconnected = None;
+    for _ in 0..100 {
+        if let Ok((cl, conn)) =
+            tokio_postgres::connect(&as_app("new-secret"), tokio_postgres::NoTls).await
+        {
+            tokio::spawn(conn);
+            reconnected = Some(cl);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let app = reconnected.expect("the new password opens the endpoint");
+    for k in &keys {
+        let n = app
+            .query_one(
+                "select count(*) from orders where customer_id = $1 and v = 'by app'",
+                &[k],
+            )
+            .await
+            .unwrap_or_else(|e| panic!("app reads key {k}: {e}"));
+        assert_eq!(n.get::<_, i64>(0), 1, "key {k}");
+    }
+    client
+        .execute(
+            "delete from orders where v = 'by app' and customer_id = $1",
+            &[&keys[0]],
+        )
+        .await
+        .expect("clean up");
+    client
+        .execute(
+            "delete from orders where v = 'by app' and customer_id = $1",
+            &[&keys[1]],
+        )
+        .await
+        .expect("clean up");
+
     // What would span groups is refused, naming the table and the way out.
     for sql in [
         "select count(*) from orders",

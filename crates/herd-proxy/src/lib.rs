@@ -13,6 +13,7 @@ mod error;
 pub mod metrics;
 pub mod monitor;
 pub mod pool;
+mod roles;
 pub mod router;
 pub mod server;
 pub mod session;

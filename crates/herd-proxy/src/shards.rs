@@ -75,6 +75,10 @@ impl ProxyContext {
             return Ok(m);
         }
         let map = if self.groups() > 1 {
+            // Roles made directly on group 0 reach the other groups before sessions need them.
+            if let Err(e) = self.sync_roles(database).await {
+                tracing::warn!(error = %e, "copying roles to the other shard groups");
+            }
             let clients = self.group_clients(database).await?;
             recover(&clients).await?;
             let map = read_map(&clients[0]).await?;
@@ -111,7 +115,12 @@ impl ProxyContext {
     }
 
     /// An admin connection to group `g`'s primary, on `database`; `why` completes the error.
-    async fn group_client(&self, g: u32, database: &str, why: &str) -> Result<Client, ProxyError> {
+    pub(crate) async fn group_client(
+        &self,
+        g: u32,
+        database: &str,
+        why: &str,
+    ) -> Result<Client, ProxyError> {
         let primary = self.current_primary_of(g).await?;
         admin_connect_db(&primary, &self.admin, database, Duration::from_secs(5))
             .await

@@ -122,6 +122,12 @@ pub fn plan(
             None => local.push(r.as_str()),
         }
     }
+    // GRANT/REVOKE on every table, sequence or function of a schema: each group applies it to
+    // what it holds (the distributed tables' copies, their sequences; group 0 its own tables
+    // too), so it runs everywhere.
+    if let Some(f) = facts.filter(|f| f.all_in_schema && !map.tables.is_empty()) {
+        return Plan::Everywhere(if f.revoke { "REVOKE" } else { "GRANT" });
+    }
     if let Some(f) = facts.filter(|f| f.kind == StmtKind::Other) {
         if let Some(table) = distributed
             .first()
@@ -268,6 +274,9 @@ fn ddl_plan(f: &KeyFacts, table: &str, map: &ShardMap) -> Plan {
         };
     }
     match BROADCAST_DDL.iter().find(|(k, _)| *k == kind) {
+        Some(_) if kind == "GrantStmt" && f.revoke && grant_on_tables_only(f) => {
+            Plan::Everywhere("REVOKE")
+        }
         Some((_, tag)) if kind != "GrantStmt" || grant_on_tables_only(f) => Plan::Everywhere(tag),
         _ => Plan::Refuse(format!(
             "this statement on {table} would change the table's identity or its place in the \
@@ -788,6 +797,15 @@ mod tests {
             ("alter table orders add column w int", "ALTER TABLE"),
             ("alter table countries add column w int", "ALTER TABLE"),
             ("grant select on orders to public", "GRANT"),
+            ("revoke select on orders from public", "REVOKE"),
+            (
+                "grant usage on all sequences in schema public to app",
+                "GRANT",
+            ),
+            (
+                "revoke all on all tables in schema public from app",
+                "REVOKE",
+            ),
             ("drop table orders", "DROP TABLE"),
             (
                 "drop table if exists orders, countries cascade",

@@ -102,6 +102,10 @@ pub struct KeyFacts {
     pub concurrent: bool,
     /// What a `DROP` drops (`OBJECT_TABLE`, `OBJECT_INDEX` …).
     pub drop_type: Option<String>,
+    /// A `REVOKE` (a `GrantStmt` that takes privileges away).
+    pub revoke: bool,
+    /// A `GRANT`/`REVOKE … ON ALL TABLES|SEQUENCES|FUNCTIONS IN SCHEMA`.
+    pub all_in_schema: bool,
     /// The name a `CREATE INDEX` gives its index, if written.
     pub index_name: Option<String>,
     /// A `COPY` of a table.
@@ -162,6 +166,8 @@ fn facts_of(node: &Value) -> KeyFacts {
         utility: None,
         concurrent: false,
         drop_type: None,
+        revoke: false,
+        all_in_schema: false,
         index_name: None,
         copy: None,
     };
@@ -253,6 +259,11 @@ fn facts_of(node: &Value) -> KeyFacts {
                 .and_then(|t| i32::try_from(t).ok())
                 .and_then(|t| pg_query::protobuf::ObjectType::try_from(t).ok())
                 .map(|t| t.as_str_name().to_string());
+            if kind == "GrantStmt" {
+                f.revoke = body["is_grant"].as_bool() != Some(true);
+                f.all_in_schema = body["targtype"].as_i64()
+                    == Some(pg_query::protobuf::GrantTargetType::AclTargetAllInSchema as i64);
+            }
             f.index_name = (kind == "IndexStmt")
                 .then(|| body["idxname"].as_str().filter(|n| !n.is_empty()))
                 .flatten()
@@ -677,6 +688,10 @@ mod tests {
         let drop = key_facts("drop table orders, s.items").expect("facts");
         assert_eq!(drop.drop_type.as_deref(), Some("OBJECT_TABLE"));
         assert_eq!(drop.tables.len(), 2);
+        let grant = key_facts("grant usage on all sequences in schema public to app").expect("f");
+        assert!(grant.all_in_schema && !grant.revoke);
+        let revoke = key_facts("revoke select on orders from app").expect("f");
+        assert!(!revoke.all_in_schema && revoke.revoke);
         let drop = key_facts("drop index orders_v").expect("facts");
         assert_eq!(drop.drop_type.as_deref(), Some("OBJECT_INDEX"));
         assert_eq!(ddl.tables[0].name, "t");

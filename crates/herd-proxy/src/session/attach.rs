@@ -75,6 +75,10 @@ impl Session {
                     self.run_each_group(&unit, tag, &undo).await?;
                     return Ok(true);
                 }
+                Ok(super::shard::UnitRoute::Role(tag)) => {
+                    self.run_role_statement(&unit, tag).await?;
+                    return Ok(true);
+                }
                 Ok(super::shard::UnitRoute::CopyOut(copy)) => {
                     self.copy_out(&unit, copy).await?;
                     return Ok(true);

@@ -37,6 +37,8 @@ pub(super) enum UnitRoute {
     CopyIn(herd_shard::CopyIn),
     /// COPY TO STDOUT of a distributed table, gathered from every group.
     CopyOut(herd_shard::CopyOut),
+    /// A role statement: runs on group 0, then the roles are copied to every group.
+    Role(&'static str),
     /// DDL outside a transaction, group after group (and its undo where it ran, on failure).
     EachGroup(&'static str, String),
 }
@@ -55,6 +57,16 @@ impl Session {
 
     /// Where `unit` must run.
     pub(super) async fn unit_route(&mut self, unit: &[u8]) -> Result<UnitRoute, ProxyError> {
+        // Role statements alone outside a transaction, whether or not anything is distributed.
+        if self.pending_begin.is_none() {
+            if let Some((frame, used)) = split_frame(unit, usize::MAX)? {
+                if used == unit.len() && frame.tag == tag::QUERY {
+                    if let Some(tag) = role_statement(Query::decode(frame.body)?.sql) {
+                        return Ok(UnitRoute::Role(tag));
+                    }
+                }
+            }
+        }
         let Some(map) = self.active_map().await? else {
             return Ok(UnitRoute::Group(None));
         };
@@ -187,6 +199,28 @@ impl Session {
             self.map = None;
             outcome = self.ctx.forget_dropped(&self.database).await.map(|_| ());
         }
+        self.ddl_done(unit, tag_text, outcome).await
+    }
+
+    /// Runs the role statement of `unit` on group 0's primary as the client's role, then
+    /// copies the roles to every other group (see [`crate::ProxyContext::sync_roles`]).
+    pub(super) async fn run_role_statement(
+        &mut self,
+        unit: &[u8],
+        tag_text: &str,
+    ) -> Result<(), ProxyError> {
+        let Some(sql) = lone_query(unit)? else {
+            return Ok(());
+        };
+        let outcome = async {
+            let primary = self.ctx.current_primary_of(0).await?;
+            let mut lease = self.lease(&primary).await?;
+            let ran = lease.conn.internal_query(&sql).await;
+            lease.release();
+            ran?;
+            self.ctx.sync_roles(&self.database).await.map(|_| ())
+        }
+        .await;
         self.ddl_done(unit, tag_text, outcome).await
     }
 
@@ -411,6 +445,26 @@ impl Session {
             Err(e) => self.reply_error(&e, unit).await,
         }
     }
+}
+
+/// The command tag of a role statement (CREATE/ALTER/DROP ROLE or USER, GRANT/REVOKE of a
+/// role), `None` for anything else.
+fn role_statement(sql: &[u8]) -> Option<&'static str> {
+    let head = String::from_utf8_lossy(&sql[..sql.len().min(32)]).to_ascii_lowercase();
+    let first = head.split_whitespace().next()?;
+    if !matches!(first, "create" | "alter" | "drop" | "grant" | "revoke") {
+        return None;
+    }
+    let facts = herd_sql::key_facts(&String::from_utf8_lossy(sql))?;
+    Some(match facts.utility.as_deref()? {
+        "CreateRoleStmt" => "CREATE ROLE",
+        // ALTER ROLE … SET is AlterRoleSetStmt: per-database settings, not copied.
+        "AlterRoleStmt" => "ALTER ROLE",
+        "DropRoleStmt" => "DROP ROLE",
+        "GrantRoleStmt" if first == "revoke" => "REVOKE ROLE",
+        "GrantRoleStmt" => "GRANT ROLE",
+        _ => return None,
+    })
 }
 
 /// The SQL of `unit`'s first message, a simple query.
