@@ -914,3 +914,65 @@ async fn pgbench_and_psycopg_on_a_sharded_cluster() {
     assert!(out.status.success(), "{}", herd_testkit::describe(&out));
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "4242");
 }
+
+/// Session pooling on a sharded cluster: a session lives on group 0's primary, so statements
+/// whose rows are on another group (or on every group) are refused with 0A000 — never answered
+/// from group 0 alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_pooling_on_a_sharded_cluster_refuses_other_groups() {
+    let c = cluster();
+    c.up(&["--shards", "2", "--replicas", "0"]);
+    let client = connect(&c.url(&[])).await;
+    client
+        .batch_execute("create table kv (k bigint primary key, v text)")
+        .await
+        .expect("create");
+    client
+        .simple_query("select herd.create_distributed_table('kv', 'k')")
+        .await
+        .expect("distribute");
+    let map = ShardMap::new(2, DEFAULT_SHARD_COUNT);
+    let key_of = |g: u32| {
+        (1..100i64)
+            .find(|k| map.group_of(Some(&KeyValue::Int8(*k))) == g)
+            .expect("a key of the group")
+    };
+    let (k0, k1) = (key_of(0), key_of(1));
+    for k in [k0, k1] {
+        client
+            .execute("insert into kv (k, v) values ($1, 'x')", &[&k])
+            .await
+            .expect("insert by key");
+    }
+    drop(client);
+    c.herd_ok(&["down"]);
+    let toml = std::fs::read_to_string(c.data_dir().join("herd.toml")).expect("herd.toml");
+    let toml = toml.replace("pool_mode = \"transaction\"", "pool_mode = \"session\"");
+    assert!(toml.contains("pool_mode = \"session\""), "{toml}");
+    std::fs::write(c.data_dir().join("herd.toml"), toml).expect("herd.toml");
+    c.up(&[]);
+    let client = connect(&c.url(&[])).await;
+    let row = client
+        .query_one("select v from kv where k = $1", &[&k0])
+        .await
+        .expect("a key of group 0");
+    assert_eq!(row.get::<_, String>(0), "x");
+    for (sql, params) in [
+        ("select v from kv where k = $1", vec![k1]),
+        ("select count(*) from kv", vec![]),
+    ] {
+        let params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = params
+            .iter()
+            .map(|k| k as &(dyn tokio_postgres::types::ToSql + Sync))
+            .collect();
+        let e = client
+            .query(sql, &params)
+            .await
+            .expect_err("refused, not answered from group 0");
+        assert_eq!(
+            e.code(),
+            Some(&SqlState::FEATURE_NOT_SUPPORTED),
+            "{sql}: {e}"
+        );
+    }
+}

@@ -106,6 +106,15 @@ impl Session {
         if forward_now && self.sout.len() < SOUT_LIMIT {
             if let Some(n) = complete_frames_len(&self.cbuf, max)? {
                 let bytes = self.cbuf.split_to(n).freeze();
+                // Session pooling on a sharded cluster: the session's server is on group 0,
+                // and a statement whose rows are elsewhere is refused, not answered from there.
+                if self.ctx.groups() > 1
+                    && self.ctx.config.pool_mode == herd_core::PoolMode::Session
+                {
+                    if let Err(e) = self.active_map().await {
+                        tracing::warn!(error = %e, "reading the shard map");
+                    }
+                }
                 return Ok(if self.forward(&bytes)? {
                     Step::Progress
                 } else {

@@ -78,6 +78,10 @@ pub struct SessionState {
     pub statements: HashMap<Vec<u8>, Arc<Statement>>,
     /// The unnamed prepared statement, while it exists.
     pub unnamed: Option<Unnamed>,
+    /// Session pooling on a sharded cluster: the SQL of the statements the client prepared
+    /// (passed through under its own names), so that each Bind is checked against the group
+    /// of the session's server.
+    pub passed: HashMap<Vec<u8>, Vec<u8>>,
     /// The client's encoding may hide ASCII bytes inside multibyte characters (SJIS, BIG5,
     /// GBK, UHC, GB18030, JOHAB): SQL with non-ASCII bytes is then not classified.
     pub unsafe_encoding: bool,
@@ -94,6 +98,7 @@ impl SessionState {
             tokens: Vec::new(),
             statements: HashMap::new(),
             unnamed: None,
+            passed: HashMap::new(),
             unsafe_encoding: false,
         }
     }

@@ -179,7 +179,9 @@ impl Translator<'_> {
                         .get(b.statement)
                         .map(|s| s.query.clone())
                 };
-                let Some(sql) = sql else { return Ok(None) };
+                let Some(sql) = sql.or_else(|| self.state.passed.get(b.statement).cloned()) else {
+                    return Ok(None);
+                };
                 super::shard::plan_sql(self.ctx, map, &sql, &super::shard::bind_params(b.rest))
             }
             _ => return Ok(None),
@@ -241,6 +243,9 @@ impl Translator<'_> {
             tag::PARSE => {
                 let p = Parse::decode(frame.body)?;
                 self.note(&analyze(self.ctx, p.query, self.state.unsafe_encoding));
+                if self.map.is_some() {
+                    self.state.passed.insert(p.name.to_vec(), p.query.to_vec());
+                }
                 Expect::Parse
             }
             tag::BIND => Expect::Bind,
