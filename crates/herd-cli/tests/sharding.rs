@@ -245,6 +245,32 @@ async fn distributed_table_routed_by_key() {
             .unwrap_or_else(|e| panic!("app reads key {k}: {e}"));
         assert_eq!(n.get::<_, i64>(0), 1, "key {k}");
     }
+    // A role made directly on one group is left alone; a role dropped through the endpoint is
+    // dropped on every group.
+    let g1 = connect(&c.url(&["--group", "1", "--primary"])).await;
+    g1.batch_execute("create role only_here")
+        .await
+        .expect("a role on group 1 only");
+    let on_g1 = |role: &'static str| {
+        let g1 = &g1;
+        async move {
+            g1.query_one("select count(*) from pg_roles where rolname = $1", &[&role])
+                .await
+                .expect("roles on group 1")
+                .get::<_, i64>(0)
+        }
+    };
+    client
+        .batch_execute("create role passing")
+        .await
+        .expect("create role");
+    assert_eq!(on_g1("passing").await, 1);
+    client
+        .batch_execute("drop role passing")
+        .await
+        .expect("drop role");
+    assert_eq!(on_g1("passing").await, 0);
+    assert_eq!(on_g1("only_here").await, 1, "a role of group 1 alone stays");
     client
         .execute(
             "delete from orders where v = 'by app' and customer_id = $1",

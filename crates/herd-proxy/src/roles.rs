@@ -3,7 +3,8 @@
 //! the client's role: so every group must hold group 0's roles, attributes, verifiers and
 //! memberships. Herd copies them from group 0 (where role statements run) to the other groups:
 //! after each role statement through the endpoint, and when a database's shard map is first
-//! loaded (roles made directly on group 0 arrive then).
+//! loaded (roles made directly on group 0 arrive then). Roles are dropped on the other groups
+//! only when dropped through the endpoint: a role an operator made on one group is not Herd's.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -117,12 +118,15 @@ fn alter_sql(name: &str, role: &Role) -> String {
     )
 }
 
-/// The statements that make a group with `have` roles and memberships hold `want`'s.
+/// The statements that make a group with `have` roles and memberships hold `want`'s. Roles
+/// only the group holds are left alone (an operator may have made them there), except those in
+/// `dropped`, which were just dropped on group 0 through the endpoint.
 fn plan_sync(
     want: &BTreeMap<String, Role>,
     have: &BTreeMap<String, Role>,
     want_members: &BTreeSet<(String, String, bool)>,
     have_members: &BTreeSet<(String, String, bool)>,
+    dropped: &[String],
 ) -> Vec<String> {
     let mut sql = Vec::new();
     for (name, role) in want {
@@ -148,17 +152,25 @@ fn plan_sync(
             sql.push(format!("REVOKE {} FROM {}", ident(&m.0), ident(&m.1)));
         }
     }
-    for name in have.keys().filter(|n| !want.contains_key(*n)) {
+    for name in have
+        .keys()
+        .filter(|n| !want.contains_key(*n) && dropped.contains(n))
+    {
         sql.push(format!("DROP ROLE IF EXISTS {}", ident(name)));
     }
     sql
 }
 
 impl ProxyContext {
-    /// Copies group 0's roles (attributes, SCRAM verifiers, memberships; dropped roles too) to
-    /// every other group; how many statements it ran. A statement a group refuses (a role that
-    /// still owns objects there cannot be dropped) is logged and the rest go on.
-    pub async fn sync_roles(&self, database: &str) -> Result<usize, ProxyError> {
+    /// Copies group 0's roles (attributes, SCRAM verifiers, memberships) to every other group,
+    /// and drops there the roles of `dropped` that group 0 no longer has; how many statements
+    /// it ran. A statement a group refuses (a role that still owns objects there cannot be
+    /// dropped) is logged and the rest go on.
+    pub async fn sync_roles(
+        &self,
+        database: &str,
+        dropped: &[String],
+    ) -> Result<usize, ProxyError> {
         if self.groups() < 2 {
             return Ok(0);
         }
@@ -174,7 +186,7 @@ impl ProxyContext {
                 .await?;
             let have = roles(&target).await?;
             let have_members = memberships(&target).await?;
-            for stmt in plan_sync(&want, &have, &want_members, &have_members) {
+            for stmt in plan_sync(&want, &have, &want_members, &have_members, dropped) {
                 match target.batch_execute(&stmt).await {
                     Ok(()) => ran += 1,
                     Err(e) => tracing::warn!(group = g, error = %e, "copying roles: {stmt}"),
@@ -227,7 +239,7 @@ mod tests {
             ("pg_read_all_data".to_string(), "readers".to_string(), false),
         ]
         .into();
-        let sql = plan_sync(&want, &have, &want_m, &have_m);
+        let sql = plan_sync(&want, &have, &want_m, &have_m, &["gone".to_string()]);
         assert_eq!(
             sql,
             vec![
@@ -244,6 +256,10 @@ mod tests {
                 "DROP ROLE IF EXISTS \"gone\"".to_string(),
             ]
         );
-        assert!(plan_sync(&want, &want, &want_m, &want_m).is_empty());
+        assert!(plan_sync(&want, &want, &want_m, &want_m, &[]).is_empty());
+        // A role only group g holds, not dropped through the endpoint, is left alone.
+        assert!(!plan_sync(&want, &have, &want_m, &have_m, &[])
+            .iter()
+            .any(|s| s.starts_with("DROP")));
     }
 }

@@ -76,7 +76,7 @@ impl ProxyContext {
         }
         let map = if self.groups() > 1 {
             // Roles made directly on group 0 reach the other groups before sessions need them.
-            if let Err(e) = self.sync_roles(database).await {
+            if let Err(e) = self.sync_roles(database, &[]).await {
                 tracing::warn!(error = %e, "copying roles to the other shard groups");
             }
             let clients = self.group_clients(database).await?;

@@ -778,3 +778,43 @@ mod call_tests {
         assert_eq!(herd_call("select herd.f('x'); select 1"), None);
     }
 }
+
+/// The roles a `DROP ROLE`/`DROP USER` statement names (empty for anything else).
+pub fn dropped_roles(sql: &str) -> Vec<String> {
+    let Some(parsed) = std::panic::catch_unwind(|| pg_query::parse(sql, 0))
+        .ok()
+        .and_then(Result::ok)
+    else {
+        return Vec::new();
+    };
+    let Some(value) = parsed
+        .protobuf
+        .stmts
+        .first()
+        .and_then(|s| s.stmt.as_ref())
+        .and_then(|n| serde_json::to_value(n).ok())
+    else {
+        return Vec::new();
+    };
+    value["node"]["DropRoleStmt"]["roles"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|r| r["node"]["RoleSpec"]["rolename"].as_str())
+        .map(str::to_string)
+        .collect()
+}
+
+#[cfg(test)]
+mod role_tests {
+    #[test]
+    fn dropped_roles() {
+        assert_eq!(
+            super::dropped_roles("drop role if exists app, \"Odd Name\""),
+            vec!["app".to_string(), "Odd Name".to_string()]
+        );
+        assert_eq!(super::dropped_roles("drop user x"), vec!["x".to_string()]);
+        assert!(super::dropped_roles("drop table t").is_empty());
+        assert!(super::dropped_roles("selec").is_empty());
+    }
+}

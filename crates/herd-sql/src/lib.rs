@@ -23,8 +23,8 @@ mod walk;
 pub use cache::{CacheStats, ClassifierCache};
 pub use classify::classify;
 pub use keys::{
-    herd_call, key_facts, ColumnName, Condition, CopyFacts, KeyExpr, KeyFacts, StmtKind, TableRef,
-    Target,
+    dropped_roles, herd_call, key_facts, ColumnName, Condition, CopyFacts, KeyExpr, KeyFacts,
+    StmtKind, TableRef, Target,
 };
 pub use shape::shape_key;
 

@@ -218,7 +218,11 @@ impl Session {
             let ran = lease.conn.internal_query(&sql).await;
             lease.release();
             ran?;
-            self.ctx.sync_roles(&self.database).await.map(|_| ())
+            let dropped = herd_sql::dropped_roles(&sql);
+            self.ctx
+                .sync_roles(&self.database, &dropped)
+                .await
+                .map(|_| ())
         }
         .await;
         self.ddl_done(unit, tag_text, outcome).await
