@@ -102,6 +102,17 @@ impl ProxyContext {
         Ok(map)
     }
 
+    /// Admin connections to every group's primary and the map they hold, with any change left
+    /// in doubt resolved first (the caller holds the `changing` lock).
+    async fn current_map(&self, database: &str) -> Result<(Vec<Client>, ShardMap), ProxyError> {
+        let clients = self.group_clients(database).await?;
+        recover(&clients).await?;
+        let current = read_map(&clients[0])
+            .await?
+            .unwrap_or_else(|| ShardMap::new(self.groups(), DEFAULT_SHARD_COUNT));
+        Ok((clients, current))
+    }
+
     /// Admin connections to every group's primary, on `database`.
     async fn group_clients(&self, database: &str) -> Result<Vec<Client>, ProxyError> {
         let mut clients = Vec::new();
@@ -136,11 +147,7 @@ impl ProxyContext {
     /// ran on every group), in one two-phase commit like any map change; the map after.
     pub async fn forget_dropped(&self, database: &str) -> Result<Arc<ShardMap>, ProxyError> {
         let _one_at_a_time = self.shard_maps.changing.lock().await;
-        let clients = self.group_clients(database).await?;
-        recover(&clients).await?;
-        let current = read_map(&clients[0])
-            .await?
-            .unwrap_or_else(|| ShardMap::new(self.groups(), DEFAULT_SHARD_COUNT));
+        let (clients, current) = self.current_map(database).await?;
         let gone = dangling(&clients[0], &current).await?;
         let map = if gone.is_empty() {
             current
@@ -200,11 +207,7 @@ impl ProxyContext {
             ));
         }
         let _one_at_a_time = self.shard_maps.changing.lock().await;
-        let clients = self.group_clients(database).await?;
-        recover(&clients).await?;
-        let current = read_map(&clients[0])
-            .await?
-            .unwrap_or_else(|| ShardMap::new(self.groups(), DEFAULT_SHARD_COUNT));
+        let (clients, current) = self.current_map(database).await?;
         let mut next = current.clone();
         next.version = current.version + 1;
         let (answer, ddl) = match (function, args) {
