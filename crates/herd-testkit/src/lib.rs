@@ -197,17 +197,80 @@ pub struct QuickBench {
     pub text: String,
 }
 
+/// How long a quick benchmark may run before its test fails (they take 1–2 minutes here).
+const QUICK_BENCH_LIMIT: Duration = Duration::from_secs(900);
+
+/// Runs `cmd` to completion like `Command::output`, but kills it (and gives `None`) once
+/// `limit` has passed, so a hung child cannot stall the test suite.
+pub fn output_within(cmd: &mut Command, limit: Duration) -> Option<Output> {
+    use std::io::Read;
+    use std::process::Stdio;
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting a child process");
+    // Drained on threads so a chatty child cannot block on a full pipe.
+    let drain = |pipe: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(mut p) = pipe {
+                let _ = p.read_to_end(&mut buf);
+            }
+            buf
+        })
+    };
+    let stdout = drain(
+        child
+            .stdout
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let stderr = drain(
+        child
+            .stderr
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let deadline = Instant::now() + limit;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break Some(status),
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(100)),
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+        }
+    };
+    let stdout = stdout.join().unwrap_or_default();
+    let stderr = stderr.join().unwrap_or_default();
+    status.map(|status| Output {
+        status,
+        stdout,
+        stderr,
+    })
+}
+
 /// Runs `herd bench SCENARIO --quick --out DIR` with the `herd` binary at `herd`, and checks what
 /// every scenario must leave: a successful exit, a non-empty `report.md` and `SCENARIO.svg`, and
 /// a results.json naming the scenario as a quick run. A failure shows the command's output and
 /// the end of every `*.log` the scenario wrote.
 pub fn quick_bench(herd: &str, scenario: &str) -> QuickBench {
     let out = scratch_dir();
-    let run = Command::new(herd)
-        .args(["bench", scenario, "--quick", "--out"])
-        .arg(out.path())
-        .output()
-        .expect("running herd bench");
+    let run = output_within(
+        Command::new(herd)
+            .args(["bench", scenario, "--quick", "--out"])
+            .arg(out.path()),
+        QUICK_BENCH_LIMIT,
+    )
+    .unwrap_or_else(|| {
+        panic!(
+            "herd bench {scenario} --quick did not finish within {} s (killed)",
+            QUICK_BENCH_LIMIT.as_secs()
+        )
+    });
     if !run.status.success() {
         let mut logs = String::new();
         for entry in std::fs::read_dir(out.path())
