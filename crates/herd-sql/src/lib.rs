@@ -13,6 +13,7 @@
 //! memoises classifications by statement text.
 
 mod cache;
+mod calls;
 mod classify;
 mod keys;
 mod route;
@@ -21,10 +22,10 @@ mod shape;
 mod walk;
 
 pub use cache::{CacheStats, ClassifierCache};
+pub use calls::{dropped_roles, herd_call};
 pub use classify::classify;
 pub use keys::{
-    dropped_roles, herd_call, key_facts, ColumnName, Condition, CopyFacts, KeyExpr, KeyFacts,
-    StmtKind, TableRef, Target,
+    key_facts, ColumnName, Condition, CopyFacts, KeyExpr, KeyFacts, StmtKind, TableRef, Target,
 };
 pub use shape::shape_key;
 

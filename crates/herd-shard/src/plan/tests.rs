@@ -1,0 +1,471 @@
+//! Routing table tests: each accepted form, every refusal, COPY and DDL.
+
+use super::*;
+use herd_sql::key_facts;
+
+fn map() -> ShardMap {
+    let mut m = ShardMap::new(2, 32);
+    let d = |c: &str, t| TableKind::Distributed {
+        column: c.into(),
+        key_type: t,
+    };
+    m.tables
+        .insert("public.orders".into(), d("customer_id", KeyType::Int8));
+    m.tables
+        .insert("public.items".into(), d("customer_id", KeyType::Int8));
+    m.tables
+        .insert("public.users".into(), d("email", KeyType::Text));
+    m.tables
+        .insert("public.countries".into(), TableKind::Reference);
+    m
+}
+
+fn run(sql: &str, params: &[Option<&str>]) -> Plan {
+    let m = map();
+    let cls = herd_sql::classify(sql);
+    let relations: Vec<String> = cls
+        .statements
+        .iter()
+        .flat_map(|s| s.relations.clone())
+        .collect();
+    let facts = key_facts(sql);
+    let p = |n: u32| match params.get(n as usize - 1) {
+        Some(Some(t)) => ParamValue::Text(t.as_bytes().to_vec()),
+        Some(None) => ParamValue::Null,
+        None => ParamValue::Missing,
+    };
+    plan(facts.as_ref(), &relations, &m, &p)
+}
+
+fn group_of(v: i64) -> u32 {
+    map().group_of(Some(&KeyValue::Int8(v)))
+}
+
+/// Two keys on different groups.
+fn split_keys() -> (i64, i64) {
+    let a = 1;
+    let b = (2..100)
+        .find(|k| group_of(*k) != group_of(a))
+        .expect("another group");
+    (a, b)
+}
+
+fn group(g: u32) -> Plan {
+    Plan::Group {
+        group: g,
+        reason: "key",
+    }
+}
+
+fn refused(p: &Plan, needle: &str) -> bool {
+    matches!(p, Plan::Refuse(m) if m.contains(needle))
+}
+
+#[test]
+fn routes_single_key_statements() {
+    let (a, b) = split_keys();
+    let ga = group(group_of(a));
+    let cases: Vec<(String, Vec<Option<&str>>, Plan)> = vec![
+        (format!("select * from orders where customer_id = {a}"), vec![], ga.clone()),
+        (format!("select * from orders where customer_id = '{a}'"), vec![], ga.clone()),
+        (format!("select * from orders where customer_id = '{a}'::bigint"), vec![], ga.clone()),
+        (format!("select * from orders o where o.customer_id = {a} and o.v > 3"), vec![], ga.clone()),
+        (format!("select * from public.orders where orders.customer_id = {a}"), vec![], ga.clone()),
+        ("select * from orders where customer_id = $1".into(), vec![Some("1")], ga.clone()),
+        (format!("select * from orders where customer_id in ({a}, {a})"), vec![], ga.clone()),
+        (format!("update orders set v = v + 1 where customer_id = {a}"), vec![], ga.clone()),
+        (format!("delete from orders where customer_id = {a}"), vec![], ga.clone()),
+        (format!("insert into orders (customer_id, v) values ({a}, 1)"), vec![], ga.clone()),
+        (format!("insert into orders (v, customer_id) values (1, {a}), (2, {a})"), vec![], ga.clone()),
+        ("insert into orders (customer_id) values ($1)".into(), vec![Some("1")], ga.clone()),
+        (
+            format!("select * from orders o join countries c on c.id = o.country where o.customer_id = {a}"),
+            vec![],
+            // A join with a reference table runs where the key's rows are.
+            ga.clone(),
+        ),
+        (
+            format!("select * from orders, items where orders.customer_id = {a} and items.customer_id = {a}"),
+            vec![],
+            ga.clone(),
+        ),
+        // INSERT … SELECT within one group: the key from a co-located table read by key, or
+        // a constant of the group the SELECT reads.
+        (
+            format!("insert into orders (customer_id, v) select customer_id, v from items where customer_id = {a}"),
+            vec![],
+            ga.clone(),
+        ),
+        (
+            format!("insert into orders (v, customer_id) select i.v, i.customer_id from items i where i.customer_id in ({a}, {a})"),
+            vec![],
+            ga.clone(),
+        ),
+        (
+            "insert into orders (customer_id, v) select o.customer_id, o.v || 'x' from orders o where o.customer_id = $1".into(),
+            vec![Some("1")],
+            ga.clone(),
+        ),
+        (format!("insert into orders (customer_id, v) select {a}, 'x'"), vec![], ga.clone()),
+        (
+            format!("insert into orders (customer_id, v) select {a}, name from countries where id = 3"),
+            vec![],
+            ga.clone(),
+        ),
+        (
+            format!("insert into orders (customer_id, v) select $1, v from items where customer_id = {a}"),
+            vec![Some("1")],
+            ga.clone(),
+        ),
+        // More forms of the key: reversed, cast, parameters among others, aggregates,
+        // locking, ordering, RETURNING, ON CONFLICT, EXPLAIN.
+        (format!("select * from orders where {a} = customer_id"), vec![], ga.clone()),
+        (format!("select * from orders where customer_id = {a}::int8"), vec![], ga.clone()),
+        (format!("select * from orders where customer_id = cast('{a}' as bigint)"), vec![], ga.clone()),
+        ("select * from orders where v = $1 and customer_id = $2".into(), vec![Some("x"), Some("1")], ga.clone()),
+        ("update orders set v = $1 where customer_id = $2".into(), vec![Some("x"), Some("1")], ga.clone()),
+        ("delete from orders where customer_id in ($1, $2)".into(), vec![Some("1"), Some("1")], ga.clone()),
+        (format!("select count(*), sum(v) from orders where customer_id = {a}"), vec![], ga.clone()),
+        (format!("select * from orders where customer_id = {a} for update"), vec![], ga.clone()),
+        (format!("select * from orders where customer_id = {a} order by id desc limit 5"), vec![], ga.clone()),
+        (format!("insert into orders (customer_id, v) values ({a}, 'x') returning id"), vec![], ga.clone()),
+        (
+            format!("insert into orders (customer_id, v) values ({a}, 'x') on conflict (customer_id, id) do update set v = excluded.v"),
+            vec![],
+            ga.clone(),
+        ),
+        (format!("explain select * from orders where customer_id = {a}"), vec![], ga.clone()),
+        (format!("explain analyze update orders set v = 1 where customer_id = {a}"), vec![], ga.clone()),
+        (format!("select * from public.orders o where o.customer_id = {a}"), vec![], ga.clone()),
+        (format!("delete from orders o where o.customer_id = {a} returning *"), vec![], ga.clone()),
+        // Co-located tables joined on the key: the joined table's rows share the key.
+        (
+            format!("select * from orders o join items i on i.customer_id = o.customer_id where o.customer_id = {a}"),
+            vec![],
+            ga.clone(),
+        ),
+        (
+            format!("select * from orders join items using (customer_id) where orders.customer_id = {a}"),
+            vec![],
+            ga.clone(),
+        ),
+        (
+            format!("select * from orders o left join items i on o.customer_id = i.customer_id where o.customer_id = {a}"),
+            vec![],
+            ga.clone(),
+        ),
+        (
+            format!("select * from orders o, items i where i.customer_id = o.customer_id and i.customer_id = {a}"),
+            vec![],
+            ga.clone(),
+        ),
+        (
+            format!("select * from orders o join items i on i.customer_id = o.customer_id and o.customer_id = {a}"),
+            vec![],
+            ga.clone(),
+        ),
+        (
+            format!("delete from items using orders o where items.customer_id = o.customer_id and o.customer_id = {a}"),
+            vec![],
+            ga.clone(),
+        ),
+        ("select * from countries".into(), vec![], Plan::Anywhere),
+        ("select 1".into(), vec![], Plan::Anywhere),
+        ("select * from plain_table".into(), vec![], Plan::Group { group: 0, reason: "local_table" }),
+        ("insert into plain_table values (1)".into(), vec![], Plan::Group { group: 0, reason: "local_table" }),
+    ];
+    for (sql, params, want) in cases {
+        let got = run(&sql, &params);
+        assert_eq!(got, want, "{sql}");
+    }
+    match run(
+        "copy orders (v, customer_id) from stdin with (format csv)",
+        &[],
+    ) {
+        Plan::CopyIn(c) => {
+            assert_eq!(c.key_column, "customer_id");
+            assert_eq!(c.format, crate::CopyFormat::Csv { header: false });
+        }
+        other => panic!("{other:?}"),
+    }
+    for (sql, binary, header) in [
+        ("copy orders to stdout", false, false),
+        (
+            "copy orders (v) to stdout with (format csv, header)",
+            false,
+            true,
+        ),
+        ("copy orders to stdout (format binary)", true, false),
+    ] {
+        let want = Plan::CopyOut(CopyOut {
+            table: "orders".into(),
+            binary,
+            header,
+        });
+        assert_eq!(run(sql, &[]), want, "{sql}");
+    }
+    assert_eq!(run("copy countries to stdout", &[]), Plan::Anywhere);
+    for (sql, needle) in [
+        ("copy orders to '/tmp/f'", "to STDOUT"),
+        (
+            "copy orders to stdout (delimiter '|')",
+            "FORMAT and HEADER only",
+        ),
+        ("copy orders from '/tmp/f'", "from STDIN"),
+        (
+            "copy orders from stdin with (delimiter '|')",
+            "default delimiters",
+        ),
+        ("copy orders (v) from stdin", "shard key column"),
+        ("copy countries from stdin", "reference table"),
+    ] {
+        assert!(refused(&run(sql, &[]), needle), "{sql}");
+    }
+    for (sql, tag) in [
+        ("truncate orders", "TRUNCATE TABLE"),
+        ("create index on orders (v)", "CREATE INDEX"),
+        ("alter table orders add column w int", "ALTER TABLE"),
+        ("alter table countries add column w int", "ALTER TABLE"),
+        ("grant select on orders to public", "GRANT"),
+        ("revoke select on orders from public", "REVOKE"),
+        (
+            "grant usage on all sequences in schema public to app",
+            "GRANT",
+        ),
+        (
+            "revoke all on all tables in schema public from app",
+            "REVOKE",
+        ),
+        ("drop table orders", "DROP TABLE"),
+        (
+            "drop table if exists orders, countries cascade",
+            "DROP TABLE",
+        ),
+    ] {
+        assert_eq!(run(sql, &[]), Plan::Everywhere(tag), "{sql}");
+    }
+    assert_eq!(
+        run(
+            "create index concurrently orders_v on public.orders (v)",
+            &[]
+        ),
+        Plan::EachGroup {
+            tag: "CREATE INDEX",
+            undo: "DROP INDEX CONCURRENTLY IF EXISTS public.orders_v".into()
+        }
+    );
+    // NULL keys go where PostgreSQL's hash partitioning puts them: remainder 0.
+    assert_eq!(
+        run("select * from orders where customer_id = $1", &[None]),
+        group(map().group_of(None))
+    );
+    let text_key = map().group_of(Some(&KeyValue::Text("a@b.c".into())));
+    assert_eq!(
+        run("select * from users where email = 'a@b.c'", &[]),
+        group(text_key)
+    );
+    let _ = b;
+}
+
+#[test]
+fn refuses_what_spans_groups_or_cannot_be_told() {
+    let (a, b) = split_keys();
+    // A join of two distributed tables on different keys' groups.
+    assert!(refused(
+        &run(
+            &format!("select * from orders o join items i on i.customer_id = o.customer_id where o.customer_id = {a} and i.customer_id = {b}"),
+            &[]
+        ),
+        "several shard groups"
+    ));
+    let cases: Vec<(String, Vec<Option<&str>>, &str)> = vec![
+        (
+            "select * from orders".into(),
+            vec![],
+            "no condition on its shard key",
+        ),
+        (
+            "select * from orders where v = 1".into(),
+            vec![],
+            "no condition on its shard key",
+        ),
+        (
+            format!("select * from orders where customer_id = {a} or customer_id = {b}"),
+            vec![],
+            "no condition",
+        ),
+        (
+            format!("select * from orders where customer_id in ({a}, {b})"),
+            vec![],
+            "several shard groups",
+        ),
+        (
+            format!("insert into orders (customer_id) values ({a}), ({b})"),
+            vec![],
+            "several shard groups",
+        ),
+        (
+            "insert into orders values (1, 2)".into(),
+            vec![],
+            "column list",
+        ),
+        (
+            format!("insert into orders (customer_id, v) select customer_id, v from items where customer_id in ({a}, {b})"),
+            vec![],
+            "several shard groups",
+        ),
+        (
+            format!("insert into orders (customer_id, v) select {b}, v from items where customer_id = {a}"),
+            vec![],
+            "keys belong to another",
+        ),
+        (
+            "insert into orders (customer_id, v) select customer_id, v from items".into(),
+            vec![],
+            "no condition",
+        ),
+        (
+            format!("insert into orders (customer_id, v) select email, v from users where email = 'x' and {a} = {a}"),
+            vec![],
+            "co-located",
+        ),
+        (
+            format!("insert into orders (customer_id, v) select customer_id + 1, v from items where customer_id = {a}"),
+            vec![],
+            "an expression",
+        ),
+        (
+            format!("insert into orders select * from items where customer_id = {a}"),
+            vec![],
+            "column list",
+        ),
+        (
+            format!("insert into orders (customer_id, v) select {a}, (select max(v) from items)"),
+            vec![],
+            "subquery",
+        ),
+        (
+            format!("insert into orders (customer_id, v) select customer_id, v from items where customer_id = {a} union select {a}, 'x'"),
+            vec![],
+            "set operation",
+        ),
+        (
+            format!("insert into orders (customer_id, v) select {a}, i from plain_table"),
+            vec![],
+            "group 0",
+        ),
+        (
+            format!("update orders set customer_id = 5 where customer_id = {a}"),
+            vec![],
+            "move the row",
+        ),
+        (
+            "select * from orders where customer_id = $1".into(),
+            vec![],
+            "no value",
+        ),
+        (
+            "select * from orders where customer_id = 'x'".into(),
+            vec![],
+            "not a valid bigint",
+        ),
+        (
+            "select * from orders where customer_id = v + 1".into(),
+            vec![],
+            "constant or a parameter",
+        ),
+        (
+            format!(
+                "select * from orders where customer_id = {a} and id in (select id from items)"
+            ),
+            vec![],
+            "subquery, join or CTE",
+        ),
+        (
+            format!("select * from orders, plain_table where customer_id = {a}"),
+            vec![],
+            "lives on shard group 0",
+        ),
+        (
+            "select * from orders, items where customer_id = 1".into(),
+            vec![],
+            "no condition",
+        ),
+        (
+            "select * from orders where customer_id = any($1)".into(),
+            vec![Some("{1,2}")],
+            "no condition",
+        ),
+        (
+            format!("select * from orders where customer_id = {a} or customer_id = {b}"),
+            vec![],
+            "no condition",
+        ),
+        (
+            format!("select * from orders where customer_id > {a}"),
+            vec![],
+            "no condition",
+        ),
+        (
+            "select * from orders where customer_id = $1".into(),
+            vec![Some("not-a-number")],
+            "customer_id",
+        ),
+        (
+            format!("with x as (select * from orders where customer_id = {a}) select * from x"),
+            vec![],
+            "subquery, join or CTE",
+        ),
+        // Joined, but not on the key, or on a key of another hash, or restricted only in
+        // an outer join's ON (which keeps every row of the other side).
+        (
+            format!("select * from orders o join items i on i.v = o.customer_id where o.customer_id = {a}"),
+            vec![],
+            "no condition",
+        ),
+        (
+            format!("select * from orders o join users u on u.email = o.v where o.customer_id = {a}"),
+            vec![],
+            "no condition",
+        ),
+        (
+            format!("select * from orders o left join items i on i.customer_id = o.customer_id and i.customer_id = {a}"),
+            vec![],
+            "no condition",
+        ),
+        (
+            "select * from orders o join items i on i.customer_id = o.customer_id".into(),
+            vec![],
+            "no condition",
+        ),
+        (
+            "drop table orders, plain_table".into(),
+            vec![],
+            "separate statements",
+        ),
+        (
+            "alter table orders rename to x".into(),
+            vec![],
+            "undistribute_table",
+        ),
+        (
+            "create index concurrently on orders (v)".into(),
+            vec![],
+            "needs an index name",
+        ),
+        (
+            "insert into countries values (1, 'x')".into(),
+            vec![],
+            "reference table",
+        ),
+        (
+            format!("select 1 from orders where customer_id = {a}; select 2"),
+            vec![],
+            "sent alone",
+        ),
+    ];
+    for (sql, params, needle) in cases {
+        let got = run(&sql, &params);
+        assert!(refused(&got, needle), "{sql}: {got:?}");
+    }
+}
