@@ -10,6 +10,7 @@ use herd_wire::frontend::{tag, Bind, Parse, Query};
 use herd_wire::{encode, split_frame};
 use tokio::io::AsyncReadExt;
 
+use super::two_phase::{commit_all, ddl_gid, prepare_all};
 use super::Session;
 use crate::pool::Lease;
 use crate::server::server_error;
@@ -259,40 +260,9 @@ impl Session {
 
     /// Two-phase commit of every group's COPY.
     async fn commit_copies(&mut self, leases: &mut [Lease]) -> Result<(), ProxyError> {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0);
-        let gid = format!("herd_ddl_copy_{}_{nanos}", std::process::id());
-        for i in 0..leases.len() {
-            let prepare = format!("PREPARE TRANSACTION '{gid}'");
-            if let Err(e) = leases[i].conn.internal_query(&prepare).await {
-                // Others first, group 0 last (see `recover_ddl`).
-                for l in leases[..i].iter_mut().rev() {
-                    let _ = l
-                        .conn
-                        .internal_query(&format!("ROLLBACK PREPARED '{gid}'"))
-                        .await;
-                }
-                return Err(e);
-            }
-        }
-        for (g, lease) in leases.iter_mut().enumerate() {
-            if let Err(e) = lease
-                .conn
-                .internal_query(&format!("COMMIT PREPARED '{gid}'"))
-                .await
-            {
-                return Err(copy_error(
-                    "XX000",
-                    format!(
-                        "the load is decided but committing it on shard group {g} failed ({e}); \
-                         it is completed when the shard map is next read"
-                    ),
-                ));
-            }
-        }
-        Ok(())
+        let gid = ddl_gid("copy_");
+        prepare_all(leases, &gid, "").await?;
+        commit_all(leases, &gid, "the load").await
     }
 
     /// The next whole message from the client, reading as needed.

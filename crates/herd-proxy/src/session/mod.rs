@@ -14,6 +14,7 @@ mod shard;
 mod startup;
 pub mod state;
 mod translate;
+mod two_phase;
 
 use std::sync::Arc;
 

@@ -151,8 +151,7 @@ impl Session {
         map: &ShardMap,
         sql: &[u8],
     ) -> Result<Option<Plan>, ProxyError> {
-        let head = String::from_utf8_lossy(&sql[..sql.len().min(64)]).to_ascii_lowercase();
-        if !head.trim_start().starts_with("drop") || !head.contains("index") {
+        if !first_word_is(sql, &["drop"]) {
             return Ok(None);
         }
         let Some(facts) = herd_sql::key_facts(&String::from_utf8_lossy(sql)) else {
@@ -304,58 +303,23 @@ impl Session {
     }
 
     async fn ddl_two_phase(&mut self, sql: &str) -> Result<(), ProxyError> {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0);
-        let gid = format!("herd_ddl_{}_{nanos}", std::process::id());
+        let gid = super::two_phase::ddl_gid("");
         let mut leases = self.primary_leases().await?;
         let body = sql.trim().trim_end_matches(';');
-        let mut prepared = 0;
-        let mut failure = None;
-        for lease in leases.iter_mut() {
-            let prepare = format!("BEGIN; {body}; PREPARE TRANSACTION '{gid}'");
-            match lease.conn.internal_query(&prepare).await {
-                Ok(_) => prepared += 1,
-                Err(e) => {
-                    // Its transaction failed and is still open: end it.
-                    let _ = lease.conn.internal_query("ROLLBACK").await;
-                    failure = Some(e);
-                    break;
-                }
-            }
-        }
-        if let Some(e) = failure {
-            for lease in leases[..prepared].iter_mut().rev() {
-                let _ = lease
-                    .conn
-                    .internal_query(&format!("ROLLBACK PREPARED '{gid}'"))
-                    .await;
-            }
-            for lease in leases {
-                lease.release();
-            }
-            return Err(e);
-        }
-        for (g, lease) in leases.iter_mut().enumerate() {
-            if let Err(e) = lease
-                .conn
-                .internal_query(&format!("COMMIT PREPARED '{gid}'"))
-                .await
-            {
-                return Err(ProxyError::Server {
-                    code: "XX000".into(),
-                    message: format!(
-                        "the change is decided but committing it on shard group {g} failed ({e}); \
-                         it is completed when the shard map is next read"
-                    ),
-                });
-            }
-        }
+        let outcome = match super::two_phase::prepare_all(
+            &mut leases,
+            &gid,
+            &format!("BEGIN; {body};"),
+        )
+        .await
+        {
+            Ok(()) => super::two_phase::commit_all(&mut leases, &gid, "the change").await,
+            Err(e) => Err(e),
+        };
         for lease in leases {
             lease.release();
         }
-        Ok(())
+        outcome
     }
 
     /// `herd.explain('<statement>')`: where the statement would run through the endpoint, and
@@ -451,21 +415,37 @@ impl Session {
     }
 }
 
+/// Whether the statement's first word is one of `words` (lower case), without allocating: this
+/// runs for every unit of a sharded cluster, and most statements are not DDL.
+fn first_word_is(sql: &[u8], words: &[&str]) -> bool {
+    let start = sql
+        .iter()
+        .position(|b| !b.is_ascii_whitespace())
+        .unwrap_or(sql.len());
+    let rest = &sql[start..];
+    let end = rest
+        .iter()
+        .position(|b| !b.is_ascii_alphabetic())
+        .unwrap_or(rest.len());
+    words
+        .iter()
+        .any(|w| rest[..end].eq_ignore_ascii_case(w.as_bytes()))
+}
+
 /// The command tag of a role statement (CREATE/ALTER/DROP ROLE or USER, GRANT/REVOKE of a
 /// role), `None` for anything else.
 fn role_statement(sql: &[u8]) -> Option<&'static str> {
-    let head = String::from_utf8_lossy(&sql[..sql.len().min(32)]).to_ascii_lowercase();
-    let first = head.split_whitespace().next()?;
-    if !matches!(first, "create" | "alter" | "drop" | "grant" | "revoke") {
+    if !first_word_is(sql, &["create", "alter", "drop", "grant", "revoke"]) {
         return None;
     }
+    let revoke = first_word_is(sql, &["revoke"]);
     let facts = herd_sql::key_facts(&String::from_utf8_lossy(sql))?;
     Some(match facts.utility.as_deref()? {
         "CreateRoleStmt" => "CREATE ROLE",
         // ALTER ROLE … SET is AlterRoleSetStmt: per-database settings, not copied.
         "AlterRoleStmt" => "ALTER ROLE",
         "DropRoleStmt" => "DROP ROLE",
-        "GrantRoleStmt" if first == "revoke" => "REVOKE ROLE",
+        "GrantRoleStmt" if revoke => "REVOKE ROLE",
         "GrantRoleStmt" => "GRANT ROLE",
         _ => return None,
     })
@@ -581,6 +561,18 @@ pub(super) fn raising_sql(message: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn first_words() {
+        assert!(super::first_word_is(b"  DROP index x", &["drop"]));
+        assert!(super::first_word_is(
+            b"Revoke r from u",
+            &["grant", "revoke"]
+        ));
+        assert!(!super::first_word_is(b"dropped", &["drop"]));
+        assert!(!super::first_word_is(b"select 1", &["drop"]));
+        assert!(!super::first_word_is(b"", &["drop"]));
+    }
 
     #[test]
     fn bind_parameters() {

@@ -1,0 +1,66 @@
+//! Two-phase commit of work done on every shard group's primary (DDL, a split COPY): every
+//! group PREPAREs it, group 0 commits first and the others follow — group 0's commit is the
+//! decision, so a crash between the phases is resolved by `recover_ddl` when the shard map is
+//! next read (committed where group 0 no longer holds it, else rolled back); on a failure
+//! before the decision the prepared groups roll back, the others first and group 0 last.
+
+use crate::pool::Lease;
+use crate::ProxyError;
+
+/// A fresh transaction name `herd_ddl_<kind>…` (the prefix `recover_ddl` looks for).
+pub(super) fn ddl_gid(kind: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    format!("herd_ddl_{kind}{}_{nanos}", std::process::id())
+}
+
+/// Runs `before` (empty, or e.g. `BEGIN; <statement>;`) and `PREPARE TRANSACTION gid` on every
+/// lease, group 0 first; on the first failure rolls back what was prepared and returns it.
+pub(super) async fn prepare_all(
+    leases: &mut [Lease],
+    gid: &str,
+    before: &str,
+) -> Result<(), ProxyError> {
+    for i in 0..leases.len() {
+        let prepare = format!("{before} PREPARE TRANSACTION '{gid}'");
+        if let Err(e) = leases[i].conn.internal_query(&prepare).await {
+            // A failed statement leaves its transaction open and aborted: end it.
+            let _ = leases[i].conn.internal_query("ROLLBACK").await;
+            for l in leases[..i].iter_mut().rev() {
+                let _ = l
+                    .conn
+                    .internal_query(&format!("ROLLBACK PREPARED '{gid}'"))
+                    .await;
+            }
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
+/// Commits `gid` on every lease, group 0 first. `what` names the work in the error of a group
+/// that fails after the decision (its commit is completed when the map is next read).
+pub(super) async fn commit_all(
+    leases: &mut [Lease],
+    gid: &str,
+    what: &str,
+) -> Result<(), ProxyError> {
+    for (g, lease) in leases.iter_mut().enumerate() {
+        if let Err(e) = lease
+            .conn
+            .internal_query(&format!("COMMIT PREPARED '{gid}'"))
+            .await
+        {
+            return Err(ProxyError::Server {
+                code: "XX000".into(),
+                message: format!(
+                    "{what} is decided but committing it on shard group {g} failed ({e}); it is \
+                     completed when the shard map is next read"
+                ),
+            });
+        }
+    }
+    Ok(())
+}
