@@ -60,4 +60,50 @@ pub fn check(dcs: &dyn Dcs, advance: &dyn Fn(Duration)) {
     );
     dcs.release_lease("leader", "b").expect("release");
     assert_eq!(dcs.lease_holder("leader").expect("holder"), None);
+
+    // Expiring values (members' heartbeats): listed by prefix while fresh, gone after the TTL
+    // unless written again; writes are announced to watchers.
+    let mut changes = dcs.changes();
+    changes.borrow_and_update();
+    dcs.put_expiring("members/a", b"1".to_vec(), ttl)
+        .expect("put a");
+    dcs.put_expiring("members/b", b"2".to_vec(), ttl)
+        .expect("put b");
+    dcs.compare_and_set("membersx", 0, b"not a member".to_vec())
+        .expect("neighbour");
+    let listed = |dcs: &dyn Dcs| -> Vec<(String, Vec<u8>)> {
+        dcs.list("members/")
+            .expect("list")
+            .into_iter()
+            .map(|(k, v)| (k, v.value))
+            .collect()
+    };
+    assert_eq!(
+        listed(dcs),
+        vec![
+            ("members/a".to_string(), b"1".to_vec()),
+            ("members/b".to_string(), b"2".to_vec())
+        ]
+    );
+    let mut waited = Duration::ZERO;
+    while !changes.has_changed().unwrap_or(false) {
+        assert!(waited < Duration::from_secs(3), "no change was announced");
+        advance(Duration::from_millis(50));
+        waited += Duration::from_millis(50);
+    }
+    advance(Duration::from_secs(1));
+    dcs.put_expiring("members/b", b"3".to_vec(), ttl * 3)
+        .expect("renew b");
+    advance(Duration::from_millis(1500));
+    let mut waited = Duration::ZERO;
+    while listed(dcs).len() > 1 {
+        assert!(waited < Duration::from_secs(3), "members/a never expired");
+        advance(Duration::from_millis(100));
+        waited += Duration::from_millis(100);
+    }
+    assert_eq!(
+        listed(dcs),
+        vec![("members/b".to_string(), b"3".to_vec())],
+        "a renewed value outlives its first TTL, an unrenewed one does not"
+    );
 }

@@ -48,6 +48,7 @@ pub struct EtcdDcs {
     client: Client,
     prefix: String,
     timeout: Duration,
+    changed: tokio::sync::watch::Sender<u64>,
 }
 
 fn unavailable(e: impl std::fmt::Display) -> DcsError {
@@ -111,11 +112,19 @@ impl EtcdDcs {
                 .await
                 .map_err(|e| unavailable(format!("cannot connect to etcd: {e}")))
         })?;
+        let prefix = format!("/herd/{}/", config.cluster);
+        let changed = tokio::sync::watch::channel(0).0;
+        runtime.spawn(watch_prefix(
+            client.clone(),
+            prefix.clone(),
+            changed.clone(),
+        ));
         Ok(EtcdDcs {
             runtime,
             client,
-            prefix: format!("/herd/{}/", config.cluster),
+            prefix,
             timeout,
+            changed,
         })
     }
 
@@ -201,6 +210,33 @@ impl EtcdDcs {
                 Err(e) => Err(unavailable(e)),
             }
         })
+    }
+}
+
+/// Follows every change under `prefix` with an etcd watch and announces each on `changed`;
+/// reconnects (announcing once, as changes may have been missed) after the stream breaks.
+/// Runs until the store (and its runtime) is dropped.
+async fn watch_prefix(client: Client, prefix: String, changed: tokio::sync::watch::Sender<u64>) {
+    let bump = |changed: &tokio::sync::watch::Sender<u64>| {
+        changed.send_modify(|n| *n = n.wrapping_add(1));
+    };
+    loop {
+        let mut watcher = client.watch_client();
+        if let Ok((_handle, mut stream)) = watcher
+            .watch(
+                prefix.clone(),
+                Some(etcd_client::WatchOptions::new().with_prefix()),
+            )
+            .await
+        {
+            bump(&changed);
+            while let Ok(Some(event)) = stream.message().await {
+                if !event.events().is_empty() {
+                    bump(&changed);
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }
 
@@ -345,6 +381,73 @@ impl Dcs for EtcdDcs {
 
     fn lease_holder(&self, key: &str) -> Result<Option<String>, DcsError> {
         Ok(self.lease_entry(key)?.map(|(holder, _, _)| holder))
+    }
+
+    fn put_expiring(&self, key: &str, value: Vec<u8>, ttl: Duration) -> Result<(), DcsError> {
+        let seconds = i64::try_from(ttl.as_millis().div_ceil(1000))
+            .unwrap_or(i64::MAX)
+            .max(1);
+        let k = self.key(key);
+        let replaced = self.run(move |mut client| {
+            let (k, value) = (k.clone(), value.clone());
+            async move {
+                let lease = client
+                    .lease_grant(seconds, None)
+                    .await
+                    .map_err(unavailable)?;
+                let r = client
+                    .put(
+                        k,
+                        value,
+                        Some(PutOptions::new().with_lease(lease.id()).with_prev_key()),
+                    )
+                    .await
+                    .map_err(unavailable)?;
+                Ok(r.prev_key().map_or(0, |kv| kv.lease()))
+            }
+        })?;
+        // The previous heartbeat's lease holds nothing now: free it instead of letting it
+        // linger until its TTL.
+        if replaced != 0 {
+            let _ = self.revoke(replaced);
+        }
+        Ok(())
+    }
+
+    fn list(&self, prefix: &str) -> Result<Vec<(String, Versioned)>, DcsError> {
+        let base = self.prefix.clone();
+        let wanted = self.key(prefix);
+        let leases = self.lease_key("");
+        self.read(move |mut client| {
+            let (base, wanted, leases) = (base.clone(), wanted.clone(), leases.clone());
+            async move {
+                let r = client
+                    .get(wanted, Some(GetOptions::new().with_prefix()))
+                    .await
+                    .map_err(unavailable)?;
+                let mut out: Vec<(String, Versioned)> = r
+                    .kvs()
+                    .iter()
+                    .filter(|kv| !kv.key().starts_with(leases.as_bytes()))
+                    .map(|kv| {
+                        let key = String::from_utf8_lossy(kv.key());
+                        (
+                            key.trim_start_matches(base.as_str()).to_string(),
+                            Versioned {
+                                value: kv.value().to_vec(),
+                                revision: u64::try_from(kv.mod_revision()).unwrap_or(0),
+                            },
+                        )
+                    })
+                    .collect();
+                out.sort_by(|a, b| a.0.cmp(&b.0));
+                Ok(out)
+            }
+        })
+    }
+
+    fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changed.subscribe()
     }
 }
 

@@ -59,4 +59,17 @@ pub trait Dcs: Send + Sync {
 
     /// The current holder of an unexpired lease.
     fn lease_holder(&self, key: &str) -> Result<Option<String>, DcsError>;
+
+    /// Writes `value` under `key` for `ttl`: the key disappears unless written again before
+    /// the TTL runs out (a member's heartbeat). Never earlier than `ttl` after the call began.
+    fn put_expiring(&self, key: &str, value: Vec<u8>, ttl: Duration) -> Result<(), DcsError>;
+
+    /// Every present key that starts with `prefix`, with its value (sorted by key; leases are
+    /// not listed).
+    fn list(&self, prefix: &str) -> Result<Vec<(String, Versioned)>, DcsError>;
+
+    /// A receiver whose value changes after any write of this cluster's keys (expiries
+    /// included, as far as the backend sees them): readers re-read on each change instead of
+    /// polling. The value itself means nothing.
+    fn changes(&self) -> tokio::sync::watch::Receiver<u64>;
 }

@@ -11,13 +11,32 @@ use crate::{Dcs, DcsError, Versioned};
 pub struct MemoryDcs {
     state: Mutex<State>,
     clock: Box<dyn Fn() -> Instant + Send + Sync>,
+    changed: tokio::sync::watch::Sender<u64>,
 }
 
 #[derive(Default)]
 struct State {
     keys: HashMap<String, Versioned>,
+    /// When keys written by `put_expiring` disappear.
+    expiry: HashMap<String, Instant>,
     leases: HashMap<String, (String, Instant)>,
     revision: u64,
+}
+
+impl State {
+    /// Forgets expired keys.
+    fn expire(&mut self, now: Instant) {
+        let gone: Vec<String> = self
+            .expiry
+            .iter()
+            .filter(|(_, until)| **until <= now)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in gone {
+            self.expiry.remove(&k);
+            self.keys.remove(&k);
+        }
+    }
 }
 
 impl Default for MemoryDcs {
@@ -32,7 +51,13 @@ impl MemoryDcs {
         MemoryDcs {
             state: Mutex::new(State::default()),
             clock,
+            changed: tokio::sync::watch::channel(0).0,
         }
+    }
+
+    /// Tells watchers that something changed.
+    fn notify(&self) {
+        self.changed.send_modify(|n| *n = n.wrapping_add(1));
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -45,11 +70,16 @@ impl MemoryDcs {
 
 impl Dcs for MemoryDcs {
     fn get(&self, key: &str) -> Result<Option<Versioned>, DcsError> {
-        Ok(self.lock().keys.get(key).cloned())
+        let now = (self.clock)();
+        let mut s = self.lock();
+        s.expire(now);
+        Ok(s.keys.get(key).cloned())
     }
 
     fn compare_and_set(&self, key: &str, expected: u64, value: Vec<u8>) -> Result<u64, DcsError> {
+        let now = (self.clock)();
         let mut s = self.lock();
+        s.expire(now);
         let found = s.keys.get(key).map_or(0, |v| v.revision);
         if found != expected {
             return Err(DcsError::Conflict {
@@ -62,6 +92,9 @@ impl Dcs for MemoryDcs {
         let revision = s.revision;
         s.keys
             .insert(key.to_string(), Versioned { value, revision });
+        s.expiry.remove(key);
+        drop(s);
+        self.notify();
         Ok(revision)
     }
 
@@ -72,9 +105,14 @@ impl Dcs for MemoryDcs {
             None => true,
             Some((holder, until)) => holder == owner || *until <= now,
         };
+        let taken = free && s.leases.get(key).is_none_or(|(h, _)| h != owner);
         if free {
             s.leases
                 .insert(key.to_string(), (owner.to_string(), now + ttl));
+        }
+        drop(s);
+        if taken {
+            self.notify();
         }
         Ok(free)
     }
@@ -83,6 +121,8 @@ impl Dcs for MemoryDcs {
         let mut s = self.lock();
         if s.leases.get(key).is_some_and(|(holder, _)| holder == owner) {
             s.leases.remove(key);
+            drop(s);
+            self.notify();
         }
         Ok(())
     }
@@ -95,6 +135,37 @@ impl Dcs for MemoryDcs {
             .get(key)
             .filter(|(_, until)| *until > now)
             .map(|(h, _)| h.clone()))
+    }
+
+    fn put_expiring(&self, key: &str, value: Vec<u8>, ttl: Duration) -> Result<(), DcsError> {
+        let now = (self.clock)();
+        let mut s = self.lock();
+        s.revision += 1;
+        let revision = s.revision;
+        s.keys
+            .insert(key.to_string(), Versioned { value, revision });
+        s.expiry.insert(key.to_string(), now + ttl);
+        drop(s);
+        self.notify();
+        Ok(())
+    }
+
+    fn list(&self, prefix: &str) -> Result<Vec<(String, Versioned)>, DcsError> {
+        let now = (self.clock)();
+        let mut s = self.lock();
+        s.expire(now);
+        let mut out: Vec<(String, Versioned)> = s
+            .keys
+            .iter()
+            .filter(|(k, _)| k.starts_with(prefix))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(out)
+    }
+
+    fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changed.subscribe()
     }
 }
 
