@@ -1,0 +1,206 @@
+//! One agent's decision for one round: observations of its own PostgreSQL and of the store
+//! in, one step out. Pure, so every case is a table row.
+
+use std::time::Duration;
+
+use herd_core::{Lsn, NodeName};
+use herd_ha::{Candidate, FailoverRules};
+
+use crate::member::{ClusterSettings, Member};
+
+/// The agent's own PostgreSQL as probed this round.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Local {
+    /// No data directory yet.
+    Empty,
+    /// A data directory and no running server.
+    Stopped,
+    /// Running, accepting writes.
+    Primary,
+    /// Running in recovery.
+    Replica {
+        /// The member it is configured to stream from.
+        upstream: Option<String>,
+        /// Its WAL receiver is streaming.
+        streaming: bool,
+        /// The furthest of received and replayed WAL.
+        lsn: Option<Lsn>,
+    },
+    /// A postmaster runs but does not answer.
+    NotAnswering,
+}
+
+/// What the store said this round.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Store {
+    /// The cluster exists (its `initialize` key is written).
+    pub initialized: bool,
+    /// The holder of the leader lease.
+    pub leader: Option<String>,
+    /// The members whose heartbeat is present (this one included).
+    pub members: Vec<Member>,
+    /// The recorded synchronous standby set.
+    pub sync_set: Vec<String>,
+    /// `FIRST k`: the standbys the primary last reported as synchronous (recorded with the set).
+    pub last_sync: Vec<String>,
+    /// The cluster's settings.
+    pub settings: ClusterSettings,
+}
+
+/// Everything one round's decision depends on.
+#[derive(Clone, Debug)]
+pub struct View {
+    /// This agent's member name.
+    pub me: String,
+    /// Its PostgreSQL.
+    pub local: Local,
+    /// The store, or why it could not be read.
+    pub store: Result<Store, String>,
+    /// The node ran as primary since it last followed another (its WAL may have diverged).
+    pub was_primary: bool,
+    /// Time left before this agent must have fenced its primary (`None`: no lease held).
+    pub lease_left: Option<Duration>,
+    /// The replica has not streamed from its upstream for this long.
+    pub not_streaming_for: Duration,
+    /// This agent promised a failsafe primary not to take the lead before then.
+    pub promised: bool,
+    /// The last WAL position the leader published (async failover's lag bound).
+    pub last_leader_lsn: Lsn,
+}
+
+/// The step an agent takes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Race for the `initialize` key; the winner runs initdb and starts as primary.
+    Initialize,
+    /// Clone the leader with pg_basebackup.
+    Clone(String),
+    /// Start the stopped server as primary (this agent holds the leader lease).
+    StartPrimary,
+    /// Start the stopped server in recovery, following the leader if there is one.
+    StartReplica,
+    /// Renew the leader lease and keep the sync set.
+    Renew,
+    /// Take the leader lease (compare-and-set on its absence); promote on success.
+    Take,
+    /// This agent holds the lease but its server is in recovery: promote it.
+    Promote,
+    /// Point the replica at the leader.
+    Follow(String),
+    /// pg_rewind onto the leader (re-clone when that fails), then follow it.
+    Rejoin(String),
+    /// Stop the server immediately: it must not accept another write.
+    Fence(String),
+    /// Nothing to do (why, for the log).
+    Wait(String),
+}
+
+/// How long a replica may fail to stream from a healthy leader before it is rewound (its WAL
+/// may have passed the leader's fork point).
+pub const STUCK_REPLICA: Duration = Duration::from_secs(15);
+
+/// Decides this round's step.
+pub fn decide(view: &View) -> Step {
+    let store = match &view.store {
+        Ok(s) => s,
+        Err(why) => return store_unreachable(view, why),
+    };
+    let leader = store.leader.as_deref();
+    let me = view.me.as_str();
+    let other_leader = leader.filter(|l| *l != me);
+    match &view.local {
+        Local::Empty if !store.initialized => Step::Initialize,
+        Local::Empty => match other_leader {
+            Some(l) if store.members.iter().any(|m| m.name == l) => Step::Clone(l.into()),
+            _ => Step::Wait("no leader to clone from yet".into()),
+        },
+        Local::Stopped => match (leader, other_leader) {
+            (Some(_), None) if view.was_primary => Step::StartPrimary,
+            (_, Some(l)) if view.was_primary => Step::Rejoin(l.into()),
+            _ => Step::StartReplica,
+        },
+        Local::NotAnswering => Step::Wait("PostgreSQL runs but does not answer".into()),
+        Local::Primary => match leader {
+            Some(l) if l == me => Step::Renew,
+            Some(l) => Step::Fence(format!("{l} holds the leader lease")),
+            None => Step::Take,
+        },
+        Local::Replica {
+            upstream,
+            streaming,
+            lsn,
+        } => match leader {
+            Some(l) if l == me => Step::Promote,
+            Some(l) if view.was_primary => Step::Rejoin(l.into()),
+            Some(l) if upstream.as_deref() != Some(l) => Step::Follow(l.into()),
+            Some(l) if !streaming && view.not_streaming_for >= STUCK_REPLICA => {
+                Step::Rejoin(l.into())
+            }
+            Some(l) => Step::Wait(format!("following {l}")),
+            None if view.promised => {
+                Step::Wait("a failsafe primary was promised the lead for now".into())
+            }
+            None => match candidate(view, store, *lsn) {
+                Ok(best) if best == me => Step::Take,
+                Ok(best) => Step::Wait(format!("{best} is the candidate")),
+                Err(why) => Step::Wait(format!("no safe candidate: {why}")),
+            },
+        },
+    }
+}
+
+/// With the store unreachable, a primary serves only while its lease (or a failsafe
+/// confirmation, which extends it) lasts; everything else waits.
+fn store_unreachable(view: &View, why: &str) -> Step {
+    if view.local == Local::Primary {
+        return match view.lease_left {
+            Some(left) if !left.is_zero() => Step::Wait(format!(
+                "the store is unreachable ({why}); the lease covers {} ms more",
+                left.as_millis()
+            )),
+            _ => Step::Fence(format!(
+                "the store is unreachable ({why}) and the lease has run out"
+            )),
+        };
+    }
+    Step::Wait(format!("the store is unreachable ({why})"))
+}
+
+/// The member that may take the lead: the quorum proof over the recorded sync set (or the lag
+/// bound in async mode), applied to the members' published positions with this agent's own
+/// fresh one.
+fn candidate(view: &View, store: &Store, own: Option<Lsn>) -> Result<String, String> {
+    let candidates: Vec<Candidate> = store
+        .members
+        .iter()
+        .filter(|m| m.role == "replica" || m.name == view.me)
+        .map(|m| Candidate {
+            name: NodeName::from_text(&m.name),
+            reachable: true,
+            flushed: if m.name == view.me { own } else { m.lsn },
+        })
+        .collect();
+    let rules = FailoverRules {
+        mode: store.settings.commit_mode,
+        sync: store.settings.sync_standbys,
+        sync_set: store
+            .sync_set
+            .iter()
+            .cloned()
+            .map(|n| NodeName::from_text(&n))
+            .collect(),
+        last_sync: store
+            .last_sync
+            .iter()
+            .cloned()
+            .map(|n| NodeName::from_text(&n))
+            .collect(),
+        primary_lsn: view.last_leader_lsn,
+        max_lag_bytes: store.settings.max_lag_on_failover,
+        allow_data_loss: false,
+    };
+    herd_ha::choose_candidate(&candidates, &rules).map(|n| n.to_string())
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,210 @@
+use std::time::Duration;
+
+use herd_core::{CommitMode, Lsn};
+
+use super::*;
+use crate::member::{ClusterSettings, Member};
+
+fn member(name: &str, role: &str, lsn: u64) -> Member {
+    Member {
+        name: name.into(),
+        instance: format!("i-{name}"),
+        role: role.into(),
+        pg_host: "127.0.0.1".into(),
+        pg_port: 5432,
+        api: "127.0.0.1:8008".into(),
+        lsn: Some(Lsn(lsn)),
+        replayed: Some(Lsn(lsn)),
+        streaming_from: None,
+    }
+}
+
+fn store(leader: Option<&str>, members: Vec<Member>, sync: &[&str]) -> Store {
+    Store {
+        initialized: true,
+        leader: leader.map(str::to_string),
+        members,
+        sync_set: sync.iter().map(|s| s.to_string()).collect(),
+        last_sync: Vec::new(),
+        settings: ClusterSettings::default(),
+    }
+}
+
+fn view(me: &str, local: Local, store: Result<Store, String>) -> View {
+    View {
+        me: me.into(),
+        local,
+        store,
+        was_primary: false,
+        lease_left: None,
+        not_streaming_for: Duration::ZERO,
+        promised: false,
+        last_leader_lsn: Lsn(0),
+    }
+}
+
+fn replica(upstream: Option<&str>, lsn: u64) -> Local {
+    Local::Replica {
+        upstream: upstream.map(str::to_string),
+        streaming: upstream.is_some(),
+        lsn: Some(Lsn(lsn)),
+    }
+}
+
+#[test]
+fn bootstrap_and_clone() {
+    let mut fresh = store(None, vec![], &[]);
+    fresh.initialized = false;
+    assert_eq!(
+        decide(&view("a", Local::Empty, Ok(fresh))),
+        Step::Initialize
+    );
+    let led = store(Some("a"), vec![member("a", "primary", 10)], &[]);
+    assert_eq!(
+        decide(&view("b", Local::Empty, Ok(led.clone()))),
+        Step::Clone("a".into())
+    );
+    // A leader without a heartbeat has no address to clone from.
+    let ghost = store(Some("a"), vec![], &[]);
+    assert!(matches!(
+        decide(&view("b", Local::Empty, Ok(ghost))),
+        Step::Wait(_)
+    ));
+    // Initialised but leaderless: wait.
+    assert!(matches!(
+        decide(&view("b", Local::Empty, Ok(store(None, vec![], &[])))),
+        Step::Wait(_)
+    ));
+}
+
+#[test]
+fn stopped_servers_start_in_the_safe_role() {
+    let led_by_a = store(Some("a"), vec![member("a", "primary", 10)], &[]);
+    let mut v = view("a", Local::Stopped, Ok(led_by_a.clone()));
+    v.was_primary = true;
+    assert_eq!(decide(&v), Step::StartPrimary, "still the leader: restart");
+    let mut v = view("b", Local::Stopped, Ok(led_by_a.clone()));
+    v.was_primary = true;
+    assert_eq!(
+        decide(&v),
+        Step::Rejoin("a".into()),
+        "a former primary rewinds before following"
+    );
+    assert_eq!(
+        decide(&view("b", Local::Stopped, Ok(led_by_a))),
+        Step::StartReplica
+    );
+    // Nobody leads: even a former primary starts in recovery and competes as a replica.
+    let mut v = view("a", Local::Stopped, Ok(store(None, vec![], &[])));
+    v.was_primary = true;
+    assert_eq!(decide(&v), Step::StartReplica);
+}
+
+#[test]
+fn a_primary_renews_or_fences() {
+    let mine = store(Some("a"), vec![member("a", "primary", 10)], &[]);
+    assert_eq!(decide(&view("a", Local::Primary, Ok(mine))), Step::Renew);
+    let theirs = store(Some("b"), vec![member("b", "primary", 10)], &[]);
+    assert!(matches!(
+        decide(&view("a", Local::Primary, Ok(theirs))),
+        Step::Fence(_)
+    ));
+    assert_eq!(
+        decide(&view("a", Local::Primary, Ok(store(None, vec![], &[])))),
+        Step::Take
+    );
+    // The store unreachable: serve while the lease lasts, then fence.
+    let mut v = view("a", Local::Primary, Err("timeout".into()));
+    v.lease_left = Some(Duration::from_secs(3));
+    assert!(matches!(decide(&v), Step::Wait(_)));
+    v.lease_left = Some(Duration::ZERO);
+    assert!(matches!(decide(&v), Step::Fence(_)));
+    v.lease_left = None;
+    assert!(matches!(decide(&v), Step::Fence(_)));
+    // A replica just waits for the store.
+    assert!(matches!(
+        decide(&view("b", replica(Some("a"), 5), Err("timeout".into()))),
+        Step::Wait(_)
+    ));
+}
+
+#[test]
+fn replicas_follow_the_leader() {
+    let led = store(
+        Some("a"),
+        vec![member("a", "primary", 10), member("b", "replica", 9)],
+        &["b"],
+    );
+    assert!(matches!(
+        decide(&view("b", replica(Some("a"), 9), Ok(led.clone()))),
+        Step::Wait(_)
+    ));
+    assert_eq!(
+        decide(&view("b", replica(Some("c"), 9), Ok(led.clone()))),
+        Step::Follow("a".into())
+    );
+    assert_eq!(
+        decide(&view("b", replica(None, 9), Ok(led.clone()))),
+        Step::Follow("a".into())
+    );
+    let mut v = view("b", replica(Some("a"), 9), Ok(led.clone()));
+    v.was_primary = true;
+    assert_eq!(decide(&v), Step::Rejoin("a".into()));
+    let mut stuck = view(
+        "b",
+        Local::Replica {
+            upstream: Some("a".into()),
+            streaming: false,
+            lsn: Some(Lsn(9)),
+        },
+        Ok(led.clone()),
+    );
+    stuck.not_streaming_for = Duration::from_secs(3);
+    assert!(matches!(decide(&stuck), Step::Wait(_)));
+    stuck.not_streaming_for = STUCK_REPLICA;
+    assert_eq!(decide(&stuck), Step::Rejoin("a".into()));
+    // Having won the lease, the replica promotes.
+    let won = store(Some("b"), vec![member("b", "replica", 9)], &["b"]);
+    assert_eq!(decide(&view("b", replica(None, 9), Ok(won))), Step::Promote);
+}
+
+#[test]
+fn only_the_proven_candidate_races() {
+    // ANY 1 over {b, c}: both must be present; the most advanced takes the lease.
+    let leaderless = store(
+        None,
+        vec![member("b", "replica", 90), member("c", "replica", 100)],
+        &["b", "c"],
+    );
+    assert!(matches!(
+        decide(&view("b", replica(None, 90), Ok(leaderless.clone()))),
+        Step::Wait(w) if w.contains("c is the candidate")
+    ));
+    assert_eq!(
+        decide(&view("c", replica(None, 100), Ok(leaderless.clone()))),
+        Step::Take
+    );
+    // The agent's own fresh position counts over its published one.
+    assert_eq!(
+        decide(&view("b", replica(None, 110), Ok(leaderless.clone()))),
+        Step::Take
+    );
+    // c absent: the proof cannot be made, nobody races.
+    let half = store(None, vec![member("b", "replica", 90)], &["b", "c"]);
+    assert!(matches!(
+        decide(&view("b", replica(None, 90), Ok(half))),
+        Step::Wait(w) if w.contains("no safe candidate")
+    ));
+    // A promise to a failsafe primary holds the race back.
+    let mut v = view("c", replica(None, 100), Ok(leaderless.clone()));
+    v.promised = true;
+    assert!(matches!(decide(&v), Step::Wait(_)));
+    // Async: the lag bound against the leader's last published position.
+    let mut async_store = leaderless;
+    async_store.settings.commit_mode = CommitMode::Async;
+    let mut v = view("c", replica(None, 100), Ok(async_store));
+    v.last_leader_lsn = Lsn(100 + 2 * 1024 * 1024);
+    assert!(matches!(decide(&v), Step::Wait(_)));
+    v.last_leader_lsn = Lsn(150);
+    assert_eq!(decide(&v), Step::Take);
+}

@@ -1,0 +1,97 @@
+//! What each agent publishes about its node, and the keys of a cluster in the store.
+
+use herd_core::{CommitMode, Lsn, SyncStandbys};
+use serde::{Deserialize, Serialize};
+
+/// The lease the primary's agent holds.
+pub const LEADER: &str = "leader";
+/// Written once by the agent that creates the cluster (compare-and-set on absence).
+pub const INITIALIZE: &str = "initialize";
+/// The cluster-wide settings ([`ClusterSettings`]).
+pub const CONFIG: &str = "config";
+/// The recorded synchronous standby set ([`SyncRecord`]).
+pub const SYNC: &str = "sync";
+/// Prefix of the members' heartbeats.
+pub const MEMBERS: &str = "members/";
+
+/// The key of member `name`.
+pub fn member_key(name: &str) -> String {
+    format!("{MEMBERS}{name}")
+}
+
+/// How the node of one agent is doing, as its agent last saw it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Member {
+    /// The agent's node name (also the replication slot and `application_name`).
+    pub name: String,
+    /// A random id of the agent process: two agents claiming one name are told apart by it.
+    pub instance: String,
+    /// `primary`, `replica`, `stopped`, `starting` or `unreachable`.
+    pub role: String,
+    /// Where clients and replicas reach its PostgreSQL.
+    pub pg_host: String,
+    /// Its PostgreSQL port.
+    pub pg_port: u16,
+    /// The agent's API (`host:port`).
+    pub api: String,
+    /// Primary: `pg_current_wal_lsn()`; replica: the furthest of received and replayed WAL.
+    pub lsn: Option<Lsn>,
+    /// Replica: replayed WAL (the proxy's read-your-writes and lag checks use it).
+    pub replayed: Option<Lsn>,
+    /// Replica: the member it streams from, when its WAL receiver is streaming.
+    pub streaming_from: Option<String>,
+}
+
+/// The cluster's PostgreSQL system identifier, fixed when it was created: a data directory of
+/// another cluster is refused.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Initialized {
+    /// `pg_control`'s "Database system identifier", once known ("" while initdb runs).
+    pub system_identifier: String,
+    /// The member that created it.
+    pub by: String,
+}
+
+/// Settings every member follows, changed with `herd config set --dcs …`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterSettings {
+    /// The commit mode.
+    pub commit_mode: CommitMode,
+    /// `ANY k` / `FIRST k`.
+    pub sync_standbys: SyncStandbys,
+    /// Async failover: how far (bytes) behind the lost primary a replica may be promoted.
+    pub max_lag_on_failover: u64,
+}
+
+impl Default for ClusterSettings {
+    fn default() -> Self {
+        ClusterSettings {
+            commit_mode: CommitMode::On,
+            sync_standbys: SyncStandbys::default(),
+            max_lag_on_failover: 1024 * 1024,
+        }
+    }
+}
+
+/// The synchronous standby set, recorded before `synchronous_standby_names` grows (and shrunk
+/// only after the remaining standbys hold everything acknowledged under the larger set).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SyncRecord {
+    /// The standbys.
+    pub members: Vec<String>,
+    /// `FIRST k`: the standbys the primary reports as synchronous (`pg_stat_replication`).
+    #[serde(default)]
+    pub reported: Vec<String>,
+    /// The leader that recorded it.
+    pub leader: String,
+}
+
+/// Decodes a JSON value from the store, naming the key when it is damaged.
+pub fn decode<T: for<'de> Deserialize<'de>>(key: &str, bytes: &[u8]) -> Result<T, String> {
+    serde_json::from_slice(bytes).map_err(|e| format!("the store's {key} key is damaged: {e}"))
+}
+
+/// Encodes a value for the store.
+pub fn encode<T: Serialize>(value: &T) -> Vec<u8> {
+    serde_json::to_vec(value).unwrap_or_default()
+}
