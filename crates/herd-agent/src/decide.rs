@@ -186,14 +186,12 @@ fn candidate(view: &View, store: &Store, own: Option<Lsn>) -> Result<String, Str
         sync_set: store
             .sync_set
             .iter()
-            .cloned()
-            .map(|n| NodeName::from_text(&n))
+            .map(|n| NodeName::from_text(n))
             .collect(),
         last_sync: store
             .last_sync
             .iter()
-            .cloned()
-            .map(|n| NodeName::from_text(&n))
+            .map(|n| NodeName::from_text(n))
             .collect(),
         primary_lsn: view.last_leader_lsn,
         max_lag_bytes: store.settings.max_lag_on_failover,
