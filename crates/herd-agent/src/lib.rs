@@ -12,5 +12,46 @@
 //! decision depends on synchronized clocks between hosts.
 
 pub mod decide;
+pub mod follow;
 pub mod member;
 pub mod sync;
+
+pub mod api;
+pub mod config;
+pub mod launch;
+pub mod node;
+pub mod run;
+pub mod store;
+pub mod watchdog;
+
+pub use config::AgentConfig;
+
+/// Why the agent stops or a step failed.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    /// A PostgreSQL program or query failed.
+    #[error(transparent)]
+    Pg(#[from] herd_pg::PgError),
+    /// A file could not be read or written.
+    #[error("{0}")]
+    Io(String),
+    /// The store refused or could not take a write.
+    #[error("the store: {0}")]
+    Store(String),
+    /// The data directory belongs to another PostgreSQL cluster.
+    #[error(
+        "{dir} holds another cluster's data (system identifier {found}, this cluster's is {expected}); \
+         move it away so the agent clones the cluster, or point --data-dir elsewhere"
+    )]
+    OtherCluster {
+        /// The data directory.
+        dir: std::path::PathBuf,
+        /// Its system identifier.
+        found: String,
+        /// The cluster's.
+        expected: String,
+    },
+    /// The configuration or the environment is unusable.
+    #[error("{0}")]
+    Setup(String),
+}

@@ -39,6 +39,13 @@ enum Command {
         #[command(subcommand)]
         command: ShardsCommand,
     },
+    /// Run this host's PostgreSQL node of a multi-host cluster kept in etcd.
+    Agent(crate::hosts::AgentArgs),
+    /// The fencing watchdog `herd agent` starts (not for direct use).
+    #[command(hide = true)]
+    AgentWatchdog(crate::hosts::WatchdogArgs),
+    /// The endpoint of a multi-host cluster, following its leader in etcd (run any number).
+    Proxy(crate::hosts::ProxyArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -216,5 +223,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Shards {
             command: ShardsCommand::Verify { dir, database },
         } => crate::shards::verify(&dir.layout()?, &database).await,
+        Command::Agent(args) => crate::hosts::agent(args).await,
+        Command::AgentWatchdog(args) => crate::hosts::watchdog(args),
+        Command::Proxy(args) => crate::hosts::proxy(args).await,
     }
 }

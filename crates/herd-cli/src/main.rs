@@ -7,6 +7,7 @@ mod config_cmd;
 mod detach;
 mod down;
 mod groups;
+mod hosts;
 mod output;
 mod progress;
 mod shards;

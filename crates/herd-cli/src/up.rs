@@ -248,7 +248,7 @@ pub(crate) fn save_config(layout: &Layout, config: &Config) -> anyhow::Result<()
         .with_context(|| format!("writing {}", layout.config().display()))
 }
 
-fn init_logging() {
+pub(crate) fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("HERD_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
@@ -261,7 +261,7 @@ fn init_logging() {
 
 /// Waits for SIGINT or SIGTERM. A detached supervisor also ignores SIGHUP, so closing the
 /// terminal it was started from does not stop the cluster.
-async fn wait_for_signal() -> anyhow::Result<()> {
+pub(crate) async fn wait_for_signal() -> anyhow::Result<()> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
     let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;

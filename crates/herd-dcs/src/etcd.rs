@@ -42,6 +42,51 @@ pub struct EtcdConfig {
     pub timeout: Duration,
 }
 
+impl EtcdConfig {
+    /// The endpoints of a store URL: `etcd://h1:2379,h2:2379` (plain) or
+    /// `etcds://h1:2379,…` (TLS), for the cluster named `cluster`.
+    pub fn from_url(url: &str, cluster: &str) -> Result<EtcdConfig, DcsError> {
+        let bad = |why: &str| {
+            DcsError::Unavailable(format!(
+                "invalid store URL {url:?}: {why} (expected etcd://host:port[,host:port…] or etcds://…)"
+            ))
+        };
+        let (scheme, hosts) = if let Some(rest) = url.strip_prefix("etcd://") {
+            ("http", rest)
+        } else if let Some(rest) = url.strip_prefix("etcds://") {
+            ("https", rest)
+        } else {
+            return Err(bad("unknown scheme"));
+        };
+        let endpoints: Vec<String> = hosts
+            .trim_end_matches('/')
+            .split(',')
+            .filter(|h| !h.is_empty())
+            .map(|h| format!("{scheme}://{h}"))
+            .collect();
+        if endpoints.is_empty() {
+            return Err(bad("no host"));
+        }
+        if let Some(h) = hosts.split(',').find(|h| !h.contains(':')) {
+            return Err(bad(&format!("{h} has no port")));
+        }
+        if cluster.is_empty()
+            || !cluster
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        {
+            return Err(DcsError::Unavailable(format!(
+                "invalid cluster name {cluster:?}: letters, digits, '-' and '_' only"
+            )));
+        }
+        Ok(EtcdConfig {
+            endpoints,
+            cluster: cluster.into(),
+            ..EtcdConfig::default()
+        })
+    }
+}
+
 /// A [`Dcs`] kept by an etcd cluster.
 pub struct EtcdDcs {
     runtime: tokio::runtime::Runtime,
@@ -479,5 +524,26 @@ impl EtcdDcs {
                 Ok(keys)
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn store_urls() {
+        let c = EtcdConfig::from_url("etcd://10.0.0.1:2379,10.0.0.2:2379", "main").expect("url");
+        assert_eq!(
+            c.endpoints,
+            vec!["http://10.0.0.1:2379", "http://10.0.0.2:2379"]
+        );
+        assert_eq!(c.cluster, "main");
+        let tls = EtcdConfig::from_url("etcds://h1:2379/", "a").expect("tls");
+        assert_eq!(tls.endpoints, vec!["https://h1:2379"]);
+        for bad in ["http://h:1", "etcd://", "etcd://host", "h1:2379"] {
+            assert!(EtcdConfig::from_url(bad, "a").is_err(), "{bad}");
+        }
+        assert!(EtcdConfig::from_url("etcd://h:1", "a/b").is_err());
     }
 }

@@ -105,6 +105,9 @@ pub fn render_server_conf(s: &ServerSettings) -> String {
     set("recovery_prefetch", "try");
     // Frequent standby replies keep pg_stat_replication's positions and lag times fresh.
     set("wal_receiver_status_interval", "1s");
+    // After a failover a replica is pointed at the new primary: retry streaming every second
+    // rather than PostgreSQL's 5 s, so sync commits resume sooner.
+    set("wal_retrieve_retry_interval", "1s");
     set("synchronous_commit", &s.synchronous_commit);
     set("synchronous_standby_names", &s.synchronous_standby_names);
     set("log_line_prefix", "%m [%p] %q%u@%d ");

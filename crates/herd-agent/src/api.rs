@@ -1,0 +1,116 @@
+//! The agent's HTTP API: its member record and health checks for load balancers, and the
+//! failsafe confirmation other agents ask for while the store is unreachable.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+
+use crate::member::Member;
+
+/// What the API serves, updated by the agent's loop every round.
+#[derive(Debug, Default)]
+pub struct Shared {
+    /// The member record last published.
+    pub member: Option<Member>,
+    /// The last store read succeeded.
+    pub store_reachable: bool,
+    /// This agent promised a failsafe primary not to race for the lease before then.
+    pub promised_until: Option<Instant>,
+    /// The lease TTL (the length of a promise).
+    pub ttl: Duration,
+}
+
+/// The state shared between the loop and the API.
+pub type SharedState = Arc<Mutex<Shared>>;
+
+/// Locks the shared state (a panicked holder leaves usable data behind).
+pub fn lock(state: &SharedState) -> std::sync::MutexGuard<'_, Shared> {
+    state.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The routes.
+pub fn router(state: SharedState) -> Router {
+    Router::new()
+        .route("/member", get(member))
+        .route("/primary", get(primary))
+        .route("/replica", get(replica))
+        .route("/failsafe", post(failsafe))
+        .with_state(state)
+}
+
+async fn member(State(state): State<SharedState>) -> Result<Json<Member>, StatusCode> {
+    lock(&state)
+        .member
+        .clone()
+        .map(Json)
+        .ok_or(StatusCode::SERVICE_UNAVAILABLE)
+}
+
+fn role_is(state: &SharedState, role: &str) -> StatusCode {
+    if lock(state).member.as_ref().is_some_and(|m| m.role == role) {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    }
+}
+
+async fn primary(State(state): State<SharedState>) -> StatusCode {
+    role_is(&state, "primary")
+}
+
+async fn replica(State(state): State<SharedState>) -> StatusCode {
+    role_is(&state, "replica")
+}
+
+/// A primary cut off from the store asks: "can you reach the store?" Only a member that
+/// cannot confirms, and then promises not to race for the lease for one TTL, so the primary
+/// may keep serving that long.
+async fn failsafe(State(state): State<SharedState>) -> StatusCode {
+    let mut s = lock(&state);
+    if s.store_reachable {
+        return StatusCode::CONFLICT;
+    }
+    s.promised_until = Some(Instant::now() + s.ttl);
+    StatusCode::OK
+}
+
+/// Asks every API in `apis` for a failsafe confirmation, each within `timeout`; true only if
+/// all confirm.
+pub async fn confirm_failsafe(apis: Vec<String>, timeout: Duration) -> bool {
+    let asks = apis.into_iter().map(|api| {
+        tokio::task::spawn_blocking(move || {
+            let agent = ureq::AgentBuilder::new().timeout(timeout).build();
+            agent
+                .post(&format!("http://{api}/failsafe"))
+                .call()
+                .is_ok_and(|r| r.status() == 200)
+        })
+    });
+    for ask in asks.collect::<Vec<_>>() {
+        if !ask.await.unwrap_or(false) {
+            return false;
+        }
+    }
+    true
+}
+
+/// Asks the API at `api` for its member record (to tell a live agent of the same name from a
+/// stale record).
+pub async fn fetch_member(api: String, timeout: Duration) -> Option<Member> {
+    tokio::task::spawn_blocking(move || {
+        let agent = ureq::AgentBuilder::new().timeout(timeout).build();
+        agent
+            .get(&format!("http://{api}/member"))
+            .call()
+            .ok()?
+            .into_json()
+            .ok()
+    })
+    .await
+    .ok()
+    .flatten()
+}

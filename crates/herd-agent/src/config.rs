@@ -1,0 +1,98 @@
+//! What one agent is told on its command line.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use herd_config::PostgresConfig;
+
+use crate::member::ClusterSettings;
+
+/// One agent's configuration.
+#[derive(Clone, Debug)]
+pub struct AgentConfig {
+    /// The member name: unique in the cluster, a valid replication slot name.
+    pub name: String,
+    /// The agent's directory: `pgdata/`, `secrets/`, `logs/`, `run/`.
+    pub data_dir: PathBuf,
+    /// The address PostgreSQL listens on.
+    pub pg_listen: IpAddr,
+    /// PostgreSQL's port.
+    pub pg_port: u16,
+    /// The address other hosts and the proxy reach PostgreSQL on.
+    pub pg_advertise: String,
+    /// Where the agent's API listens.
+    pub api_listen: SocketAddr,
+    /// The address other agents reach the API on (`host:port`).
+    pub api_advertise: String,
+    /// The leader lease's time to live.
+    pub ttl: Duration,
+    /// Time between rounds.
+    pub loop_wait: Duration,
+    /// The primary fences itself this long before its lease could expire.
+    pub safety_margin: Duration,
+    /// Keep serving while the store is unreachable if every member confirms it cannot reach
+    /// the store either.
+    pub failsafe: bool,
+    /// The settings recorded when this agent creates the cluster.
+    pub bootstrap: ClusterSettings,
+    /// PostgreSQL's settings on this host.
+    pub postgres: PostgresConfig,
+}
+
+/// Why a configuration is refused.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct ConfigError(pub String);
+
+impl AgentConfig {
+    /// Checks what the store's timing relies on: the margin leaves time for at least one
+    /// more round before the lease could expire, and replicas publish their final positions
+    /// before a race can begin.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.name.is_empty()
+            || !self
+                .name
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+        {
+            return Err(ConfigError(format!(
+                "member name {:?} must be lower-case letters, digits and '_' (it names a replication slot)",
+                self.name
+            )));
+        }
+        if self.ttl < Duration::from_secs(2) {
+            return Err(ConfigError("--ttl must be at least 2 s".into()));
+        }
+        if self.safety_margin < self.loop_wait * 2 || self.safety_margin * 2 > self.ttl {
+            return Err(ConfigError(format!(
+                "--safety-margin ({} ms) must be at least twice --loop-wait ({} ms) and at most half of --ttl ({} ms)",
+                self.safety_margin.as_millis(),
+                self.loop_wait.as_millis(),
+                self.ttl.as_millis()
+            )));
+        }
+        Ok(())
+    }
+
+    /// The PostgreSQL data directory.
+    pub fn pgdata(&self) -> PathBuf {
+        self.data_dir.join("pgdata")
+    }
+
+    /// PostgreSQL's log file.
+    pub fn pg_log(&self) -> PathBuf {
+        self.data_dir.join("logs").join("postgresql.log")
+    }
+
+    /// The watchdog's deadline file.
+    pub fn fence_file(&self) -> PathBuf {
+        self.data_dir.join("run").join("fence.deadline")
+    }
+
+    /// Present while the node may hold WAL no other member has (it ran as primary since it
+    /// last rejoined): it must be rewound before following another member.
+    pub fn was_primary_file(&self) -> PathBuf {
+        self.data_dir.join("run").join("was-primary")
+    }
+}

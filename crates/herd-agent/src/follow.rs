@@ -1,0 +1,167 @@
+//! What a stateless `herd proxy` routes by: the leader lease's holder as the primary (never
+//! a node whose agent does not hold it), the other members in recovery as replicas. It
+//! re-reads the store on every change the store's watch reports, and at least every second.
+
+use std::time::Duration;
+
+use herd_core::{Assignment, Endpoint, NodeName};
+use tokio::sync::watch;
+
+use crate::decide::Store;
+use crate::member::Member;
+use crate::store::StoreClient;
+
+fn endpoint(m: &Member) -> Endpoint {
+    Endpoint {
+        name: NodeName::from_text(&m.name),
+        host: m.pg_host.clone(),
+        port: m.pg_port,
+        socket: None,
+    }
+}
+
+/// The assignment the store describes, given the previous one: `None` before any leader was
+/// ever seen. Without a leader (or without its heartbeat) the previous primary is kept but
+/// marked down, so nothing is routed to it until a member holds the lease again.
+pub fn assignment(store: &Store, previous: Option<&Assignment>) -> Option<Assignment> {
+    let leader = store
+        .leader
+        .as_deref()
+        .and_then(|l| store.members.iter().find(|m| m.name == l));
+    let replicas: Vec<Endpoint> = store
+        .members
+        .iter()
+        .filter(|m| m.role == "replica" && Some(m.name.as_str()) != store.leader.as_deref())
+        .map(endpoint)
+        .collect();
+    match leader {
+        Some(l) => Some(Assignment {
+            primary: endpoint(l),
+            replicas,
+            primary_down: l.role != "primary",
+        }),
+        None => previous.map(|p| Assignment {
+            primary: p.primary.clone(),
+            replicas,
+            primary_down: true,
+        }),
+    }
+}
+
+/// Waits for the first leader, then keeps `tx` current until `shutdown`. A store that cannot
+/// be read marks the primary down (writes wait or fail; reads go on from the replicas).
+pub async fn first_assignment(store: &StoreClient) -> Assignment {
+    loop {
+        match store.read().await {
+            Ok(r) => {
+                if let Some(a) = assignment(&r.store, None).filter(|a| !a.primary_down) {
+                    return a;
+                }
+                tracing::info!("waiting for a member to hold the leader lease");
+            }
+            Err(e) => tracing::warn!("cannot read the store: {e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// Follows the store into `tx` until `shutdown` turns true.
+pub async fn follow(
+    store: StoreClient,
+    tx: watch::Sender<Assignment>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut changes = store.dcs().changes();
+    loop {
+        let previous = tx.borrow().clone();
+        let next = match store.read().await {
+            Ok(r) => assignment(&r.store, Some(&previous)),
+            Err(e) => {
+                tracing::warn!("cannot read the store: {e}");
+                Some(Assignment {
+                    primary_down: true,
+                    ..previous.clone()
+                })
+            }
+        };
+        if let Some(next) = next {
+            tx.send_if_modified(|current| {
+                let changed = *current != next;
+                if changed {
+                    if current.primary != next.primary || current.primary_down != next.primary_down
+                    {
+                        tracing::warn!(
+                            "primary: {}{}",
+                            next.primary.name,
+                            if next.primary_down { " (down)" } else { "" }
+                        );
+                    }
+                    *current = next;
+                }
+                changed
+            });
+        }
+        tokio::select! {
+            _ = changes.changed() => {}
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            _ = shutdown.changed() => {}
+        }
+        if *shutdown.borrow() {
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::member::ClusterSettings;
+
+    fn m(name: &str, role: &str) -> Member {
+        Member {
+            name: name.into(),
+            instance: "i".into(),
+            role: role.into(),
+            pg_host: format!("10.0.0.{}", name.len()),
+            pg_port: 5432,
+            api: String::new(),
+            lsn: None,
+            replayed: None,
+            streaming_from: None,
+        }
+    }
+
+    fn store(leader: Option<&str>, members: Vec<Member>) -> Store {
+        Store {
+            initialized: true,
+            leader: leader.map(str::to_string),
+            members,
+            sync_set: vec![],
+            last_sync: vec![],
+            settings: ClusterSettings::default(),
+        }
+    }
+
+    #[test]
+    fn the_lease_holder_is_the_only_primary() {
+        let s = store(
+            Some("a"),
+            vec![m("a", "primary"), m("bb", "replica"), m("ccc", "stopped")],
+        );
+        let a = assignment(&s, None).expect("assignment");
+        assert_eq!(a.primary.name.as_str(), "a");
+        assert!(!a.primary_down);
+        assert_eq!(a.replicas.len(), 1, "only members in recovery serve reads");
+        // The holder has not promoted yet: known, but not routed to.
+        let s = store(Some("bb"), vec![m("a", "stopped"), m("bb", "replica")]);
+        let b = assignment(&s, Some(&a)).expect("assignment");
+        assert_eq!(b.primary.name.as_str(), "bb");
+        assert!(b.primary_down);
+        assert!(b.replicas.is_empty(), "the holder is not a read replica");
+        // A node that writes but holds no lease is never the primary.
+        let s = store(None, vec![m("a", "primary"), m("bb", "replica")]);
+        assert!(assignment(&s, None).is_none());
+        let c = assignment(&s, Some(&a)).expect("previous kept");
+        assert!(c.primary_down);
+    }
+}

@@ -1,0 +1,185 @@
+//! Starting an agent: checks that fail clearly before anything changes (binaries, ports, a
+//! second agent on the directory or under the name, missing secrets), then the watchdog, the
+//! API and the rounds; on shutdown the server stops and the lease is given up.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use herd_cluster::{Layout, Secrets, SupervisorLock, REPLICATION_USER};
+use herd_dcs::Dcs;
+use herd_pg::{OsUser, Pg, PgBinaries};
+use rand::distributions::{Alphanumeric, DistString};
+use tokio::sync::watch;
+
+use crate::api::{self, Shared};
+use crate::member::{member_key, Member, INITIALIZE};
+use crate::node::Node;
+use crate::run::Agent;
+use crate::store::StoreClient;
+use crate::watchdog::Deadline;
+use crate::{AgentConfig, AgentError};
+
+fn setup(e: impl std::fmt::Display) -> AgentError {
+    AgentError::Setup(e.to_string())
+}
+
+/// Runs the agent of `cfg` over `dcs` until `shutdown` turns true. `watchdog` is the command
+/// that runs [`crate::watchdog::run`] in a separate process (the `herd` binary re-executed);
+/// it is given the deadline file, the data directory and this process's pid.
+pub async fn run(
+    cfg: AgentConfig,
+    dcs: Arc<dyn Dcs>,
+    watchdog: std::process::Command,
+    shutdown: watch::Receiver<bool>,
+) -> Result<(), AgentError> {
+    cfg.validate().map_err(setup)?;
+    let pg = Pg::new(
+        PgBinaries::locate(cfg.postgres.bindir.as_deref())?,
+        OsUser::for_servers(&cfg.postgres.os_user)?,
+    );
+    let layout = Layout::new(&cfg.data_dir);
+    for dir in [cfg.data_dir.clone(), layout.logs(), layout.run()] {
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| setup(format!("cannot create {}: {e}", dir.display())))?;
+    }
+    let _lock = SupervisorLock::acquire(&layout).map_err(setup)?;
+    let store = StoreClient::new(dcs.clone());
+    let instance = Alphanumeric.sample_string(&mut rand::thread_rng(), 12);
+    check_name(&cfg, &store, &instance).await?;
+    let secrets = secrets(&cfg, &layout, dcs.as_ref())?;
+    pg.hand_over(&cfg.data_dir)?;
+    if let Some(user) = pg.os_user() {
+        user.check_access(&cfg.data_dir)?;
+    }
+    let listener = tokio::net::TcpListener::bind(cfg.api_listen)
+        .await
+        .map_err(|e| {
+            setup(format!(
+                "cannot listen on {} for the agent's API ({e}); choose another --api-listen",
+                cfg.api_listen
+            ))
+        })?;
+    let deadline = Deadline::new(cfg.fence_file());
+    deadline
+        .disarm()
+        .map_err(|e| setup(format!("cannot write {}: {e}", cfg.fence_file().display())))?;
+    let mut watchdog = watchdog;
+    watchdog
+        .arg(cfg.fence_file())
+        .arg(cfg.pgdata())
+        .arg(std::process::id().to_string());
+    let child = watchdog
+        .spawn()
+        .map_err(|e| setup(format!("cannot start the fencing watchdog: {e}")))?;
+    tracing::info!("fencing watchdog running (pid {})", child.id());
+    let shared = Arc::new(std::sync::Mutex::new(Shared {
+        ttl: cfg.ttl,
+        ..Shared::default()
+    }));
+    let mut api_shutdown = shutdown.clone();
+    let router = api::router(shared.clone());
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, router)
+            .with_graceful_shutdown(async move {
+                let _ = api_shutdown.changed().await;
+            })
+            .await;
+    });
+    let node = Node {
+        primary_settings: (
+            String::new(),
+            cfg.bootstrap.commit_mode.synchronous_commit().into(),
+        ),
+        cfg: cfg.clone(),
+        pg,
+        layout,
+        secrets,
+        upstream: None,
+    };
+    let mut agent = Agent::new(node, store.clone(), deadline.clone(), shared, instance);
+    let result = agent.run(shutdown).await;
+    // Leaving: stop the server, then give the lease up so a replica takes over at once.
+    tracing::info!("stopping PostgreSQL");
+    if let Err(e) = agent
+        .node
+        .pg
+        .stop(&cfg.pgdata(), herd_pg::StopMode::Fast)
+        .await
+    {
+        if herd_pg::postmaster_pid(&cfg.pgdata())
+            .ok()
+            .flatten()
+            .is_some()
+        {
+            tracing::warn!("fast stop failed ({e}); fencing");
+            let _ = agent.node.fence();
+        }
+    }
+    let _ = deadline.disarm();
+    let _ = store.release(&cfg.name).await;
+    result
+}
+
+/// Refuses a second live agent under the same member name (on another host).
+async fn check_name(
+    cfg: &AgentConfig,
+    store: &StoreClient,
+    instance: &str,
+) -> Result<(), AgentError> {
+    let key = member_key(&cfg.name);
+    let dcs = store.dcs();
+    let existing = tokio::task::spawn_blocking(move || dcs.get(&key))
+        .await
+        .map_err(setup)?
+        .map_err(|e| setup(format!("{e}; start etcd or check --dcs")))?;
+    let Some(v) = existing else { return Ok(()) };
+    let Ok(other) = serde_json::from_slice::<Member>(&v.value) else {
+        return Ok(());
+    };
+    if other.instance == instance {
+        return Ok(());
+    }
+    if let Some(live) = api::fetch_member(other.api.clone(), Duration::from_secs(2)).await {
+        if live.name == cfg.name && live.instance == other.instance {
+            return Err(setup(format!(
+                "another agent named {} is running (its API at {} answers); give each host its own --name",
+                cfg.name, other.api
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The cluster's passwords: read from `secrets/`, made afresh by the agent that will create
+/// the cluster, else a clear request to copy them from the first host.
+fn secrets(cfg: &AgentConfig, layout: &Layout, dcs: &dyn Dcs) -> Result<Secrets, AgentError> {
+    if layout.secrets().join("superuser.password").exists() {
+        return Secrets::load(layout).map_err(setup);
+    }
+    let initialized = dcs
+        .get(INITIALIZE)
+        .map_err(|e| setup(format!("{e}; start etcd or check --dcs")))?
+        .is_some();
+    if initialized && cfg.pgdata().join("PG_VERSION").exists() {
+        return Err(setup(format!(
+            "{} is missing; copy the secrets directory from the host that created the cluster",
+            layout.secrets().display()
+        )));
+    }
+    if initialized {
+        return Err(setup(format!(
+            "this cluster exists but {} is missing: copy the secrets directory (mode 0700, files 0600) \
+             from the host that created it, e.g. `scp -rp host1:{} {}`",
+            layout.secrets().display(),
+            layout.secrets().display(),
+            cfg.data_dir.display()
+        )));
+    }
+    let secrets = Secrets::generate();
+    secrets.save(layout, REPLICATION_USER).map_err(setup)?;
+    tracing::warn!(
+        "generated the cluster's passwords in {}; copy that directory to every other host before starting its agent",
+        layout.secrets().display()
+    );
+    Ok(secrets)
+}

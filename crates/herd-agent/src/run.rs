@@ -1,0 +1,460 @@
+//! The agent's rounds: observe the node and the store, publish the heartbeat, decide, act.
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use herd_core::Lsn;
+use tokio::sync::watch;
+
+use crate::api::{self, SharedState};
+use crate::decide::{decide, Local, Step, View};
+use crate::member::{
+    encode, ClusterSettings, Initialized, Member, SyncRecord, CONFIG, INITIALIZE, SYNC,
+};
+use crate::node::{Node, Observed};
+use crate::store::{Read, StoreClient};
+use crate::watchdog::Deadline;
+use crate::AgentError;
+
+/// What the loop remembers between rounds.
+pub struct Agent {
+    /// The local node.
+    pub node: Node,
+    /// The store.
+    pub store: StoreClient,
+    /// The watchdog's deadline.
+    pub deadline: Deadline,
+    /// Shared with the API.
+    pub shared: SharedState,
+    /// This process's random id.
+    pub instance: String,
+    /// When the lease (or a failsafe confirmation) stops covering writes.
+    fence_at: Option<Instant>,
+    /// Since when the replica has not streamed.
+    not_streaming_since: Option<Instant>,
+    /// The leader's last published position.
+    last_leader_lsn: Lsn,
+    /// The members of the last good read (failsafe asks them).
+    last_members: Vec<Member>,
+    /// Members a slot was created for.
+    slotted: BTreeSet<String>,
+    /// The standby list applied on the primary and the position it took effect at.
+    applied: Option<(Vec<String>, Lsn)>,
+    /// The system identifier was compared with the cluster's.
+    identity_checked: bool,
+    /// The last step logged (each is logged when it changes).
+    last_logged: String,
+}
+
+impl Agent {
+    /// An agent over `node` and `store`.
+    pub fn new(
+        node: Node,
+        store: StoreClient,
+        deadline: Deadline,
+        shared: SharedState,
+        instance: String,
+    ) -> Self {
+        Agent {
+            node,
+            store,
+            deadline,
+            shared,
+            instance,
+            fence_at: None,
+            not_streaming_since: None,
+            last_leader_lsn: Lsn(0),
+            last_members: Vec::new(),
+            slotted: BTreeSet::new(),
+            applied: None,
+            identity_checked: false,
+            last_logged: String::new(),
+        }
+    }
+
+    /// Runs rounds until `shutdown` turns true; fails only on conditions an operator must fix
+    /// (another cluster's data directory).
+    pub async fn run(&mut self, mut shutdown: watch::Receiver<bool>) -> Result<(), AgentError> {
+        let mut changes = self.store.dcs().changes();
+        loop {
+            self.round().await?;
+            let mut wait = self.node.cfg.loop_wait;
+            if let Some(at) = self.fence_at {
+                // Never sleep past the fencing instant.
+                wait = wait.min(at.saturating_duration_since(Instant::now()));
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => {}
+                _ = changes.changed() => {
+                    // A change (a lease gone, a new leader) is acted on at once, after a short
+                    // pause that lets a burst of writes settle.
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                _ = shutdown.changed() => {}
+            }
+            if *shutdown.borrow() {
+                return Ok(());
+            }
+        }
+    }
+
+    async fn round(&mut self) -> Result<(), AgentError> {
+        let observed = self.node.observe().await;
+        let read = self.store.read().await;
+        api::lock(&self.shared).store_reachable = read.is_ok();
+        let member = self.member(&observed);
+        api::lock(&self.shared).member = Some(member.clone());
+        if let Ok(r) = &read {
+            self.check_identity(r, &observed).await?;
+            if let Err(e) = self.store.publish(&member, self.node.cfg.ttl).await {
+                tracing::warn!("cannot publish the heartbeat: {e}");
+            }
+            self.last_members = r.store.members.clone();
+            if let Some(l) = r
+                .store
+                .leader
+                .as_deref()
+                .and_then(|l| r.store.members.iter().find(|m| m.name == l))
+            {
+                self.last_leader_lsn = l.lsn.unwrap_or(self.last_leader_lsn);
+            }
+        }
+        match &observed.local {
+            Local::Replica {
+                streaming: false, ..
+            } => {
+                self.not_streaming_since.get_or_insert_with(Instant::now);
+            }
+            _ => self.not_streaming_since = None,
+        }
+        if observed.local == Local::Primary && read.is_err() {
+            self.failsafe().await;
+        }
+        let now = Instant::now();
+        let view = View {
+            me: self.node.cfg.name.clone(),
+            local: observed.local.clone(),
+            store: read.as_ref().map(|r| r.store.clone()).map_err(Clone::clone),
+            was_primary: self.node.was_primary(),
+            lease_left: self.fence_at.map(|at| at.saturating_duration_since(now)),
+            not_streaming_for: self
+                .not_streaming_since
+                .map_or(Duration::ZERO, |t| t.elapsed()),
+            promised: api::lock(&self.shared)
+                .promised_until
+                .is_some_and(|t| t > now),
+            last_leader_lsn: self.last_leader_lsn,
+        };
+        let step = decide(&view);
+        self.log(&step);
+        if let Err(e) = self.act(step, &observed, read.ok()).await {
+            tracing::error!("{e}");
+        }
+        Ok(())
+    }
+
+    fn log(&mut self, step: &Step) {
+        let text = format!("{step:?}");
+        if text != self.last_logged {
+            match step {
+                Step::Wait(why) => tracing::info!("waiting: {why}"),
+                other => tracing::warn!("{other:?}"),
+            }
+            self.last_logged = text;
+        }
+    }
+
+    /// This agent's heartbeat record.
+    fn member(&self, observed: &Observed) -> Member {
+        let cfg = &self.node.cfg;
+        let (role, lsn, streaming_from) = match &observed.local {
+            Local::Primary => (
+                "primary",
+                observed.primary.as_ref().map(|p| p.current_lsn),
+                None,
+            ),
+            Local::Replica {
+                upstream,
+                streaming,
+                lsn,
+            } => ("replica", *lsn, upstream.clone().filter(|_| *streaming)),
+            Local::Empty => ("starting", None, None),
+            Local::Stopped => ("stopped", None, None),
+            Local::NotAnswering => ("unreachable", None, None),
+        };
+        Member {
+            name: cfg.name.clone(),
+            instance: self.instance.clone(),
+            role: role.into(),
+            pg_host: cfg.pg_advertise.clone(),
+            pg_port: cfg.pg_port,
+            api: cfg.api_advertise.clone(),
+            lsn,
+            replayed: observed.replayed,
+            streaming_from,
+        }
+    }
+
+    /// Refuses a data directory that belongs to another cluster.
+    async fn check_identity(&mut self, read: &Read, observed: &Observed) -> Result<(), AgentError> {
+        if self.identity_checked
+            || !matches!(observed.local, Local::Primary | Local::Replica { .. })
+        {
+            return Ok(());
+        }
+        let Some((init, _)) = &read.initialized else {
+            return Ok(());
+        };
+        if init.system_identifier.is_empty() {
+            return Ok(());
+        }
+        let mine = self.node.system_identifier().await?;
+        if mine != init.system_identifier {
+            return Err(AgentError::OtherCluster {
+                dir: self.node.cfg.pgdata(),
+                found: mine,
+                expected: init.system_identifier.clone(),
+            });
+        }
+        self.identity_checked = true;
+        Ok(())
+    }
+
+    /// With the store unreachable: asks every known member to confirm it cannot reach the
+    /// store either; if all do, the primary may serve one more TTL (from before the question).
+    async fn failsafe(&mut self) {
+        if !self.node.cfg.failsafe {
+            return;
+        }
+        let asked_at = Instant::now();
+        let apis: Vec<String> = self
+            .last_members
+            .iter()
+            .filter(|m| m.name != self.node.cfg.name)
+            .map(|m| m.api.clone())
+            .collect();
+        let count = apis.len();
+        if api::confirm_failsafe(apis, Duration::from_secs(1)).await {
+            let at = asked_at + self.node.cfg.ttl - self.node.cfg.safety_margin;
+            if self.fence_at.is_none_or(|old| old < at) {
+                self.arm(at);
+                tracing::warn!("failsafe: the store is unreachable; all {count} other members confirmed, serving on");
+            }
+        }
+    }
+
+    fn arm(&mut self, at: Instant) {
+        self.fence_at = Some(at);
+        if let Err(e) = self.deadline.arm(at) {
+            tracing::error!("cannot arm the fencing watchdog: {e}");
+        }
+    }
+
+    fn disarm(&mut self) {
+        self.fence_at = None;
+        if let Err(e) = self.deadline.disarm() {
+            tracing::error!("cannot disarm the fencing watchdog: {e}");
+        }
+    }
+
+    /// Takes or renews the lease; on success the fencing instant moves to one TTL (less the
+    /// margin) after the request was sent — etcd starts the TTL when it receives it, later.
+    async fn hold_lease(&mut self) -> Result<bool, String> {
+        let cfg = &self.node.cfg;
+        let sent = Instant::now();
+        let held = self.store.lease(&cfg.name, cfg.ttl).await?;
+        if held {
+            let at = sent + cfg.ttl - cfg.safety_margin;
+            self.arm(at);
+        }
+        Ok(held)
+    }
+
+    async fn act(
+        &mut self,
+        step: Step,
+        observed: &Observed,
+        read: Option<Read>,
+    ) -> Result<(), AgentError> {
+        let member = |name: &str| {
+            read.as_ref()
+                .and_then(|r| r.store.members.iter().find(|m| m.name == name).cloned())
+        };
+        match step {
+            Step::Wait(_) => Ok(()),
+            Step::Initialize => self.initialize().await,
+            Step::Clone(leader) => match member(&leader) {
+                Some(m) => self.node.clone_from(&m).await,
+                None => Ok(()),
+            },
+            Step::StartPrimary => self.node.start_primary().await,
+            Step::StartReplica => {
+                let leader = read
+                    .as_ref()
+                    .and_then(|r| r.store.leader.clone())
+                    .filter(|l| *l != self.node.cfg.name)
+                    .and_then(|l| member(&l));
+                self.disarm();
+                self.node.start_replica(leader.as_ref()).await
+            }
+            Step::Fence(why) => {
+                tracing::error!("fencing: {why}");
+                self.node.fence()?;
+                self.disarm();
+                Ok(())
+            }
+            Step::Follow(leader) => match member(&leader) {
+                Some(m) => {
+                    // A new upstream gets its own time to start streaming.
+                    self.not_streaming_since = None;
+                    self.node.follow(&m).await
+                }
+                None => Ok(()),
+            },
+            Step::Rejoin(leader) => match member(&leader) {
+                Some(m) => {
+                    self.disarm();
+                    self.node.rejoin(&m).await
+                }
+                None => Ok(()),
+            },
+            Step::Take | Step::Renew | Step::Promote => {
+                match self.hold_lease().await {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        if observed.local == Local::Primary {
+                            tracing::error!("fencing: another member holds the leader lease");
+                            self.node.fence()?;
+                            self.disarm();
+                        }
+                        return Ok(());
+                    }
+                    // The store failed this call: the armed deadline still stands.
+                    Err(e) => {
+                        tracing::warn!("cannot renew the leader lease: {e}");
+                        return Ok(());
+                    }
+                }
+                if matches!(observed.local, Local::Replica { .. }) {
+                    tracing::warn!("{} holds the leader lease; promoting", self.node.cfg.name);
+                    self.node.promote().await?;
+                    self.applied = None;
+                    return Ok(());
+                }
+                if let (Some(r), Some(p)) = (read, &observed.primary) {
+                    self.keep_sync(&r, p).await?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// A new cluster: the `initialize` key decides which agent runs initdb.
+    async fn initialize(&mut self) -> Result<(), AgentError> {
+        let me = self.node.cfg.name.clone();
+        let claim = Initialized {
+            system_identifier: String::new(),
+            by: me.clone(),
+        };
+        let revision = match self.store.write(INITIALIZE, 0, encode(&claim)).await {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::info!("another member initialises the cluster ({e})");
+                return Ok(());
+            }
+        };
+        // The settings every member follows, unless an operator wrote them first.
+        let _ = self
+            .store
+            .write(CONFIG, 0, encode(&self.node.cfg.bootstrap))
+            .await;
+        tracing::warn!("creating the cluster (initdb on {me})");
+        self.node.initialize().await?;
+        let done = Initialized {
+            system_identifier: self.node.system_identifier().await?,
+            by: me,
+        };
+        self.store
+            .write(INITIALIZE, revision, encode(&done))
+            .await
+            .map_err(AgentError::Store)?;
+        self.identity_checked = true;
+        Ok(())
+    }
+
+    /// The primary's sync set: recorded before `synchronous_standby_names` grows, shrunk
+    /// after the remaining standbys caught up (see [`crate::sync`]); slots for new members.
+    async fn keep_sync(
+        &mut self,
+        read: &Read,
+        probe: &herd_pg::PrimaryProbe,
+    ) -> Result<(), AgentError> {
+        let me = self.node.cfg.name.clone();
+        let present: Vec<String> = read
+            .store
+            .members
+            .iter()
+            .filter(|m| m.name != me)
+            .map(|m| m.name.clone())
+            .collect();
+        let missing: Vec<String> = present
+            .iter()
+            .filter(|m| !self.slotted.contains(*m))
+            .cloned()
+            .collect();
+        if !missing.is_empty() {
+            self.node.ensure_slots(&missing).await?;
+            self.slotted.extend(missing);
+        }
+        let flushed = |name: &str| {
+            probe
+                .replication
+                .iter()
+                .find(|r| r.application_name == name)
+                .and_then(|r| r.flush_lsn)
+        };
+        // The primary itself is no standby: every commit it acknowledged is on it, so it
+        // leaves the record at once (a new leader finds itself in its predecessor's set).
+        let recorded: Vec<String> = read
+            .sync
+            .members
+            .iter()
+            .filter(|m| **m != me)
+            .cloned()
+            .collect();
+        let plan = crate::sync::plan(&recorded, &present, self.applied.as_ref(), &flushed);
+        let reported: Vec<String> = probe
+            .replication
+            .iter()
+            .filter(|r| r.sync_state == Some(herd_core::SyncState::Sync))
+            .map(|r| r.application_name.clone())
+            .collect();
+        let record = plan.record.clone().unwrap_or_else(|| recorded.clone());
+        if record != read.sync.members || (!reported.is_empty() && reported != read.sync.reported) {
+            let value = SyncRecord {
+                members: record,
+                reported,
+                leader: me,
+            };
+            // Recorded first; the server's list changes only once the record is in.
+            self.store
+                .write(SYNC, read.sync_revision, encode(&value))
+                .await
+                .map_err(AgentError::Store)?;
+        }
+        let settings: &ClusterSettings = &read.store.settings;
+        let names_nodes: Vec<herd_core::NodeName> = plan
+            .names
+            .iter()
+            .map(|n| herd_core::NodeName::from_text(n))
+            .collect();
+        let names = settings.sync_standbys.standby_names(&names_nodes);
+        self.node
+            .apply_primary(names, settings.commit_mode.synchronous_commit())
+            .await?;
+        if self.applied.as_ref().is_none_or(|(n, _)| *n != plan.names) {
+            self.applied = Some((plan.names, probe.current_lsn));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,237 @@
+//! `herd agent`, its fencing watchdog, and `herd proxy`: a cluster over several hosts, kept
+//! in an etcd cluster.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+use herd_agent::member::ClusterSettings;
+use herd_agent::store::StoreClient;
+use herd_agent::AgentConfig;
+use herd_cluster::{Layout, Secrets};
+use herd_dcs::{Dcs, EtcdConfig, EtcdDcs};
+use tokio::sync::watch;
+
+/// Where the cluster's store is: shared by `herd agent`, `herd proxy` and the commands that
+/// act on a multi-host cluster.
+#[derive(Debug, Args, Clone)]
+pub struct StoreArgs {
+    /// The etcd cluster: etcd://h1:2379,h2:2379,h3:2379 (etcds:// for TLS).
+    #[arg(long, env = "HERD_DCS", value_name = "URL")]
+    pub dcs: String,
+    /// The Herd cluster's name (its keys live under /herd/NAME/ in etcd).
+    #[arg(long, env = "HERD_CLUSTER", value_name = "NAME")]
+    pub cluster: String,
+    /// TLS: the CA certificate that signed etcd's certificates (PEM).
+    #[arg(long, value_name = "FILE")]
+    pub etcd_ca: Option<PathBuf>,
+    /// TLS: this client's certificate (PEM), with --etcd-key.
+    #[arg(long, value_name = "FILE", requires = "etcd_key")]
+    pub etcd_cert: Option<PathBuf>,
+    /// TLS: this client's private key (PEM).
+    #[arg(long, value_name = "FILE", requires = "etcd_cert")]
+    pub etcd_key: Option<PathBuf>,
+    /// etcd user name (authentication on), with --etcd-password-file.
+    #[arg(long, requires = "etcd_password_file")]
+    pub etcd_user: Option<String>,
+    /// File holding the etcd user's password.
+    #[arg(long, value_name = "FILE", requires = "etcd_user")]
+    pub etcd_password_file: Option<PathBuf>,
+    /// How long one store operation may take before the store counts as unreachable.
+    #[arg(long, default_value = "2000", value_name = "MS")]
+    pub etcd_timeout_ms: u64,
+}
+
+impl StoreArgs {
+    /// Connects to the store (blocking; call off the async threads or before serving).
+    pub fn connect(&self) -> anyhow::Result<Arc<dyn Dcs>> {
+        let mut config = EtcdConfig::from_url(&self.dcs, &self.cluster)?;
+        config.ca_file = self.etcd_ca.clone();
+        config.client_cert = self.etcd_cert.clone().zip(self.etcd_key.clone());
+        if let (Some(user), Some(file)) = (&self.etcd_user, &self.etcd_password_file) {
+            let password = std::fs::read_to_string(file)
+                .with_context(|| format!("reading the etcd password from {}", file.display()))?;
+            config.credentials = Some((user.clone(), password.trim().to_string()));
+        }
+        config.timeout = Duration::from_millis(self.etcd_timeout_ms);
+        let dcs = EtcdDcs::connect(&config).with_context(|| {
+            format!(
+                "cannot reach etcd at {}; start it or correct --dcs",
+                self.dcs
+            )
+        })?;
+        Ok(Arc::new(dcs))
+    }
+}
+
+/// Options of `herd agent`.
+#[derive(Debug, Args)]
+pub struct AgentArgs {
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// This member's name, unique in the cluster (lower-case letters, digits, '_').
+    #[arg(long)]
+    pub name: String,
+    /// The agent's directory (PostgreSQL's data, secrets, logs).
+    #[arg(long, env = "HERD_DATA_DIR", default_value = "herd-agent")]
+    pub data_dir: PathBuf,
+    /// The address PostgreSQL listens on.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub pg_listen: IpAddr,
+    /// PostgreSQL's port.
+    #[arg(long, default_value_t = 5432)]
+    pub pg_port: u16,
+    /// The address other hosts and proxies reach PostgreSQL on (default: --pg-listen).
+    #[arg(long)]
+    pub pg_advertise: Option<String>,
+    /// Where the agent's API listens.
+    #[arg(long, default_value = "127.0.0.1:8008")]
+    pub api_listen: SocketAddr,
+    /// The address other agents reach the API on (default: --api-listen).
+    #[arg(long)]
+    pub api_advertise: Option<String>,
+    /// The leader lease's time to live.
+    #[arg(long, default_value_t = 10_000, value_name = "MS")]
+    pub ttl_ms: u64,
+    /// Time between rounds.
+    #[arg(long, default_value_t = 1_000, value_name = "MS")]
+    pub loop_wait_ms: u64,
+    /// The primary fences itself this long before its lease could expire.
+    #[arg(long, default_value_t = 2_500, value_name = "MS")]
+    pub safety_margin_ms: u64,
+    /// Fence as soon as the lease runs out even if every member confirms the store is down
+    /// for them too (failsafe mode is on by default).
+    #[arg(long)]
+    pub no_failsafe: bool,
+    /// When the cluster is created: its commit mode.
+    #[arg(long, default_value = "on")]
+    pub commit_mode: String,
+    /// When the cluster is created: ANY k / FIRST k.
+    #[arg(long, default_value = "ANY 1")]
+    pub sync_standbys: String,
+    /// Directory of the PostgreSQL 15 server programs.
+    #[arg(long)]
+    pub pg_bindir: Option<PathBuf>,
+}
+
+fn absolute(p: &std::path::Path) -> anyhow::Result<PathBuf> {
+    std::path::absolute(p).with_context(|| format!("invalid directory {}", p.display()))
+}
+
+/// `herd agent`.
+pub async fn agent(args: AgentArgs) -> anyhow::Result<()> {
+    crate::up::init_logging();
+    let bootstrap = ClusterSettings {
+        commit_mode: args.commit_mode.parse()?,
+        sync_standbys: args.sync_standbys.parse()?,
+        ..ClusterSettings::default()
+    };
+    let postgres = herd_config::PostgresConfig {
+        bindir: args.pg_bindir.clone(),
+        ..Default::default()
+    };
+    let cfg = AgentConfig {
+        name: args.name.clone(),
+        data_dir: absolute(&args.data_dir)?,
+        pg_listen: args.pg_listen,
+        pg_port: args.pg_port,
+        pg_advertise: args
+            .pg_advertise
+            .clone()
+            .unwrap_or_else(|| args.pg_listen.to_string()),
+        api_listen: args.api_listen,
+        api_advertise: args
+            .api_advertise
+            .clone()
+            .unwrap_or_else(|| args.api_listen.to_string()),
+        ttl: Duration::from_millis(args.ttl_ms),
+        loop_wait: Duration::from_millis(args.loop_wait_ms),
+        safety_margin: Duration::from_millis(args.safety_margin_ms),
+        failsafe: !args.no_failsafe,
+        bootstrap,
+        postgres,
+    };
+    let store = args.store.clone();
+    let dcs = tokio::task::spawn_blocking(move || store.connect()).await??;
+    let mut watchdog = std::process::Command::new(
+        std::env::current_exe().context("locating the herd binary for the watchdog")?,
+    );
+    watchdog.arg("agent-watchdog");
+    std::os::unix::process::CommandExt::process_group(&mut watchdog, 0);
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    tokio::spawn(async move {
+        let _ = crate::up::wait_for_signal().await;
+        let _ = shutdown_tx.send(true);
+    });
+    herd_agent::launch::run(cfg, dcs, watchdog, shutdown_rx).await?;
+    Ok(())
+}
+
+/// Options of the hidden `herd agent-watchdog` (started by `herd agent`).
+#[derive(Debug, Args)]
+pub struct WatchdogArgs {
+    /// The deadline file.
+    pub deadline: PathBuf,
+    /// The data directory to fence.
+    pub pgdata: PathBuf,
+    /// The agent's pid.
+    pub agent_pid: u32,
+}
+
+/// `herd agent-watchdog`: its own process (and process group, so the terminal's Ctrl-C meant
+/// for the agent does not reach it), so a frozen agent still fences in time. It exits once its
+/// agent is gone with nothing armed.
+pub fn watchdog(args: WatchdogArgs) -> anyhow::Result<()> {
+    herd_agent::watchdog::run(&args.deadline, &args.pgdata, args.agent_pid);
+    Ok(())
+}
+
+/// Options of `herd proxy`.
+#[derive(Debug, Args)]
+pub struct ProxyArgs {
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// Where clients connect.
+    #[arg(long, default_value = "127.0.0.1:6432")]
+    pub listen: SocketAddr,
+    /// A directory holding the cluster's `secrets/` (copied from the first agent's host): the
+    /// proxy logs in to watch replica positions.
+    #[arg(long, env = "HERD_DATA_DIR", default_value = "herd-agent")]
+    pub data_dir: PathBuf,
+}
+
+/// `herd proxy`: the endpoint as its own process, following the leader lease in etcd.
+pub async fn proxy(args: ProxyArgs) -> anyhow::Result<()> {
+    crate::up::init_logging();
+    let layout = Layout::new(absolute(&args.data_dir)?);
+    let secrets = Secrets::load(&layout).with_context(|| {
+        format!(
+            "herd proxy needs the cluster's passwords in {}; copy the secrets directory from an agent's host",
+            layout.secrets().display()
+        )
+    })?;
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}; choose another --listen", args.listen))?;
+    let store = args.store.clone();
+    let dcs = tokio::task::spawn_blocking(move || store.connect()).await??;
+    let store = StoreClient::new(dcs);
+    eprintln!("Waiting for the cluster's leader in the store …");
+    let first = herd_agent::follow::first_assignment(&store).await;
+    let (tx, rx) = watch::channel(first);
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    tokio::spawn(herd_agent::follow::follow(store, tx, shutdown_rx.clone()));
+    let login = herd_proxy::monitor::AdminLogin {
+        user: herd_cluster::SUPERUSER.into(),
+        password: secrets.superuser.clone(),
+    };
+    let config = herd_config::Config::default().proxy;
+    let _proxy = herd_proxy::Proxy::start(config, vec![rx], login, listener, shutdown_rx);
+    eprintln!("Serving the cluster on {}", args.listen);
+    crate::up::wait_for_signal().await?;
+    let _ = shutdown_tx.send(true);
+    Ok(())
+}
