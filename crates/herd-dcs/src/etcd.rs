@@ -89,7 +89,8 @@ impl EtcdConfig {
 
 /// A [`Dcs`] kept by an etcd cluster.
 pub struct EtcdDcs {
-    runtime: tokio::runtime::Runtime,
+    /// Always `Some` until dropped (taken to shut it down without blocking).
+    runtime: Option<tokio::runtime::Runtime>,
     client: Client,
     prefix: String,
     timeout: Duration,
@@ -165,12 +166,19 @@ impl EtcdDcs {
             changed.clone(),
         ));
         Ok(EtcdDcs {
-            runtime,
+            runtime: Some(runtime),
             client,
             prefix,
             timeout,
             changed,
         })
+    }
+
+    fn runtime(&self) -> &tokio::runtime::Runtime {
+        // Set in `connect`, taken only in `drop`.
+        self.runtime
+            .as_ref()
+            .unwrap_or_else(|| unreachable!("the runtime lives as long as the store"))
     }
 
     fn key(&self, key: &str) -> String {
@@ -211,7 +219,7 @@ impl EtcdDcs {
     {
         let client = self.client.clone();
         let budget = self.timeout.mul_f64(0.8);
-        run_on(&self.runtime, self.timeout, async move {
+        run_on(self.runtime(), self.timeout, async move {
             let started = tokio::time::Instant::now();
             loop {
                 match f(client.clone()).await {
@@ -493,6 +501,16 @@ impl Dcs for EtcdDcs {
 
     fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
         self.changed.subscribe()
+    }
+}
+
+/// Dropping the store from async code (an agent that stops) must not block on its runtime's
+/// shutdown: the runtime is shut down in the background.
+impl Drop for EtcdDcs {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
     }
 }
 

@@ -25,6 +25,20 @@ pub async fn connect(url: &str) -> Client {
     client
 }
 
+/// Connects, or `None` when the server does not accept the connection (within its
+/// `connect_timeout`).
+pub async fn try_connect(url: &str) -> Option<Client> {
+    let (client, conn) =
+        tokio::time::timeout(Duration::from_secs(5), tokio_postgres::connect(url, NoTls))
+            .await
+            .ok()?
+            .ok()?;
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    Some(client)
+}
+
 /// Waits (async) until `f` yields true, panicking after `timeout`.
 pub async fn eventually<F, Fut>(timeout: Duration, what: &str, mut f: F)
 where
