@@ -6,7 +6,7 @@ use std::time::Duration;
 use herd_core::{Lsn, NodeName};
 use herd_ha::{Candidate, FailoverRules};
 
-use crate::member::{ClusterSettings, Member};
+use crate::member::{ClusterSettings, Handover, Member};
 
 /// The agent's own PostgreSQL as probed this round.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -45,6 +45,8 @@ pub struct Store {
     pub last_sync: Vec<String>,
     /// The cluster's settings.
     pub settings: ClusterSettings,
+    /// A pending switchover or failover (requests marked done are not given here).
+    pub handover: Option<Handover>,
 }
 
 /// Everything one round's decision depends on.
@@ -91,6 +93,13 @@ pub enum Step {
     Rejoin(String),
     /// Stop the server immediately: it must not accept another write.
     Fence(String),
+    /// Switchover or failover: stop (cleanly, or fence when `immediate`) and give the lease up.
+    StepDown {
+        /// Fence rather than stop cleanly.
+        immediate: bool,
+    },
+    /// As the new leader after a handover: mark the request done.
+    FinishHandover,
     /// Nothing to do (why, for the log).
     Wait(String),
 }
@@ -121,7 +130,13 @@ pub fn decide(view: &View) -> Step {
         },
         Local::NotAnswering => Step::Wait("PostgreSQL runs but does not answer".into()),
         Local::Primary => match leader {
-            Some(l) if l == me => Step::Renew,
+            Some(l) if l == me => match &store.handover {
+                Some(h) if h.from == me => Step::StepDown {
+                    immediate: h.immediate,
+                },
+                Some(_) => Step::FinishHandover,
+                None => Step::Renew,
+            },
             Some(l) => Step::Fence(format!("{l} holds the leader lease")),
             None => Step::Take,
         },
@@ -140,12 +155,54 @@ pub fn decide(view: &View) -> Step {
             None if view.promised => {
                 Step::Wait("a failsafe primary was promised the lead for now".into())
             }
-            None => match candidate(view, store, *lsn) {
-                Ok(best) if best == me => Step::Take,
-                Ok(best) => Step::Wait(format!("{best} is the candidate")),
-                Err(why) => Step::Wait(format!("no safe candidate: {why}")),
+            None => match &store.handover {
+                Some(h) => handover_race(view, store, h, *lsn),
+                None => match candidate(view, store, *lsn) {
+                    Ok(best) if best == me => Step::Take,
+                    Ok(best) => Step::Wait(format!("{best} is the candidate")),
+                    Err(why) => Step::Wait(format!("no safe candidate: {why}")),
+                },
             },
         },
+    }
+}
+
+/// The race after a handover: the old leader stays out; the named member takes the lease when
+/// it is at least as advanced as the proven candidate (or the operator accepted data loss).
+fn handover_race(view: &View, store: &Store, h: &Handover, own: Option<Lsn>) -> Step {
+    let me = view.me.as_str();
+    if h.from == me {
+        return Step::Wait("stepped down for a handover".into());
+    }
+    let mut without_old = store.clone();
+    without_old.members.retain(|m| m.name != h.from);
+    let proven = candidate(view, &without_old, own);
+    match (&h.to, proven) {
+        (Some(to), _) if to != me => Step::Wait(format!("handing over to {to}")),
+        (Some(_), _) if h.allow_data_loss => Step::Take,
+        (Some(_), Ok(best)) => {
+            let lsn_of = |name: &str| {
+                if name == me {
+                    own
+                } else {
+                    without_old
+                        .members
+                        .iter()
+                        .find(|m| m.name == name)
+                        .and_then(|m| m.lsn)
+                }
+            };
+            if best == me || (own.is_some() && own >= lsn_of(&best)) {
+                Step::Take
+            } else {
+                Step::Wait(format!(
+                    "{best} is ahead of this member; waiting for it to catch up"
+                ))
+            }
+        }
+        (None, Ok(best)) if best == me => Step::Take,
+        (None, Ok(best)) => Step::Wait(format!("{best} is the candidate")),
+        (_, Err(why)) => Step::Wait(format!("no safe candidate: {why}")),
     }
 }
 

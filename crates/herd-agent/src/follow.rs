@@ -139,6 +139,7 @@ mod tests {
             sync_set: vec![],
             last_sync: vec![],
             settings: ClusterSettings::default(),
+            handover: None,
         }
     }
 

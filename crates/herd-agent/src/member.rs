@@ -11,6 +11,8 @@ pub const INITIALIZE: &str = "initialize";
 pub const CONFIG: &str = "config";
 /// The recorded synchronous standby set ([`SyncRecord`]).
 pub const SYNC: &str = "sync";
+/// An operator's switchover or failover request ([`Handover`]).
+pub const HANDOVER: &str = "handover";
 /// Prefix of the members' heartbeats.
 pub const MEMBERS: &str = "members/";
 
@@ -84,6 +86,24 @@ pub struct SyncRecord {
     pub reported: Vec<String>,
     /// The leader that recorded it.
     pub leader: String,
+}
+
+/// `herd switchover` / `herd failover` against a multi-host cluster: the leader steps down
+/// (a clean stop, or a fence for a failover) and gives the lease up; then only the named
+/// member (or the best candidate other than the old leader) may take it. The new leader marks
+/// the request done; the command cancels it when nobody took over in time.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Handover {
+    /// The leader asked to step down.
+    pub from: String,
+    /// The member to take over (default: the best candidate).
+    pub to: Option<String>,
+    /// A failover: the leader is fenced at once instead of stopped cleanly.
+    pub immediate: bool,
+    /// The target may take over without the quorum proof.
+    pub allow_data_loss: bool,
+    /// Finished (taken over) or cancelled: ignored from then on.
+    pub done: bool,
 }
 
 /// Decodes a JSON value from the store, naming the key when it is damaged.

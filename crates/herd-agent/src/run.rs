@@ -9,7 +9,8 @@ use tokio::sync::watch;
 use crate::api::{self, SharedState};
 use crate::decide::{decide, Local, Step, View};
 use crate::member::{
-    encode, ClusterSettings, Initialized, Member, SyncRecord, CONFIG, INITIALIZE, SYNC,
+    encode, ClusterSettings, Handover, Initialized, Member, SyncRecord, CONFIG, HANDOVER,
+    INITIALIZE, SYNC,
 };
 use crate::node::{Node, Observed};
 use crate::store::{Read, StoreClient};
@@ -118,6 +119,11 @@ impl Agent {
             {
                 self.last_leader_lsn = l.lsn.unwrap_or(self.last_leader_lsn);
             }
+        }
+        if observed.local != Local::Primary {
+            // Slots live in the primary's data directory; a rewind or clone drops them, so a
+            // member that leads again creates them again.
+            self.slotted.clear();
         }
         match &observed.local {
             Local::Replica {
@@ -318,7 +324,36 @@ impl Agent {
                 }
                 None => Ok(()),
             },
-            Step::Take | Step::Renew | Step::Promote => {
+            Step::StepDown { immediate } => {
+                tracing::warn!(
+                    "handing the lead over ({})",
+                    if immediate {
+                        "failover: fencing"
+                    } else {
+                        "switchover: clean stop"
+                    }
+                );
+                let dir = self.node.cfg.pgdata();
+                // A clean stop waits until the walsenders have sent everything: the standbys
+                // then hold every commit and the target need not wait for WAL.
+                if immediate
+                    || self
+                        .node
+                        .pg
+                        .stop(&dir, herd_pg::StopMode::Fast)
+                        .await
+                        .is_err()
+                {
+                    self.node.fence()?;
+                }
+                self.disarm();
+                self.store
+                    .release(&self.node.cfg.name)
+                    .await
+                    .map_err(AgentError::Store)
+            }
+            Step::Take | Step::Renew | Step::Promote | Step::FinishHandover => {
+                let finish = step == Step::FinishHandover;
                 match self.hold_lease().await {
                     Ok(true) => {}
                     Ok(false) => {
@@ -342,6 +377,18 @@ impl Agent {
                     return Ok(());
                 }
                 if let (Some(r), Some(p)) = (read, &observed.primary) {
+                    if finish {
+                        if let Some(h) = &r.store.handover {
+                            let done = Handover {
+                                done: true,
+                                ..h.clone()
+                            };
+                            self.store
+                                .write(HANDOVER, r.handover_revision, encode(&done))
+                                .await
+                                .map_err(AgentError::Store)?;
+                        }
+                    }
                     self.keep_sync(&r, p).await?;
                 }
                 Ok(())

@@ -7,8 +7,8 @@ use herd_dcs::{Dcs, DcsError};
 
 use crate::decide::Store;
 use crate::member::{
-    decode, encode, member_key, ClusterSettings, Initialized, Member, SyncRecord, CONFIG,
-    INITIALIZE, LEADER, MEMBERS, SYNC,
+    decode, encode, member_key, ClusterSettings, Handover, Initialized, Member, SyncRecord, CONFIG,
+    HANDOVER, INITIALIZE, LEADER, MEMBERS, SYNC,
 };
 
 /// The store as this agent uses it: every call runs off the async threads (the etcd backend
@@ -29,6 +29,8 @@ pub struct Read {
     pub sync_revision: u64,
     /// The sync record.
     pub sync: SyncRecord,
+    /// The handover record's revision (0: absent).
+    pub handover_revision: u64,
 }
 
 fn text(e: DcsError) -> String {
@@ -87,8 +89,23 @@ impl StoreClient {
                 }
                 None => ClusterSettings::default(),
             };
+            let (handover, handover_revision) = match dcs.get(HANDOVER)? {
+                Some(v) => (
+                    decode::<Handover>(HANDOVER, &v.value).map_err(DcsError::Unavailable)?,
+                    v.revision,
+                ),
+                None => (
+                    Handover {
+                        done: true,
+                        ..Handover::default()
+                    },
+                    0,
+                ),
+            };
             Ok(Read {
+                handover_revision,
                 store: Store {
+                    handover: (!handover.done).then_some(handover),
                     initialized: initialized.is_some(),
                     leader,
                     members,

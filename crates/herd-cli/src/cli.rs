@@ -116,6 +116,9 @@ pub struct UpArgs {
 pub struct SwitchArgs {
     #[command(flatten)]
     pub dir: DataDirArg,
+    /// A multi-host cluster: act through its store instead of a data directory.
+    #[command(flatten)]
+    pub store: crate::hosts::StoreArgs,
     /// The replica to promote (default: the most advanced).
     #[arg(long, value_name = "NODE")]
     pub to: Option<String>,
@@ -129,6 +132,9 @@ pub struct SwitchArgs {
 pub struct FailoverArgs {
     #[command(flatten)]
     pub dir: DataDirArg,
+    /// A multi-host cluster: act through its store instead of a data directory.
+    #[command(flatten)]
+    pub store: crate::hosts::StoreArgs,
     /// The replica to promote (default: the one that provably holds every acknowledged commit).
     #[arg(long, value_name = "NODE")]
     pub to: Option<String>,
@@ -145,6 +151,9 @@ pub struct FailoverArgs {
 pub struct StatusArgs {
     #[command(flatten)]
     pub dir: DataDirArg,
+    /// A multi-host cluster: act through its store instead of a data directory.
+    #[command(flatten)]
+    pub store: crate::hosts::StoreArgs,
     /// Print the status document as JSON (documented in docs/status-json.md).
     #[arg(long)]
     pub json: bool,
@@ -172,6 +181,9 @@ enum ConfigCommand {
     Set {
         #[command(flatten)]
         dir: DataDirArg,
+        /// A multi-host cluster: change it through its store.
+        #[command(flatten)]
+        store: crate::hosts::StoreArgs,
         /// Only this shard group (commit-mode and sync-standbys; kept in herd.toml as [group.G]).
         #[arg(long)]
         group: Option<u32>,
@@ -187,7 +199,17 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Up(args) => crate::up::run(args).await,
         Command::Down(dir) => crate::down::run(&dir.layout()?).await,
+        Command::Status(args) if args.store.given() => {
+            crate::hosts_admin::status(&args.store.open().await?, args.json).await
+        }
         Command::Status(args) => crate::status::run(&args.dir.layout()?, args.json).await,
+        Command::Switchover(a) if a.store.given() => {
+            crate::hosts_admin::hand_over(&a.store.open().await?, a.to, false, false).await
+        }
+        Command::Failover(a) if a.store.given() => {
+            crate::hosts_admin::hand_over(&a.store.open().await?, a.to, true, a.allow_data_loss)
+                .await
+        }
         Command::Url(args) => crate::url::run(&args),
         Command::Bench(args) => crate::bench::run(args).await,
         Command::Switchover(a) => {
@@ -212,12 +234,20 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             crate::admin::request(&a.dir.layout()?, path).await
         }
         Command::Config {
+            command: ConfigCommand::Set {
+                store, key, value, ..
+            },
+        } if store.given() => {
+            crate::hosts_admin::config_set(&store.open().await?, &key, &value).await
+        }
+        Command::Config {
             command:
                 ConfigCommand::Set {
                     dir,
                     group,
                     key,
                     value,
+                    ..
                 },
         } => crate::config_cmd::set(&dir.layout()?, group, &key, &value).await,
         Command::Shards {

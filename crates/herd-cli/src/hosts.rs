@@ -16,15 +16,15 @@ use herd_dcs::{Dcs, EtcdConfig, EtcdDcs};
 use tokio::sync::watch;
 
 /// Where the cluster's store is: shared by `herd agent`, `herd proxy` and the commands that
-/// act on a multi-host cluster.
+/// act on a multi-host cluster (given `--dcs`, they act on it instead of a data directory).
 #[derive(Debug, Args, Clone)]
 pub struct StoreArgs {
-    /// The etcd cluster: etcd://h1:2379,h2:2379,h3:2379 (etcds:// for TLS).
-    #[arg(long, env = "HERD_DCS", value_name = "URL")]
-    pub dcs: String,
-    /// The Herd cluster's name (its keys live under /herd/NAME/ in etcd).
+    /// A multi-host cluster's etcd: etcd://h1:2379,h2:2379,h3:2379 (etcds:// for TLS).
+    #[arg(long, env = "HERD_DCS", value_name = "URL", requires = "cluster")]
+    pub dcs: Option<String>,
+    /// The Herd cluster's name in etcd (its keys live under /herd/NAME/).
     #[arg(long, env = "HERD_CLUSTER", value_name = "NAME")]
-    pub cluster: String,
+    pub cluster: Option<String>,
     /// TLS: the CA certificate that signed etcd's certificates (PEM).
     #[arg(long, value_name = "FILE")]
     pub etcd_ca: Option<PathBuf>,
@@ -46,9 +46,26 @@ pub struct StoreArgs {
 }
 
 impl StoreArgs {
+    /// Whether a store was named (the command then acts on a multi-host cluster).
+    pub fn given(&self) -> bool {
+        self.dcs.is_some()
+    }
+
+    /// Connects to the store off the async threads.
+    pub async fn open(&self) -> anyhow::Result<StoreClient> {
+        let args = self.clone();
+        let dcs = tokio::task::spawn_blocking(move || args.connect()).await??;
+        Ok(StoreClient::new(dcs))
+    }
+
     /// Connects to the store (blocking; call off the async threads or before serving).
     pub fn connect(&self) -> anyhow::Result<Arc<dyn Dcs>> {
-        let mut config = EtcdConfig::from_url(&self.dcs, &self.cluster)?;
+        let (Some(url), Some(cluster)) = (&self.dcs, &self.cluster) else {
+            anyhow::bail!(
+                "--dcs etcd://host:port[,host:port…] and --cluster NAME are required (or HERD_DCS and HERD_CLUSTER)"
+            );
+        };
+        let mut config = EtcdConfig::from_url(url, cluster)?;
         config.ca_file = self.etcd_ca.clone();
         config.client_cert = self.etcd_cert.clone().zip(self.etcd_key.clone());
         if let (Some(user), Some(file)) = (&self.etcd_user, &self.etcd_password_file) {
@@ -57,12 +74,8 @@ impl StoreArgs {
             config.credentials = Some((user.clone(), password.trim().to_string()));
         }
         config.timeout = Duration::from_millis(self.etcd_timeout_ms);
-        let dcs = EtcdDcs::connect(&config).with_context(|| {
-            format!(
-                "cannot reach etcd at {}; start it or correct --dcs",
-                self.dcs
-            )
-        })?;
+        let dcs = EtcdDcs::connect(&config)
+            .with_context(|| format!("cannot reach etcd at {url}; start it or correct --dcs"))?;
         Ok(Arc::new(dcs))
     }
 }
@@ -154,8 +167,7 @@ pub async fn agent(args: AgentArgs) -> anyhow::Result<()> {
         bootstrap,
         postgres,
     };
-    let store = args.store.clone();
-    let dcs = tokio::task::spawn_blocking(move || store.connect()).await??;
+    let dcs = args.store.open().await?.dcs();
     let mut watchdog = std::process::Command::new(
         std::env::current_exe().context("locating the herd binary for the watchdog")?,
     );
@@ -216,9 +228,7 @@ pub async fn proxy(args: ProxyArgs) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("cannot listen on {}; choose another --listen", args.listen))?;
-    let store = args.store.clone();
-    let dcs = tokio::task::spawn_blocking(move || store.connect()).await??;
-    let store = StoreClient::new(dcs);
+    let store = args.store.open().await?;
     eprintln!("Waiting for the cluster's leader in the store …");
     let first = herd_agent::follow::first_assignment(&store).await;
     let (tx, rx) = watch::channel(first);

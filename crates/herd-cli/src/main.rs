@@ -8,6 +8,7 @@ mod detach;
 mod down;
 mod groups;
 mod hosts;
+mod hosts_admin;
 mod output;
 mod progress;
 mod shards;

@@ -154,6 +154,21 @@ impl Hosts {
         self.proxy = Some(child);
     }
 
+    /// Runs `herd ARGS --dcs … --cluster …` and returns its standard output (it must succeed).
+    fn herd_store(&self, args: &[&str]) -> String {
+        let mut cmd = Command::new(HERD);
+        cmd.args(args)
+            .args(["--dcs", &self.dcs(), "--cluster", &self.cluster]);
+        let out =
+            herd_testkit::output_within(&mut cmd, Duration::from_secs(90)).expect("herd exits");
+        assert!(
+            out.status.success(),
+            "herd {args:?}: {}",
+            herd_testkit::describe(&out)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
     fn password(&self) -> String {
         std::fs::read_to_string(self.agent_dir(0).join("secrets/superuser.password"))
             .expect("password")
@@ -434,6 +449,51 @@ async fn agents_fail_over_fence_and_rejoin_without_losing_writes() {
     );
     hosts.signal_agent(frozen, Signal::SIGCONT);
     hosts.wait_role(frozen, "replica", Duration::from_secs(90));
+
+    // 3. Operator commands through the store, while writes go on: a planned switchover to a
+    //    named replica, a commit mode change, the status.
+    let leader = hosts.primary().expect("a primary");
+    let target = (0..3).find(|&i| i != leader).expect("a replica");
+    let out = hosts.herd_store(&["switchover", "--to", &Hosts::name(target)]);
+    assert!(
+        out.contains(&format!("switchover to {} done", Hosts::name(target))),
+        "{out}"
+    );
+    hosts.wait_role(target, "primary", Duration::from_secs(30));
+    hosts.wait_role(leader, "replica", Duration::from_secs(90));
+    let out = hosts.herd_store(&["config", "set", "commit-mode", "remote_apply"]);
+    assert!(out.contains("recorded"), "{out}");
+    let direct = common::connect(&hosts.url(hosts.pg_port(target))).await;
+    common::eventually(
+        Duration::from_secs(30),
+        "remote_apply on the primary",
+        || async {
+            direct
+                .query_one("show synchronous_commit", &[])
+                .await
+                .is_ok_and(|r| r.get::<_, String>(0) == "remote_apply")
+        },
+    )
+    .await;
+    let status: serde_json::Value =
+        serde_json::from_str(&hosts.herd_store(&["status", "--json"])).expect("status json");
+    assert_eq!(status["leader"], Hosts::name(target).as_str(), "{status}");
+    assert_eq!(
+        status["members"].as_array().map(Vec::len),
+        Some(3),
+        "{status}"
+    );
+    let before = acked();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while acked() <= before + 10 {
+        assert!(
+            Instant::now() < deadline,
+            "no writes after the switchover; status:\n{}\n{}",
+            hosts.herd_store(&["status"]),
+            hosts.logs()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
 
     stop.store(true, Ordering::SeqCst);
     for t in threads {

@@ -27,6 +27,7 @@ fn store(leader: Option<&str>, members: Vec<Member>, sync: &[&str]) -> Store {
         sync_set: sync.iter().map(|s| s.to_string()).collect(),
         last_sync: Vec::new(),
         settings: ClusterSettings::default(),
+        handover: None,
     }
 }
 
@@ -207,4 +208,71 @@ fn only_the_proven_candidate_races() {
     assert!(matches!(decide(&v), Step::Wait(_)));
     v.last_leader_lsn = Lsn(150);
     assert_eq!(decide(&v), Step::Take);
+}
+
+#[test]
+fn handovers() {
+    let h = |to: Option<&str>, loss: bool| crate::member::Handover {
+        from: "a".into(),
+        to: to.map(str::to_string),
+        immediate: false,
+        allow_data_loss: loss,
+        done: false,
+    };
+    // The leader steps down; any other leader finishes the request.
+    let mut s = store(Some("a"), vec![member("a", "primary", 100)], &["b", "c"]);
+    s.handover = Some(h(Some("b"), false));
+    assert_eq!(
+        decide(&view("a", Local::Primary, Ok(s.clone()))),
+        Step::StepDown { immediate: false }
+    );
+    s.leader = Some("b".into());
+    assert_eq!(
+        decide(&view("b", Local::Primary, Ok(s))),
+        Step::FinishHandover
+    );
+    // Leaderless: only the target races, and the old leader stays out even if ahead.
+    let mut s = store(
+        None,
+        vec![
+            member("a", "replica", 100),
+            member("b", "replica", 100),
+            member("c", "replica", 100),
+        ],
+        &["b", "c"],
+    );
+    s.handover = Some(h(Some("c"), false));
+    assert_eq!(
+        decide(&view("c", replica(None, 100), Ok(s.clone()))),
+        Step::Take,
+        "equal positions: the named member takes over"
+    );
+    assert!(matches!(
+        decide(&view("b", replica(None, 100), Ok(s.clone()))),
+        Step::Wait(_)
+    ));
+    assert!(matches!(
+        decide(&view("a", replica(None, 100), Ok(s.clone()))),
+        Step::Wait(_)
+    ));
+    // Behind the proven candidate: wait, unless the operator accepts data loss.
+    assert!(matches!(
+        decide(&view("c", replica(None, 90), Ok(s.clone()))),
+        Step::Wait(_)
+    ));
+    s.handover = Some(h(Some("c"), true));
+    assert_eq!(
+        decide(&view("c", replica(None, 90), Ok(s.clone()))),
+        Step::Take
+    );
+    // No target: the best candidate other than the old leader.
+    s.handover = Some(h(None, false));
+    assert_eq!(
+        decide(&view("b", replica(None, 100), Ok(s.clone()))),
+        Step::Take
+    );
+    assert!(matches!(
+        decide(&view("a", replica(None, 100), Ok(s))),
+        Step::Wait(_)
+    ));
 }

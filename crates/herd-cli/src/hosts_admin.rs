@@ -1,0 +1,170 @@
+//! `herd status`, `herd config set`, `herd switchover` and `herd failover` against a
+//! multi-host cluster, through its store (`--dcs … --cluster …`).
+
+use std::time::{Duration, Instant};
+
+use herd_agent::member::{encode, ClusterSettings, Handover, CONFIG, HANDOVER};
+use herd_agent::store::{Read, StoreClient};
+
+/// `herd status --dcs …`: the members as their agents last published them.
+pub async fn status(store: &StoreClient, json: bool) -> anyhow::Result<()> {
+    let read = store.read().await.map_err(anyhow::Error::msg)?;
+    let s = &read.store;
+    if json {
+        let doc = serde_json::json!({
+            "leader": s.leader,
+            "members": s.members,
+            "sync_set": s.sync_set,
+            "settings": s.settings,
+            "handover": s.handover,
+        });
+        crate::output::emitln!("{}", serde_json::to_string_pretty(&doc)?);
+        return Ok(());
+    }
+    crate::output::emitln!(
+        "leader: {}   commit mode: {} ({})   recorded sync set: [{}]",
+        s.leader.as_deref().unwrap_or("none"),
+        s.settings.commit_mode.as_str(),
+        s.settings.sync_standbys,
+        s.sync_set.join(", ")
+    );
+    crate::output::emitln!(
+        "{:<12} {:<12} {:<22} {:<14} {:<14} {}",
+        "MEMBER",
+        "ROLE",
+        "POSTGRES",
+        "LSN",
+        "REPLAYED",
+        "STREAMS FROM"
+    );
+    for m in &s.members {
+        let lsn = |l: Option<herd_core::Lsn>| l.map_or("-".to_string(), |l| l.to_string());
+        crate::output::emitln!(
+            "{:<12} {:<12} {:<22} {:<14} {:<14} {}",
+            m.name,
+            m.role,
+            format!("{}:{}", m.pg_host, m.pg_port),
+            lsn(m.lsn),
+            lsn(m.replayed),
+            m.streaming_from.as_deref().unwrap_or("-")
+        );
+    }
+    if s.members.is_empty() {
+        crate::output::emitln!("(no member has published a heartbeat; are the agents running?)");
+    }
+    Ok(())
+}
+
+/// `herd config set --dcs … commit-mode|sync-standbys VALUE`: written with compare-and-set;
+/// the primary's agent applies it on its next round.
+pub async fn config_set(store: &StoreClient, key: &str, value: &str) -> anyhow::Result<()> {
+    let dcs = store.dcs();
+    let current = tokio::task::spawn_blocking(move || dcs.get(CONFIG)).await??;
+    let (mut settings, revision) = match current {
+        Some(v) => (
+            herd_agent::member::decode::<ClusterSettings>(CONFIG, &v.value)
+                .map_err(anyhow::Error::msg)?,
+            v.revision,
+        ),
+        None => (ClusterSettings::default(), 0),
+    };
+    match key {
+        "commit-mode" => settings.commit_mode = value.parse()?,
+        "sync-standbys" => settings.sync_standbys = value.parse()?,
+        other => anyhow::bail!(
+            "{other} cannot be set on a multi-host cluster (commit-mode or sync-standbys)"
+        ),
+    }
+    store
+        .write(CONFIG, revision, encode(&settings))
+        .await
+        .map_err(|e| anyhow::anyhow!("{e} (changed concurrently? run the command again)"))?;
+    crate::output::emitln!(
+        "{key} = {value} recorded; the primary's agent applies it within a round"
+    );
+    Ok(())
+}
+
+/// `herd switchover|failover --dcs …`: asks the leader to step down and waits (60 s) for
+/// another member to lead; cancels the request if none did.
+pub async fn hand_over(
+    store: &StoreClient,
+    to: Option<String>,
+    immediate: bool,
+    allow_data_loss: bool,
+) -> anyhow::Result<()> {
+    let read = store.read().await.map_err(anyhow::Error::msg)?;
+    let Some(from) = read.store.leader.clone() else {
+        anyhow::bail!("no member holds the leader lease now; the agents elect one on their own");
+    };
+    if let Some(t) = &to {
+        let target = read.store.members.iter().find(|m| m.name == *t);
+        match target {
+            None => anyhow::bail!("{t} is not a member with a heartbeat in the store"),
+            Some(m) if m.role != "replica" => {
+                anyhow::bail!("{t} is {} (a switchover needs a running replica)", m.role)
+            }
+            Some(_) if *t == from => anyhow::bail!("{t} already leads"),
+            Some(_) => {}
+        }
+    } else if !read.store.members.iter().any(|m| m.role == "replica") {
+        anyhow::bail!("no replica to hand over to");
+    }
+    let request = Handover {
+        from: from.clone(),
+        to: to.clone(),
+        immediate,
+        allow_data_loss,
+        done: false,
+    };
+    store
+        .write(HANDOVER, read.handover_revision, encode(&request))
+        .await
+        .map_err(|e| anyhow::anyhow!("{e} (another switchover in progress?)"))?;
+    let started = Instant::now();
+    let what = if immediate { "failover" } else { "switchover" };
+    eprintln!(
+        "{what}: asked {from} to step down{} …",
+        to.as_deref()
+            .map(|t| format!(" for {t}"))
+            .unwrap_or_default()
+    );
+    while started.elapsed() < Duration::from_secs(60) {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let Ok(now) = store.read().await else {
+            continue;
+        };
+        if let Some(leader) = led_by_other(&now, &from) {
+            crate::output::emitln!(
+                "{what} to {leader} done in {:.1} s",
+                started.elapsed().as_secs_f64()
+            );
+            return Ok(());
+        }
+    }
+    // Nobody took over: cancel, so the normal election resumes (the old leader included).
+    if let Ok(now) = store.read().await {
+        if now.store.handover.is_some() {
+            let cancelled = Handover {
+                done: true,
+                ..request
+            };
+            let _ = store
+                .write(HANDOVER, now.handover_revision, encode(&cancelled))
+                .await;
+        }
+    }
+    anyhow::bail!(
+        "no member took over within 60 s; the request was cancelled (see the agents' logs)"
+    )
+}
+
+fn led_by_other(read: &Read, from: &str) -> Option<String> {
+    let leader = read.store.leader.as_deref()?;
+    let primary = read
+        .store
+        .members
+        .iter()
+        .any(|m| m.name == leader && m.role == "primary");
+    (leader != from && primary).then(|| leader.to_string())
+}
