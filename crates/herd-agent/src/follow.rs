@@ -48,8 +48,7 @@ pub fn assignment(store: &Store, previous: Option<&Assignment>) -> Option<Assign
     }
 }
 
-/// Waits for the first leader, then keeps `tx` current until `shutdown`. A store that cannot
-/// be read marks the primary down (writes wait or fail; reads go on from the replicas).
+/// Waits for the first leader (the proxy has nothing to route to before).
 pub async fn first_assignment(store: &StoreClient) -> Assignment {
     loop {
         match store.read().await {
@@ -76,12 +75,12 @@ pub async fn follow(
         let previous = tx.borrow().clone();
         let next = match store.read().await {
             Ok(r) => assignment(&r.store, Some(&previous)),
+            // The last known leader stays: it fences itself before its lease could pass to
+            // another member, so routing to it can at worst fail, never reach a second
+            // primary (and in failsafe mode it goes on serving).
             Err(e) => {
-                tracing::warn!("cannot read the store: {e}");
-                Some(Assignment {
-                    primary_down: true,
-                    ..previous.clone()
-                })
+                tracing::warn!("cannot read the store ({e}); keeping the last known topology");
+                None
             }
         };
         if let Some(next) = next {

@@ -143,9 +143,13 @@ impl EtcdDcs {
         } else {
             config.timeout
         };
+        // HTTP/2 keep-alive pings find a member behind a dead link (no reset ever comes) within
+        // about a second, so requests stop being balanced onto it.
         let mut options = ConnectOptions::new()
             .with_connect_timeout(timeout)
-            .with_timeout(timeout);
+            .with_timeout(timeout)
+            .with_keep_alive(Duration::from_millis(300), Duration::from_millis(700))
+            .with_keep_alive_while_idle(true);
         if let Some((user, password)) = &config.credentials {
             options = options.with_user(user.clone(), password.clone());
         }
@@ -219,10 +223,20 @@ impl EtcdDcs {
     {
         let client = self.client.clone();
         let budget = self.timeout.mul_f64(0.8);
+        // One try may land on a member that cannot answer (behind a cut link): a read gives it
+        // part of the budget and then tries again, likely on another member.
+        let per_try = if retry("timeout") {
+            self.timeout.mul_f64(0.4)
+        } else {
+            self.timeout
+        };
         run_on(self.runtime(), self.timeout, async move {
             let started = tokio::time::Instant::now();
             loop {
-                match f(client.clone()).await {
+                let outcome = tokio::time::timeout(per_try, f(client.clone()))
+                    .await
+                    .unwrap_or_else(|_| Err(DcsError::Unavailable("timeout".into())));
+                match outcome {
                     Err(DcsError::Unavailable(m)) if retry(&m) && started.elapsed() < budget => {
                         tokio::time::sleep(Duration::from_millis(50)).await;
                     }

@@ -11,8 +11,17 @@ use std::time::{Duration, Instant};
 pub struct EtcdCluster {
     members: Vec<Option<Child>>,
     commands: Vec<Command>,
-    client_ports: Vec<u16>,
+    clients: Vec<(String, u16)>,
     dir: tempfile::TempDir,
+}
+
+/// Where one member runs: its address, and the network namespace it runs in (if any).
+#[derive(Clone, Debug)]
+pub struct Placement {
+    /// The address it listens on (client and peer ports).
+    pub ip: String,
+    /// Run inside this network namespace (`ip netns exec`).
+    pub netns: Option<String>,
 }
 
 /// Where the etcd server program is: `$HERD_ETCD`, else `etcd` on the PATH.
@@ -23,23 +32,42 @@ pub fn etcd_program() -> PathBuf {
 }
 
 impl EtcdCluster {
-    /// Starts `n` members and waits (at most 30 s) until every one reports healthy.
+    /// Starts `n` members on loopback and waits (at most 30 s) until every one is healthy.
     pub fn start(n: usize) -> EtcdCluster {
+        let loopback = Placement {
+            ip: "127.0.0.1".into(),
+            netns: None,
+        };
+        Self::start_on(&vec![loopback; n])
+    }
+
+    /// Starts one member per placement and waits (at most 30 s) until every one is healthy.
+    pub fn start_on(placements: &[Placement]) -> EtcdCluster {
+        let n = placements.len();
         let base = crate::free_port_block((2 * n) as u16);
         let dir = crate::scratch_dir();
-        let peer = |i: usize| format!("http://127.0.0.1:{}", base + (n + i) as u16);
+        let peer = |i: usize| format!("http://{}:{}", placements[i].ip, base + (n + i) as u16);
         let initial: Vec<String> = (0..n).map(|i| format!("m{i}={}", peer(i))).collect();
         let mut cluster = EtcdCluster {
             members: Vec::new(),
             commands: Vec::new(),
-            client_ports: (0..n).map(|i| base + i as u16).collect(),
+            clients: (0..n)
+                .map(|i| (placements[i].ip.clone(), base + i as u16))
+                .collect(),
             dir,
         };
-        for i in 0..n {
-            let client = format!("http://127.0.0.1:{}", base + i as u16);
+        for (i, place) in placements.iter().enumerate() {
+            let client = format!("http://{}:{}", place.ip, base + i as u16);
             let log = std::fs::File::create(cluster.dir.path().join(format!("m{i}.log")))
                 .expect("etcd log file");
-            let mut cmd = Command::new(etcd_program());
+            let mut cmd = match &place.netns {
+                Some(ns) => {
+                    let mut c = Command::new("ip");
+                    c.args(["netns", "exec", ns]).arg(etcd_program());
+                    c
+                }
+                None => Command::new(etcd_program()),
+            };
             cmd.args(["--name", &format!("m{i}")])
                 .arg("--data-dir")
                 .arg(cluster.dir.path().join(format!("m{i}")))
@@ -85,9 +113,9 @@ impl EtcdCluster {
 
     /// Client URLs of every member.
     pub fn endpoints(&self) -> Vec<String> {
-        self.client_ports
+        self.clients
             .iter()
-            .map(|p| format!("http://127.0.0.1:{p}"))
+            .map(|(ip, p)| format!("http://{ip}:{p}"))
             .collect()
     }
 
@@ -109,7 +137,11 @@ impl EtcdCluster {
 
     /// Whether member `i` answers `GET /health` with a healthy status.
     pub fn healthy(&self, i: usize) -> bool {
-        let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.client_ports[i])) else {
+        let (ip, port) = &self.clients[i];
+        let Ok(addr) = format!("{ip}:{port}").parse::<std::net::SocketAddr>() else {
+            return false;
+        };
+        let Ok(mut s) = TcpStream::connect_timeout(&addr, Duration::from_secs(1)) else {
             return false;
         };
         let _ = s.set_read_timeout(Some(Duration::from_secs(2)));

@@ -3,6 +3,7 @@
 //! the test fails), and waiting with deadlines instead of fixed sleeps.
 
 pub mod etcd;
+pub mod netns;
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};

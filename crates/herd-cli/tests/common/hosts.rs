@@ -1,0 +1,464 @@
+//! Several "hosts" for the multi-host tests: a 3-member etcd cluster, three `herd agent`s
+//! (each its own PostgreSQL) and a `herd proxy` — on loopback, or each host in its own network
+//! namespace ([`herd_testkit::netns::Lab`]) so links can be cut. A checker writes through the
+//! proxy, records every acknowledged write, and probes every node every 100 ms (from inside
+//! its host) for whether it accepts writes.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use herd_testkit::etcd::{EtcdCluster, Placement};
+use herd_testkit::netns::{Lab, Link};
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
+pub const HERD: &str = env!("CARGO_BIN_EXE_herd");
+/// Short timings so the suite stays quick; the defaults are exercised by `herd bench`.
+pub const TTL_MS: u64 = 4000;
+
+pub struct Hosts {
+    pub etcd: EtcdCluster,
+    pub dir: tempfile::TempDir,
+    pub base: u16,
+    pub agents: Vec<Option<Child>>,
+    pub proxy: Option<Child>,
+    pub cluster: String,
+    /// The namespaces, when each host has its own (dropped last).
+    pub lab: Option<Lab>,
+}
+
+impl Hosts {
+    /// Three hosts on loopback.
+    pub fn start() -> Hosts {
+        Self::start_with(None)
+    }
+
+    /// Three hosts, each in its own network namespace of `lab`.
+    pub fn start_in(lab: Lab) -> Hosts {
+        Self::start_with(Some(lab))
+    }
+
+    fn start_with(lab: Option<Lab>) -> Hosts {
+        let placements: Vec<Placement> = (0..3)
+            .map(|i| match &lab {
+                Some(lab) => Placement {
+                    ip: lab.host_ip(i, Link::Store),
+                    netns: Some(lab.netns(i)),
+                },
+                None => Placement {
+                    ip: "127.0.0.1".into(),
+                    netns: None,
+                },
+            })
+            .collect();
+        let etcd = EtcdCluster::start_on(&placements);
+        let base = herd_testkit::free_port_block(10);
+        let mut hosts = Hosts {
+            etcd,
+            dir: herd_testkit::scratch_dir(),
+            base,
+            agents: vec![None, None, None],
+            proxy: None,
+            cluster: format!("t{base}"),
+            lab,
+        };
+        hosts.start_agent(0);
+        hosts.wait_role(0, "primary", Duration::from_secs(60));
+        for i in 1..3 {
+            copy_dir(
+                &hosts.agent_dir(0).join("secrets"),
+                &hosts.agent_dir(i).join("secrets"),
+            );
+            hosts.start_agent(i);
+        }
+        copy_dir(
+            &hosts.agent_dir(0).join("secrets"),
+            &hosts.dir.path().join("proxy/secrets"),
+        );
+        for i in 1..3 {
+            hosts.wait_role(i, "replica", Duration::from_secs(60));
+        }
+        hosts.start_proxy();
+        let port = hosts.proxy_port();
+        herd_testkit::wait_until(Duration::from_secs(30), "herd proxy to listen", || {
+            std::net::TcpStream::connect(("127.0.0.1", port))
+                .ok()
+                .map(drop)
+        });
+        hosts
+    }
+
+    pub fn dcs(&self) -> String {
+        let hosts: Vec<String> = self
+            .etcd
+            .endpoints()
+            .iter()
+            .map(|e| e.trim_start_matches("http://").to_string())
+            .collect();
+        format!("etcd://{}", hosts.join(","))
+    }
+
+    pub fn name(i: usize) -> String {
+        format!("h{i}")
+    }
+
+    pub fn agent_dir(&self, i: usize) -> PathBuf {
+        self.dir.path().join(Self::name(i))
+    }
+
+    /// The address of host `i`'s PostgreSQL and agent API.
+    pub fn pg_host(&self, i: usize) -> String {
+        match &self.lab {
+            Some(lab) => lab.host_ip(i, Link::Database),
+            None => "127.0.0.1".into(),
+        }
+    }
+
+    pub fn pg_port(&self, i: usize) -> u16 {
+        self.base + i as u16
+    }
+
+    pub fn api(&self, i: usize) -> String {
+        format!("{}:{}", self.pg_host(i), self.base + 4 + i as u16)
+    }
+
+    pub fn proxy_port(&self) -> u16 {
+        self.base + 8
+    }
+
+    pub fn agent_command(&self, i: usize) -> Command {
+        self.agent_command_as(
+            i,
+            &Self::name(i),
+            &self.agent_dir(i),
+            self.pg_port(i),
+            &self.api(i),
+        )
+    }
+
+    /// `herd agent` on host `host` under `name`.
+    pub fn agent_command_as(
+        &self,
+        host: usize,
+        name: &str,
+        dir: &Path,
+        pg_port: u16,
+        api: &str,
+    ) -> Command {
+        let mut cmd = match &self.lab {
+            Some(lab) => {
+                // All addresses of its namespace (the probes come in over its loopback), and
+                // the database network's address for everyone else.
+                let mut c = lab.command(host, Path::new(HERD));
+                c.args([
+                    "agent",
+                    "--pg-listen",
+                    "0.0.0.0",
+                    "--pg-advertise",
+                    &self.pg_host(host),
+                ]);
+                c
+            }
+            None => {
+                let mut c = Command::new(HERD);
+                c.arg("agent");
+                c
+            }
+        };
+        cmd.args(["--dcs", &self.dcs(), "--cluster", &self.cluster])
+            .args(["--name", name])
+            .arg("--data-dir")
+            .arg(dir)
+            .args(["--pg-port", &pg_port.to_string()])
+            .args(["--api-listen", api])
+            .args(["--ttl-ms", &TTL_MS.to_string()])
+            .args(["--loop-wait-ms", "500", "--safety-margin-ms", "1500"])
+            // A store call must fail well within the lease's slack for failsafe to be asked.
+            .args(["--etcd-timeout-ms", "1000"])
+            .env("HERD_LOG", "info")
+            .stdin(Stdio::null());
+        cmd
+    }
+
+    pub fn start_agent(&mut self, i: usize) {
+        std::fs::create_dir_all(self.agent_dir(i)).expect("agent dir");
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join(format!("{}.log", Self::name(i))))
+            .expect("agent log");
+        let child = self
+            .agent_command(i)
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .spawn()
+            .expect("starting herd agent");
+        self.agents[i] = Some(child);
+    }
+
+    pub fn start_proxy(&mut self) {
+        let log = std::fs::File::create(self.dir.path().join("proxy.log")).expect("proxy log");
+        let child = Command::new(HERD)
+            .args(["proxy", "--dcs", &self.dcs(), "--cluster", &self.cluster])
+            .args(["--listen", &format!("127.0.0.1:{}", self.proxy_port())])
+            .arg("--data-dir")
+            .arg(self.dir.path().join("proxy"))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .spawn()
+            .expect("starting herd proxy");
+        self.proxy = Some(child);
+    }
+
+    /// Runs `herd ARGS --dcs … --cluster …` and returns its standard output (it must succeed).
+    pub fn herd_store(&self, args: &[&str]) -> String {
+        let mut cmd = Command::new(HERD);
+        cmd.args(args)
+            .args(["--dcs", &self.dcs(), "--cluster", &self.cluster]);
+        let out =
+            herd_testkit::output_within(&mut cmd, Duration::from_secs(90)).expect("herd exits");
+        assert!(
+            out.status.success(),
+            "herd {args:?}: {}",
+            herd_testkit::describe(&out)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    pub fn password(&self) -> String {
+        std::fs::read_to_string(self.agent_dir(0).join("secrets/superuser.password"))
+            .expect("password")
+            .trim()
+            .to_string()
+    }
+
+    /// The proxy's URL.
+    pub fn proxy_url(&self) -> String {
+        self.url_at("127.0.0.1", self.proxy_port())
+    }
+
+    /// Host `i`'s PostgreSQL, directly.
+    pub fn node_url(&self, i: usize) -> String {
+        self.url_at(&self.pg_host(i), self.pg_port(i))
+    }
+
+    fn url_at(&self, host: &str, port: u16) -> String {
+        format!(
+            "postgresql://postgres:{}@{host}:{port}/postgres?connect_timeout=2",
+            self.password()
+        )
+    }
+
+    /// The member record agent `i` serves, if it answers.
+    pub fn member(&self, i: usize) -> Option<serde_json::Value> {
+        let r = ureq::get(&format!("http://{}/member", self.api(i)))
+            .timeout(Duration::from_secs(2))
+            .call()
+            .ok()?;
+        r.into_json().ok()
+    }
+
+    pub fn role(&self, i: usize) -> Option<String> {
+        self.member(i)
+            .and_then(|m| m["role"].as_str().map(str::to_string))
+    }
+
+    pub fn wait_role(&self, i: usize, role: &str, timeout: Duration) {
+        let what = format!("{} to be {role}; logs:\n{}", Self::name(i), self.logs());
+        herd_testkit::wait_until(timeout, &what, || {
+            (self.role(i).as_deref() == Some(role)).then_some(())
+        });
+    }
+
+    pub fn primary(&self) -> Option<usize> {
+        (0..3).find(|&i| self.role(i).as_deref() == Some("primary"))
+    }
+
+    pub fn logs(&self) -> String {
+        let mut out = String::new();
+        for name in ["h0", "h1", "h2", "proxy"] {
+            let text = std::fs::read_to_string(self.dir.path().join(format!("{name}.log")))
+                .unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            out.push_str(&format!(
+                "--- {name}\n{}\n",
+                lines[lines.len().saturating_sub(15)..].join("\n")
+            ));
+        }
+        out
+    }
+
+    pub fn signal_agent(&self, i: usize, sig: Signal) {
+        let pid = self.agents[i].as_ref().expect("agent running").id();
+        kill(Pid::from_raw(pid as i32), sig).expect("signal");
+    }
+
+    pub fn postmaster(&self, i: usize) -> Option<i32> {
+        let text = std::fs::read_to_string(self.agent_dir(i).join("pgdata/postmaster.pid")).ok()?;
+        text.lines().next()?.trim().parse().ok()
+    }
+}
+
+impl Drop for Hosts {
+    fn drop(&mut self) {
+        if let Some(mut p) = self.proxy.take() {
+            let _ = p.kill();
+            let _ = p.wait();
+        }
+        for i in 0..3 {
+            if let Some(mut a) = self.agents[i].take() {
+                let _ = kill(Pid::from_raw(a.id() as i32), Signal::SIGCONT);
+                let _ = kill(Pid::from_raw(a.id() as i32), Signal::SIGTERM);
+                let deadline = Instant::now() + Duration::from_secs(20);
+                while a.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                let _ = a.kill();
+                let _ = a.wait();
+            }
+            let _ = herd_pg::kill_server(&self.agent_dir(i).join("pgdata"));
+        }
+    }
+}
+
+pub fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("mkdir");
+    for entry in std::fs::read_dir(from).expect("read dir") {
+        let entry = entry.expect("entry");
+        std::fs::copy(entry.path(), to.join(entry.file_name())).expect("copy");
+    }
+}
+
+/// What the checker saw.
+#[derive(Default)]
+pub struct Record {
+    pub acknowledged: Vec<i64>,
+    pub two_writable: Vec<String>,
+}
+
+/// Writes through the proxy and probes every node until `stop`.
+pub fn checker(
+    hosts: &Hosts,
+    stop: Arc<AtomicBool>,
+) -> (Arc<Mutex<Record>>, Vec<std::thread::JoinHandle<()>>) {
+    let record = Arc::new(Mutex::new(Record::default()));
+    let mut threads = Vec::new();
+    let next = Arc::new(AtomicI64::new(1));
+    {
+        let (url, stop, record, next) = (hosts.proxy_url(), stop.clone(), record.clone(), next);
+        threads.push(std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("rt");
+            rt.block_on(async move {
+                let mut client = None;
+                while !stop.load(Ordering::SeqCst) {
+                    if client.is_none() {
+                        client = super::try_connect(&url).await;
+                    }
+                    let Some(c) = &client else {
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    };
+                    let id = next.fetch_add(1, Ordering::SeqCst);
+                    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&id];
+                    let write = c.execute("insert into acked values ($1)", &params);
+                    match tokio::time::timeout(Duration::from_secs(10), write).await {
+                        Ok(Ok(_)) => record.lock().expect("record").acknowledged.push(id),
+                        // Failed or in doubt: not counted as acknowledged.
+                        _ => client = None,
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            });
+        }));
+    }
+    // One prober per host, from inside the host (its own network namespace, over its
+    // loopback): a host cut off from the others is still observed.
+    let last: Arc<Mutex<Vec<Option<(Instant, bool)>>>> = Arc::new(Mutex::new(vec![None; 3]));
+    for i in 0..3 {
+        let url = format!(
+            "postgresql://postgres:{}@127.0.0.1:{}/postgres?connect_timeout=1",
+            hosts.password(),
+            hosts.pg_port(i)
+        );
+        let netns = hosts.lab.as_ref().map(|l| l.netns(i));
+        let (stop, last, probes) = (stop.clone(), last.clone(), record.clone());
+        threads.push(std::thread::spawn(move || {
+            if let Some(ns) = netns {
+                let file = std::fs::File::open(format!("/var/run/netns/{ns}")).expect("netns");
+                nix::sched::setns(file, nix::sched::CloneFlags::CLONE_NEWNET).expect("setns");
+            }
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("rt");
+            rt.block_on(async move {
+                let mut client: Option<tokio_postgres::Client> = None;
+                while !stop.load(Ordering::SeqCst) {
+                    let started = Instant::now();
+                    if client.is_none() {
+                        client = super::try_connect(&url).await;
+                    }
+                    let mut writable = false;
+                    if let Some(c) = &client {
+                        let probe = c.query_one("select not pg_is_in_recovery()", &[]);
+                        match tokio::time::timeout(Duration::from_millis(500), probe).await {
+                            Ok(Ok(row)) => writable = row.get::<_, bool>(0),
+                            _ => client = None,
+                        }
+                    }
+                    let now = Instant::now();
+                    {
+                        let mut seen = last.lock().expect("probes");
+                        seen[i] = Some((now, writable));
+                        // Another node seen writable within one probe period of this one.
+                        let others: Vec<usize> = (0..3)
+                            .filter(|&j| j != i)
+                            .filter(|&j| {
+                                seen[j].is_some_and(|(t, w)| {
+                                    w && now.duration_since(t) < Duration::from_millis(100)
+                                })
+                            })
+                            .collect();
+                        if writable && !others.is_empty() {
+                            probes
+                                .lock()
+                                .expect("record")
+                                .two_writable
+                                .push(format!("h{i} and {others:?} writable together"));
+                        }
+                    }
+                    tokio::time::sleep(
+                        Duration::from_millis(100).saturating_sub(started.elapsed()),
+                    )
+                    .await;
+                }
+            });
+        }));
+    }
+    (record, threads)
+}
+
+pub async fn acknowledged_present(hosts: &Hosts, acknowledged: &[i64]) {
+    let client = super::connect(&hosts.proxy_url()).await;
+    let rows = client
+        .query("select id from acked", &[])
+        .await
+        .expect("read back");
+    let present: std::collections::HashSet<i64> = rows.iter().map(|r| r.get(0)).collect();
+    let lost: Vec<&i64> = acknowledged
+        .iter()
+        .filter(|id| !present.contains(id))
+        .collect();
+    assert!(
+        lost.is_empty(),
+        "acknowledged writes lost: {lost:?}\n{}",
+        hosts.logs()
+    );
+}

@@ -1,0 +1,221 @@
+//! Partitions between real "hosts": three network namespaces joined by two bridges (a store
+//! network for etcd, a database network for PostgreSQL and the agents' APIs), each with an etcd
+//! member, a `herd agent` and its PostgreSQL; `herd proxy` and the checker outside. Faults, one
+//! after the other, with writes running: the primary's host cut off; the primary cut from the
+//! store only; the primary cut from its peers only; etcd's quorum lost (failsafe). Checks: every
+//! acknowledged write survives, no two nodes ever accept writes at once, an isolated primary
+//! stops accepting writes before its lease could expire elsewhere (measured), and the cluster
+//! is whole again within 60 s of healing. Needs root (`ip netns`), as CI has.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::hosts::{acknowledged_present, checker, Hosts, TTL_MS};
+use herd_testkit::netns::{Lab, Link};
+
+/// How long after `since` host `i`'s server still accepted writes, observed from inside
+/// the host (polled every 50 ms, at most 30 s).
+fn writable_window(hosts: &Hosts, i: usize, since: Instant) -> Duration {
+    let ns = hosts.lab.as_ref().expect("lab").netns(i);
+    let url = format!(
+        "postgresql://postgres:{}@127.0.0.1:{}/postgres?connect_timeout=1",
+        hosts.password(),
+        hosts.pg_port(i)
+    );
+    std::thread::spawn(move || {
+        let file = std::fs::File::open(format!("/var/run/netns/{ns}")).expect("netns");
+        nix::sched::setns(file, nix::sched::CloneFlags::CLONE_NEWNET).expect("setns");
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("rt");
+        rt.block_on(async move {
+            let mut last_writable = since;
+            while since.elapsed() < Duration::from_secs(30) {
+                let writable = match common::try_connect(&url).await {
+                    Some(c) => c
+                        .query_one("select not pg_is_in_recovery()", &[])
+                        .await
+                        .is_ok_and(|r| r.get::<_, bool>(0)),
+                    None => false,
+                };
+                if !writable {
+                    return last_writable.duration_since(since);
+                }
+                last_writable = Instant::now();
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            panic!("host {i} still accepts writes 30 s after it was isolated");
+        })
+    })
+    .join()
+    .expect("window thread")
+}
+
+fn wait_writes(acked: &dyn Fn() -> usize, hosts: &Hosts, what: &str) {
+    let before = acked();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while acked() <= before + 10 {
+        assert!(
+            Instant::now() < deadline,
+            "no writes {what}; status:\n{}\n{}",
+            hosts.herd_store(&["status"]),
+            hosts.logs()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn new_primary(hosts: &Hosts, old: usize, what: &str) -> usize {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(p) = hosts.primary().filter(|p| *p != old) {
+            return p;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no new primary {what}\n{}",
+            hosts.logs()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partitions_never_make_two_primaries_nor_lose_writes() {
+    let lab = match Lab::build(3) {
+        Ok(lab) => lab,
+        Err(e) if !Lab::available() => {
+            eprintln!("SKIPPED: network namespaces need root and `ip netns` ({e})");
+            return;
+        }
+        Err(e) => panic!("building the network namespaces: {e}"),
+    };
+    let mut hosts = Hosts::start_in(lab);
+    let client = common::connect(&hosts.proxy_url()).await;
+    client
+        .batch_execute("create table acked (id bigint primary key)")
+        .await
+        .expect("create through the proxy");
+    drop(client);
+    let stop = Arc::new(AtomicBool::new(false));
+    let (record, threads) = checker(&hosts, stop.clone());
+    let acked = || record.lock().expect("record").acknowledged.len();
+    wait_writes(&acked, &hosts, "at first");
+    let ttl = Duration::from_millis(TTL_MS);
+
+    // 1. The primary's host cut off (both links down).
+    let p = hosts.primary().expect("a primary");
+    hosts.lab.as_ref().expect("lab").set_host(p, false);
+    let cut = Instant::now();
+    let window = writable_window(&hosts, p, cut);
+    eprintln!("host cut off: the isolated primary stopped accepting writes after {window:?}");
+    assert!(
+        window < ttl,
+        "isolated primary writable for {window:?}, TTL {ttl:?}"
+    );
+    let q = new_primary(&hosts, p, "after the host was cut off");
+    eprintln!(
+        "host cut off: {} leads {:.1} s after the cut",
+        Hosts::name(q),
+        cut.elapsed().as_secs_f64()
+    );
+    wait_writes(&acked, &hosts, "after the host was cut off");
+    hosts.lab.as_ref().expect("lab").set_host(p, true);
+    hosts.wait_role(p, "replica", Duration::from_secs(60));
+
+    // 2. The primary cut from the store only: it still reaches its peers, but they reach the
+    //    store and refuse the failsafe confirmation, so it fences at its deadline.
+    let p = hosts.primary().expect("a primary");
+    hosts
+        .lab
+        .as_ref()
+        .expect("lab")
+        .set_link(p, Link::Store, false);
+    let cut = Instant::now();
+    let window = writable_window(&hosts, p, cut);
+    eprintln!("store link down: the primary stopped accepting writes after {window:?}");
+    assert!(
+        window < ttl,
+        "primary cut from the store writable for {window:?}"
+    );
+    new_primary(&hosts, p, "after the store link went down");
+    wait_writes(&acked, &hosts, "after the store link went down");
+    hosts
+        .lab
+        .as_ref()
+        .expect("lab")
+        .set_link(p, Link::Store, true);
+    hosts.wait_role(p, "replica", Duration::from_secs(60));
+
+    // 3. The primary cut from its peers (and the proxy) only: it keeps the lease, so nobody
+    //    else may lead; commits cannot be confirmed by a standby meanwhile. Healed, writes
+    //    resume on it.
+    let p = hosts.primary().expect("a primary");
+    hosts
+        .lab
+        .as_ref()
+        .expect("lab")
+        .set_link(p, Link::Database, false);
+    std::thread::sleep(ttl * 2);
+    let status: serde_json::Value =
+        serde_json::from_str(&hosts.herd_store(&["status", "--json"])).expect("status json");
+    assert_eq!(
+        status["leader"],
+        Hosts::name(p).as_str(),
+        "the lease holder reaching the store keeps it: {status}"
+    );
+    hosts
+        .lab
+        .as_ref()
+        .expect("lab")
+        .set_link(p, Link::Database, true);
+    wait_writes(&acked, &hosts, "after the database link came back");
+
+    // 4. etcd's quorum lost (2 of 3 members down): every member confirms it cannot reach the
+    //    store either, so the primary goes on serving (failsafe) and writes continue.
+    let p = hosts.primary().expect("a primary");
+    hosts.etcd.kill(1);
+    hosts.etcd.kill(2);
+    let before = acked();
+    std::thread::sleep(ttl * 3);
+    let during = acked() - before;
+    eprintln!(
+        "etcd quorum lost for {:?}: {during} writes acknowledged meanwhile",
+        ttl * 3
+    );
+    assert!(
+        during > 10,
+        "failsafe: writes should go on without etcd ({during})\n{}",
+        hosts.logs()
+    );
+    assert_eq!(hosts.primary(), Some(p), "the primary kept serving");
+    hosts.etcd.restart(1);
+    hosts.etcd.restart(2);
+    wait_writes(&acked, &hosts, "after etcd came back");
+    for i in 0..3 {
+        if i != p {
+            hosts.wait_role(i, "replica", Duration::from_secs(60));
+        }
+    }
+
+    stop.store(true, Ordering::SeqCst);
+    for t in threads {
+        t.join().expect("checker thread");
+    }
+    let record = std::mem::take(&mut *record.lock().expect("record"));
+    assert!(
+        record.two_writable.is_empty(),
+        "two nodes accepted writes at once: {:?}\n{}",
+        record.two_writable,
+        hosts.logs()
+    );
+    acknowledged_present(&hosts, &record.acknowledged).await;
+    eprintln!(
+        "{} acknowledged writes, all present",
+        record.acknowledged.len()
+    );
+}
