@@ -83,7 +83,10 @@ async fn failsafe(State(state): State<SharedState>) -> StatusCode {
 pub async fn confirm_failsafe(apis: Vec<String>, timeout: Duration) -> bool {
     let asks = apis.into_iter().map(|api| {
         tokio::task::spawn_blocking(move || {
-            let agent = ureq::AgentBuilder::new().timeout(timeout).build();
+            let agent = ureq::AgentBuilder::new()
+                .timeout_connect(timeout)
+                .timeout(timeout)
+                .build();
             agent
                 .post(&format!("http://{api}/failsafe"))
                 .call()
@@ -102,7 +105,10 @@ pub async fn confirm_failsafe(apis: Vec<String>, timeout: Duration) -> bool {
 /// stale record).
 pub async fn fetch_member(api: String, timeout: Duration) -> Option<Member> {
     tokio::task::spawn_blocking(move || {
-        let agent = ureq::AgentBuilder::new().timeout(timeout).build();
+        let agent = ureq::AgentBuilder::new()
+            .timeout_connect(timeout)
+            .timeout(timeout)
+            .build();
         agent
             .get(&format!("http://{api}/member"))
             .call()

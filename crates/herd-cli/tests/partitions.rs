@@ -124,6 +124,9 @@ async fn partitions_never_make_two_primaries_nor_lose_writes() {
         cut.elapsed().as_secs_f64()
     );
     wait_writes(&acked, &hosts, "after the host was cut off");
+    if std::env::var_os("HERD_TEST_VERBOSE").is_some() {
+        eprintln!("{}", hosts.logs());
+    }
     hosts.lab.as_ref().expect("lab").set_host(p, true);
     hosts.wait_role(p, "replica", Duration::from_secs(60));
 

@@ -255,8 +255,12 @@ impl Hosts {
 
     /// The member record agent `i` serves, if it answers.
     pub fn member(&self, i: usize) -> Option<serde_json::Value> {
-        let r = ureq::get(&format!("http://{}/member", self.api(i)))
+        let agent = ureq::AgentBuilder::new()
+            .timeout_connect(Duration::from_millis(500))
             .timeout(Duration::from_secs(2))
+            .build();
+        let r = agent
+            .get(&format!("http://{}/member", self.api(i)))
             .call()
             .ok()?;
         r.into_json().ok()
@@ -286,7 +290,7 @@ impl Hosts {
             let lines: Vec<&str> = text.lines().collect();
             out.push_str(&format!(
                 "--- {name}\n{}\n",
-                lines[lines.len().saturating_sub(15)..].join("\n")
+                lines[lines.len().saturating_sub(40)..].join("\n")
             ));
         }
         out
