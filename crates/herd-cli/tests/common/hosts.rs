@@ -344,6 +344,9 @@ pub struct Record {
     pub two_writable: Vec<String>,
 }
 
+/// When a node was last probed, and whether it accepted writes then.
+type Probe = (Instant, bool);
+
 /// Writes through the proxy and probes every node until `stop`.
 pub fn checker(
     hosts: &Hosts,
@@ -384,7 +387,7 @@ pub fn checker(
     }
     // One prober per host, from inside the host (its own network namespace, over its
     // loopback): a host cut off from the others is still observed.
-    let last: Arc<Mutex<Vec<Option<(Instant, bool)>>>> = Arc::new(Mutex::new(vec![None; 3]));
+    let last: Arc<Mutex<Vec<Option<Probe>>>> = Arc::new(Mutex::new(vec![None; 3]));
     for i in 0..3 {
         let url = format!(
             "postgresql://postgres:{}@127.0.0.1:{}/postgres?connect_timeout=1",
