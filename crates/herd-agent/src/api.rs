@@ -78,16 +78,21 @@ async fn failsafe(State(state): State<SharedState>) -> StatusCode {
     StatusCode::OK
 }
 
+/// An HTTP client whose every request, connecting included, ends within `timeout` (another
+/// host behind a cut link never answers at all).
+fn client(timeout: Duration) -> ureq::Agent {
+    ureq::AgentBuilder::new()
+        .timeout_connect(timeout)
+        .timeout(timeout)
+        .build()
+}
+
 /// Asks every API in `apis` for a failsafe confirmation, each within `timeout`; true only if
 /// all confirm.
 pub async fn confirm_failsafe(apis: Vec<String>, timeout: Duration) -> bool {
     let asks = apis.into_iter().map(|api| {
         tokio::task::spawn_blocking(move || {
-            let agent = ureq::AgentBuilder::new()
-                .timeout_connect(timeout)
-                .timeout(timeout)
-                .build();
-            agent
+            client(timeout)
                 .post(&format!("http://{api}/failsafe"))
                 .call()
                 .is_ok_and(|r| r.status() == 200)
@@ -105,11 +110,7 @@ pub async fn confirm_failsafe(apis: Vec<String>, timeout: Duration) -> bool {
 /// stale record).
 pub async fn fetch_member(api: String, timeout: Duration) -> Option<Member> {
     tokio::task::spawn_blocking(move || {
-        let agent = ureq::AgentBuilder::new()
-            .timeout_connect(timeout)
-            .timeout(timeout)
-            .build();
-        agent
+        client(timeout)
             .get(&format!("http://{api}/member"))
             .call()
             .ok()?

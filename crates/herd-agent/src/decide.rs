@@ -43,6 +43,9 @@ pub struct Store {
     pub sync_set: Vec<String>,
     /// `FIRST k`: the standbys the primary last reported as synchronous (recorded with the set).
     pub last_sync: Vec<String>,
+    /// The member that led when the sync set was last recorded (else the one that created the
+    /// cluster): with no standby ever recorded, only it holds every acknowledged commit.
+    pub last_leader: Option<String>,
     /// The cluster's settings.
     pub settings: ClusterSettings,
     /// A pending switchover or failover (requests marked done are not given here).
@@ -227,6 +230,17 @@ fn store_unreachable(view: &View, why: &str) -> Step {
 /// bound in async mode), applied to the members' published positions with this agent's own
 /// fresh one.
 fn candidate(view: &View, store: &Store, own: Option<Lsn>) -> Result<String, String> {
+    if store.sync_set.is_empty() && store.settings.commit_mode != herd_core::CommitMode::Async {
+        // No standby was ever recorded: commits were acknowledged by the leader alone, so only
+        // that member (a restarted single node, say) may lead again.
+        return match &store.last_leader {
+            Some(l) if store.members.iter().any(|m| m.name == *l) => Ok(l.clone()),
+            Some(l) => Err(format!(
+                "no standby was ever synchronous; only {l}, the last leader, holds every acknowledged commit"
+            )),
+            None => Err("no standby was ever synchronous and the last leader is unknown".into()),
+        };
+    }
     let candidates: Vec<Candidate> = store
         .members
         .iter()

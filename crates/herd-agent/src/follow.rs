@@ -137,6 +137,7 @@ mod tests {
             members,
             sync_set: vec![],
             last_sync: vec![],
+            last_leader: None,
             settings: ClusterSettings::default(),
             handover: None,
         }

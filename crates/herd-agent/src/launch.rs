@@ -46,7 +46,7 @@ pub async fn run(
     let store = StoreClient::new(dcs.clone());
     let instance = Alphanumeric.sample_string(&mut rand::thread_rng(), 12);
     check_name(&cfg, &store, &instance).await?;
-    let secrets = secrets(&cfg, &layout, dcs.as_ref())?;
+    let (secrets, fresh_secrets) = secrets(&cfg, &layout, dcs.as_ref())?;
     pg.hand_over(&cfg.data_dir)?;
     if let Some(user) = pg.os_user() {
         user.check_access(&cfg.data_dir)?;
@@ -61,7 +61,7 @@ pub async fn run(
         })?;
     let deadline = Deadline::new(cfg.fence_file());
     deadline
-        .disarm()
+        .adopt()
         .map_err(|e| setup(format!("cannot write {}: {e}", cfg.fence_file().display())))?;
     let mut watchdog = watchdog;
     watchdog
@@ -95,6 +95,7 @@ pub async fn run(
         layout,
         secrets,
         upstream: None,
+        fresh_secrets,
     };
     let mut agent = Agent::new(node, store.clone(), deadline.clone(), shared, instance);
     let result = agent.run(shutdown).await;
@@ -150,22 +151,20 @@ async fn check_name(
     Ok(())
 }
 
-/// The cluster's passwords: read from `secrets/`, made afresh by the agent that will create
-/// the cluster, else a clear request to copy them from the first host.
-fn secrets(cfg: &AgentConfig, layout: &Layout, dcs: &dyn Dcs) -> Result<Secrets, AgentError> {
+/// The cluster's passwords: read from `secrets/`, made afresh (`true`) by an agent that may
+/// create the cluster, else a clear request to copy them from the first host.
+fn secrets(
+    cfg: &AgentConfig,
+    layout: &Layout,
+    dcs: &dyn Dcs,
+) -> Result<(Secrets, bool), AgentError> {
     if layout.secrets().join("superuser.password").exists() {
-        return Secrets::load(layout).map_err(setup);
+        return Secrets::load(layout).map(|s| (s, false)).map_err(setup);
     }
     let initialized = dcs
         .get(INITIALIZE)
         .map_err(|e| setup(format!("{e}; start etcd or check --dcs")))?
         .is_some();
-    if initialized && cfg.pgdata().join("PG_VERSION").exists() {
-        return Err(setup(format!(
-            "{} is missing; copy the secrets directory from the host that created the cluster",
-            layout.secrets().display()
-        )));
-    }
     if initialized {
         return Err(setup(format!(
             "this cluster exists but {} is missing: copy the secrets directory (mode 0700, files 0600) \
@@ -181,5 +180,5 @@ fn secrets(cfg: &AgentConfig, layout: &Layout, dcs: &dyn Dcs) -> Result<Secrets,
         "generated the cluster's passwords in {}; copy that directory to every other host before starting its agent",
         layout.secrets().display()
     );
-    Ok(secrets)
+    Ok((secrets, true))
 }

@@ -45,6 +45,8 @@ pub struct Agent {
     identity_checked: bool,
     /// The last step logged (each is logged when it changes).
     last_logged: String,
+    /// When it was logged.
+    last_logged_at: Instant,
 }
 
 impl Agent {
@@ -70,6 +72,7 @@ impl Agent {
             applied: None,
             identity_checked: false,
             last_logged: String::new(),
+            last_logged_at: Instant::now(),
         }
     }
 
@@ -101,7 +104,18 @@ impl Agent {
 
     async fn round(&mut self) -> Result<(), AgentError> {
         let observed = self.node.observe().await;
-        let read = self.store.read().await;
+        let mut read = self.store.read().await;
+        if let Ok(r) = &mut read {
+            // This member claimed the creation but never finished it (it died during initdb):
+            // it tries again.
+            let unfinished = r
+                .initialized
+                .as_ref()
+                .is_some_and(|(i, _)| i.by == self.node.cfg.name && i.system_identifier.is_empty());
+            if unfinished && observed.local == Local::Empty {
+                r.store.initialized = false;
+            }
+        }
         api::lock(&self.shared).store_reachable = read.is_ok();
         let member = self.member(&observed);
         api::lock(&self.shared).member = Some(member.clone());
@@ -153,20 +167,31 @@ impl Agent {
         };
         let step = decide(&view);
         self.log(&step);
+        if matches!(step, Step::Clone(_)) && self.node.fresh_secrets {
+            return Err(AgentError::Setup(format!(
+                "another member created the cluster, but this host made its own passwords in {}; \
+                 replace that directory with a copy of the creating host's secrets and start again",
+                self.node.layout.secrets().display()
+            )));
+        }
         if let Err(e) = self.act(step, &observed, read.ok()).await {
             tracing::error!("{e}");
         }
         Ok(())
     }
 
+    /// Logs a step when it differs from the last one logged, or the same again after 30 s
+    /// (a long wait stays visible in the log).
     fn log(&mut self, step: &Step) {
         let text = format!("{step:?}");
-        if text != self.last_logged {
+        let stale = self.last_logged_at.elapsed() >= Duration::from_secs(30);
+        if text != self.last_logged || stale {
             match step {
                 Step::Wait(why) => tracing::info!("waiting: {why}"),
                 other => tracing::warn!("{other:?}"),
             }
             self.last_logged = text;
+            self.last_logged_at = Instant::now();
         }
     }
 
@@ -288,7 +313,7 @@ impl Agent {
         };
         match step {
             Step::Wait(_) => Ok(()),
-            Step::Initialize => self.initialize().await,
+            Step::Initialize => self.initialize(read.as_ref()).await,
             Step::Clone(leader) => match member(&leader) {
                 Some(m) => self.node.clone_from(&m).await,
                 None => Ok(()),
@@ -397,18 +422,25 @@ impl Agent {
     }
 
     /// A new cluster: the `initialize` key decides which agent runs initdb.
-    async fn initialize(&mut self) -> Result<(), AgentError> {
+    async fn initialize(&mut self, read: Option<&Read>) -> Result<(), AgentError> {
         let me = self.node.cfg.name.clone();
+        let own_claim = read
+            .and_then(|r| r.initialized.as_ref())
+            .filter(|(i, _)| i.by == me && i.system_identifier.is_empty())
+            .map(|(_, revision)| *revision);
         let claim = Initialized {
             system_identifier: String::new(),
             by: me.clone(),
         };
-        let revision = match self.store.write(INITIALIZE, 0, encode(&claim)).await {
-            Ok(r) => r,
-            Err(e) => {
-                tracing::info!("another member initialises the cluster ({e})");
-                return Ok(());
-            }
+        let revision = match own_claim {
+            Some(revision) => revision,
+            None => match self.store.write(INITIALIZE, 0, encode(&claim)).await {
+                Ok(r) => r,
+                Err(e) => {
+                    tracing::info!("another member initialises the cluster ({e})");
+                    return Ok(());
+                }
+            },
         };
         // The settings every member follows, unless an operator wrote them first.
         let _ = self
@@ -416,6 +448,8 @@ impl Agent {
             .write(CONFIG, 0, encode(&self.node.cfg.bootstrap))
             .await;
         tracing::warn!("creating the cluster (initdb on {me})");
+        // Its passwords are now the cluster's.
+        self.node.fresh_secrets = false;
         self.node.initialize().await?;
         let done = Initialized {
             system_identifier: self.node.system_identifier().await?,
@@ -462,13 +496,21 @@ impl Agent {
         };
         // The primary itself is no standby: every commit it acknowledged is on it, so it
         // leaves the record at once (a new leader finds itself in its predecessor's set).
-        let recorded: Vec<String> = read
+        let mut recorded: Vec<String> = read
             .sync
             .members
             .iter()
             .filter(|m| **m != me)
             .cloned()
             .collect();
+        // The previous leader takes this member's place: it comes back as a standby, and until
+        // it or another one confirms, commits wait instead of being acknowledged by no standby.
+        let previous = &read.sync.leader;
+        if !read.sync.members.is_empty() && !previous.is_empty() && *previous != me {
+            recorded.push(previous.clone());
+            recorded.sort();
+            recorded.dedup();
+        }
         let plan = crate::sync::plan(&recorded, &present, self.applied.as_ref(), &flushed);
         let reported: Vec<String> = probe
             .replication
@@ -477,7 +519,10 @@ impl Agent {
             .map(|r| r.application_name.clone())
             .collect();
         let record = plan.record.clone().unwrap_or_else(|| recorded.clone());
-        if record != read.sync.members || (!reported.is_empty() && reported != read.sync.reported) {
+        if record != read.sync.members
+            || read.sync.leader != me
+            || (!reported.is_empty() && reported != read.sync.reported)
+        {
             let value = SyncRecord {
                 members: record,
                 reported,

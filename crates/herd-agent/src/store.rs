@@ -111,6 +111,9 @@ impl StoreClient {
                     members,
                     sync_set: sync.members.clone(),
                     last_sync: sync.reported.clone(),
+                    last_leader: Some(sync.leader.clone())
+                        .filter(|l| !l.is_empty())
+                        .or_else(|| initialized.as_ref().map(|(i, _)| i.by.clone())),
                     settings,
                 },
                 initialized,

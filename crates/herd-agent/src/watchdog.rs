@@ -36,6 +36,14 @@ impl Deadline {
         self.write(&format!("{when} {}\n", std::process::id()))
     }
 
+    /// Takes over the file from an earlier agent process: its deadline stands (the server it
+    /// left running may hold writes only as long as that agent's lease), now answered for by
+    /// this process and its watchdog; the earlier watchdog exits on seeing another writer.
+    pub fn adopt(&self) -> std::io::Result<()> {
+        let deadline = read(&self.path).map_or(0, |(d, _)| d);
+        self.write(&format!("{deadline} {}\n", std::process::id()))
+    }
+
     /// No deadline: the node is not a primary the agent answers for.
     pub fn disarm(&self) -> std::io::Result<()> {
         self.write(&format!("0 {}\n", std::process::id()))

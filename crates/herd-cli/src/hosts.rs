@@ -213,6 +213,10 @@ pub struct ProxyArgs {
     /// proxy logs in to watch replica positions.
     #[arg(long, env = "HERD_DATA_DIR", default_value = "herd-agent")]
     pub data_dir: PathBuf,
+    /// A herd.toml whose [proxy] section sets pooling, consistency and lag limits (the same
+    /// keys as for `herd up`); the defaults otherwise.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
 }
 
 /// `herd proxy`: the endpoint as its own process, following the leader lease in etcd.
@@ -238,7 +242,10 @@ pub async fn proxy(args: ProxyArgs) -> anyhow::Result<()> {
         user: herd_cluster::SUPERUSER.into(),
         password: secrets.superuser.clone(),
     };
-    let config = herd_config::Config::default().proxy;
+    let config = match &args.config {
+        Some(path) => herd_config::Config::load(path)?.proxy,
+        None => herd_config::Config::default().proxy,
+    };
     let _proxy = herd_proxy::Proxy::start(config, vec![rx], login, listener, shutdown_rx);
     eprintln!("Serving the cluster on {}", args.listen);
     crate::up::wait_for_signal().await?;

@@ -9,11 +9,11 @@
 mod common;
 
 use std::process::Command;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::hosts::{acknowledged_present, checker, copy_dir, Hosts, HERD, TTL_MS};
+use common::hosts::{checker, copy_dir, finish, Hosts, HERD, TTL_MS};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
@@ -142,27 +142,12 @@ async fn agents_fail_over_fence_and_rejoin_without_losing_writes() {
         std::thread::sleep(Duration::from_millis(100));
     }
 
-    stop.store(true, Ordering::SeqCst);
-    for t in threads {
-        t.join().expect("checker thread");
-    }
-    let record = std::mem::take(&mut *record.lock().expect("record"));
-    assert!(
-        record.two_writable.is_empty(),
-        "two nodes accepted writes at once: {:?}\n{}",
-        record.two_writable,
-        hosts.logs()
-    );
-    acknowledged_present(&hosts, &record.acknowledged).await;
-    eprintln!(
-        "{} acknowledged writes, all present",
-        record.acknowledged.len()
-    );
+    finish(&hosts, &stop, threads, &record).await;
 }
 
 #[test]
 fn bad_starts_fail_clearly() {
-    let hosts = Hosts::start();
+    let mut hosts = Hosts::start();
     // A second agent under a name that is in use elsewhere.
     let dup = hosts.dir.path().join("dup");
     std::fs::create_dir_all(&dup).expect("dir");
@@ -180,6 +165,76 @@ fn bad_starts_fail_clearly() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(err.contains("copy the secrets directory"), "{err}");
+
+    // A second proxy, with session pooling from a herd.toml, serves the same cluster.
+    let toml = hosts.dir.path().join("proxy.toml");
+    std::fs::write(&toml, "[proxy]\npool_mode = \"session\"\npool_size = 2\n").expect("toml");
+    let port = hosts.base + 9;
+    let mut second = Command::new(HERD)
+        .args(["proxy", "--dcs", &hosts.dcs(), "--cluster", &hosts.cluster])
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .arg("--data-dir")
+        .arg(hosts.dir.path().join("proxy"))
+        .arg("--config")
+        .arg(&toml)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("second proxy");
+    let url = hosts
+        .proxy_url()
+        .replace(&hosts.proxy_port().to_string(), &port.to_string());
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let answered = rt.block_on(async {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(c) = common::try_connect(&url).await {
+                c.batch_execute("set application_name = 'sticky'")
+                    .await
+                    .expect("set");
+                let row = c
+                    .query_one("show application_name", &[])
+                    .await
+                    .expect("show");
+                return row.get::<_, String>(0);
+            }
+            assert!(Instant::now() < deadline, "the second proxy never answered");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    });
+    assert_eq!(answered, "sticky");
+    let _ = second.kill();
+    let _ = second.wait();
+    // The file is read and checked: a bad value stops the proxy with the key named.
+    std::fs::write(&toml, "[proxy]\npool_size = 0\n").expect("toml");
+    let mut bad = Command::new(HERD);
+    bad.args(["proxy", "--dcs", &hosts.dcs(), "--cluster", &hosts.cluster])
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .arg("--data-dir")
+        .arg(hosts.dir.path().join("proxy"))
+        .arg("--config")
+        .arg(&toml);
+    let out = herd_testkit::output_within(&mut bad, Duration::from_secs(30)).expect("exits");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("pool_size"), "{err}");
+
+    // An agent killed while its PostgreSQL runs: restarted, it adopts the running server.
+    let replica = (0..3)
+        .find(|&i| hosts.role(i).as_deref() == Some("replica"))
+        .expect("a replica");
+    let postmaster = hosts.postmaster(replica).expect("postmaster pid");
+    hosts.signal_agent(replica, Signal::SIGKILL);
+    let _ = hosts.agents[replica].take().map(|mut c| c.wait());
+    hosts.start_agent(replica);
+    hosts.wait_role(replica, "replica", Duration::from_secs(30));
+    assert_eq!(
+        hosts.postmaster(replica),
+        Some(postmaster),
+        "the restarted agent adopted its running server"
+    );
+    assert!(kill(Pid::from_raw(postmaster), None).is_ok());
 
     // etcd unreachable.
     let port = herd_testkit::free_port_block(1);

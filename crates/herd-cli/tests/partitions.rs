@@ -9,11 +9,11 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::hosts::{acknowledged_present, checker, Hosts, TTL_MS};
+use common::hosts::{checker, finish, Hosts, TTL_MS};
 use herd_testkit::netns::{Lab, Link};
 
 /// How long after `since` host `i`'s server still accepted writes, observed from inside
@@ -26,13 +26,7 @@ fn writable_window(hosts: &Hosts, i: usize, since: Instant) -> Duration {
         hosts.pg_port(i)
     );
     std::thread::spawn(move || {
-        let file = std::fs::File::open(format!("/var/run/netns/{ns}")).expect("netns");
-        nix::sched::setns(file, nix::sched::CloneFlags::CLONE_NEWNET).expect("setns");
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("rt");
-        rt.block_on(async move {
+        common::hosts::thread_runtime(Some(&ns)).block_on(async move {
             let mut last_writable = since;
             while since.elapsed() < Duration::from_secs(30) {
                 let writable = match common::try_connect(&url).await {
@@ -191,11 +185,16 @@ async fn partitions_never_make_two_primaries_nor_lose_writes() {
         ttl * 3
     );
     assert!(
-        during > 10,
+        during > 100,
         "failsafe: writes should go on without etcd ({during})\n{}",
         hosts.logs()
     );
-    assert_eq!(hosts.primary(), Some(p), "the primary kept serving");
+    assert_eq!(
+        hosts.primary(),
+        Some(p),
+        "the primary kept serving\n{}",
+        hosts.logs()
+    );
     hosts.etcd.restart(1);
     hosts.etcd.restart(2);
     wait_writes(&acked, &hosts, "after etcd came back");
@@ -205,20 +204,5 @@ async fn partitions_never_make_two_primaries_nor_lose_writes() {
         }
     }
 
-    stop.store(true, Ordering::SeqCst);
-    for t in threads {
-        t.join().expect("checker thread");
-    }
-    let record = std::mem::take(&mut *record.lock().expect("record"));
-    assert!(
-        record.two_writable.is_empty(),
-        "two nodes accepted writes at once: {:?}\n{}",
-        record.two_writable,
-        hosts.logs()
-    );
-    acknowledged_present(&hosts, &record.acknowledged).await;
-    eprintln!(
-        "{} acknowledged writes, all present",
-        record.acknowledged.len()
-    );
+    finish(&hosts, &stop, threads, &record).await;
 }

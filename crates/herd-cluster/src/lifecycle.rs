@@ -60,19 +60,11 @@ impl Cluster {
             create_private_dir(&sockets)?;
             pg.hand_over(&sockets)?;
         }
-        let dir = self.layout.node(node);
-        herd_pg::write_node_conf(&dir, &self.server_settings(node), &self.hba())?;
-        for file in [
-            herd_pg::HERD_CONF,
-            "pg_hba.conf",
-            "postgresql.conf",
-            "standby.signal",
-        ] {
-            let path = dir.join(file);
-            if path.exists() {
-                pg.hand_over(&path)?;
-            }
-        }
+        pg.write_conf(
+            &self.layout.node(node),
+            &self.server_settings(node),
+            &self.hba(),
+        )?;
         Ok(())
     }
 

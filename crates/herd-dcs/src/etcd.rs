@@ -91,7 +91,13 @@ impl EtcdConfig {
 pub struct EtcdDcs {
     /// Always `Some` until dropped (taken to shut it down without blocking).
     runtime: Option<tokio::runtime::Runtime>,
-    client: Client,
+    /// The client in use; replaced by a fresh one after calls have failed for a while.
+    client: Shared,
+    /// How to connect again.
+    endpoints: Vec<String>,
+    options: ConnectOptions,
+    /// Since when every call has failed.
+    trouble_since: std::sync::Mutex<Option<std::time::Instant>>,
     prefix: String,
     timeout: Duration,
     changed: tokio::sync::watch::Sender<u64>,
@@ -157,11 +163,12 @@ impl EtcdDcs {
             options = options.with_tls(tls);
         }
         let endpoints = config.endpoints.clone();
-        let client = run_on(&runtime, timeout * 2, async move {
-            Client::connect(endpoints, Some(options))
-                .await
-                .map_err(|e| unavailable(format!("cannot connect to etcd: {e}")))
-        })?;
+        let client = run_on(
+            &runtime,
+            timeout * 2,
+            connect(endpoints.clone(), options.clone()),
+        )?;
+        let client: Shared = std::sync::Arc::new(std::sync::Mutex::new(client));
         let prefix = format!("/herd/{}/", config.cluster);
         let changed = tokio::sync::watch::channel(0).0;
         runtime.spawn(watch_prefix(
@@ -172,6 +179,9 @@ impl EtcdDcs {
         Ok(EtcdDcs {
             runtime: Some(runtime),
             client,
+            endpoints,
+            options,
+            trouble_since: std::sync::Mutex::new(None),
             prefix,
             timeout,
             changed,
@@ -221,7 +231,7 @@ impl EtcdDcs {
         F: Fn(Client) -> Fut + Send + 'static,
         Fut: Future<Output = Result<T, DcsError>> + Send,
     {
-        let client = self.client.clone();
+        let client = current(&self.client);
         let budget = self.timeout.mul_f64(0.8);
         // One try may land on a member that cannot answer (behind a cut link): a read gives it
         // part of the budget and then tries again, likely on another member.
@@ -230,7 +240,7 @@ impl EtcdDcs {
         } else {
             self.timeout
         };
-        run_on(self.runtime(), self.timeout, async move {
+        let result = run_on(self.runtime(), self.timeout, async move {
             let started = tokio::time::Instant::now();
             loop {
                 let outcome = tokio::time::timeout(per_try, f(client.clone()))
@@ -243,7 +253,34 @@ impl EtcdDcs {
                     other => return other,
                 }
             }
-        })
+        });
+        self.note_outcome(result.is_ok() || matches!(result, Err(DcsError::Conflict { .. })));
+        result
+    }
+
+    /// Replaces the client with a fresh one once every call has failed for a few timeouts: a
+    /// channel whose members all went away behind a cut link has been seen not to recover
+    /// when the link came back, where new connections do.
+    fn note_outcome(&self, answered: bool) {
+        let mut since = self.trouble_since.lock().unwrap_or_else(|p| p.into_inner());
+        if answered {
+            *since = None;
+            return;
+        }
+        let started = *since.get_or_insert_with(std::time::Instant::now);
+        if started.elapsed() < (self.timeout * 3).max(Duration::from_secs(3)) {
+            return;
+        }
+        *since = None;
+        drop(since);
+        let fresh = run_on(
+            self.runtime(),
+            self.timeout,
+            connect(self.endpoints.clone(), self.options.clone()),
+        );
+        if let Ok(client) = fresh {
+            *self.client.lock().unwrap_or_else(|p| p.into_inner()) = client;
+        }
     }
 
     /// The lease key's (owner, etcd lease id, mod revision), when the key exists.
@@ -280,15 +317,28 @@ impl EtcdDcs {
     }
 }
 
+/// The client shared by the calls and the watch.
+type Shared = std::sync::Arc<std::sync::Mutex<Client>>;
+
+fn current(client: &Shared) -> Client {
+    client.lock().unwrap_or_else(|p| p.into_inner()).clone()
+}
+
+async fn connect(endpoints: Vec<String>, options: ConnectOptions) -> Result<Client, DcsError> {
+    Client::connect(endpoints, Some(options))
+        .await
+        .map_err(|e| unavailable(format!("cannot connect to etcd: {e}")))
+}
+
 /// Follows every change under `prefix` with an etcd watch and announces each on `changed`;
 /// reconnects (announcing once, as changes may have been missed) after the stream breaks.
 /// Runs until the store (and its runtime) is dropped.
-async fn watch_prefix(client: Client, prefix: String, changed: tokio::sync::watch::Sender<u64>) {
+async fn watch_prefix(client: Shared, prefix: String, changed: tokio::sync::watch::Sender<u64>) {
     let bump = |changed: &tokio::sync::watch::Sender<u64>| {
         changed.send_modify(|n| *n = n.wrapping_add(1));
     };
     loop {
-        let mut watcher = client.watch_client();
+        let mut watcher = current(&client).watch_client();
         if let Ok((_handle, mut stream)) = watcher
             .watch(
                 prefix.clone(),

@@ -169,6 +169,30 @@ pub fn write_node_conf(
     Ok(())
 }
 
+impl crate::Pg {
+    /// [`write_node_conf`], then gives the files written to the servers' OS user.
+    pub fn write_conf(
+        &self,
+        datadir: &Path,
+        settings: &ServerSettings,
+        hba: &str,
+    ) -> Result<(), PgError> {
+        write_node_conf(datadir, settings, hba)?;
+        for file in [
+            HERD_CONF,
+            "pg_hba.conf",
+            "postgresql.conf",
+            "standby.signal",
+        ] {
+            let path = datadir.join(file);
+            if path.exists() {
+                self.hand_over(&path)?;
+            }
+        }
+        Ok(())
+    }
+}
+
 /// A postgresql.conf string literal.
 fn quote(value: &str) -> String {
     format!("'{}'", value.replace('\\', "\\\\").replace('\'', "''"))

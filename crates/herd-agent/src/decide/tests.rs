@@ -26,6 +26,7 @@ fn store(leader: Option<&str>, members: Vec<Member>, sync: &[&str]) -> Store {
         members,
         sync_set: sync.iter().map(|s| s.to_string()).collect(),
         last_sync: Vec::new(),
+        last_leader: Some("a".into()),
         settings: ClusterSettings::default(),
         handover: None,
     }
@@ -273,6 +274,30 @@ fn handovers() {
     );
     assert!(matches!(
         decide(&view("a", replica(None, 100), Ok(s))),
+        Step::Wait(_)
+    ));
+}
+
+#[test]
+fn without_a_recorded_standby_only_the_last_leader_leads_again() {
+    // A cluster whose primary never had a synchronous standby, all stopped and restarted.
+    let s = store(
+        None,
+        vec![member("a", "replica", 50), member("b", "replica", 60)],
+        &[],
+    );
+    assert_eq!(
+        decide(&view("a", replica(None, 50), Ok(s.clone()))),
+        Step::Take
+    );
+    assert!(matches!(
+        decide(&view("b", replica(None, 60), Ok(s.clone()))),
+        Step::Wait(w) if w.contains("a is the candidate")
+    ));
+    let mut gone = s;
+    gone.members.retain(|m| m.name != "a");
+    assert!(matches!(
+        decide(&view("b", replica(None, 60), Ok(gone))),
         Step::Wait(_)
     ));
 }

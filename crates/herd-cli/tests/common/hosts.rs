@@ -178,7 +178,10 @@ impl Hosts {
             .args(["--loop-wait-ms", "500", "--safety-margin-ms", "1500"])
             // A store call must fail well within the lease's slack for failsafe to be asked.
             .args(["--etcd-timeout-ms", "1000"])
-            .env("HERD_LOG", "info")
+            .env(
+                "HERD_LOG",
+                std::env::var("HERD_TEST_AGENT_LOG").unwrap_or_else(|_| "info".into()),
+            )
             .stdin(Stdio::null());
         cmd
     }
@@ -272,10 +275,18 @@ impl Hosts {
     }
 
     pub fn wait_role(&self, i: usize, role: &str, timeout: Duration) {
-        let what = format!("{} to be {role}; logs:\n{}", Self::name(i), self.logs());
-        herd_testkit::wait_until(timeout, &what, || {
-            (self.role(i).as_deref() == Some(role)).then_some(())
-        });
+        let deadline = Instant::now() + timeout;
+        while self.role(i).as_deref() != Some(role) {
+            // The logs as they are when the wait fails, not when it began.
+            assert!(
+                Instant::now() < deadline,
+                "timed out after {timeout:?} waiting for {} to be {role} (it is {:?}); logs:\n{}",
+                Self::name(i),
+                self.role(i),
+                self.logs()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
 
     pub fn primary(&self) -> Option<usize> {
@@ -290,7 +301,14 @@ impl Hosts {
             let lines: Vec<&str> = text.lines().collect();
             out.push_str(&format!(
                 "--- {name}\n{}\n",
-                lines[lines.len().saturating_sub(40)..].join("\n")
+                lines[lines.len().saturating_sub(
+                    if std::env::var_os("HERD_TEST_VERBOSE").is_some() {
+                        400
+                    } else {
+                        40
+                    }
+                )..]
+                    .join("\n")
             ));
         }
         out
@@ -342,6 +360,45 @@ pub fn copy_dir(from: &Path, to: &Path) {
 pub struct Record {
     pub acknowledged: Vec<i64>,
     pub two_writable: Vec<String>,
+}
+
+/// A runtime for the calling thread, which first moves into network namespace `netns` (only
+/// this thread: its sockets then live inside that host).
+pub fn thread_runtime(netns: Option<&str>) -> tokio::runtime::Runtime {
+    if let Some(ns) = netns {
+        let file = std::fs::File::open(format!("/var/run/netns/{ns}")).expect("netns");
+        nix::sched::setns(file, nix::sched::CloneFlags::CLONE_NEWNET).expect("setns");
+    }
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+/// Stops the checker and asserts what every multi-host test asserts at its end: no two nodes
+/// ever accepted writes at once, and every acknowledged write is present.
+pub async fn finish(
+    hosts: &Hosts,
+    stop: &AtomicBool,
+    threads: Vec<std::thread::JoinHandle<()>>,
+    record: &Mutex<Record>,
+) {
+    stop.store(true, Ordering::SeqCst);
+    for t in threads {
+        t.join().expect("checker thread");
+    }
+    let record = std::mem::take(&mut *record.lock().expect("record"));
+    assert!(
+        record.two_writable.is_empty(),
+        "two nodes accepted writes at once: {:?}\n{}",
+        record.two_writable,
+        hosts.logs()
+    );
+    acknowledged_present(hosts, &record.acknowledged).await;
+    eprintln!(
+        "{} acknowledged writes, all present",
+        record.acknowledged.len()
+    );
 }
 
 /// When a node was last probed, and whether it accepted writes then.
@@ -397,15 +454,7 @@ pub fn checker(
         let netns = hosts.lab.as_ref().map(|l| l.netns(i));
         let (stop, last, probes) = (stop.clone(), last.clone(), record.clone());
         threads.push(std::thread::spawn(move || {
-            if let Some(ns) = netns {
-                let file = std::fs::File::open(format!("/var/run/netns/{ns}")).expect("netns");
-                nix::sched::setns(file, nix::sched::CloneFlags::CLONE_NEWNET).expect("setns");
-            }
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("rt");
-            rt.block_on(async move {
+            thread_runtime(netns.as_deref()).block_on(async move {
                 let mut client: Option<tokio_postgres::Client> = None;
                 while !stop.load(Ordering::SeqCst) {
                     let started = Instant::now();
