@@ -147,7 +147,10 @@ impl Agent {
             }
             _ => self.not_streaming_since = None,
         }
-        if observed.local == Local::Primary && read.is_err() {
+        // Asked whenever a fencing deadline is armed (this member led), not only when the
+        // last probe of its server answered: a probe that failed once under load must not
+        // cost the failsafe extension.
+        if self.fence_at.is_some() && read.is_err() {
             self.failsafe().await;
         }
         let now = Instant::now();
