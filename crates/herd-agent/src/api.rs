@@ -32,18 +32,27 @@ pub fn lock(state: &SharedState) -> std::sync::MutexGuard<'_, Shared> {
     state.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// What the handlers share: the loop's state and the store (failsafe checks it live).
+#[derive(Clone)]
+pub struct Api {
+    /// Shared with the loop.
+    pub state: SharedState,
+    /// The cluster's store.
+    pub store: crate::store::StoreClient,
+}
+
 /// The routes.
-pub fn router(state: SharedState) -> Router {
+pub fn router(api: Api) -> Router {
     Router::new()
         .route("/member", get(member))
         .route("/primary", get(primary))
         .route("/replica", get(replica))
         .route("/failsafe", post(failsafe))
-        .with_state(state)
+        .with_state(api)
 }
 
-async fn member(State(state): State<SharedState>) -> Result<Json<Member>, StatusCode> {
-    lock(&state)
+async fn member(State(api): State<Api>) -> Result<Json<Member>, StatusCode> {
+    lock(&api.state)
         .member
         .clone()
         .map(Json)
@@ -58,25 +67,33 @@ fn role_is(state: &SharedState, role: &str) -> StatusCode {
     }
 }
 
-async fn primary(State(state): State<SharedState>) -> StatusCode {
-    role_is(&state, "primary")
+async fn primary(State(api): State<Api>) -> StatusCode {
+    role_is(&api.state, "primary")
 }
 
-async fn replica(State(state): State<SharedState>) -> StatusCode {
-    role_is(&state, "replica")
+async fn replica(State(api): State<Api>) -> StatusCode {
+    role_is(&api.state, "replica")
 }
 
-/// A primary cut off from the store asks: "can you reach the store?" Only a member that
-/// cannot confirms, and then promises not to race for the lease for one TTL, so the primary
-/// may keep serving that long.
-async fn failsafe(State(state): State<SharedState>) -> StatusCode {
-    let mut s = lock(&state);
-    if s.store_reachable {
+/// A primary cut off from the store asks: "can you reach the store?" The member tries it now
+/// (the last round's answer may be older than the outage): only if it cannot does it confirm,
+/// and then it promises not to race for the lease for one TTL, so the primary may keep serving
+/// that long.
+async fn failsafe(State(api): State<Api>) -> StatusCode {
+    let check = tokio::time::timeout(FAILSAFE_CHECK, api.store.reachable()).await;
+    let mut s = lock(&api.state);
+    if check.unwrap_or(false) {
+        s.store_reachable = true;
         return StatusCode::CONFLICT;
     }
+    s.store_reachable = false;
     s.promised_until = Some(Instant::now() + s.ttl);
     StatusCode::OK
 }
+
+/// How long a member tries the store when asked for a failsafe confirmation (the asking
+/// primary waits one second for the answer).
+const FAILSAFE_CHECK: Duration = Duration::from_millis(600);
 
 /// An HTTP client whose every request, connecting included, ends within `timeout` (another
 /// host behind a cut link never answers at all).

@@ -77,7 +77,10 @@ pub async fn run(
         ..Shared::default()
     }));
     let mut api_shutdown = shutdown.clone();
-    let router = api::router(shared.clone());
+    let router = api::router(api::Api {
+        state: shared.clone(),
+        store: store.clone(),
+    });
     tokio::spawn(async move {
         let _ = axum::serve(listener, router)
             .with_graceful_shutdown(async move {

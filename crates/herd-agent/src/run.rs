@@ -147,6 +147,10 @@ impl Agent {
             }
             _ => self.not_streaming_since = None,
         }
+        if self.fence_at.is_some_and(|at| at <= Instant::now()) {
+            // Past the deadline the watchdog has fenced the server: no extension can follow.
+            self.fence_at = None;
+        }
         // Asked whenever a fencing deadline is armed (this member led), not only when the
         // last probe of its server answered: a probe that failed once under load must not
         // cost the failsafe extension.

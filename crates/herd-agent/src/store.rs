@@ -125,6 +125,11 @@ impl StoreClient {
         .map_err(text)
     }
 
+    /// Whether the store answers a read now.
+    pub async fn reachable(&self) -> bool {
+        self.call(|dcs| dcs.get(LEADER)).await.is_ok()
+    }
+
     /// Publishes this member's heartbeat for `ttl`.
     pub async fn publish(&self, member: &Member, ttl: Duration) -> Result<(), String> {
         let (key, value) = (member_key(&member.name), encode(member));

@@ -49,20 +49,6 @@ fn writable_window(hosts: &Hosts, i: usize, since: Instant) -> Duration {
     .expect("window thread")
 }
 
-fn wait_writes(acked: &dyn Fn() -> usize, hosts: &Hosts, what: &str) {
-    let before = acked();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while acked() <= before + 10 {
-        assert!(
-            Instant::now() < deadline,
-            "no writes {what}; status:\n{}\n{}",
-            hosts.herd_store(&["status"]),
-            hosts.logs()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
 fn new_primary(hosts: &Hosts, old: usize, what: &str) -> usize {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
@@ -98,7 +84,7 @@ async fn partitions_never_make_two_primaries_nor_lose_writes() {
     let stop = Arc::new(AtomicBool::new(false));
     let (record, threads) = checker(&hosts, stop.clone());
     let acked = || record.lock().expect("record").acknowledged.len();
-    wait_writes(&acked, &hosts, "at first");
+    hosts.wait_writes(&acked, "at first");
     let ttl = Duration::from_millis(TTL_MS);
 
     // 1. The primary's host cut off (both links down).
@@ -117,7 +103,7 @@ async fn partitions_never_make_two_primaries_nor_lose_writes() {
         Hosts::name(q),
         cut.elapsed().as_secs_f64()
     );
-    wait_writes(&acked, &hosts, "after the host was cut off");
+    hosts.wait_writes(&acked, "after the host was cut off");
     if std::env::var_os("HERD_TEST_VERBOSE").is_some() {
         eprintln!("{}", hosts.logs());
     }
@@ -140,7 +126,7 @@ async fn partitions_never_make_two_primaries_nor_lose_writes() {
         "primary cut from the store writable for {window:?}"
     );
     new_primary(&hosts, p, "after the store link went down");
-    wait_writes(&acked, &hosts, "after the store link went down");
+    hosts.wait_writes(&acked, "after the store link went down");
     hosts
         .lab
         .as_ref()
@@ -170,7 +156,7 @@ async fn partitions_never_make_two_primaries_nor_lose_writes() {
         .as_ref()
         .expect("lab")
         .set_link(p, Link::Database, true);
-    wait_writes(&acked, &hosts, "after the database link came back");
+    hosts.wait_writes(&acked, "after the database link came back");
 
     // 4. etcd's quorum lost (2 of 3 members down): every member confirms it cannot reach the
     //    store either, so the primary goes on serving (failsafe) and writes continue.
@@ -197,7 +183,7 @@ async fn partitions_never_make_two_primaries_nor_lose_writes() {
     );
     hosts.etcd.restart(1);
     hosts.etcd.restart(2);
-    wait_writes(&acked, &hosts, "after etcd came back");
+    hosts.wait_writes(&acked, "after etcd came back");
     for i in 0..3 {
         if i != p {
             hosts.wait_role(i, "replica", Duration::from_secs(60));

@@ -16,8 +16,9 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
 pub const HERD: &str = env!("CARGO_BIN_EXE_herd");
-/// Short timings so the suite stays quick; the defaults are exercised by `herd bench`.
-pub const TTL_MS: u64 = 4000;
+/// Short timings so the suite stays quick (TTL 6 s, margin 2 s: a failsafe confirmation, which
+/// takes a store timeout of 1 s plus a live check, covers 4 s).
+pub const TTL_MS: u64 = 6000;
 
 pub struct Hosts {
     pub etcd: EtcdCluster,
@@ -175,7 +176,7 @@ impl Hosts {
             .args(["--pg-port", &pg_port.to_string()])
             .args(["--api-listen", api])
             .args(["--ttl-ms", &TTL_MS.to_string()])
-            .args(["--loop-wait-ms", "500", "--safety-margin-ms", "1500"])
+            .args(["--loop-wait-ms", "500", "--safety-margin-ms", "2000"])
             // A store call must fail well within the lease's slack for failsafe to be asked.
             .args(["--etcd-timeout-ms", "1000"])
             .env(
@@ -283,6 +284,21 @@ impl Hosts {
                 "timed out after {timeout:?} waiting for {} to be {role} (it is {:?}); logs:\n{}",
                 Self::name(i),
                 self.role(i),
+                self.logs()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Waits (60 s at most) until more than 10 further writes were acknowledged.
+    pub fn wait_writes(&self, acked: &dyn Fn() -> usize, what: &str) {
+        let before = acked();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while acked() <= before + 10 {
+            assert!(
+                Instant::now() < deadline,
+                "no writes {what}; status:\n{}\n{}",
+                self.herd_store(&["status"]),
                 self.logs()
             );
             std::thread::sleep(Duration::from_millis(100));
