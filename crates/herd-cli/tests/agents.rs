@@ -9,25 +9,16 @@
 mod common;
 
 use std::process::Command;
-use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::hosts::{checker, copy_dir, finish, Hosts, HERD, TTL_MS};
+use common::hosts::{copy_dir, finish, start_checker, Hosts, HERD, TTL_MS};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agents_fail_over_fence_and_rejoin_without_losing_writes() {
     let mut hosts = Hosts::start();
-    let client = common::connect(&hosts.proxy_url()).await;
-    client
-        .batch_execute("create table acked (id bigint primary key)")
-        .await
-        .expect("create through the proxy");
-    drop(client);
-    let stop = Arc::new(AtomicBool::new(false));
-    let (record, threads) = checker(&hosts, stop.clone());
+    let (stop, record, threads) = start_checker(&hosts).await;
     let acked = || record.lock().expect("record").acknowledged.len();
     herd_testkit::wait_until(Duration::from_secs(30), "first writes", || {
         (acked() > 20).then_some(())

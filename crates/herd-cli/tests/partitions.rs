@@ -9,11 +9,9 @@
 
 mod common;
 
-use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::hosts::{checker, finish, Hosts, TTL_MS};
+use common::hosts::{finish, start_checker, Hosts, TTL_MS};
 use herd_testkit::netns::{Lab, Link};
 
 /// How long after `since` host `i`'s server still accepted writes, observed from inside
@@ -75,14 +73,7 @@ async fn partitions_never_make_two_primaries_nor_lose_writes() {
         Err(e) => panic!("building the network namespaces: {e}"),
     };
     let mut hosts = Hosts::start_in(lab);
-    let client = common::connect(&hosts.proxy_url()).await;
-    client
-        .batch_execute("create table acked (id bigint primary key)")
-        .await
-        .expect("create through the proxy");
-    drop(client);
-    let stop = Arc::new(AtomicBool::new(false));
-    let (record, threads) = checker(&hosts, stop.clone());
+    let (stop, record, threads) = start_checker(&hosts).await;
     let acked = || record.lock().expect("record").acknowledged.len();
     hosts.wait_writes(&acked, "at first");
     let ttl = Duration::from_millis(TTL_MS);

@@ -420,8 +420,28 @@ pub async fn finish(
 /// When a node was last probed, and whether it accepted writes then.
 type Probe = (Instant, bool);
 
+/// Creates the checker's table through the proxy and starts the checker: the stop flag, its
+/// record, its threads.
+pub async fn start_checker(
+    hosts: &Hosts,
+) -> (
+    Arc<AtomicBool>,
+    Arc<Mutex<Record>>,
+    Vec<std::thread::JoinHandle<()>>,
+) {
+    let client = super::connect(&hosts.proxy_url()).await;
+    client
+        .batch_execute("create table acked (id bigint primary key)")
+        .await
+        .expect("create through the proxy");
+    drop(client);
+    let stop = Arc::new(AtomicBool::new(false));
+    let (record, threads) = checker(hosts, stop.clone());
+    (stop, record, threads)
+}
+
 /// Writes through the proxy and probes every node until `stop`.
-pub fn checker(
+fn checker(
     hosts: &Hosts,
     stop: Arc<AtomicBool>,
 ) -> (Arc<Mutex<Record>>, Vec<std::thread::JoinHandle<()>>) {
