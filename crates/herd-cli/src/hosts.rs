@@ -2,7 +2,7 @@
 //! in an etcd cluster.
 
 use std::net::{IpAddr, SocketAddr};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -217,6 +217,15 @@ pub struct ProxyArgs {
     /// keys as for `herd up`); the defaults otherwise.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
+    /// PEM certificate (chain) for TLS with clients (overrides proxy.tls_cert_file).
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// Its PEM private key, mode 0600 (overrides proxy.tls_key_file).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Refuse clients that do not use TLS.
+    #[arg(long)]
+    pub tls_required: bool,
 }
 
 /// `herd proxy`: the endpoint as its own process, following the leader lease in etcd.
@@ -232,6 +241,26 @@ pub async fn proxy(args: ProxyArgs) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("cannot listen on {}; choose another --listen", args.listen))?;
+    let (mut config, base) = match &args.config {
+        Some(path) => (
+            herd_config::Config::load(path)?.proxy,
+            absolute(path)?
+                .parent()
+                .map(Path::to_path_buf)
+                .unwrap_or_default(),
+        ),
+        None => (
+            herd_config::Config::default().proxy,
+            absolute(Path::new("."))?,
+        ),
+    };
+    let cwd = absolute(Path::new("."))?;
+    if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
+        config.tls_cert_file = cwd.join(cert).display().to_string();
+        config.tls_key_file = cwd.join(key).display().to_string();
+    }
+    config.tls_required |= args.tls_required;
+    let tls = crate::client_tls::load(&config, &base)?;
     let store = args.store.open().await?;
     eprintln!("Waiting for the cluster's leader in the store …");
     let first = herd_agent::follow::first_assignment(&store).await;
@@ -242,11 +271,7 @@ pub async fn proxy(args: ProxyArgs) -> anyhow::Result<()> {
         user: herd_cluster::SUPERUSER.into(),
         password: secrets.superuser.clone(),
     };
-    let config = match &args.config {
-        Some(path) => herd_config::Config::load(path)?.proxy,
-        None => herd_config::Config::default().proxy,
-    };
-    let _proxy = herd_proxy::Proxy::start(config, vec![rx], login, listener, shutdown_rx);
+    let _proxy = herd_proxy::Proxy::start(config, vec![rx], login, listener, tls, shutdown_rx);
     eprintln!("Serving the cluster on {}", args.listen);
     crate::up::wait_for_signal().await?;
     let _ = shutdown_tx.send(true);

@@ -3,6 +3,7 @@
 mod admin;
 mod bench;
 mod cli;
+mod client_tls;
 mod config_cmd;
 mod detach;
 mod down;

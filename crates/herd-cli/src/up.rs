@@ -20,6 +20,8 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     let layout = args.dir.layout()?;
     check_foreign_dir(&layout)?;
     let config = effective_config(&layout, &args)?;
+    // A bad certificate fails here, before anything starts (and before detaching).
+    crate::client_tls::load(&config.proxy, layout.root())?;
     if args.detach {
         return crate::detach::run(&layout, &config).await;
     }
@@ -99,6 +101,7 @@ async fn supervise_foreground(layout: Layout, config: Config) -> anyhow::Result<
         PgBinaries::locate(config.postgres.bindir.as_deref())?,
         OsUser::for_servers(&config.postgres.os_user)?,
     );
+    let client_tls = crate::client_tls::load(&config.proxy, layout.root())?;
     let lock = SupervisorLock::acquire(&layout)?;
     save_config(&layout, &config)?;
     let api_addr = (config.network.listen_address, config.api_port());
@@ -159,6 +162,7 @@ async fn supervise_foreground(layout: Layout, config: Config) -> anyhow::Result<
         links.assignments.iter().map(|a| a.subscribe()).collect(),
         login,
         proxy_listener,
+        client_tls,
         shutdown_rx.clone(),
     );
     let proxy_ctx = proxy.ctx.clone();

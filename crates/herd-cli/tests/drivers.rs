@@ -5,118 +5,23 @@
 
 mod common;
 
-use std::io::Read;
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
-
 use common::cluster;
-
-/// How long one driver's script may run.
-const SCRIPT_TIMEOUT: Duration = Duration::from_secs(100);
-
-fn drivers_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/drivers")
-}
-
-/// Runs `cmd` with a deadline; returns (success, stdout + stderr).
-fn run_bounded(mut cmd: Command, timeout: Duration) -> (bool, String) {
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("spawning {cmd:?}: {e}"));
-    let mut stdout = child.stdout.take().expect("stdout");
-    let mut stderr = child.stderr.take().expect("stderr");
-    let out_reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = stdout.read_to_string(&mut s);
-        s
-    });
-    let err_reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = stderr.read_to_string(&mut s);
-        s
-    });
-    let deadline = Instant::now() + timeout;
-    let (ok, note) = loop {
-        match child.try_wait().expect("waiting for the driver script") {
-            Some(status) => break (status.success(), format!("{status}")),
-            None if Instant::now() >= deadline => {
-                let _ = child.kill();
-                let _ = child.wait();
-                break (false, format!("killed after {timeout:?}"));
-            }
-            None => std::thread::sleep(Duration::from_millis(100)),
-        }
-    };
-    let out = out_reader.join().unwrap_or_default();
-    let err = err_reader.join().unwrap_or_default();
-    (ok, format!("{note}\n--- stdout\n{out}\n--- stderr\n{err}"))
-}
-
-/// Fails (never skips) when a prerequisite is missing.
-fn require(ok: bool, what: &str) {
-    assert!(
-        ok,
-        "{what} is not installed: run `scripts/install-deps` (the driver tests fail rather than skip)"
-    );
-}
+use common::process::{node_checks, psycopg_checks};
 
 #[test]
 fn psycopg3_through_the_endpoint() {
-    let probe = Command::new("python3")
-        .args(["-c", "import psycopg; print(psycopg.__version__)"])
-        .output();
-    require(
-        probe.as_ref().is_ok_and(|o| o.status.success()),
-        "python3 with psycopg 3 (`import psycopg`)",
-    );
-
     let c = cluster();
     c.up(&["--commit-mode", "async"]);
-    let url = c.url(&[]);
-    let primary = c.url(&["--primary"]);
-    let mut cmd = Command::new("python3");
-    cmd.arg(drivers_dir().join("psycopg_check.py"))
-        .arg(&url)
-        .arg(&primary)
-        .env("PYTHONUNBUFFERED", "1");
-    let (ok, output) = run_bounded(cmd, SCRIPT_TIMEOUT);
+    let (ok, output) = psycopg_checks(&c.url(&[]), &c.url(&["--primary"]));
     assert!(ok, "psycopg checks failed: {output}\n{}", c.log_tails());
     println!("{output}");
 }
 
 #[test]
 fn node_postgres_through_the_endpoint() {
-    let node_dir = drivers_dir().join("node");
-    let probe = Command::new("node").arg("--version").output();
-    require(
-        probe.as_ref().is_ok_and(|o| o.status.success()),
-        "node (Node.js)",
-    );
-    for module in ["pg", "pg-copy-streams", "pg-cursor"] {
-        require(
-            node_dir
-                .join("node_modules")
-                .join(module)
-                .join("package.json")
-                .exists(),
-            &format!("the node module {module} (tests/drivers/node/node_modules)"),
-        );
-    }
-
     let c = cluster();
     c.up(&["--commit-mode", "async"]);
-    let url = c.url(&[]);
-    let primary = c.url(&["--primary"]);
-    let mut cmd = Command::new("node");
-    cmd.arg(node_dir.join("check.js"))
-        .arg(&url)
-        .arg(&primary)
-        .current_dir(&node_dir);
-    let (ok, output) = run_bounded(cmd, SCRIPT_TIMEOUT);
+    let (ok, output) = node_checks(&c.url(&[]), &c.url(&["--primary"]));
     assert!(
         ok,
         "node-postgres checks failed: {output}\n{}",

@@ -132,7 +132,13 @@ impl Cluster {
 
     /// The cluster's endpoint: Herd's proxy on `network.port`.
     pub fn endpoint_url(&self, with_password: bool) -> String {
-        self.url_at(self.config.network.port, with_password)
+        let url = self.url_at(self.config.network.port, with_password);
+        if self.config.proxy.tls_cert_file.is_empty() {
+            url
+        } else {
+            // The endpoint speaks TLS: ask for it (verify-full needs the user's CA file).
+            format!("{url}?sslmode=require")
+        }
     }
 
     /// The `synchronous_standby_names` for the recorded sync set.

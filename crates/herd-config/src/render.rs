@@ -10,6 +10,14 @@ pub fn render(config: &Config) -> String {
     let d = Config::default();
     let c = config;
     let q = |s: &str| quote(s);
+    // An empty string leaves the key commented out.
+    let opt = |s: &str| {
+        if s.is_empty() {
+            String::new()
+        } else {
+            quote(s)
+        }
+    };
     let bindir = c
         .postgres
         .bindir
@@ -88,6 +96,12 @@ pub fn render(config: &Config) -> String {
             c.proxy.poll_interval_ms.to_string(), d.proxy.poll_interval_ms.to_string()),
         ("proxy", "max_message_bytes", "Largest protocol message accepted from a client.",
             c.proxy.max_message_bytes.to_string(), d.proxy.max_message_bytes.to_string()),
+        ("proxy", "tls_cert_file", "PEM certificate (chain) for TLS with clients, relative to this file's directory; empty: no TLS.",
+            opt(&c.proxy.tls_cert_file), q("")),
+        ("proxy", "tls_key_file", "Its PEM private key, mode 0600.",
+            opt(&c.proxy.tls_key_file), q("")),
+        ("proxy", "tls_required", "Refuse clients that do not use TLS (true | false).",
+            c.proxy.tls_required.to_string(), d.proxy.tls_required.to_string()),
     ];
     let mut out = String::from(
         "# Herd cluster configuration. Every option is listed with its default.\n\

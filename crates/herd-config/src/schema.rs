@@ -198,6 +198,13 @@ pub struct ProxyConfig {
     pub poll_interval_ms: u64,
     /// Largest protocol message accepted from a client, in bytes.
     pub max_message_bytes: u32,
+    /// PEM certificate chain for TLS with clients (relative paths: from herd.toml's directory);
+    /// empty: no TLS.
+    pub tls_cert_file: String,
+    /// Its PEM private key (mode 0600).
+    pub tls_key_file: String,
+    /// Clients that do not ask for TLS are refused.
+    pub tls_required: bool,
 }
 
 impl Default for ProxyConfig {
@@ -214,6 +221,9 @@ impl Default for ProxyConfig {
             readmit_fraction: 0.5,
             poll_interval_ms: 100,
             max_message_bytes: 64 * 1024 * 1024,
+            tls_cert_file: String::new(),
+            tls_key_file: String::new(),
+            tls_required: false,
         }
     }
 }
@@ -371,6 +381,20 @@ impl Config {
                 "proxy.max_message_bytes",
                 x.max_message_bytes,
                 "at least 1024",
+            ));
+        }
+        if x.tls_cert_file.is_empty() != x.tls_key_file.is_empty() {
+            return Err(ConfigError::invalid(
+                "proxy.tls_key_file",
+                &x.tls_key_file,
+                "set together with proxy.tls_cert_file (both or neither)",
+            ));
+        }
+        if x.tls_required && x.tls_cert_file.is_empty() {
+            return Err(ConfigError::invalid(
+                "proxy.tls_required",
+                true,
+                "false unless proxy.tls_cert_file and proxy.tls_key_file are set",
             ));
         }
         let s = &self.supervisor;

@@ -9,6 +9,7 @@
 pub mod analysis;
 pub mod cancel;
 pub mod catalog;
+pub mod client;
 mod error;
 pub mod metrics;
 pub mod monitor;
@@ -18,6 +19,7 @@ pub mod router;
 pub mod server;
 pub mod session;
 pub mod shards;
+pub mod tls;
 pub mod topology;
 pub mod users;
 
@@ -78,6 +80,8 @@ pub struct ProxyContext {
     closed: Mutex<HashMap<String, u64>>,
     /// The superuser login of the proxy's own connections (shard map changes).
     admin: AdminLogin,
+    /// TLS for clients, when configured.
+    pub tls: Option<tls::ServerTls>,
     /// Shard maps by database.
     shard_maps: shards::ShardMaps,
 }
@@ -391,6 +395,7 @@ impl Proxy {
         assignments: Vec<watch::Receiver<Assignment>>,
         login: AdminLogin,
         listener: TcpListener,
+        tls: Option<tls::ServerTls>,
         shutdown: watch::Receiver<bool>,
     ) -> Proxy {
         let limits = LagLimits {
@@ -432,6 +437,7 @@ impl Proxy {
             tokens: std::sync::atomic::AtomicU64::new(0),
             closed: Mutex::new(HashMap::new()),
             admin: login.clone(),
+            tls,
             shard_maps: shards::ShardMaps::default(),
         });
         tokio::spawn(load_catalog(ctx.clone(), login, shutdown.clone()));

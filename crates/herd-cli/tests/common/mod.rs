@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod hosts;
+pub mod process;
 pub mod raw;
 
 use std::time::Duration;

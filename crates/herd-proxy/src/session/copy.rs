@@ -8,7 +8,6 @@ use bytes::BytesMut;
 use herd_shard::{CopyIn, CopySplitter, Routed};
 use herd_wire::frontend::{tag, Bind, Parse, Query};
 use herd_wire::{encode, split_frame};
-use tokio::io::AsyncReadExt;
 
 use super::two_phase::{commit_all, ddl_gid, prepare_all};
 use super::Session;
@@ -286,7 +285,7 @@ impl Session {
 }
 
 async fn read_more(
-    client: &mut tokio::net::TcpStream,
+    client: &mut crate::client::ClientStream,
     buf: &mut BytesMut,
 ) -> Result<usize, ProxyError> {
     client

@@ -20,8 +20,9 @@ use std::sync::Arc;
 
 use bytes::BytesMut;
 use herd_wire::encode;
-use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
+
+use crate::client::ClientStream;
 
 use crate::cancel::CancelSlot;
 use crate::pool::Lease;
@@ -70,7 +71,7 @@ struct Attached {
 /// Everything one client connection owns.
 pub struct Session {
     ctx: Arc<ProxyContext>,
-    client: TcpStream,
+    client: ClientStream,
     cbuf: BytesMut,
     user: String,
     database: String,
@@ -114,14 +115,41 @@ struct PendingBegin {
 
 /// Serves one client connection to the end. Errors are reported to the client where the
 /// protocol allows and logged; they never take the proxy down.
-pub async fn serve_client(mut client: TcpStream, ctx: Arc<ProxyContext>) {
-    let _ = client.set_nodelay(true);
+pub async fn serve_client(tcp: TcpStream, ctx: Arc<ProxyContext>) {
+    let mut client = ClientStream::Plain(tcp);
+    client.set_nodelay();
     ctx.metrics.inc("herd_client_connections_total", "");
     let mut cbuf = BytesMut::with_capacity(16 * 1024);
-    let login = match startup::startup(&mut client, &mut cbuf, &ctx).await {
-        Ok(Some(login)) => login,
-        Ok(None) => return,
-        Err(e) => return fatal(&mut client, &e).await,
+    let login = loop {
+        match startup::startup(&mut client, &mut cbuf, &ctx).await {
+            Ok(startup::Step::Login(login)) => break login,
+            Ok(startup::Step::Done) => {
+                // A TLS peer (libpq 17's cancel, for one) waits for close_notify.
+                client.close_notify();
+                return;
+            }
+            Ok(startup::Step::StartTls(config)) => {
+                let ClientStream::Plain(tcp) = client else {
+                    return; // startup refuses a second SSLRequest
+                };
+                let accepted =
+                    tokio::time::timeout(TLS_HANDSHAKE, ClientStream::accept_tls(tcp, config));
+                client = match accepted.await {
+                    Ok(Ok(tls)) => tls,
+                    Ok(Err(e)) => {
+                        ctx.metrics.inc("herd_tls_handshake_failures_total", "");
+                        tracing::debug!("TLS handshake with a client failed: {e}");
+                        return;
+                    }
+                    Err(_) => {
+                        ctx.metrics.inc("herd_tls_handshake_failures_total", "");
+                        tracing::debug!("a client's TLS handshake took over {TLS_HANDSHAKE:?}");
+                        return;
+                    }
+                };
+            }
+            Err(e) => return fatal(&mut client, &e).await,
+        }
     };
     if let Err(e) = startup::authenticate(&mut client, &mut cbuf, &ctx, &login).await {
         ctx.metrics.inc("herd_auth_failures_total", "");
@@ -168,13 +196,18 @@ pub async fn serve_client(mut client: TcpStream, ctx: Arc<ProxyContext>) {
         fatal(&mut session.client, &e).await;
     }
     session.finish().await;
+    session.client.close_notify();
 }
+
+/// How long a client may take over its TLS handshake (PostgreSQL's `authentication_timeout`
+/// default is 60 s for the whole login).
+const TLS_HANDSHAKE: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// How long the proxy tries to hand a departing client what it is owed.
 const FINAL_WRITE: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Sends a FATAL ErrorResponse (best effort) before the connection closes.
-async fn fatal(client: &mut TcpStream, e: &ProxyError) {
+async fn fatal(client: &mut ClientStream, e: &ProxyError) {
     if matches!(e, ProxyError::Ended(_)) {
         return; // the server told the client itself
     }
@@ -184,6 +217,7 @@ async fn fatal(client: &mut TcpStream, e: &ProxyError) {
     let mut out = Vec::new();
     let _ = encode::error_response(&mut out, "FATAL", e.sqlstate(), &e.to_string());
     let _ = client.write_all(&out).await;
+    client.close_notify();
 }
 
 /// Bytes waiting for a socket, written as it takes them.

@@ -165,7 +165,7 @@ impl Session {
         // The client is read while little is waiting (so its departure is noticed), and
         // always while what is waiting is incomplete.
         let read_client = self.cbuf.len() < IN_LIMIT || !next_complete;
-        let write_client = !self.out.is_empty();
+        let write_client = !self.out.is_empty() || self.client.has_backlog();
         let attached = self.attached.is_some();
         let read_server = attached && self.out.len() < OUT_LIMIT;
         let write_server = attached && !self.sout.is_empty();

@@ -7,8 +7,8 @@ use herd_core::Consistency;
 use herd_scram::{ServerExchange, MECHANISM};
 use herd_wire::frontend::{sasl_response, SaslInitialResponse};
 use herd_wire::{encode, parse_startup, split_frame, split_startup, StartupRequest};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+
+use crate::client::ClientStream;
 
 use crate::{ProxyContext, ProxyError};
 
@@ -32,7 +32,7 @@ pub struct Login {
 }
 
 /// Reads until `buf` holds at least one more byte; `Ok(false)` on a clean EOF.
-pub async fn read_more(stream: &mut TcpStream, buf: &mut BytesMut) -> Result<bool, ProxyError> {
+pub async fn read_more(stream: &mut ClientStream, buf: &mut BytesMut) -> Result<bool, ProxyError> {
     if buf.capacity() - buf.len() < 4096 {
         buf.reserve(16 * 1024);
     }
@@ -43,12 +43,23 @@ pub async fn read_more(stream: &mut TcpStream, buf: &mut BytesMut) -> Result<boo
     Ok(n > 0)
 }
 
-/// Runs the startup phase. `Ok(None)`: nothing more to do (cancel request, or the client left).
+/// Where the startup phase got to.
+#[derive(Debug)]
+pub enum Step {
+    /// The client asked for TLS and was told `S`: the handshake comes next, then startup again.
+    StartTls(std::sync::Arc<rustls::ServerConfig>),
+    /// A startup packet: authentication comes next.
+    Login(Login),
+    /// Nothing more to do (a cancel request, or the client left).
+    Done,
+}
+
+/// Runs the startup phase up to a startup packet or a TLS request.
 pub async fn startup(
-    stream: &mut TcpStream,
+    stream: &mut ClientStream,
     buf: &mut BytesMut,
     ctx: &ProxyContext,
-) -> Result<Option<Login>, ProxyError> {
+) -> Result<Step, ProxyError> {
     loop {
         let split = match split_startup(buf, MAX_STARTUP) {
             Ok(split) => split,
@@ -57,12 +68,12 @@ pub async fn startup(
                 // (it only logs "invalid length of startup packet"); so does the proxy.
                 tracing::debug!("closing a connection with a malformed startup packet: {e}");
                 ctx.metrics.inc("herd_malformed_startups_total", "");
-                return Ok(None);
+                return Ok(Step::Done);
             }
         };
         let Some((packet, used)) = split else {
             if !read_more(stream, buf).await? {
-                return Ok(None);
+                return Ok(Step::Done);
             }
             continue;
         };
@@ -78,14 +89,33 @@ pub async fn startup(
         }
         let request = parse_startup(packet)?;
         match request {
+            StartupRequest::Ssl if stream.is_tls() => {
+                return Err(ProxyError::Protocol(
+                    "SSLRequest on a connection that is already encrypted".into(),
+                ));
+            }
+            StartupRequest::Ssl if ctx.tls.is_some() => {
+                let _ = buf.split_to(used);
+                if !buf.is_empty() {
+                    // Bytes sent before the handshake would be taken as if encrypted
+                    // (PostgreSQL's CVE-2021-23214): refuse, as it does.
+                    return Err(ProxyError::Protocol(
+                        "received unencrypted data after SSL request".into(),
+                    ));
+                }
+                write(stream, b"S").await?;
+                let config = ctx.tls.as_ref().map(|t| t.config.clone());
+                return Ok(config.map_or(Step::Done, Step::StartTls));
+            }
             StartupRequest::Ssl | StartupRequest::GssEnc => {
-                // No TLS configured: 'N' tells the client to continue in plain text (or give up).
+                // No TLS here (or GSSAPI asked): 'N' tells the client to continue in plain
+                // text (or give up).
                 let _ = buf.split_to(used);
                 write(stream, b"N").await?;
             }
             StartupRequest::Cancel { pid, key } => {
                 ctx.cancels.cancel(pid, key).await;
-                return Ok(None);
+                return Ok(Step::Done);
             }
             StartupRequest::Startup {
                 major,
@@ -118,6 +148,14 @@ pub async fn startup(
                         name => login.settings.push((name.to_string(), set_statement(name, v))),
                     }
                 }
+                if ctx.tls.as_ref().is_some_and(|t| t.required) && !stream.is_tls() {
+                    return Err(ProxyError::Server {
+                        code: "28000".into(),
+                        message: "this endpoint accepts only TLS connections; connect with \
+                                  sslmode=require (or verify-full)"
+                            .into(),
+                    });
+                }
                 if login.user.is_empty() {
                     return Err(ProxyError::Server {
                         code: "28000".into(),
@@ -132,7 +170,7 @@ pub async fn startup(
                         && is_true_setting(stmt)
                 });
                 let _ = buf.split_to(used);
-                return Ok(Some(login));
+                return Ok(Step::Login(login));
             }
         }
     }
@@ -201,7 +239,7 @@ fn set_statement(name: &str, value: &str) -> String {
     )
 }
 
-async fn write(stream: &mut TcpStream, bytes: &[u8]) -> Result<(), ProxyError> {
+async fn write(stream: &mut ClientStream, bytes: &[u8]) -> Result<(), ProxyError> {
     stream
         .write_all(bytes)
         .await
@@ -211,7 +249,7 @@ async fn write(stream: &mut TcpStream, bytes: &[u8]) -> Result<(), ProxyError> {
 /// SCRAM-SHA-256 exchange with the client against the role's verifier. Unknown roles get a
 /// mock exchange that fails the same way, so role names cannot be probed.
 pub async fn authenticate(
-    stream: &mut TcpStream,
+    stream: &mut ClientStream,
     buf: &mut BytesMut,
     ctx: &ProxyContext,
     login: &Login,
@@ -265,7 +303,7 @@ pub async fn authenticate(
 }
 
 async fn read_password_message(
-    stream: &mut TcpStream,
+    stream: &mut ClientStream,
     buf: &mut BytesMut,
     ctx: &ProxyContext,
 ) -> Result<Vec<u8>, ProxyError> {
