@@ -252,13 +252,7 @@ impl Node {
         {
             herd_pg::kill_server(&dir)?;
         }
-        for signal in ["standby.signal", "recovery.signal"] {
-            let path = dir.join(signal);
-            if path.exists() {
-                std::fs::remove_file(&path)
-                    .map_err(|e| AgentError::Io(format!("removing {}: {e}", path.display())))?;
-            }
-        }
+        herd_pg::clear_recovery_signals(&dir)?;
         let source = format!(
             "host={} port={} user={SUPERUSER} dbname=postgres",
             leader.pg_host, leader.pg_port

@@ -41,6 +41,9 @@ pub struct BenchOptions {
     /// pgbench's tables are used, the number of devices of the time-series data set, the
     /// number of rows of a bulk insert (each scenario's docs say which).
     pub scale: Option<u32>,
+    /// `failover` only: run on this many hosts (network namespaces with etcd and `herd agent`)
+    /// instead of one `herd up` cluster.
+    pub hosts: Option<u32>,
 }
 
 /// What a finished run produced.

@@ -28,6 +28,10 @@ pub struct BenchArgs {
     /// insert for bandwidth, 100 000 accounts per unit for sharding.
     #[arg(long, value_name = "N")]
     pub scale: Option<u32>,
+    /// failover only: run on 3 hosts (network namespaces, each with an etcd member, `herd
+    /// agent` and its PostgreSQL; needs root) instead of one `herd up` cluster.
+    #[arg(long, value_name = "N")]
+    pub hosts: Option<u32>,
 }
 
 /// Runs the scenario on a blocking thread and prints its table and files.
@@ -38,6 +42,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         duration: args.duration,
         iterations: args.iterations,
         scale: args.scale,
+        hosts: args.hosts,
         herd_exe: std::env::current_exe().context("locating the herd binary")?,
     };
     let scenario = args.scenario;

@@ -1,8 +1,9 @@
 //! Several hosts, modelled on loopback: a 3-member etcd cluster, three `herd agent`s (each its
 //! own PostgreSQL) and a `herd proxy`. A checker writes through the proxy and records every
 //! acknowledged write, and probes every node every 100 ms for whether it accepts writes.
-//! Faults: kill -9 of the primary's agent and server; SIGSTOP of the primary's agent for longer
-//! than the lease TTL (its watchdog must fence the server before another member takes over).
+//! Faults, 5 times each (`HERD_TEST_FAULT_ROUNDS` for fewer): kill -9 of the primary's agent
+//! and server; SIGSTOP of the primary's agent for longer than the lease TTL (its watchdog must
+//! fence the server before another member takes over).
 //! Checks: every acknowledged write is present afterwards, no probe instant saw two writable
 //! nodes, the cluster is whole again after each fault. Bad starts fail clearly.
 
@@ -11,7 +12,7 @@ mod common;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::hosts::{copy_dir, finish, start_checker, Hosts, HERD, TTL_MS};
+use common::hosts::{copy_dir, fault_rounds, finish, start_checker, Hosts, HERD, TTL_MS};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
@@ -24,64 +25,13 @@ async fn agents_fail_over_fence_and_rejoin_without_losing_writes() {
         (acked() > 20).then_some(())
     });
 
-    // 1. kill -9 of the primary's agent and its PostgreSQL: another member takes over.
-    let old = hosts.primary().expect("a primary");
-    let postmaster = hosts.postmaster(old).expect("postmaster pid");
-    hosts.signal_agent(old, Signal::SIGKILL);
-    let _ = kill(Pid::from_raw(postmaster), Signal::SIGKILL);
-    let _ = hosts.agents[old].take().map(|mut c| c.wait());
-    let killed_at = Instant::now();
-    let before = acked();
-    herd_testkit::wait_until(
-        Duration::from_secs(60),
-        "a new primary after kill -9",
-        || hosts.primary().filter(|p| *p != old),
-    );
-    herd_testkit::wait_until(Duration::from_secs(60), "writes after the failover", || {
-        (acked() > before + 10).then_some(())
-    });
-    eprintln!(
-        "kill -9: writes resumed {:.1} s after the kill",
-        killed_at.elapsed().as_secs_f64()
-    );
-    // The old member comes back as a replica (pg_rewind).
-    hosts.start_agent(old);
-    hosts.wait_role(old, "replica", Duration::from_secs(90));
-
-    // 2. SIGSTOP of the primary's agent for longer than the TTL: the watchdog fences its
-    //    server before the lease can expire; another member takes over.
-    let frozen = hosts.primary().expect("a primary");
-    let port = hosts.pg_port(frozen);
-    hosts.signal_agent(frozen, Signal::SIGSTOP);
-    let stopped_at = Instant::now();
-    // Fenced: the server no longer takes connections (its postmaster is gone; a killed
-    // postmaster may linger as a zombie until PID 1 reaps it, so its pid proves nothing).
-    herd_testkit::wait_until(
-        Duration::from_secs(30),
-        "the watchdog to fence the frozen primary",
-        || {
-            std::net::TcpStream::connect(("127.0.0.1", port))
-                .is_err()
-                .then_some(())
-        },
-    );
-    let fenced_after = stopped_at.elapsed();
-    eprintln!(
-        "SIGSTOP: the watchdog fenced the primary {:.1} s after its agent froze",
-        fenced_after.as_secs_f64()
-    );
-    assert!(
-        fenced_after < Duration::from_millis(TTL_MS),
-        "fenced {fenced_after:?} after the agent froze; the lease lives {TTL_MS} ms"
-    );
-    herd_testkit::wait_until(
-        Duration::from_secs(60),
-        "a new primary after SIGSTOP",
-        || hosts.primary().filter(|p| *p != frozen),
-    );
-    hosts.wait_writes(&acked, "after the second failover");
-    hosts.signal_agent(frozen, Signal::SIGCONT);
-    hosts.wait_role(frozen, "replica", Duration::from_secs(90));
+    let rounds = fault_rounds();
+    for round in 1..=rounds {
+        kill_primary(&mut hosts, &acked, round);
+    }
+    for round in 1..=rounds {
+        freeze_primary(&hosts, &acked, round);
+    }
 
     // 3. Operator commands through the store, while writes go on: a planned switchover to a
     //    named replica, a commit mode change, the status.
@@ -119,6 +69,70 @@ async fn agents_fail_over_fence_and_rejoin_without_losing_writes() {
     hosts.wait_writes(&acked, "after the switchover");
 
     finish(&hosts, &stop, threads, &record).await;
+}
+
+/// kill -9 of the primary's agent and its PostgreSQL: another member takes over; the old one
+/// comes back as a replica (pg_rewind).
+fn kill_primary(hosts: &mut Hosts, acked: &dyn Fn() -> usize, round: u32) {
+    let old = hosts.primary().expect("a primary");
+    let postmaster = hosts.postmaster(old).expect("postmaster pid");
+    hosts.signal_agent(old, Signal::SIGKILL);
+    let _ = kill(Pid::from_raw(postmaster), Signal::SIGKILL);
+    let _ = hosts.agents[old].take().map(|mut c| c.wait());
+    let killed_at = Instant::now();
+    let before = acked();
+    herd_testkit::wait_until(
+        Duration::from_secs(60),
+        "a new primary after kill -9",
+        || hosts.primary().filter(|p| *p != old),
+    );
+    herd_testkit::wait_until(Duration::from_secs(60), "writes after the failover", || {
+        (acked() > before + 10).then_some(())
+    });
+    eprintln!(
+        "kill -9 #{round}: writes resumed {:.1} s after the kill",
+        killed_at.elapsed().as_secs_f64()
+    );
+    // The old member comes back as a replica (pg_rewind).
+    hosts.start_agent(old);
+    hosts.wait_role(old, "replica", Duration::from_secs(90));
+}
+
+/// SIGSTOP of the primary's agent for longer than the TTL: the watchdog fences its server
+/// before the lease can expire; another member takes over; the agent, continued, rejoins.
+fn freeze_primary(hosts: &Hosts, acked: &dyn Fn() -> usize, round: u32) {
+    let frozen = hosts.primary().expect("a primary");
+    let port = hosts.pg_port(frozen);
+    hosts.signal_agent(frozen, Signal::SIGSTOP);
+    let stopped_at = Instant::now();
+    // Fenced: the server no longer takes connections (its postmaster is gone; a killed
+    // postmaster may linger as a zombie until PID 1 reaps it, so its pid proves nothing).
+    herd_testkit::wait_until(
+        Duration::from_secs(30),
+        "the watchdog to fence the frozen primary",
+        || {
+            std::net::TcpStream::connect(("127.0.0.1", port))
+                .is_err()
+                .then_some(())
+        },
+    );
+    let fenced_after = stopped_at.elapsed();
+    eprintln!(
+        "SIGSTOP #{round}: the watchdog fenced the primary {:.1} s after its agent froze",
+        fenced_after.as_secs_f64()
+    );
+    assert!(
+        fenced_after < Duration::from_millis(TTL_MS),
+        "fenced {fenced_after:?} after the agent froze; the lease lives {TTL_MS} ms"
+    );
+    herd_testkit::wait_until(
+        Duration::from_secs(60),
+        "a new primary after SIGSTOP",
+        || hosts.primary().filter(|p| *p != frozen),
+    );
+    hosts.wait_writes(acked, "after the failover of a frozen agent");
+    hosts.signal_agent(frozen, Signal::SIGCONT);
+    hosts.wait_role(frozen, "replica", Duration::from_secs(90));
 }
 
 #[test]

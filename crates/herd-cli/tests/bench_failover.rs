@@ -1,6 +1,8 @@
 //! `herd bench failover --quick`: a scratch cluster in commit mode `on` loses its primary twice
 //! (kill -9 of the postmaster) under writes through the proxy; every acknowledged write must be
 //! on the new primary, and the three report files are written. No RTO bound is asserted here.
+//! `--hosts 3 --quick`: three network-namespace hosts with default agent settings lose the
+//! primary's host once to a power loss and once to a partition.
 
 #[test]
 fn quick_failover_bench_loses_no_acknowledged_write() {
@@ -24,4 +26,49 @@ fn quick_failover_bench_loses_no_acknowledged_write() {
     }
     let report = std::fs::read_to_string(out.path().join("report.md")).expect("report.md");
     assert!(report.contains("| on | 2 |"), "{report}");
+}
+
+#[test]
+fn quick_failover_bench_on_three_hosts() {
+    if !herd_testkit::netns::Lab::available() {
+        eprintln!("SKIPPED: `herd bench failover --hosts 3` needs root and `ip netns`");
+        return;
+    }
+    let herd_testkit::QuickBench { out, results, text } = herd_testkit::quick_bench_with(
+        env!("CARGO_BIN_EXE_herd"),
+        "failover",
+        &["--hosts", "3"],
+        "failover-hosts",
+    );
+    let faults = results["failover"].as_object().expect("failover figures");
+    assert_eq!(
+        faults.keys().collect::<Vec<_>>(),
+        ["host-killed", "host-partitioned"],
+        "{text}"
+    );
+    for (fault, f) in faults {
+        assert_eq!(f["iterations"], 1, "{fault}: {text}");
+        assert_eq!(f["lost"], 0, "{fault}: acknowledged writes lost: {text}");
+        assert_eq!(f["two_writable"], 0, "{fault}: two writable nodes: {text}");
+        assert!(f["acked"].as_u64().expect("acked") > 0, "{text}");
+        // A new leader only once the old lease expired (10 s by default); generous upper bound.
+        let rto = f["rto_p50_s"].as_f64().expect("rto");
+        assert!(rto > 0.0 && rto < 60.0, "{fault}: RTO {rto}: {text}");
+    }
+    let window = &faults["host-partitioned"]["writable_window_s"];
+    let window = window
+        .as_array()
+        .and_then(|w| w.first())
+        .and_then(|w| w.as_f64());
+    let window = window.expect("the isolated primary's window was measured");
+    assert!(
+        window < 7.5,
+        "the isolated primary accepted writes {window} s after the cut (TTL 10 s − margin 2.5 s)"
+    );
+    let report = std::fs::read_to_string(out.path().join("report.md")).expect("report.md");
+    assert!(report.contains("| host-killed | 1 |"), "{report}");
+    assert!(report.contains("Patroni"), "{report}");
+    for file in ["hosts-h0.log", "hosts-proxy.log"] {
+        assert!(out.path().join(file).exists(), "{file} kept");
+    }
 }

@@ -74,6 +74,8 @@ impl Cluster {
     ) -> Result<(), ClusterError> {
         let dir = self.layout.node(node);
         herd_pg::kill_server(&dir)?;
+        // A node killed while it was a standby would make pg_rewind's own crash recovery fail.
+        herd_pg::clear_recovery_signals(&dir)?;
         let primary = self.state.primary.clone();
         // pg_rewind compares timelines in pg_control: make sure the primary's is written.
         let client = herd_pg::connect(&self.conn_spec(&primary)).await?;

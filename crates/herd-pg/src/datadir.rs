@@ -73,6 +73,22 @@ pub fn postmaster_pid(dir: &Path) -> Result<Option<u32>, PgError> {
     Ok((alive && is_postgres).then_some(pid as u32))
 }
 
+/// Removes `standby.signal` and `recovery.signal` from a stopped data directory before
+/// pg_rewind: after a crash pg_rewind runs single-user crash recovery itself, and a single-user
+/// server refuses standby mode ("standby mode is not supported by single-user servers"). The
+/// role's signal file is written again when the server is configured to follow.
+pub fn clear_recovery_signals(dir: &Path) -> Result<(), PgError> {
+    for signal in ["standby.signal", "recovery.signal"] {
+        let path = dir.join(signal);
+        match std::fs::remove_file(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(PgError::io("removing", &path, e)),
+        }
+    }
+    Ok(())
+}
+
 /// Fencing: kills every process of the server in `dir` with SIGKILL (which also ends stopped
 /// processes) and waits until all are gone. Backends are found by their working directory
 /// (PostgreSQL's processes run in their data directory), so backends orphaned by an earlier

@@ -18,7 +18,9 @@ pub use conf::{
 };
 pub use ctl::log_tail;
 pub use ctl::{Pg, StopMode};
-pub use datadir::{check_data_dir, kill_server, postmaster_pid, DataDirState};
+pub use datadir::{
+    check_data_dir, clear_recovery_signals, kill_server, postmaster_pid, DataDirState,
+};
 pub use error::PgError;
 pub use files::write_private;
 pub use osuser::OsUser;

@@ -259,10 +259,18 @@ pub fn output_within(cmd: &mut Command, limit: Duration) -> Option<Output> {
 /// a results.json naming the scenario as a quick run. A failure shows the command's output and
 /// the end of every `*.log` the scenario wrote.
 pub fn quick_bench(herd: &str, scenario: &str) -> QuickBench {
+    quick_bench_with(herd, scenario, &[], scenario)
+}
+
+/// As [`quick_bench`], with `extra` arguments; `reported` is the scenario name the results
+/// and the chart carry (e.g. `failover-hosts` for `failover --hosts 3`).
+pub fn quick_bench_with(herd: &str, scenario: &str, extra: &[&str], reported: &str) -> QuickBench {
     let out = scratch_dir();
     let run = output_within(
         Command::new(herd)
-            .args(["bench", scenario, "--quick", "--out"])
+            .args(["bench", scenario, "--quick"])
+            .args(extra)
+            .arg("--out")
             .arg(out.path()),
         QUICK_BENCH_LIMIT,
     )
@@ -295,13 +303,13 @@ pub fn quick_bench(herd: &str, scenario: &str) -> QuickBench {
             describe(&run)
         );
     }
-    for file in ["report.md".to_string(), format!("{scenario}.svg")] {
+    for file in ["report.md".to_string(), format!("{reported}.svg")] {
         let meta = std::fs::metadata(out.path().join(&file)).expect("report file");
         assert!(meta.len() > 0, "{file} is empty");
     }
     let text = std::fs::read_to_string(out.path().join("results.json")).expect("results.json");
     let results: serde_json::Value = serde_json::from_str(&text).expect("results.json is JSON");
-    assert_eq!(results["scenario"], scenario, "{text}");
+    assert_eq!(results["scenario"], reported, "{text}");
     assert_eq!(results["quick"], true, "{text}");
     QuickBench { out, results, text }
 }

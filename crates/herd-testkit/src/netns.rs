@@ -151,6 +151,20 @@ impl Lab {
         self.set_link(i, Link::Database, up);
     }
 
+    /// Every process running inside host `i` (`ip netns pids`), to take the whole host down.
+    pub fn pids(&self, i: usize) -> Vec<i32> {
+        Command::new("ip")
+            .args(["netns", "pids", &self.netns(i)])
+            .output()
+            .map(|o| {
+                String::from_utf8_lossy(&o.stdout)
+                    .split_whitespace()
+                    .filter_map(|p| p.parse().ok())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
     fn clean(&self) {
         for i in 0..self.hosts {
             let _ = ip(&["netns", "del", &self.netns(i)]);
@@ -164,4 +178,13 @@ impl Drop for Lab {
     fn drop(&mut self) {
         self.clean();
     }
+}
+
+/// Moves the calling thread (only it) into network namespace `netns`: its sockets then live
+/// inside that host.
+pub fn enter(netns: &str) -> Result<(), String> {
+    let path = format!("/var/run/netns/{netns}");
+    let file = std::fs::File::open(&path).map_err(|e| format!("opening {path}: {e}"))?;
+    nix::sched::setns(file, nix::sched::CloneFlags::CLONE_NEWNET)
+        .map_err(|e| format!("entering network namespace {netns}: {e}"))
 }

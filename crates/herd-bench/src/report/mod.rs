@@ -176,6 +176,13 @@ pub struct FailoverResult {
     pub lost: u64,
     /// Writes that failed (errors and timeouts, not acknowledged), over all iterations.
     pub failed_writes: u64,
+    /// `--hosts`: per partition, how long after the cut the isolated primary was last seen
+    /// accepting writes (probed from inside its host), seconds.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub writable_window_s: Vec<f64>,
+    /// `--hosts`: probe instants at which two nodes accepted writes.
+    #[serde(default)]
+    pub two_writable: u64,
     /// What this mode must reach, e.g. "RTO p50 ≤ 3 s, 0 lost".
     pub target: String,
     /// Whether `target` was reached.
@@ -333,10 +340,14 @@ pub fn table(r: &Results) -> String {
 fn failover_body(r: &Results) -> String {
     let mut md = String::new();
     md.push_str(&failover_table(r));
-    md.push_str(
+    let hosts = r.scenario == "failover-hosts";
+    md.push_str(if hosts {
+        "\nEvery iteration (RTO s / seconds until whole again / new primary / seconds the \
+         isolated primary still accepted writes):\n\n"
+    } else {
         "\nEvery iteration (RTO s / seconds to full strength / new primary / writes acknowledged \
-         by the killed primary after the kill):\n\n",
-    );
+         by the killed primary after the kill):\n\n"
+    });
     for (mode, f) in ordered_failover(r) {
         let runs: Vec<String> = f
             .rto_s
@@ -345,8 +356,18 @@ fn failover_body(r: &Results) -> String {
             .zip(&f.new_primaries)
             .enumerate()
             .map(|(i, ((rto, full), p))| {
-                let orphan = f.acked_by_killed_primary.get(i).copied().unwrap_or(0);
-                format!("{rto:.2}/{full:.1}/{p}/{orphan}")
+                let last = if hosts {
+                    f.writable_window_s
+                        .get(i)
+                        .map_or("–".to_string(), |w| format!("{w:.2}"))
+                } else {
+                    f.acked_by_killed_primary
+                        .get(i)
+                        .copied()
+                        .unwrap_or(0)
+                        .to_string()
+                };
+                format!("{rto:.2}/{full:.1}/{p}/{last}")
             })
             .collect();
         let _ = writeln!(md, "- {mode}: {}", runs.join(", "));
@@ -354,16 +375,43 @@ fn failover_body(r: &Results) -> String {
     md
 }
 
-/// mode | iterations | RTO p50 | p95 | max | acknowledged writes | lost | target.
+/// mode | iterations | RTO p50 | p95 | max | acknowledged writes | lost | target; with
+/// `--hosts`, the isolated primary's writable window, instants with two writable nodes and
+/// the published figures as well.
 pub fn failover_table(r: &Results) -> String {
-    let mut md = String::from(
-        "| mode | iterations | RTO p50 | p95 | max | acknowledged writes | lost | target |\n\
-         |---|---|---|---|---|---|---|---|\n",
-    );
+    let hosts = r.scenario == "failover-hosts";
+    let mut md = if hosts {
+        String::from(
+            "| fault | iterations | RTO p50 | p95 | max | isolated primary writable (max) | \
+             two writable | acknowledged writes | lost | target | published |\n\
+             |---|---|---|---|---|---|---|---|---|---|---|\n",
+        )
+    } else {
+        String::from(
+            "| mode | iterations | RTO p50 | p95 | max | acknowledged writes | lost | target |\n\
+             |---|---|---|---|---|---|---|---|\n",
+        )
+    };
     for (mode, f) in ordered_failover(r) {
+        let extra = if hosts {
+            let window = if f.writable_window_s.is_empty() {
+                "–".to_string()
+            } else {
+                let max = f.writable_window_s.iter().copied().fold(0.0, f64::max);
+                format!("{max:.2} s")
+            };
+            format!(" {window} | {} |", f.two_writable)
+        } else {
+            String::new()
+        };
+        let published = if hosts {
+            format!(" {} |", r.published.get(mode).map_or("", String::as_str))
+        } else {
+            String::new()
+        };
         let _ = writeln!(
             md,
-            "| {mode} | {} | {:.2} s | {:.2} s | {:.2} s | {} | {} | {} ({}) |",
+            "| {mode} | {} | {:.2} s | {:.2} s | {:.2} s |{extra} {} | {} | {} ({}) |{published}",
             f.iterations,
             f.rto_p50_s,
             f.rto_p95_s,
@@ -533,6 +581,8 @@ mod tests {
                 full_strength_s: vec![9.0, 10.0],
                 new_primaries: vec!["node1".into(), "node2".into()],
                 acked_by_killed_primary: vec![0, 2],
+                writable_window_s: Vec::new(),
+                two_writable: 0,
                 acked: 100,
                 lost: 0,
                 failed_writes: 3,

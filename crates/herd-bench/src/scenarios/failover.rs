@@ -19,7 +19,7 @@ use crate::{median, BenchError, BenchOptions};
 /// Commit modes measured, in order (quick: `on` only).
 const MODES: [&str; 3] = ["async", "on", "remote_apply"];
 /// The table the writer inserts into.
-const TABLE: &str = "herd_bench_failover";
+pub(crate) const TABLE: &str = "herd_bench_failover";
 /// Writes acknowledged before the kill, at least this long.
 const WARM: Duration = Duration::from_millis(500);
 /// How long the writer goes on after the first acknowledged write following the kill.
@@ -33,6 +33,16 @@ const RTO_TARGET_S: f64 = 3.0;
 
 /// Runs the scenario; the figures for the report.
 pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError> {
+    match opts.hosts {
+        None => {}
+        Some(3) => return super::failover_hosts::run(opts, bar),
+        Some(n) => {
+            return Err(BenchError::Missing(format!(
+                "herd bench failover --hosts {n}: only --hosts 3 is supported (three hosts as \
+                 network namespaces)"
+            )))
+        }
+    }
     let modes: Vec<&str> = if opts.quick {
         vec!["on"]
     } else {
@@ -200,21 +210,20 @@ fn measure(
         bar.inc(1);
     }
 
-    let mut sorted = rtos.clone();
-    sorted.sort_by(f64::total_cmp);
-    let p95 = sorted[((sorted.len() as f64 * 0.95).ceil() as usize).clamp(1, sorted.len()) - 1];
-    let p50 = median(&rtos).unwrap_or(0.0);
+    let (p50, p95, max) = spread(&rtos);
     let must_keep = mode != "async";
     let target_met = p50 <= RTO_TARGET_S && (!must_keep || lost_total == 0);
     Ok(FailoverResult {
         iterations,
         rto_p50_s: p50,
         rto_p95_s: p95,
-        rto_max_s: sorted.last().copied().unwrap_or(0.0),
+        rto_max_s: max,
         rto_s: rtos,
         full_strength_s: fulls,
         new_primaries: primaries,
         acked_by_killed_primary: by_killed,
+        writable_window_s: Vec::new(),
+        two_writable: 0,
         acked: acked_total,
         lost: lost_total,
         failed_writes: failed_total,
@@ -227,9 +236,25 @@ fn measure(
     })
 }
 
+/// Median, nearest-rank 95th percentile and maximum of `values` (zeros when empty).
+pub(crate) fn spread(values: &[f64]) -> (f64, f64, f64) {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let Some(&max) = sorted.last() else {
+        return (0.0, 0.0, 0.0);
+    };
+    let p95 = sorted[((sorted.len() as f64 * 0.95).ceil() as usize).clamp(1, sorted.len()) - 1];
+    (median(values).unwrap_or(0.0), p95, max)
+}
+
 /// The ids in `start..end` present on the current primary, read there directly.
 fn ids_on_primary(cluster: &Cluster, start: i64, end: i64) -> Result<HashSet<i64>, BenchError> {
     let url = cluster.herd_ok(&["url", "--primary"])?;
+    ids_at(&url, start, end)
+}
+
+/// The ids in `start..end` present on the server at `url`.
+pub(crate) fn ids_at(url: &str, start: i64, end: i64) -> Result<HashSet<i64>, BenchError> {
     let query = format!("select id from {TABLE} where id >= {start} and id < {end}");
     block_on(async {
         let (client, conn) = tokio_postgres::connect(url.trim(), tokio_postgres::NoTls).await?;
@@ -241,7 +266,7 @@ fn ids_on_primary(cluster: &Cluster, start: i64, end: i64) -> Result<HashSet<i64
 }
 
 /// Runs one statement on `url`.
-fn sql(url: &str, statement: &str) -> Result<(), BenchError> {
+pub(crate) fn sql(url: &str, statement: &str) -> Result<(), BenchError> {
     block_on(async {
         let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls).await?;
         tokio::spawn(conn);
@@ -259,7 +284,7 @@ fn sql_error(what: &str, e: tokio_postgres::Error) -> BenchError {
 }
 
 /// Runs `fut` on a current-thread runtime of its own.
-fn block_on<F: std::future::Future>(fut: F) -> Result<F::Output, BenchError> {
+pub(crate) fn block_on<F: std::future::Future>(fut: F) -> Result<F::Output, BenchError> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -288,16 +313,16 @@ fn kill9(pid: u64) -> Result<(), BenchError> {
 
 /// One acknowledged insert.
 #[derive(Clone, Copy, Debug)]
-struct Ack {
-    id: i64,
-    sent: Instant,
-    acked: Instant,
+pub(crate) struct Ack {
+    pub(crate) id: i64,
+    pub(crate) sent: Instant,
+    pub(crate) acked: Instant,
     /// `current_setting('port')` of the server that committed it (the proxy may use the socket).
-    port: u16,
+    pub(crate) port: u16,
 }
 
 /// A thread inserting ids `start..` through one connection, reconnecting on error.
-struct Writer {
+pub(crate) struct Writer {
     stop: Arc<AtomicBool>,
     acks: Arc<Mutex<Vec<Ack>>>,
     failed: Arc<AtomicU64>,
@@ -305,7 +330,7 @@ struct Writer {
 }
 
 impl Writer {
-    fn start(url: &str, start: i64) -> Writer {
+    pub(crate) fn start(url: &str, start: i64) -> Writer {
         let stop = Arc::new(AtomicBool::new(false));
         let acks = Arc::new(Mutex::new(Vec::new()));
         let failed = Arc::new(AtomicU64::new(0));
@@ -321,7 +346,7 @@ impl Writer {
     }
 
     /// The first ack matching `pred`, once at least `min` has passed; `None` after `limit`.
-    fn wait_acked(
+    pub(crate) fn wait_acked(
         &self,
         pred: impl Fn(&Ack) -> bool,
         min: Duration,
@@ -345,7 +370,7 @@ impl Writer {
     }
 
     /// Stops the thread: the acks, the failed writes and the next unused id.
-    fn stop(self) -> (Vec<Ack>, u64, i64) {
+    pub(crate) fn stop(self) -> (Vec<Ack>, u64, i64) {
         self.stop.store(true, Ordering::SeqCst);
         let Writer {
             acks,

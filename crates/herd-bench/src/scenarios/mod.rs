@@ -6,6 +6,8 @@ pub mod commit_modes;
 pub mod commit_waits;
 mod dataset;
 pub mod failover;
+pub mod failover_hosts;
+mod lab_hosts;
 pub mod lag;
 pub mod lag_report;
 mod lag_sampler;

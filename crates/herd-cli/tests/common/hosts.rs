@@ -20,6 +20,16 @@ pub const HERD: &str = env!("CARGO_BIN_EXE_herd");
 /// takes a store timeout of 1 s plus a live check, covers 4 s).
 pub const TTL_MS: u64 = 6000;
 
+/// How many times each fault is injected: 5 (the minimum), or
+/// `HERD_TEST_FAULT_ROUNDS` for a quicker local run.
+pub fn fault_rounds() -> u32 {
+    std::env::var("HERD_TEST_FAULT_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(5)
+        .max(1)
+}
+
 pub struct Hosts {
     pub etcd: EtcdCluster,
     pub dir: tempfile::TempDir,
@@ -382,8 +392,7 @@ pub struct Record {
 /// this thread: its sockets then live inside that host).
 pub fn thread_runtime(netns: Option<&str>) -> tokio::runtime::Runtime {
     if let Some(ns) = netns {
-        let file = std::fs::File::open(format!("/var/run/netns/{ns}")).expect("netns");
-        nix::sched::setns(file, nix::sched::CloneFlags::CLONE_NEWNET).expect("setns");
+        herd_testkit::netns::enter(ns).expect("entering the host's namespace");
     }
     tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -1,0 +1,387 @@
+//! Three "hosts" for `herd bench failover --hosts 3`: Linux network namespaces (the testkit's
+//! lab), each running an etcd member, a `herd agent` with its default settings and that
+//! agent's PostgreSQL; `herd proxy` runs outside them. Faults take a whole host down (every
+//! process in its namespace killed, as a power loss) or cut it off the network.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use herd_testkit::etcd::{EtcdCluster, Placement};
+use herd_testkit::netns::{Lab, Link};
+
+use crate::BenchError;
+
+/// The hosts of the lab.
+pub const HOSTS: usize = 3;
+/// The longest wait for the cluster to be whole (a primary, every replica streaming from it).
+const WHOLE_LIMIT: Duration = Duration::from_secs(120);
+
+/// The running lab.
+pub struct LabHosts {
+    herd: PathBuf,
+    /// Agents' data and logs (removed when dropped).
+    pub dir: tempfile::TempDir,
+    base: u16,
+    agents: Vec<Option<Child>>,
+    proxy: Option<Child>,
+    cluster: String,
+    etcd: EtcdCluster,
+    /// Dropped last: deleting the namespaces removes the links.
+    pub lab: Lab,
+}
+
+fn failed(what: &str, detail: impl Into<String>) -> BenchError {
+    BenchError::Failed {
+        what: what.into(),
+        status: "failed".into(),
+        output: detail.into(),
+    }
+}
+
+impl LabHosts {
+    /// Builds the namespaces, starts etcd, the three agents (the first creates the cluster)
+    /// and the proxy, and waits until the cluster is whole.
+    pub fn start(herd: &Path, progress: &dyn Fn(&str)) -> Result<LabHosts, BenchError> {
+        if !Lab::available() {
+            return Err(BenchError::Missing(
+                "herd bench failover --hosts 3: the hosts are Linux network namespaces; run it \
+                 as root on a machine with `ip netns` (iproute2)"
+                    .into(),
+            ));
+        }
+        let etcd = Command::new(herd_testkit::etcd::etcd_program())
+            .arg("--version")
+            .output();
+        if !etcd.is_ok_and(|o| o.status.success()) {
+            return Err(BenchError::Missing(
+                "herd bench failover --hosts 3 needs etcd: run scripts/install-deps (Debian's \
+                 etcd-server)"
+                    .into(),
+            ));
+        }
+        progress("building 3 network namespaces");
+        let lab = Lab::build(HOSTS).map_err(|e| failed("building the network namespaces", e))?;
+        progress("starting etcd (one member per host)");
+        let placements: Vec<Placement> = (0..HOSTS)
+            .map(|i| Placement {
+                ip: lab.host_ip(i, Link::Store),
+                netns: Some(lab.netns(i)),
+            })
+            .collect();
+        let etcd = EtcdCluster::start_on(&placements);
+        let base = herd_testkit::free_port_block(10);
+        let mut hosts = LabHosts {
+            herd: herd.to_path_buf(),
+            dir: herd_testkit::scratch_dir(),
+            base,
+            agents: (0..HOSTS).map(|_| None).collect(),
+            proxy: None,
+            cluster: format!("bench{base}"),
+            etcd,
+            lab,
+        };
+        progress("starting the first agent (initdb)");
+        hosts.start_agent(0)?;
+        hosts.wait_until("h0 to lead", WHOLE_LIMIT, |h| {
+            h.role(0).as_deref() == Some("primary")
+        })?;
+        for i in 1..HOSTS {
+            copy_dir(
+                &hosts.agent_dir(0).join("secrets"),
+                &hosts.agent_dir(i).join("secrets"),
+            )?;
+            hosts.start_agent(i)?;
+        }
+        copy_dir(
+            &hosts.agent_dir(0).join("secrets"),
+            &hosts.dir.path().join("proxy/secrets"),
+        )?;
+        progress("cloning the replicas");
+        hosts.wait_whole()?;
+        progress("starting herd proxy");
+        hosts.start_proxy()?;
+        let port = hosts.proxy_port();
+        hosts.wait_until("herd proxy to listen", Duration::from_secs(30), |_| {
+            std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+        })?;
+        Ok(hosts)
+    }
+
+    /// Host `i`'s name (also its member name).
+    pub fn name(i: usize) -> String {
+        format!("h{i}")
+    }
+
+    fn agent_dir(&self, i: usize) -> PathBuf {
+        self.dir.path().join(Self::name(i))
+    }
+
+    /// Host `i`'s address on the database network.
+    pub fn pg_host(&self, i: usize) -> String {
+        self.lab.host_ip(i, Link::Database)
+    }
+
+    /// Host `i`'s PostgreSQL port (each host its own, so an acknowledgement names its server).
+    pub fn pg_port(&self, i: usize) -> u16 {
+        self.base + i as u16
+    }
+
+    fn api(&self, i: usize) -> String {
+        format!("{}:{}", self.pg_host(i), self.base + 4 + i as u16)
+    }
+
+    fn proxy_port(&self) -> u16 {
+        self.base + 8
+    }
+
+    fn dcs(&self) -> String {
+        let hosts: Vec<String> = self
+            .etcd
+            .endpoints()
+            .iter()
+            .map(|e| e.trim_start_matches("http://").to_string())
+            .collect();
+        format!("etcd://{}", hosts.join(","))
+    }
+
+    /// The cluster's superuser password.
+    pub fn password(&self) -> Result<String, BenchError> {
+        let path = self.agent_dir(0).join("secrets/superuser.password");
+        std::fs::read_to_string(&path)
+            .map(|p| p.trim().to_string())
+            .map_err(|e| BenchError::io("reading", &path, e))
+    }
+
+    /// The proxy's URL.
+    pub fn proxy_url(&self) -> Result<String, BenchError> {
+        Ok(self.url_at("127.0.0.1", self.proxy_port(), &self.password()?))
+    }
+
+    /// Host `i`'s PostgreSQL over the database network.
+    pub fn node_url(&self, i: usize) -> Result<String, BenchError> {
+        Ok(self.url_at(&self.pg_host(i), self.pg_port(i), &self.password()?))
+    }
+
+    /// Host `i`'s PostgreSQL over the host's own loopback (for a prober inside the host).
+    pub fn local_url(&self, i: usize) -> Result<String, BenchError> {
+        Ok(self.url_at("127.0.0.1", self.pg_port(i), &self.password()?))
+    }
+
+    fn url_at(&self, host: &str, port: u16, password: &str) -> String {
+        format!("postgresql://postgres:{password}@{host}:{port}/postgres?connect_timeout=2")
+    }
+
+    fn log(&self, name: &str) -> Result<std::fs::File, BenchError> {
+        let path = self.dir.path().join(format!("{name}.log"));
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .map_err(|e| BenchError::io("opening", &path, e))
+    }
+
+    /// Starts host `i`'s agent with its default timings (TTL 10 s, loop 1 s, margin 2.5 s).
+    pub fn start_agent(&mut self, i: usize) -> Result<(), BenchError> {
+        let dir = self.agent_dir(i);
+        std::fs::create_dir_all(&dir).map_err(|e| BenchError::io("creating", &dir, e))?;
+        let log = self.log(&Self::name(i))?;
+        let err = log
+            .try_clone()
+            .map_err(|e| BenchError::io("opening", self.dir.path(), e))?;
+        let mut cmd = self.lab.command(i, &self.herd);
+        cmd.args(["agent", "--pg-listen", "0.0.0.0"])
+            .args(["--pg-advertise", &self.pg_host(i)])
+            .args(["--dcs", &self.dcs(), "--cluster", &self.cluster])
+            .args(["--name", &Self::name(i)])
+            .arg("--data-dir")
+            .arg(&dir)
+            .args(["--pg-port", &self.pg_port(i).to_string()])
+            .args(["--api-listen", &self.api(i)])
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(err);
+        let child = cmd.spawn().map_err(|source| BenchError::Spawn {
+            program: "herd agent".into(),
+            source,
+        })?;
+        self.agents[i] = Some(child);
+        Ok(())
+    }
+
+    fn start_proxy(&mut self) -> Result<(), BenchError> {
+        let log = self.log("proxy")?;
+        let err = log
+            .try_clone()
+            .map_err(|e| BenchError::io("opening", self.dir.path(), e))?;
+        let child = Command::new(&self.herd)
+            .args(["proxy", "--dcs", &self.dcs(), "--cluster", &self.cluster])
+            .args(["--listen", &format!("127.0.0.1:{}", self.proxy_port())])
+            .arg("--data-dir")
+            .arg(self.dir.path().join("proxy"))
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(err)
+            .spawn()
+            .map_err(|source| BenchError::Spawn {
+                program: "herd proxy".into(),
+                source,
+            })?;
+        self.proxy = Some(child);
+        Ok(())
+    }
+
+    /// The member record agent `i` serves, if it answers.
+    fn member(&self, i: usize) -> Option<serde_json::Value> {
+        let agent = ureq::AgentBuilder::new()
+            .timeout_connect(Duration::from_millis(500))
+            .timeout(Duration::from_secs(2))
+            .build();
+        let r = agent
+            .get(&format!("http://{}/member", self.api(i)))
+            .call()
+            .ok()?;
+        r.into_json().ok()
+    }
+
+    fn role(&self, i: usize) -> Option<String> {
+        self.member(i)
+            .and_then(|m| m["role"].as_str().map(str::to_string))
+    }
+
+    /// A primary, and every other member a replica streaming from it: the primary.
+    fn whole(&self) -> Option<usize> {
+        let members: Vec<serde_json::Value> =
+            (0..HOSTS).map(|i| self.member(i)).collect::<Option<_>>()?;
+        let p = members.iter().position(|m| m["role"] == "primary")?;
+        let leader = Self::name(p);
+        members
+            .iter()
+            .enumerate()
+            .all(|(i, m)| {
+                i == p || (m["role"] == "replica" && m["streaming_from"] == leader.as_str())
+            })
+            .then_some(p)
+    }
+
+    /// Waits until the cluster is whole; its primary.
+    pub fn wait_whole(&self) -> Result<usize, BenchError> {
+        let deadline = Instant::now() + WHOLE_LIMIT;
+        loop {
+            if let Some(p) = self.whole() {
+                return Ok(p);
+            }
+            if Instant::now() > deadline {
+                return Err(self.failure(&format!(
+                    "the cluster was not whole again (a primary, every replica streaming) \
+                     within {} s",
+                    WHOLE_LIMIT.as_secs()
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    fn wait_until(
+        &self,
+        what: &str,
+        limit: Duration,
+        f: impl Fn(&Self) -> bool,
+    ) -> Result<(), BenchError> {
+        let deadline = Instant::now() + limit;
+        while !f(self) {
+            if Instant::now() > deadline {
+                return Err(self.failure(&format!("timed out after {limit:?} waiting for {what}")));
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        Ok(())
+    }
+
+    /// Power loss of host `i`: every process in its namespace (etcd member, agent, watchdog,
+    /// PostgreSQL) gets SIGKILL.
+    pub fn kill_host(&mut self, i: usize) {
+        let me = std::process::id() as i32;
+        for pid in self.lab.pids(i).into_iter().filter(|p| *p != me) {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        if let Some(mut a) = self.agents[i].take() {
+            let _ = a.wait();
+        }
+        self.etcd.kill(i);
+    }
+
+    /// Host `i` back after a power loss: its etcd member, then its agent (which restarts its
+    /// PostgreSQL and rejoins).
+    pub fn boot_host(&mut self, i: usize) -> Result<(), BenchError> {
+        self.etcd.restart(i);
+        self.start_agent(i)
+    }
+
+    /// The last lines of every agent's and the proxy's log.
+    pub fn logs(&self) -> String {
+        let mut out = String::new();
+        for name in ["h0", "h1", "h2", "proxy"] {
+            let text = std::fs::read_to_string(self.dir.path().join(format!("{name}.log")))
+                .unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            out.push_str(&format!(
+                "--- {name}\n{}\n",
+                lines[lines.len().saturating_sub(30)..].join("\n")
+            ));
+        }
+        out
+    }
+
+    /// A failure with the logs attached.
+    pub fn failure(&self, detail: &str) -> BenchError {
+        BenchError::Failed {
+            what: "herd bench failover --hosts 3".into(),
+            status: detail.into(),
+            output: self.logs(),
+        }
+    }
+
+    /// Copies every log next to the report.
+    pub fn keep_logs(&self, out: &Path) {
+        for name in ["h0", "h1", "h2", "proxy"] {
+            let from = self.dir.path().join(format!("{name}.log"));
+            let _ = std::fs::copy(&from, out.join(format!("hosts-{name}.log")));
+        }
+    }
+}
+
+impl Drop for LabHosts {
+    fn drop(&mut self) {
+        if let Some(mut p) = self.proxy.take() {
+            let _ = p.kill();
+            let _ = p.wait();
+        }
+        for i in 0..HOSTS {
+            if let Some(mut a) = self.agents[i].take() {
+                let pid = nix::unistd::Pid::from_raw(a.id() as i32);
+                let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+                let deadline = Instant::now() + Duration::from_secs(20);
+                while a.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                let _ = a.kill();
+                let _ = a.wait();
+            }
+            let _ = herd_pg::kill_server(&self.agent_dir(i).join("pgdata"));
+        }
+    }
+}
+
+fn copy_dir(from: &Path, to: &Path) -> Result<(), BenchError> {
+    std::fs::create_dir_all(to).map_err(|e| BenchError::io("creating", to, e))?;
+    let entries = std::fs::read_dir(from).map_err(|e| BenchError::io("reading", from, e))?;
+    for entry in entries.flatten() {
+        let target = to.join(entry.file_name());
+        std::fs::copy(entry.path(), &target).map_err(|e| BenchError::io("writing", &target, e))?;
+    }
+    Ok(())
+}
