@@ -44,6 +44,8 @@ pub struct BenchOptions {
     /// `failover` only: run on this many hosts (network namespaces with etcd and `herd agent`)
     /// instead of one `herd up` cluster.
     pub hosts: Option<u32>,
+    /// `failover --hosts` only: the agents' lease TTL in milliseconds (their default otherwise).
+    pub ttl_ms: Option<u64>,
 }
 
 /// What a finished run produced.

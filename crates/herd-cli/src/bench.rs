@@ -32,6 +32,9 @@ pub struct BenchArgs {
     /// agent` and its PostgreSQL; needs root) instead of one `herd up` cluster.
     #[arg(long, value_name = "N")]
     pub hosts: Option<u32>,
+    /// failover --hosts only: the agents' leader lease TTL (default: the agents' 10 000).
+    #[arg(long, value_name = "MS", requires = "hosts")]
+    pub ttl_ms: Option<u64>,
 }
 
 /// Runs the scenario on a blocking thread and prints its table and files.
@@ -43,6 +46,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         iterations: args.iterations,
         scale: args.scale,
         hosts: args.hosts,
+        ttl_ms: args.ttl_ms,
         herd_exe: std::env::current_exe().context("locating the herd binary")?,
     };
     let scenario = args.scenario;

@@ -39,7 +39,7 @@ pub fn rto(r: &Results, path: &Path) -> Result<(), String> {
     chart
         .configure_mesh()
         .x_desc("iteration")
-        .y_desc("RTO (s): kill → first acknowledged write")
+        .y_desc("RTO (s): fault → first acknowledged write")
         .x_labels(iterations.min(20))
         .x_label_formatter(&|v| format!("{v:.0}"))
         .y_label_formatter(&|v| format!("{v:.1}"))

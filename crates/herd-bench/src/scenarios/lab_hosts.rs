@@ -26,6 +26,8 @@ pub struct LabHosts {
     agents: Vec<Option<Child>>,
     proxy: Option<Child>,
     cluster: String,
+    /// `--ttl-ms` for the agents, when not their default.
+    ttl_ms: Option<u64>,
     etcd: EtcdCluster,
     /// Dropped last: deleting the namespaces removes the links.
     pub lab: Lab,
@@ -42,7 +44,11 @@ fn failed(what: &str, detail: impl Into<String>) -> BenchError {
 impl LabHosts {
     /// Builds the namespaces, starts etcd, the three agents (the first creates the cluster)
     /// and the proxy, and waits until the cluster is whole.
-    pub fn start(herd: &Path, progress: &dyn Fn(&str)) -> Result<LabHosts, BenchError> {
+    pub fn start(
+        herd: &Path,
+        ttl_ms: Option<u64>,
+        progress: &dyn Fn(&str),
+    ) -> Result<LabHosts, BenchError> {
         if !Lab::available() {
             return Err(BenchError::Missing(
                 "herd bench failover --hosts 3: the hosts are Linux network namespaces; run it \
@@ -78,6 +84,7 @@ impl LabHosts {
             agents: (0..HOSTS).map(|_| None).collect(),
             proxy: None,
             cluster: format!("bench{base}"),
+            ttl_ms,
             etcd,
             lab,
         };
@@ -181,7 +188,8 @@ impl LabHosts {
             .map_err(|e| BenchError::io("opening", &path, e))
     }
 
-    /// Starts host `i`'s agent with its default timings (TTL 10 s, loop 1 s, margin 2.5 s).
+    /// Starts host `i`'s agent with its default timings (TTL 10 s unless `--ttl-ms`, loop 1 s,
+    /// margin 2.5 s).
     pub fn start_agent(&mut self, i: usize) -> Result<(), BenchError> {
         let dir = self.agent_dir(i);
         std::fs::create_dir_all(&dir).map_err(|e| BenchError::io("creating", &dir, e))?;
@@ -198,6 +206,7 @@ impl LabHosts {
             .arg(&dir)
             .args(["--pg-port", &self.pg_port(i).to_string()])
             .args(["--api-listen", &self.api(i)])
+            .args(self.ttl_ms.map(|t| format!("--ttl-ms={t}")))
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(err);
