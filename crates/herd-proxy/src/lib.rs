@@ -99,6 +99,18 @@ impl ProxyContext {
 
     /// The latest topology of shard group `group` (group 0 for an unknown one), minus replicas
     /// that just failed a read.
+    /// Group `group`'s topology as it changes (marked seen: `changed()` waits for the next).
+    pub fn watch_view(&self, group: u32) -> watch::Receiver<Arc<TopologyView>> {
+        let mut rx = self
+            .views
+            .get(group as usize)
+            .unwrap_or(&self.views[0])
+            .clone();
+        rx.mark_unchanged();
+        rx
+    }
+
+    /// Group `group`'s topology now, without the nodes to avoid for a while.
     pub fn view_of(&self, group: u32) -> Arc<TopologyView> {
         let views = self.views.get(group as usize).unwrap_or(&self.views[0]);
         let view = views.borrow().clone();

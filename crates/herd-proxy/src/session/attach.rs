@@ -433,6 +433,7 @@ impl Session {
             // anything gives its server back.
             ready_idle: true,
             batch_open: false,
+            primary_watch: replica.is_none().then(|| self.ctx.watch_view(self.group)),
         });
     }
 

@@ -66,6 +66,9 @@ struct Attached {
     ready_idle: bool,
     /// Client messages of a batch not yet closed by Sync were forwarded.
     batch_open: bool,
+    /// Attached to the primary: its group's topology, to notice another node becoming primary
+    /// while this one does not answer (an isolated old primary never errors; it goes silent).
+    primary_watch: Option<tokio::sync::watch::Receiver<Arc<crate::topology::TopologyView>>>,
 }
 
 /// Everything one client connection owns.

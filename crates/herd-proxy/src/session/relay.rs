@@ -7,6 +7,7 @@
 //! writes a huge batch without reading, against a server that answers as it reads, makes
 //! progress instead of filling both socket buffers and stalling (pgx `TestConnExecBatchHuge`).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -175,7 +176,16 @@ impl Session {
                 .then(|| tokio::time::Instant::from_std(self.last_client_read + PARTIAL_WAIT));
         let ready = {
             let client = &self.client;
-            let conn = self.attached.as_ref().map(|a| &a.lease.conn);
+            let (conn, primary_watch) = match self.attached.as_mut() {
+                Some(a) => (Some(&a.lease.conn), a.primary_watch.as_mut()),
+                None => (None, None),
+            };
+            let primary_changed = async {
+                match primary_watch {
+                    Some(w) => primary_moved(w, conn).await,
+                    None => std::future::pending().await,
+                }
+            };
             let server_readable = async {
                 match conn {
                     Some(c) => c.readable().await,
@@ -208,6 +218,7 @@ impl Session {
                 () = sleep_until(partial_deadline), if partial_deadline.is_some() => {
                     Ready::PartialUnit
                 }
+                e = primary_changed => Ready::ServerFailed(e),
             }
         };
         match ready {
@@ -460,6 +471,37 @@ impl Session {
         Err(ProxyError::Unavailable(format!(
             "connection to server {node} was lost ({e}); the outcome of the current transaction is unknown"
         )))
+    }
+}
+
+/// Resolves once the topology names a primary other than `conn`'s server (it was failed over
+/// while this session waited on it: an isolated old primary goes silent rather than failing);
+/// never while it stays the primary or no primary is known.
+async fn primary_moved(
+    watch: &mut tokio::sync::watch::Receiver<Arc<crate::topology::TopologyView>>,
+    conn: Option<&crate::server::ServerConn>,
+) -> ProxyError {
+    let Some(conn) = conn else {
+        return std::future::pending().await;
+    };
+    loop {
+        if watch.changed().await.is_err() {
+            return std::future::pending().await; // the proxy is stopping
+        }
+        let moved = watch
+            .borrow_and_update()
+            .primary
+            .as_ref()
+            .is_some_and(|p| p.name != conn.endpoint.name);
+        if moved {
+            return ProxyError::io(
+                format!(
+                    "{} is no longer the primary (another node was promoted)",
+                    conn.endpoint.name
+                ),
+                std::io::Error::from(std::io::ErrorKind::ConnectionAborted),
+            );
+        }
     }
 }
 
