@@ -2,6 +2,7 @@
 //! reach, blocks of free ports, a handle on a `herd` cluster that is always taken down (even when
 //! the test fails), and waiting with deadlines instead of fixed sleeps.
 
+pub mod agents;
 pub mod etcd;
 pub mod netns;
 

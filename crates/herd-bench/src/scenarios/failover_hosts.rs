@@ -381,21 +381,7 @@ async fn probe_loop(i: usize, url: String, stop: Arc<AtomicBool>, seen: Arc<Mute
     let mut client: Option<tokio_postgres::Client> = None;
     while !stop.load(Ordering::SeqCst) {
         let started = Instant::now();
-        if client.is_none() {
-            let connect = tokio_postgres::connect(&url, tokio_postgres::NoTls);
-            if let Ok(Ok((c, conn))) = tokio::time::timeout(Duration::from_secs(1), connect).await {
-                tokio::spawn(conn);
-                client = Some(c);
-            }
-        }
-        let mut writable = false;
-        if let Some(c) = &client {
-            let probe = c.query_one("select not pg_is_in_recovery()", &[]);
-            match tokio::time::timeout(Duration::from_millis(500), probe).await {
-                Ok(Ok(row)) => writable = row.get::<_, bool>(0),
-                _ => client = None,
-            }
-        }
+        let writable = herd_testkit::agents::accepts_writes(&url, &mut client).await;
         let now = Instant::now();
         {
             let mut s = seen.lock().unwrap_or_else(|p| p.into_inner());

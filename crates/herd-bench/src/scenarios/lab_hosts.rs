@@ -242,15 +242,7 @@ impl LabHosts {
 
     /// The member record agent `i` serves, if it answers.
     fn member(&self, i: usize) -> Option<serde_json::Value> {
-        let agent = ureq::AgentBuilder::new()
-            .timeout_connect(Duration::from_millis(500))
-            .timeout(Duration::from_secs(2))
-            .build();
-        let r = agent
-            .get(&format!("http://{}/member", self.api(i)))
-            .call()
-            .ok()?;
-        r.into_json().ok()
+        herd_testkit::agents::member(&self.api(i))
     }
 
     fn role(&self, i: usize) -> Option<String> {
@@ -332,17 +324,7 @@ impl LabHosts {
 
     /// The last lines of every agent's and the proxy's log.
     pub fn logs(&self) -> String {
-        let mut out = String::new();
-        for name in ["h0", "h1", "h2", "proxy"] {
-            let text = std::fs::read_to_string(self.dir.path().join(format!("{name}.log")))
-                .unwrap_or_default();
-            let lines: Vec<&str> = text.lines().collect();
-            out.push_str(&format!(
-                "--- {name}\n{}\n",
-                lines[lines.len().saturating_sub(30)..].join("\n")
-            ));
-        }
-        out
+        herd_testkit::agents::log_tails(self.dir.path(), &["h0", "h1", "h2", "proxy"], 30)
     }
 
     /// A failure with the logs attached.

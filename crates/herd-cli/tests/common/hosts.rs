@@ -269,15 +269,7 @@ impl Hosts {
 
     /// The member record agent `i` serves, if it answers.
     pub fn member(&self, i: usize) -> Option<serde_json::Value> {
-        let agent = ureq::AgentBuilder::new()
-            .timeout_connect(Duration::from_millis(500))
-            .timeout(Duration::from_secs(2))
-            .build();
-        let r = agent
-            .get(&format!("http://{}/member", self.api(i)))
-            .call()
-            .ok()?;
-        r.into_json().ok()
+        herd_testkit::agents::member(&self.api(i))
     }
 
     pub fn role(&self, i: usize) -> Option<String> {
@@ -320,24 +312,12 @@ impl Hosts {
     }
 
     pub fn logs(&self) -> String {
-        let mut out = String::new();
-        for name in ["h0", "h1", "h2", "proxy"] {
-            let text = std::fs::read_to_string(self.dir.path().join(format!("{name}.log")))
-                .unwrap_or_default();
-            let lines: Vec<&str> = text.lines().collect();
-            out.push_str(&format!(
-                "--- {name}\n{}\n",
-                lines[lines.len().saturating_sub(
-                    if std::env::var_os("HERD_TEST_VERBOSE").is_some() {
-                        400
-                    } else {
-                        40
-                    }
-                )..]
-                    .join("\n")
-            ));
-        }
-        out
+        let lines = if std::env::var_os("HERD_TEST_VERBOSE").is_some() {
+            400
+        } else {
+            40
+        };
+        herd_testkit::agents::log_tails(self.dir.path(), &["h0", "h1", "h2", "proxy"], lines)
     }
 
     pub fn signal_agent(&self, i: usize, sig: Signal) {
@@ -503,17 +483,7 @@ fn checker(
                 let mut client: Option<tokio_postgres::Client> = None;
                 while !stop.load(Ordering::SeqCst) {
                     let started = Instant::now();
-                    if client.is_none() {
-                        client = super::try_connect(&url).await;
-                    }
-                    let mut writable = false;
-                    if let Some(c) = &client {
-                        let probe = c.query_one("select not pg_is_in_recovery()", &[]);
-                        match tokio::time::timeout(Duration::from_millis(500), probe).await {
-                            Ok(Ok(row)) => writable = row.get::<_, bool>(0),
-                            _ => client = None,
-                        }
-                    }
+                    let writable = herd_testkit::agents::accepts_writes(&url, &mut client).await;
                     let now = Instant::now();
                     {
                         let mut seen = last.lock().expect("probes");
