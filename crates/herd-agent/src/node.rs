@@ -252,7 +252,13 @@ impl Node {
         {
             herd_pg::kill_server(&dir)?;
         }
-        herd_pg::clear_recovery_signals(&dir)?;
+        // Crashed as a primary: pg_rewind's own crash recovery must run as one. Crashed as a
+        // standby (restarted after fencing, or after an interrupted rejoin): recovery as a
+        // primary would write WAL the leader does not have, so the signals stay, pg_rewind
+        // refuses, and the node is cloned afresh.
+        if !self.pg.was_in_recovery(&dir).await.unwrap_or(true) {
+            herd_pg::clear_recovery_signals(&dir)?;
+        }
         let source = format!(
             "host={} port={} user={SUPERUSER} dbname=postgres",
             leader.pg_host, leader.pg_port

@@ -35,8 +35,12 @@ pub struct Agent {
     not_streaming_since: Option<Instant>,
     /// The leader's last published position.
     last_leader_lsn: Lsn,
-    /// The members of the last good read (failsafe asks them).
-    last_members: Vec<Member>,
+    /// Every member seen in a good read since this agent started, name → API address: failsafe
+    /// asks them all. Not only the last read's: a member whose record had just expired may be
+    /// back and reach the store, and it must be asked before the primary serves on.
+    known: std::collections::BTreeMap<String, String>,
+    /// The recorded synchronous standbys at the last good read (each must be asked too).
+    last_sync: Vec<String>,
     /// Members a slot was created for.
     slotted: BTreeSet<String>,
     /// The standby list applied on the primary and the position it took effect at.
@@ -67,7 +71,8 @@ impl Agent {
             fence_at: None,
             not_streaming_since: None,
             last_leader_lsn: Lsn(0),
-            last_members: Vec::new(),
+            known: std::collections::BTreeMap::new(),
+            last_sync: Vec::new(),
             slotted: BTreeSet::new(),
             applied: None,
             identity_checked: false,
@@ -124,7 +129,10 @@ impl Agent {
             if let Err(e) = self.store.publish(&member, self.node.cfg.ttl).await {
                 tracing::warn!("cannot publish the heartbeat: {e}");
             }
-            self.last_members = r.store.members.clone();
+            for m in &r.store.members {
+                self.known.insert(m.name.clone(), m.api.clone());
+            }
+            self.last_sync = r.store.sync_set.clone();
             if let Some(l) = r
                 .store
                 .leader
@@ -265,11 +273,20 @@ impl Agent {
             return;
         }
         let asked_at = Instant::now();
-        let apis: Vec<String> = self
-            .last_members
+        let me = &self.node.cfg.name;
+        if let Some(unknown) = self
+            .last_sync
             .iter()
-            .filter(|m| m.name != self.node.cfg.name)
-            .map(|m| m.api.clone())
+            .find(|s| *s != me && !self.known.contains_key(*s))
+        {
+            tracing::warn!("failsafe: standby {unknown} was never seen with an API address; cannot ask it, not serving on");
+            return;
+        }
+        let apis: Vec<String> = self
+            .known
+            .iter()
+            .filter(|(name, _)| *name != me)
+            .map(|(_, api)| api.clone())
             .collect();
         let count = apis.len();
         if api::confirm_failsafe(apis, Duration::from_secs(1)).await {

@@ -74,9 +74,15 @@ impl Cluster {
     ) -> Result<(), ClusterError> {
         let dir = self.layout.node(node);
         herd_pg::kill_server(&dir)?;
-        // A node killed while it was a standby would make pg_rewind's own crash recovery fail.
-        herd_pg::clear_recovery_signals(&dir)?;
         let primary = self.state.primary.clone();
+        // Already a standby when it stopped (rewound or cloned by an earlier, interrupted
+        // rejoin): it follows as it is; nothing of its own to rewind.
+        let was_standby = pg.was_in_recovery(&dir).await.unwrap_or(false);
+        if was_standby {
+            tracing::info!(node = %node, "it stopped as a standby: starting it to follow without pg_rewind");
+            return self.finish_rejoin(pg, dcs, node, &primary).await;
+        }
+        herd_pg::clear_recovery_signals(&dir)?;
         // pg_rewind compares timelines in pg_control: make sure the primary's is written.
         let client = herd_pg::connect(&self.conn_spec(&primary)).await?;
         herd_pg::checkpoint(&client).await?;
@@ -100,13 +106,24 @@ impl Cluster {
             )
             .await?;
         }
+        self.finish_rejoin(pg, dcs, node, &primary).await
+    }
+
+    /// Starts a rejoining node as a replica and adds it back to the sync set.
+    async fn finish_rejoin(
+        &mut self,
+        pg: &Pg,
+        dcs: &dyn herd_dcs::Dcs,
+        node: &NodeName,
+        primary: &NodeName,
+    ) -> Result<(), ClusterError> {
         self.start_node(pg, node).await?;
         self.state.needs_rewind.retain(|n| n != node);
         self.state.sync_set = self.state.streaming_replicas();
         self.state.record(dcs)?;
         self.state.save(&self.layout.state())?;
-        self.write_conf(pg, &primary)?;
-        pg.reload(&self.layout.node(&primary)).await?;
+        self.write_conf(pg, primary)?;
+        pg.reload(&self.layout.node(primary)).await?;
         Ok(())
     }
 }

@@ -244,6 +244,29 @@ impl Pg {
             .map(drop)
     }
 
+    /// Whether a stopped server's control file says it was last running in recovery
+    /// ("in archive recovery", "shut down in recovery"): a standby, rather than a primary.
+    pub async fn was_in_recovery(&self, datadir: &Path) -> Result<bool, PgError> {
+        let args = vec![path_arg(datadir)];
+        let out = self
+            .run(
+                "pg_controldata",
+                parent(datadir),
+                &args,
+                Duration::from_secs(30),
+            )
+            .await?;
+        let state = out
+            .lines()
+            .find_map(|l| l.strip_prefix("Database cluster state:"))
+            .map(str::trim)
+            .ok_or_else(|| PgError::Protocol {
+                context: format!("pg_controldata {}", datadir.display()),
+                detail: "no database cluster state".into(),
+            })?;
+        Ok(state.contains("recovery"))
+    }
+
     /// The "Latest checkpoint location" of a stopped server's control file (`pg_controldata`).
     pub async fn latest_checkpoint(&self, datadir: &Path) -> Result<herd_core::Lsn, PgError> {
         let args = vec![path_arg(datadir)];

@@ -73,10 +73,12 @@ pub fn postmaster_pid(dir: &Path) -> Result<Option<u32>, PgError> {
     Ok((alive && is_postgres).then_some(pid as u32))
 }
 
-/// Removes `standby.signal` and `recovery.signal` from a stopped data directory before
-/// pg_rewind: after a crash pg_rewind runs single-user crash recovery itself, and a single-user
-/// server refuses standby mode ("standby mode is not supported by single-user servers"). The
-/// role's signal file is written again when the server is configured to follow.
+/// Removes `standby.signal` and `recovery.signal` from the stopped data directory of a former
+/// primary before pg_rewind: after a crash pg_rewind runs single-user crash recovery itself,
+/// and a single-user server refuses standby mode ("standby mode is not supported by
+/// single-user servers"). Only for a server that crashed as a primary: crash recovery as a
+/// primary on a standby's directory would write WAL the new primary does not have. The role's
+/// signal file is written again when the server is configured to follow.
 pub fn clear_recovery_signals(dir: &Path) -> Result<(), PgError> {
     for signal in ["standby.signal", "recovery.signal"] {
         let path = dir.join(signal);

@@ -80,6 +80,9 @@ impl EtcdCluster {
                 .args(["--initial-cluster-token", "herd-test"])
                 // Fast elections; the shortest lease TTL follows from them (1.5 × election).
                 .args(["--heartbeat-interval", "50", "--election-timeout", "500"])
+                // A member back from a partition must not depose a working leader with the
+                // terms it counted up alone (etcd 3.4 leaves pre-vote off; 3.5 turns it on).
+                .arg("--pre-vote")
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(log.try_clone().map_or(Stdio::null(), Stdio::from));
