@@ -37,6 +37,9 @@ pub struct Hosts {
     pub agents: Vec<Option<Child>>,
     pub proxy: Option<Child>,
     pub cluster: String,
+    /// Per host: a clock offset for libfaketime (`faketime -f OFFSET`, e.g. `+1h`) its agent
+    /// (and so its watchdog and PostgreSQL) runs under from its next start.
+    pub clock: Vec<Option<String>>,
     /// The namespaces, when each host has its own (dropped last).
     pub lab: Option<Lab>,
 }
@@ -74,6 +77,7 @@ impl Hosts {
             agents: vec![None, None, None],
             proxy: None,
             cluster: format!("t{base}"),
+            clock: vec![None, None, None],
             lab,
         };
         hosts.start_agent(0);
@@ -173,11 +177,25 @@ impl Hosts {
                 ]);
                 c
             }
-            None => {
-                let mut c = Command::new(HERD);
-                c.arg("agent");
-                c
-            }
+            None => match &self.clock[host] {
+                Some(offset) => {
+                    // libfaketime preloaded into the agent itself (the `faketime` wrapper would
+                    // fork, and signals meant for the agent would reach the wrapper), inherited
+                    // by its watchdog and PostgreSQL. The wall clock only, as between real
+                    // hosts: each host's monotonic clock is its own anyway.
+                    let mut c = Command::new(HERD);
+                    c.arg("agent")
+                        .env("LD_PRELOAD", libfaketime())
+                        .env("FAKETIME", offset)
+                        .env("FAKETIME_DONT_FAKE_MONOTONIC", "1");
+                    c
+                }
+                None => {
+                    let mut c = Command::new(HERD);
+                    c.arg("agent");
+                    c
+                }
+            },
         };
         cmd.args(["--dcs", &self.dcs(), "--cluster", &self.cluster])
             .args(["--name", name])
@@ -351,6 +369,19 @@ impl Drop for Hosts {
             let _ = herd_pg::kill_server(&self.agent_dir(i).join("pgdata"));
         }
     }
+}
+
+/// libfaketime's thread-safe library (Debian's `faketime` package), for the clock-skew test.
+pub fn libfaketime() -> PathBuf {
+    let found = std::fs::read_dir("/usr/lib")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path().join("faketime/libfaketimeMT.so.1"))
+        .find(|p| p.exists());
+    found.unwrap_or_else(|| {
+        panic!("libfaketime is not installed: run scripts/install-deps (Debian's faketime)")
+    })
 }
 
 pub fn copy_dir(from: &Path, to: &Path) {
