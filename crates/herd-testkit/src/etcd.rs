@@ -78,8 +78,11 @@ impl EtcdCluster {
                 .args(["--initial-cluster", &initial.join(",")])
                 .args(["--initial-cluster-state", "new"])
                 .args(["--initial-cluster-token", "herd-test"])
-                // Fast elections; the shortest lease TTL follows from them (1.5 × election).
-                .args(["--heartbeat-interval", "50", "--election-timeout", "500"])
+                // etcd's own defaults (100 ms heartbeats, 1 s elections; the shortest lease TTL
+                // is 1.5 s): with 500 ms elections a loaded 2-core machine (three PostgreSQL
+                // servers, agents, fsyncs) missed heartbeats and etcd re-elected its leader
+                // every few seconds, which fenced primaries between renewals.
+                .args(["--heartbeat-interval", "100", "--election-timeout", "1000"])
                 // A member back from a partition must not depose a working leader with the
                 // terms it counted up alone (etcd 3.4 leaves pre-vote off; 3.5 turns it on).
                 .arg("--pre-vote")
