@@ -208,10 +208,20 @@ impl Node {
             .map_err(|e| AgentError::Io(e.to_string()))?;
         self.pg
             .hand_over(&self.cfg.pgdata().join("standby.signal"))?;
-        self.pg
-            .start(&self.cfg.pgdata(), &self.cfg.pg_log())
-            .await?;
-        Ok(())
+        // A standby accepts connections only once it replayed up to a consistent point, with
+        // WAL streamed through its slot, which the leader creates from this member's record in
+        // the store. Waiting here would stop the rounds that publish that record (after a
+        // partition it may have expired): wait briefly, then let the rounds go on while the
+        // server keeps starting (observed as not answering, then as a replica).
+        let dir = self.cfg.pgdata();
+        match self.pg.start_within(&dir, &self.cfg.pg_log(), 15).await {
+            Ok(()) => Ok(()),
+            Err(e) if herd_pg::postmaster_pid(&dir)?.is_some() => {
+                tracing::info!("PostgreSQL is still starting as a standby ({e}); going on");
+                Ok(())
+            }
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// Promotes the replica (the agent holds the leader lease).

@@ -150,6 +150,17 @@ impl Pg {
     /// Starts the server and waits until it accepts connections (or, for a standby, reaches a
     /// consistent state). The postmaster outlives Herd: it is not Herd's child process.
     pub async fn start(&self, datadir: &Path, logfile: &Path) -> Result<(), PgError> {
+        self.start_within(datadir, logfile, 120).await
+    }
+
+    /// As [`Pg::start`], waiting at most `wait_s` seconds for the server to accept
+    /// connections; when that runs out pg_ctl fails but leaves the server starting.
+    pub async fn start_within(
+        &self,
+        datadir: &Path,
+        logfile: &Path,
+        wait_s: u64,
+    ) -> Result<(), PgError> {
         let args = vec![
             "start".into(),
             "-D".into(),
@@ -158,11 +169,16 @@ impl Pg {
             path_arg(logfile),
             "-w".into(),
             "-t".into(),
-            "120".into(),
+            wait_s.to_string(),
             "-s".into(),
         ];
         match self
-            .run("pg_ctl", parent(datadir), &args, Duration::from_secs(130))
+            .run(
+                "pg_ctl",
+                parent(datadir),
+                &args,
+                Duration::from_secs(wait_s + 10),
+            )
             .await
         {
             Ok(_) => Ok(()),
