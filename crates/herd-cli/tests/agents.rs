@@ -25,7 +25,7 @@ async fn agents_fail_over_fence_and_rejoin_without_losing_writes() {
         (acked() > 20).then_some(())
     });
 
-    let rounds = fault_rounds();
+    let rounds = fault_rounds(5);
     for round in 1..=rounds {
         kill_primary(&mut hosts, &acked, round);
     }

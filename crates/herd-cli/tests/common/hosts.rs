@@ -20,13 +20,12 @@ pub const HERD: &str = env!("CARGO_BIN_EXE_herd");
 /// takes a store timeout of 1 s plus a live check, covers 4 s).
 pub const TTL_MS: u64 = 6000;
 
-/// How many times each fault is injected: 5 (the minimum), or
-/// `HERD_TEST_FAULT_ROUNDS` for a quicker local run.
-pub fn fault_rounds() -> u32 {
+/// How many times each fault is injected: `HERD_TEST_FAULT_ROUNDS`, else `default`.
+pub fn fault_rounds(default: u32) -> u32 {
     std::env::var("HERD_TEST_FAULT_ROUNDS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(5)
+        .unwrap_or(default)
         .max(1)
 }
 
