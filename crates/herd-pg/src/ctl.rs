@@ -263,28 +263,25 @@ impl Pg {
     /// Whether a stopped server's control file says it was last running in recovery
     /// ("in archive recovery", "shut down in recovery"): a standby, rather than a primary.
     pub async fn was_in_recovery(&self, datadir: &Path) -> Result<bool, PgError> {
-        let args = vec![path_arg(datadir)];
-        let out = self
-            .run(
-                "pg_controldata",
-                parent(datadir),
-                &args,
-                Duration::from_secs(30),
-            )
+        let state = self
+            .control_field(datadir, "Database cluster state:")
             .await?;
-        let state = out
-            .lines()
-            .find_map(|l| l.strip_prefix("Database cluster state:"))
-            .map(str::trim)
-            .ok_or_else(|| PgError::Protocol {
-                context: format!("pg_controldata {}", datadir.display()),
-                detail: "no database cluster state".into(),
-            })?;
         Ok(state.contains("recovery"))
     }
 
     /// The "Latest checkpoint location" of a stopped server's control file (`pg_controldata`).
     pub async fn latest_checkpoint(&self, datadir: &Path) -> Result<herd_core::Lsn, PgError> {
+        let value = self
+            .control_field(datadir, "Latest checkpoint location:")
+            .await?;
+        value.parse().map_err(|_| PgError::Protocol {
+            context: format!("pg_controldata {}", datadir.display()),
+            detail: format!("unreadable latest checkpoint location {value:?}"),
+        })
+    }
+
+    /// One field of `pg_controldata`'s output (its value, trimmed), by its label.
+    async fn control_field(&self, datadir: &Path, label: &str) -> Result<String, PgError> {
         let args = vec![path_arg(datadir)];
         let out = self
             .run(
@@ -295,11 +292,11 @@ impl Pg {
             )
             .await?;
         out.lines()
-            .find_map(|l| l.strip_prefix("Latest checkpoint location:"))
-            .and_then(|v| v.trim().parse().ok())
+            .find_map(|l| l.strip_prefix(label))
+            .map(|v| v.trim().to_string())
             .ok_or_else(|| PgError::Protocol {
                 context: format!("pg_controldata {}", datadir.display()),
-                detail: "no latest checkpoint location".into(),
+                detail: format!("no {label:?} line"),
             })
     }
 
