@@ -71,6 +71,9 @@ pub struct View {
     pub promised: bool,
     /// The last WAL position the leader published (async failover's lag bound).
     pub last_leader_lsn: Lsn,
+    /// PostgreSQL's log said lately that the upstream no longer has the WAL this standby
+    /// needs: it cannot catch up by streaming.
+    pub upstream_lacks_wal: bool,
 }
 
 /// The step an agent takes.
@@ -94,6 +97,9 @@ pub enum Step {
     Follow(String),
     /// pg_rewind onto the leader (re-clone when that fails), then follow it.
     Rejoin(String),
+    /// Clone the leader afresh (the data directory kept aside): the leader no longer has the
+    /// WAL this standby needs.
+    Reclone(String),
     /// Stop the server immediately: it must not accept another write.
     Fence(String),
     /// Switchover or failover: stop (cleanly, or fence when `immediate`) and give the lease up.
@@ -131,7 +137,14 @@ pub fn decide(view: &View) -> Step {
             (_, Some(l)) if view.was_primary => Step::Rejoin(l.into()),
             _ => Step::StartReplica,
         },
-        Local::NotAnswering => Step::Wait("PostgreSQL runs but does not answer".into()),
+        // A standby still starting (not yet consistent) whose upstream lost the WAL it needs
+        // never gets there.
+        Local::NotAnswering => match other_leader {
+            Some(l) if view.upstream_lacks_wal && store.members.iter().any(|m| m.name == l) => {
+                Step::Reclone(l.into())
+            }
+            _ => Step::Wait("PostgreSQL runs but does not answer".into()),
+        },
         Local::Primary => match leader {
             Some(l) if l == me => match &store.handover {
                 Some(h) if h.from == me => Step::StepDown {
@@ -151,6 +164,7 @@ pub fn decide(view: &View) -> Step {
             Some(l) if l == me => Step::Promote,
             Some(l) if view.was_primary => Step::Rejoin(l.into()),
             Some(l) if upstream.as_deref() != Some(l) => Step::Follow(l.into()),
+            Some(l) if !streaming && view.upstream_lacks_wal => Step::Reclone(l.into()),
             Some(l) if !streaming && view.not_streaming_for >= STUCK_REPLICA => {
                 Step::Rejoin(l.into())
             }

@@ -99,6 +99,7 @@ pub async fn run(
         secrets,
         upstream: None,
         fresh_secrets,
+        log_watch: crate::pglog::LogWatch::new(cfg.pg_log()),
     };
     let mut agent = Agent::new(node, store.clone(), deadline.clone(), shared, instance);
     let result = agent.run(shutdown).await;

@@ -20,6 +20,7 @@ pub mod api;
 pub mod config;
 pub mod launch;
 pub mod node;
+pub mod pglog;
 pub mod run;
 pub mod store;
 pub mod watchdog;

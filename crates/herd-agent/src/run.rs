@@ -155,6 +155,13 @@ impl Agent {
             }
             _ => self.not_streaming_since = None,
         }
+        match &observed.local {
+            Local::NotAnswering
+            | Local::Replica {
+                streaming: false, ..
+            } => self.node.log_watch.poll(),
+            _ => self.node.log_watch.reset(),
+        }
         if self.fence_at.is_some_and(|at| at <= Instant::now()) {
             // Past the deadline the watchdog has fenced the server: no extension can follow.
             self.fence_at = None;
@@ -179,6 +186,7 @@ impl Agent {
                 .promised_until
                 .is_some_and(|t| t > now),
             last_leader_lsn: self.last_leader_lsn,
+            upstream_lacks_wal: self.node.log_watch.upstream_lacks_wal(),
         };
         let step = decide(&view);
         self.log(&step);
@@ -370,6 +378,16 @@ impl Agent {
                 Some(m) => {
                     self.disarm();
                     self.node.rejoin(&m).await
+                }
+                None => Ok(()),
+            },
+            Step::Reclone(leader) => match member(&leader) {
+                Some(m) => {
+                    tracing::warn!(
+                        "{leader} no longer has the WAL this standby needs; cloning it afresh"
+                    );
+                    self.not_streaming_since = None;
+                    self.node.reclone(&m).await
                 }
                 None => Ok(()),
             },

@@ -125,9 +125,13 @@ pub struct AgentArgs {
     /// When the cluster is created: ANY k / FIRST k.
     #[arg(long, default_value = "ANY 1")]
     pub sync_standbys: String,
-    /// Directory of the PostgreSQL 15 server programs.
+    /// Directory of the PostgreSQL 15 server programs (overrides postgres.bindir).
     #[arg(long)]
     pub pg_bindir: Option<PathBuf>,
+    /// A herd.toml whose [postgres] section sets the server's settings (shared_buffers,
+    /// wal_keep_size, … — the same keys as for `herd up`); the defaults otherwise.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
 }
 
 fn absolute(p: &std::path::Path) -> anyhow::Result<PathBuf> {
@@ -142,10 +146,13 @@ pub async fn agent(args: AgentArgs) -> anyhow::Result<()> {
         sync_standbys: args.sync_standbys.parse()?,
         ..ClusterSettings::default()
     };
-    let postgres = herd_config::PostgresConfig {
-        bindir: args.pg_bindir.clone(),
-        ..Default::default()
+    let mut postgres = match &args.config {
+        Some(path) => herd_config::Config::load(path)?.postgres,
+        None => herd_config::PostgresConfig::default(),
     };
+    if args.pg_bindir.is_some() {
+        postgres.bindir = args.pg_bindir.clone();
+    }
     let cfg = AgentConfig {
         name: args.name.clone(),
         data_dir: absolute(&args.data_dir)?,

@@ -302,3 +302,104 @@ fn bad_starts_fail_clearly() {
     assert!(!out.status.success());
     assert!(err.contains("start etcd or check --dcs"), "{err}");
 }
+
+/// A replica away while its primary recycles the WAL it would need (its slot invalidated by
+/// `max_slot_wal_keep_size`, nothing kept by `wal_keep_size`) can never catch up by
+/// streaming: its agent reads "has already been removed" in PostgreSQL's log and clones the
+/// primary afresh, where it used to wait (or rewind) forever. The agents read their
+/// `[postgres]` settings from a herd.toml (`herd agent --config`), which this also checks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_whose_wal_is_gone_is_cloned_afresh() {
+    let mut hosts = Hosts::start_configured(
+        "[postgres]\nwal_keep_size = \"0\"\nmax_slot_wal_keep_size = \"32MB\"\n",
+    );
+    let p = hosts.primary().expect("a primary");
+    let r = (0..3).find(|&i| i != p).expect("a replica");
+    let Some(primary) = common::try_connect(&hosts.node_url(p)).await else {
+        panic!(
+            "the primary {} does not answer\n{}",
+            Hosts::name(p),
+            hosts.logs()
+        );
+    };
+    let shown: String = primary
+        .query_one("show wal_keep_size", &[])
+        .await
+        .expect("show")
+        .get(0);
+    assert_eq!(shown, "0", "the agent applies its herd.toml");
+    primary
+        .batch_execute("create table kept (id int primary key)")
+        .await
+        .expect("create");
+
+    // The replica goes away (agent and server), and the primary moves on by 6 segments.
+    let postmaster = hosts.postmaster(r).expect("postmaster pid");
+    hosts.signal_agent(r, Signal::SIGKILL);
+    let _ = kill(Pid::from_raw(postmaster), Signal::SIGKILL);
+    let _ = hosts.agents[r].take().map(|mut c| c.wait());
+    for i in 0..6 {
+        primary
+            .batch_execute(&format!(
+                "insert into kept values ({i}); select pg_switch_wal(); checkpoint"
+            ))
+            .await
+            .expect("switch");
+    }
+    let slot = format!(
+        "select wal_status from pg_replication_slots where slot_name = '{}'",
+        Hosts::name(r)
+    );
+    let status: Option<String> = primary
+        .query_opt(&slot, &[])
+        .await
+        .expect("slot")
+        .map(|row| row.get(0));
+    assert_eq!(
+        status.as_deref(),
+        Some("lost"),
+        "the replica's slot was invalidated"
+    );
+
+    hosts.start_agent(r);
+    herd_testkit::wait_until(
+        Duration::from_secs(120),
+        "the replica cloned afresh",
+        || {
+            let log =
+                std::fs::read_to_string(hosts.dir.path().join(format!("{}.log", Hosts::name(r))))
+                    .unwrap_or_default();
+            log.contains("cloning it afresh").then_some(())
+        },
+    );
+    // It streams again and has every row, those written while it was away included (its
+    // member record may say "replica" from before the clone: ask the server itself).
+    primary
+        .batch_execute("insert into kept values (100)")
+        .await
+        .expect("insert");
+    let url = hosts.node_url(r);
+    common::eventually(
+        Duration::from_secs(120),
+        "every row on the re-cloned replica",
+        || async {
+            match common::try_connect(&url).await {
+                Some(c) => c
+                    .query_one("select count(*) from kept", &[])
+                    .await
+                    .is_ok_and(|row| row.get::<_, i64>(0) == 7),
+                None => false,
+            }
+        },
+    )
+    .await;
+    hosts.wait_role(r, "replica", Duration::from_secs(60));
+    assert!(
+        hosts
+            .agent_dir(r)
+            .join("pgdata.failed")
+            .join("PG_VERSION")
+            .exists(),
+        "the old data directory is kept aside"
+    );
+}

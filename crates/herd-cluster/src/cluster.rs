@@ -176,6 +176,7 @@ impl Cluster {
             max_connections: pg.max_connections,
             work_mem: pg.work_mem.clone(),
             max_slot_wal_keep_size: pg.max_slot_wal_keep_size.clone(),
+            wal_keep_size: pg.wal_keep_size.clone(),
             wal_level: pg.wal_level.clone(),
             wal_compression: pg.wal_compression.clone(),
             synchronous_commit: self.config.cluster.commit_mode.synchronous_commit().into(),

@@ -110,6 +110,9 @@ pub struct PostgresConfig {
     pub work_mem: String,
     /// `max_slot_wal_keep_size`: WAL a slot may hold for an absent replica before it is dropped.
     pub max_slot_wal_keep_size: String,
+    /// `wal_keep_size`: WAL every server keeps regardless of slots, so a former primary can
+    /// rejoin by pg_rewind from a member promoted moments ago (whose slot for it is new).
+    pub wal_keep_size: String,
     /// `wal_level`: "replica", or "logical" for publications and logical replication slots
     /// (more WAL; takes effect at the next server restart).
     pub wal_level: String,
@@ -133,6 +136,7 @@ impl Default for PostgresConfig {
             max_connections: 100,
             work_mem: "4MB".into(),
             max_slot_wal_keep_size: "2GB".into(),
+            wal_keep_size: "256MB".into(),
             wal_level: "replica".into(),
             wal_compression: "off".into(),
         }

@@ -42,6 +42,8 @@ pub struct ServerSettings {
     pub work_mem: String,
     /// `max_slot_wal_keep_size`.
     pub max_slot_wal_keep_size: String,
+    /// `wal_keep_size`.
+    pub wal_keep_size: String,
     /// `wal_level` ("replica" or "logical").
     pub wal_level: String,
     /// `wal_compression` ("off", "pglz", "lz4" or "zstd").
@@ -99,6 +101,10 @@ pub fn render_server_conf(s: &ServerSettings) -> String {
     set("max_wal_senders", "16");
     set("max_replication_slots", "16");
     set("max_slot_wal_keep_size", &s.max_slot_wal_keep_size);
+    // A former primary rewound onto a member promoted moments ago replays from its last
+    // checkpoint before the fork; the new primary's slot for it is newer than that, so only
+    // kept WAL lets it stream (else it is cloned afresh).
+    set("wal_keep_size", &s.wal_keep_size);
     set("max_wal_size", "1GB");
     set("hot_standby", "on");
     set("hot_standby_feedback", "on");
@@ -211,6 +217,7 @@ mod tests {
             max_connections: 100,
             work_mem: "4MB".into(),
             max_slot_wal_keep_size: "2GB".into(),
+            wal_keep_size: "256MB".into(),
             wal_level: "replica".into(),
             wal_compression: "off".into(),
             synchronous_commit: "on".into(),

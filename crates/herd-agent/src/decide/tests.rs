@@ -42,6 +42,7 @@ fn view(me: &str, local: Local, store: Result<Store, String>) -> View {
         not_streaming_for: Duration::ZERO,
         promised: false,
         last_leader_lsn: Lsn(0),
+        upstream_lacks_wal: false,
     }
 }
 
@@ -165,6 +166,10 @@ fn replicas_follow_the_leader() {
     assert!(matches!(decide(&stuck), Step::Wait(_)));
     stuck.not_streaming_for = STUCK_REPLICA;
     assert_eq!(decide(&stuck), Step::Rejoin("a".into()));
+    // The leader no longer has the WAL it needs: a rewind cannot help, a fresh clone can.
+    stuck.not_streaming_for = Duration::ZERO;
+    stuck.upstream_lacks_wal = true;
+    assert_eq!(decide(&stuck), Step::Reclone("a".into()));
     // Having won the lease, the replica promotes.
     let won = store(Some("b"), vec![member("b", "replica", 9)], &["b"]);
     assert_eq!(decide(&view("b", replica(None, 9), Ok(won))), Step::Promote);
@@ -300,4 +305,39 @@ fn without_a_recorded_standby_only_the_last_leader_leads_again() {
         decide(&view("b", replica(None, 60), Ok(gone))),
         Step::Wait(_)
     ));
+}
+
+#[test]
+fn a_standby_that_cannot_get_its_wal_is_cloned_afresh() {
+    let led = store(
+        Some("a"),
+        vec![member("a", "primary", 10), member("b", "unreachable", 0)],
+        &["b"],
+    );
+    // Still starting (not consistent yet): waits, unless the leader lost the WAL it needs.
+    let mut starting = view("b", Local::NotAnswering, Ok(led.clone()));
+    assert!(matches!(decide(&starting), Step::Wait(_)));
+    starting.upstream_lacks_wal = true;
+    assert_eq!(decide(&starting), Step::Reclone("a".into()));
+    // Never without a live leader to clone from, nor from itself.
+    let gone = store(Some("a"), vec![member("b", "unreachable", 0)], &["b"]);
+    let mut orphan = view("b", Local::NotAnswering, Ok(gone));
+    orphan.upstream_lacks_wal = true;
+    assert!(matches!(decide(&orphan), Step::Wait(_)));
+    let mine = store(Some("b"), vec![member("b", "unreachable", 0)], &["b"]);
+    let mut own = view("b", Local::NotAnswering, Ok(mine));
+    own.upstream_lacks_wal = true;
+    assert!(matches!(decide(&own), Step::Wait(_)));
+    // A streaming replica is never re-cloned, whatever the log said.
+    let mut streaming = view(
+        "b",
+        Local::Replica {
+            upstream: Some("a".into()),
+            streaming: true,
+            lsn: Some(Lsn(9)),
+        },
+        Ok(led),
+    );
+    streaming.upstream_lacks_wal = true;
+    assert!(matches!(decide(&streaming), Step::Wait(_)));
 }

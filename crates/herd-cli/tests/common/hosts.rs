@@ -39,6 +39,8 @@ pub struct Hosts {
     /// Per host: a clock offset for libfaketime (`faketime -f OFFSET`, e.g. `+1h`) its agent
     /// (and so its watchdog and PostgreSQL) runs under from its next start.
     pub clock: Vec<Option<String>>,
+    /// A herd.toml every agent reads its `[postgres]` settings from (`--config`).
+    pub agent_config: Option<PathBuf>,
     /// The namespaces, when each host has its own (dropped last).
     pub lab: Option<Lab>,
 }
@@ -46,15 +48,20 @@ pub struct Hosts {
 impl Hosts {
     /// Three hosts on loopback.
     pub fn start() -> Hosts {
-        Self::start_with(None)
+        Self::start_with(None, None)
+    }
+
+    /// Three hosts on loopback whose agents read `herd_toml` (`herd agent --config`).
+    pub fn start_configured(herd_toml: &str) -> Hosts {
+        Self::start_with(None, Some(herd_toml))
     }
 
     /// Three hosts, each in its own network namespace of `lab`.
     pub fn start_in(lab: Lab) -> Hosts {
-        Self::start_with(Some(lab))
+        Self::start_with(Some(lab), None)
     }
 
-    fn start_with(lab: Option<Lab>) -> Hosts {
+    fn start_with(lab: Option<Lab>, herd_toml: Option<&str>) -> Hosts {
         let placements: Vec<Placement> = (0..3)
             .map(|i| match &lab {
                 Some(lab) => Placement {
@@ -69,14 +76,21 @@ impl Hosts {
             .collect();
         let etcd = EtcdCluster::start_on(&placements);
         let base = herd_testkit::free_port_block(10);
+        let dir = herd_testkit::scratch_dir();
+        let agent_config = herd_toml.map(|text| {
+            let path = dir.path().join("agent.toml");
+            std::fs::write(&path, text).expect("agent.toml");
+            path
+        });
         let mut hosts = Hosts {
             etcd,
-            dir: herd_testkit::scratch_dir(),
+            dir,
             base,
             agents: vec![None, None, None],
             proxy: None,
             cluster: format!("t{base}"),
             clock: vec![None, None, None],
+            agent_config,
             lab,
         };
         hosts.start_agent(0);
@@ -211,6 +225,9 @@ impl Hosts {
                 std::env::var("HERD_TEST_AGENT_LOG").unwrap_or_else(|_| "info".into()),
             )
             .stdin(Stdio::null());
+        if let Some(path) = &self.agent_config {
+            cmd.arg("--config").arg(path);
+        }
         cmd
     }
 
