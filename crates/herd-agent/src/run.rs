@@ -17,6 +17,16 @@ use crate::store::{Read, StoreClient};
 use crate::watchdog::Deadline;
 use crate::AgentError;
 
+/// The members' answer to a failsafe question.
+struct FailsafeAnswer {
+    /// Sent at (the extension counts from here).
+    asked_at: Instant,
+    /// How many were asked.
+    members: usize,
+    /// Every one confirmed that it cannot reach the store either.
+    confirmed: bool,
+}
+
 /// What the loop remembers between rounds.
 pub struct Agent {
     /// The local node.
@@ -108,8 +118,21 @@ impl Agent {
     }
 
     async fn round(&mut self) -> Result<(), AgentError> {
-        let observed = self.node.observe().await;
-        let mut read = self.store.read().await;
+        // The probe and the read run side by side; while this member leads with the store
+        // unreachable since the last round, so does the failsafe question: a round during an
+        // outage then lasts the longest of them, not their sum, and fits in the lease's slack.
+        let question = if self.fence_at.is_some() && !api::lock(&self.shared).store_reachable {
+            self.failsafe_question()
+        } else {
+            None
+        };
+        let (observed, mut read, answer) =
+            tokio::join!(self.node.observe(), self.store.read(), async move {
+                match question {
+                    Some(q) => Some(q.await),
+                    None => None,
+                }
+            });
         if let Ok(r) = &mut read {
             // This member claimed the creation but never finished it (it died during initdb):
             // it tries again.
@@ -170,7 +193,15 @@ impl Agent {
         // last probe of its server answered: a probe that failed once under load must not
         // cost the failsafe extension.
         if self.fence_at.is_some() && read.is_err() {
-            self.failsafe().await;
+            match answer {
+                Some(answer) => self.apply_failsafe(answer),
+                None => {
+                    if let Some(q) = self.failsafe_question() {
+                        let answer = q.await;
+                        self.apply_failsafe(answer);
+                    }
+                }
+            }
         }
         let now = Instant::now();
         let view = View {
@@ -274,13 +305,13 @@ impl Agent {
         Ok(())
     }
 
-    /// With the store unreachable: asks every known member to confirm it cannot reach the
-    /// store either; if all do, the primary may serve one more TTL (from before the question).
-    async fn failsafe(&mut self) {
+    /// With the store unreachable: the question to every known member whether it cannot reach
+    /// the store either (`None` when failsafe is off or a standby cannot be asked). Owns what
+    /// it needs, so it can run beside the round's probe and read.
+    fn failsafe_question(&self) -> Option<impl std::future::Future<Output = FailsafeAnswer>> {
         if !self.node.cfg.failsafe {
-            return;
+            return None;
         }
-        let asked_at = Instant::now();
         let me = &self.node.cfg.name;
         if let Some(unknown) = self
             .last_sync
@@ -288,7 +319,7 @@ impl Agent {
             .find(|s| *s != me && !self.known.contains_key(*s))
         {
             tracing::warn!("failsafe: standby {unknown} was never seen with an API address; cannot ask it, not serving on");
-            return;
+            return None;
         }
         let apis: Vec<String> = self
             .known
@@ -296,13 +327,31 @@ impl Agent {
             .filter(|(name, _)| *name != me)
             .map(|(_, api)| api.clone())
             .collect();
-        let count = apis.len();
-        if api::confirm_failsafe(apis, Duration::from_secs(1)).await {
-            let at = asked_at + self.node.cfg.ttl - self.node.cfg.safety_margin;
-            if self.fence_at.is_none_or(|old| old < at) {
-                self.arm(at);
-                tracing::warn!("failsafe: the store is unreachable; all {count} other members confirmed, serving on");
+        Some(async move {
+            let asked_at = Instant::now();
+            let members = apis.len();
+            let confirmed = api::confirm_failsafe(apis, Duration::from_secs(1)).await;
+            FailsafeAnswer {
+                asked_at,
+                members,
+                confirmed,
             }
+        })
+    }
+
+    /// If every member confirmed, the primary may serve one more TTL (less the margin) from
+    /// before the question: each promised not to race for the lease for one TTL after it.
+    fn apply_failsafe(&mut self, answer: FailsafeAnswer) {
+        if !answer.confirmed {
+            return;
+        }
+        let at = answer.asked_at + self.node.cfg.ttl - self.node.cfg.safety_margin;
+        if self.fence_at.is_none_or(|old| old < at) {
+            self.arm(at);
+            tracing::warn!(
+                "failsafe: the store is unreachable; all {} other members confirmed, serving on",
+                answer.members
+            );
         }
     }
 

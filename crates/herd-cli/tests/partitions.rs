@@ -1,7 +1,7 @@
 //! Partitions between real "hosts": three network namespaces joined by two bridges (a store
 //! network for etcd, a database network for PostgreSQL and the agents' APIs), each with an etcd
-//! member, a `herd agent` and its PostgreSQL; `herd proxy` and the checker outside. Faults, twice
-//! each (`HERD_TEST_FAULT_ROUNDS=5` for the five), with writes running: the primary's host cut
+//! member, a `herd agent` and its PostgreSQL; `herd proxy` and the checker outside. Faults, five
+//! times each (`HERD_TEST_FAULT_ROUNDS` for another count), with writes running: the primary's host cut
 //! off; the primary cut from the store only; the primary cut from its peers only; etcd's quorum
 //! lost for 30 s (failsafe). Checks: every
 //! acknowledged write survives, no two nodes ever accept writes at once, an isolated primary
@@ -78,10 +78,7 @@ async fn partitions_never_make_two_primaries_nor_lose_writes() {
     let acked = || record.lock().expect("record").acknowledged.len();
     hosts.wait_writes(&acked, "at first");
 
-    // Twice each in CI: at 5 rounds (HERD_TEST_FAULT_ROUNDS=5) the test still failed about one
-    // run in three on the 2-core machine, on liveness (a heal or failsafe taking too long), never
-    // on safety; until that is found, CI runs fewer heals.
-    let rounds = fault_rounds(2);
+    let rounds = fault_rounds(5);
     for round in 1..=rounds {
         host_cut(&hosts, &acked, round);
     }

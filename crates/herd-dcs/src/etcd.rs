@@ -273,14 +273,20 @@ impl EtcdDcs {
         }
         *since = None;
         drop(since);
-        let fresh = run_on(
-            self.runtime(),
-            self.timeout,
-            connect(self.endpoints.clone(), self.options.clone()),
+        // In the background: the call that noticed the trouble (an agent's round during an
+        // etcd outage, say) must not also wait for the new connection.
+        let (shared, endpoints, options) = (
+            self.client.clone(),
+            self.endpoints.clone(),
+            self.options.clone(),
         );
-        if let Ok(client) = fresh {
-            *self.client.lock().unwrap_or_else(|p| p.into_inner()) = client;
-        }
+        let timeout = self.timeout;
+        self.runtime().spawn(async move {
+            if let Ok(Ok(client)) = tokio::time::timeout(timeout, connect(endpoints, options)).await
+            {
+                *shared.lock().unwrap_or_else(|p| p.into_inner()) = client;
+            }
+        });
     }
 
     /// The lease key's (owner, etcd lease id, mod revision), when the key exists.
