@@ -365,8 +365,16 @@ async fn distributed_table_routed_by_key() {
         format!("{explained:?}").contains(&format!("shard group {ga}: the group that holds")),
         "{explained:?}"
     );
-    let refused = client
+    let everywhere = client
         .simple_query("select herd.explain('select * from orders')")
+        .await
+        .expect("herd.explain of a fan-out");
+    assert!(
+        format!("{everywhere:?}").contains("every shard group"),
+        "{everywhere:?}"
+    );
+    let refused = client
+        .simple_query("select herd.explain('select count(*) from orders')")
         .await
         .expect("herd.explain of a refused statement");
     assert!(
@@ -663,7 +671,8 @@ async fn distributed_table_routed_by_key() {
     assert_eq!(n.get::<_, i64>(0), 1);
 }
 
-/// `orders` is still distributed after a restart: read by key, refused without it.
+/// `orders` is still distributed after a restart: read by key, an aggregate over every group
+/// refused.
 async fn still_distributed(client: &tokio_postgres::Client) {
     let row = client
         .query_one("select v from orders where customer_id = $1", &[&57i64])
@@ -671,7 +680,7 @@ async fn still_distributed(client: &tokio_postgres::Client) {
         .expect("read by key after a restart");
     assert_eq!(row.get::<_, String>(0), "v57");
     let e = client
-        .simple_query("select * from orders")
+        .simple_query("select count(*) from orders")
         .await
         .expect_err("still distributed");
     assert_eq!(e.code(), Some(&SqlState::FEATURE_NOT_SUPPORTED));

@@ -14,6 +14,8 @@ pub struct ProcCatalog {
     map: HashMap<String, Volatility>,
     /// Unlogged tables, both `name` and `schema.name`.
     unlogged: HashSet<String>,
+    /// Names (both forms) some aggregate or window function has (`prokind` a or w).
+    aggregates: HashSet<String>,
 }
 
 impl FunctionCatalog for ProcCatalog {
@@ -31,7 +33,8 @@ impl ProcCatalog {
     pub async fn load(client: &Client) -> Result<ProcCatalog, tokio_postgres::Error> {
         let rows = client
             .query(
-                "select n.nspname::text, p.proname::text, p.provolatile::text \
+                "select n.nspname::text, p.proname::text, p.provolatile::text, \
+                 p.prokind in ('a', 'w') \
                  from pg_proc p join pg_namespace n on n.oid = p.pronamespace",
                 &[],
             )
@@ -44,6 +47,10 @@ impl ProcCatalog {
                 "s" => Volatility::Stable,
                 _ => Volatility::Volatile,
             };
+            if row.get::<_, bool>(3) {
+                catalog.aggregates.insert(format!("{schema}.{name}"));
+                catalog.aggregates.insert(name.clone());
+            }
             catalog.insert(format!("{schema}.{name}"), v);
             catalog.insert(name, v);
         }
@@ -59,6 +66,13 @@ impl ProcCatalog {
             catalog.note_unlogged(&schema, &name);
         }
         Ok(catalog)
+    }
+
+    /// Whether `name` (as written, possibly schema-qualified) may be an aggregate or window
+    /// function: true when some function of that name is one, or when the name is unknown
+    /// (created since the catalog was read).
+    pub fn may_be_aggregate(&self, name: &str) -> bool {
+        self.aggregates.contains(name) || !self.map.contains_key(name)
     }
 
     /// Records an unlogged table `schema.name`.

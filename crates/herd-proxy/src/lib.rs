@@ -11,6 +11,7 @@ pub mod cancel;
 pub mod catalog;
 pub mod client;
 mod error;
+pub mod merge;
 pub mod metrics;
 pub mod monitor;
 pub mod pool;

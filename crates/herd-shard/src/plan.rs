@@ -53,6 +53,12 @@ pub enum Plan {
     /// `COPY table TO STDOUT` of a distributed table: every group's rows, one group after
     /// the other.
     CopyOut(CopyOut),
+    /// A SELECT of distributed tables (joined on their keys, if several) not restricted to one
+    /// group: every group runs it and the proxy merges the rows (`herd_sql::fan_out` says how).
+    AllGroups {
+        /// The first distributed table it reads (for messages).
+        table: String,
+    },
     /// Not runnable on one group; the message says why (SQLSTATE 0A000).
     Refuse(String),
 }
@@ -275,6 +281,9 @@ fn plan_insert_select(
         Plan::Anywhere => None,
         Plan::Group { .. } => return spans("it reads a table that lives on shard group 0 only"),
         Plan::Refuse(why) => return Plan::Refuse(why),
+        Plan::AllGroups { .. } => return spans(
+            "the SELECT reads rows of several shard groups (no condition on the key of one group)",
+        ),
         _ => return spans("the SELECT cannot be placed"),
     };
     let key_group = match source.targets.get(index) {
@@ -343,18 +352,39 @@ fn plan_by_conditions(
     // Each distributed table's group: from a condition on its own key, or (joined on the key)
     // from a co-located table's.
     let mut group = None;
+    // A SELECT whose keys belong to several groups runs on all of them.
+    let mut spans = false;
     let mut resolved: Vec<(&TableRef, &str, KeyType, Option<u32>)> = Vec::new();
-    for (table, column, key_type) in distributed {
-        // The table's own reference in the top-level FROM (a table only read in a subquery or
-        // join cannot be tied to a condition here).
-        let Some(tref) = facts.tables.iter().find(|t| {
-            map.table(&t.name).is_some() && crate::qualified(&t.name) == crate::qualified(table)
-        }) else {
+    let same = |a: &str, b: &str| crate::qualified(a) == crate::qualified(b);
+    for (table, column, _) in distributed {
+        // Read in a subquery, CTE or set operation (also when read at the top level too): its
+        // rows there cannot be tied to a condition, nor to the group of the top level.
+        let top = facts.tables.iter().any(|t| same(&t.name, table));
+        let inner = facts
+            .inner_tables
+            .iter()
+            .any(|t| same(&t.name, table) && !facts.ctes.contains(&t.name));
+        if !top || inner {
             return Plan::Refuse(format!(
-                "distributed table {table} is read in a subquery, join or CTE; such queries span \
-                 shard groups (not supported yet): filter {table} by its key {column} at the top level"
+                "distributed table {table} is read in a subquery, join or CTE (or a UNION, \
+                 INTERSECT or EXCEPT); such queries span shard groups (not supported yet): filter \
+                 {table} by its key {column} at the top level"
             ));
-        };
+        }
+    }
+    // Each top-level reference of a distributed table (a self-join has two).
+    let refs: Vec<(&TableRef, &str, KeyType)> = facts
+        .tables
+        .iter()
+        .filter_map(|t| match map.table(&t.name) {
+            Some(TableKind::Distributed { column, key_type }) => {
+                Some((t, column.as_str(), *key_type))
+            }
+            _ => None,
+        })
+        .collect();
+    for (tref, column, key_type) in refs {
+        let table = tref.name.as_str();
         let only_one = facts.tables.len() == 1;
         let cond = facts.conditions.iter().find(|c| {
             c.column == *column
@@ -365,11 +395,15 @@ fn plan_by_conditions(
         });
         let mut own = None;
         for v in cond.map(|c| c.values.as_slice()).unwrap_or_default() {
-            let g = match value_group(v, *key_type, map, param) {
+            let g = match value_group(v, key_type, map, param) {
                 Ok(g) => g,
                 Err(why) => return Plan::Refuse(format!("{why} for {table}.{column}")),
             };
             if group.is_some_and(|x| x != g) {
+                if facts.kind == StmtKind::Select {
+                    spans = true;
+                    continue;
+                }
                 return Plan::Refuse(format!(
                     "the keys of this statement on {table} belong to several shard groups \
                      (not supported yet): query each key separately"
@@ -378,7 +412,7 @@ fn plan_by_conditions(
             group = Some(g);
             own = Some(g);
         }
-        resolved.push((tref, column, *key_type, own));
+        resolved.push((tref, column, key_type, own));
     }
     // Joined on the key to a table whose group is known: the same group (its joined rows have
     // the same key). Repeated so that chains of joins resolve.
@@ -409,7 +443,21 @@ fn plan_by_conditions(
             break;
         }
     }
-    if let Some((tref, column, _, _)) = resolved.iter().find(|r| r.3.is_none()) {
+    let unresolved = resolved.iter().find(|r| r.3.is_none());
+    if facts.kind == StmtKind::Select && (spans || unresolved.is_some()) {
+        return match not_colocated(facts, &resolved) {
+            None => Plan::AllGroups {
+                table: distributed[0].0.to_string(),
+            },
+            Some(table) => Plan::Refuse(format!(
+                "distributed table {table} is not joined on its shard key to the other distributed \
+                 tables of this query, so matching rows may live on different shard groups (a join \
+                 on a non-key column between distributed tables is not supported): join them on \
+                 their keys, or make {table} a reference table"
+            )),
+        };
+    }
+    if let Some((tref, column, _, _)) = unresolved {
         let table = &tref.name;
         return Plan::Refuse(format!(
             "this statement on distributed table {table} has no condition on its shard key \
@@ -422,6 +470,50 @@ fn plan_by_conditions(
         group: group.unwrap_or(0),
         reason: "key",
     }
+}
+
+/// The first distributed table not linked to the first one by equalities of shard keys of
+/// the same hash (directly or through others): its rows may meet rows of another group.
+fn not_colocated<'a>(
+    facts: &KeyFacts,
+    resolved: &[(&'a TableRef, &str, KeyType, Option<u32>)],
+) -> Option<&'a str> {
+    let mut linked = vec![false; resolved.len()];
+    if let Some(first) = linked.first_mut() {
+        *first = true;
+    }
+    let is_key = |c: &herd_sql::ColumnName, t: &TableRef, col: &str| {
+        c.1 == col && c.0.as_deref().is_some_and(|q| names(t, q))
+    };
+    loop {
+        let mut changed = false;
+        for i in 0..resolved.len() {
+            if linked[i] {
+                continue;
+            }
+            let (t, col, ty, _) = resolved[i];
+            let joined = resolved.iter().enumerate().any(|(j, (u, ucol, uty, _))| {
+                linked[j]
+                    && same_hash(ty, *uty)
+                    && facts.equalities.iter().any(|(a, b)| {
+                        (is_key(a, t, col) && is_key(b, u, ucol))
+                            || (is_key(b, t, col) && is_key(a, u, ucol))
+                    })
+            });
+            if joined {
+                linked[i] = true;
+                changed = true;
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    resolved
+        .iter()
+        .zip(&linked)
+        .find(|(_, l)| !**l)
+        .map(|((t, ..), _)| t.name.as_str())
 }
 
 /// `qualifier` names the table reference `t` (its alias, or its name when it has none).

@@ -95,6 +95,9 @@ pub struct KeyFacts {
     pub nested: bool,
     /// Names of the statement's common table expressions (`WITH name AS …`): not tables.
     pub ctes: Vec<String>,
+    /// SELECT, UPDATE, DELETE: tables read anywhere but the top level (subqueries, CTEs, set
+    /// operations), one entry per reference — a table may be both here and in `tables`.
+    pub inner_tables: Vec<TableRef>,
     /// For other statements, the parse node's kind (`IndexStmt`, `AlterTableStmt`,
     /// `TruncateStmt`, `DropStmt` …).
     pub utility: Option<String>,
@@ -163,6 +166,7 @@ fn facts_of(node: &Value) -> KeyFacts {
         set_columns: Vec::new(),
         nested: false,
         ctes: Vec::new(),
+        inner_tables: Vec::new(),
         utility: None,
         concurrent: false,
         drop_type: None,
@@ -186,6 +190,7 @@ fn facts_of(node: &Value) -> KeyFacts {
     if let Some(s) = node.get("SelectStmt") {
         f.kind = StmtKind::Select;
         select(s, &mut f);
+        f.inner_tables = inner_tables(s, &f.tables);
     } else if let Some(s) = node.get("InsertStmt") {
         f.kind = StmtKind::Insert;
         f.tables.extend(range_var(&s["relation"]));
@@ -231,12 +236,14 @@ fn facts_of(node: &Value) -> KeyFacts {
         from_list(&s["from_clause"], &mut f);
         f.nested |= !s["with_clause"].is_null() || contains_sublink(&s["target_list"]);
         where_clause(&s["where_clause"], &mut f);
+        f.inner_tables = inner_tables(s, &f.tables);
     } else if let Some(s) = node.get("DeleteStmt") {
         f.kind = StmtKind::Delete;
         f.tables.extend(range_var(&s["relation"]));
         from_list(&s["using_clause"], &mut f);
         f.nested |= !s["with_clause"].is_null();
         where_clause(&s["where_clause"], &mut f);
+        f.inner_tables = inner_tables(s, &f.tables);
     } else {
         if let Some((kind, body)) = node.as_object().and_then(|m| m.iter().next()) {
             f.utility = Some(kind.clone());
@@ -322,6 +329,18 @@ fn copy_facts(c: &Value) -> CopyFacts {
         }
     }
     facts
+}
+
+/// Every table reference of `stmt` but those of `top` (one removed per occurrence).
+fn inner_tables(stmt: &Value, top: &[TableRef]) -> Vec<TableRef> {
+    let mut all = Vec::new();
+    all_range_vars(stmt, &mut all);
+    for t in top {
+        if let Some(i) = all.iter().position(|a| a == t) {
+            all.remove(i);
+        }
+    }
+    all
 }
 
 fn all_range_vars(v: &Value, out: &mut Vec<TableRef>) {

@@ -15,6 +15,7 @@
 mod cache;
 mod calls;
 mod classify;
+mod fanout;
 mod keys;
 mod route;
 mod session;
@@ -24,6 +25,7 @@ mod walk;
 pub use cache::{CacheStats, ClassifierCache};
 pub use calls::{dropped_roles, herd_call};
 pub use classify::classify;
+pub use fanout::{fan_out, Bound, FanOut, SortColumn, SortKey};
 pub use keys::{
     key_facts, ColumnName, Condition, CopyFacts, KeyExpr, KeyFacts, StmtKind, TableRef, Target,
 };

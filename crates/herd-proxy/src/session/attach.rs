@@ -83,6 +83,10 @@ impl Session {
                     self.copy_out(&unit, copy).await?;
                     return Ok(true);
                 }
+                Ok(super::shard::UnitRoute::FanOut(plan)) => {
+                    self.fan_out(&unit, plan).await?;
+                    return Ok(true);
+                }
                 Err(e) => {
                     self.reply_error(&e, &unit).await?;
                     return Ok(true);

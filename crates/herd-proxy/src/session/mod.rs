@@ -9,6 +9,7 @@
 mod attach;
 mod copy;
 mod copy_out;
+mod fan_out;
 mod relay;
 mod shard;
 mod startup;

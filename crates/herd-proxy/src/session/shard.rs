@@ -41,7 +41,16 @@ pub(super) enum UnitRoute {
     Role(&'static str),
     /// DDL outside a transaction, group after group (and its undo where it ran, on failure).
     EachGroup(&'static str, String),
+    /// A SELECT every group answers, merged.
+    FanOut(herd_sql::FanOut),
 }
+
+/// Why a SELECT across shard groups must come alone, outside a transaction block.
+pub(super) const FAN_OUT_ALONE: &str =
+    "a SELECT that reads distributed tables on every shard group \
+     runs outside a transaction block (and not in session pooling), as the only statement of \
+     its query string or of its Bind/Execute: send it alone, or add a condition on the shard key \
+     (cross-group reads inside transactions are not supported yet)";
 
 impl Session {
     /// The shard map of the session's database when the cluster has several groups and
@@ -75,9 +84,11 @@ impl Session {
         let mut rest = unit;
         while let Some((frame, used)) = split_frame(rest, usize::MAX)? {
             rest = &rest[used..];
+            let text: Vec<u8>;
             let plan = match frame.tag {
                 tag::QUERY => {
                     let sql = Query::decode(frame.body)?.sql;
+                    text = sql.to_vec();
                     match self.drop_index_plan(&map, sql).await? {
                         Some(p) => p,
                         None => plan_sql(&self.ctx, &map, sql, &[]),
@@ -93,12 +104,39 @@ impl Session {
                     let Some(sql) = self.bound_sql(&parsed, b.statement) else {
                         continue;
                     };
-                    plan_sql(&self.ctx, &map, &sql, &bind_params(b.rest))
+                    let plan = plan_sql(&self.ctx, &map, &sql, &bind_params(b.rest));
+                    text = sql;
+                    plan
                 }
                 _ => continue,
             };
             match plan {
                 Plan::Anywhere => {}
+                Plan::AllGroups { table } => {
+                    let alone = group.is_none()
+                        && match frame.tag {
+                            tag::QUERY => rest.is_empty(),
+                            _ => single_bind(unit),
+                        };
+                    if !alone || self.pending_begin.is_some() {
+                        return Err(not_supported(FAN_OUT_ALONE.into()));
+                    }
+                    let catalog = self.ctx.catalog();
+                    let shape = herd_sql::fan_out(&String::from_utf8_lossy(&text), &|name| {
+                        catalog.may_be_aggregate(name)
+                    })
+                    .map_err(|why| {
+                        not_supported(format!(
+                            "{why} ({table} is distributed: add a condition on its shard key to \
+                             read one group)"
+                        ))
+                    })?;
+                    self.ctx.metrics.inc_labels(
+                        "herd_shard_routed_total",
+                        &[("group", "all"), ("reason", "fan_out")],
+                    );
+                    return Ok(UnitRoute::FanOut(shape));
+                }
                 Plan::Refuse(why) => return Err(not_supported(why)),
                 Plan::Everywhere(_)
                 | Plan::EachGroup { .. }
@@ -358,6 +396,18 @@ impl Session {
                 "every shard group: each group's rows in turn, as one COPY (each group's rows as \
                  of its own snapshot)"
                     .into()
+            }
+            Plan::AllGroups { .. } => {
+                let catalog = self.ctx.catalog();
+                match herd_sql::fan_out(sql, &|name| catalog.may_be_aggregate(name)) {
+                    Ok(f) if f.sort.is_empty() => "every shard group: the rows of all groups \
+                         together (alone, outside a transaction block)"
+                        .into(),
+                    Ok(_) => "every shard group: each group's rows sorted there, merged in order \
+                         by the proxy (alone, outside a transaction block)"
+                        .into(),
+                    Err(why) => format!("refused with 0A000: {why}"),
+                }
             }
             Plan::Refuse(why) => format!("refused with 0A000: {why}"),
         })

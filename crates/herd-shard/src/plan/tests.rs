@@ -270,35 +270,7 @@ fn routes_single_key_statements() {
 #[test]
 fn refuses_what_spans_groups_or_cannot_be_told() {
     let (a, b) = split_keys();
-    // A join of two distributed tables on different keys' groups.
-    assert!(refused(
-        &run(
-            &format!("select * from orders o join items i on i.customer_id = o.customer_id where o.customer_id = {a} and i.customer_id = {b}"),
-            &[]
-        ),
-        "several shard groups"
-    ));
     let cases: Vec<(String, Vec<Option<&str>>, &str)> = vec![
-        (
-            "select * from orders".into(),
-            vec![],
-            "no condition on its shard key",
-        ),
-        (
-            "select * from orders where v = 1".into(),
-            vec![],
-            "no condition on its shard key",
-        ),
-        (
-            format!("select * from orders where customer_id = {a} or customer_id = {b}"),
-            vec![],
-            "no condition",
-        ),
-        (
-            format!("select * from orders where customer_id in ({a}, {b})"),
-            vec![],
-            "several shard groups",
-        ),
         (
             format!("insert into orders (customer_id) values ({a}), ({b})"),
             vec![],
@@ -322,7 +294,7 @@ fn refuses_what_spans_groups_or_cannot_be_told() {
         (
             "insert into orders (customer_id, v) select customer_id, v from items".into(),
             vec![],
-            "no condition",
+            "several shard groups",
         ),
         (
             format!("insert into orders (customer_id, v) select email, v from users where email = 'x' and {a} = {a}"),
@@ -389,22 +361,7 @@ fn refuses_what_spans_groups_or_cannot_be_told() {
         (
             "select * from orders, items where customer_id = 1".into(),
             vec![],
-            "no condition",
-        ),
-        (
-            "select * from orders where customer_id = any($1)".into(),
-            vec![Some("{1,2}")],
-            "no condition",
-        ),
-        (
-            format!("select * from orders where customer_id = {a} or customer_id = {b}"),
-            vec![],
-            "no condition",
-        ),
-        (
-            format!("select * from orders where customer_id > {a}"),
-            vec![],
-            "no condition",
+            "not joined on its shard key",
         ),
         (
             "select * from orders where customer_id = $1".into(),
@@ -416,27 +373,17 @@ fn refuses_what_spans_groups_or_cannot_be_told() {
             vec![],
             "subquery, join or CTE",
         ),
-        // Joined, but not on the key, or on a key of another hash, or restricted only in
-        // an outer join's ON (which keeps every row of the other side).
+        // Joined, but not on the key, or on a key of another hash: their rows may meet on
+        // different groups.
         (
             format!("select * from orders o join items i on i.v = o.customer_id where o.customer_id = {a}"),
             vec![],
-            "no condition",
+            "not joined on its shard key",
         ),
         (
             format!("select * from orders o join users u on u.email = o.v where o.customer_id = {a}"),
             vec![],
-            "no condition",
-        ),
-        (
-            format!("select * from orders o left join items i on i.customer_id = o.customer_id and i.customer_id = {a}"),
-            vec![],
-            "no condition",
-        ),
-        (
-            "select * from orders o join items i on i.customer_id = o.customer_id".into(),
-            vec![],
-            "no condition",
+            "not joined on its shard key",
         ),
         (
             "drop table orders, plain_table".into(),
@@ -468,4 +415,74 @@ fn refuses_what_spans_groups_or_cannot_be_told() {
         let got = run(&sql, &params);
         assert!(refused(&got, needle), "{sql}: {got:?}");
     }
+}
+
+#[test]
+fn selects_not_restricted_to_one_group_run_on_every_group() {
+    let (a, b) = split_keys();
+    for (sql, params) in [
+        ("select * from orders".to_string(), vec![]),
+        ("select * from orders where v = 1".into(), vec![]),
+        (format!("select * from orders where customer_id = {a} or customer_id = {b}"), vec![]),
+        (format!("select * from orders where customer_id in ({a}, {b})"), vec![]),
+        ("select * from orders where customer_id = any($1)".into(), vec![Some("{1,2}")]),
+        (format!("select * from orders where customer_id > {a}"), vec![]),
+        // Co-located: joined on the key (an outer join's ON restricts only the other side).
+        ("select * from orders o join items i on i.customer_id = o.customer_id".into(), vec![]),
+        (format!("select * from orders o left join items i on i.customer_id = o.customer_id and i.customer_id = {a}"), vec![]),
+        (format!("select * from orders o join items i on i.customer_id = o.customer_id where o.customer_id = {a} and i.customer_id = {b}"), vec![]),
+        // With a reference table, which every group holds.
+        ("select * from orders o join countries c on c.id = o.v::int".into(), vec![]),
+    ] {
+        let got = run(&sql, &params);
+        assert!(matches!(got, Plan::AllGroups { .. }), "{sql}: {got:?}");
+    }
+    // Writes never fan out here (Sharding II's distributed writes are not built).
+    assert!(refused(
+        &run("delete from orders where v = 1", &[]),
+        "no condition"
+    ));
+}
+
+#[test]
+fn each_reference_of_a_table_counts() {
+    let (a, _) = split_keys();
+    // A self-join not on the key: rows of one group meet rows of every other.
+    for sql in [
+        format!("select * from orders a join orders b on a.v = b.v where a.customer_id = {a}"),
+        "select * from orders a join orders b on a.v = b.v".to_string(),
+    ] {
+        assert!(
+            refused(&run(&sql, &[]), "not joined on its shard key")
+                || refused(&run(&sql, &[]), "no condition"),
+            "{sql}: {:?}",
+            run(&sql, &[])
+        );
+    }
+    // Read again in a subquery: that read needs every group.
+    for sql in [
+        format!("select * from orders where customer_id = {a} and v in (select v from orders)"),
+        format!("delete from orders where customer_id = {a} and v in (select v from orders)"),
+        "select * from orders where v in (select v from orders)".to_string(),
+    ] {
+        assert!(
+            refused(&run(&sql, &[]), "subquery"),
+            "{sql}: {:?}",
+            run(&sql, &[])
+        );
+    }
+    // A self-join on the key stays on the key's group, or fans out without a key.
+    let on_key = run(
+        &format!("select * from orders a join orders b on b.customer_id = a.customer_id where a.customer_id = {a}"),
+        &[],
+    );
+    assert!(
+        matches!(on_key, Plan::Group { reason: "key", .. }),
+        "{on_key:?}"
+    );
+    let all = run(
+        "select * from orders a join orders b on b.customer_id = a.customer_id",
+        &[],
+    );
+    assert!(matches!(all, Plan::AllGroups { .. }), "{all:?}");
 }

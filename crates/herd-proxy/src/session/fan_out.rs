@@ -1,0 +1,648 @@
+//! A SELECT that every shard group answers (planned by `herd_sql::fan_out`): the statement
+//! goes to every group's primary at once, and the client sees one result — group 0's
+//! RowDescription without the hidden sort columns, the rows concatenated or merged in sort
+//! order (a k-way merge that pulls from each group only as its rows are needed), OFFSET and
+//! LIMIT applied to the merged stream, one CommandComplete with the total. Runs outside a
+//! transaction block, through the simple or the extended protocol (one Bind and Execute per
+//! message batch). Each group reads at its own snapshot: the groups are not read at one
+//! instant (a cross-group snapshot needs distributed transactions).
+
+use std::sync::Arc;
+
+use herd_sql::{Bound, FanOut, SortColumn};
+use herd_wire::frontend::{tag, Bind, Describe, Execute, Parse, Query, KIND_STATEMENT};
+use herd_wire::{encode, split_frame};
+
+use super::state::{Statement, Unnamed};
+use super::Session;
+use crate::analysis::analyze;
+use crate::merge::{self, KeyOrder, SortValue};
+use crate::pool::Lease;
+use crate::server::server_error;
+use crate::ProxyError;
+
+/// Output is written to the client in pieces of about this size.
+const FLUSH_BYTES: usize = 64 * 1024;
+
+/// SQLSTATE of what the merge cannot answer (feature_not_supported).
+const NOT_SUPPORTED: &str = "0A000";
+
+fn not_supported(message: String) -> ProxyError {
+    ProxyError::Server {
+        code: NOT_SUPPORTED.into(),
+        message,
+    }
+}
+
+/// The client's message batch, as far as a fan-out cares.
+#[derive(Default)]
+struct Batch {
+    /// A simple Query (else the extended protocol).
+    simple: bool,
+    /// Parses of the batch, in order (answered with ParseComplete each).
+    parses: Vec<(Vec<u8>, Vec<u8>, Vec<u32>)>,
+    /// The Bind's statement name and its parameters and result formats, unparsed.
+    bind: Option<(Vec<u8>, Vec<u8>)>,
+    /// Describe of the statement before the Bind (ParameterDescription + RowDescription).
+    describe_statement: bool,
+    /// Describe of the portal (RowDescription).
+    describe_portal: bool,
+    /// Ends with Sync (ReadyForQuery owed).
+    sync: bool,
+}
+
+/// One group's answer as it is read.
+struct Stream {
+    lease: Lease,
+    /// Its ReadyForQuery was read.
+    done: bool,
+    /// Its CommandComplete (or an error) was read: no more rows.
+    rows_done: bool,
+}
+
+impl Stream {
+    /// The next message, or `None` once ReadyForQuery was read.
+    async fn next(&mut self) -> Result<Option<(u8, Vec<u8>)>, ProxyError> {
+        if self.done {
+            return Ok(None);
+        }
+        let (t, body) = self.lease.conn.next_message().await?;
+        if t == b'Z' {
+            self.done = true;
+        }
+        Ok(Some((t, body)))
+    }
+
+    /// The next DataRow, `None` after the rows (errors are returned).
+    async fn next_row(&mut self) -> Result<Option<Vec<u8>>, ProxyError> {
+        while !self.rows_done {
+            match self.next().await? {
+                Some((b'D', body)) => return Ok(Some(body)),
+                Some((b'C', _)) | None => self.rows_done = true,
+                Some((b'E', body)) => {
+                    self.rows_done = true;
+                    return Err(server_error(&body));
+                }
+                Some(_) => {}
+            }
+        }
+        Ok(None)
+    }
+
+    /// Reads up to ReadyForQuery, so the connection can go back to its pool.
+    async fn drain(&mut self) -> Result<(), ProxyError> {
+        while self.next().await?.is_some() {}
+        Ok(())
+    }
+}
+
+/// A DataRow's values (`None`: NULL).
+fn row_values(body: &[u8]) -> Result<Vec<Option<&[u8]>>, ProxyError> {
+    let bad = || ProxyError::Protocol("malformed DataRow from a shard group".into());
+    let count = u16::from_be_bytes([
+        *body.first().ok_or_else(bad)?,
+        *body.get(1).ok_or_else(bad)?,
+    ]);
+    let mut at = 2;
+    let mut values = Vec::with_capacity(count as usize);
+    for _ in 0..count {
+        let len = i32::from_be_bytes(
+            body.get(at..at + 4)
+                .ok_or_else(bad)?
+                .try_into()
+                .map_err(|_| bad())?,
+        );
+        at += 4;
+        if len < 0 {
+            values.push(None);
+        } else {
+            let end = at + len as usize;
+            values.push(Some(body.get(at..end).ok_or_else(bad)?));
+            at = end;
+        }
+    }
+    Ok(values)
+}
+
+/// A RowDescription's fields: the raw bytes of each, with its table OID, column number,
+/// type OID and format code.
+struct Field {
+    raw: Vec<u8>,
+    table: u32,
+    column: i16,
+    type_oid: u32,
+    format: i16,
+}
+
+fn fields(body: &[u8]) -> Result<Vec<Field>, ProxyError> {
+    let bad = || ProxyError::Protocol("malformed RowDescription from a shard group".into());
+    let count = u16::from_be_bytes([
+        *body.first().ok_or_else(bad)?,
+        *body.get(1).ok_or_else(bad)?,
+    ]);
+    let mut at = 2;
+    let mut out = Vec::with_capacity(count as usize);
+    for _ in 0..count {
+        let name_end = at
+            + body
+                .get(at..)
+                .ok_or_else(bad)?
+                .iter()
+                .position(|b| *b == 0)
+                .ok_or_else(bad)?;
+        let fixed = body.get(name_end + 1..name_end + 19).ok_or_else(bad)?;
+        let u32_at =
+            |i: usize| u32::from_be_bytes([fixed[i], fixed[i + 1], fixed[i + 2], fixed[i + 3]]);
+        let i16_at = |i: usize| i16::from_be_bytes([fixed[i], fixed[i + 1]]);
+        out.push(Field {
+            raw: body[at..name_end + 19].to_vec(),
+            table: u32_at(0),
+            column: i16_at(4),
+            type_oid: u32_at(6),
+            format: i16_at(16),
+        });
+        at = name_end + 19;
+    }
+    Ok(out)
+}
+
+/// A RowDescription of the first `keep` fields.
+fn row_description(out: &mut Vec<u8>, fields: &[Field], keep: usize) {
+    let mut body = Vec::new();
+    body.extend_from_slice(&(keep as u16).to_be_bytes());
+    for f in fields.iter().take(keep) {
+        body.extend_from_slice(&f.raw);
+    }
+    out.push(b'T');
+    out.extend_from_slice(&((body.len() + 4) as u32).to_be_bytes());
+    out.extend_from_slice(&body);
+}
+
+/// A DataRow of the first `keep` values.
+fn data_row(out: &mut Vec<u8>, values: &[Option<&[u8]>], keep: usize) {
+    let start = out.len();
+    out.push(b'D');
+    out.extend_from_slice(&[0, 0, 0, 0]);
+    out.extend_from_slice(&(keep as u16).to_be_bytes());
+    for v in values.iter().take(keep) {
+        match v {
+            None => out.extend_from_slice(&(-1i32).to_be_bytes()),
+            Some(b) => {
+                out.extend_from_slice(&(b.len() as i32).to_be_bytes());
+                out.extend_from_slice(b);
+            }
+        }
+    }
+    let len = (out.len() - start - 1) as u32;
+    out[start + 1..start + 5].copy_from_slice(&len.to_be_bytes());
+}
+
+/// A LIMIT/OFFSET's value (NULL or a missing parameter: no bound).
+fn bound_value(
+    bound: Option<Bound>,
+    params: &[herd_shard::ParamValue],
+) -> Result<Option<u64>, ProxyError> {
+    let n = match bound {
+        None => return Ok(None),
+        Some(Bound::Const(n)) => n,
+        Some(Bound::Param(p)) => match params.get(p as usize - 1) {
+            Some(herd_shard::ParamValue::Text(t)) => std::str::from_utf8(t)
+                .ok()
+                .and_then(|t| t.trim().parse().ok())
+                .ok_or_else(|| {
+                    not_supported("LIMIT or OFFSET parameter is not an integer".into())
+                })?,
+            Some(herd_shard::ParamValue::Binary(b)) if b.len() == 8 => {
+                i64::from_be_bytes(b.as_slice().try_into().unwrap_or_default())
+            }
+            Some(herd_shard::ParamValue::Binary(b)) if b.len() == 4 => i64::from(
+                i32::from_be_bytes(b.as_slice().try_into().unwrap_or_default()),
+            ),
+            _ => return Ok(None),
+        },
+    };
+    if n < 0 {
+        return Err(ProxyError::Server {
+            code: "2201W".into(),
+            message: "LIMIT must not be negative".into(),
+        });
+    }
+    Ok(Some(n as u64))
+}
+
+impl Session {
+    /// Runs the SELECT of `unit` on every group and answers with the merged rows.
+    pub(super) async fn fan_out(&mut self, unit: &[u8], plan: FanOut) -> Result<(), ProxyError> {
+        let batch = match self.fan_out_batch(unit) {
+            Ok(b) => b,
+            Err(e) => return self.reply_error(&e, unit).await,
+        };
+        let params = batch
+            .bind
+            .as_ref()
+            .map(|(_, rest)| super::shard::bind_params(rest))
+            .unwrap_or_default();
+        let (limit, offset) = match (
+            bound_value(plan.limit, &params),
+            bound_value(plan.offset, &params),
+        ) {
+            (Ok(l), Ok(o)) => (l, o.unwrap_or(0)),
+            (Err(e), _) | (_, Err(e)) => return self.reply_error(&e, unit).await,
+        };
+        let request = match self.group_request(&batch, &plan) {
+            Ok(r) => r,
+            Err(e) => return self.reply_error(&e, unit).await,
+        };
+        let leases = match self.primary_leases().await {
+            Ok(l) => l,
+            Err(e) => return self.reply_error(&e, unit).await,
+        };
+        let mut streams: Vec<Stream> = leases
+            .into_iter()
+            .map(|lease| Stream {
+                lease,
+                done: false,
+                rows_done: false,
+            })
+            .collect();
+        let mut sent = Ok(());
+        for s in &mut streams {
+            if sent.is_ok() {
+                sent = s.lease.conn.send(&request).await;
+            } else {
+                // Never sent: nothing to read.
+                s.done = true;
+            }
+        }
+        // What the client is still owed goes first.
+        let mut out = self.out.pending().to_vec();
+        self.out.clear();
+        let outcome = match sent {
+            Ok(()) => {
+                self.merge(&mut streams, &batch, &plan, (limit, offset), &mut out)
+                    .await
+            }
+            Err(e) => Err(e),
+        };
+        // Every connection read to its ReadyForQuery goes back to its pool; one that failed
+        // mid-answer is closed.
+        let mut drained = Ok(());
+        for mut s in streams {
+            match s.drain().await {
+                Ok(()) => s.lease.release(),
+                Err(e) => drained = drained.and(Err(e)),
+            }
+        }
+        match drained.and(outcome) {
+            Ok(rows) => {
+                encode::command_complete(&mut out, &format!("SELECT {rows}"))?;
+                if batch.simple || batch.sync {
+                    encode::ready_for_query(&mut out, b'I')?;
+                }
+                self.ctx.metrics.inc("herd_shard_fan_out_total", "");
+                self.write_client(&out).await
+            }
+            Err(e) => {
+                // As from one server: what was answered before the error, then the error.
+                self.write_client(&out).await?;
+                self.reply_error(&e, unit).await
+            }
+        }
+    }
+
+    /// Reads the client's batch: what it sent, and the Parses it brings (remembered, as a
+    /// server would, for later Binds).
+    fn fan_out_batch(&mut self, unit: &[u8]) -> Result<Batch, ProxyError> {
+        let mut batch = Batch::default();
+        let mut rest = unit;
+        while let Some((frame, used)) = split_frame(rest, usize::MAX)? {
+            rest = &rest[used..];
+            match frame.tag {
+                tag::QUERY => {
+                    let _ = Query::decode(frame.body)?;
+                    batch.simple = true;
+                }
+                tag::PARSE => {
+                    let p = Parse::decode(frame.body)?;
+                    batch
+                        .parses
+                        .push((p.name.to_vec(), p.query.to_vec(), p.param_types.clone()));
+                }
+                tag::BIND => {
+                    let b = Bind::decode(frame.body)?;
+                    batch.bind = Some((b.statement.to_vec(), b.rest.to_vec()));
+                }
+                tag::DESCRIBE => {
+                    if Describe::decode(frame.body)?.kind == KIND_STATEMENT {
+                        batch.describe_statement = true;
+                    } else {
+                        batch.describe_portal = true;
+                    }
+                }
+                tag::EXECUTE if Execute::decode(frame.body)?.max_rows != 0 => {
+                    return Err(not_supported(
+                        "a SELECT across shard groups is fetched whole: Execute with a row \
+                         limit (a cursor-style fetch) is not supported"
+                            .into(),
+                    ));
+                }
+                tag::SYNC => batch.sync = true,
+                _ => {}
+            }
+        }
+        for (name, query, types) in &batch.parses {
+            let analysis = analyze(&self.ctx, query, self.state.unsafe_encoding);
+            let stmt = Arc::new(Statement::new(query, types.clone(), &analysis));
+            if name.is_empty() {
+                let token = self.ctx.next_token();
+                self.state.unnamed = Some(Unnamed { stmt, token });
+            } else if self.state.statements.contains_key(name) {
+                return Err(ProxyError::Server {
+                    code: "42P05".into(),
+                    message: format!(
+                        "prepared statement \"{}\" already exists",
+                        String::from_utf8_lossy(name)
+                    ),
+                });
+            } else {
+                self.state.statements.insert(name.clone(), stmt);
+            }
+        }
+        Ok(batch)
+    }
+
+    /// What every group is sent: the group statement, with the client's parameters.
+    fn group_request(&self, batch: &Batch, plan: &FanOut) -> Result<Vec<u8>, ProxyError> {
+        let mut out = Vec::new();
+        if batch.simple {
+            encode::query(&mut out, &plan.sql)?;
+            return Ok(out);
+        }
+        let (statement, rest) = batch.bind.clone().unwrap_or_default();
+        let types = self.bound_types(&statement).unwrap_or_default();
+        encode::parse(&mut out, b"", &plan.sql, &types)?;
+        if batch.describe_statement {
+            encode::describe(&mut out, KIND_STATEMENT, b"")?;
+        }
+        encode::bind_renamed(&mut out, b"", b"", &rest)?;
+        encode::describe(&mut out, b'P', b"")?;
+        encode::execute(&mut out, b"", 0)?;
+        encode::sync(&mut out);
+        Ok(out)
+    }
+
+    /// The declared parameter types of the statement a Bind names.
+    fn bound_types(&self, statement: &[u8]) -> Option<Vec<u32>> {
+        if statement.is_empty() {
+            return self
+                .state
+                .unnamed
+                .as_ref()
+                .map(|u| u.stmt.param_types.clone());
+        }
+        self.state
+            .statements
+            .get(statement)
+            .map(|s| s.param_types.clone())
+    }
+
+    /// Reads the groups' answers and writes the client's into `out` (flushed to the client as
+    /// it fills), up to (not including) the CommandComplete; the number of rows sent.
+    async fn merge(
+        &mut self,
+        streams: &mut [Stream],
+        batch: &Batch,
+        plan: &FanOut,
+        (limit, offset): (Option<u64>, u64),
+        out: &mut Vec<u8>,
+    ) -> Result<u64, ProxyError> {
+        // The headers: group 0's are the client's; every group's up to its RowDescription.
+        let mut described = None;
+        for (g, s) in streams.iter_mut().enumerate() {
+            let portal = header(
+                s,
+                batch,
+                if g == 0 { Some(&mut *out) } else { None },
+                plan.hidden,
+            )
+            .await?;
+            if g == 0 {
+                described = Some(portal);
+            }
+        }
+        let Some(fields) = described else {
+            return Ok(0);
+        };
+        let visible = fields.len().saturating_sub(plan.hidden);
+        // The sort keys' columns, types and formats.
+        let mut order = Vec::new();
+        let mut key_fields = Vec::new();
+        for k in &plan.sort {
+            let at = match k.column {
+                SortColumn::Output(i) => i,
+                SortColumn::Hidden(j) => visible + j,
+            };
+            let f = fields
+                .get(at)
+                .ok_or_else(|| not_supported("ORDER BY position out of range".into()))?;
+            order.push(KeyOrder {
+                descending: k.descending,
+                nulls_first: k.nulls_first,
+            });
+            key_fields.push((at, f.type_oid, f.format, f.table, f.column));
+        }
+        let text_columns: Vec<(u32, i16)> = key_fields
+            .iter()
+            .filter(|k| merge::is_text(k.1))
+            .map(|k| (k.3, k.4))
+            .collect();
+        if !text_columns.is_empty() {
+            let mut other = self
+                .ctx
+                .non_bytewise_collation(&self.database, &text_columns)
+                .await?;
+            if other.is_none() && text_columns.iter().any(|c| c.0 == 0) {
+                // An expression: its collation comes from the columns it reads.
+                let tables: Vec<String> = herd_sql::key_facts(&plan.sql)
+                    .map(|f| f.tables.into_iter().map(|t| t.name).collect())
+                    .unwrap_or_default();
+                other = self
+                    .ctx
+                    .table_with_other_collation(&self.database, &tables)
+                    .await?;
+            }
+            if let Some(collation) = other {
+                return Err(not_supported(format!(
+                    "ORDER BY on text across shard groups is merged in byte order, which is the \
+                     C collation's; this text has collation {collation}: order by an expression \
+                     with COLLATE \"C\", or add a condition on the shard key"
+                )));
+            }
+        }
+        let keys_of = |row: &[u8]| -> Result<Vec<SortValue>, ProxyError> {
+            let values = row_values(row)?;
+            key_fields
+                .iter()
+                .map(|(at, type_oid, format, ..)| {
+                    merge::sort_value(*type_oid, *format, values.get(*at).copied().flatten())
+                        .map_err(not_supported)
+                })
+                .collect()
+        };
+        let mut skipped = 0u64;
+        let mut rows = 0u64;
+        let wanted = |rows: u64| limit.is_none_or(|l| rows < l);
+        if plan.sort.is_empty() {
+            'groups: for s in streams.iter_mut() {
+                while wanted(rows) {
+                    let Some(row) = s.next_row().await? else {
+                        continue 'groups;
+                    };
+                    if skipped < offset {
+                        skipped += 1;
+                        continue;
+                    }
+                    data_row(out, &row_values(&row)?, visible);
+                    rows += 1;
+                    if out.len() >= FLUSH_BYTES {
+                        self.write_client(out).await?;
+                        out.clear();
+                    }
+                }
+                break;
+            }
+        } else {
+            // Each group's next row and its keys; the least goes out next.
+            let mut heads: Vec<Option<(Vec<SortValue>, Vec<u8>)>> = Vec::new();
+            for s in streams.iter_mut() {
+                heads.push(match s.next_row().await? {
+                    Some(row) => Some((keys_of(&row)?, row)),
+                    None => None,
+                });
+            }
+            while wanted(rows) {
+                let mut best: Option<usize> = None;
+                for (i, h) in heads.iter().enumerate() {
+                    let Some((keys, _)) = h else { continue };
+                    let better = match best.and_then(|b| heads[b].as_ref()) {
+                        None => true,
+                        Some((bk, _)) => {
+                            merge::compare_keys(&order, keys, bk) == std::cmp::Ordering::Less
+                        }
+                    };
+                    if better {
+                        best = Some(i);
+                    }
+                }
+                let Some(i) = best else { break };
+                let next = match streams[i].next_row().await? {
+                    Some(row) => Some((keys_of(&row)?, row)),
+                    None => None,
+                };
+                let Some((_, row)) = std::mem::replace(&mut heads[i], next) else {
+                    break;
+                };
+                if skipped < offset {
+                    skipped += 1;
+                    continue;
+                }
+                data_row(out, &row_values(&row)?, visible);
+                rows += 1;
+                if out.len() >= FLUSH_BYTES {
+                    self.write_client(out).await?;
+                    out.clear();
+                }
+            }
+        }
+        Ok(rows)
+    }
+}
+
+/// Reads one group's answer up to its rows. Into `client` (group 0) goes what the client's
+/// batch is owed: ParseComplete per Parse, the statement's ParameterDescription and
+/// RowDescription, BindComplete, the portal's RowDescription — without the hidden columns.
+/// The RowDescription of the rows' fields is returned.
+async fn header(
+    s: &mut Stream,
+    batch: &Batch,
+    mut client: Option<&mut Vec<u8>>,
+    hidden: usize,
+) -> Result<Vec<Field>, ProxyError> {
+    let mut described_statement = false;
+    loop {
+        let Some((t, body)) = s.next().await? else {
+            return Err(ProxyError::Protocol(
+                "a shard group ended its answer before the rows".into(),
+            ));
+        };
+        match t {
+            b'E' => {
+                s.rows_done = true;
+                return Err(server_error(&body));
+            }
+            b'1' => {
+                if let Some(out) = client.as_deref_mut() {
+                    for _ in &batch.parses {
+                        encode::parse_complete(out);
+                    }
+                }
+            }
+            b't' => {
+                if let Some(out) = client.as_deref_mut() {
+                    out.push(b't');
+                    out.extend_from_slice(&((body.len() + 4) as u32).to_be_bytes());
+                    out.extend_from_slice(&body);
+                }
+            }
+            b'2' => {
+                if let Some(out) = client.as_deref_mut() {
+                    encode::bind_complete(out);
+                }
+            }
+            b'T' if batch.describe_statement && !described_statement => {
+                described_statement = true;
+                if let Some(out) = client.as_deref_mut() {
+                    let f = fields(&body)?;
+                    let keep = f.len().saturating_sub(hidden);
+                    row_description(out, &f, keep);
+                }
+            }
+            b'T' => {
+                let f = fields(&body)?;
+                if let Some(out) = client.as_deref_mut() {
+                    if batch.simple || batch.describe_portal {
+                        let keep = f.len().saturating_sub(hidden);
+                        row_description(out, &f, keep);
+                    }
+                }
+                return Ok(f);
+            }
+            _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows_and_descriptions_lose_their_hidden_columns() {
+        let mut row = Vec::new();
+        data_row(&mut row, &[Some(b"1"), None, Some(b"key")], 3);
+        let body = &row[5..];
+        let values = row_values(body).expect("values");
+        assert_eq!(values, vec![Some(&b"1"[..]), None, Some(&b"key"[..])]);
+        let mut short = Vec::new();
+        data_row(&mut short, &values, 2);
+        assert_eq!(
+            row_values(&short[5..]).expect("values"),
+            vec![Some(&b"1"[..]), None]
+        );
+        assert_eq!(
+            u32::from_be_bytes([short[1], short[2], short[3], short[4]]) as usize,
+            short.len() - 1
+        );
+        assert!(row_values(&[0, 1, 0, 0, 0, 9, 1]).is_err(), "truncated");
+    }
+}
