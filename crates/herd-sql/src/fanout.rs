@@ -10,6 +10,10 @@
 use pg_query::protobuf::{self, a_const, node, Node};
 use serde_json::Value;
 
+mod combine;
+
+pub use combine::Combine;
+
 /// How a SELECT runs on every group and is merged.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FanOut {
@@ -23,6 +27,10 @@ pub struct FanOut {
     pub limit: Option<Bound>,
     /// `OFFSET` (`None`: none).
     pub offset: Option<Bound>,
+    /// Aggregates, GROUP BY, HAVING or DISTINCT: `sql` is the partial query, and the answer
+    /// is computed from the groups' partial rows by this final query (which orders and limits;
+    /// `sort`, `limit` and `offset` are then empty).
+    pub combine: Option<Combine>,
 }
 
 /// A LIMIT or OFFSET.
@@ -73,6 +81,31 @@ pub fn fan_out(sql: &str, is_aggregate: &dyn Fn(&str) -> bool) -> Result<FanOut,
         return Err("only SELECT can read distributed tables across shard groups".into());
     };
     check(select, is_aggregate)?;
+    if sql.contains("herd_partial") || sql.contains("herd_keep") {
+        return Err(
+            "herd_partial and herd_keep are names Herd uses in queries across shard groups".into(),
+        );
+    }
+    let json = |nodes: &[Node]| serde_json::to_value(nodes).unwrap_or(Value::Null);
+    let aggregates = [json(&select.target_list), json(&select.sort_clause)]
+        .iter()
+        .any(|part| aggregate_or_window(part, is_aggregate).is_some());
+    if aggregates
+        || !select.distinct_clause.is_empty()
+        || !select.group_clause.is_empty()
+        || select.having_clause.is_some()
+    {
+        let combine = combine::plan(select, is_aggregate)?;
+        let sql = pg_query::deparse(&tree, Default::default()).map_err(|e| e.to_string())?;
+        return Ok(FanOut {
+            sql,
+            sort: Vec::new(),
+            hidden: 0,
+            limit: None,
+            offset: None,
+            combine: Some(combine),
+        });
+    }
     let sort = sort_keys(select)?;
     let limit = bound(select.limit_count.as_deref(), "LIMIT")?;
     let offset = bound(select.limit_offset.as_deref(), "OFFSET")?;
@@ -113,6 +146,7 @@ pub fn fan_out(sql: &str, is_aggregate: &dyn Fn(&str) -> bool) -> Result<FanOut,
         hidden,
         limit,
         offset,
+        combine: None,
     })
 }
 
@@ -127,12 +161,6 @@ fn check(s: &protobuf::SelectStmt, is_aggregate: &dyn Fn(&str) -> bool) -> Resul
     if s.into_clause.is_some() {
         return Err(unsupported("SELECT INTO"));
     }
-    if !s.distinct_clause.is_empty() {
-        return Err(unsupported("DISTINCT"));
-    }
-    if !s.group_clause.is_empty() || s.having_clause.is_some() {
-        return Err(unsupported("GROUP BY or HAVING"));
-    }
     if !s.window_clause.is_empty() {
         return Err(unsupported("a window function"));
     }
@@ -142,7 +170,9 @@ fn check(s: &protobuf::SelectStmt, is_aggregate: &dyn Fn(&str) -> bool) -> Resul
     let json = |nodes: &[Node]| serde_json::to_value(nodes).unwrap_or(Value::Null);
     for part in [json(&s.target_list), json(&s.sort_clause)] {
         if let Some(what) = aggregate_or_window(&part, is_aggregate) {
-            return Err(unsupported(&what));
+            if what.starts_with("the window function") {
+                return Err(unsupported(&what));
+            }
         }
     }
     if let Some(name) = collation(&json(&s.sort_clause)) {

@@ -25,7 +25,7 @@ mod walk;
 pub use cache::{CacheStats, ClassifierCache};
 pub use calls::{dropped_roles, herd_call};
 pub use classify::classify;
-pub use fanout::{fan_out, Bound, FanOut, SortColumn, SortKey};
+pub use fanout::{fan_out, Bound, Combine, FanOut, SortColumn, SortKey};
 pub use keys::{
     key_facts, ColumnName, Condition, CopyFacts, KeyExpr, KeyFacts, StmtKind, TableRef, Target,
 };

@@ -27,7 +27,7 @@ const FLUSH_BYTES: usize = 64 * 1024;
 /// SQLSTATE of what the merge cannot answer (feature_not_supported).
 const NOT_SUPPORTED: &str = "0A000";
 
-fn not_supported(message: String) -> ProxyError {
+pub(super) fn not_supported(message: String) -> ProxyError {
     ProxyError::Server {
         code: NOT_SUPPORTED.into(),
         message,
@@ -36,33 +36,33 @@ fn not_supported(message: String) -> ProxyError {
 
 /// The client's message batch, as far as a fan-out cares.
 #[derive(Default)]
-struct Batch {
+pub(super) struct Batch {
     /// A simple Query (else the extended protocol).
-    simple: bool,
+    pub(super) simple: bool,
     /// Parses of the batch, in order (answered with ParseComplete each).
-    parses: Vec<(Vec<u8>, Vec<u8>, Vec<u32>)>,
+    pub(super) parses: Vec<(Vec<u8>, Vec<u8>, Vec<u32>)>,
     /// The Bind's statement name and its parameters and result formats, unparsed.
-    bind: Option<(Vec<u8>, Vec<u8>)>,
+    pub(super) bind: Option<(Vec<u8>, Vec<u8>)>,
     /// Describe of the statement before the Bind (ParameterDescription + RowDescription).
-    describe_statement: bool,
+    pub(super) describe_statement: bool,
     /// Describe of the portal (RowDescription).
-    describe_portal: bool,
+    pub(super) describe_portal: bool,
     /// Ends with Sync (ReadyForQuery owed).
-    sync: bool,
+    pub(super) sync: bool,
 }
 
 /// One group's answer as it is read.
-struct Stream {
-    lease: Lease,
+pub(super) struct Stream {
+    pub(super) lease: Lease,
     /// Its ReadyForQuery was read.
-    done: bool,
+    pub(super) done: bool,
     /// Its CommandComplete (or an error) was read: no more rows.
-    rows_done: bool,
+    pub(super) rows_done: bool,
 }
 
 impl Stream {
     /// The next message, or `None` once ReadyForQuery was read.
-    async fn next(&mut self) -> Result<Option<(u8, Vec<u8>)>, ProxyError> {
+    pub(super) async fn next(&mut self) -> Result<Option<(u8, Vec<u8>)>, ProxyError> {
         if self.done {
             return Ok(None);
         }
@@ -90,14 +90,14 @@ impl Stream {
     }
 
     /// Reads up to ReadyForQuery, so the connection can go back to its pool.
-    async fn drain(&mut self) -> Result<(), ProxyError> {
+    pub(super) async fn drain(&mut self) -> Result<(), ProxyError> {
         while self.next().await?.is_some() {}
         Ok(())
     }
 }
 
 /// A DataRow's values (`None`: NULL).
-fn row_values(body: &[u8]) -> Result<Vec<Option<&[u8]>>, ProxyError> {
+pub(super) fn row_values(body: &[u8]) -> Result<Vec<Option<&[u8]>>, ProxyError> {
     let bad = || ProxyError::Protocol("malformed DataRow from a shard group".into());
     let count = u16::from_be_bytes([
         *body.first().ok_or_else(bad)?,
@@ -126,15 +126,15 @@ fn row_values(body: &[u8]) -> Result<Vec<Option<&[u8]>>, ProxyError> {
 
 /// A RowDescription's fields: the raw bytes of each, with its table OID, column number,
 /// type OID and format code.
-struct Field {
-    raw: Vec<u8>,
-    table: u32,
-    column: i16,
-    type_oid: u32,
-    format: i16,
+pub(super) struct Field {
+    pub(super) raw: Vec<u8>,
+    pub(super) table: u32,
+    pub(super) column: i16,
+    pub(super) type_oid: u32,
+    pub(super) format: i16,
 }
 
-fn fields(body: &[u8]) -> Result<Vec<Field>, ProxyError> {
+pub(super) fn fields(body: &[u8]) -> Result<Vec<Field>, ProxyError> {
     let bad = || ProxyError::Protocol("malformed RowDescription from a shard group".into());
     let count = u16::from_be_bytes([
         *body.first().ok_or_else(bad)?,
@@ -249,10 +249,6 @@ impl Session {
             (Ok(l), Ok(o)) => (l, o.unwrap_or(0)),
             (Err(e), _) | (_, Err(e)) => return self.reply_error(&e, unit).await,
         };
-        let request = match self.group_request(&batch, &plan) {
-            Ok(r) => r,
-            Err(e) => return self.reply_error(&e, unit).await,
-        };
         let leases = match self.primary_leases().await {
             Ok(l) => l,
             Err(e) => return self.reply_error(&e, unit).await,
@@ -265,6 +261,38 @@ impl Session {
                 rows_done: false,
             })
             .collect();
+        // A combined query's partial and final statements keep every parameter of the
+        // client's, typed as PostgreSQL infers them for the client's statement (one used only
+        // in HAVING or LIMIT is not in the partial query).
+        let mut types = batch
+            .bind
+            .as_ref()
+            .and_then(|(statement, _)| self.bound_types(statement))
+            .unwrap_or_default();
+        if plan.combine.is_some() && !batch.simple {
+            let described = match streams.first_mut() {
+                Some(s) => self.infer_types(s, &batch, &types).await,
+                None => Ok(types.clone()),
+            };
+            match described {
+                Ok(t) => types = t,
+                Err(e) => {
+                    for s in streams {
+                        s.lease.release();
+                    }
+                    return self.reply_error(&e, unit).await;
+                }
+            }
+        }
+        let request = match self.group_request(&batch, &plan, &types) {
+            Ok(r) => r,
+            Err(e) => {
+                for s in streams {
+                    s.lease.release();
+                }
+                return self.reply_error(&e, unit).await;
+            }
+        };
         let mut sent = Ok(());
         for s in &mut streams {
             if sent.is_ok() {
@@ -277,12 +305,16 @@ impl Session {
         // What the client is still owed goes first.
         let mut out = self.out.pending().to_vec();
         self.out.clear();
-        let outcome = match sent {
-            Ok(()) => {
-                self.merge(&mut streams, &batch, &plan, (limit, offset), &mut out)
-                    .await
-            }
-            Err(e) => Err(e),
+        let outcome = match (sent, &plan.combine) {
+            (Ok(()), Some(combine)) => self
+                .combine(&mut streams, &batch, combine, &mut out)
+                .await
+                .map(|()| None),
+            (Ok(()), None) => self
+                .merge(&mut streams, &batch, &plan, (limit, offset), &mut out)
+                .await
+                .map(Some),
+            (Err(e), _) => Err(e),
         };
         // Every connection read to its ReadyForQuery goes back to its pool; one that failed
         // mid-answer is closed.
@@ -294,7 +326,12 @@ impl Session {
             }
         }
         match drained.and(outcome) {
-            Ok(rows) => {
+            // The final query's own answer ends the combined one.
+            Ok(None) => {
+                self.ctx.metrics.inc("herd_shard_fan_out_total", "");
+                self.write_client(&out).await
+            }
+            Ok(Some(rows)) => {
                 encode::command_complete(&mut out, &format!("SELECT {rows}"))?;
                 if batch.simple || batch.sync {
                     encode::ready_for_query(&mut out, b'I')?;
@@ -372,15 +409,32 @@ impl Session {
     }
 
     /// What every group is sent: the group statement, with the client's parameters.
-    fn group_request(&self, batch: &Batch, plan: &FanOut) -> Result<Vec<u8>, ProxyError> {
+    fn group_request(
+        &self,
+        batch: &Batch,
+        plan: &FanOut,
+        types: &[u32],
+    ) -> Result<Vec<u8>, ProxyError> {
         let mut out = Vec::new();
         if batch.simple {
             encode::query(&mut out, &plan.sql)?;
             return Ok(out);
         }
-        let (statement, rest) = batch.bind.clone().unwrap_or_default();
-        let types = self.bound_types(&statement).unwrap_or_default();
-        encode::parse(&mut out, b"", &plan.sql, &types)?;
+        let (_, rest) = batch.bind.clone().unwrap_or_default();
+        if plan.combine.is_some() {
+            // Partial rows in text (they become the final query's parameters), and the
+            // statement's parameter types (the final query declares them).
+            encode::parse(&mut out, b"", &plan.sql, types)?;
+            encode::describe(&mut out, KIND_STATEMENT, b"")?;
+            let (params, _) = super::combine::split_bind(&rest)?;
+            let mut text_results = params.to_vec();
+            text_results.extend_from_slice(&0u16.to_be_bytes());
+            encode::bind_renamed(&mut out, b"", b"", &text_results)?;
+            encode::execute(&mut out, b"", 0)?;
+            encode::sync(&mut out);
+            return Ok(out);
+        }
+        encode::parse(&mut out, b"", &plan.sql, types)?;
         if batch.describe_statement {
             encode::describe(&mut out, KIND_STATEMENT, b"")?;
         }
@@ -389,6 +443,41 @@ impl Session {
         encode::execute(&mut out, b"", 0)?;
         encode::sync(&mut out);
         Ok(out)
+    }
+
+    /// The parameter types PostgreSQL infers for the client's statement (`declared` first),
+    /// asked of one group's primary: Parse and Describe of the unnamed statement, then Sync.
+    async fn infer_types(
+        &self,
+        s: &mut Stream,
+        batch: &Batch,
+        declared: &[u32],
+    ) -> Result<Vec<u32>, ProxyError> {
+        let parsed: std::collections::HashMap<Vec<u8>, Vec<u8>> = batch
+            .parses
+            .iter()
+            .map(|(name, query, _)| (name.clone(), query.clone()))
+            .collect();
+        let statement = batch.bind.as_ref().map(|b| b.0.clone()).unwrap_or_default();
+        let Some(sql) = self.bound_sql(&parsed, &statement) else {
+            return Ok(declared.to_vec());
+        };
+        let mut request = Vec::new();
+        encode::parse(&mut request, b"", &sql, declared)?;
+        encode::describe(&mut request, KIND_STATEMENT, b"")?;
+        encode::sync(&mut request);
+        s.lease.conn.send(&request).await?;
+        let (mut types, mut error) = (declared.to_vec(), None);
+        loop {
+            let (t, body) = s.lease.conn.next_message().await?;
+            match t {
+                b't' => types = super::combine::param_types(&body),
+                b'E' => error = error.or(Some(server_error(&body))),
+                b'Z' => break,
+                _ => {}
+            }
+        }
+        error.map_or(Ok(types), Err)
     }
 
     /// The declared parameter types of the statement a Bind names.

@@ -7,6 +7,7 @@
 //! pooling), unless something pinned the session to it.
 
 mod attach;
+mod combine;
 mod copy;
 mod copy_out;
 mod fan_out;

@@ -103,7 +103,14 @@ impl Session {
         // pipelined write must not follow a read onto a read-only server. Messages that
         // continue an open batch (up to its Sync) always go on, or the server would wait
         // for them forever.
-        let forward_now = att.replica.is_none() || att.batch_open || att.tracker.is_idle();
+        // On a sharded cluster a new batch outside a transaction also waits: the session then
+        // detaches and the batch is planned afresh (its rows may be on another group, or on
+        // every group), instead of being refused on this server.
+        let sharded = self.map.is_some()
+            && self.ctx.config.pool_mode != herd_core::PoolMode::Session
+            && att.status == b'I';
+        let forward_now =
+            (att.replica.is_none() && !sharded) || att.batch_open || att.tracker.is_idle();
         if forward_now && self.sout.len() < SOUT_LIMIT {
             if let Some(n) = complete_frames_len(&self.cbuf, max)? {
                 let bytes = self.cbuf.split_to(n).freeze();

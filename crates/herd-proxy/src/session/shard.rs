@@ -400,6 +400,10 @@ impl Session {
             Plan::AllGroups { .. } => {
                 let catalog = self.ctx.catalog();
                 match herd_sql::fan_out(sql, &|name| catalog.may_be_aggregate(name)) {
+                    Ok(f) if f.combine.is_some() => "every shard group: each group's partial \
+                         aggregates, combined by PostgreSQL on group 0's primary (alone, outside a \
+                         transaction block)"
+                        .into(),
                     Ok(f) if f.sort.is_empty() => "every shard group: the rows of all groups \
                          together (alone, outside a transaction block)"
                         .into(),

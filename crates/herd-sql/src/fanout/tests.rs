@@ -83,21 +83,30 @@ fn offset_is_applied_by_the_merge() {
 #[test]
 fn what_the_merge_cannot_answer_is_named() {
     for (sql, what) in [
-        ("select count(*) from accounts", "count()"),
         (
             "select id, my_agg(balance) from accounts group by id",
-            "GROUP BY",
-        ),
-        ("select max(balance) from accounts", "max()"),
-        (
-            "select sum(x) filter (where x > 0) + 1 from accounts",
-            "sum()",
+            "my_agg()",
         ),
         (
             "select id, row_number() over () from accounts",
             "window function",
         ),
-        ("select distinct name from accounts", "DISTINCT"),
+        (
+            "select count(*), row_number() over () from accounts",
+            "OVER",
+        ),
+        (
+            "select distinct on (name) name from accounts",
+            "DISTINCT ON",
+        ),
+        ("select count(distinct name) from accounts", "DISTINCT"),
+        ("select name, count(*) from accounts", "outside GROUP BY"),
+        ("select * from accounts group by id", "*"),
+        (
+            "select grp, count(*) from accounts group by rollup (grp)",
+            "ROLLUP",
+        ),
+        ("select herd_partial from accounts", "herd_partial"),
         (
             "select id from accounts union select id from others",
             "UNION",
@@ -110,7 +119,6 @@ fn what_the_merge_cannot_answer_is_named() {
         ("select id from accounts order by id using <", "USING"),
         ("select id from accounts limit $1 offset $2", "parameters"),
         ("select id from accounts limit 1 + 1", "expression"),
-        ("select id from accounts order by count(*)", "count()"),
         ("select * into copy from accounts", "SELECT INTO"),
         (
             "select id from accounts order by name collate \"en-x-icu\"",
@@ -127,4 +135,84 @@ fn what_the_merge_cannot_answer_is_named() {
     assert!(fan_out("select mystery(id) from accounts", &|_| true).is_err());
     assert!(fan_out("select lower(name) from accounts", &agg).is_ok());
     assert!(fan_out("select id from accounts order by name collate \"C\"", &agg).is_ok());
+}
+
+#[test]
+fn aggregates_become_partials_and_a_final_query() {
+    let f = plan(
+        "select grp, count(*), sum(balance), avg(balance) as mean, max(name) from accounts \
+         where balance > $1 group by grp having count(*) > 2 order by mean desc, 1 limit 3",
+    );
+    assert_eq!(
+        f.sql,
+        "SELECT grp AS c0, count(*) AS c1, sum(balance) AS c2, sum(balance) AS c3, \
+         count(balance) AS c4, max(name) AS c5, count(*) AS c6 FROM accounts WHERE balance > $1 \
+         GROUP BY grp"
+    );
+    let c = f.combine.expect("combine");
+    assert_eq!(c.columns, 7);
+    assert!(f.sort.is_empty() && f.limit.is_none());
+    // int8 counts, a numeric sum (sum of bigint), numeric average.
+    let sql = c
+        .final_sql(&[23, 20, 1700, 1700, 20, 25, 20], 2, 2)
+        .expect("final");
+    assert_eq!(
+        sql,
+        "SELECT c0 AS grp, sum(c1)::int8 AS count, sum(c2)::numeric AS sum, \
+         (sum(c3)::numeric / nullif(sum(c4), 0)::numeric) AS mean, max(c5) AS max \
+         FROM (VALUES ($2, $3, $4, $5, $6, $7, $8, $9), ($10, $11, $12, $13, $14, $15, $16, $17)) \
+         AS herd_partial(c0, c1, c2, c3, c4, c5, c6, herd_keep) WHERE herd_keep GROUP BY c0 \
+         HAVING sum(c6)::int8 > 2 ORDER BY mean DESC, 1 LIMIT 3"
+    );
+    // No partial rows at all: one row of NULLs, left out.
+    let none = c
+        .final_sql(&[23, 20, 1700, 1700, 20, 25, 20], 1, 0)
+        .expect("final");
+    assert!(
+        none.contains("(VALUES ($1, $2, $3, $4, $5, $6, $7, $8))"),
+        "{none}"
+    );
+    // A sum of a type the final query cannot cast back is refused.
+    assert!(c.final_sql(&[23, 20, 600, 1700, 20, 25, 20], 1, 1).is_err());
+}
+
+#[test]
+fn distinct_and_expressions_over_keys_and_aggregates() {
+    let f = plan("select distinct grp, name from accounts order by name");
+    assert_eq!(
+        f.sql,
+        "SELECT grp AS c0, name AS c1 FROM accounts GROUP BY grp, name"
+    );
+    let c = f.combine.expect("combine");
+    let sql = c.final_sql(&[23, 25], 1, 1).expect("final");
+    assert_eq!(
+        sql,
+        "SELECT DISTINCT c0 AS grp, c1 AS name FROM (VALUES ($1, $2, $3)) AS herd_partial(c0, c1, herd_keep) \
+         WHERE herd_keep GROUP BY c0, c1 ORDER BY name"
+    );
+    let f = plan(
+        "select upper(name), coalesce(sum(balance), 0) * 2 + count(*) filter (where flag) \
+         from accounts group by upper(name)",
+    );
+    assert_eq!(
+        f.sql,
+        "SELECT upper(name) AS c0, sum(balance) AS c1, count(*) FILTER (WHERE flag) AS c2 \
+         FROM accounts GROUP BY upper(name)"
+    );
+    let sql = f
+        .combine
+        .expect("combine")
+        .final_sql(&[25, 1700, 20], 1, 1)
+        .expect("final");
+    assert!(
+        sql.starts_with(
+            "SELECT c0 AS upper, COALESCE(sum(c1)::numeric, 0) * 2 + sum(c2)::int8 AS \"?column?\""
+        ),
+        "{sql}"
+    );
+    // GROUP BY a position or an output name.
+    let f = plan("select grp % 2 as parity, count(*) from accounts group by 1");
+    assert!(f.sql.ends_with("GROUP BY grp % 2"), "{}", f.sql);
+    let f = plan("select grp % 2 as parity, count(*) from accounts group by parity");
+    assert!(f.sql.ends_with("GROUP BY grp % 2"), "{}", f.sql);
 }
