@@ -217,6 +217,7 @@ impl Session {
         let Some(coordinator) = streams.first_mut() else {
             return Ok(());
         };
+        coordinator.lease.conn.unnamed = None;
         coordinator.lease.conn.send(&request).await?;
         coordinator.done = false;
         coordinator.rows_done = false;

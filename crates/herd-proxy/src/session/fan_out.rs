@@ -295,6 +295,9 @@ impl Session {
         };
         let mut sent = Ok(());
         for s in &mut streams {
+            // Our statements replace the server's unnamed statement (a simple query drops it):
+            // it no longer holds any client's.
+            s.lease.conn.unnamed = None;
             if sent.is_ok() {
                 sent = s.lease.conn.send(&request).await;
             } else {
@@ -466,6 +469,7 @@ impl Session {
         encode::parse(&mut request, b"", &sql, declared)?;
         encode::describe(&mut request, KIND_STATEMENT, b"")?;
         encode::sync(&mut request);
+        s.lease.conn.unnamed = None;
         s.lease.conn.send(&request).await?;
         let (mut types, mut error) = (declared.to_vec(), None);
         loop {
