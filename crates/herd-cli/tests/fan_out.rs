@@ -258,6 +258,11 @@ async fn selects_across_groups_answer_as_one_server() {
     }
 
     aggregates(&client).await;
+    let groups = [
+        connect(&c.url(&["--group", "0", "--primary"])).await,
+        connect(&c.url(&["--group", "1", "--primary"])).await,
+    ];
+    writes(&client, &groups).await;
 
     // What the merge cannot answer: 0A000, naming the construct; nothing partial.
     for (sql, needle) in [
@@ -463,4 +468,89 @@ async fn aggregates(client: &tokio_postgres::Client) {
             want.iter().sum::<i64>().to_string()
         );
     }
+}
+
+/// The rows a simple query's CommandComplete reports.
+async fn simple_count(client: &tokio_postgres::Client, sql: &str) -> u64 {
+    client
+        .simple_query(sql)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e:?}"))
+        .into_iter()
+        .find_map(|m| match m {
+            SimpleQueryMessage::CommandComplete(n) => Some(n),
+            _ => None,
+        })
+        .unwrap_or_default()
+}
+
+/// UPDATE and DELETE without a key of one group: every group, all or none, the same rows
+/// changed as on one server.
+async fn writes(client: &tokio_postgres::Client, groups: &[tokio_postgres::Client]) {
+    let over = |sql: &str, t: &str| sql.replace(" T", &format!(" {t}"));
+    for sql in [
+        "update T set note = 'upd' where grp = 3",
+        "update T set balance = balance + 1 where balance < 0",
+        "delete from T where flag and grp = 2",
+        "update T set name = upper(name) where id in (1, 2, 3, 150)",
+        "delete from T where id in (4, 5, 6, 7)",
+    ] {
+        let got = simple_count(client, &over(sql, "acct")).await;
+        let want = simple_count(client, &over(sql, "acct_one")).await;
+        assert_eq!(got, want, "{sql}");
+        assert!(got > 0, "{sql} changed nothing");
+    }
+    // The extended protocol, with parameters.
+    let sql = "update T set score = $1 where grp = $2 and id > $3";
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] = [&1.5f64, &4i32, &20i64];
+    let got = client
+        .execute(&over(sql, "acct"), &params)
+        .await
+        .expect("update (extended)");
+    let want = client
+        .execute(&over(sql, "acct_one"), &params)
+        .await
+        .expect("update (extended)");
+    assert_eq!(got, want);
+    let all = "select * from T order by id";
+    assert_eq!(
+        simple(client, &over(all, "acct")).await,
+        simple(client, &over(all, "acct_one")).await,
+        "the same rows after the same writes"
+    );
+    // All or none: a write that fails on one group (division by zero where id 77 lives)
+    // changes no group.
+    let before = simple(client, &over(all, "acct")).await;
+    let e = client
+        .execute("update acct set grp = grp / (id - 77)", &[])
+        .await
+        .expect_err("division by zero on one group");
+    assert_eq!(e.code(), Some(&SqlState::DIVISION_BY_ZERO), "{e}");
+    assert_eq!(
+        simple(client, &over(all, "acct")).await,
+        before,
+        "no group kept the write"
+    );
+    // Nothing is left prepared anywhere.
+    for (g, direct) in groups.iter().enumerate() {
+        let n: i64 = direct
+            .query_one("select count(*) from pg_prepared_xacts", &[])
+            .await
+            .expect("pg_prepared_xacts")
+            .get(0);
+        assert_eq!(n, 0, "group {g} holds prepared transactions");
+    }
+    // Refused: RETURNING, and inside a transaction block.
+    let e = client
+        .simple_query("update acct set note = 'r' returning id")
+        .await
+        .expect_err("RETURNING on every group");
+    assert_eq!(e.code(), Some(&SqlState::FEATURE_NOT_SUPPORTED), "{e}");
+    client.batch_execute("begin").await.expect("begin");
+    let e = client
+        .simple_query("delete from acct where grp = 1")
+        .await
+        .expect_err("in a transaction");
+    assert_eq!(e.code(), Some(&SqlState::FEATURE_NOT_SUPPORTED), "{e}");
+    client.batch_execute("rollback").await.expect("rollback");
 }

@@ -59,6 +59,10 @@ pub enum Plan {
         /// The first distributed table it reads (for messages).
         table: String,
     },
+    /// An UPDATE or DELETE of distributed tables (joined on their keys, if several) not
+    /// restricted to one group: every group runs it, all or none (two-phase commit); the text
+    /// is the command tag.
+    WriteAllGroups(&'static str),
     /// Not runnable on one group; the message says why (SQLSTATE 0A000).
     Refuse(String),
 }
@@ -400,7 +404,10 @@ fn plan_by_conditions(
                 Err(why) => return Plan::Refuse(format!("{why} for {table}.{column}")),
             };
             if group.is_some_and(|x| x != g) {
-                if facts.kind == StmtKind::Select {
+                if matches!(
+                    facts.kind,
+                    StmtKind::Select | StmtKind::Update | StmtKind::Delete
+                ) {
                     spans = true;
                     continue;
                 }
@@ -444,11 +451,21 @@ fn plan_by_conditions(
         }
     }
     let unresolved = resolved.iter().find(|r| r.3.is_none());
-    if facts.kind == StmtKind::Select && (spans || unresolved.is_some()) {
+    if spans || unresolved.is_some() {
         return match not_colocated(facts, &resolved) {
-            None => Plan::AllGroups {
+            None if facts.kind == StmtKind::Select => Plan::AllGroups {
                 table: distributed[0].0.to_string(),
             },
+            None if facts.returning => Plan::Refuse(format!(
+                "RETURNING of a write on every shard group (to {}) is not supported yet: \
+                 add a condition on the shard key, or drop RETURNING",
+                distributed[0].0
+            )),
+            None => Plan::WriteAllGroups(if facts.kind == StmtKind::Update {
+                "UPDATE"
+            } else {
+                "DELETE"
+            }),
             Some(table) => Plan::Refuse(format!(
                 "distributed table {table} is not joined on its shard key to the other distributed \
                  tables of this query, so matching rows may live on different shard groups (a join \

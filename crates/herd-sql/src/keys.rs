@@ -98,6 +98,8 @@ pub struct KeyFacts {
     /// SELECT, UPDATE, DELETE: tables read anywhere but the top level (subqueries, CTEs, set
     /// operations), one entry per reference — a table may be both here and in `tables`.
     pub inner_tables: Vec<TableRef>,
+    /// An INSERT, UPDATE or DELETE with a RETURNING list.
+    pub returning: bool,
     /// For other statements, the parse node's kind (`IndexStmt`, `AlterTableStmt`,
     /// `TruncateStmt`, `DropStmt` …).
     pub utility: Option<String>,
@@ -167,6 +169,7 @@ fn facts_of(node: &Value) -> KeyFacts {
         nested: false,
         ctes: Vec::new(),
         inner_tables: Vec::new(),
+        returning: false,
         utility: None,
         concurrent: false,
         drop_type: None,
@@ -186,6 +189,14 @@ fn facts_of(node: &Value) -> KeyFacts {
             .filter_map(|c| c["node"]["CommonTableExpr"]["ctename"].as_str())
             .map(str::to_string)
             .collect();
+    }
+    if let Some(body) = ["InsertStmt", "UpdateStmt", "DeleteStmt"]
+        .iter()
+        .find_map(|k| node.get(*k))
+    {
+        f.returning = body["returning_clause"]["exprs"]
+            .as_array()
+            .is_some_and(|l| !l.is_empty());
     }
     if let Some(s) = node.get("SelectStmt") {
         f.kind = StmtKind::Select;

@@ -87,6 +87,10 @@ impl Session {
                     self.fan_out(&unit, plan).await?;
                     return Ok(true);
                 }
+                Ok(super::shard::UnitRoute::WriteAll(tag)) => {
+                    self.write_all(&unit, tag).await?;
+                    return Ok(true);
+                }
                 Err(e) => {
                     self.reply_error(&e, &unit).await?;
                     return Ok(true);

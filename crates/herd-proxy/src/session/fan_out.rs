@@ -39,6 +39,8 @@ pub(super) fn not_supported(message: String) -> ProxyError {
 pub(super) struct Batch {
     /// A simple Query (else the extended protocol).
     pub(super) simple: bool,
+    /// The simple Query's text.
+    pub(super) query: Vec<u8>,
     /// Parses of the batch, in order (answered with ParseComplete each).
     pub(super) parses: Vec<(Vec<u8>, Vec<u8>, Vec<u32>)>,
     /// The Bind's statement name and its parameters and result formats, unparsed.
@@ -352,14 +354,14 @@ impl Session {
 
     /// Reads the client's batch: what it sent, and the Parses it brings (remembered, as a
     /// server would, for later Binds).
-    fn fan_out_batch(&mut self, unit: &[u8]) -> Result<Batch, ProxyError> {
+    pub(super) fn fan_out_batch(&mut self, unit: &[u8]) -> Result<Batch, ProxyError> {
         let mut batch = Batch::default();
         let mut rest = unit;
         while let Some((frame, used)) = split_frame(rest, usize::MAX)? {
             rest = &rest[used..];
             match frame.tag {
                 tag::QUERY => {
-                    let _ = Query::decode(frame.body)?;
+                    batch.query = Query::decode(frame.body)?.sql.to_vec();
                     batch.simple = true;
                 }
                 tag::PARSE => {
@@ -485,7 +487,7 @@ impl Session {
     }
 
     /// The declared parameter types of the statement a Bind names.
-    fn bound_types(&self, statement: &[u8]) -> Option<Vec<u32>> {
+    pub(super) fn bound_types(&self, statement: &[u8]) -> Option<Vec<u32>> {
         if statement.is_empty() {
             return self
                 .state

@@ -17,6 +17,7 @@ mod startup;
 pub mod state;
 mod translate;
 mod two_phase;
+mod write_all;
 
 use std::sync::Arc;
 

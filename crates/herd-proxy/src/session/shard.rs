@@ -43,7 +43,15 @@ pub(super) enum UnitRoute {
     EachGroup(&'static str, String),
     /// A SELECT every group answers, merged.
     FanOut(herd_sql::FanOut),
+    /// An UPDATE or DELETE every group runs, all or none; the command tag.
+    WriteAll(&'static str),
 }
+
+/// Why an UPDATE or DELETE on every shard group must come alone, outside a transaction block.
+pub(super) const WRITE_ALL_ALONE: &str = "an UPDATE or DELETE without a shard key of one group \
+     runs on every shard group in a two-phase commit of its own: send it alone, outside a \
+     transaction block (and not in session pooling), or add a condition on the shard key \
+     (such writes inside transactions are not supported yet)";
 
 /// Why a SELECT across shard groups must come alone, outside a transaction block.
 pub(super) const FAN_OUT_ALONE: &str =
@@ -112,6 +120,21 @@ impl Session {
             };
             match plan {
                 Plan::Anywhere => {}
+                Plan::WriteAllGroups(tag) => {
+                    let alone = group.is_none()
+                        && match frame.tag {
+                            tag::QUERY => rest.is_empty(),
+                            _ => single_bind(unit),
+                        };
+                    if !alone || self.pending_begin.is_some() {
+                        return Err(not_supported(WRITE_ALL_ALONE.into()));
+                    }
+                    self.ctx.metrics.inc_labels(
+                        "herd_shard_routed_total",
+                        &[("group", "all"), ("reason", "write_all")],
+                    );
+                    return Ok(UnitRoute::WriteAll(tag));
+                }
                 Plan::AllGroups { table } => {
                     let alone = group.is_none()
                         && match frame.tag {
@@ -397,6 +420,10 @@ impl Session {
                  of its own snapshot)"
                     .into()
             }
+            Plan::WriteAllGroups(tag) => format!(
+                "every shard group, all or none ({tag} in a two-phase commit; alone, outside a \
+                 transaction block)"
+            ),
             Plan::AllGroups { .. } => {
                 let catalog = self.ctx.catalog();
                 match herd_sql::fan_out(sql, &|name| catalog.may_be_aggregate(name)) {

@@ -196,6 +196,9 @@ impl Translator<'_> {
                 Some(super::shard::ALONE.to_string())
             }
             herd_shard::Plan::AllGroups { .. } => Some(super::shard::FAN_OUT_ALONE.to_string()),
+            herd_shard::Plan::WriteAllGroups(_) => {
+                Some(super::shard::WRITE_ALL_ALONE.to_string())
+            }
             herd_shard::Plan::Group { group, .. } if group != here => Some(format!(
                 "this statement's rows are on shard group {group}, but its transaction (or \
                  session) runs on group {here}; transactions spanning shard groups are not supported yet"

@@ -437,10 +437,28 @@ fn selects_not_restricted_to_one_group_run_on_every_group() {
         let got = run(&sql, &params);
         assert!(matches!(got, Plan::AllGroups { .. }), "{sql}: {got:?}");
     }
-    // Writes never fan out here (Sharding II's distributed writes are not built).
+    // Writes without a key run on every group, all or none; RETURNING there is refused.
+    assert_eq!(
+        run("delete from orders where v = 1", &[]),
+        Plan::WriteAllGroups("DELETE")
+    );
+    assert_eq!(
+        run(
+            &format!("update orders set v = 'x' where customer_id in ({a}, {b})"),
+            &[]
+        ),
+        Plan::WriteAllGroups("UPDATE")
+    );
     assert!(refused(
-        &run("delete from orders where v = 1", &[]),
-        "no condition"
+        &run("update orders set v = 'x' returning id", &[]),
+        "RETURNING"
+    ));
+    assert!(refused(
+        &run(
+            "update orders o set v = 'x' from items i where i.v = o.v",
+            &[]
+        ),
+        "not joined on its shard key"
     ));
 }
 
