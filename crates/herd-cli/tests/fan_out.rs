@@ -263,6 +263,7 @@ async fn selects_across_groups_answer_as_one_server() {
         connect(&c.url(&["--group", "1", "--primary"])).await,
     ];
     writes(&client, &groups).await;
+    unique_ids(&client).await;
 
     // What the merge cannot answer: 0A000, naming the construct; nothing partial.
     for (sql, needle) in [
@@ -553,4 +554,57 @@ async fn writes(client: &tokio_postgres::Client, groups: &[tokio_postgres::Clien
         .expect_err("in a transaction");
     assert_eq!(e.code(), Some(&SqlState::FEATURE_NOT_SUPPORTED), "{e}");
     client.batch_execute("rollback").await.expect("rollback");
+}
+
+/// serial, bigserial and identity columns of a distributed table never collide across groups,
+/// and nextval through the endpoint hands out values no group has used.
+async fn unique_ids(client: &tokio_postgres::Client) {
+    client
+        .batch_execute(
+            "create table ev (id bigserial, ident int generated always as identity, \
+             small serial, k bigint not null, primary key (k, id))",
+        )
+        .await
+        .expect("create ev");
+    client
+        .simple_query("select herd.create_distributed_table('ev', 'k')")
+        .await
+        .expect("distribute ev");
+    for k in 0..40i64 {
+        client
+            .execute("insert into ev (k) values ($1)", &[&k])
+            .await
+            .expect("insert ev");
+    }
+    let rows = client
+        .query("select id, ident, small from ev", &[])
+        .await
+        .expect("read ev from every group");
+    assert_eq!(rows.len(), 40);
+    for col in 0..3 {
+        let mut values: Vec<i64> = rows
+            .iter()
+            .map(|r| match col {
+                0 => r.get::<_, i64>(0),
+                1 => i64::from(r.get::<_, i32>(1)),
+                _ => i64::from(r.get::<_, i32>(2)),
+            })
+            .collect();
+        values.sort_unstable();
+        values.dedup();
+        assert_eq!(
+            values.len(),
+            40,
+            "column {col} has duplicates across groups"
+        );
+    }
+    let ids: Vec<i64> = rows.iter().map(|r| r.get(0)).collect();
+    for _ in 0..10 {
+        let n: i64 = client
+            .query_one("select nextval('ev_id_seq')", &[])
+            .await
+            .expect("nextval")
+            .get(0);
+        assert!(!ids.contains(&n), "nextval gave {n}, which a group used");
+    }
 }

@@ -170,7 +170,7 @@ impl ProxyContext {
             for table in &gone {
                 next.tables.remove(table);
             }
-            commit_everywhere(&clients, &next, &[]).await?;
+            commit_everywhere(&clients, &next, &[], &[]).await?;
             tracing::info!(database, tables = ?gone, "dropped tables left the shard map");
             next
         };
@@ -350,6 +350,7 @@ impl ProxyContext {
         let (clients, current) = self.current_map(database).await?;
         let mut next = current.clone();
         next.version = current.version + 1;
+        let mut per_group: Vec<Vec<String>> = Vec::new();
         let (answer, ddl) = match (function, args) {
             ("create_distributed_table", [table, column]) => {
                 let (name, key_type) = describe_key(&clients[0], table, column).await?;
@@ -362,6 +363,7 @@ impl ProxyContext {
                         key_type,
                     },
                 );
+                per_group = sequence_strides(&clients[0], &name, clients.len()).await?;
                 (
                     format!(
                         "{name} distributed by {column} ({key_type}) over {} shard groups",
@@ -410,7 +412,7 @@ impl ProxyContext {
                 ))
             }
         };
-        commit_everywhere(&clients, &next, &ddl).await?;
+        commit_everywhere(&clients, &next, &ddl, &per_group).await?;
         if let Ok(mut m) = self.shard_maps.maps.lock() {
             m.insert(database.to_string(), Arc::new(next));
         }
@@ -522,6 +524,7 @@ async fn commit_everywhere(
     clients: &[Client],
     next: &ShardMap,
     ddl: &[String],
+    per_group: &[Vec<String>],
 ) -> Result<(), ProxyError> {
     let json = serde_json::to_string(next).map_err(|e| failed("encoding the shard map", e))?;
     let gid = literal(&format!("{GID_PREFIX}{}", next.version));
@@ -533,6 +536,10 @@ async fn commit_everywhere(
                 sql.push_str(stmt);
                 sql.push_str(";\n");
             }
+        }
+        for stmt in per_group.get(g).into_iter().flatten() {
+            sql.push_str(stmt);
+            sql.push_str(";\n");
         }
         sql.push_str(&format!(
             "INSERT INTO herd.shard_map (version, map) VALUES ({}, {}::jsonb);\nPREPARE TRANSACTION {gid};",
@@ -679,6 +686,41 @@ fn quote_qualified(name: &str) -> String {
         .map(|p| format!("\"{}\"", p.replace('"', "\"\"")))
         .collect::<Vec<_>>()
         .join(".")
+}
+
+/// Cluster-unique ids for a distributed table: each sequence the table owns (serial,
+/// bigserial, identity) counts on group g from `start + g × increment` in steps of
+/// `increment × groups`, so no two groups ever hand out the same value (and `nextval` through
+/// the endpoint, which runs on group 0, neither). Per group, the statements that set it.
+async fn sequence_strides(
+    client: &Client,
+    name: &str,
+    groups: usize,
+) -> Result<Vec<Vec<String>>, ProxyError> {
+    let rows = client
+        .query(
+            "SELECT s.oid::regclass::text, q.seqincrement, q.seqstart FROM pg_depend d
+             JOIN pg_class s ON s.oid = d.objid JOIN pg_sequence q ON q.seqrelid = s.oid
+             WHERE d.refobjid = to_regclass($1) AND s.relkind = 'S' AND d.deptype IN ('a', 'i')",
+            &[&name],
+        )
+        .await
+        .map_err(|e| failed("reading the table's sequences", e))?;
+    let n = groups as i64;
+    Ok((0..n)
+        .map(|g| {
+            rows.iter()
+                .map(|r| {
+                    let (seq, inc, start): (String, i64, i64) = (r.get(0), r.get(1), r.get(2));
+                    format!(
+                        "ALTER SEQUENCE {seq} INCREMENT BY {} RESTART WITH {}",
+                        inc.saturating_mul(n),
+                        start.saturating_add(g.saturating_mul(inc))
+                    )
+                })
+                .collect()
+        })
+        .collect())
 }
 
 /// Statements that create `name` as group 0 has it (columns with types, defaults, NOT NULL,
