@@ -513,6 +513,33 @@ async fn writes(client: &tokio_postgres::Client, groups: &[tokio_postgres::Clien
         .await
         .expect("update (extended)");
     assert_eq!(got, want);
+    // Multi-row INSERTs whose rows belong to both groups: each group inserts its rows.
+    let rows: Vec<String> = (1001..=1006).map(row).collect();
+    let sql = format!("insert into T {NAMES} values {}", rows.join(", "));
+    let explained = simple(
+        client,
+        &format!(
+            "select herd.explain('{}')",
+            over(&sql, "acct").replace('\'', "''")
+        ),
+    )
+    .await;
+    assert!(
+        format!("{explained:?}").contains("every shard group its rows"),
+        "the rows span both groups: {explained:?}"
+    );
+    assert_eq!(simple_count(client, &over(&sql, "acct")).await, 6);
+    assert_eq!(simple_count(client, &over(&sql, "acct_one")).await, 6);
+    let sql = "insert into T (id, grp, name) values ($1, 1, $2), ($3, 2, $4), ($5, 3, 'lit')";
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 5] =
+        [&2001i64, &"p1", &2002i64, &"p2", &2003i64];
+    for t in ["acct", "acct_one"] {
+        let n = client
+            .execute(&over(sql, t), &params)
+            .await
+            .expect("insert (extended)");
+        assert_eq!(n, 3, "{t}");
+    }
     let all = "select * from T order by id";
     assert_eq!(
         simple(client, &over(all, "acct")).await,
@@ -532,6 +559,33 @@ async fn writes(client: &tokio_postgres::Client, groups: &[tokio_postgres::Clien
         before,
         "no group kept the write"
     );
+    // The same for an INSERT: a duplicate key on one group, nothing inserted anywhere.
+    let explained = simple(
+        client,
+        "select herd.explain('insert into acct (id, grp) values (3001, 1), (3002, 1), (8, 1), (3003, 1)')",
+    )
+    .await;
+    assert!(
+        format!("{explained:?}").contains("every shard group its rows"),
+        "the rows span both groups: {explained:?}"
+    );
+    let e = client
+        .simple_query("insert into acct (id, grp) values (3001, 1), (3002, 1), (8, 1), (3003, 1)")
+        .await
+        .expect_err("a duplicate on one group");
+    assert_eq!(e.code(), Some(&SqlState::UNIQUE_VIOLATION), "{e}");
+    assert_eq!(
+        simple(client, &over(all, "acct")).await,
+        before,
+        "no group kept the rows"
+    );
+    let e = client
+        .simple_query(
+            "insert into acct (id, grp) values (3001, 1), (3002, 1), (3003, 1) returning id",
+        )
+        .await
+        .expect_err("RETURNING of a split INSERT");
+    assert_eq!(e.code(), Some(&SqlState::FEATURE_NOT_SUPPORTED), "{e}");
     // Nothing is left prepared anywhere.
     for (g, direct) in groups.iter().enumerate() {
         let n: i64 = direct

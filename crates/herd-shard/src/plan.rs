@@ -63,6 +63,9 @@ pub enum Plan {
     /// restricted to one group: every group runs it, all or none (two-phase commit); the text
     /// is the command tag.
     WriteAllGroups(&'static str),
+    /// A multi-row INSERT … VALUES whose rows belong to several groups: the group of each row,
+    /// in order (each group inserts its rows, all or none).
+    InsertSplit(Vec<u32>),
     /// Not runnable on one group; the message says why (SQLSTATE 0A000).
     Refuse(String),
 }
@@ -230,25 +233,33 @@ fn plan_insert(
             "an INSERT into distributed table {table} needs VALUES with its key {column}"
         ));
     }
-    let mut group = None;
+    let mut groups = Vec::with_capacity(facts.insert_rows.len());
     for row in &facts.insert_rows {
         let Some(expr) = row.get(index) else {
             return Plan::Refuse(format!("a VALUES row lacks the key {column}"));
         };
-        let g = match value_group(expr, key_type, map, param) {
-            Ok(g) => g,
+        match value_group(expr, key_type, map, param) {
+            Ok(g) => groups.push(g),
             Err(why) => return Plan::Refuse(format!("{why} for {table}.{column}")),
-        };
-        if group.is_some_and(|x| x != g) {
+        }
+    }
+    if groups.windows(2).any(|w| w[0] != w[1]) {
+        if facts.returning {
             return Plan::Refuse(format!(
-                "the rows of this INSERT into {table} belong to several shard groups; insert \
-                 them in separate statements (one per group) until cross-group writes are supported"
+                "RETURNING of an INSERT into {table} whose rows belong to several shard groups is \
+                 not supported yet: insert each group's rows separately, or drop RETURNING"
             ));
         }
-        group = Some(g);
+        if facts.nested {
+            return Plan::Refuse(format!(
+                "this INSERT into {table} has rows for several shard groups and a subquery, CTE or \
+                 ON CONFLICT expression; insert each group's rows separately"
+            ));
+        }
+        return Plan::InsertSplit(groups);
     }
     Plan::Group {
-        group: group.unwrap_or(0),
+        group: groups.first().copied().unwrap_or(0),
         reason: "key",
     }
 }

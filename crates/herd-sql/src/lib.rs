@@ -20,6 +20,7 @@ mod keys;
 mod route;
 mod session;
 mod shape;
+mod split;
 mod walk;
 
 pub use cache::{CacheStats, ClassifierCache};
@@ -30,6 +31,7 @@ pub use keys::{
     key_facts, ColumnName, Condition, CopyFacts, KeyExpr, KeyFacts, StmtKind, TableRef, Target,
 };
 pub use shape::shape_key;
+pub use split::insert_rows;
 
 use std::ops::Range;
 

@@ -9,6 +9,7 @@ use herd_shard::{ParamValue, Plan, ShardMap};
 use herd_wire::frontend::{tag, Bind, Parse, Query};
 use herd_wire::{encode, split_frame};
 
+use super::write_all::Write;
 use super::Session;
 use crate::pool::Lease;
 use crate::{ProxyContext, ProxyError};
@@ -43,13 +44,13 @@ pub(super) enum UnitRoute {
     EachGroup(&'static str, String),
     /// A SELECT every group answers, merged.
     FanOut(herd_sql::FanOut),
-    /// An UPDATE or DELETE every group runs, all or none; the command tag.
-    WriteAll(&'static str),
+    /// An UPDATE or DELETE every group runs, or an INSERT split by group; all or none.
+    WriteAll(Write),
 }
 
 /// Why an UPDATE or DELETE on every shard group must come alone, outside a transaction block.
 pub(super) const WRITE_ALL_ALONE: &str = "an UPDATE or DELETE without a shard key of one group \
-     runs on every shard group in a two-phase commit of its own: send it alone, outside a \
+     (or an INSERT with rows for several groups) runs on every shard group in a two-phase commit of its own: send it alone, outside a \
      transaction block (and not in session pooling), or add a condition on the shard key \
      (such writes inside transactions are not supported yet)";
 
@@ -121,19 +122,10 @@ impl Session {
             match plan {
                 Plan::Anywhere => {}
                 Plan::WriteAllGroups(tag) => {
-                    let alone = group.is_none()
-                        && match frame.tag {
-                            tag::QUERY => rest.is_empty(),
-                            _ => single_bind(unit),
-                        };
-                    if !alone || self.pending_begin.is_some() {
-                        return Err(not_supported(WRITE_ALL_ALONE.into()));
-                    }
-                    self.ctx.metrics.inc_labels(
-                        "herd_shard_routed_total",
-                        &[("group", "all"), ("reason", "write_all")],
-                    );
-                    return Ok(UnitRoute::WriteAll(tag));
+                    return self.write_route(unit, frame.tag, rest, group, Write::Same(tag));
+                }
+                Plan::InsertSplit(groups) => {
+                    return self.write_route(unit, frame.tag, rest, group, Write::Split(groups));
                 }
                 Plan::AllGroups { table } => {
                     let alone = group.is_none()
@@ -202,6 +194,30 @@ impl Session {
             }
         }
         Ok(UnitRoute::Group(group))
+    }
+
+    /// A write on every group: alone, outside a transaction block.
+    fn write_route(
+        &self,
+        unit: &[u8],
+        frame_tag: u8,
+        rest: &[u8],
+        group: Option<u32>,
+        write: Write,
+    ) -> Result<UnitRoute, ProxyError> {
+        let alone = group.is_none()
+            && match frame_tag {
+                tag::QUERY => rest.is_empty(),
+                _ => single_bind(unit),
+            };
+        if !alone || self.pending_begin.is_some() {
+            return Err(not_supported(WRITE_ALL_ALONE.into()));
+        }
+        self.ctx.metrics.inc_labels(
+            "herd_shard_routed_total",
+            &[("group", "all"), ("reason", "write_all")],
+        );
+        Ok(UnitRoute::WriteAll(write))
     }
 
     /// `DROP INDEX` of indexes of distributed or reference tables: the index name does not say
@@ -420,6 +436,9 @@ impl Session {
                  of its own snapshot)"
                     .into()
             }
+            Plan::InsertSplit(_) => "every shard group its rows, all or none (an INSERT split \
+                 by key in a two-phase commit; alone, outside a transaction block)"
+                .into(),
             Plan::WriteAllGroups(tag) => format!(
                 "every shard group, all or none ({tag} in a two-phase commit; alone, outside a \
                  transaction block)"

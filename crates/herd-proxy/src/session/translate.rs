@@ -196,7 +196,7 @@ impl Translator<'_> {
                 Some(super::shard::ALONE.to_string())
             }
             herd_shard::Plan::AllGroups { .. } => Some(super::shard::FAN_OUT_ALONE.to_string()),
-            herd_shard::Plan::WriteAllGroups(_) => {
+            herd_shard::Plan::WriteAllGroups(_) | herd_shard::Plan::InsertSplit(_) => {
                 Some(super::shard::WRITE_ALL_ALONE.to_string())
             }
             herd_shard::Plan::Group { group, .. } if group != here => Some(format!(

@@ -1,6 +1,7 @@
-//! UPDATE or DELETE of distributed tables that is not restricted to one shard group: every
-//! group's primary runs the client's statement (its parameters as bound) in a transaction of
-//! its own, every group PREPAREs it, and group 0's `COMMIT PREPARED` decides before the others
+//! UPDATE or DELETE of distributed tables that is not restricted to one shard group, and
+//! multi-row INSERTs whose rows belong to several groups: every group's primary runs the
+//! client's statement (an INSERT with only that group's rows; its parameters as bound) in a
+//! transaction of its own, every group PREPAREs it, and group 0's `COMMIT PREPARED` decides before the others
 //! commit (the two-phase commit of `two_phase.rs`, whose in-doubt transactions are resolved
 //! when the shard map is next read). All or none: a failure on any group before the decision
 //! rolls every group back. The client sees one CommandComplete with the total row count.
@@ -34,23 +35,40 @@ async fn run(lease: &mut Lease, request: &[u8]) -> Result<(u64, Option<Vec<u8>>)
     error.map_or(Ok((rows, params)), Err)
 }
 
+/// What every group runs.
+pub(super) enum Write {
+    /// The client's UPDATE or DELETE, everywhere; its command tag.
+    Same(&'static str),
+    /// The client's INSERT … VALUES, each group with its rows (the group of each row).
+    Split(Vec<u32>),
+}
+
 impl Session {
-    /// Runs the UPDATE or DELETE of `unit` on every group, all or none, and answers `tag`.
-    pub(super) async fn write_all(&mut self, unit: &[u8], tag: &str) -> Result<(), ProxyError> {
+    /// Runs the write of `unit` on every group, all or none, and answers its command tag.
+    pub(super) async fn write_all(&mut self, unit: &[u8], write: Write) -> Result<(), ProxyError> {
         let batch = match self.fan_out_batch(unit) {
             Ok(b) => b,
-            Err(e) => return self.reply_error(&e, unit).await,
-        };
-        let request = match self.write_request(&batch) {
-            Ok(r) => r,
             Err(e) => return self.reply_error(&e, unit).await,
         };
         let mut leases = match self.primary_leases().await {
             Ok(l) => l,
             Err(e) => return self.reply_error(&e, unit).await,
         };
+        let requests = match self.write_requests(&batch, &write, &mut leases).await {
+            Ok(r) => r,
+            Err(e) => {
+                for lease in leases {
+                    lease.release();
+                }
+                return self.reply_error(&e, unit).await;
+            }
+        };
+        let tag = match write {
+            Write::Same(tag) => tag,
+            Write::Split(_) => "INSERT 0",
+        };
         let gid = super::two_phase::ddl_gid("w");
-        let outcome = prepare_writes(&mut leases, &gid, &request).await;
+        let outcome = prepare_writes(&mut leases, &gid, &requests).await;
         let outcome = match outcome {
             Ok(done) => super::two_phase::commit_all(&mut leases, &gid, "the write")
                 .await
@@ -92,30 +110,91 @@ impl Session {
         self.write_client(&out).await
     }
 
-    /// The client's statement as every group runs it.
-    fn write_request(&self, batch: &Batch) -> Result<Vec<u8>, ProxyError> {
-        let mut out = Vec::new();
-        if batch.simple {
-            encode::query(&mut out, &batch.query)?;
-            return Ok(out);
-        }
+    /// What each group runs (`None`: nothing, its transaction is prepared empty so that
+    /// group 0 always holds the decision).
+    async fn write_requests(
+        &self,
+        batch: &Batch,
+        write: &Write,
+        leases: &mut [Lease],
+    ) -> Result<Vec<Option<Vec<u8>>>, ProxyError> {
         let (statement, rest) = batch.bind.clone().unwrap_or_default();
         let parsed: std::collections::HashMap<Vec<u8>, Vec<u8>> = batch
             .parses
             .iter()
             .map(|(name, query, _)| (name.clone(), query.clone()))
             .collect();
-        let sql = self.bound_sql(&parsed, &statement).unwrap_or_default();
-        let types = self.bound_types(&statement).unwrap_or_default();
-        encode::parse(&mut out, b"", &sql, &types)?;
-        if batch.describe_statement {
-            encode::describe(&mut out, KIND_STATEMENT, b"")?;
+        let sql = if batch.simple {
+            batch.query.clone()
+        } else {
+            self.bound_sql(&parsed, &statement).unwrap_or_default()
+        };
+        let mut types = self.bound_types(&statement).unwrap_or_default();
+        let groups = match write {
+            Write::Same(_) => {
+                return Ok(vec![
+                    Some(request(batch, &sql, &types, &rest)?);
+                    leases.len()
+                ])
+            }
+            Write::Split(groups) => groups,
+        };
+        // A group's rows may not use every parameter: each is declared with the type
+        // PostgreSQL infers for the whole statement.
+        if !batch.simple {
+            if let Some(first) = leases.first_mut() {
+                types = infer(first, &sql, &types).await?;
+            }
         }
-        encode::bind_renamed(&mut out, b"", b"", &rest)?;
-        encode::execute(&mut out, b"", 0)?;
-        encode::sync(&mut out);
-        Ok(out)
+        let text = String::from_utf8_lossy(&sql).into_owned();
+        (0..leases.len() as u32)
+            .map(|g| {
+                let rows: Vec<usize> = groups
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, x)| **x == g)
+                    .map(|(i, _)| i)
+                    .collect();
+                if rows.is_empty() {
+                    return Ok(None);
+                }
+                let part = herd_sql::insert_rows(&text, &rows).map_err(|e| {
+                    ProxyError::Protocol(format!("splitting the INSERT's rows: {e}"))
+                })?;
+                request(batch, part.as_bytes(), &types, &rest).map(Some)
+            })
+            .collect()
     }
+}
+
+/// The statement as a group runs it: a simple query, or Parse/[Describe]/Bind/Execute/Sync
+/// of the unnamed statement with the client's parameters.
+fn request(batch: &Batch, sql: &[u8], types: &[u32], rest: &[u8]) -> Result<Vec<u8>, ProxyError> {
+    let mut out = Vec::new();
+    if batch.simple {
+        encode::query(&mut out, sql)?;
+        return Ok(out);
+    }
+    encode::parse(&mut out, b"", sql, types)?;
+    if batch.describe_statement {
+        encode::describe(&mut out, KIND_STATEMENT, b"")?;
+    }
+    encode::bind_renamed(&mut out, b"", b"", rest)?;
+    encode::execute(&mut out, b"", 0)?;
+    encode::sync(&mut out);
+    Ok(out)
+}
+
+/// The parameter types PostgreSQL infers for `sql` (`declared` first), asked on `lease`.
+async fn infer(lease: &mut Lease, sql: &[u8], declared: &[u32]) -> Result<Vec<u32>, ProxyError> {
+    let mut out = Vec::new();
+    encode::parse(&mut out, b"", sql, declared)?;
+    encode::describe(&mut out, KIND_STATEMENT, b"")?;
+    encode::sync(&mut out);
+    let (_, params) = run(lease, &out).await?;
+    Ok(params
+        .map(|p| super::combine::param_types(&p))
+        .unwrap_or_else(|| declared.to_vec()))
 }
 
 /// Runs the write in a transaction on every lease and prepares it, group 0 first; on the first
@@ -124,14 +203,18 @@ impl Session {
 async fn prepare_writes(
     leases: &mut [Lease],
     gid: &str,
-    request: &[u8],
+    requests: &[Option<Vec<u8>>],
 ) -> Result<(u64, Option<Vec<u8>>), ProxyError> {
     let (mut total, mut described) = (0, None);
     for i in 0..leases.len() {
         let lease = &mut leases[i];
+        let request = requests.get(i).and_then(Option::as_ref);
         let step = async {
             lease.conn.internal_query("BEGIN").await?;
-            let done = run(lease, request).await?;
+            let done = match request {
+                Some(r) => run(lease, r).await?,
+                None => (0, None),
+            };
             lease
                 .conn
                 .internal_query(&format!("PREPARE TRANSACTION '{gid}'"))

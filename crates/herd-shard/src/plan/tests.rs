@@ -272,9 +272,9 @@ fn refuses_what_spans_groups_or_cannot_be_told() {
     let (a, b) = split_keys();
     let cases: Vec<(String, Vec<Option<&str>>, &str)> = vec![
         (
-            format!("insert into orders (customer_id) values ({a}), ({b})"),
+            format!("insert into orders (customer_id) values ({a}), ({b}) returning id"),
             vec![],
-            "several shard groups",
+            "RETURNING",
         ),
         (
             "insert into orders values (1, 2)".into(),
@@ -503,4 +503,30 @@ fn each_reference_of_a_table_counts() {
         &[],
     );
     assert!(matches!(all, Plan::AllGroups { .. }), "{all:?}");
+}
+
+#[test]
+fn rows_of_several_groups_are_split() {
+    let (a, b) = split_keys();
+    let ga = run(
+        &format!("select * from orders where customer_id = {a}"),
+        &[],
+    );
+    let Plan::Group { group: ga, .. } = ga else {
+        panic!("{ga:?}")
+    };
+    let got = run(
+        &format!("insert into orders (customer_id, v) values ({a}, 'x'), ({b}, 'y'), ({a}, $1)"),
+        &[Some("z")],
+    );
+    assert_eq!(got, Plan::InsertSplit(vec![ga, 1 - ga, ga]));
+    // One group's rows only: that group.
+    let one = run(
+        &format!("insert into orders (customer_id, v) values ({a}, 'x'), ({a}, 'y')"),
+        &[],
+    );
+    assert!(
+        matches!(one, Plan::Group { group, .. } if group == ga),
+        "{one:?}"
+    );
 }

@@ -1,0 +1,53 @@
+//! A multi-row `INSERT … VALUES` cut into one statement per shard group: the same statement
+//! with only the rows that group holds (parameters keep their numbers).
+
+use pg_query::protobuf::node;
+
+/// `sql` (an INSERT … VALUES) with only the VALUES rows at `keep` (0-based, ascending).
+pub fn insert_rows(sql: &str, keep: &[usize]) -> Result<String, String> {
+    let parsed = pg_query::parse(sql, 0).map_err(|e| e.to_string())?;
+    let mut tree = parsed.protobuf;
+    let [raw] = tree.stmts.as_mut_slice() else {
+        return Err("one INSERT statement expected".into());
+    };
+    let Some(node::Node::InsertStmt(insert)) = raw.stmt.as_mut().and_then(|s| s.node.as_mut())
+    else {
+        return Err("an INSERT statement expected".into());
+    };
+    let Some(node::Node::SelectStmt(select)) =
+        insert.select_stmt.as_mut().and_then(|s| s.node.as_mut())
+    else {
+        return Err("an INSERT … VALUES expected".into());
+    };
+    if keep.is_empty() || keep.iter().any(|&i| i >= select.values_lists.len()) {
+        return Err("rows out of range".into());
+    }
+    let rows = std::mem::take(&mut select.values_lists);
+    select.values_lists = rows
+        .into_iter()
+        .enumerate()
+        .filter(|(i, _)| keep.contains(i))
+        .map(|(_, r)| r)
+        .collect();
+    pg_query::deparse(&tree, Default::default()).map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keeps_the_rows_asked_for() {
+        let sql = "insert into orders (customer_id, v) values (1, 'a'), ($1, $2), (3, 'c') on conflict do nothing";
+        assert_eq!(
+            insert_rows(sql, &[0, 2]).expect("split"),
+            "INSERT INTO orders (customer_id, v) VALUES (1, 'a'), (3, 'c') ON CONFLICT DO NOTHING"
+        );
+        assert_eq!(
+            insert_rows(sql, &[1]).expect("split"),
+            "INSERT INTO orders (customer_id, v) VALUES ($1, $2) ON CONFLICT DO NOTHING"
+        );
+        assert!(insert_rows(sql, &[5]).is_err());
+        assert!(insert_rows("select 1", &[0]).is_err());
+    }
+}
