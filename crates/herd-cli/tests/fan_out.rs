@@ -264,6 +264,7 @@ async fn selects_across_groups_answer_as_one_server() {
     ];
     writes(&client, &groups).await;
     unique_ids(&client).await;
+    reference_writes(&client, &groups).await;
 
     // What the merge cannot answer: 0A000, naming the construct; nothing partial.
     for (sql, needle) in [
@@ -660,5 +661,111 @@ async fn unique_ids(client: &tokio_postgres::Client) {
             .expect("nextval")
             .get(0);
         assert!(!ids.contains(&n), "nextval gave {n}, which a group used");
+    }
+}
+
+/// Writes to a reference table reach every group's copy, all or none, and stay identical;
+/// what would give each copy its own value is refused.
+async fn reference_writes(client: &tokio_postgres::Client, groups: &[tokio_postgres::Client]) {
+    client
+        .batch_execute(
+            "create table cur (code text primary key, rate numeric, note text default 'none', \
+             n serial)",
+        )
+        .await
+        .expect("create cur");
+    client
+        .simple_query("select herd.create_reference_table('cur')")
+        .await
+        .expect("reference table");
+    assert_eq!(
+        simple_count(
+            client,
+            "insert into cur (code, rate, n) values ('eur', 1.0, 1), ('usd', 1.08, 2), ('chf', 0.94, 3)"
+        )
+        .await,
+        3
+    );
+    let n = client
+        .execute(
+            "insert into cur (code, rate, n) values ($1, $2::text::numeric, $3)",
+            &[&"gbp", &"0.85", &4i32],
+        )
+        .await
+        .expect("insert (extended)");
+    assert_eq!(n, 1);
+    assert_eq!(
+        simple_count(client, "update cur set rate = rate * 2 where rate < 1").await,
+        2
+    );
+    assert_eq!(
+        simple_count(client, "delete from cur where code = 'usd'").await,
+        1
+    );
+    let copy = "select code, rate::text, note, n from cur order by code";
+    let want = vec![
+        vec![
+            Some("chf".into()),
+            Some("1.88".into()),
+            Some("none".into()),
+            Some("3".into()),
+        ],
+        vec![
+            Some("eur".into()),
+            Some("1.0".into()),
+            Some("none".into()),
+            Some("1".into()),
+        ],
+        vec![
+            Some("gbp".into()),
+            Some("1.70".into()),
+            Some("none".into()),
+            Some("4".into()),
+        ],
+    ];
+    for (g, direct) in groups.iter().enumerate() {
+        assert_eq!(simple(direct, copy).await, want, "group {g}'s copy");
+    }
+    // What would differ between the copies is refused, and changes nothing.
+    for (sql, needle) in [
+        ("update cur set note = now()::text", "now"),
+        (
+            "update cur set note = current_timestamp::text",
+            "CURRENT_TIMESTAMP",
+        ),
+        ("update cur set rate = random()", "random"),
+        (
+            "insert into cur (code, rate) values ('jpy', 0.006)",
+            "column n",
+        ),
+        ("update cur set note = default", "DEFAULT"),
+    ] {
+        let e = client.simple_query(sql).await.expect_err(sql);
+        assert_eq!(
+            e.code(),
+            Some(&SqlState::FEATURE_NOT_SUPPORTED),
+            "{sql}: {e}"
+        );
+        let message = e
+            .as_db_error()
+            .map(|d| d.message().to_string())
+            .unwrap_or_default();
+        assert!(message.contains(needle), "{sql}: {message}");
+    }
+    for direct in groups {
+        assert_eq!(simple(direct, copy).await, want);
+    }
+    // A failure on one copy (a check that only group 1's copy has) leaves every copy as it was.
+    groups[1]
+        .batch_execute("alter table cur add constraint only_here check (rate < 1.9)")
+        .await
+        .expect("a constraint on group 1 only");
+    let e = client
+        .simple_query("update cur set rate = 1.95 where code = 'eur'")
+        .await
+        .expect_err("violates group 1's check");
+    assert_eq!(e.code(), Some(&SqlState::CHECK_VIOLATION), "{e}");
+    for direct in groups {
+        assert_eq!(simple(direct, copy).await, want);
     }
 }

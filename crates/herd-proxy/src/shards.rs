@@ -330,6 +330,32 @@ impl ProxyContext {
         Ok(found)
     }
 
+    /// The columns of `table` whose value an INSERT that leaves them out computes (identity,
+    /// or a default that is not a constant: `nextval`, `now()` …).
+    pub async fn computed_defaults(
+        &self,
+        database: &str,
+        table: &str,
+    ) -> Result<Vec<String>, ProxyError> {
+        let client = self
+            .group_client(0, database, "to read the table's column defaults")
+            .await?;
+        let rows = client
+            .query(
+                "SELECT a.attname::text FROM pg_attribute a
+                 LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+                 WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped
+                   AND a.attgenerated = ''
+                   AND (a.attidentity <> '' OR (d.adbin IS NOT NULL AND pg_get_expr(d.adbin, d.adrelid)
+                        !~ '^(''([^'']|'''')*''|-?[0-9.]+|true|false|NULL)(::[a-z ]+)?$'))
+                 ORDER BY a.attnum",
+                &[&table],
+            )
+            .await
+            .map_err(|e| failed("reading the table's column defaults", e))?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
+    }
+
     /// Runs `SELECT herd.<function>(args…)`; the text is the function's one-row answer.
     pub async fn herd_call(
         &self,

@@ -63,6 +63,16 @@ pub enum Plan {
     /// restricted to one group: every group runs it, all or none (two-phase commit); the text
     /// is the command tag.
     WriteAllGroups(&'static str),
+    /// An INSERT, UPDATE or DELETE of a reference table: every group applies it, all or none
+    /// (the caller checks it is deterministic, so every copy stays the same).
+    WriteReference {
+        /// The reference table.
+        table: String,
+        /// The command tag (`INSERT 0`, `UPDATE`, `DELETE`).
+        tag: &'static str,
+        /// An INSERT's column list (empty: every column, or none named).
+        columns: Vec<String>,
+    },
     /// A multi-row INSERT … VALUES whose rows belong to several groups: the group of each row,
     /// in order (each group inserts its rows, all or none).
     InsertSplit(Vec<u32>),
@@ -148,10 +158,32 @@ pub fn plan(
     if let (Some(r), true) = (reference.first(), writes) {
         if facts.is_some_and(|f| f.tables.first().is_some_and(|t| t.name == *r)) || facts.is_none()
         {
-            return Plan::Refuse(format!(
-                "writing to reference table {r} must reach every shard group at once, which needs a \
-                 distributed transaction (not supported yet); change it through each group (herd url --group G --primary)"
-            ));
+            let Some(f) = facts else {
+                return Plan::Refuse(format!(
+                    "a write to reference table {r} must be sent alone (not in a multi-statement \
+                     string)"
+                ));
+            };
+            if let Some(other) = distributed.first().map(|d| d.0).or(local.first().copied()) {
+                return Plan::Refuse(format!(
+                    "this write to reference table {r} reads {other}, whose rows are not on every \
+                     shard group: every group's copy must come out the same"
+                ));
+            }
+            if f.returning {
+                return Plan::Refuse(format!(
+                    "RETURNING of a write to reference table {r} is not supported yet"
+                ));
+            }
+            return Plan::WriteReference {
+                table: r.to_string(),
+                tag: match f.kind {
+                    StmtKind::Insert => "INSERT 0",
+                    StmtKind::Update => "UPDATE",
+                    _ => "DELETE",
+                },
+                columns: f.insert_columns.clone(),
+            };
         }
     }
     if distributed.is_empty() {

@@ -1,7 +1,38 @@
-//! A multi-row `INSERT … VALUES` cut into one statement per shard group: the same statement
-//! with only the rows that group holds (parameters keep their numbers).
+//! Writes on several shard groups: a multi-row `INSERT … VALUES` cut into one statement per
+//! group (the same statement with only the rows that group holds; parameters keep their
+//! numbers), and the syntax that makes a write come out differently on each group.
 
 use pg_query::protobuf::node;
+use serde_json::Value;
+
+/// SQL syntax whose value differs from one server (or transaction) to the next, when `sql`
+/// uses it: `current_timestamp` and the other SQL value functions, and `DEFAULT` (a column's
+/// default may call `nextval` or `now`). Function calls are the caller's to check, by volatility.
+pub fn nondeterministic_syntax(sql: &str) -> Option<String> {
+    let parsed = match pg_query::parse(sql, 0) {
+        Ok(p) => p,
+        Err(e) => return Some(e.to_string()),
+    };
+    let json = serde_json::to_value(&parsed.protobuf).unwrap_or(Value::Null);
+    fn find(v: &Value) -> Option<String> {
+        match v {
+            Value::Object(m) => {
+                if m.contains_key("SqlvalueFunction") {
+                    return Some(
+                        "CURRENT_TIMESTAMP, CURRENT_USER or a similar SQL value function".into(),
+                    );
+                }
+                if m.contains_key("SetToDefault") {
+                    return Some("DEFAULT".into());
+                }
+                m.values().find_map(find)
+            }
+            Value::Array(a) => a.iter().find_map(find),
+            _ => None,
+        }
+    }
+    find(&json)
+}
 
 /// `sql` (an INSERT … VALUES) with only the VALUES rows at `keep` (0-based, ascending).
 pub fn insert_rows(sql: &str, keep: &[usize]) -> Result<String, String> {
@@ -35,6 +66,13 @@ pub fn insert_rows(sql: &str, keep: &[usize]) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn finds_what_differs_between_servers() {
+        assert!(nondeterministic_syntax("update t set at = current_timestamp").is_some());
+        assert!(nondeterministic_syntax("insert into t values (default, 1)").is_some());
+        assert!(nondeterministic_syntax("update t set v = 2 where id = 1").is_none());
+    }
 
     #[test]
     fn keeps_the_rows_asked_for() {

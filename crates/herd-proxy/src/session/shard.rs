@@ -127,6 +127,14 @@ impl Session {
                 Plan::InsertSplit(groups) => {
                     return self.write_route(unit, frame.tag, rest, group, Write::Split(groups));
                 }
+                Plan::WriteReference {
+                    table,
+                    tag,
+                    columns,
+                } => {
+                    self.deterministic(&text, &table, &columns).await?;
+                    return self.write_route(unit, frame.tag, rest, group, Write::Reference(tag));
+                }
                 Plan::AllGroups { table } => {
                     let alone = group.is_none()
                         && match frame.tag {
@@ -194,6 +202,50 @@ impl Session {
             }
         }
         Ok(UnitRoute::Group(group))
+    }
+
+    /// Refuses a write to reference table `table` that could come out differently on each
+    /// group: SQL value functions or `DEFAULT`, functions that are not immutable, or an INSERT
+    /// leaving out a column whose default is not a constant (a serial's `nextval`, `now()`).
+    async fn deterministic(
+        &self,
+        sql: &[u8],
+        table: &str,
+        columns: &[String],
+    ) -> Result<(), ProxyError> {
+        let text = String::from_utf8_lossy(sql);
+        let differs = |what: String| {
+            not_supported(format!(
+                "a write to reference table {table} runs on every shard group, and {what} would \
+                 give each group's copy its own value: write the values themselves"
+            ))
+        };
+        if let Some(what) = herd_sql::nondeterministic_syntax(&text) {
+            return Err(differs(what));
+        }
+        let catalog = self.ctx.catalog();
+        let classified = self.ctx.classifier.get_or_classify(&text);
+        for f in classified
+            .statements
+            .iter()
+            .flat_map(|s| s.functions.iter())
+        {
+            if herd_sql::FunctionCatalog::volatility(catalog.as_ref(), f)
+                != Some(herd_sql::Volatility::Immutable)
+            {
+                return Err(differs(format!("{f}(), which is not immutable,")));
+            }
+        }
+        if herd_sql::key_facts(&text).is_some_and(|f| f.kind == herd_sql::StmtKind::Insert) {
+            let defaults = self.ctx.computed_defaults(&self.database, table).await?;
+            if let Some(c) = defaults
+                .iter()
+                .find(|c| columns.is_empty() || !columns.contains(c))
+            {
+                return Err(differs(format!("the default of column {c}")));
+            }
+        }
+        Ok(())
     }
 
     /// A write on every group: alone, outside a transaction block.
@@ -436,6 +488,10 @@ impl Session {
                  of its own snapshot)"
                     .into()
             }
+            Plan::WriteReference { tag, .. } => format!(
+                "every shard group, all or none ({tag} of a reference table in a two-phase \
+                 commit; alone, outside a transaction block)"
+            ),
             Plan::InsertSplit(_) => "every shard group its rows, all or none (an INSERT split \
                  by key in a two-phase commit; alone, outside a transaction block)"
                 .into(),

@@ -196,7 +196,9 @@ impl Translator<'_> {
                 Some(super::shard::ALONE.to_string())
             }
             herd_shard::Plan::AllGroups { .. } => Some(super::shard::FAN_OUT_ALONE.to_string()),
-            herd_shard::Plan::WriteAllGroups(_) | herd_shard::Plan::InsertSplit(_) => {
+            herd_shard::Plan::WriteAllGroups(_)
+            | herd_shard::Plan::InsertSplit(_)
+            | herd_shard::Plan::WriteReference { .. } => {
                 Some(super::shard::WRITE_ALL_ALONE.to_string())
             }
             herd_shard::Plan::Group { group, .. } if group != here => Some(format!(

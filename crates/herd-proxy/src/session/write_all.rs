@@ -41,6 +41,8 @@ pub(super) enum Write {
     Same(&'static str),
     /// The client's INSERT … VALUES, each group with its rows (the group of each row).
     Split(Vec<u32>),
+    /// The client's write to a reference table, everywhere (group 0's row count answers).
+    Reference(&'static str),
 }
 
 impl Session {
@@ -63,9 +65,10 @@ impl Session {
                 return self.reply_error(&e, unit).await;
             }
         };
-        let tag = match write {
-            Write::Same(tag) => tag,
-            Write::Split(_) => "INSERT 0",
+        let (tag, one_copy) = match write {
+            Write::Same(tag) => (tag, false),
+            Write::Split(_) => ("INSERT 0", false),
+            Write::Reference(tag) => (tag, true),
         };
         let gid = super::two_phase::ddl_gid("w");
         let outcome = prepare_writes(&mut leases, &gid, &requests).await;
@@ -78,9 +81,15 @@ impl Session {
         for lease in leases {
             lease.release();
         }
-        let (rows, params) = match outcome {
+        let (counts, params) = match outcome {
             Ok(done) => done,
             Err(e) => return self.reply_error(&e, unit).await,
+        };
+        // A reference table's copies changed alike: one copy's count is the answer.
+        let rows: u64 = if one_copy {
+            counts.first().copied().unwrap_or(0)
+        } else {
+            counts.iter().sum()
         };
         let mut out = self.out.pending().to_vec();
         self.out.clear();
@@ -131,7 +140,7 @@ impl Session {
         };
         let mut types = self.bound_types(&statement).unwrap_or_default();
         let groups = match write {
-            Write::Same(_) => {
+            Write::Same(_) | Write::Reference(_) => {
                 return Ok(vec![
                     Some(request(batch, &sql, &types, &rest)?);
                     leases.len()
@@ -198,14 +207,14 @@ async fn infer(lease: &mut Lease, sql: &[u8], declared: &[u32]) -> Result<Vec<u3
 }
 
 /// Runs the write in a transaction on every lease and prepares it, group 0 first; on the first
-/// failure rolls back what was done and returns it. The total row count and group 0's
+/// failure rolls back what was done and returns it. Each group's row count and group 0's
 /// ParameterDescription.
 async fn prepare_writes(
     leases: &mut [Lease],
     gid: &str,
     requests: &[Option<Vec<u8>>],
-) -> Result<(u64, Option<Vec<u8>>), ProxyError> {
-    let (mut total, mut described) = (0, None);
+) -> Result<(Vec<u64>, Option<Vec<u8>>), ProxyError> {
+    let (mut counts, mut described) = (Vec::new(), None);
     for i in 0..leases.len() {
         let lease = &mut leases[i];
         let request = requests.get(i).and_then(Option::as_ref);
@@ -223,7 +232,7 @@ async fn prepare_writes(
         };
         match step.await {
             Ok((rows, params)) => {
-                total += rows;
+                counts.push(rows);
                 if i == 0 {
                     described = params;
                 }
@@ -241,5 +250,5 @@ async fn prepare_writes(
             }
         }
     }
-    Ok((total, described))
+    Ok((counts, described))
 }

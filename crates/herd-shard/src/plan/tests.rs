@@ -401,9 +401,14 @@ fn refuses_what_spans_groups_or_cannot_be_told() {
             "needs an index name",
         ),
         (
-            "insert into countries values (1, 'x')".into(),
+            "insert into countries select id, v from orders".into(),
             vec![],
-            "reference table",
+            "every group's copy must come out the same",
+        ),
+        (
+            "update countries set name = 'x' returning id".into(),
+            vec![],
+            "RETURNING",
         ),
         (
             format!("select 1 from orders where customer_id = {a}; select 2"),
@@ -529,4 +534,20 @@ fn rows_of_several_groups_are_split() {
         matches!(one, Plan::Group { group, .. } if group == ga),
         "{one:?}"
     );
+}
+
+#[test]
+fn writes_to_reference_tables_reach_every_group() {
+    assert_eq!(
+        run("insert into countries (id, name) values (1, 'x')", &[]),
+        Plan::WriteReference {
+            table: "countries".into(),
+            tag: "INSERT 0",
+            columns: vec!["id".into(), "name".into()],
+        }
+    );
+    assert!(matches!(
+        run("delete from countries where id = 3", &[]),
+        Plan::WriteReference { tag: "DELETE", .. }
+    ));
 }
