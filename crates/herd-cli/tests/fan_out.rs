@@ -9,6 +9,7 @@
 mod common;
 
 use common::{cluster, connect};
+use std::time::Duration;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::SimpleQueryMessage;
 
@@ -767,5 +768,79 @@ async fn reference_writes(client: &tokio_postgres::Client, groups: &[tokio_postg
     assert_eq!(e.code(), Some(&SqlState::CHECK_VIOLATION), "{e}");
     for direct in groups {
         assert_eq!(simple(direct, copy).await, want);
+    }
+}
+
+/// A two-phase write abandoned between its phases (a crash of the session or of Herd) is
+/// resolved by the proxy within about a minute, as group 0 decided: committed on the other
+/// groups where group 0 committed it, rolled back everywhere where group 0 still holds it — so
+/// no prepared transaction keeps its locks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_left_in_doubt_are_resolved() {
+    let c = cluster();
+    c.up(&["--shards", "2", "--replicas", "0"]);
+    let client = connect(&c.url(&[])).await;
+    client
+        .batch_execute("create table doubt (k bigint primary key, v text)")
+        .await
+        .expect("create");
+    client
+        .simple_query("select herd.create_distributed_table('doubt', 'k')")
+        .await
+        .expect("distribute");
+    let groups = [
+        connect(&c.url(&["--group", "0", "--primary"])).await,
+        connect(&c.url(&["--group", "1", "--primary"])).await,
+    ];
+    // Decided: group 0 committed; group 1 still prepared. Undecided: both prepared.
+    for (g, direct) in groups.iter().enumerate() {
+        direct
+            .batch_execute(&format!(
+                "begin; insert into doubt values ({}, 'decided'); prepare transaction 'herd_ddl_wtest_decided'",
+                10 + g
+            ))
+            .await
+            .expect("prepare decided");
+        direct
+            .batch_execute(&format!(
+                "begin; insert into doubt values ({}, 'undecided'); prepare transaction 'herd_ddl_wtest_undecided'",
+                20 + g
+            ))
+            .await
+            .expect("prepare undecided");
+    }
+    groups[0]
+        .batch_execute("commit prepared 'herd_ddl_wtest_decided'")
+        .await
+        .expect("the decision");
+    // The proxy resolves them once they are old enough.
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    loop {
+        let mut left = 0;
+        for direct in &groups {
+            left += direct
+                .query_one("select count(*) from pg_prepared_xacts", &[])
+                .await
+                .expect("pg_prepared_xacts")
+                .get::<_, i64>(0);
+        }
+        if left == 0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{left} prepared transactions still in doubt after 90 s"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    for (g, direct) in groups.iter().enumerate() {
+        let rows: Vec<String> = direct
+            .query("select v from doubt order by k", &[])
+            .await
+            .expect("rows")
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        assert_eq!(rows, vec!["decided".to_string()], "group {g}");
     }
 }

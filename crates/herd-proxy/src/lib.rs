@@ -454,6 +454,7 @@ impl Proxy {
             shard_maps: shards::ShardMaps::default(),
         });
         tokio::spawn(load_catalog(ctx.clone(), login, shutdown.clone()));
+        tokio::spawn(shards::resolve_in_doubt(ctx.clone(), shutdown.clone()));
         tokio::spawn(accept(listener, ctx.clone(), shutdown));
         Proxy { ctx }
     }

@@ -471,6 +471,43 @@ async fn read_map(client: &Client) -> Result<Option<ShardMap>, ProxyError> {
         .map_err(|e| failed("the stored shard map is damaged", e))
 }
 
+/// How long a two-phase write or DDL may stay prepared before it counts as abandoned (its
+/// session crashed between the phases) and is resolved; a live session finishes in
+/// milliseconds.
+pub const IN_DOUBT_AFTER_S: u64 = 30;
+
+/// Resolves, every few seconds for as long as the proxy runs, the two-phase writes and DDL of
+/// every database with a shard map that were left in doubt (a crash of a session, of Herd, or a
+/// group's primary failing over between the phases): committed where group 0 no longer holds
+/// them, else rolled back, so none keeps its locks.
+pub async fn resolve_in_doubt(
+    ctx: std::sync::Arc<ProxyContext>,
+    mut shutdown: tokio::sync::watch::Receiver<bool>,
+) {
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_secs(IN_DOUBT_AFTER_S / 3)) => {}
+            _ = shutdown.changed() => return,
+        }
+        if ctx.groups() < 2 {
+            continue;
+        }
+        let databases: Vec<String> = match ctx.shard_maps.maps.lock() {
+            Ok(m) => m.keys().cloned().collect(),
+            Err(_) => continue,
+        };
+        for database in databases {
+            let outcome = async {
+                let clients = ctx.group_clients(&database).await?;
+                recover_ddl(&clients).await
+            };
+            if let Err(e) = outcome.await {
+                tracing::warn!(database = %database, error = %e, "resolving two-phase work in doubt");
+            }
+        }
+    }
+}
+
 /// Resolves every map change and every DDL left in doubt on these groups.
 async fn recover(clients: &[Client]) -> Result<(), ProxyError> {
     recover_ddl(clients).await?;
@@ -516,20 +553,30 @@ async fn recover(clients: &[Client]) -> Result<(), ProxyError> {
 /// last, so one still prepared on group 0 was not decided (rolled back everywhere), and one
 /// gone from group 0 but prepared elsewhere was committed (committed everywhere).
 async fn recover_ddl(clients: &[Client]) -> Result<(), ProxyError> {
-    let mut held: Vec<Vec<String>> = Vec::new();
+    // (gid, old enough to be abandoned) per group. A young one may belong to a session between
+    // its phases right now: deciding it from a look taken before that session's next step
+    // could commit one group and roll back another.
+    let mut held: Vec<Vec<(String, bool)>> = Vec::new();
     for c in clients {
         let rows = c
             .query(
-                "SELECT gid FROM pg_prepared_xacts WHERE database = current_database() AND gid LIKE 'herd\\_ddl\\_%'",
+                &format!(
+                    "SELECT gid, prepared < now() - interval '{IN_DOUBT_AFTER_S} seconds' \
+                     FROM pg_prepared_xacts WHERE database = current_database() \
+                     AND gid LIKE 'herd\\_ddl\\_%'"
+                ),
                 &[],
             )
             .await
             .map_err(|e| failed("looking for DDL in doubt", e))?;
-        held.push(rows.iter().map(|r| r.get(0)).collect());
+        held.push(rows.iter().map(|r| (r.get(0), r.get(1))).collect());
     }
     for (g, gids) in held.iter().enumerate() {
-        for gid in gids {
-            let verb = if held[0].contains(gid) {
+        for (gid, abandoned) in gids {
+            if !abandoned {
+                continue;
+            }
+            let verb = if held[0].iter().any(|(h, _)| h == gid) {
                 "ROLLBACK"
             } else {
                 "COMMIT"
