@@ -269,7 +269,10 @@ async fn selects_across_groups_answer_as_one_server() {
 
     // What the merge cannot answer: 0A000, naming the construct; nothing partial.
     for (sql, needle) in [
-        ("select count(distinct name) from acct", "DISTINCT"),
+        (
+            "select string_agg(distinct name, ',') from acct",
+            "string_agg",
+        ),
         ("select string_agg(name, ',') from acct", "string_agg()"),
         (
             "select grp, name, count(*) from acct group by grp",
@@ -390,6 +393,10 @@ async fn aggregates(client: &tokio_postgres::Client) {
         "select grp, max(seen) - min(seen) as span from T group by 1 order by 1",
         "select case when count(*) > 100 then 'many' else 'few' end as size, grp from T group by grp order by grp",
         "select note, count(*) from T where grp in (1, 2) group by note having max(id) > 50 order by note",
+        "select count(distinct grp), count(distinct name), count(*) from T",
+        "select grp, count(distinct note), sum(distinct grp), avg(distinct id) from T group by grp order by grp",
+        "select count(distinct id), max(distinct balance) from T",
+        "select count(*), count(distinct name) from T where false",
     ];
     for shape in shapes {
         let over = |t: &str| shape.replace(" T", &format!(" {t}"));

@@ -288,7 +288,7 @@ async fn distributed_table_routed_by_key() {
 
     // What would span groups is refused, naming the table and the way out.
     for sql in [
-        "select count(distinct v) from orders",
+        "select string_agg(v, ',') from orders",
         "update orders set customer_id = 1 where customer_id = 2",
         "select * from orders, notes where customer_id = 1",
         "alter table orders rename to orders2",
@@ -374,7 +374,7 @@ async fn distributed_table_routed_by_key() {
         "{everywhere:?}"
     );
     let refused = client
-        .simple_query("select herd.explain('select count(distinct v) from orders')")
+        .simple_query("select herd.explain('select string_agg(v, v) from orders')")
         .await
         .expect("herd.explain of a refused statement");
     assert!(
@@ -685,7 +685,7 @@ async fn still_distributed(client: &tokio_postgres::Client) {
         .expect("counted over every group");
     assert!(n.get::<_, i64>(0) >= 60);
     let e = client
-        .simple_query("select count(distinct v) from orders")
+        .simple_query("select string_agg(v, ',') from orders")
         .await
         .expect_err("still distributed");
     assert_eq!(e.code(), Some(&SqlState::FEATURE_NOT_SUPPORTED));

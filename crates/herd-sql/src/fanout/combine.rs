@@ -144,6 +144,7 @@ pub(super) fn plan(
     let mut r = Rewrite {
         keys: keys.iter().map(text).collect::<Result<_, _>>()?,
         partials: Vec::new(),
+        grouped: Vec::new(),
         is_aggregate,
     };
     let aggregates =
@@ -187,6 +188,11 @@ pub(super) fn plan(
     let columns = partial_targets.len();
     s.target_list = partial_targets;
     s.group_clause = keys;
+    for j in &r.grouped {
+        if let Some(p) = r.partials.get(*j) {
+            s.group_clause.push(p.clone());
+        }
+    }
     s.having_clause = None;
     s.sort_clause = Vec::new();
     s.distinct_clause = Vec::new();
@@ -240,6 +246,8 @@ struct Rewrite<'a> {
     keys: Vec<String>,
     /// Partial aggregate expressions, in column order after the keys.
     partials: Vec<Node>,
+    /// Which partial columns are grouped by too (the arguments of DISTINCT aggregates).
+    grouped: Vec<usize>,
     is_aggregate: &'a dyn Fn(&str) -> bool,
 }
 
@@ -345,7 +353,36 @@ impl Rewrite<'_> {
                 .unwrap_or(n)
         };
         if f.agg_distinct {
-            return Err(unsupported(&format!("{name}(DISTINCT …)")));
+            // The argument's distinct values: each group returns them as a grouping column,
+            // and the final query applies the aggregate, DISTINCT, to all groups' values
+            // (other aggregates' partials, computed per finer group, still add up).
+            let [arg] = f.args.as_slice() else {
+                return Err(unsupported(&format!(
+                    "{name}(DISTINCT …) of several arguments"
+                )));
+            };
+            if f.agg_filter.is_some() || !f.agg_order.is_empty() {
+                return Err(unsupported(&format!(
+                    "{name}(DISTINCT …) with FILTER or ORDER BY"
+                )));
+            }
+            if !matches!(name.as_str(), "count" | "sum" | "avg" | "min" | "max") {
+                return Err(unsupported(&format!("the aggregate {name}(DISTINCT …)")));
+            }
+            let n = self.keys.len() + self.partials.len();
+            self.grouped.push(self.partials.len());
+            self.partials.push(arg.clone());
+            let c = column(&format!("c{n}"));
+            return Ok(Node {
+                node: Some(node::Node::FuncCall(Box::new(protobuf::FuncCall {
+                    funcname: vec![string(&name)],
+                    args: vec![c],
+                    agg_distinct: true,
+                    funcformat: protobuf::CoercionForm::CoerceExplicitCall as i32,
+                    location: -1,
+                    ..Default::default()
+                }))),
+            });
         }
         if !f.agg_order.is_empty() || f.agg_within_group || f.over.is_some() {
             return Err(unsupported(&format!(
@@ -367,13 +404,26 @@ impl Rewrite<'_> {
         };
         Ok(match name.as_str() {
             "count" => {
+                // A count is never NULL, also over no partial rows at all.
                 let c = self.partial(partial("count"));
-                cast(
-                    Node {
-                        node: Some(node::Node::FuncCall(Box::new(call("sum", vec![c])))),
-                    },
-                    "int8",
-                )
+                let sum = Node {
+                    node: Some(node::Node::FuncCall(Box::new(call("sum", vec![c])))),
+                };
+                let zero = Node {
+                    node: Some(node::Node::AConst(protobuf::AConst {
+                        isnull: false,
+                        location: -1,
+                        val: Some(protobuf::a_const::Val::Ival(protobuf::Integer { ival: 0 })),
+                    })),
+                };
+                let coalesce = Node {
+                    node: Some(node::Node::CoalesceExpr(Box::new(protobuf::CoalesceExpr {
+                        args: vec![sum, zero],
+                        location: -1,
+                        ..Default::default()
+                    }))),
+                };
+                cast(coalesce, "int8")
             }
             "sum" => {
                 let c = self.partial(partial("sum"));

@@ -99,7 +99,10 @@ fn what_the_merge_cannot_answer_is_named() {
             "select distinct on (name) name from accounts",
             "DISTINCT ON",
         ),
-        ("select count(distinct name) from accounts", "DISTINCT"),
+        (
+            "select count(distinct name) filter (where grp > 1) from accounts",
+            "FILTER",
+        ),
         ("select name, count(*) from accounts", "outside GROUP BY"),
         ("select * from accounts group by id", "*"),
         (
@@ -158,11 +161,11 @@ fn aggregates_become_partials_and_a_final_query() {
         .expect("final");
     assert_eq!(
         sql,
-        "SELECT c0 AS grp, sum(c1)::int8 AS count, sum(c2)::numeric AS sum, \
+        "SELECT c0 AS grp, COALESCE(sum(c1), 0)::int8 AS count, sum(c2)::numeric AS sum, \
          (sum(c3)::numeric / nullif(sum(c4), 0)::numeric) AS mean, max(c5) AS max \
          FROM (VALUES ($2, $3, $4, $5, $6, $7, $8, $9), ($10, $11, $12, $13, $14, $15, $16, $17)) \
          AS herd_partial(c0, c1, c2, c3, c4, c5, c6, herd_keep) WHERE herd_keep GROUP BY c0 \
-         HAVING sum(c6)::int8 > 2 ORDER BY mean DESC, 1 LIMIT 3"
+         HAVING COALESCE(sum(c6), 0)::int8 > 2 ORDER BY mean DESC, 1 LIMIT 3"
     );
     // No partial rows at all: one row of NULLs, left out.
     let none = c
@@ -206,7 +209,7 @@ fn distinct_and_expressions_over_keys_and_aggregates() {
         .expect("final");
     assert!(
         sql.starts_with(
-            "SELECT c0 AS upper, COALESCE(sum(c1)::numeric, 0) * 2 + sum(c2)::int8 AS \"?column?\""
+            "SELECT c0 AS upper, COALESCE(sum(c1)::numeric, 0) * 2 + COALESCE(sum(c2), 0)::int8 AS \"?column?\""
         ),
         "{sql}"
     );
@@ -215,4 +218,26 @@ fn distinct_and_expressions_over_keys_and_aggregates() {
     assert!(f.sql.ends_with("GROUP BY grp % 2"), "{}", f.sql);
     let f = plan("select grp % 2 as parity, count(*) from accounts group by parity");
     assert!(f.sql.ends_with("GROUP BY grp % 2"), "{}", f.sql);
+}
+
+#[test]
+fn distinct_aggregates_group_by_their_argument() {
+    let f = plan("select grp, count(*), count(distinct name), sum(distinct balance) from accounts group by grp");
+    assert_eq!(
+        f.sql,
+        "SELECT grp AS c0, count(*) AS c1, name AS c2, balance AS c3 FROM accounts \
+         GROUP BY grp, name, balance"
+    );
+    let sql = f
+        .combine
+        .expect("combine")
+        .final_sql(&[23, 20, 25, 1700], 1, 1)
+        .expect("final");
+    assert!(
+        sql.starts_with(
+            "SELECT c0 AS grp, COALESCE(sum(c1), 0)::int8 AS count, count(DISTINCT c2) AS count, \
+             sum(DISTINCT c3) AS sum FROM"
+        ),
+        "{sql}"
+    );
 }
