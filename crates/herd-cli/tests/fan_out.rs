@@ -73,6 +73,21 @@ fn row(i: i64) -> String {
     )
 }
 
+/// Asserts that `sql` is refused with 0A000 and a message that contains `needle`.
+async fn refused(client: &tokio_postgres::Client, sql: &str, needle: &str) {
+    let e = client.simple_query(sql).await.expect_err(sql);
+    assert_eq!(
+        e.code(),
+        Some(&SqlState::FEATURE_NOT_SUPPORTED),
+        "{sql}: {e}"
+    );
+    let message = e
+        .as_db_error()
+        .map(|d| d.message().to_string())
+        .unwrap_or_default();
+    assert!(message.contains(needle), "{sql}: {message}");
+}
+
 /// Rows of a simple query as text.
 async fn simple(client: &tokio_postgres::Client, sql: &str) -> Vec<Vec<Option<String>>> {
     client
@@ -288,17 +303,7 @@ async fn selects_across_groups_answer_as_one_server() {
             "not joined on its shard key",
         ),
     ] {
-        let e = client.simple_query(sql).await.expect_err(sql);
-        assert_eq!(
-            e.code(),
-            Some(&SqlState::FEATURE_NOT_SUPPORTED),
-            "{sql}: {e}"
-        );
-        let message = e
-            .as_db_error()
-            .map(|d| d.message().to_string())
-            .unwrap_or_default();
-        assert!(message.contains(needle), "{sql}: {message}");
+        refused(&client, sql, needle).await;
     }
     // Text under a collation that is not byte order is refused, not merged wrongly.
     let e = client
@@ -325,17 +330,7 @@ async fn selects_across_groups_answer_as_one_server() {
         "select id from icu order by name",
         "select id from icu order by upper(name), id",
     ] {
-        let e = client.simple_query(sql).await.expect_err(sql);
-        assert_eq!(
-            e.code(),
-            Some(&SqlState::FEATURE_NOT_SUPPORTED),
-            "{sql}: {e}"
-        );
-        let message = e
-            .as_db_error()
-            .map(|d| d.message().to_string())
-            .unwrap_or_default();
-        assert!(message.contains("en-x-icu"), "{sql}: {message}");
+        refused(&client, sql, "en-x-icu").await;
     }
     // Its rows in key order are merged as usual.
     assert_eq!(
@@ -748,17 +743,7 @@ async fn reference_writes(client: &tokio_postgres::Client, groups: &[tokio_postg
         ),
         ("update cur set note = default", "DEFAULT"),
     ] {
-        let e = client.simple_query(sql).await.expect_err(sql);
-        assert_eq!(
-            e.code(),
-            Some(&SqlState::FEATURE_NOT_SUPPORTED),
-            "{sql}: {e}"
-        );
-        let message = e
-            .as_db_error()
-            .map(|d| d.message().to_string())
-            .unwrap_or_default();
-        assert!(message.contains(needle), "{sql}: {message}");
+        refused(client, sql, needle).await;
     }
     for direct in groups {
         assert_eq!(simple(direct, copy).await, want);

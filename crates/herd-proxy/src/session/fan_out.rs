@@ -486,6 +486,30 @@ impl Session {
         error.map_or(Ok(types), Err)
     }
 
+    /// One merged row: skipped while the OFFSET lasts, else sent without its hidden columns
+    /// (flushed to the client in pieces).
+    async fn emit(
+        &mut self,
+        row: &[u8],
+        skipped: &mut u64,
+        offset: u64,
+        rows: &mut u64,
+        visible: usize,
+        out: &mut Vec<u8>,
+    ) -> Result<(), ProxyError> {
+        if *skipped < offset {
+            *skipped += 1;
+            return Ok(());
+        }
+        data_row(out, &row_values(row)?, visible);
+        *rows += 1;
+        if out.len() >= FLUSH_BYTES {
+            self.write_client(out).await?;
+            out.clear();
+        }
+        Ok(())
+    }
+
     /// The declared parameter types of the statement a Bind names.
     pub(super) fn bound_types(&self, statement: &[u8]) -> Option<Vec<u32>> {
         if statement.is_empty() {
@@ -593,16 +617,8 @@ impl Session {
                     let Some(row) = s.next_row().await? else {
                         continue 'groups;
                     };
-                    if skipped < offset {
-                        skipped += 1;
-                        continue;
-                    }
-                    data_row(out, &row_values(&row)?, visible);
-                    rows += 1;
-                    if out.len() >= FLUSH_BYTES {
-                        self.write_client(out).await?;
-                        out.clear();
-                    }
+                    self.emit(&row, &mut skipped, offset, &mut rows, visible, out)
+                        .await?;
                 }
                 break;
             }
@@ -637,16 +653,8 @@ impl Session {
                 let Some((_, row)) = std::mem::replace(&mut heads[i], next) else {
                     break;
                 };
-                if skipped < offset {
-                    skipped += 1;
-                    continue;
-                }
-                data_row(out, &row_values(&row)?, visible);
-                rows += 1;
-                if out.len() >= FLUSH_BYTES {
-                    self.write_client(out).await?;
-                    out.clear();
-                }
+                self.emit(&row, &mut skipped, offset, &mut rows, visible, out)
+                    .await?;
             }
         }
         Ok(rows)

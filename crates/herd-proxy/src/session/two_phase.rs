@@ -26,18 +26,27 @@ pub(super) async fn prepare_all(
     for i in 0..leases.len() {
         let prepare = format!("{before} PREPARE TRANSACTION '{gid}'");
         if let Err(e) = leases[i].conn.internal_query(&prepare).await {
-            // A failed statement leaves its transaction open and aborted: end it.
-            let _ = leases[i].conn.internal_query("ROLLBACK").await;
-            for l in leases[..i].iter_mut().rev() {
-                let _ = l
-                    .conn
-                    .internal_query(&format!("ROLLBACK PREPARED '{gid}'"))
-                    .await;
-            }
+            abort(leases, i, gid).await;
             return Err(e);
         }
     }
     Ok(())
+}
+
+/// Undoes a two-phase commit that failed on lease `failed`: its open transaction (a failed
+/// statement leaves it aborted) ends, and what the leases before it prepared is rolled back,
+/// the last first (group 0 last: while it holds `gid`, recovery rolls back the others too).
+pub(super) async fn abort(leases: &mut [Lease], failed: usize, gid: &str) {
+    if let Some(l) = leases.get_mut(failed) {
+        let _ = l.conn.internal_query("ROLLBACK").await;
+    }
+    let before = failed.min(leases.len());
+    for l in leases[..before].iter_mut().rev() {
+        let _ = l
+            .conn
+            .internal_query(&format!("ROLLBACK PREPARED '{gid}'"))
+            .await;
+    }
 }
 
 /// Commits `gid` on every lease, group 0 first. `what` names the work in the error of a group

@@ -238,14 +238,7 @@ async fn prepare_writes(
                 }
             }
             Err(e) => {
-                // A failed statement leaves its transaction open and aborted: end it.
-                let _ = leases[i].conn.internal_query("ROLLBACK").await;
-                for l in leases[..i].iter_mut().rev() {
-                    let _ = l
-                        .conn
-                        .internal_query(&format!("ROLLBACK PREPARED '{gid}'"))
-                        .await;
-                }
+                super::two_phase::abort(leases, i, gid).await;
                 return Err(e);
             }
         }

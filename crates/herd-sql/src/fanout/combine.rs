@@ -226,18 +226,23 @@ pub(super) fn plan(
         op: protobuf::SetOperation::SetopNone as i32,
         ..Default::default()
     };
+    let final_sql = deparse_select(final_select)?;
+    Ok(Combine { final_sql, columns })
+}
+
+/// The SQL text of a SELECT statement.
+fn deparse_select(select: protobuf::SelectStmt) -> Result<String, String> {
     let tree = protobuf::ParseResult {
         version: 0,
         stmts: vec![protobuf::RawStmt {
             stmt: Some(Box::new(Node {
-                node: Some(node::Node::SelectStmt(Box::new(final_select))),
+                node: Some(node::Node::SelectStmt(Box::new(select))),
             })),
             stmt_location: 0,
             stmt_len: 0,
         }],
     };
-    let final_sql = pg_query::deparse(&tree, Default::default()).map_err(|e| e.to_string())?;
-    Ok(Combine { final_sql, columns })
+    pg_query::deparse(&tree, Default::default()).map_err(|e| e.to_string())
 }
 
 /// Rewrites expressions over the partial columns, collecting the partial aggregates.
@@ -583,17 +588,7 @@ fn text(n: &Node) -> Result<String, String> {
         op: protobuf::SetOperation::SetopNone as i32,
         ..Default::default()
     };
-    let tree = protobuf::ParseResult {
-        version: 0,
-        stmts: vec![protobuf::RawStmt {
-            stmt: Some(Box::new(Node {
-                node: Some(node::Node::SelectStmt(Box::new(select))),
-            })),
-            stmt_location: 0,
-            stmt_len: 0,
-        }],
-    };
-    let sql = pg_query::deparse(&tree, Default::default()).map_err(|e| e.to_string())?;
+    let sql = deparse_select(select)?;
     Ok(sql.strip_prefix("SELECT ").unwrap_or(&sql).to_string())
 }
 
