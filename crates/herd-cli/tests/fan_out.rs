@@ -583,13 +583,39 @@ async fn writes(client: &tokio_postgres::Client, groups: &[tokio_postgres::Clien
         before,
         "no group kept the rows"
     );
-    let e = client
-        .simple_query(
-            "insert into acct (id, grp) values (3001, 1), (3002, 1), (3003, 1) returning id",
-        )
+    // RETURNING: every group's rows (compared as sets: they come group by group).
+    for sql in [
+        "insert into T (id, grp) values (3001, 1), (3002, 1), (3003, 1) returning id, grp",
+        "update T set note = 'ret' where grp = 5 returning id, note",
+        "delete from T where id in (3001, 3003, 11, 12) returning *",
+    ] {
+        let mut got = simple(client, &over(sql, "acct")).await;
+        let mut want = simple(client, &over(sql, "acct_one")).await;
+        got.sort();
+        want.sort();
+        assert!(!want.is_empty(), "{sql}");
+        assert_eq!(got, want, "{sql}");
+    }
+    let sql = "update T set score = score where grp = $1 returning id, score";
+    let ids = |rows: Vec<tokio_postgres::Row>| {
+        let mut ids: Vec<i64> = rows.iter().map(|r| r.get(0)).collect();
+        ids.sort_unstable();
+        ids
+    };
+    let got = client
+        .query(&over(sql, "acct"), &[&6i32])
         .await
-        .expect_err("RETURNING of a split INSERT");
-    assert_eq!(e.code(), Some(&SqlState::FEATURE_NOT_SUPPORTED), "{e}");
+        .expect("returning (extended)");
+    let want = client
+        .query(&over(sql, "acct_one"), &[&6i32])
+        .await
+        .expect("returning (extended)");
+    assert_eq!(ids(got), ids(want));
+    assert_eq!(
+        simple(client, &over(all, "acct")).await,
+        simple(client, &over(all, "acct_one")).await,
+        "the same rows after the same writes"
+    );
     // Nothing is left prepared anywhere.
     for (g, direct) in groups.iter().enumerate() {
         let n: i64 = direct
@@ -599,12 +625,7 @@ async fn writes(client: &tokio_postgres::Client, groups: &[tokio_postgres::Clien
             .get(0);
         assert_eq!(n, 0, "group {g} holds prepared transactions");
     }
-    // Refused: RETURNING, and inside a transaction block.
-    let e = client
-        .simple_query("update acct set note = 'r' returning id")
-        .await
-        .expect_err("RETURNING on every group");
-    assert_eq!(e.code(), Some(&SqlState::FEATURE_NOT_SUPPORTED), "{e}");
+    // Refused inside a transaction block.
     client.batch_execute("begin").await.expect("begin");
     let e = client
         .simple_query("delete from acct where grp = 1")
@@ -704,6 +725,16 @@ async fn reference_writes(client: &tokio_postgres::Client, groups: &[tokio_postg
     assert_eq!(
         simple_count(client, "delete from cur where code = 'usd'").await,
         1
+    );
+    let returned = simple(
+        client,
+        "update cur set rate = rate where code = 'eur' returning code",
+    )
+    .await;
+    assert_eq!(
+        returned,
+        vec![vec![Some("eur".to_string())]],
+        "one copy's rows"
     );
     let copy = "select code, rate::text, note, n from cur order by code";
     let want = vec![

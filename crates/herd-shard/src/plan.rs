@@ -170,11 +170,6 @@ pub fn plan(
                      shard group: every group's copy must come out the same"
                 ));
             }
-            if f.returning {
-                return Plan::Refuse(format!(
-                    "RETURNING of a write to reference table {r} is not supported yet"
-                ));
-            }
             return Plan::WriteReference {
                 table: r.to_string(),
                 tag: match f.kind {
@@ -276,12 +271,6 @@ fn plan_insert(
         }
     }
     if groups.windows(2).any(|w| w[0] != w[1]) {
-        if facts.returning {
-            return Plan::Refuse(format!(
-                "RETURNING of an INSERT into {table} whose rows belong to several shard groups is \
-                 not supported yet: insert each group's rows separately, or drop RETURNING"
-            ));
-        }
         if facts.nested {
             return Plan::Refuse(format!(
                 "this INSERT into {table} has rows for several shard groups and a subquery, CTE or \
@@ -499,11 +488,6 @@ fn plan_by_conditions(
             None if facts.kind == StmtKind::Select => Plan::AllGroups {
                 table: distributed[0].0.to_string(),
             },
-            None if facts.returning => Plan::Refuse(format!(
-                "RETURNING of a write on every shard group (to {}) is not supported yet: \
-                 add a condition on the shard key, or drop RETURNING",
-                distributed[0].0
-            )),
             None => Plan::WriteAllGroups(if facts.kind == StmtKind::Update {
                 "UPDATE"
             } else {

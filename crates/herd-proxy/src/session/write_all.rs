@@ -4,7 +4,9 @@
 //! transaction of its own, every group PREPAREs it, and group 0's `COMMIT PREPARED` decides before the others
 //! commit (the two-phase commit of `two_phase.rs`, whose in-doubt transactions are resolved
 //! when the shard map is next read). All or none: a failure on any group before the decision
-//! rolls every group back. The client sees one CommandComplete with the total row count.
+//! rolls every group back. The client sees one CommandComplete with the total row count, and
+//! the rows of a RETURNING list (every group's, in group order; a reference table's from one
+//! copy) once the write is decided.
 
 use herd_wire::encode;
 use herd_wire::frontend::KIND_STATEMENT;
@@ -16,23 +18,49 @@ use crate::pool::Lease;
 use crate::server::server_error;
 use crate::ProxyError;
 
-/// Runs the statement on `lease` (inside its open transaction): the rows it changed, and the
-/// ParameterDescription when asked for.
-async fn run(lease: &mut Lease, request: &[u8]) -> Result<(u64, Option<Vec<u8>>), ProxyError> {
+/// What one group answered.
+#[derive(Default)]
+struct Done {
+    /// The rows it changed.
+    count: u64,
+    /// ParameterDescription (when the statement was described).
+    params: Option<Vec<u8>>,
+    /// The statement's RowDescription or NoData (when described).
+    statement: Option<(u8, Vec<u8>)>,
+    /// The portal's RowDescription or NoData (a simple query's RowDescription).
+    portal: Option<(u8, Vec<u8>)>,
+    /// DataRow bodies of a RETURNING list.
+    rows: Vec<Vec<u8>>,
+}
+
+/// Runs the statement on `lease` (inside its open transaction).
+async fn run(lease: &mut Lease, request: &[u8]) -> Result<Done, ProxyError> {
     lease.conn.unnamed = None;
     lease.conn.send(request).await?;
-    let (mut rows, mut params, mut error) = (0, None, None);
+    let (mut done, mut error) = (Done::default(), None);
     loop {
         let (t, body) = lease.conn.next_message().await?;
         match t {
-            b't' => params = Some(body),
-            b'C' => rows = tag_rows(&body),
+            b't' => done.params = Some(body),
+            // After a ParameterDescription the next description is the statement's.
+            b'T' | b'n' if done.params.is_some() && done.statement.is_none() => {
+                done.statement = Some((t, body))
+            }
+            b'T' | b'n' => done.portal = Some((t, body)),
+            b'D' => done.rows.push(body),
+            b'C' => done.count = tag_rows(&body),
             b'E' => error = error.or(Some(server_error(&body))),
             b'Z' => break,
             _ => {}
         }
     }
-    error.map_or(Ok((rows, params)), Err)
+    error.map_or(Ok(done), Err)
+}
+
+fn push(out: &mut Vec<u8>, (tag, body): &(u8, Vec<u8>)) {
+    out.push(*tag);
+    out.extend_from_slice(&((body.len() + 4) as u32).to_be_bytes());
+    out.extend_from_slice(body);
 }
 
 /// What every group runs.
@@ -81,16 +109,22 @@ impl Session {
         for lease in leases {
             lease.release();
         }
-        let (counts, params) = match outcome {
+        let answers = match outcome {
             Ok(done) => done,
             Err(e) => return self.reply_error(&e, unit).await,
         };
-        // A reference table's copies changed alike: one copy's count is the answer.
-        let rows: u64 = if one_copy {
-            counts.first().copied().unwrap_or(0)
+        // A reference table's copies changed alike: one copy answers.
+        let answers: Vec<&Done> = if one_copy {
+            answers.iter().take(1).collect()
         } else {
-            counts.iter().sum()
+            answers.iter().collect()
         };
+        let rows: u64 = answers.iter().map(|d| d.count).sum();
+        // Descriptions from the first group that ran the statement.
+        let first = answers
+            .iter()
+            .find(|d| d.portal.is_some() || d.statement.is_some());
+        let no_data = (b'n', Vec::new());
         let mut out = self.out.pending().to_vec();
         self.out.clear();
         if !batch.simple {
@@ -98,17 +132,30 @@ impl Session {
                 encode::parse_complete(&mut out);
             }
             if batch.describe_statement {
-                let body = params.unwrap_or_else(|| vec![0, 0]);
-                out.push(b't');
-                out.extend_from_slice(&((body.len() + 4) as u32).to_be_bytes());
-                out.extend_from_slice(&body);
-                encode::no_data(&mut out);
+                let params = first
+                    .and_then(|d| d.params.clone())
+                    .unwrap_or_else(|| vec![0, 0]);
+                push(&mut out, &(b't', params));
+                push(
+                    &mut out,
+                    first.and_then(|d| d.statement.as_ref()).unwrap_or(&no_data),
+                );
             }
             if batch.bind.is_some() {
                 encode::bind_complete(&mut out);
             }
             if batch.describe_portal {
-                encode::no_data(&mut out);
+                push(
+                    &mut out,
+                    first.and_then(|d| d.portal.as_ref()).unwrap_or(&no_data),
+                );
+            }
+        } else if let Some(description) = first.and_then(|d| d.portal.as_ref()) {
+            push(&mut out, description);
+        }
+        for d in &answers {
+            for row in &d.rows {
+                push(&mut out, &(b'D', row.clone()));
             }
         }
         encode::command_complete(&mut out, &format!("{tag} {rows}"))?;
@@ -189,6 +236,8 @@ fn request(batch: &Batch, sql: &[u8], types: &[u32], rest: &[u8]) -> Result<Vec<
         encode::describe(&mut out, KIND_STATEMENT, b"")?;
     }
     encode::bind_renamed(&mut out, b"", b"", rest)?;
+    // The portal's description: a RETURNING list's RowDescription, else NoData.
+    encode::describe(&mut out, b'P', b"")?;
     encode::execute(&mut out, b"", 0)?;
     encode::sync(&mut out);
     Ok(out)
@@ -200,21 +249,21 @@ async fn infer(lease: &mut Lease, sql: &[u8], declared: &[u32]) -> Result<Vec<u3
     encode::parse(&mut out, b"", sql, declared)?;
     encode::describe(&mut out, KIND_STATEMENT, b"")?;
     encode::sync(&mut out);
-    let (_, params) = run(lease, &out).await?;
-    Ok(params
+    let done = run(lease, &out).await?;
+    Ok(done
+        .params
         .map(|p| super::combine::param_types(&p))
         .unwrap_or_else(|| declared.to_vec()))
 }
 
 /// Runs the write in a transaction on every lease and prepares it, group 0 first; on the first
-/// failure rolls back what was done and returns it. Each group's row count and group 0's
-/// ParameterDescription.
+/// failure rolls back what was done and returns it. Each group's answer, in group order.
 async fn prepare_writes(
     leases: &mut [Lease],
     gid: &str,
     requests: &[Option<Vec<u8>>],
-) -> Result<(Vec<u64>, Option<Vec<u8>>), ProxyError> {
-    let (mut counts, mut described) = (Vec::new(), None);
+) -> Result<Vec<Done>, ProxyError> {
+    let mut answers = Vec::new();
     for i in 0..leases.len() {
         let lease = &mut leases[i];
         let request = requests.get(i).and_then(Option::as_ref);
@@ -222,7 +271,7 @@ async fn prepare_writes(
             lease.conn.internal_query("BEGIN").await?;
             let done = match request {
                 Some(r) => run(lease, r).await?,
-                None => (0, None),
+                None => Done::default(),
             };
             lease
                 .conn
@@ -231,17 +280,12 @@ async fn prepare_writes(
             Ok::<_, ProxyError>(done)
         };
         match step.await {
-            Ok((rows, params)) => {
-                counts.push(rows);
-                if i == 0 {
-                    described = params;
-                }
-            }
+            Ok(done) => answers.push(done),
             Err(e) => {
                 super::two_phase::abort(leases, i, gid).await;
                 return Err(e);
             }
         }
     }
-    Ok((counts, described))
+    Ok(answers)
 }
