@@ -20,6 +20,9 @@ use crate::{ProxyContext, ProxyError};
 
 /// The schema, the map's table and the catalog view, created on every group with the first map.
 const MAP_DDL: &str = "CREATE SCHEMA IF NOT EXISTS herd;
+CREATE TABLE IF NOT EXISTS herd.txn_decisions (
+    gid text PRIMARY KEY,
+    decided_at timestamptz NOT NULL DEFAULT now());
 CREATE TABLE IF NOT EXISTS herd.shard_map (
     version bigint PRIMARY KEY,
     map jsonb NOT NULL,
@@ -471,6 +474,13 @@ async fn read_map(client: &Client) -> Result<Option<ShardMap>, ProxyError> {
         .map_err(|e| failed("the stored shard map is damaged", e))
 }
 
+/// The table whose row, written in group 0's part of a two-phase commit, is the commit
+/// decision: present once group 0 committed, absent if it rolled back.
+pub const TXN_DECISIONS_DDL: &str = "CREATE SCHEMA IF NOT EXISTS herd;
+CREATE TABLE IF NOT EXISTS herd.txn_decisions (
+    gid text PRIMARY KEY,
+    decided_at timestamptz NOT NULL DEFAULT now())";
+
 /// How long a two-phase write or DDL may stay prepared before it counts as abandoned (its
 /// session crashed between the phases) and is resolved; a live session finishes in
 /// milliseconds.
@@ -499,13 +509,40 @@ pub async fn resolve_in_doubt(
         for database in databases {
             let outcome = async {
                 let clients = ctx.group_clients(&database).await?;
-                recover_ddl(&clients).await
+                recover_ddl(&clients).await?;
+                forget_decisions(&clients).await
             };
             if let Err(e) = outcome.await {
                 tracing::warn!(database = %database, error = %e, "resolving two-phase work in doubt");
             }
         }
     }
+}
+
+/// Deletes decisions no group needs any more: older than ten minutes, their gid prepared
+/// nowhere.
+async fn forget_decisions(clients: &[Client]) -> Result<(), ProxyError> {
+    let mut held: Vec<String> = Vec::new();
+    for c in clients {
+        let rows = c
+            .query(
+                "SELECT gid FROM pg_prepared_xacts WHERE database = current_database()",
+                &[],
+            )
+            .await
+            .map_err(|e| failed("listing prepared transactions", e))?;
+        held.extend(rows.iter().map(|r| r.get::<_, String>(0)));
+    }
+    if let Some(c) = clients.first() {
+        c.execute(
+            "DELETE FROM herd.txn_decisions WHERE decided_at < now() - interval '10 minutes' \
+             AND gid <> ALL($1)",
+            &[&held],
+        )
+        .await
+        .map_err(|e| failed("forgetting old two-phase decisions", e))?;
+    }
+    Ok(())
 }
 
 /// Resolves every map change and every DDL left in doubt on these groups.
@@ -553,6 +590,13 @@ async fn recover(clients: &[Client]) -> Result<(), ProxyError> {
 /// last, so one still prepared on group 0 was not decided (rolled back everywhere), and one
 /// gone from group 0 but prepared elsewhere was committed (committed everywhere).
 async fn recover_ddl(clients: &[Client]) -> Result<(), ProxyError> {
+    // The decisions table (databases whose map predates it get it here, outside any
+    // two-phase commit).
+    if let Some(c) = clients.first() {
+        c.batch_execute(TXN_DECISIONS_DDL)
+            .await
+            .map_err(|e| failed("creating herd.txn_decisions", e))?;
+    }
     // (gid, old enough to be abandoned) per group. A young one may belong to a session between
     // its phases right now: deciding it from a look taken before that session's next step
     // could commit one group and roll back another.
@@ -576,11 +620,16 @@ async fn recover_ddl(clients: &[Client]) -> Result<(), ProxyError> {
             if !abandoned {
                 continue;
             }
-            let verb = if held[0].iter().any(|(h, _)| h == gid) {
-                "ROLLBACK"
-            } else {
-                "COMMIT"
-            };
+            // Committed only where group 0 committed its part, which holds the decision row;
+            // group 0 still holding its part (undecided), or having rolled it back (a later
+            // group failed to prepare — its outcome unknown to the session), means roll back.
+            let decided = !held[0].iter().any(|(h, _)| h == gid)
+                && clients[0]
+                    .query_opt("SELECT 1 FROM herd.txn_decisions WHERE gid = $1", &[gid])
+                    .await
+                    .map_err(|e| failed("reading a two-phase decision", e))?
+                    .is_some();
+            let verb = if decided { "COMMIT" } else { "ROLLBACK" };
             tracing::warn!(group = g, gid = %gid, "resolving DDL left in doubt: {verb}");
             clients[g]
                 .batch_execute(&format!("{verb} PREPARED {}", literal(gid)))

@@ -24,13 +24,20 @@ pub(super) async fn prepare_all(
     before: &str,
 ) -> Result<(), ProxyError> {
     for i in 0..leases.len() {
-        let prepare = format!("{before} PREPARE TRANSACTION '{gid}'");
+        // Group 0's part carries the decision: committing it commits the whole.
+        let decision = if i == 0 { decision(gid) } else { String::new() };
+        let prepare = format!("{before} {decision} PREPARE TRANSACTION '{gid}'");
         if let Err(e) = leases[i].conn.internal_query(&prepare).await {
             abort(leases, i, gid).await;
             return Err(e);
         }
     }
     Ok(())
+}
+
+/// The statement that records, in group 0's part, that `gid` commits once that part does.
+pub(super) fn decision(gid: &str) -> String {
+    format!("INSERT INTO herd.txn_decisions (gid) VALUES ('{gid}');")
 }
 
 /// Undoes a two-phase commit that failed on lease `failed`: its open transaction (a failed

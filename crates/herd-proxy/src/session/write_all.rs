@@ -273,6 +273,12 @@ async fn prepare_writes(
                 Some(r) => run(lease, r).await?,
                 None => Done::default(),
             };
+            if i == 0 {
+                lease
+                    .conn
+                    .internal_query(&super::two_phase::decision(gid))
+                    .await?;
+            }
             lease
                 .conn
                 .internal_query(&format!("PREPARE TRANSACTION '{gid}'"))
