@@ -274,6 +274,7 @@ async fn selects_across_groups_answer_as_one_server() {
     }
 
     aggregates(&client).await;
+    joins(&client).await;
     let groups = [
         connect(&c.url(&["--group", "0", "--primary"])).await,
         connect(&c.url(&["--group", "1", "--primary"])).await,
@@ -990,4 +991,56 @@ async fn cross_group_writes_stay_atomic_through_a_failover() {
         "an acknowledged write was lost ({max} < {ok})"
     );
     assert!(max as u64 <= attempts, "more increments than attempts");
+}
+
+/// Joins pushed down to every group: distributed tables co-located on their keys, and a
+/// reference table; compared with the same joins of the one-server copies.
+async fn joins(client: &tokio_postgres::Client) {
+    client
+        .batch_execute(
+            "create table tx (id bigint, acct_id bigint, amount numeric, primary key (acct_id, id)); \
+             create table tx_one (id bigint, acct_id bigint, amount numeric); \
+             create table kinds (grp int primary key, label text)",
+        )
+        .await
+        .expect("tables");
+    for sql in [
+        "select herd.create_distributed_table('tx', 'acct_id')",
+        "select herd.create_reference_table('kinds')",
+    ] {
+        client.simple_query(sql).await.expect(sql);
+    }
+    let rows: Vec<String> = (1..=120i64)
+        .map(|i| format!("({i}, {}, {}.5)", (i * 7) % 160 + 1, i))
+        .collect();
+    for t in ["tx", "tx_one"] {
+        client
+            .batch_execute(&format!(
+                "insert into {t} (id, acct_id, amount) values {}",
+                rows.join(", ")
+            ))
+            .await
+            .expect("transactions");
+    }
+    client
+        .batch_execute(
+            "insert into kinds (grp, label) values (0, 'zero'), (1, 'one'), (2, 'two'), \
+             (3, 'three'), (4, 'four'), (5, 'five')",
+        )
+        .await
+        .expect("kinds");
+    for shape in [
+        "select a.id, t.id, t.amount from T a join X t on t.acct_id = a.id order by a.id, t.id",
+        "select a.grp, count(*), sum(t.amount) from T a join X t on t.acct_id = a.id group by a.grp order by a.grp",
+        "select a.id, k.label from T a join kinds k on k.grp = a.grp where a.balance > 0 order by a.id",
+        "select k.label, count(*), max(a.name) from T a join kinds k on k.grp = a.grp group by k.label order by k.label",
+        "select a.id from T a left join X t on t.acct_id = a.id where t.id is null order by a.id",
+        "select a.id, sum(t.amount) as total from T a join X t on t.acct_id = a.id group by a.id order by total desc, a.id limit 5",
+    ] {
+        let over = |t: &str, x: &str| shape.replace(" T", &format!(" {t}")).replace(" X", &format!(" {x}"));
+        let got = simple(client, &over("acct", "tx")).await;
+        let want = simple(client, &over("acct_one", "tx_one")).await;
+        assert!(!want.is_empty(), "{shape}");
+        assert_eq!(got, want, "{shape}");
+    }
 }
