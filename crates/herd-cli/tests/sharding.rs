@@ -943,16 +943,33 @@ async fn pgbench_and_psycopg_on_a_sharded_cluster() {
     );
     let copied = psql("\\copy pgbench_accounts (aid) to stdout");
     assert_eq!(copied.lines().count(), 100_000);
+    // psql across groups: an aggregate finished by PostgreSQL, an ordered merge with LIMIT.
+    assert_eq!(
+        psql("select count(*), sum(aid), avg(aid) from pgbench_accounts").trim(),
+        "100000|5000050000|50000.500000000000"
+    );
+    assert_eq!(
+        psql("select aid from pgbench_accounts order by aid desc limit 3").trim(),
+        "100000\n99999\n99998"
+    );
     // psycopg (the system's, over libpq) by key, in its default (extended) protocol.
+    // Then across groups, with parameters: an aggregate, a merge, a write on every group.
     let script = "import psycopg, sys\n\
-        with psycopg.connect(sys.argv[1]) as c:\n\
-        \x20   print(c.execute('select aid from pgbench_accounts where aid = %s', (4242,)).fetchone()[0])\n";
+        with psycopg.connect(sys.argv[1], autocommit=True) as c:\n\
+        \x20   print(c.execute('select aid from pgbench_accounts where aid = %s', (4242,)).fetchone()[0])\n\
+        \x20   print(c.execute('select count(*) from pgbench_accounts where aid > %s', (1000,)).fetchone()[0])\n\
+        \x20   print([r[0] for r in c.execute('select aid from pgbench_accounts where aid < %s order by aid desc limit 2', (500,))])\n\
+        \x20   print(c.execute('update pgbench_accounts set abalance = abalance + 1 where aid %% 1000 = %s', (7,)).rowcount)\n\
+        \x20   print(c.execute('select sum(abalance) from pgbench_accounts').fetchone()[0])\n";
     let out = std::process::Command::new("python3")
         .args(["-c", script, &url])
         .output()
         .expect("python3");
     assert!(out.status.success(), "{}", herd_testkit::describe(&out));
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "4242");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "4242\n99000\n[499, 498]\n100\n100"
+    );
 }
 
 /// Session pooling on a sharded cluster: a session lives on group 0's primary, so statements
