@@ -15,6 +15,11 @@ use std::time::Duration;
 use herd_shard::{KeyType, ShardMap, TableKind, DEFAULT_SHARD_COUNT};
 use tokio_postgres::Client;
 
+mod in_doubt;
+
+use in_doubt::recover_ddl;
+pub use in_doubt::{resolve_in_doubt, IN_DOUBT_AFTER_S, TXN_DECISIONS_DDL};
+
 use crate::monitor::admin_connect_db;
 use crate::{ProxyContext, ProxyError};
 
@@ -474,77 +479,6 @@ async fn read_map(client: &Client) -> Result<Option<ShardMap>, ProxyError> {
         .map_err(|e| failed("the stored shard map is damaged", e))
 }
 
-/// The table whose row, written in group 0's part of a two-phase commit, is the commit
-/// decision: present once group 0 committed, absent if it rolled back.
-pub const TXN_DECISIONS_DDL: &str = "CREATE SCHEMA IF NOT EXISTS herd;
-CREATE TABLE IF NOT EXISTS herd.txn_decisions (
-    gid text PRIMARY KEY,
-    decided_at timestamptz NOT NULL DEFAULT now())";
-
-/// How long a two-phase write or DDL may stay prepared before it counts as abandoned (its
-/// session crashed between the phases) and is resolved; a live session finishes in
-/// milliseconds.
-pub const IN_DOUBT_AFTER_S: u64 = 30;
-
-/// Resolves, every few seconds for as long as the proxy runs, the two-phase writes and DDL of
-/// every database with a shard map that were left in doubt (a crash of a session, of Herd, or a
-/// group's primary failing over between the phases): committed where group 0 no longer holds
-/// them, else rolled back, so none keeps its locks.
-pub async fn resolve_in_doubt(
-    ctx: std::sync::Arc<ProxyContext>,
-    mut shutdown: tokio::sync::watch::Receiver<bool>,
-) {
-    loop {
-        tokio::select! {
-            _ = tokio::time::sleep(Duration::from_secs(IN_DOUBT_AFTER_S / 3)) => {}
-            _ = shutdown.changed() => return,
-        }
-        if ctx.groups() < 2 {
-            continue;
-        }
-        let databases: Vec<String> = match ctx.shard_maps.maps.lock() {
-            Ok(m) => m.keys().cloned().collect(),
-            Err(_) => continue,
-        };
-        for database in databases {
-            let outcome = async {
-                let clients = ctx.group_clients(&database).await?;
-                recover_ddl(&clients).await?;
-                forget_decisions(&clients).await
-            };
-            if let Err(e) = outcome.await {
-                tracing::warn!(database = %database, error = %e, "resolving two-phase work in doubt");
-            }
-        }
-    }
-}
-
-/// Deletes decisions no group needs any more: older than ten minutes, their gid prepared
-/// nowhere.
-async fn forget_decisions(clients: &[Client]) -> Result<(), ProxyError> {
-    let mut held: Vec<String> = Vec::new();
-    for c in clients {
-        let rows = c
-            .query(
-                "SELECT gid FROM pg_prepared_xacts WHERE database = current_database()",
-                &[],
-            )
-            .await
-            .map_err(|e| failed("listing prepared transactions", e))?;
-        held.extend(rows.iter().map(|r| r.get::<_, String>(0)));
-    }
-    if let Some(c) = clients.first() {
-        c.execute(
-            "DELETE FROM herd.txn_decisions WHERE decided_at < now() - interval '10 minutes' \
-             AND gid <> ALL($1)",
-            &[&held],
-        )
-        .await
-        .map_err(|e| failed("forgetting old two-phase decisions", e))?;
-    }
-    Ok(())
-}
-
 /// Resolves every map change and every DDL left in doubt on these groups.
 async fn recover(clients: &[Client]) -> Result<(), ProxyError> {
     recover_ddl(clients).await?;
@@ -582,60 +516,6 @@ async fn recover(clients: &[Client]) -> Result<(), ProxyError> {
             .batch_execute(&format!("{verb} PREPARED {}", literal(&gid)))
             .await
             .map_err(|e| failed("resolving a shard map change in doubt", e))?;
-    }
-    Ok(())
-}
-
-/// DDL run on every group (`herd_ddl_…`) left in doubt: group 0 commits first and rolls back
-/// last, so one still prepared on group 0 was not decided (rolled back everywhere), and one
-/// gone from group 0 but prepared elsewhere was committed (committed everywhere).
-async fn recover_ddl(clients: &[Client]) -> Result<(), ProxyError> {
-    // The decisions table (databases whose map predates it get it here, outside any
-    // two-phase commit).
-    if let Some(c) = clients.first() {
-        c.batch_execute(TXN_DECISIONS_DDL)
-            .await
-            .map_err(|e| failed("creating herd.txn_decisions", e))?;
-    }
-    // (gid, old enough to be abandoned) per group. A young one may belong to a session between
-    // its phases right now: deciding it from a look taken before that session's next step
-    // could commit one group and roll back another.
-    let mut held: Vec<Vec<(String, bool)>> = Vec::new();
-    for c in clients {
-        let rows = c
-            .query(
-                &format!(
-                    "SELECT gid, prepared < now() - interval '{IN_DOUBT_AFTER_S} seconds' \
-                     FROM pg_prepared_xacts WHERE database = current_database() \
-                     AND gid LIKE 'herd\\_ddl\\_%'"
-                ),
-                &[],
-            )
-            .await
-            .map_err(|e| failed("looking for DDL in doubt", e))?;
-        held.push(rows.iter().map(|r| (r.get(0), r.get(1))).collect());
-    }
-    for (g, gids) in held.iter().enumerate() {
-        for (gid, abandoned) in gids {
-            if !abandoned {
-                continue;
-            }
-            // Committed only where group 0 committed its part, which holds the decision row;
-            // group 0 still holding its part (undecided), or having rolled it back (a later
-            // group failed to prepare — its outcome unknown to the session), means roll back.
-            let decided = !held[0].iter().any(|(h, _)| h == gid)
-                && clients[0]
-                    .query_opt("SELECT 1 FROM herd.txn_decisions WHERE gid = $1", &[gid])
-                    .await
-                    .map_err(|e| failed("reading a two-phase decision", e))?
-                    .is_some();
-            let verb = if decided { "COMMIT" } else { "ROLLBACK" };
-            tracing::warn!(group = g, gid = %gid, "resolving DDL left in doubt: {verb}");
-            clients[g]
-                .batch_execute(&format!("{verb} PREPARED {}", literal(gid)))
-                .await
-                .map_err(|e| failed("resolving DDL in doubt", e))?;
-        }
     }
     Ok(())
 }

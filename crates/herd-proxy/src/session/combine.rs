@@ -8,7 +8,9 @@ use herd_sql::Combine;
 use herd_wire::encode;
 use herd_wire::frontend::KIND_STATEMENT;
 
-use super::fan_out::{fields, not_supported, row_values, Batch, Stream};
+use super::batch::Batch;
+use super::fan_out::{not_supported, Stream};
+use super::rows::{fields, row_values};
 use super::Session;
 use crate::server::server_error;
 use crate::ProxyError;

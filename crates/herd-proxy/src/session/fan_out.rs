@@ -7,15 +7,13 @@
 //! message batch). Each group reads at its own snapshot: the groups are not read at one
 //! instant (a cross-group snapshot needs distributed transactions).
 
-use std::sync::Arc;
-
 use herd_sql::{Bound, FanOut, SortColumn};
-use herd_wire::frontend::{tag, Bind, Describe, Execute, Parse, Query, KIND_STATEMENT};
-use herd_wire::{encode, split_frame};
+use herd_wire::encode;
+use herd_wire::frontend::KIND_STATEMENT;
 
-use super::state::{Statement, Unnamed};
+use super::batch::Batch;
+use super::rows::{data_row, fields, row_description, row_values, Field};
 use super::Session;
-use crate::analysis::analyze;
 use crate::merge::{self, KeyOrder, SortValue};
 use crate::pool::Lease;
 use crate::server::server_error;
@@ -32,25 +30,6 @@ pub(super) fn not_supported(message: String) -> ProxyError {
         code: NOT_SUPPORTED.into(),
         message,
     }
-}
-
-/// The client's message batch, as far as a fan-out cares.
-#[derive(Default)]
-pub(super) struct Batch {
-    /// A simple Query (else the extended protocol).
-    pub(super) simple: bool,
-    /// The simple Query's text.
-    pub(super) query: Vec<u8>,
-    /// Parses of the batch, in order (answered with ParseComplete each).
-    pub(super) parses: Vec<(Vec<u8>, Vec<u8>, Vec<u32>)>,
-    /// The Bind's statement name and its parameters and result formats, unparsed.
-    pub(super) bind: Option<(Vec<u8>, Vec<u8>)>,
-    /// Describe of the statement before the Bind (ParameterDescription + RowDescription).
-    pub(super) describe_statement: bool,
-    /// Describe of the portal (RowDescription).
-    pub(super) describe_portal: bool,
-    /// Ends with Sync (ReadyForQuery owed).
-    pub(super) sync: bool,
 }
 
 /// One group's answer as it is read.
@@ -96,107 +75,6 @@ impl Stream {
         while self.next().await?.is_some() {}
         Ok(())
     }
-}
-
-/// A DataRow's values (`None`: NULL).
-pub(super) fn row_values(body: &[u8]) -> Result<Vec<Option<&[u8]>>, ProxyError> {
-    let bad = || ProxyError::Protocol("malformed DataRow from a shard group".into());
-    let count = u16::from_be_bytes([
-        *body.first().ok_or_else(bad)?,
-        *body.get(1).ok_or_else(bad)?,
-    ]);
-    let mut at = 2;
-    let mut values = Vec::with_capacity(count as usize);
-    for _ in 0..count {
-        let len = i32::from_be_bytes(
-            body.get(at..at + 4)
-                .ok_or_else(bad)?
-                .try_into()
-                .map_err(|_| bad())?,
-        );
-        at += 4;
-        if len < 0 {
-            values.push(None);
-        } else {
-            let end = at + len as usize;
-            values.push(Some(body.get(at..end).ok_or_else(bad)?));
-            at = end;
-        }
-    }
-    Ok(values)
-}
-
-/// A RowDescription's fields: the raw bytes of each, with its table OID, column number,
-/// type OID and format code.
-pub(super) struct Field {
-    pub(super) raw: Vec<u8>,
-    pub(super) table: u32,
-    pub(super) column: i16,
-    pub(super) type_oid: u32,
-    pub(super) format: i16,
-}
-
-pub(super) fn fields(body: &[u8]) -> Result<Vec<Field>, ProxyError> {
-    let bad = || ProxyError::Protocol("malformed RowDescription from a shard group".into());
-    let count = u16::from_be_bytes([
-        *body.first().ok_or_else(bad)?,
-        *body.get(1).ok_or_else(bad)?,
-    ]);
-    let mut at = 2;
-    let mut out = Vec::with_capacity(count as usize);
-    for _ in 0..count {
-        let name_end = at
-            + body
-                .get(at..)
-                .ok_or_else(bad)?
-                .iter()
-                .position(|b| *b == 0)
-                .ok_or_else(bad)?;
-        let fixed = body.get(name_end + 1..name_end + 19).ok_or_else(bad)?;
-        let u32_at =
-            |i: usize| u32::from_be_bytes([fixed[i], fixed[i + 1], fixed[i + 2], fixed[i + 3]]);
-        let i16_at = |i: usize| i16::from_be_bytes([fixed[i], fixed[i + 1]]);
-        out.push(Field {
-            raw: body[at..name_end + 19].to_vec(),
-            table: u32_at(0),
-            column: i16_at(4),
-            type_oid: u32_at(6),
-            format: i16_at(16),
-        });
-        at = name_end + 19;
-    }
-    Ok(out)
-}
-
-/// A RowDescription of the first `keep` fields.
-fn row_description(out: &mut Vec<u8>, fields: &[Field], keep: usize) {
-    let mut body = Vec::new();
-    body.extend_from_slice(&(keep as u16).to_be_bytes());
-    for f in fields.iter().take(keep) {
-        body.extend_from_slice(&f.raw);
-    }
-    out.push(b'T');
-    out.extend_from_slice(&((body.len() + 4) as u32).to_be_bytes());
-    out.extend_from_slice(&body);
-}
-
-/// A DataRow of the first `keep` values.
-fn data_row(out: &mut Vec<u8>, values: &[Option<&[u8]>], keep: usize) {
-    let start = out.len();
-    out.push(b'D');
-    out.extend_from_slice(&[0, 0, 0, 0]);
-    out.extend_from_slice(&(keep as u16).to_be_bytes());
-    for v in values.iter().take(keep) {
-        match v {
-            None => out.extend_from_slice(&(-1i32).to_be_bytes()),
-            Some(b) => {
-                out.extend_from_slice(&(b.len() as i32).to_be_bytes());
-                out.extend_from_slice(b);
-            }
-        }
-    }
-    let len = (out.len() - start - 1) as u32;
-    out[start + 1..start + 5].copy_from_slice(&len.to_be_bytes());
 }
 
 /// A LIMIT/OFFSET's value (NULL or a missing parameter: no bound).
@@ -350,67 +228,6 @@ impl Session {
                 self.reply_error(&e, unit).await
             }
         }
-    }
-
-    /// Reads the client's batch: what it sent, and the Parses it brings (remembered, as a
-    /// server would, for later Binds).
-    pub(super) fn fan_out_batch(&mut self, unit: &[u8]) -> Result<Batch, ProxyError> {
-        let mut batch = Batch::default();
-        let mut rest = unit;
-        while let Some((frame, used)) = split_frame(rest, usize::MAX)? {
-            rest = &rest[used..];
-            match frame.tag {
-                tag::QUERY => {
-                    batch.query = Query::decode(frame.body)?.sql.to_vec();
-                    batch.simple = true;
-                }
-                tag::PARSE => {
-                    let p = Parse::decode(frame.body)?;
-                    batch
-                        .parses
-                        .push((p.name.to_vec(), p.query.to_vec(), p.param_types.clone()));
-                }
-                tag::BIND => {
-                    let b = Bind::decode(frame.body)?;
-                    batch.bind = Some((b.statement.to_vec(), b.rest.to_vec()));
-                }
-                tag::DESCRIBE => {
-                    if Describe::decode(frame.body)?.kind == KIND_STATEMENT {
-                        batch.describe_statement = true;
-                    } else {
-                        batch.describe_portal = true;
-                    }
-                }
-                tag::EXECUTE if Execute::decode(frame.body)?.max_rows != 0 => {
-                    return Err(not_supported(
-                        "a SELECT across shard groups is fetched whole: Execute with a row \
-                         limit (a cursor-style fetch) is not supported"
-                            .into(),
-                    ));
-                }
-                tag::SYNC => batch.sync = true,
-                _ => {}
-            }
-        }
-        for (name, query, types) in &batch.parses {
-            let analysis = analyze(&self.ctx, query, self.state.unsafe_encoding);
-            let stmt = Arc::new(Statement::new(query, types.clone(), &analysis));
-            if name.is_empty() {
-                let token = self.ctx.next_token();
-                self.state.unnamed = Some(Unnamed { stmt, token });
-            } else if self.state.statements.contains_key(name) {
-                return Err(ProxyError::Server {
-                    code: "42P05".into(),
-                    message: format!(
-                        "prepared statement \"{}\" already exists",
-                        String::from_utf8_lossy(name)
-                    ),
-                });
-            } else {
-                self.state.statements.insert(name.clone(), stmt);
-            }
-        }
-        Ok(batch)
     }
 
     /// What every group is sent: the group statement, with the client's parameters.
@@ -722,30 +539,5 @@ async fn header(
             }
             _ => {}
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn rows_and_descriptions_lose_their_hidden_columns() {
-        let mut row = Vec::new();
-        data_row(&mut row, &[Some(b"1"), None, Some(b"key")], 3);
-        let body = &row[5..];
-        let values = row_values(body).expect("values");
-        assert_eq!(values, vec![Some(&b"1"[..]), None, Some(&b"key"[..])]);
-        let mut short = Vec::new();
-        data_row(&mut short, &values, 2);
-        assert_eq!(
-            row_values(&short[5..]).expect("values"),
-            vec![Some(&b"1"[..]), None]
-        );
-        assert_eq!(
-            u32::from_be_bytes([short[1], short[2], short[3], short[4]]) as usize,
-            short.len() - 1
-        );
-        assert!(row_values(&[0, 1, 0, 0, 0, 9, 1]).is_err(), "truncated");
     }
 }

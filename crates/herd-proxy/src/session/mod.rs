@@ -7,11 +7,13 @@
 //! pooling), unless something pinned the session to it.
 
 mod attach;
+mod batch;
 mod combine;
 mod copy;
 mod copy_out;
 mod fan_out;
 mod relay;
+mod rows;
 mod shard;
 mod startup;
 pub mod state;

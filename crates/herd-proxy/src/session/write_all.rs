@@ -11,8 +11,8 @@
 use herd_wire::encode;
 use herd_wire::frontend::KIND_STATEMENT;
 
+use super::batch::Batch;
 use super::copy::tag_rows;
-use super::fan_out::Batch;
 use super::Session;
 use crate::pool::Lease;
 use crate::server::server_error;
