@@ -248,6 +248,13 @@ impl ServerConn {
         }
     }
 
+    /// Writes the proxy's own statements (a Parse of the unnamed statement, or a simple query,
+    /// both of which replace the server's unnamed statement): it holds no client's afterwards.
+    pub async fn send_own(&mut self, bytes: &[u8]) -> Result<(), ProxyError> {
+        self.unnamed = None;
+        self.send(bytes).await
+    }
+
     /// Writes all of `bytes`.
     pub async fn send(&mut self, bytes: &[u8]) -> Result<(), ProxyError> {
         self.stream

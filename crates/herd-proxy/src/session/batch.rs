@@ -5,12 +5,14 @@
 use std::sync::Arc;
 
 use herd_wire::frontend::{tag, Bind, Describe, Execute, Parse, Query, KIND_STATEMENT};
-use herd_wire::split_frame;
+use herd_wire::{encode, split_frame};
 
 use super::fan_out::not_supported;
 use super::state::{Statement, Unnamed};
 use super::Session;
 use crate::analysis::analyze;
+use crate::pool::Lease;
+use crate::server::server_error;
 use crate::ProxyError;
 
 /// The client's message batch, as far as a fan-out cares.
@@ -93,4 +95,44 @@ impl Session {
         }
         Ok(batch)
     }
+
+    /// The SQL the batch runs: its simple query, or the statement its Bind names (parsed in
+    /// the batch or earlier).
+    pub(super) fn batch_sql(&self, batch: &Batch) -> Vec<u8> {
+        if batch.simple {
+            return batch.query.clone();
+        }
+        let parsed: std::collections::HashMap<Vec<u8>, Vec<u8>> = batch
+            .parses
+            .iter()
+            .map(|(name, query, _)| (name.clone(), query.clone()))
+            .collect();
+        let statement = batch.bind.as_ref().map(|b| b.0.clone()).unwrap_or_default();
+        self.bound_sql(&parsed, &statement).unwrap_or_default()
+    }
+}
+
+/// The parameter types PostgreSQL infers for `sql` (`declared` first), asked on `lease`
+/// (Parse and Describe of the unnamed statement, then Sync).
+pub(super) async fn infer_param_types(
+    lease: &mut Lease,
+    sql: &[u8],
+    declared: &[u32],
+) -> Result<Vec<u32>, ProxyError> {
+    let mut request = Vec::new();
+    encode::parse(&mut request, b"", sql, declared)?;
+    encode::describe(&mut request, KIND_STATEMENT, b"")?;
+    encode::sync(&mut request);
+    lease.conn.send_own(&request).await?;
+    let (mut types, mut error) = (declared.to_vec(), None);
+    loop {
+        let (t, body) = lease.conn.next_message().await?;
+        match t {
+            b't' => types = super::combine::param_types(&body),
+            b'E' => error = error.or(Some(server_error(&body))),
+            b'Z' => break,
+            _ => {}
+        }
+    }
+    error.map_or(Ok(types), Err)
 }

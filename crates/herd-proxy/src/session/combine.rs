@@ -219,8 +219,7 @@ impl Session {
         let Some(coordinator) = streams.first_mut() else {
             return Ok(());
         };
-        coordinator.lease.conn.unnamed = None;
-        coordinator.lease.conn.send(&request).await?;
+        coordinator.lease.conn.send_own(&request).await?;
         coordinator.done = false;
         coordinator.rows_done = false;
         // Its answer is the client's: ParseComplete per client Parse, the client's own

@@ -151,7 +151,10 @@ impl Session {
             .unwrap_or_default();
         if plan.combine.is_some() && !batch.simple {
             let described = match streams.first_mut() {
-                Some(s) => self.infer_types(s, &batch, &types).await,
+                Some(s) => {
+                    let sql = self.batch_sql(&batch);
+                    super::batch::infer_param_types(&mut s.lease, &sql, &types).await
+                }
                 None => Ok(types.clone()),
             };
             match described {
@@ -177,9 +180,8 @@ impl Session {
         for s in &mut streams {
             // Our statements replace the server's unnamed statement (a simple query drops it):
             // it no longer holds any client's.
-            s.lease.conn.unnamed = None;
             if sent.is_ok() {
-                sent = s.lease.conn.send(&request).await;
+                sent = s.lease.conn.send_own(&request).await;
             } else {
                 // Never sent: nothing to read.
                 s.done = true;
@@ -265,42 +267,6 @@ impl Session {
         encode::execute(&mut out, b"", 0)?;
         encode::sync(&mut out);
         Ok(out)
-    }
-
-    /// The parameter types PostgreSQL infers for the client's statement (`declared` first),
-    /// asked of one group's primary: Parse and Describe of the unnamed statement, then Sync.
-    async fn infer_types(
-        &self,
-        s: &mut Stream,
-        batch: &Batch,
-        declared: &[u32],
-    ) -> Result<Vec<u32>, ProxyError> {
-        let parsed: std::collections::HashMap<Vec<u8>, Vec<u8>> = batch
-            .parses
-            .iter()
-            .map(|(name, query, _)| (name.clone(), query.clone()))
-            .collect();
-        let statement = batch.bind.as_ref().map(|b| b.0.clone()).unwrap_or_default();
-        let Some(sql) = self.bound_sql(&parsed, &statement) else {
-            return Ok(declared.to_vec());
-        };
-        let mut request = Vec::new();
-        encode::parse(&mut request, b"", &sql, declared)?;
-        encode::describe(&mut request, KIND_STATEMENT, b"")?;
-        encode::sync(&mut request);
-        s.lease.conn.unnamed = None;
-        s.lease.conn.send(&request).await?;
-        let (mut types, mut error) = (declared.to_vec(), None);
-        loop {
-            let (t, body) = s.lease.conn.next_message().await?;
-            match t {
-                b't' => types = super::combine::param_types(&body),
-                b'E' => error = error.or(Some(server_error(&body))),
-                b'Z' => break,
-                _ => {}
-            }
-        }
-        error.map_or(Ok(types), Err)
     }
 
     /// One merged row: skipped while the OFFSET lasts, else sent without its hidden columns

@@ -11,6 +11,7 @@ mod batch;
 mod combine;
 mod copy;
 mod copy_out;
+mod ddl;
 mod fan_out;
 mod relay;
 mod rows;

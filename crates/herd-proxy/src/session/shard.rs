@@ -93,11 +93,12 @@ impl Session {
         let mut rest = unit;
         while let Some((frame, used)) = split_frame(rest, usize::MAX)? {
             rest = &rest[used..];
-            let text: Vec<u8>;
+            // The statement's text, borrowed from the unit when it is there (no copy per unit).
+            let text: std::borrow::Cow<'_, [u8]>;
             let plan = match frame.tag {
                 tag::QUERY => {
                     let sql = Query::decode(frame.body)?.sql;
-                    text = sql.to_vec();
+                    text = std::borrow::Cow::Borrowed(sql);
                     match self.drop_index_plan(&map, sql).await? {
                         Some(p) => p,
                         None => plan_sql(&self.ctx, &map, sql, &[]),
@@ -114,7 +115,7 @@ impl Session {
                         continue;
                     };
                     let plan = plan_sql(&self.ctx, &map, &sql, &bind_params(b.rest));
-                    text = sql;
+                    text = std::borrow::Cow::Owned(sql);
                     plan
                 }
                 _ => continue,
@@ -136,12 +137,7 @@ impl Session {
                     return self.write_route(unit, frame.tag, rest, group, Write::Reference(tag));
                 }
                 Plan::AllGroups { table } => {
-                    let alone = group.is_none()
-                        && match frame.tag {
-                            tag::QUERY => rest.is_empty(),
-                            _ => single_bind(unit),
-                        };
-                    if !alone || self.pending_begin.is_some() {
+                    if !self.alone_outside_transaction(unit, frame.tag, rest, group) {
                         return Err(not_supported(FAN_OUT_ALONE.into()));
                     }
                     let catalog = self.ctx.catalog();
@@ -248,6 +244,24 @@ impl Session {
         Ok(())
     }
 
+    /// The statement just planned is the unit's only one (the last of a simple query, or the
+    /// one Bind of an extended batch) and no transaction block is open: the condition for
+    /// running it on every group.
+    fn alone_outside_transaction(
+        &self,
+        unit: &[u8],
+        frame_tag: u8,
+        rest: &[u8],
+        group: Option<u32>,
+    ) -> bool {
+        let alone = group.is_none()
+            && match frame_tag {
+                tag::QUERY => rest.is_empty(),
+                _ => single_bind(unit),
+            };
+        alone && self.pending_begin.is_none()
+    }
+
     /// A write on every group: alone, outside a transaction block.
     fn write_route(
         &self,
@@ -257,12 +271,7 @@ impl Session {
         group: Option<u32>,
         write: Write,
     ) -> Result<UnitRoute, ProxyError> {
-        let alone = group.is_none()
-            && match frame_tag {
-                tag::QUERY => rest.is_empty(),
-                _ => single_bind(unit),
-            };
-        if !alone || self.pending_begin.is_some() {
+        if !self.alone_outside_transaction(unit, frame_tag, rest, group) {
             return Err(not_supported(WRITE_ALL_ALONE.into()));
         }
         self.ctx.metrics.inc_labels(
@@ -308,54 +317,6 @@ impl Session {
         })
     }
 
-    /// Runs the one DDL statement of `unit` on every group's primary as the client's own role,
-    /// all or none: each group PREPAREs it, then group 0 commits first (its commit decides: a
-    /// change left in doubt is committed where group 0 no longer holds it, else rolled back),
-    /// then the others; a failure before that rolls back the others first, group 0 last.
-    pub(super) async fn run_everywhere(
-        &mut self,
-        unit: &[u8],
-        tag_text: &str,
-    ) -> Result<(), ProxyError> {
-        let Some(sql) = lone_query(unit)? else {
-            return Ok(());
-        };
-        let mut outcome = self.ddl_two_phase(&sql).await;
-        if outcome.is_ok() && tag_text == "DROP TABLE" {
-            // The dropped tables leave the shard map (if this fails, the next load of the map
-            // removes them).
-            self.map = None;
-            outcome = self.ctx.forget_dropped(&self.database).await.map(|_| ());
-        }
-        self.ddl_done(unit, tag_text, outcome).await
-    }
-
-    /// Runs the role statement of `unit` on group 0's primary as the client's role, then
-    /// copies the roles to every other group (see [`crate::ProxyContext::sync_roles`]).
-    pub(super) async fn run_role_statement(
-        &mut self,
-        unit: &[u8],
-        tag_text: &str,
-    ) -> Result<(), ProxyError> {
-        let Some(sql) = lone_query(unit)? else {
-            return Ok(());
-        };
-        let outcome = async {
-            let primary = self.ctx.current_primary_of(0).await?;
-            let mut lease = self.lease(&primary).await?;
-            let ran = lease.conn.internal_query(&sql).await;
-            lease.release();
-            ran?;
-            let dropped = herd_sql::dropped_roles(&sql);
-            self.ctx
-                .sync_roles(&self.database, &dropped)
-                .await
-                .map(|_| ())
-        }
-        .await;
-        self.ddl_done(unit, tag_text, outcome).await
-    }
-
     /// A server connection to every group's primary, as the client's role, group 0 first.
     pub(super) async fn primary_leases(&mut self) -> Result<Vec<Lease>, ProxyError> {
         let mut leases = Vec::new();
@@ -364,91 +325,6 @@ impl Session {
             leases.push(self.lease(&primary).await?);
         }
         Ok(leases)
-    }
-
-    /// Answers DDL run on every group: its tag, or its failure.
-    async fn ddl_done(
-        &mut self,
-        unit: &[u8],
-        tag_text: &str,
-        outcome: Result<(), ProxyError>,
-    ) -> Result<(), ProxyError> {
-        match outcome {
-            Ok(()) => {
-                encode::command_complete(&mut self.out.buf, tag_text)?;
-                encode::ready_for_query(&mut self.out.buf, b'I')?;
-                self.ctx.metrics.inc("herd_shard_ddl_total", "");
-                Ok(())
-            }
-            Err(e) => self.reply_error(&e, unit).await,
-        }
-    }
-
-    /// Runs the one statement of `unit` (DDL that cannot run inside a transaction) on every
-    /// group's primary in turn as the client's role; if a group fails, `undo` runs on every
-    /// group it reached (the failed one too: a failed concurrent build leaves an invalid
-    /// index behind) and the client gets the failure.
-    pub(super) async fn run_each_group(
-        &mut self,
-        unit: &[u8],
-        tag_text: &str,
-        undo: &str,
-    ) -> Result<(), ProxyError> {
-        let Some(sql) = lone_query(unit)? else {
-            return Ok(());
-        };
-        let outcome = self.each_group(&sql, undo).await;
-        self.ddl_done(unit, tag_text, outcome).await
-    }
-
-    async fn each_group(&mut self, sql: &str, undo: &str) -> Result<(), ProxyError> {
-        let mut leases = self.primary_leases().await?;
-        let mut failure = None;
-        let mut reached = 0;
-        for lease in leases.iter_mut() {
-            reached += 1;
-            if let Err(e) = lease.conn.internal_query(sql).await {
-                failure = Some(e);
-                break;
-            }
-        }
-        if let Some(e) = failure {
-            // An empty undo: the statement is safe to run again (DROP … CONCURRENTLY).
-            let undo_on = if undo.is_empty() { 0 } else { reached };
-            for (g, lease) in leases[..undo_on].iter_mut().enumerate() {
-                if let Err(u) = lease.conn.internal_query(undo).await {
-                    tracing::warn!(group = g, error = %u, "undoing DDL on a shard group failed");
-                }
-            }
-            for lease in leases {
-                lease.release();
-            }
-            return Err(e);
-        }
-        for lease in leases {
-            lease.release();
-        }
-        Ok(())
-    }
-
-    async fn ddl_two_phase(&mut self, sql: &str) -> Result<(), ProxyError> {
-        let gid = super::two_phase::ddl_gid("");
-        let mut leases = self.primary_leases().await?;
-        let body = sql.trim().trim_end_matches(';');
-        let outcome = match super::two_phase::prepare_all(
-            &mut leases,
-            &gid,
-            &format!("BEGIN; {body};"),
-        )
-        .await
-        {
-            Ok(()) => super::two_phase::commit_all(&mut leases, &gid, "the change").await,
-            Err(e) => Err(e),
-        };
-        for lease in leases {
-            lease.release();
-        }
-        outcome
     }
 
     /// `herd.explain('<statement>')`: where the statement would run through the endpoint, and
@@ -608,7 +484,7 @@ fn role_statement(sql: &[u8]) -> Option<&'static str> {
 }
 
 /// The SQL of `unit`'s first message, a simple query.
-fn lone_query(unit: &[u8]) -> Result<Option<String>, ProxyError> {
+pub(super) fn lone_query(unit: &[u8]) -> Result<Option<String>, ProxyError> {
     Ok(match split_frame(unit, usize::MAX)? {
         Some((frame, _)) => {
             Some(String::from_utf8_lossy(Query::decode(frame.body)?.sql).into_owned())

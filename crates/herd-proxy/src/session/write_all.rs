@@ -35,8 +35,7 @@ struct Done {
 
 /// Runs the statement on `lease` (inside its open transaction).
 async fn run(lease: &mut Lease, request: &[u8]) -> Result<Done, ProxyError> {
-    lease.conn.unnamed = None;
-    lease.conn.send(request).await?;
+    lease.conn.send_own(request).await?;
     let (mut done, mut error) = (Done::default(), None);
     loop {
         let (t, body) = lease.conn.next_message().await?;
@@ -175,16 +174,7 @@ impl Session {
         leases: &mut [Lease],
     ) -> Result<Vec<Option<Vec<u8>>>, ProxyError> {
         let (statement, rest) = batch.bind.clone().unwrap_or_default();
-        let parsed: std::collections::HashMap<Vec<u8>, Vec<u8>> = batch
-            .parses
-            .iter()
-            .map(|(name, query, _)| (name.clone(), query.clone()))
-            .collect();
-        let sql = if batch.simple {
-            batch.query.clone()
-        } else {
-            self.bound_sql(&parsed, &statement).unwrap_or_default()
-        };
+        let sql = self.batch_sql(batch);
         let mut types = self.bound_types(&statement).unwrap_or_default();
         let groups = match write {
             Write::Same(_) | Write::Reference(_) => {
@@ -199,7 +189,7 @@ impl Session {
         // PostgreSQL infers for the whole statement.
         if !batch.simple {
             if let Some(first) = leases.first_mut() {
-                types = infer(first, &sql, &types).await?;
+                types = super::batch::infer_param_types(first, &sql, &types).await?;
             }
         }
         let text = String::from_utf8_lossy(&sql).into_owned();
@@ -241,19 +231,6 @@ fn request(batch: &Batch, sql: &[u8], types: &[u32], rest: &[u8]) -> Result<Vec<
     encode::execute(&mut out, b"", 0)?;
     encode::sync(&mut out);
     Ok(out)
-}
-
-/// The parameter types PostgreSQL infers for `sql` (`declared` first), asked on `lease`.
-async fn infer(lease: &mut Lease, sql: &[u8], declared: &[u32]) -> Result<Vec<u32>, ProxyError> {
-    let mut out = Vec::new();
-    encode::parse(&mut out, b"", sql, declared)?;
-    encode::describe(&mut out, KIND_STATEMENT, b"")?;
-    encode::sync(&mut out);
-    let done = run(lease, &out).await?;
-    Ok(done
-        .params
-        .map(|p| super::combine::param_types(&p))
-        .unwrap_or_else(|| declared.to_vec()))
 }
 
 /// Runs the write in a transaction on every lease and prepares it, group 0 first; on the first
