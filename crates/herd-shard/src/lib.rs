@@ -14,4 +14,4 @@ mod plan;
 pub use copy::{CopyError, CopyFormat, CopySplitter, Routed};
 pub use hash::{partition_hash, shard_sql, virtual_shard, KeyType, KeyValue, ParseKeyError};
 pub use map::{qualified, ShardMap, TableKind, DEFAULT_SHARD_COUNT};
-pub use plan::{plan, CopyIn, CopyOut, ParamValue, Plan};
+pub use plan::{plan, plan_several, CopyIn, CopyOut, ParamValue, Plan};

@@ -217,6 +217,37 @@ pub fn plan(
     }
 }
 
+/// The plan of a query string of several statements, from each statement's plan: they arrive
+/// together and run together, so they must all run on one group; anything that needs every
+/// group must come alone.
+pub fn plan_several(plans: impl IntoIterator<Item = Plan>) -> Plan {
+    let mut one: Option<Plan> = None;
+    for p in plans {
+        match p {
+            Plan::Anywhere => {}
+            Plan::Group { group, .. } => match &one {
+                Some(Plan::Group { group: first, .. }) if *first != group => {
+                    return Plan::Refuse(format!(
+                        "the statements of this query string belong to different shard groups \
+                         ({first} and {group}): send them separately"
+                    ))
+                }
+                Some(_) => {}
+                None => one = Some(p),
+            },
+            Plan::Refuse(why) => return Plan::Refuse(why),
+            _ => {
+                return Plan::Refuse(
+                    "a statement of this query string runs on every shard group (DDL, COPY, or \
+                     a statement without a shard key of one group): send it alone"
+                        .into(),
+                )
+            }
+        }
+    }
+    one.unwrap_or(Plan::Anywhere)
+}
+
 type Dist<'a> = (&'a str, &'a str, KeyType);
 
 fn plan_insert(

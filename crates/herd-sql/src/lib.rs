@@ -31,7 +31,7 @@ pub use keys::{
     key_facts, ColumnName, Condition, CopyFacts, KeyExpr, KeyFacts, StmtKind, TableRef, Target,
 };
 pub use shape::shape_key;
-pub use split::{insert_rows, nondeterministic_syntax};
+pub use split::{insert_rows, nondeterministic_syntax, statements};
 
 use std::ops::Range;
 

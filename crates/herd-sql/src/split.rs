@@ -34,6 +34,18 @@ pub fn nondeterministic_syntax(sql: &str) -> Option<String> {
     find(&json)
 }
 
+/// The statements of a query string, each as its own text (`None` when it does not parse).
+/// A string of several statements is planned statement by statement.
+pub fn statements(sql: &str) -> Option<Vec<String>> {
+    let parts = std::panic::catch_unwind(|| {
+        pg_query::split_with_parser(sql)
+            .map(|v| v.into_iter().map(str::to_string).collect::<Vec<_>>())
+    })
+    .ok()?
+    .ok()?;
+    Some(parts.into_iter().filter(|p| !p.trim().is_empty()).collect())
+}
+
 /// `sql` (an INSERT … VALUES) with only the VALUES rows at `keep` (0-based, ascending).
 pub fn insert_rows(sql: &str, keep: &[usize]) -> Result<String, String> {
     let parsed = pg_query::parse(sql, 0).map_err(|e| e.to_string())?;
@@ -66,6 +78,15 @@ pub fn insert_rows(sql: &str, keep: &[usize]) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn statements_of_a_string() {
+        assert_eq!(
+            statements("begin; update t set a = ';' where id = 1 ;select 2").expect("splits"),
+            vec!["begin", "update t set a = ';' where id = 1 ", "select 2"]
+        );
+        assert!(statements("select (").is_none());
+    }
 
     #[test]
     fn finds_what_differs_between_servers() {

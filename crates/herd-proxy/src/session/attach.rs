@@ -40,7 +40,7 @@ impl Session {
         if let Some(only) = lone_sync_or_flush(&unit) {
             // Nothing to run: a Flush needs no answer, a Sync gets ReadyForQuery.
             if only == tag::SYNC {
-                let status = if self.pending_begin.is_some() {
+                let status = if self.pending_begin.is_some() || !self.parked.is_empty() {
                     b'T'
                 } else {
                     b'I'
@@ -49,6 +49,15 @@ impl Session {
             }
             return Ok(true);
         }
+        if !self.parked.is_empty() {
+            self.unit_while_parked(&unit).await?;
+            return Ok(true);
+        }
+        self.place_unit(unit).await
+    }
+
+    /// Answers `unit` locally or attaches the server it goes to and forwards it.
+    pub(super) async fn place_unit(&mut self, unit: Bytes) -> Result<bool, ProxyError> {
         let facts = self.inspect(&unit)?;
         if let Some(answer) = facts.local {
             if self.answer_locally(answer, facts.sql.as_deref()).await? {
@@ -496,6 +505,7 @@ impl Session {
             at_pause: false,
             passthrough: self.ctx.config.pool_mode == herd_core::PoolMode::Session,
             map: self.map.as_deref(),
+            spanning: !self.parked.is_empty(),
         };
         let to_server = &mut self.sout.buf;
         let mut rest = bytes;
@@ -533,7 +543,7 @@ impl Session {
         let ends_with_ready = unit_ends_with(unit, tag::SYNC) || unit_ends_with(unit, tag::QUERY);
         if ends_with_ready {
             // Inside a transaction the proxy began for the client, the error fails it.
-            let status = if self.pending_begin.is_some() {
+            let status = if self.pending_begin.is_some() || !self.parked.is_empty() {
                 b'E'
             } else {
                 b'I'

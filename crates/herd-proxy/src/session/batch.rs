@@ -136,3 +136,33 @@ pub(super) async fn infer_param_types(
     }
     error.map_or(Ok(types), Err)
 }
+
+/// Answers `batch`, a statement without rows (COMMIT, ROLLBACK) the proxy ran itself, with
+/// `tag`: what each of its messages is owed, ending idle.
+pub(super) fn answer_command(
+    out: &mut Vec<u8>,
+    batch: &Batch,
+    tag: &str,
+) -> Result<(), ProxyError> {
+    if !batch.simple {
+        for _ in &batch.parses {
+            encode::parse_complete(out);
+        }
+        if batch.describe_statement {
+            // ParameterDescription of no parameters, and no rows.
+            out.extend_from_slice(&[b't', 0, 0, 0, 6, 0, 0]);
+            encode::no_data(out);
+        }
+        if batch.bind.is_some() {
+            encode::bind_complete(out);
+        }
+        if batch.describe_portal {
+            encode::no_data(out);
+        }
+    }
+    encode::command_complete(out, tag)?;
+    if batch.simple || batch.sync {
+        encode::ready_for_query(out, b'I')?;
+    }
+    Ok(())
+}

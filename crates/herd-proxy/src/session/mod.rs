@@ -16,6 +16,7 @@ mod fan_out;
 mod relay;
 mod rows;
 mod shard;
+mod spanning;
 mod startup;
 pub mod state;
 mod translate;
@@ -106,6 +107,9 @@ pub struct Session {
     pending_begin: Option<PendingBegin>,
     /// The key this client proved at login (for new server connections).
     creds: Option<Arc<crate::pool::Credentials>>,
+    /// The other groups' parts of a transaction that spans shard groups: servers idle in
+    /// their transaction, ended together at the client's COMMIT or ROLLBACK.
+    parked: Vec<Attached>,
     /// Pools this session used, by node.
     pools: std::collections::HashMap<herd_core::Endpoint, Arc<crate::pool::Pool>>,
 }
@@ -188,6 +192,7 @@ pub async fn serve_client(tcp: TcpStream, ctx: Arc<ProxyContext>) {
         map: None,
         pending_begin: None,
         pools: std::collections::HashMap::new(),
+        parked: Vec::new(),
         creds: None,
     };
     if let Err(e) = session.greet(read_only_session).await {

@@ -106,13 +106,30 @@ impl Session {
         // On a sharded cluster a new batch outside a transaction also waits: the session then
         // detaches and the batch is planned afresh (its rows may be on another group, or on
         // every group), instead of being refused on this server.
-        let sharded = self.map.is_some()
-            && self.ctx.config.pool_mode != herd_core::PoolMode::Session
-            && att.status == b'I';
+        let transaction_pooling = self.ctx.config.pool_mode != herd_core::PoolMode::Session;
+        let sharded = self.map.is_some() && transaction_pooling && att.status == b'I';
+        // Inside a transaction on a sharded cluster, at a unit boundary: the unit may end a
+        // transaction that spans groups, or move it to another group.
+        // Such a unit is forwarded alone: the next one may belong to another group.
+        let mut unit_only = None;
+        if self.map.is_some() && transaction_pooling && att.status != b'I' && !att.batch_open {
+            if let Some(n) = unit_len(&self.cbuf, max)? {
+                match self.transaction_boundary(n).await? {
+                    super::spanning::Boundary::Forward => unit_only = Some(n),
+                    super::spanning::Boundary::Wait => return Ok(Step::Blocked),
+                    super::spanning::Boundary::Done => return Ok(Step::Progress),
+                }
+            }
+        }
+        let Some(att) = self.attached.as_ref() else {
+            return Ok(Step::Progress);
+        };
         let forward_now =
             (att.replica.is_none() && !sharded) || att.batch_open || att.tracker.is_idle();
         if forward_now && self.sout.len() < SOUT_LIMIT {
-            if let Some(n) = complete_frames_len(&self.cbuf, max)? {
+            if let Some(n) =
+                unit_only.map_or_else(|| complete_frames_len(&self.cbuf, max), |n| Ok(Some(n)))?
+            {
                 let bytes = self.cbuf.split_to(n).freeze();
                 // Session pooling on a sharded cluster: the session's server is on group 0,
                 // and a statement whose rows are elsewhere is refused, not answered from there.
@@ -393,6 +410,12 @@ impl Session {
     /// The attached server is idle outside a transaction: update the read-your-writes token
     /// after a write, settle settings, and give the server back unless pinned.
     async fn end_transaction(&mut self) -> Result<(), ProxyError> {
+        if !self.parked.is_empty() {
+            // Statements that end one part are refused in a spanning transaction; should one
+            // slip through, the other parts must not stay open (closing them rolls them back).
+            tracing::error!("a transaction spanning shard groups ended on one group only; rolling back the others");
+            self.parked.clear();
+        }
         let Some(att) = self.attached.as_mut() else {
             return Ok(());
         };

@@ -76,7 +76,7 @@ impl Session {
     /// Where `unit` must run.
     pub(super) async fn unit_route(&mut self, unit: &[u8]) -> Result<UnitRoute, ProxyError> {
         // Role statements alone outside a transaction, whether or not anything is distributed.
-        if self.pending_begin.is_none() {
+        if !self.in_transaction() {
             if let Some((frame, used)) = split_frame(unit, usize::MAX)? {
                 if used == unit.len() && frame.tag == tag::QUERY {
                     if let Some(tag) = role_statement(Query::decode(frame.body)?.sql) {
@@ -170,7 +170,7 @@ impl Session {
                                     && single_bind(unit)
                             }
                         };
-                    if !alone || self.pending_begin.is_some() {
+                    if !alone || self.in_transaction() {
                         return Err(not_supported(ALONE.into()));
                     }
                     return Ok(match plan {
@@ -259,7 +259,15 @@ impl Session {
                 tag::QUERY => rest.is_empty(),
                 _ => single_bind(unit),
             };
-        alone && self.pending_begin.is_none()
+        alone && !self.in_transaction()
+    }
+
+    /// A transaction block is open: begun by the proxy for the client, on the attached
+    /// server, or spanning groups.
+    pub(super) fn in_transaction(&self) -> bool {
+        self.pending_begin.is_some()
+            || self.attached.as_ref().is_some_and(|a| a.status != b'I')
+            || !self.parked.is_empty()
     }
 
     /// A write on every group: alone, outside a transaction block.
@@ -518,6 +526,21 @@ pub(super) fn plan_sql(
 ) -> Plan {
     let text = String::from_utf8_lossy(sql);
     let classification = ctx.classifier.get_or_classify(&text);
+    if classification.statements.len() > 1 {
+        // Planned statement by statement (the key facts are one statement's).
+        return match herd_sql::statements(&text) {
+            Some(parts) if parts.len() > 1 => herd_shard::plan_several(
+                parts
+                    .iter()
+                    .map(|part| plan_sql(ctx, map, part.as_bytes(), params)),
+            ),
+            _ => Plan::Refuse(
+                "this query string could not be split into its statements to find their shard \
+                 groups: send its statements separately"
+                    .into(),
+            ),
+        };
+    }
     let relations: Vec<String> = classification
         .statements
         .iter()

@@ -66,6 +66,9 @@ pub struct Translator<'a> {
     /// The shard map while something is distributed: statements are checked against the
     /// group of the attached server.
     pub map: Option<&'a herd_shard::ShardMap>,
+    /// The transaction spans shard groups: statements that would end or split one group's
+    /// part only are refused.
+    pub spanning: bool,
 }
 
 impl Translator<'_> {
@@ -165,6 +168,7 @@ impl Translator<'_> {
         let Some(map) = self.map else {
             return Ok(None);
         };
+        let mut sql_of_bind = None;
         let plan = match frame.tag {
             tag::QUERY => {
                 super::shard::plan_sql(self.ctx, map, Query::decode(frame.body)?.sql, &[])
@@ -182,19 +186,37 @@ impl Translator<'_> {
                 let Some(sql) = sql.or_else(|| self.state.passed.get(b.statement).cloned()) else {
                     return Ok(None);
                 };
-                super::shard::plan_sql(self.ctx, map, &sql, &super::shard::bind_params(b.rest))
+                let plan =
+                    super::shard::plan_sql(self.ctx, map, &sql, &super::shard::bind_params(b.rest));
+                sql_of_bind = Some(sql);
+                plan
             }
             _ => return Ok(None),
         };
+        if self.spanning {
+            let text = match frame.tag {
+                tag::QUERY => Query::decode(frame.body)?.sql.to_vec(),
+                _ => sql_of_bind.unwrap_or_default(),
+            };
+            let classified = self
+                .ctx
+                .classifier
+                .get_or_classify(&String::from_utf8_lossy(&text));
+            if classified
+                .statements
+                .iter()
+                .any(|s| s.tx != herd_sql::TxEffect::None)
+            {
+                return Ok(Some(super::spanning::SPANNING_CONTROL.to_string()));
+            }
+        }
         let here = self.att.group;
         Ok(match plan {
             herd_shard::Plan::Refuse(why) => Some(why),
             herd_shard::Plan::Everywhere(_)
             | herd_shard::Plan::EachGroup { .. }
             | herd_shard::Plan::CopyIn(_)
-            | herd_shard::Plan::CopyOut(_) => {
-                Some(super::shard::ALONE.to_string())
-            }
+            | herd_shard::Plan::CopyOut(_) => Some(super::shard::ALONE.to_string()),
             herd_shard::Plan::AllGroups { .. } => Some(super::shard::FAN_OUT_ALONE.to_string()),
             herd_shard::Plan::WriteAllGroups(_)
             | herd_shard::Plan::InsertSplit(_)
@@ -202,8 +224,9 @@ impl Translator<'_> {
                 Some(super::shard::WRITE_ALL_ALONE.to_string())
             }
             herd_shard::Plan::Group { group, .. } if group != here => Some(format!(
-                "this statement's rows are on shard group {group}, but its transaction (or \
-                 session) runs on group {here}; transactions spanning shard groups are not supported yet"
+                "this statement's rows are on shard group {group}, but it came in one batch with \
+                 statements for group {here} (or the session is pinned to group {here}): inside a \
+                 transaction, send statements for another group in a query or Sync of their own"
             )),
             _ => None,
         })

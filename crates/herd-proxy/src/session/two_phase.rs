@@ -4,6 +4,8 @@
 //! next read (committed where group 0 no longer holds it, else rolled back); on a failure
 //! before the decision the prepared groups roll back, the others first and group 0 last.
 
+use std::borrow::BorrowMut;
+
 use crate::pool::Lease;
 use crate::ProxyError;
 
@@ -18,8 +20,8 @@ pub(super) fn ddl_gid(kind: &str) -> String {
 
 /// Runs `before` (empty, or e.g. `BEGIN; <statement>;`) and `PREPARE TRANSACTION gid` on every
 /// lease, group 0 first; on the first failure rolls back what was prepared and returns it.
-pub(super) async fn prepare_all(
-    leases: &mut [Lease],
+pub(super) async fn prepare_all<L: BorrowMut<Lease>>(
+    leases: &mut [L],
     gid: &str,
     before: &str,
 ) -> Result<(), ProxyError> {
@@ -27,7 +29,7 @@ pub(super) async fn prepare_all(
         // Group 0's part carries the decision: committing it commits the whole.
         let decision = if i == 0 { decision(gid) } else { String::new() };
         let prepare = format!("{before} {decision} PREPARE TRANSACTION '{gid}'");
-        if let Err(e) = leases[i].conn.internal_query(&prepare).await {
+        if let Err(e) = leases[i].borrow_mut().conn.internal_query(&prepare).await {
             abort(leases, i, gid).await;
             return Err(e);
         }
@@ -43,13 +45,14 @@ pub(super) fn decision(gid: &str) -> String {
 /// Undoes a two-phase commit that failed on lease `failed`: its open transaction (a failed
 /// statement leaves it aborted) ends, and what the leases before it prepared is rolled back,
 /// the last first (group 0 last: while it holds `gid`, recovery rolls back the others too).
-pub(super) async fn abort(leases: &mut [Lease], failed: usize, gid: &str) {
+pub(super) async fn abort<L: BorrowMut<Lease>>(leases: &mut [L], failed: usize, gid: &str) {
     if let Some(l) = leases.get_mut(failed) {
-        let _ = l.conn.internal_query("ROLLBACK").await;
+        let _ = l.borrow_mut().conn.internal_query("ROLLBACK").await;
     }
     let before = failed.min(leases.len());
     for l in leases[..before].iter_mut().rev() {
         let _ = l
+            .borrow_mut()
             .conn
             .internal_query(&format!("ROLLBACK PREPARED '{gid}'"))
             .await;
@@ -58,13 +61,14 @@ pub(super) async fn abort(leases: &mut [Lease], failed: usize, gid: &str) {
 
 /// Commits `gid` on every lease, group 0 first. `what` names the work in the error of a group
 /// that fails after the decision (its commit is completed when the map is next read).
-pub(super) async fn commit_all(
-    leases: &mut [Lease],
+pub(super) async fn commit_all<L: BorrowMut<Lease>>(
+    leases: &mut [L],
     gid: &str,
     what: &str,
 ) -> Result<(), ProxyError> {
     for (g, lease) in leases.iter_mut().enumerate() {
         if let Err(e) = lease
+            .borrow_mut()
             .conn
             .internal_query(&format!("COMMIT PREPARED '{gid}'"))
             .await

@@ -541,3 +541,33 @@ fn writes_to_reference_tables_reach_every_group() {
         Plan::WriteReference { tag: "DELETE", .. }
     ));
 }
+
+#[test]
+fn strings_of_several_statements_keep_to_one_group() {
+    let (a, b) = split_keys();
+    let several = |sqls: &[String]| plan_several(sqls.iter().map(|s| run(s, &[])));
+    let upd = |k: i64| format!("update orders set n = 1 where customer_id = {k}");
+    assert_eq!(
+        several(&["begin".into(), upd(a), upd(a), "commit".into()]),
+        group(group_of(a))
+    );
+    assert!(refused(
+        &several(&[upd(a), upd(b)]),
+        "different shard groups"
+    ));
+    assert!(refused(
+        &several(&[upd(a), "update orders set n = 2".into()]),
+        "send it alone"
+    ));
+    assert!(refused(
+        &several(&[
+            upd(a),
+            "select * from nowhere join orders using (id)".into()
+        ]),
+        "not distributed"
+    ));
+    assert_eq!(
+        several(&["select 1".into(), "begin".into()]),
+        Plan::Anywhere
+    );
+}
