@@ -8,52 +8,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::groups::{group, roles, wait_healthy};
 use common::{cluster, connect};
-use herd_testkit::{wait_until, TestCluster};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
-
-/// Group `g`'s status object (group 0 is the top level).
-fn group(status: &serde_json::Value, g: u64) -> serde_json::Value {
-    if g == 0 {
-        return status.clone();
-    }
-    status["groups"]
-        .as_array()
-        .expect("groups")
-        .iter()
-        .find(|x| x["group"] == g)
-        .expect("group present")
-        .clone()
-}
-
-/// Names of group `g`'s nodes with `role`, and whether every node is serving in its role.
-fn roles(c: &TestCluster, g: u64) -> (Vec<String>, bool) {
-    let s = group(&c.status(), g);
-    let nodes = s["nodes"].as_array().expect("nodes").clone();
-    let primaries = nodes
-        .iter()
-        .filter(|n| n["role"] == "primary")
-        .map(|n| n["name"].as_str().expect("name").to_string())
-        .collect();
-    let healthy = nodes.iter().all(|n| {
-        (n["role"] == "primary" && n["state"] == "running")
-            || (n["role"] == "replica" && n["state"] == "streaming")
-    });
-    (primaries, healthy)
-}
-
-fn wait_healthy(c: &TestCluster, g: u64, not_primary: Option<&str>) -> String {
-    wait_until(
-        Duration::from_secs(120),
-        "group back to full strength",
-        || {
-            let (primaries, healthy) = roles(c, g);
-            (healthy && primaries.len() == 1 && Some(primaries[0].as_str()) != not_primary)
-                .then(|| primaries[0].clone())
-        },
-    )
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn groups_fail_over_on_their_own_and_survive_a_restart() {

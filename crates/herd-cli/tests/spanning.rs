@@ -336,3 +336,263 @@ async fn transactions_span_groups_all_or_none() {
         "transfers kept the total (+2 and +2 added)"
     );
 }
+
+/// What the transfer clients did: every transfer attempted, and those whose COMMIT succeeded.
+#[derive(Default)]
+struct Ledger {
+    attempted: std::collections::HashSet<i64>,
+    acked: std::collections::HashSet<i64>,
+}
+
+/// One transfer of `amount` from `from` to `to` (accounts on different groups as a rule), as a
+/// transaction spanning groups: each group's part updates its account and logs its half.
+/// Accounts are updated in id order, so transfers never wait on each other in a cycle.
+async fn transfer(client: &Client, t: i64, from: i64, to: i64, amount: i64) -> bool {
+    let mut halves = [(from, -amount), (to, amount)];
+    halves.sort();
+    let mut sql = vec!["begin".to_string()];
+    for (account, delta) in halves {
+        sql.push(format!(
+            "update acct set balance = balance + {delta} where id = {account}; \
+             insert into xfer_log (account_id, transfer_id, delta) values ({account}, {t}, {delta})"
+        ));
+    }
+    sql.push("commit".into());
+    for s in &sql {
+        let step = tokio::time::timeout(
+            std::time::Duration::from_secs(20),
+            client.simple_query(s),
+        );
+        if !matches!(step.await, Ok(Ok(_))) {
+            return false;
+        }
+    }
+    true
+}
+
+/// Chaos (Sharding II): transfers between accounts on two groups run in transactions spanning
+/// both while a group's primary is killed, Herd itself is killed, and a primary is frozen
+/// beyond the failover timeout — `HERD_TEST_FAULT_ROUNDS` times each (5 by default).
+/// Afterwards nothing is left prepared on any group (the in-doubt resolver finished what the
+/// faults interrupted), the balances still sum to what they started with, every acknowledged
+/// transfer is applied exactly once, and no transfer is applied on one group only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bank_transfers_survive_failovers_and_crashes() {
+    use common::groups::{group, wait_healthy};
+    use nix::sys::signal::{kill, Signal};
+    use nix::unistd::Pid;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+    use std::time::{Duration, Instant};
+
+    const ACCOUNTS: i64 = 40;
+    const START: i64 = 1000;
+    let c = cluster();
+    c.up(&["--shards", "2", "--replicas", "1"]);
+    wait_healthy(&c, 1, None);
+    let endpoint = c.url(&[]);
+    let admin = connect(&endpoint).await;
+    admin
+        .batch_execute(
+            "create table acct (id bigint primary key, balance bigint not null); \
+             create table xfer_log (account_id bigint, transfer_id bigint, delta bigint not null, \
+             primary key (account_id, transfer_id))",
+        )
+        .await
+        .expect("tables");
+    for t in ["acct', 'id", "xfer_log', 'account_id"] {
+        admin
+            .simple_query(&format!("select herd.create_distributed_table('{t}')"))
+            .await
+            .expect("distribute");
+    }
+    let rows: Vec<String> = (1..=ACCOUNTS).map(|i| format!("({i}, {START})")).collect();
+    admin
+        .batch_execute(&format!("insert into acct (id, balance) values {}", rows.join(", ")))
+        .await
+        .expect("accounts");
+    drop(admin);
+    // The accounts of each group, for transfers across them.
+    let mut on: [Vec<i64>; 2] = [Vec::new(), Vec::new()];
+    for (g, ids) in on.iter_mut().enumerate() {
+        let direct = connect(&c.url(&["--group", &g.to_string(), "--primary"])).await;
+        for r in direct.query("select id from acct", &[]).await.expect("ids") {
+            ids.push(r.get(0));
+        }
+    }
+    assert!(!on[0].is_empty() && !on[1].is_empty(), "{on:?}");
+    let on = Arc::new(on);
+
+    let ledger = Arc::new(Mutex::new(Ledger::default()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut clients = Vec::new();
+    for worker in 0..3i64 {
+        let (ledger, stop, on, endpoint) =
+            (ledger.clone(), stop.clone(), on.clone(), endpoint.clone());
+        clients.push(tokio::spawn(async move {
+            let mut client = common::try_connect(&endpoint).await;
+            let mut n = 0i64;
+            while !stop.load(Ordering::Relaxed) {
+                let Some(c) = client.as_ref() else {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    client = common::try_connect(&endpoint).await;
+                    continue;
+                };
+                n += 1;
+                let t = worker * 1_000_000_000 + n;
+                // Mostly across groups; every tenth within group 0.
+                let from = on[0][(n as usize * 7 + worker as usize) % on[0].len()];
+                let to = if n % 10 == 0 {
+                    on[0][(n as usize * 3 + 1) % on[0].len()]
+                } else {
+                    on[1][(n as usize * 5 + worker as usize) % on[1].len()]
+                };
+                if from == to {
+                    continue;
+                }
+                ledger.lock().expect("ledger").attempted.insert(t);
+                if transfer(c, t, from, to, 1 + n % 9).await {
+                    ledger.lock().expect("ledger").acked.insert(t);
+                } else {
+                    // The session may be gone with its server, or Herd: a new one.
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    client = common::try_connect(&endpoint).await;
+                }
+            }
+        }));
+    }
+    let acked = || ledger.lock().expect("ledger").acked.len();
+    let wait_progress = |what: String| {
+        let before = acked();
+        let started = Instant::now();
+        while acked() < before + 10 {
+            assert!(
+                started.elapsed() < Duration::from_secs(120),
+                "transfers did not resume after {what}\n{}",
+                c.log_tails()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    let postmaster = |g: u64| -> (String, i32) {
+        let s = group(&c.status(), g);
+        let node = s["nodes"]
+            .as_array()
+            .expect("nodes")
+            .iter()
+            .find(|n| n["role"] == "primary")
+            .expect("a primary")
+            .clone();
+        (
+            node["name"].as_str().expect("name").to_string(),
+            node["pid"].as_i64().expect("pid") as i32,
+        )
+    };
+    let rounds = common::hosts::fault_rounds(5);
+    wait_progress("the start".into());
+    for round in 0..rounds {
+        // kill -9 of a group's primary (the groups in turn): that group fails over.
+        let g = u64::from(round % 2 == 1);
+        let (old, pid) = postmaster(g);
+        kill(Pid::from_raw(pid), Signal::SIGKILL).expect("kill -9 a primary");
+        wait_healthy(&c, g, Some(&old));
+        wait_progress(format!("round {round}: kill -9 of group {g}'s primary"));
+
+        // kill -9 of Herd (supervisor and endpoint): the servers keep running, `herd up`
+        // adopts them, and what was in flight is resolved by the new endpoint.
+        let pid = c.status()["supervisor"]["pid"]
+            .as_i64()
+            .expect("supervisor pid") as i32;
+        kill(Pid::from_raw(pid), Signal::SIGKILL).expect("kill -9 herd");
+        herd_testkit::wait_until(Duration::from_secs(10), "herd to be gone", || {
+            c.status()["supervisor"].is_null().then_some(())
+        });
+        c.up(&[]);
+        wait_progress(format!("round {round}: kill -9 of herd"));
+
+        // SIGSTOP of a primary (postmaster and backends) beyond the failover timeout: it is
+        // replaced, then thawed and fenced.
+        let g = 1 - g;
+        let (old, pid) = postmaster(g);
+        let frozen: Vec<i32> = std::iter::once(pid).chain(common::children(pid)).collect();
+        for p in &frozen {
+            let _ = kill(Pid::from_raw(*p), Signal::SIGSTOP);
+        }
+        std::thread::sleep(Duration::from_secs(12));
+        for p in &frozen {
+            let _ = kill(Pid::from_raw(*p), Signal::SIGCONT);
+        }
+        wait_healthy(&c, g, Some(&old));
+        wait_progress(format!("round {round}: SIGSTOP of group {g}'s primary"));
+        eprintln!("round {round}: {} transfers acknowledged so far", acked());
+    }
+    stop.store(true, Ordering::Relaxed);
+    for client in clients {
+        client.await.expect("transfer client");
+    }
+
+    // Nothing stays prepared: the in-doubt resolver (every 10 s, for parts prepared over 30 s)
+    // finishes what the faults interrupted.
+    let direct = [
+        connect(&c.url(&["--group", "0", "--primary"])).await,
+        connect(&c.url(&["--group", "1", "--primary"])).await,
+    ];
+    common::eventually(Duration::from_secs(120), "no prepared transaction left", || async {
+        let mut left = 0;
+        for d in &direct {
+            left += prepared(d).await;
+        }
+        left == 0
+    })
+    .await;
+    let ledger = std::mem::take(&mut *ledger.lock().expect("ledger"));
+    let mut halves: std::collections::HashMap<i64, i64> = std::collections::HashMap::new();
+    let mut total = 0i64;
+    for d in &direct {
+        for r in d
+            .query("select transfer_id, count(*) from xfer_log group by 1", &[])
+            .await
+            .expect("log")
+        {
+            *halves.entry(r.get(0)).or_default() += r.get::<_, i64>(1);
+        }
+        // Each account's balance is its start plus the deltas logged for it: every transfer
+        // that left a log row changed the balance exactly once.
+        let wrong: i64 = d
+            .query_one(
+                "select count(*) from acct a left join (select account_id, sum(delta)::bigint s \
+                 from xfer_log group by 1) l on l.account_id = a.id \
+                 where a.balance <> $1 + coalesce(l.s, 0)",
+                &[&START],
+            )
+            .await
+            .expect("balances")
+            .get(0);
+        assert_eq!(wrong, 0, "balances that differ from their logs");
+        total += d
+            .query_one("select sum(balance)::bigint from acct", &[])
+            .await
+            .expect("sum")
+            .get::<_, i64>(0);
+    }
+    assert_eq!(total, ACCOUNTS * START, "money was created or destroyed");
+    let half_applied: Vec<_> = halves.iter().filter(|(_, n)| **n != 2).collect();
+    assert!(half_applied.is_empty(), "transfers on one group only: {half_applied:?}");
+    let lost: Vec<_> = ledger
+        .acked
+        .iter()
+        .filter(|t| !halves.contains_key(t))
+        .collect();
+    assert!(lost.is_empty(), "acknowledged transfers not applied: {lost:?}");
+    let unknown: Vec<_> = halves
+        .keys()
+        .filter(|t| !ledger.attempted.contains(t))
+        .collect();
+    assert!(unknown.is_empty(), "transfers nobody made: {unknown:?}");
+    eprintln!(
+        "{} transfers attempted, {} acknowledged, {} applied; {rounds} rounds of each fault",
+        ledger.attempted.len(),
+        ledger.acked.len(),
+        halves.len()
+    );
+}

@@ -39,6 +39,10 @@ pub(super) enum Boundary {
     Done,
 }
 
+/// How long the commit of a spanning transaction may take (a frozen primary must not hang the
+/// client forever; it is replaced well within this).
+const COMMIT_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// Why a statement that ends part of a spanning transaction is refused.
 pub(super) const SPANNING_CONTROL: &str = "this transaction spans shard groups: end it with \
      COMMIT or ROLLBACK sent alone (savepoints, PREPARE TRANSACTION, AND CHAIN and COMMIT \
@@ -195,7 +199,20 @@ impl Session {
             }
         };
         let outcome = if commit && !failed {
-            self.commit_parts(&mut parts).await
+            match tokio::time::timeout(COMMIT_WAIT, self.commit_parts(&mut parts)).await {
+                Ok(done) => done,
+                Err(_) => {
+                    // Where each part stands is not known: none goes back to a pool.
+                    for p in &mut parts {
+                        p.fatal = true;
+                    }
+                    Err(ProxyError::Unavailable(format!(
+                        "the commit of a transaction spanning shard groups did not finish within \
+                         {COMMIT_WAIT:?}; its outcome is unknown (a part left prepared is \
+                         committed or rolled back by the in-doubt resolver)"
+                    )))
+                }
+            }
         } else {
             rollback_all(&mut parts).await;
             Ok(())
