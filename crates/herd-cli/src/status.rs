@@ -44,10 +44,12 @@ fn proxy_summary(metrics: &str) -> String {
     let mut routed: std::collections::BTreeMap<String, u64> = Default::default();
     let mut pools: std::collections::BTreeMap<String, (u64, u64, u64, u64)> = Default::default();
     let mut scalar = std::collections::BTreeMap::new();
+    let mut sharded = false;
     for line in metrics.lines().filter(|l| !l.starts_with('#')) {
         let Some((key, value)) = line.rsplit_once(' ') else {
             continue;
         };
+        sharded |= key.starts_with("herd_shard_");
         let value = value.parse::<f64>().unwrap_or(0.0) as u64;
         let label = |name: &str| {
             key.split(&format!("{name}=\""))
@@ -71,6 +73,9 @@ fn proxy_summary(metrics: &str) -> String {
             pools.entry(label("node")).or_default().2 += value;
         } else if key.starts_with("herd_pool_timeouts_total{") {
             pools.entry(label("node")).or_default().3 += value;
+        } else if key.starts_with("herd_shard_in_doubt_resolved_total{") {
+            let name = format!("in_doubt_{}", label("outcome"));
+            *scalar.entry(name).or_default() += value;
         } else if !key.contains('{') {
             scalar.insert(key.to_string(), value);
         }
@@ -99,6 +104,22 @@ fn proxy_summary(metrics: &str) -> String {
             .join(", "),
     );
     out.push('\n');
+    if sharded {
+        let _ = writeln!(
+            out,
+            "  shard groups: {} reads across groups ({} rows merged), {} writes on every group, \
+             {} moves of a transaction to another group, {} two-phase commits ({} aborted), in \
+             doubt resolved: {} committed, {} rolled back",
+            get("herd_shard_fan_out_total"),
+            get("herd_shard_fan_out_rows_total"),
+            get("herd_shard_write_all_total"),
+            get("herd_shard_group_moves_total"),
+            get("herd_shard_2pc_commits_total"),
+            get("herd_shard_2pc_aborts_total"),
+            get("in_doubt_commit"),
+            get("in_doubt_rollback"),
+        );
+    }
     out
 }
 
@@ -259,5 +280,16 @@ mod tests {
         assert!(s.contains("node1/read=5"), "{s}");
         assert!(s.contains("3 waits"), "{s}");
         assert!(s.contains("node0 1/2 4 waits 1 timeouts"), "{s}");
+        assert!(!s.contains("shard groups"), "no sharding counters: {s}");
+        let sharded = format!(
+            "{text}herd_shard_fan_out_total 2\nherd_shard_fan_out_rows_total 40\n\
+             herd_shard_2pc_commits_total 7\nherd_shard_2pc_aborts_total 1\n\
+             herd_shard_in_doubt_resolved_total{{outcome=\"commit\"}} 3\n\
+             herd_shard_in_doubt_resolved_total{{outcome=\"rollback\"}} 4\n"
+        );
+        let s = super::proxy_summary(&sharded);
+        assert!(s.contains("2 reads across groups (40 rows merged)"), "{s}");
+        assert!(s.contains("7 two-phase commits (1 aborted)"), "{s}");
+        assert!(s.contains("3 committed, 4 rolled back"), "{s}");
     }
 }

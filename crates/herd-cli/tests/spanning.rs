@@ -359,10 +359,7 @@ async fn transfer(client: &Client, t: i64, from: i64, to: i64, amount: i64) -> b
     }
     sql.push("commit".into());
     for s in &sql {
-        let step = tokio::time::timeout(
-            std::time::Duration::from_secs(20),
-            client.simple_query(s),
-        );
+        let step = tokio::time::timeout(std::time::Duration::from_secs(20), client.simple_query(s));
         if !matches!(step.await, Ok(Ok(_))) {
             return false;
         }
@@ -408,7 +405,10 @@ async fn bank_transfers_survive_failovers_and_crashes() {
     }
     let rows: Vec<String> = (1..=ACCOUNTS).map(|i| format!("({i}, {START})")).collect();
     admin
-        .batch_execute(&format!("insert into acct (id, balance) values {}", rows.join(", ")))
+        .batch_execute(&format!(
+            "insert into acct (id, balance) values {}",
+            rows.join(", ")
+        ))
         .await
         .expect("accounts");
     drop(admin);
@@ -537,13 +537,17 @@ async fn bank_transfers_survive_failovers_and_crashes() {
         connect(&c.url(&["--group", "0", "--primary"])).await,
         connect(&c.url(&["--group", "1", "--primary"])).await,
     ];
-    common::eventually(Duration::from_secs(120), "no prepared transaction left", || async {
-        let mut left = 0;
-        for d in &direct {
-            left += prepared(d).await;
-        }
-        left == 0
-    })
+    common::eventually(
+        Duration::from_secs(120),
+        "no prepared transaction left",
+        || async {
+            let mut left = 0;
+            for d in &direct {
+                left += prepared(d).await;
+            }
+            left == 0
+        },
+    )
     .await;
     let ledger = std::mem::take(&mut *ledger.lock().expect("ledger"));
     let mut halves: std::collections::HashMap<i64, i64> = std::collections::HashMap::new();
@@ -577,13 +581,19 @@ async fn bank_transfers_survive_failovers_and_crashes() {
     }
     assert_eq!(total, ACCOUNTS * START, "money was created or destroyed");
     let half_applied: Vec<_> = halves.iter().filter(|(_, n)| **n != 2).collect();
-    assert!(half_applied.is_empty(), "transfers on one group only: {half_applied:?}");
+    assert!(
+        half_applied.is_empty(),
+        "transfers on one group only: {half_applied:?}"
+    );
     let lost: Vec<_> = ledger
         .acked
         .iter()
         .filter(|t| !halves.contains_key(t))
         .collect();
-    assert!(lost.is_empty(), "acknowledged transfers not applied: {lost:?}");
+    assert!(
+        lost.is_empty(),
+        "acknowledged transfers not applied: {lost:?}"
+    );
     let unknown: Vec<_> = halves
         .keys()
         .filter(|t| !ledger.attempted.contains(t))

@@ -95,7 +95,7 @@ impl ProxyContext {
                 tracing::warn!(error = %e, "copying roles to the other shard groups");
             }
             let clients = self.group_clients(database).await?;
-            recover(&clients).await?;
+            recover(self, &clients).await?;
             let map = read_map(&clients[0]).await?;
             match map {
                 // Tables dropped while their entries stayed (a crash between a DROP TABLE on
@@ -121,7 +121,7 @@ impl ProxyContext {
     /// in doubt resolved first (the caller holds the `changing` lock).
     async fn current_map(&self, database: &str) -> Result<(Vec<Client>, ShardMap), ProxyError> {
         let clients = self.group_clients(database).await?;
-        recover(&clients).await?;
+        recover(self, &clients).await?;
         let current = read_map(&clients[0])
             .await?
             .unwrap_or_else(|| ShardMap::new(self.groups(), DEFAULT_SHARD_COUNT));
@@ -321,8 +321,8 @@ async fn read_map(client: &Client) -> Result<Option<ShardMap>, ProxyError> {
 }
 
 /// Resolves every map change and every DDL left in doubt on these groups.
-async fn recover(clients: &[Client]) -> Result<(), ProxyError> {
-    recover_ddl(clients).await?;
+async fn recover(ctx: &ProxyContext, clients: &[Client]) -> Result<(), ProxyError> {
+    in_doubt::count_resolved(ctx, recover_ddl(clients).await?);
     let mut in_doubt: Vec<(usize, String)> = Vec::new();
     for (g, c) in clients.iter().enumerate() {
         let rows = c

@@ -15,6 +15,7 @@
 mod cache;
 mod calls;
 mod classify;
+mod explain;
 mod fanout;
 mod keys;
 mod route;
@@ -26,6 +27,7 @@ mod walk;
 pub use cache::{CacheStats, ClassifierCache};
 pub use calls::{dropped_roles, herd_call};
 pub use classify::classify;
+pub use explain::explained;
 pub use fanout::{fan_out, Bound, Combine, FanOut, SortColumn, SortKey};
 pub use keys::{
     key_facts, ColumnName, Condition, CopyFacts, KeyExpr, KeyFacts, StmtKind, TableRef, Target,

@@ -15,6 +15,7 @@ pub mod proxy;
 pub mod read_scaling;
 pub mod read_scaling_report;
 pub mod sharding;
+mod sharding_mix;
 pub mod sharding_report;
 
 /// The runs of `rounds` rounds over `a` × `b` combinations, as (round, i, k): both orders

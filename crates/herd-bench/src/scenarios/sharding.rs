@@ -4,6 +4,8 @@
 //! article's baseline — a hash-partitioned table whose partitions are postgres_fdw foreign tables
 //! on 2 nodes, built here — every node held to the same CPU quota so that it behaves like a
 //! separate small machine, as in `read-scaling`. Also reported: server connections per node.
+//! Sharding II's workloads across groups (`sharding_mix.rs`): a merged aggregate and ordered
+//! read, and transfers with 0, 10 and 50 % of them across groups (two-phase commit).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -269,9 +271,9 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
     let plan = Plan::new(opts);
     let pgbench = Pgbench::locate()?;
     let mut notes = Vec::new();
-    let workloads: Vec<(&str, &str, String)> = vec![
+    let mut workloads: Vec<(String, &str, String)> = vec![
         (
-            POINT_SIMPLE,
+            POINT_SIMPLE.into(),
             "simple",
             format!(
                 "\\set aid random(1, {})\nselect abalance from accounts where aid = :aid;\n",
@@ -279,7 +281,7 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
             ),
         ),
         (
-            POINT_PREPARED,
+            POINT_PREPARED.into(),
             "prepared",
             format!(
                 "\\set aid random(1, {})\nselect abalance from accounts where aid = :aid;\n",
@@ -287,7 +289,7 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
             ),
         ),
         (
-            BULK,
+            BULK.into(),
             "prepared",
             format!(
                 "\\set cid random(1, {})\nselect * from events where cid = :cid;\n",
@@ -295,6 +297,9 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
             ),
         ),
     ];
+    workloads.extend(super::sharding_mix::workloads(plan.rows));
+    // Reference 003's workloads run on every target; those across groups not on the FDW one.
+    let runs_on = |t: &Target, k: usize| t.name != FDW || k < super::sharding_mix::FIRST;
 
     // The clusters: one per group count (groups without replicas: a shard group's primary is
     // the node that serves its reads); group 0 of the 1-group cluster is also the 1-server
@@ -329,6 +334,8 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
             .map(|(name, _, url)| (name.clone(), url.clone()))
             .collect();
         load(c, &c.proxy_url, &dir, *n > 1)?;
+        let primaries: Vec<String> = nodes.iter().map(|(_, _, u)| u.clone()).collect();
+        super::sharding_mix::load_partners(c, &primaries, &c.proxy_url, &dir)?;
         for (_, _, url) in &nodes {
             c.psql(url, &["vacuum analyze", "checkpoint"])?;
         }
@@ -435,7 +442,7 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
     };
     // Warm-up before confinement: opens the proxies' pools and fills the caches.
     for t in &targets {
-        for (k, w) in workloads.iter().enumerate() {
+        for (k, w) in workloads.iter().enumerate().filter(|(k, _)| runs_on(t, *k)) {
             bar.set_message(format!("warm-up: {} on {}", w.0, t.name));
             run_target(t, k, 1, None)?;
         }
@@ -460,7 +467,8 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
         l.front("front", &front, FRONT_QUOTA_US)?;
     }
 
-    let jobs = super::rotated_jobs(plan.rounds, targets.len(), workloads.len());
+    let mut jobs = super::rotated_jobs(plan.rounds, targets.len(), workloads.len());
+    jobs.retain(|(_, i, k)| runs_on(&targets[*i], *k));
     bar.set_length(jobs.len() as u64);
     bar.set_position(0);
     let throttled_before = throttling(limits.as_ref(), &confine);
@@ -524,7 +532,7 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
                 },
             );
         }
-        modes.insert(workload.to_string(), per_target);
+        modes.insert(workload.clone(), per_target);
     }
     notes.extend(super::sharding_report::explain(
         &plan,
@@ -549,7 +557,7 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
             rounds: plan.rounds,
             duration_s: plan.duration,
             scale: plan.rows / 100_000,
-            modes: workloads.iter().map(|w| w.0.to_string()).collect(),
+            modes: workloads.iter().map(|w| w.0.clone()).collect(),
             targets: targets.iter().map(|t| t.name.clone()).collect(),
             versions: [("herd".to_string(), env!("CARGO_PKG_VERSION").to_string())].into(),
         },

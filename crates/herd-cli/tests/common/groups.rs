@@ -47,4 +47,3 @@ pub fn wait_healthy(c: &TestCluster, g: u64, not_primary: Option<&str>) -> Strin
         },
     )
 }
-

@@ -95,6 +95,20 @@ async fn writes_left_in_doubt_are_resolved() {
             .collect();
         assert_eq!(rows, vec!["decided".to_string()], "group {g}");
     }
+    // Counted: group 1's decided part committed; the undecided one rolled back on both groups,
+    // the one group 0 rolled back on group 1.
+    let metrics = common::api_get_text(c.api_port(), "/metrics");
+    for line in [
+        "herd_shard_in_doubt_resolved_total{outcome=\"commit\"} 1",
+        "herd_shard_in_doubt_resolved_total{outcome=\"rollback\"} 3",
+    ] {
+        assert!(metrics.contains(line), "{line} in:\n{metrics}");
+    }
+    let status = c.herd_ok(&["status"]);
+    assert!(
+        status.contains("in doubt resolved: 1 committed, 3 rolled back"),
+        "{status}"
+    );
 }
 
 /// Chaos: writes on every group run in a loop while group 1 fails over (its primary fenced and a

@@ -79,6 +79,55 @@ fn row(i: i64) -> String {
     )
 }
 
+/// EXPLAIN through the endpoint of reads across groups shows the merge or combine step, the
+/// statement every group runs, and group 0's plan of it.
+async fn explain(client: &tokio_postgres::Client) {
+    let text = |rows: Vec<Vec<Option<String>>>| {
+        rows.into_iter()
+            .map(|r| r.into_iter().flatten().collect::<String>())
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let plan = text(
+        simple(
+            client,
+            "explain (costs off) select id, name from acct order by name desc, id limit 5",
+        )
+        .await,
+    );
+    for needle in [
+        "Herd fan-out: 2 shard groups",
+        "merged in order by the proxy (2 sort keys, LIMIT applied after the merge)",
+        "Group statement: SELECT id, name",
+        "FROM acct ORDER BY name DESC, id LIMIT 5",
+        "Group 0's plan:",
+        "    Limit",
+    ] {
+        assert!(plan.contains(needle), "{needle} in:\n{plan}");
+    }
+    let plan = text(
+        simple(
+            client,
+            "explain select grp, count(*) from acct group by grp",
+        )
+        .await,
+    );
+    for needle in [
+        "Combine: each group's partial rows",
+        "HashAggregate",
+        "cost=",
+    ] {
+        assert!(plan.contains(needle), "{needle} in:\n{plan}");
+    }
+    let plan = text(simple(client, "explain select * from acct where balance > 0").await);
+    assert!(plan.contains("concatenated"), "{plan}");
+    let e = client
+        .query("explain select * from acct where grp = $1", &[&1i32])
+        .await
+        .expect_err("EXPLAIN across groups with parameters");
+    assert_eq!(e.code(), Some(&SqlState::FEATURE_NOT_SUPPORTED), "{e}");
+}
+
 /// Asserts that `sql` is refused with 0A000 and a message that contains `needle`.
 async fn refused(client: &tokio_postgres::Client, sql: &str, needle: &str) {
     let e = client.simple_query(sql).await.expect_err(sql);
@@ -281,6 +330,7 @@ async fn selects_across_groups_answer_as_one_server() {
 
     aggregates::aggregates(&client).await;
     aggregates::joins(&client).await;
+    explain(&client).await;
     let groups = [
         connect(&c.url(&["--group", "0", "--primary"])).await,
         connect(&c.url(&["--group", "1", "--primary"])).await,

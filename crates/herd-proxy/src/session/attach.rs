@@ -92,6 +92,10 @@ impl Session {
                     self.copy_out(&unit, copy).await?;
                     return Ok(true);
                 }
+                Ok(super::shard::UnitRoute::ExplainFanOut(prefix, plan)) => {
+                    self.explain_fan_out(&unit, &prefix, plan).await?;
+                    return Ok(true);
+                }
                 Ok(super::shard::UnitRoute::FanOut(plan)) => {
                     self.fan_out(&unit, plan).await?;
                     return Ok(true);

@@ -163,6 +163,9 @@ impl Session {
         let types = first.types.clone();
         let client_types = first.params.as_deref().map(param_types).unwrap_or_default();
         let rows: Vec<&Vec<Option<Vec<u8>>>> = partials.iter().flat_map(|p| &p.rows).collect();
+        self.ctx
+            .metrics
+            .add("herd_shard_fan_out_rows_total", "", rows.len() as u64);
         let width = types.len() + 1;
         if client_types.len() + rows.len().max(1) * width > MAX_PARAMS {
             return Err(not_supported(format!(

@@ -217,6 +217,9 @@ impl Session {
                 self.write_client(&out).await
             }
             Ok(Some(rows)) => {
+                self.ctx
+                    .metrics
+                    .add("herd_shard_fan_out_rows_total", "", rows);
                 encode::command_complete(&mut out, &format!("SELECT {rows}"))?;
                 if batch.simple || batch.sync {
                     encode::ready_for_query(&mut out, b'I')?;

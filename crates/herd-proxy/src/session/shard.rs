@@ -44,6 +44,8 @@ pub(super) enum UnitRoute {
     EachGroup(&'static str, String),
     /// A SELECT every group answers, merged.
     FanOut(herd_sql::FanOut),
+    /// EXPLAIN (its options) of such a SELECT: the merge step, then a group's plan.
+    ExplainFanOut(String, herd_sql::FanOut),
     /// An UPDATE or DELETE every group runs, or an INSERT split by group; all or none.
     WriteAll(Write),
 }
@@ -140,16 +142,31 @@ impl Session {
                     if !self.alone_outside_transaction(unit, frame.tag, rest, group) {
                         return Err(not_supported(FAN_OUT_ALONE.into()));
                     }
+                    let text = String::from_utf8_lossy(&text);
+                    // EXPLAIN of a read across groups: the merge step and a group's plan.
+                    let explained = first_word_is(text.as_bytes(), &["explain"])
+                        .then(|| herd_sql::explained(&text))
+                        .flatten();
                     let catalog = self.ctx.catalog();
-                    let shape = herd_sql::fan_out(&String::from_utf8_lossy(&text), &|name| {
-                        catalog.may_be_aggregate(name)
-                    })
-                    .map_err(|why| {
-                        not_supported(format!(
+                    let statement = explained.as_ref().map_or(&*text, |(_, s)| s.as_str());
+                    let shape =
+                        herd_sql::fan_out(statement, &|name| catalog.may_be_aggregate(name))
+                            .map_err(|why| {
+                                not_supported(format!(
                             "{why} ({table} is distributed: add a condition on its shard key to \
                              read one group)"
                         ))
-                    })?;
+                            })?;
+                    if let Some((prefix, _)) = explained {
+                        if frame.tag != tag::QUERY {
+                            return Err(not_supported(
+                                "EXPLAIN of a statement across shard groups runs in the simple \
+                                 query protocol, without parameters"
+                                    .into(),
+                            ));
+                        }
+                        return Ok(UnitRoute::ExplainFanOut(prefix, shape));
+                    }
                     self.ctx.metrics.inc_labels(
                         "herd_shard_routed_total",
                         &[("group", "all"), ("reason", "fan_out")],
@@ -333,74 +350,6 @@ impl Session {
             leases.push(self.lease(&primary).await?);
         }
         Ok(leases)
-    }
-
-    /// `herd.explain('<statement>')`: where the statement would run through the endpoint, and
-    /// why (parameters are unknown here: a key given as `$n` is planned at Bind time).
-    async fn explain(&mut self, sql: &str) -> Result<String, ProxyError> {
-        let Some(map) = self.active_map().await? else {
-            return Ok("shard group 0: nothing is distributed in this database".into());
-        };
-        Ok(match plan_sql(&self.ctx, &map, sql.as_bytes(), &[]) {
-            Plan::Anywhere => {
-                "any shard group (it names no table that lives on one group); outside a \
-                 transaction it runs on group 0"
-                    .into()
-            }
-            Plan::Group {
-                group,
-                reason: "key",
-            } => {
-                format!("shard group {group}: the group that holds its shard key's rows")
-            }
-            Plan::Group { group, .. } => {
-                format!("shard group {group}: tables that are not distributed live there")
-            }
-            Plan::Everywhere(tag) => {
-                format!("every shard group, all or none ({tag} in a two-phase commit)")
-            }
-            Plan::CopyIn(c) => format!(
-                "every shard group: rows split by {} and loaded in one two-phase commit",
-                c.key_column
-            ),
-            Plan::EachGroup { tag, .. } => format!(
-                "every shard group, one after the other ({tag} outside a transaction; undone \
-                 everywhere if one group fails)"
-            ),
-            Plan::CopyOut(_) => {
-                "every shard group: each group's rows in turn, as one COPY (each group's rows as \
-                 of its own snapshot)"
-                    .into()
-            }
-            Plan::WriteReference { tag, .. } => format!(
-                "every shard group, all or none ({tag} of a reference table in a two-phase \
-                 commit; alone, outside a transaction block)"
-            ),
-            Plan::InsertSplit(_) => "every shard group its rows, all or none (an INSERT split \
-                 by key in a two-phase commit; alone, outside a transaction block)"
-                .into(),
-            Plan::WriteAllGroups(tag) => format!(
-                "every shard group, all or none ({tag} in a two-phase commit; alone, outside a \
-                 transaction block)"
-            ),
-            Plan::AllGroups { .. } => {
-                let catalog = self.ctx.catalog();
-                match herd_sql::fan_out(sql, &|name| catalog.may_be_aggregate(name)) {
-                    Ok(f) if f.combine.is_some() => "every shard group: each group's partial \
-                         aggregates, combined by PostgreSQL on group 0's primary (alone, outside a \
-                         transaction block)"
-                        .into(),
-                    Ok(f) if f.sort.is_empty() => "every shard group: the rows of all groups \
-                         together (alone, outside a transaction block)"
-                        .into(),
-                    Ok(_) => "every shard group: each group's rows sorted there, merged in order \
-                         by the proxy (alone, outside a transaction block)"
-                        .into(),
-                    Err(why) => format!("refused with 0A000: {why}"),
-                }
-            }
-            Plan::Refuse(why) => format!("refused with 0A000: {why}"),
-        })
     }
 
     /// The SQL a Bind of `statement` runs: parsed in this unit, or earlier.

@@ -283,7 +283,11 @@ impl Session {
         );
         let gid = super::two_phase::ddl_gid("t");
         let outcome = match super::two_phase::prepare_all(&mut leases, &gid, "").await {
-            Ok(()) => super::two_phase::commit_all(&mut leases, &gid, "the transaction").await,
+            Ok(()) => {
+                // Decided once every part is prepared: group 0 commits the decision row first.
+                self.ctx.metrics.inc("herd_shard_2pc_commits_total", "");
+                super::two_phase::commit_all(&mut leases, &gid, "the transaction").await
+            }
             Err(e) => {
                 // prepare_all rolled back the failed part and those prepared before it; the
                 // parts after it are still open.
@@ -294,9 +298,6 @@ impl Session {
                 Err(e)
             }
         };
-        if outcome.is_ok() {
-            self.ctx.metrics.inc("herd_shard_2pc_commits_total", "");
-        }
         // After a failure the connections' state is not known well enough to pool them.
         if let (Some(l), true) = (extra, outcome.is_ok()) {
             l.release();

@@ -100,10 +100,16 @@ impl Session {
         let gid = super::two_phase::ddl_gid("w");
         let outcome = prepare_writes(&mut leases, &gid, &requests).await;
         let outcome = match outcome {
-            Ok(done) => super::two_phase::commit_all(&mut leases, &gid, "the write")
-                .await
-                .map(|()| done),
-            Err(e) => Err(e),
+            Ok(done) => {
+                self.ctx.metrics.inc("herd_shard_2pc_commits_total", "");
+                super::two_phase::commit_all(&mut leases, &gid, "the write")
+                    .await
+                    .map(|()| done)
+            }
+            Err(e) => {
+                self.ctx.metrics.inc("herd_shard_2pc_aborts_total", "");
+                Err(e)
+            }
         };
         for lease in leases {
             lease.release();

@@ -43,7 +43,7 @@ pub async fn resolve_in_doubt(
         for database in databases {
             let outcome = async {
                 let clients = ctx.group_clients(&database).await?;
-                recover_ddl(&clients).await?;
+                count_resolved(&ctx, recover_ddl(&clients).await?);
                 forget_decisions(&clients).await
             };
             if let Err(e) = outcome.await {
@@ -82,7 +82,8 @@ async fn forget_decisions(clients: &[Client]) -> Result<(), ProxyError> {
 /// DDL run on every group (`herd_ddl_…`) left in doubt: group 0 commits first and rolls back
 /// last, so one still prepared on group 0 was not decided (rolled back everywhere), and one
 /// gone from group 0 but prepared elsewhere was committed (committed everywhere).
-pub(super) async fn recover_ddl(clients: &[Client]) -> Result<(), ProxyError> {
+/// Returns how many parts it committed and rolled back.
+pub(super) async fn recover_ddl(clients: &[Client]) -> Result<(u64, u64), ProxyError> {
     // The decisions table (databases whose map predates it get it here, outside any
     // two-phase commit).
     if let Some(c) = clients.first() {
@@ -108,6 +109,7 @@ pub(super) async fn recover_ddl(clients: &[Client]) -> Result<(), ProxyError> {
             .map_err(|e| failed("looking for DDL in doubt", e))?;
         held.push(rows.iter().map(|r| (r.get(0), r.get(1))).collect());
     }
+    let (mut committed, mut rolled_back) = (0, 0);
     for (g, gids) in held.iter().enumerate() {
         for (gid, abandoned) in gids {
             if !abandoned {
@@ -128,7 +130,19 @@ pub(super) async fn recover_ddl(clients: &[Client]) -> Result<(), ProxyError> {
                 .batch_execute(&format!("{verb} PREPARED {}", literal(gid)))
                 .await
                 .map_err(|e| failed("resolving DDL in doubt", e))?;
+            if decided {
+                committed += 1;
+            } else {
+                rolled_back += 1;
+            }
         }
     }
-    Ok(())
+    Ok((committed, rolled_back))
+}
+
+/// Counts what recovery resolved in `/metrics`.
+pub(super) fn count_resolved(ctx: &ProxyContext, (committed, rolled_back): (u64, u64)) {
+    let name = "herd_shard_in_doubt_resolved_total";
+    ctx.metrics.add(name, "outcome=\"commit\"", committed);
+    ctx.metrics.add(name, "outcome=\"rollback\"", rolled_back);
 }
