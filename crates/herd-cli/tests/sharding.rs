@@ -305,8 +305,8 @@ async fn distributed_table_routed_by_key() {
             .unwrap_or_default();
         assert!(message.contains("orders"), "{sql}: {message}");
     }
-    // A transaction stays on its first statement's group: a key of the other group fails the
-    // transaction there, as a failing statement would.
+    // A transaction follows its statements to the other group (tests/spanning.rs has the
+    // rest): a key of the other group is answered there, and ROLLBACK undoes both groups.
     let (a, b) = {
         let a = 1i64;
         let ga = map.group_of(Some(&KeyValue::Int8(a)));
@@ -322,24 +322,36 @@ async fn distributed_table_routed_by_key() {
         ))
         .await
         .expect("first statement picks the group");
-    let e = client
-        .execute("select v from orders where customer_id = $1", &[&b])
-        .await
-        .expect_err("other group in the transaction");
-    assert_eq!(e.code(), Some(&SqlState::FEATURE_NOT_SUPPORTED), "{e}");
-    client.batch_execute("rollback").await.expect("rollback");
-    let kept = client
-        .query_one(
-            "select count(*) from orders where customer_id = $1 and v = 'tx'",
-            &[&a],
+    client
+        .execute(
+            "insert into orders (customer_id, v) values ($1, 'tx')",
+            &[&b],
         )
         .await
-        .expect("count");
-    assert_eq!(
-        kept.get::<_, i64>(0),
-        0,
-        "the failed transaction left nothing"
-    );
+        .expect("the other group in the transaction");
+    let seen = client
+        .query(
+            "select v from orders where customer_id = $1 and v = 'tx'",
+            &[&b],
+        )
+        .await
+        .expect("read back on the other group");
+    assert_eq!(seen.len(), 1, "the transaction reads its own write");
+    client.batch_execute("rollback").await.expect("rollback");
+    for key in [a, b] {
+        let kept = client
+            .query_one(
+                "select count(*) from orders where customer_id = $1 and v = 'tx'",
+                &[&key],
+            )
+            .await
+            .expect("count");
+        assert_eq!(
+            kept.get::<_, i64>(0),
+            0,
+            "the rolled back transaction left nothing"
+        );
+    }
 
     // Local tables live on group 0.
     client
@@ -861,8 +873,8 @@ async fn pgbench_and_psycopg_on_a_sharded_cluster() {
         .simple_query("select herd.create_distributed_table('pgbench_accounts', 'aid')")
         .await
         .expect("distribute pgbench_accounts");
-    // Loaded as pgbench would, outside a transaction (pgbench -i wraps its load in one, and a
-    // transaction spanning groups is not supported yet): the accounts split by key through COPY.
+    // Loaded as pgbench would, outside a transaction (pgbench -i wraps its load in one, and
+    // COPY into a distributed table runs alone): the accounts split by key through COPY.
     client
         .batch_execute(
             "insert into pgbench_branches (bid, bbalance) values (1, 0); \
@@ -953,14 +965,22 @@ async fn pgbench_and_psycopg_on_a_sharded_cluster() {
         "100000\n99999\n99998"
     );
     // psycopg (the system's, over libpq) by key, in its default (extended) protocol.
-    // Then across groups, with parameters: an aggregate, a merge, a write on every group.
+    // Then across groups, with parameters: an aggregate, a merge, a write on every group; then
+    // without autocommit (psycopg opens the transactions): writes by key on both groups, an
+    // aggregate inside that transaction, a commit, an ordered read across groups.
     let script = "import psycopg, sys\n\
         with psycopg.connect(sys.argv[1], autocommit=True) as c:\n\
         \x20   print(c.execute('select aid from pgbench_accounts where aid = %s', (4242,)).fetchone()[0])\n\
         \x20   print(c.execute('select count(*) from pgbench_accounts where aid > %s', (1000,)).fetchone()[0])\n\
         \x20   print([r[0] for r in c.execute('select aid from pgbench_accounts where aid < %s order by aid desc limit 2', (500,))])\n\
         \x20   print(c.execute('update pgbench_accounts set abalance = abalance + 1 where aid %% 1000 = %s', (7,)).rowcount)\n\
-        \x20   print(c.execute('select sum(abalance) from pgbench_accounts').fetchone()[0])\n";
+        \x20   print(c.execute('select sum(abalance) from pgbench_accounts').fetchone()[0])\n\
+        with psycopg.connect(sys.argv[1]) as c:\n\
+        \x20   for aid, d in ((1, -5), (2, 5), (3, 7), (4, -7)):\n\
+        \x20       c.execute('update pgbench_accounts set abalance = abalance + %s where aid = %s', (d, aid))\n\
+        \x20   print(c.execute('select sum(abalance), count(*) filter (where abalance <> 0) from pgbench_accounts').fetchone())\n\
+        \x20   c.commit()\n\
+        \x20   print(c.execute('select abalance from pgbench_accounts where aid in (1, 2, 3, 4) order by aid').fetchall())\n";
     let out = std::process::Command::new("python3")
         .args(["-c", script, &url])
         .output()
@@ -968,7 +988,7 @@ async fn pgbench_and_psycopg_on_a_sharded_cluster() {
     assert!(out.status.success(), "{}", herd_testkit::describe(&out));
     assert_eq!(
         String::from_utf8_lossy(&out.stdout).trim(),
-        "4242\n99000\n[499, 498]\n100\n100"
+        "4242\n99000\n[499, 498]\n100\n100\n(100, 104)\n[(-5,), (5,), (7,), (-7,)]"
     );
 }
 

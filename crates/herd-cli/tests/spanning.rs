@@ -26,6 +26,15 @@ async fn balance(client: &Client, id: i64) -> i64 {
         .get(0)
 }
 
+/// The sum of every balance, read across groups.
+async fn sum(client: &Client) -> i64 {
+    client
+        .query_one("select sum(balance)::bigint from acct", &[])
+        .await
+        .expect("sum across groups")
+        .get(0)
+}
+
 /// Transactions prepared and not yet decided on a group's primary.
 async fn prepared(direct: &Client) -> i64 {
     direct
@@ -285,14 +294,59 @@ async fn transactions_span_groups_all_or_none() {
         );
         client.batch_execute("rollback").await.expect("rollback");
     }
-    // A cross-group read inside the transaction is refused (it needs every group's part).
+    // Reads across groups and writes on every group inside the transaction run on its parts:
+    // they see its own writes on both groups, and ROLLBACK undoes them all.
+    let total = sum(&client).await;
     client.batch_execute("begin").await.expect("begin");
-    let e = client
-        .batch_execute("select sum(balance) from acct")
+    client
+        .batch_execute(&format!(
+            "update acct set balance = balance + 1000 where id = {b}"
+        ))
         .await
-        .expect_err("a fan-out in a transaction");
-    assert_eq!(e.code(), Some(&SqlState::FEATURE_NOT_SUPPORTED), "{e}");
+        .expect("group 1");
+    assert_eq!(
+        sum(&client).await,
+        total + 1000,
+        "own write on group 1 in the sum"
+    );
+    let n = client
+        .execute("update acct set balance = balance + 1", &[])
+        .await
+        .expect("a write on every group");
+    assert_eq!(n, 20);
+    assert_eq!(
+        balance(&client, a).await,
+        77,
+        "the write on every group, seen on group 0"
+    );
+    assert_eq!(sum(&client).await, total + 1020);
+    assert_eq!(sum(&other).await, total, "nobody else sees it");
     client.batch_execute("rollback").await.expect("rollback");
+    assert_eq!(sum(&client).await, total, "rolled back on every group");
+    // A transaction whose first statement reads across groups, then writes by key; COMMIT.
+    client.batch_execute("begin").await.expect("begin");
+    assert_eq!(sum(&client).await, total);
+    client
+        .batch_execute(&format!(
+            "update acct set balance = balance - 1 where id = {a}"
+        ))
+        .await
+        .expect("group 0");
+    client
+        .batch_execute(&format!(
+            "update acct set balance = balance + 1 where id = {b}"
+        ))
+        .await
+        .expect("group 1");
+    client.batch_execute("commit").await.expect("commit");
+    assert_eq!(
+        (
+            balance(&other, a).await,
+            balance(&other, b).await,
+            sum(&other).await
+        ),
+        (75, 127, total)
+    );
 
     // A client that leaves in the middle leaves nothing behind on any group.
     {
@@ -321,7 +375,7 @@ async fn transactions_span_groups_all_or_none() {
                     &[&b],
                 )
                 .await;
-            matches!(row, Ok(r) if r.get::<_, i64>(0) == 126)
+            matches!(row, Ok(r) if r.get::<_, i64>(0) == 127)
         },
     )
     .await;

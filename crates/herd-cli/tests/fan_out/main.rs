@@ -396,13 +396,43 @@ async fn selects_across_groups_answer_as_one_server() {
             .len(),
         6
     );
-    // Inside a transaction block: refused, and the transaction fails as on an error.
+    // Inside a transaction block: every group's part of the transaction answers, so the read
+    // sees the transaction's own writes on both groups and nobody else does.
+    let marked = "select count(*) from acct where note = 'in tx'";
+    client.batch_execute("begin").await.expect("begin");
+    let mut written = 0;
+    for id in [1, 2, 3, 150] {
+        written += writes::simple_count(
+            &client,
+            &format!("update acct set note = 'in tx' where id = {id}"),
+        )
+        .await;
+    }
+    assert!(written >= 3, "{written}");
+    assert_eq!(
+        simple(&client, marked).await,
+        vec![vec![Some(written.to_string())]]
+    );
+    let other = connect(&c.url(&[])).await;
+    assert_eq!(simple(&other, marked).await, vec![vec![Some("0".into())]]);
+    // A read across groups as the transaction's first statement begins it on every group.
+    other.batch_execute("begin").await.expect("begin");
+    assert_eq!(simple(&other, marked).await, vec![vec![Some("0".into())]]);
+    other.batch_execute("commit").await.expect("commit");
+    client.batch_execute("rollback").await.expect("rollback");
+    assert_eq!(simple(&client, marked).await, vec![vec![Some("0".into())]]);
+    // An error on one group fails the whole transaction.
     client.batch_execute("begin").await.expect("begin");
     let e = client
-        .simple_query("select id from acct")
+        .simple_query("select 1 / (id - 77) from acct")
         .await
-        .expect_err("fan-out in a transaction");
-    assert_eq!(e.code(), Some(&SqlState::FEATURE_NOT_SUPPORTED), "{e}");
+        .expect_err("division by zero on one group");
+    assert_eq!(e.code(), Some(&SqlState::DIVISION_BY_ZERO), "{e}");
+    let e = client
+        .simple_query("select id from acct where id = 1")
+        .await
+        .expect_err("aborted");
+    assert_eq!(e.code(), Some(&SqlState::IN_FAILED_SQL_TRANSACTION), "{e}");
     client.batch_execute("rollback").await.expect("rollback");
     // The session goes on.
     let n = simple(&client, "select id from acct order by id limit 3").await;

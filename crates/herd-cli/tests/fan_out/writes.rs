@@ -156,14 +156,42 @@ pub async fn writes(client: &tokio_postgres::Client, groups: &[tokio_postgres::C
             .get(0);
         assert_eq!(n, 0, "group {g} holds prepared transactions");
     }
-    // Refused inside a transaction block.
+    // Inside a transaction block: every group's part writes, the transaction reads its own
+    // writes, and ROLLBACK (or COMMIT, two-phase) decides for every group.
+    let count = "select count(*) from acct where grp = 1";
+    let before = simple(client, count).await;
     client.batch_execute("begin").await.expect("begin");
-    let e = client
-        .simple_query("delete from acct where grp = 1")
-        .await
-        .expect_err("in a transaction");
-    assert_eq!(e.code(), Some(&SqlState::FEATURE_NOT_SUPPORTED), "{e}");
+    assert!(simple_count(client, "delete from acct where grp = 1").await > 0);
+    assert_eq!(simple(client, count).await, vec![vec![Some("0".into())]]);
     client.batch_execute("rollback").await.expect("rollback");
+    assert_eq!(
+        simple(client, count).await,
+        before,
+        "rolled back on every group"
+    );
+    client.batch_execute("begin").await.expect("begin");
+    let changed = simple_count(client, "update acct set note = 'tx' where grp = 1").await;
+    client
+        .batch_execute("update acct set note = 'tx2' where id = 2")
+        .await
+        .expect("a write by key in the same transaction");
+    client.batch_execute("commit").await.expect("commit");
+    client
+        .batch_execute(
+            "update acct_one set note = 'tx' where grp = 1; \
+             update acct_one set note = 'tx2' where id = 2",
+        )
+        .await
+        .expect("the same on the one-server copy");
+    assert_eq!(
+        simple(client, "select count(*) from acct where note = 'tx'").await,
+        vec![vec![Some(changed.to_string())]],
+        "committed on every group"
+    );
+    assert_eq!(
+        simple(client, "select * from acct order by id").await,
+        simple(client, "select * from acct_one order by id").await
+    );
 }
 
 /// serial, bigserial and identity columns of a distributed table never collide across groups,

@@ -96,12 +96,20 @@ impl Session {
                     self.explain_fan_out(&unit, &prefix, plan).await?;
                     return Ok(true);
                 }
+                Ok(super::shard::UnitRoute::FanOut(plan)) if self.in_transaction() => {
+                    self.fan_out_in_transaction(&unit, plan).await?;
+                    return Ok(true);
+                }
                 Ok(super::shard::UnitRoute::FanOut(plan)) => {
                     self.fan_out(&unit, plan).await?;
                     return Ok(true);
                 }
-                Ok(super::shard::UnitRoute::WriteAll(tag)) => {
-                    self.write_all(&unit, tag).await?;
+                Ok(super::shard::UnitRoute::WriteAll(write)) if self.in_transaction() => {
+                    self.write_all_in_transaction(&unit, write).await?;
+                    return Ok(true);
+                }
+                Ok(super::shard::UnitRoute::WriteAll(write)) => {
+                    self.write_all(&unit, write).await?;
                     return Ok(true);
                 }
                 Err(e) => {
@@ -433,8 +441,15 @@ impl Session {
             lease.conn.endpoint.port,
             lease.conn.backend_key,
         );
-        self.attached = Some(Attached {
-            group: self.group,
+        let mut att = self.new_part(lease, replica, self.group);
+        att.unit = unit;
+        self.attached = Some(att);
+    }
+
+    /// `lease` (of group `group`) as a server the session holds, idle outside a transaction.
+    pub(super) fn new_part(&self, lease: Lease, replica: Option<usize>, group: u32) -> Attached {
+        Attached {
+            group,
             lease,
             tracker: Tracker::default(),
             replica,
@@ -442,7 +457,7 @@ impl Session {
             status: b'I',
             pinned: self.ctx.config.pool_mode == herd_core::PoolMode::Session,
             forwarded: 0,
-            unit,
+            unit: None,
             rolled_back: false,
             undo: Vec::new(),
             bound: Vec::new(),
@@ -454,8 +469,8 @@ impl Session {
             // anything gives its server back.
             ready_idle: true,
             batch_open: false,
-            primary_watch: replica.is_none().then(|| self.ctx.watch_view(self.group)),
-        });
+            primary_watch: replica.is_none().then(|| self.ctx.watch_view(group)),
+        }
     }
 
     /// Session pooling: the client's server for its whole session, chosen at login. A session
@@ -547,11 +562,7 @@ impl Session {
         let ends_with_ready = unit_ends_with(unit, tag::SYNC) || unit_ends_with(unit, tag::QUERY);
         if ends_with_ready {
             // Inside a transaction the proxy began for the client, the error fails it.
-            let status = if self.pending_begin.is_some() || !self.parked.is_empty() {
-                b'E'
-            } else {
-                b'I'
-            };
+            let status = if self.in_transaction() { b'E' } else { b'I' };
             encode::ready_for_query(&mut out, status)?;
         }
         self.out.buf.extend_from_slice(&out);

@@ -113,7 +113,7 @@ struct Partial {
     rows: Vec<Vec<Option<Vec<u8>>>>,
 }
 
-async fn read_partial(s: &mut Stream) -> Result<Partial, ProxyError> {
+async fn read_partial(s: &mut Stream<'_>) -> Result<Partial, ProxyError> {
     let mut p = Partial::default();
     let mut error = None;
     while let Some((t, body)) = s.next().await? {
@@ -145,12 +145,13 @@ pub(super) fn param_types(body: &[u8]) -> Vec<u32> {
 
 impl Session {
     /// Reads every group's partial rows, runs the final query on group 0's connection and
-    /// writes its answer (the client's) into `out`, ReadyForQuery included when owed.
+    /// writes its answer (the client's) into `out`, ReadyForQuery (`status`) included when owed.
     pub(super) async fn combine(
         &mut self,
-        streams: &mut [Stream],
+        streams: &mut [Stream<'_>],
         batch: &Batch,
         combine: &Combine,
+        status: u8,
         out: &mut Vec<u8>,
     ) -> Result<(), ProxyError> {
         let mut partials = Vec::new();
@@ -243,7 +244,7 @@ impl Session {
                 b'T' | b'n' | b'D' | b'C' if error.is_none() => push(out, t, &body),
                 b'E' => error = error.or(Some(server_error(&body))),
                 b'Z' if error.is_none() && (batch.simple || batch.sync) => {
-                    encode::ready_for_query(out, b'I')?;
+                    encode::ready_for_query(out, status)?;
                 }
                 _ => {}
             }

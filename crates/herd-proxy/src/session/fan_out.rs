@@ -32,16 +32,33 @@ pub(super) fn not_supported(message: String) -> ProxyError {
     }
 }
 
-/// One group's answer as it is read.
-pub(super) struct Stream {
-    pub(super) lease: Lease,
+/// One group's answer as it is read, on a server connection the stream borrows (a pooled one,
+/// or a part of the client's transaction).
+pub(super) struct Stream<'a> {
+    pub(super) lease: &'a mut Lease,
     /// Its ReadyForQuery was read.
     pub(super) done: bool,
     /// Its CommandComplete (or an error) was read: no more rows.
     pub(super) rows_done: bool,
+    /// The status of its last ReadyForQuery (`I`, `T` in a transaction, `E` failed; 0 while
+    /// none was read).
+    pub(super) status: u8,
+    /// Read to its ReadyForQuery without a connection failure: fit for its next use.
+    pub(super) clean: bool,
 }
 
-impl Stream {
+impl<'a> Stream<'a> {
+    pub(super) fn new(lease: &'a mut Lease) -> Stream<'a> {
+        // Nothing sent yet: nothing to read.
+        Stream {
+            lease,
+            done: true,
+            rows_done: true,
+            status: 0,
+            clean: false,
+        }
+    }
+
     /// The next message, or `None` once ReadyForQuery was read.
     pub(super) async fn next(&mut self) -> Result<Option<(u8, Vec<u8>)>, ProxyError> {
         if self.done {
@@ -50,6 +67,7 @@ impl Stream {
         let (t, body) = self.lease.conn.next_message().await?;
         if t == b'Z' {
             self.done = true;
+            self.status = body.first().copied().unwrap_or(b'I');
         }
         Ok(Some((t, body)))
     }
@@ -117,30 +135,90 @@ impl Session {
             Ok(b) => b,
             Err(e) => return self.reply_error(&e, unit).await,
         };
+        let mut leases = match self.primary_leases().await {
+            Ok(l) => l,
+            Err(e) => return self.reply_error(&e, unit).await,
+        };
+        let mut streams: Vec<Stream> = leases.iter_mut().map(Stream::new).collect();
+        let answer = self.fan_out_on(&batch, &plan, &mut streams, b'I').await;
+        let clean: Vec<bool> = streams.iter().map(|s| s.clean).collect();
+        drop(streams);
+        // Every connection read to its ReadyForQuery goes back to its pool; one that failed
+        // mid-answer is closed.
+        for (lease, clean) in leases.into_iter().zip(clean) {
+            if clean {
+                lease.release();
+            }
+        }
+        self.answer_fan_out(answer, unit).await
+    }
+
+    /// Writes a fan-out's answer: its messages, or what was answered before an error, then the
+    /// error.
+    pub(super) async fn answer_fan_out(
+        &mut self,
+        answer: Result<Vec<u8>, (Vec<u8>, ProxyError)>,
+        unit: &[u8],
+    ) -> Result<(), ProxyError> {
+        match answer {
+            Ok(out) => {
+                self.ctx.metrics.inc("herd_shard_fan_out_total", "");
+                self.write_client(&out).await
+            }
+            Err((out, e)) => {
+                // As from one server: what was answered before the error, then the error.
+                self.write_client(&out).await?;
+                self.reply_error(&e, unit).await
+            }
+        }
+    }
+
+    /// Runs the fan-out of `batch` on `streams` (group 0 first) and reads every stream to its
+    /// ReadyForQuery. The client's messages (flushed to the client as they fill; ReadyForQuery
+    /// with `status` when owed), or those before an error and the error.
+    pub(super) async fn fan_out_on(
+        &mut self,
+        batch: &Batch,
+        plan: &FanOut,
+        streams: &mut [Stream<'_>],
+        status: u8,
+    ) -> Result<Vec<u8>, (Vec<u8>, ProxyError)> {
+        // What the client is still owed goes first.
+        let mut out = self.out.pending().to_vec();
+        self.out.clear();
+        let answered = self
+            .fan_out_steps(batch, plan, streams, status, &mut out)
+            .await;
+        // Every stream is read to its ReadyForQuery (also after an error elsewhere).
+        let mut drained = Ok(());
+        for s in streams.iter_mut() {
+            match s.drain().await {
+                Ok(()) => s.clean = true,
+                Err(e) => drained = drained.and(Err(e)),
+            }
+        }
+        match drained.and(answered) {
+            Ok(()) => Ok(out),
+            Err(e) => Err((out, e)),
+        }
+    }
+
+    /// The steps of a fan-out, writing the client's answer into `out`.
+    async fn fan_out_steps(
+        &mut self,
+        batch: &Batch,
+        plan: &FanOut,
+        streams: &mut [Stream<'_>],
+        status: u8,
+        out: &mut Vec<u8>,
+    ) -> Result<(), ProxyError> {
         let params = batch
             .bind
             .as_ref()
             .map(|(_, rest)| super::shard::bind_params(rest))
             .unwrap_or_default();
-        let (limit, offset) = match (
-            bound_value(plan.limit, &params),
-            bound_value(plan.offset, &params),
-        ) {
-            (Ok(l), Ok(o)) => (l, o.unwrap_or(0)),
-            (Err(e), _) | (_, Err(e)) => return self.reply_error(&e, unit).await,
-        };
-        let leases = match self.primary_leases().await {
-            Ok(l) => l,
-            Err(e) => return self.reply_error(&e, unit).await,
-        };
-        let mut streams: Vec<Stream> = leases
-            .into_iter()
-            .map(|lease| Stream {
-                lease,
-                done: false,
-                rows_done: false,
-            })
-            .collect();
+        let limit = bound_value(plan.limit, &params)?;
+        let offset = bound_value(plan.offset, &params)?.unwrap_or(0);
         // A combined query's partial and final statements keep every parameter of the
         // client's, typed as PostgreSQL infers them for the client's statement (one used only
         // in HAVING or LIMIT is not in the partial query).
@@ -150,87 +228,34 @@ impl Session {
             .and_then(|(statement, _)| self.bound_types(statement))
             .unwrap_or_default();
         if plan.combine.is_some() && !batch.simple {
-            let described = match streams.first_mut() {
-                Some(s) => {
-                    let sql = self.batch_sql(&batch);
-                    super::batch::infer_param_types(&mut s.lease, &sql, &types).await
-                }
-                None => Ok(types.clone()),
-            };
-            match described {
-                Ok(t) => types = t,
-                Err(e) => {
-                    for s in streams {
-                        s.lease.release();
-                    }
-                    return self.reply_error(&e, unit).await;
-                }
+            if let Some(s) = streams.first_mut() {
+                let sql = self.batch_sql(batch);
+                types = super::batch::infer_param_types(s.lease, &sql, &types).await?;
             }
         }
-        let request = match self.group_request(&batch, &plan, &types) {
-            Ok(r) => r,
-            Err(e) => {
-                for s in streams {
-                    s.lease.release();
-                }
-                return self.reply_error(&e, unit).await;
-            }
-        };
-        let mut sent = Ok(());
-        for s in &mut streams {
+        let request = self.group_request(batch, plan, &types)?;
+        for s in streams.iter_mut() {
             // Our statements replace the server's unnamed statement (a simple query drops it):
-            // it no longer holds any client's.
-            if sent.is_ok() {
-                sent = s.lease.conn.send_own(&request).await;
-            } else {
-                // Never sent: nothing to read.
-                s.done = true;
-            }
+            // it no longer holds any client's. A stream is read only once sent to; one whose
+            // sending failed is left unread and so not clean (its connection is closed).
+            s.done = false;
+            s.rows_done = false;
+            s.lease.conn.send_own(&request).await?;
         }
-        // What the client is still owed goes first.
-        let mut out = self.out.pending().to_vec();
-        self.out.clear();
-        let outcome = match (sent, &plan.combine) {
-            (Ok(()), Some(combine)) => self
-                .combine(&mut streams, &batch, combine, &mut out)
-                .await
-                .map(|()| None),
-            (Ok(()), None) => self
-                .merge(&mut streams, &batch, &plan, (limit, offset), &mut out)
-                .await
-                .map(Some),
-            (Err(e), _) => Err(e),
-        };
-        // Every connection read to its ReadyForQuery goes back to its pool; one that failed
-        // mid-answer is closed.
-        let mut drained = Ok(());
-        for mut s in streams {
-            match s.drain().await {
-                Ok(()) => s.lease.release(),
-                Err(e) => drained = drained.and(Err(e)),
-            }
-        }
-        match drained.and(outcome) {
-            // The final query's own answer ends the combined one.
-            Ok(None) => {
-                self.ctx.metrics.inc("herd_shard_fan_out_total", "");
-                self.write_client(&out).await
-            }
-            Ok(Some(rows)) => {
+        match &plan.combine {
+            Some(combine) => self.combine(streams, batch, combine, status, out).await,
+            None => {
+                let rows = self
+                    .merge(streams, batch, plan, (limit, offset), out)
+                    .await?;
                 self.ctx
                     .metrics
                     .add("herd_shard_fan_out_rows_total", "", rows);
-                encode::command_complete(&mut out, &format!("SELECT {rows}"))?;
+                encode::command_complete(out, &format!("SELECT {rows}"))?;
                 if batch.simple || batch.sync {
-                    encode::ready_for_query(&mut out, b'I')?;
+                    encode::ready_for_query(out, status)?;
                 }
-                self.ctx.metrics.inc("herd_shard_fan_out_total", "");
-                self.write_client(&out).await
-            }
-            Err(e) => {
-                // As from one server: what was answered before the error, then the error.
-                self.write_client(&out).await?;
-                self.reply_error(&e, unit).await
+                Ok(())
             }
         }
     }
@@ -315,7 +340,7 @@ impl Session {
     /// it fills), up to (not including) the CommandComplete; the number of rows sent.
     async fn merge(
         &mut self,
-        streams: &mut [Stream],
+        streams: &mut [Stream<'_>],
         batch: &Batch,
         plan: &FanOut,
         (limit, offset): (Option<u64>, u64),
@@ -452,7 +477,7 @@ impl Session {
 /// RowDescription, BindComplete, the portal's RowDescription — without the hidden columns.
 /// The RowDescription of the rows' fields is returned.
 async fn header(
-    s: &mut Stream,
+    s: &mut Stream<'_>,
     batch: &Batch,
     mut client: Option<&mut Vec<u8>>,
     hidden: usize,

@@ -14,6 +14,7 @@ mod copy_out;
 mod ddl;
 mod explain;
 mod fan_out;
+mod in_transaction;
 mod relay;
 mod rows;
 mod shard;

@@ -50,18 +50,17 @@ pub(super) enum UnitRoute {
     WriteAll(Write),
 }
 
-/// Why an UPDATE or DELETE on every shard group must come alone, outside a transaction block.
+/// Why an UPDATE or DELETE on every shard group must come alone.
 pub(super) const WRITE_ALL_ALONE: &str = "an UPDATE or DELETE without a shard key of one group \
-     (or an INSERT with rows for several groups) runs on every shard group in a two-phase commit of its own: send it alone, outside a \
-     transaction block (and not in session pooling), or add a condition on the shard key \
-     (such writes inside transactions are not supported yet)";
+     (or an INSERT with rows for several groups) runs on every shard group: send it as the only \
+     statement of its query string or of its Bind/Execute (in transaction pooling, not in a \
+     session pinned to its server), or add a condition on the shard key";
 
-/// Why a SELECT across shard groups must come alone, outside a transaction block.
+/// Why a SELECT across shard groups must come alone.
 pub(super) const FAN_OUT_ALONE: &str =
-    "a SELECT that reads distributed tables on every shard group \
-     runs outside a transaction block (and not in session pooling), as the only statement of \
-     its query string or of its Bind/Execute: send it alone, or add a condition on the shard key \
-     (cross-group reads inside transactions are not supported yet)";
+    "a SELECT that reads distributed tables on every shard group runs as the only statement of \
+     its query string or of its Bind/Execute (in transaction pooling, not in a session pinned to \
+     its server): send it alone, or add a condition on the shard key";
 
 impl Session {
     /// The shard map of the session's database when the cluster has several groups and
@@ -139,7 +138,7 @@ impl Session {
                     return self.write_route(unit, frame.tag, rest, group, Write::Reference(tag));
                 }
                 Plan::AllGroups { table } => {
-                    if !self.alone_outside_transaction(unit, frame.tag, rest, group) {
+                    if !self.alone(unit, frame.tag, rest, group) {
                         return Err(not_supported(FAN_OUT_ALONE.into()));
                     }
                     let text = String::from_utf8_lossy(&text);
@@ -158,10 +157,10 @@ impl Session {
                         ))
                             })?;
                     if let Some((prefix, _)) = explained {
-                        if frame.tag != tag::QUERY {
+                        if frame.tag != tag::QUERY || self.in_transaction() {
                             return Err(not_supported(
                                 "EXPLAIN of a statement across shard groups runs in the simple \
-                                 query protocol, without parameters"
+                                 query protocol, without parameters, outside a transaction block"
                                     .into(),
                             ));
                         }
@@ -262,21 +261,14 @@ impl Session {
     }
 
     /// The statement just planned is the unit's only one (the last of a simple query, or the
-    /// one Bind of an extended batch) and no transaction block is open: the condition for
-    /// running it on every group.
-    fn alone_outside_transaction(
-        &self,
-        unit: &[u8],
-        frame_tag: u8,
-        rest: &[u8],
-        group: Option<u32>,
-    ) -> bool {
-        let alone = group.is_none()
+    /// one Bind of an extended batch): the condition for running it on every group (inside a
+    /// transaction block, on the transaction's part on each group).
+    fn alone(&self, unit: &[u8], frame_tag: u8, rest: &[u8], group: Option<u32>) -> bool {
+        group.is_none()
             && match frame_tag {
                 tag::QUERY => rest.is_empty(),
                 _ => single_bind(unit),
-            };
-        alone && !self.in_transaction()
+            }
     }
 
     /// A transaction block is open: begun by the proxy for the client, on the attached
@@ -287,7 +279,7 @@ impl Session {
             || !self.parked.is_empty()
     }
 
-    /// A write on every group: alone, outside a transaction block.
+    /// A write on every group: alone in its unit.
     fn write_route(
         &self,
         unit: &[u8],
@@ -296,7 +288,7 @@ impl Session {
         group: Option<u32>,
         write: Write,
     ) -> Result<UnitRoute, ProxyError> {
-        if !self.alone_outside_transaction(unit, frame_tag, rest, group) {
+        if !self.alone(unit, frame_tag, rest, group) {
             return Err(not_supported(WRITE_ALL_ALONE.into()));
         }
         self.ctx.metrics.inc_labels(

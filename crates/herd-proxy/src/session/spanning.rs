@@ -15,7 +15,8 @@
 //!   the phases is resolved by the in-doubt resolver from the decision row.
 //!
 //! Each part reads its own group's writes, so the transaction reads its own writes on every
-//! group. Each group takes its own snapshot (there is no snapshot across groups); a deadlock
+//! group (a read across groups or a write on every group runs on every group's part,
+//! `in_transaction.rs`). Each group takes its own snapshot (there is no snapshot across groups); a deadlock
 //! between two groups is not one PostgreSQL sees (`lock_timeout` ends it). Savepoints,
 //! `PREPARE TRANSACTION`, `AND CHAIN` and a COMMIT sent together with other statements are
 //! refused inside a transaction that spans groups (they would act on one part only).
@@ -74,8 +75,10 @@ impl Session {
             // A failed transaction answers 25P02 where it is; a pinned server is the session's.
             return Ok(Boundary::Forward);
         }
-        let target = match self.unit_route(&unit).await {
-            Ok(super::shard::UnitRoute::Group(Some(g))) if g != group => g,
+        use super::shard::UnitRoute;
+        let route = match self.unit_route(&unit).await {
+            Ok(UnitRoute::Group(Some(g))) if g != group => UnitRoute::Group(Some(g)),
+            Ok(r @ (UnitRoute::FanOut(_) | UnitRoute::WriteAll(_))) => r,
             // Refusals are made in-band by the translator, failing the transaction.
             _ => return Ok(Boundary::Forward),
         };
@@ -83,7 +86,12 @@ impl Session {
             return Ok(Boundary::Wait);
         }
         let unit = self.cbuf.split_to(n).freeze();
-        self.move_transaction(unit, target).await?;
+        match route {
+            UnitRoute::FanOut(plan) => self.fan_out_in_transaction(&unit, plan).await?,
+            UnitRoute::WriteAll(write) => self.write_all_in_transaction(&unit, write).await?,
+            UnitRoute::Group(Some(target)) => self.move_transaction(unit, target).await?,
+            _ => {}
+        }
         Ok(Boundary::Done)
     }
 

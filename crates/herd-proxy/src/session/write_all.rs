@@ -20,7 +20,7 @@ use crate::ProxyError;
 
 /// What one group answered.
 #[derive(Default)]
-struct Done {
+pub(super) struct Done {
     /// The rows it changed.
     count: u64,
     /// ParameterDescription (when the statement was described).
@@ -34,7 +34,7 @@ struct Done {
 }
 
 /// Runs the statement on `lease` (inside its open transaction).
-async fn run(lease: &mut Lease, request: &[u8]) -> Result<Done, ProxyError> {
+pub(super) async fn run(lease: &mut Lease, request: &[u8]) -> Result<Done, ProxyError> {
     lease.conn.send_own(request).await?;
     let (mut done, mut error) = (Done::default(), None);
     loop {
@@ -72,6 +72,18 @@ pub(super) enum Write {
     Reference(&'static str),
 }
 
+impl Write {
+    /// The command tag the client is answered with, and whether one copy's rows answer (a
+    /// reference table's copies all change alike).
+    pub(super) fn answer(&self) -> (&'static str, bool) {
+        match self {
+            Write::Same(tag) => (tag, false),
+            Write::Split(_) => ("INSERT 0", false),
+            Write::Reference(tag) => (tag, true),
+        }
+    }
+}
+
 impl Session {
     /// Runs the write of `unit` on every group, all or none, and answers its command tag.
     pub(super) async fn write_all(&mut self, unit: &[u8], write: Write) -> Result<(), ProxyError> {
@@ -92,11 +104,7 @@ impl Session {
                 return self.reply_error(&e, unit).await;
             }
         };
-        let (tag, one_copy) = match write {
-            Write::Same(tag) => (tag, false),
-            Write::Split(_) => ("INSERT 0", false),
-            Write::Reference(tag) => (tag, true),
-        };
+        let (tag, one_copy) = write.answer();
         let gid = super::two_phase::ddl_gid("w");
         let outcome = prepare_writes(&mut leases, &gid, &requests).await;
         let outcome = match outcome {
@@ -118,6 +126,22 @@ impl Session {
             Ok(done) => done,
             Err(e) => return self.reply_error(&e, unit).await,
         };
+        let out = self.write_answer(&batch, &answers, tag, one_copy, b'I')?;
+        self.ctx.metrics.inc("herd_shard_write_all_total", "");
+        self.write_client(&out).await
+    }
+
+    /// The client's answer to a write every group ran: its batch's messages, the RETURNING
+    /// rows, one CommandComplete with the total, ReadyForQuery (`status`) when owed. What the
+    /// client was still owed comes first.
+    pub(super) fn write_answer(
+        &mut self,
+        batch: &Batch,
+        answers: &[Done],
+        tag: &str,
+        one_copy: bool,
+        status: u8,
+    ) -> Result<Vec<u8>, ProxyError> {
         // A reference table's copies changed alike: one copy answers.
         let answers: Vec<&Done> = if one_copy {
             answers.iter().take(1).collect()
@@ -165,19 +189,18 @@ impl Session {
         }
         encode::command_complete(&mut out, &format!("{tag} {rows}"))?;
         if batch.simple || batch.sync {
-            encode::ready_for_query(&mut out, b'I')?;
+            encode::ready_for_query(&mut out, status)?;
         }
-        self.ctx.metrics.inc("herd_shard_write_all_total", "");
-        self.write_client(&out).await
+        Ok(out)
     }
 
     /// What each group runs (`None`: nothing, its transaction is prepared empty so that
     /// group 0 always holds the decision).
-    async fn write_requests(
+    pub(super) async fn write_requests<L: std::borrow::BorrowMut<Lease>>(
         &self,
         batch: &Batch,
         write: &Write,
-        leases: &mut [Lease],
+        leases: &mut [L],
     ) -> Result<Vec<Option<Vec<u8>>>, ProxyError> {
         let (statement, rest) = batch.bind.clone().unwrap_or_default();
         let sql = self.batch_sql(batch);
@@ -195,7 +218,7 @@ impl Session {
         // PostgreSQL infers for the whole statement.
         if !batch.simple {
             if let Some(first) = leases.first_mut() {
-                types = super::batch::infer_param_types(first, &sql, &types).await?;
+                types = super::batch::infer_param_types(first.borrow_mut(), &sql, &types).await?;
             }
         }
         let text = String::from_utf8_lossy(&sql).into_owned();
