@@ -26,6 +26,16 @@ async fn balance(client: &Client, id: i64) -> i64 {
         .get(0)
 }
 
+/// Adds `delta` to account `id`'s balance (a statement by key, through the simple protocol).
+async fn add(client: &Client, id: i64, delta: i64) {
+    client
+        .batch_execute(&format!(
+            "update acct set balance = balance + {delta} where id = {id}"
+        ))
+        .await
+        .unwrap_or_else(|e| panic!("adding {delta} to {id}: {e:?}"));
+}
+
 /// The sum of every balance, read across groups.
 async fn sum(client: &Client) -> i64 {
     client
@@ -110,18 +120,8 @@ async fn transactions_span_groups_all_or_none() {
         .expect_err("a batch inside a transaction keeps to one group");
     client.batch_execute("rollback").await.expect("rollback");
     client.batch_execute("begin").await.expect("begin");
-    client
-        .batch_execute(&format!(
-            "update acct set balance = balance - 30 where id = {a}"
-        ))
-        .await
-        .expect("debit on group 0");
-    client
-        .batch_execute(&format!(
-            "update acct set balance = balance + 30 where id = {b}"
-        ))
-        .await
-        .expect("credit on group 1");
+    add(&client, a, -30).await;
+    add(&client, b, 30).await;
     assert_eq!(balance(&client, a).await, 70, "own write on group 0");
     assert_eq!(balance(&client, b).await, 130, "own write on group 1");
     let other = connect(&endpoint).await;
@@ -150,12 +150,7 @@ async fn transactions_span_groups_all_or_none() {
     // ROLLBACK undoes every group's part.
     client.batch_execute("begin").await.expect("begin");
     for (id, delta) in [(b, -50), (a, 50), (b2, 7)] {
-        client
-            .batch_execute(&format!(
-                "update acct set balance = balance + {delta} where id = {id}"
-            ))
-            .await
-            .expect("update");
+        add(&client, id, delta).await;
     }
     client.batch_execute("rollback").await.expect("rollback");
     assert_eq!(
@@ -212,12 +207,7 @@ async fn transactions_span_groups_all_or_none() {
 
     // A statement failing on the second group fails the whole transaction: COMMIT rolls back.
     client.batch_execute("begin").await.expect("begin");
-    client
-        .batch_execute(&format!(
-            "update acct set balance = balance + 1000 where id = {a}"
-        ))
-        .await
-        .expect("group 0");
+    add(&client, a, 1000).await;
     let e = client
         .batch_execute(&format!(
             "update acct set balance = balance / 0 where id = {b}"
@@ -266,12 +256,7 @@ async fn transactions_span_groups_all_or_none() {
     let before = two_phase();
     client.batch_execute("begin").await.expect("begin");
     balance(&client, a2).await;
-    client
-        .batch_execute(&format!(
-            "update acct set balance = balance + 2 where id = {b2}"
-        ))
-        .await
-        .expect("group 1");
+    add(&client, b2, 2).await;
     balance(&client, a).await;
     client.batch_execute("commit").await.expect("commit");
     assert_eq!(two_phase(), before, "one group wrote: a plain commit");
@@ -298,12 +283,7 @@ async fn transactions_span_groups_all_or_none() {
     // they see its own writes on both groups, and ROLLBACK undoes them all.
     let total = sum(&client).await;
     client.batch_execute("begin").await.expect("begin");
-    client
-        .batch_execute(&format!(
-            "update acct set balance = balance + 1000 where id = {b}"
-        ))
-        .await
-        .expect("group 1");
+    add(&client, b, 1000).await;
     assert_eq!(
         sum(&client).await,
         total + 1000,
@@ -326,18 +306,8 @@ async fn transactions_span_groups_all_or_none() {
     // A transaction whose first statement reads across groups, then writes by key; COMMIT.
     client.batch_execute("begin").await.expect("begin");
     assert_eq!(sum(&client).await, total);
-    client
-        .batch_execute(&format!(
-            "update acct set balance = balance - 1 where id = {a}"
-        ))
-        .await
-        .expect("group 0");
-    client
-        .batch_execute(&format!(
-            "update acct set balance = balance + 1 where id = {b}"
-        ))
-        .await
-        .expect("group 1");
+    add(&client, a, -1).await;
+    add(&client, b, 1).await;
     client.batch_execute("commit").await.expect("commit");
     assert_eq!(
         (

@@ -6,6 +6,7 @@
 //! groups wrote). A failure on any group fails the whole transaction: every part's server is
 //! made to fail its transaction too, so each answers later statements as PostgreSQL would.
 
+use super::batch::Batch;
 use super::fan_out::Stream;
 use super::write_all::{run, Done, Write};
 use super::{Attached, PendingBegin, Session};
@@ -18,13 +19,8 @@ impl Session {
         unit: &[u8],
         plan: herd_sql::FanOut,
     ) -> Result<(), ProxyError> {
-        let batch = match self.fan_out_batch(unit) {
-            Ok(b) => b,
-            Err(e) => return self.fail_transaction(unit, &e).await,
-        };
-        let mut parts = match self.all_parts().await {
-            Ok(p) => p,
-            Err(e) => return self.fail_transaction(unit, &e).await,
+        let Some((batch, mut parts)) = self.batch_and_parts(unit).await? else {
+            return Ok(());
         };
         let mut streams: Vec<Stream> = parts
             .iter_mut()
@@ -52,13 +48,8 @@ impl Session {
         unit: &[u8],
         write: Write,
     ) -> Result<(), ProxyError> {
-        let batch = match self.fan_out_batch(unit) {
-            Ok(b) => b,
-            Err(e) => return self.fail_transaction(unit, &e).await,
-        };
-        let mut parts = match self.all_parts().await {
-            Ok(p) => p,
-            Err(e) => return self.fail_transaction(unit, &e).await,
+        let Some((batch, mut parts)) = self.batch_and_parts(unit).await? else {
+            return Ok(());
         };
         let mut leases: Vec<&mut crate::pool::Lease> =
             parts.iter_mut().map(|p| &mut p.lease).collect();
@@ -81,6 +72,22 @@ impl Session {
                 self.restore_parts(parts);
                 self.reply_error(&e, unit).await
             }
+        }
+    }
+
+    /// The client's batch and the transaction's parts on every group; `None` once a failure
+    /// to get them was answered (it fails the transaction).
+    async fn batch_and_parts(
+        &mut self,
+        unit: &[u8],
+    ) -> Result<Option<(Batch, Vec<Attached>)>, ProxyError> {
+        let batch = match self.fan_out_batch(unit) {
+            Ok(b) => b,
+            Err(e) => return self.fail_transaction(unit, &e).await.map(|()| None),
+        };
+        match self.all_parts().await {
+            Ok(parts) => Ok(Some((batch, parts))),
+            Err(e) => self.fail_transaction(unit, &e).await.map(|()| None),
         }
     }
 
