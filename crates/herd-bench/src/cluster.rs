@@ -124,6 +124,19 @@ impl ScratchCluster {
         herd_pg::socket_path(&dir, port).exists().then_some(dir)
     }
 
+    /// The process id of the cluster's supervisor (which runs its proxy), from `herd status`.
+    pub fn supervisor_pid(&self) -> Result<u32, BenchError> {
+        let text = self.herd_ok(&["status", "--json"])?;
+        serde_json::from_str::<serde_json::Value>(&text)
+            .ok()
+            .and_then(|s| s["supervisor"]["pid"].as_u64())
+            .and_then(|p| u32::try_from(p).ok())
+            .ok_or(BenchError::Parse {
+                what: "herd status --json (the supervisor's pid)".into(),
+                output: text,
+            })
+    }
+
     /// The port of Herd's HTTP API.
     pub fn api_port(&self) -> u16 {
         self.port + 100

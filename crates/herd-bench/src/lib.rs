@@ -12,6 +12,7 @@ mod forwarder;
 mod pgbench;
 mod pgbouncer;
 mod process;
+mod procstat;
 pub mod report;
 mod scenarios;
 

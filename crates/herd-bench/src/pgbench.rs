@@ -25,7 +25,10 @@ pub fn parse_output(stdout: &str) -> Option<PgbenchRun> {
     let mut transactions = 0;
     for line in stdout.lines().map(str::trim) {
         if let Some(rest) = line.strip_prefix("tps = ") {
-            if line.contains("without initial connection time") {
+            // With -C (a connection per transaction) the rate includes the reconnections.
+            if line.contains("without initial connection time")
+                || line.contains("including reconnection times")
+            {
                 tps = rest.split_whitespace().next()?.parse().ok();
             }
         } else if let Some(rest) = line.strip_prefix("number of failed transactions:") {

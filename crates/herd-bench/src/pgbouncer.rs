@@ -96,7 +96,7 @@ impl PgBouncer {
              auth_file = {auth}\n\
              pool_mode = transaction\n\
              default_pool_size = {pool_size}\n\
-             max_client_conn = 100\n\
+             max_client_conn = 2000\n\
              logfile = {log}\n\
              {prepared}",
             db = up.dbname,
@@ -133,6 +133,11 @@ impl PgBouncer {
         };
         bouncer.wait_listening(port, &dir.join("pgbouncer.log"))?;
         Ok(bouncer)
+    }
+
+    /// PgBouncer's process id (its CPU and context switches are read from `/proc`).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     fn wait_listening(&mut self, port: u16, log: &Path) -> Result<(), BenchError> {

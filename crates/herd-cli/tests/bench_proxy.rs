@@ -1,6 +1,8 @@
 //! `herd bench proxy --quick`: a scratch cluster comes up, pgbench runs against the primary and
-//! through Herd (and PgBouncer when installed), and the three report files are written.
-//! No speed is asserted: only that every run worked.
+//! through Herd (and PgBouncer when installed) in every mode — simple, prepared, a connection per
+//! transaction, many clients — the proxies' CPU, context switches and memory are read from
+//! /proc, and the three report files are written. No speed is asserted: only that every run
+//! worked and every figure was taken.
 
 #[test]
 fn quick_proxy_bench_writes_reports() {
@@ -21,6 +23,44 @@ fn quick_proxy_bench_writes_reports() {
             assert!(!t["runs"].as_array().expect("runs").is_empty());
         }
     }
+    // The pooler shapes: a connection per transaction through every pooler and directly, and
+    // 100 clients (the quick run's "many") through Herd and PgBouncer.
+    let connect = results["modes"]["connect per transaction (-C)"]
+        .as_object()
+        .expect("-C mode");
+    for name in ["direct", "herd-primary", "forwarder"] {
+        let tps = connect[name]["median_tps"].as_f64().unwrap_or(0.0);
+        assert!(tps > 0.0, "-C on {name}: {text}");
+    }
+    let many = results["modes"]["many clients"]
+        .as_object()
+        .expect("many-clients mode");
+    let herd = &many["herd-primary"];
+    assert!(herd["median_tps"].as_f64().unwrap_or(0.0) > 0.0, "{text}");
+    assert_eq!(herd["failed_transactions"], 0, "{text}");
+    // What the proxies cost, read from /proc: CPU and context switches per transaction.
+    let costs = &results["process_costs"];
+    for mode in [
+        "simple",
+        "prepared",
+        "connect per transaction (-C)",
+        "many clients",
+    ] {
+        let c = &costs[mode]["herd-primary"];
+        let cpu = c["cpu_us_per_txn"].as_f64().unwrap_or(0.0);
+        assert!(cpu > 0.0, "{mode}: Herd's CPU per transaction {c}");
+        assert!(
+            c["switches_per_txn"].as_f64().unwrap_or(0.0) > 0.0,
+            "{mode}: {c}"
+        );
+        assert!(c["rss_mib"].as_f64().unwrap_or(0.0) > 1.0, "{mode}: {c}");
+    }
+    let report = std::fs::read_to_string(out.path().join("report.md")).expect("report.md");
+    assert!(report.contains("CPU µs / transaction"), "{report}");
+    assert!(
+        report.contains("Memory per client connection on herd-primary"),
+        "{report}"
+    );
     for file in ["report.md", "proxy.svg"] {
         let meta = std::fs::metadata(out.path().join(file)).expect(file);
         assert!(meta.len() > 0, "{file} is empty");

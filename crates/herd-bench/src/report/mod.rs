@@ -71,6 +71,21 @@ pub struct Results {
     /// during a run (absent from the JSON in other scenarios).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub connections: BTreeMap<String, BTreeMap<String, u64>>,
+    /// `herd bench proxy` only: mode → target → what the proxy process cost (absent from the
+    /// JSON in other scenarios).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub process_costs: BTreeMap<String, BTreeMap<String, ProcessCost>>,
+}
+
+/// What a proxy's process cost per transaction over a mode's runs (from `/proc`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ProcessCost {
+    /// CPU time (user + system, all threads) per transaction, microseconds.
+    pub cpu_us_per_txn: f64,
+    /// Context switches (all threads) per transaction: wake-ups, mostly.
+    pub switches_per_txn: f64,
+    /// Resident memory halfway through the last run, MiB.
+    pub rss_mib: f64,
 }
 
 /// What `herd bench read-scaling` reports besides qps: each node's CPU confinement and where
@@ -258,7 +273,30 @@ pub fn markdown(r: &Results) -> String {
          interleaved.",
         r.settings.rounds, r.settings.duration_s, r.settings.scale
     );
-    document(r, &how, &table(r))
+    let mut body = table(r);
+    if !r.process_costs.is_empty() {
+        body.push_str(&costs_table(r));
+    }
+    document(r, &how, &body)
+}
+
+/// The proxies' own cost per transaction, by mode and target.
+fn costs_table(r: &Results) -> String {
+    let mut md = String::from(
+        "\nWhat each proxy's process cost (from /proc, over all its runs of the mode):\n\n\
+         | mode | target | CPU µs / transaction | context switches / transaction | RSS MiB |\n\
+         |---|---|---|---|---|\n",
+    );
+    for (mode, targets) in &r.process_costs {
+        for (t, c) in targets {
+            let _ = writeln!(
+                md,
+                "| {mode} | {t} | {:.1} | {:.2} | {:.1} |",
+                c.cpu_us_per_txn, c.switches_per_txn, c.rss_mib
+            );
+        }
+    }
+    md
 }
 
 /// Heading, machine and `how` (the command) in one paragraph, then `body`, then the notes.
@@ -324,7 +362,12 @@ pub fn table(r: &Results) -> String {
                 md,
                 " {} | {} |",
                 cell(t, &|x| format!("{:.0}", x.median_tps)),
-                cell(t, &|x| format!("{:.2}×", x.ratio_to_direct))
+                // No baseline (e.g. the server refused that many clients): no ratio.
+                cell(t, &|x| if x.ratio_to_direct > 0.0 {
+                    format!("{:.2}×", x.ratio_to_direct)
+                } else {
+                    "n/a".into()
+                })
             );
         }
         let _ = writeln!(

@@ -1,5 +1,8 @@
 //! `herd bench proxy`: read-only pgbench (`-S`) straight to the primary, through Herd's proxy
-//! and, when installed, through PgBouncer; simple and prepared protocol; interleaved rounds.
+//! and, when installed, through PgBouncer; simple and prepared protocol, a connection per
+//! transaction (`-C`, where a pooler's value shows) and many clients (1,000; direct refuses
+//! beyond `max_connections`); interleaved rounds. Each proxy's CPU time and context switches per
+//! transaction, and its memory, are read from `/proc` around every run.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -10,11 +13,18 @@ use crate::cluster::{url_with_options, ScratchCluster, UrlParts};
 use crate::forwarder::{Forwarder, Upstream};
 use crate::pgbench::{median, Pgbench};
 use crate::pgbouncer::{Installed, PgBouncer};
-use crate::report::{Machine, ModeResult, Results, Settings, TargetResult};
+use crate::procstat;
+use crate::report::{Machine, ModeResult, ProcessCost, Results, Settings, TargetResult};
 use crate::{BenchError, BenchOptions};
 
-/// Query modes measured, in order.
-const MODES: [&str; 2] = ["simple", "prepared"];
+/// Query modes measured, in order: pgbench's protocols, then the two pooler shapes.
+const MODES: [&str; 4] = ["simple", "prepared", CONNECT, MANY];
+/// A new connection for every transaction (`pgbench -C`, simple protocol).
+const CONNECT: &str = "connect per transaction (-C)";
+/// Many client connections at once (`-c MANY_CLIENTS`, simple protocol).
+const MANY: &str = "many clients";
+/// Targets of the pooler shapes (the replica and Herd's default routing add nothing there).
+const POOLER_TARGETS: [&str; 4] = ["direct", "herd-primary", "forwarder", "pgbouncer"];
 /// Client connections and pgbench threads, as in the reference measurements.
 const CLIENTS: u32 = 16;
 const THREADS: u32 = 2;
@@ -27,20 +37,23 @@ struct Plan {
     duration: u64,
     scale: u32,
     warmup: u64,
+    /// Clients of the many-clients shape.
+    many: u32,
 }
 
 impl Plan {
     fn new(opts: &BenchOptions) -> Plan {
-        let (rounds, duration, scale, warmup) = if opts.quick {
-            (1, 2, 1, 0)
+        let (rounds, duration, scale, warmup, many) = if opts.quick {
+            (1, 2, 1, 0, 100)
         } else {
-            (5, 10, 10, 3)
+            (5, 10, 10, 3, 1000)
         };
         Plan {
             rounds,
             duration: opts.duration.unwrap_or(duration),
             scale: opts.scale.unwrap_or(scale).max(1),
             warmup,
+            many,
         }
     }
 }
@@ -129,7 +142,22 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
         None => notes.push("PgBouncer is not installed: not compared.".into()),
     }
     let runs_for = |mode: &str, target: &str| {
+        let pooler_shape = mode == CONNECT || mode == MANY;
         !(target == "pgbouncer" && mode == "prepared" && !bouncer.as_ref().is_some_and(|b| b.1))
+            && (!pooler_shape || POOLER_TARGETS.contains(&target))
+            // The forwarder opens a server connection per client: nothing to learn at 1,000.
+            && !(mode == MANY && target == "forwarder")
+    };
+    // Whose /proc figures a target's runs are: Herd's supervisor (its proxy runs inside it),
+    // PgBouncer, and this process for the forwarder (pgbench is a process of its own).
+    let herd_pid = cluster.supervisor_pid()?;
+    let pid_of = |target: &str| -> Option<u32> {
+        match target {
+            "herd" | "herd-primary" => Some(herd_pid),
+            "pgbouncer" => bouncer.as_ref().map(|(b, _)| b.pid()),
+            "forwarder" => Some(std::process::id()),
+            _ => None,
+        }
     };
 
     let mut jobs = Vec::new();
@@ -150,7 +178,7 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
     if plan.warmup > 0 {
         for (name, url) in &targets {
             bar.set_message(format!("warming up {name}"));
-            let args = bench_args(plan.warmup, "simple");
+            let args = bench_args(plan.warmup, "simple", plan.many);
             pgbench.run(
                 &format!("warm-up on {name}"),
                 &args,
@@ -161,19 +189,56 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
     }
 
     let mut tps: BTreeMap<(&str, &str), (Vec<f64>, u64)> = BTreeMap::new();
+    let mut costs: BTreeMap<(&str, &str), Cost> = BTreeMap::new();
+    let mut refused: BTreeMap<&str, String> = BTreeMap::new();
     for (mode, round, name, url) in jobs {
         bar.set_message(format!(
             "{mode}: round {}/{} on {name}",
             round + 1,
             plan.rounds
         ));
-        let what = format!("pgbench -S -M {mode} on {name}");
-        let r = pgbench.run(
-            &what,
-            &bench_args(plan.duration, mode),
-            url,
-            limit(plan.duration),
-        )?;
+        let what = format!("pgbench -S ({mode}) on {name}");
+        // Many clients take a while to log in: never less than 5 s of it.
+        let secs = if mode == MANY {
+            plan.duration.max(5)
+        } else {
+            plan.duration
+        };
+        let args = bench_args(secs, mode, plan.many);
+        let pid = pid_of(name);
+        let before = pid.and_then(procstat::sample);
+        let (run, mid) = std::thread::scope(|s| {
+            // Halfway through, the proxy's memory.
+            let mid = s.spawn(|| {
+                std::thread::sleep(Duration::from_millis(secs * 500));
+                pid.and_then(procstat::sample)
+            });
+            let run = pgbench.run(&what, &args, url, limit(secs));
+            (run, mid.join().ok().flatten())
+        });
+        let r = match run {
+            Ok(r) => r,
+            // PostgreSQL alone refuses clients beyond max_connections: that is the finding.
+            Err(e) if mode == MANY && name == "direct" => {
+                // PostgreSQL's own words, e.g. "FATAL:  sorry, too many clients already".
+                let text = e.to_string();
+                let why = text
+                    .lines()
+                    .find(|l| l.contains("FATAL"))
+                    .unwrap_or_else(|| text.lines().next().unwrap_or_default());
+                refused.insert(name, why.trim().to_string());
+                bar.inc(1);
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        if let (Some(b), Some(a)) = (before, pid.and_then(procstat::sample)) {
+            let c = costs.entry((mode, name)).or_default();
+            c.cpu_s += a.cpu_s - b.cpu_s;
+            c.switches += a.switches.saturating_sub(b.switches);
+            c.transactions += r.transactions;
+            c.rss_kib = mid.map_or(a.rss_kib, |m| m.rss_kib);
+        }
         let entry = tps.entry((mode, name)).or_default();
         entry.0.push(r.tps);
         entry.1 += r.failed;
@@ -207,6 +272,53 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
         }
         modes.insert(mode.to_string(), per_target);
     }
+    for (target, why) in &refused {
+        notes.push(format!(
+            "{MANY} ({} clients) on {target}: refused — {why}",
+            plan.many
+        ));
+    }
+    let mut process_costs: BTreeMap<String, BTreeMap<String, ProcessCost>> = BTreeMap::new();
+    for ((mode, target), c) in &costs {
+        if c.transactions == 0 {
+            continue;
+        }
+        let n = c.transactions as f64;
+        process_costs.entry(mode.to_string()).or_default().insert(
+            target.to_string(),
+            ProcessCost {
+                cpu_us_per_txn: c.cpu_s * 1e6 / n,
+                switches_per_txn: c.switches as f64 / n,
+                rss_mib: c.rss_kib as f64 / 1024.0,
+            },
+        );
+    }
+    notes.extend(memory_per_client(&process_costs, plan.many));
+    let median_of = |mode: &str, target: &str| {
+        tps.get(&(mode, target))
+            .and_then(|(runs, _)| median(runs))
+            .filter(|v| *v > 0.0)
+    };
+    for target in ["herd-primary", "pgbouncer"] {
+        if let (Some(many), Some(few)) = (median_of(MANY, target), median_of("simple", target)) {
+            notes.push(format!(
+                "With {} clients {target} ran {:.2}× its rate with {CLIENTS} ({many:.0} against \
+                 {few:.0} tps).",
+                plan.many,
+                many / few
+            ));
+        }
+    }
+    notes.push(format!(
+        "Modes: `simple` and `prepared` are `pgbench -S -c {CLIENTS} -j {THREADS} -M simple|prepared`; \
+         `{CONNECT}` adds `-C` (a new connection, with its authentication, for every \
+         transaction: what a pooler saves the server); `{MANY}` is `-c {} -j {THREADS} -M simple` \
+         (PostgreSQL alone refuses clients beyond `max_connections`; a pooler serves them all \
+         from its pool of {POOL_SIZE}). CPU and context switches are the proxy process's own \
+         (Herd: its supervisor, which runs the proxy and a few monitoring queries; the \
+         forwarder: this harness, in which it runs).",
+        plan.many
+    ));
     notes.push(
         "pgbench, the proxies and every PostgreSQL server share this machine's cores, so the \
          ratios understate what a separate client machine would see."
@@ -257,13 +369,51 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
         ]
         .into(),
         notes,
+        process_costs,
         ..Default::default()
     })
 }
 
-/// `pgbench -S -c 16 -j 2 -T secs -M mode`.
-fn bench_args(secs: u64, mode: &str) -> Vec<String> {
-    let args = format!("-S -c {CLIENTS} -j {THREADS} -T {secs} -M {mode}");
+/// A proxy's accumulated cost over a mode's runs.
+#[derive(Default)]
+struct Cost {
+    cpu_s: f64,
+    switches: u64,
+    transactions: u64,
+    /// Resident memory halfway through the last run.
+    rss_kib: u64,
+}
+
+/// Memory per client connection of each proxy: its resident memory with `many` clients less
+/// that with the 16 of the simple mode, per additional client.
+fn memory_per_client(
+    costs: &BTreeMap<String, BTreeMap<String, ProcessCost>>,
+    many: u32,
+) -> Vec<String> {
+    let (Some(with_many), Some(with_few)) = (costs.get(MANY), costs.get("simple")) else {
+        return Vec::new();
+    };
+    with_many
+        .iter()
+        .filter_map(|(target, c)| {
+            let few = with_few.get(target)?;
+            let per = (c.rss_mib - few.rss_mib) * 1024.0 / f64::from(many - CLIENTS);
+            Some(format!(
+                "Memory per client connection on {target}: {per:.1} KiB (resident {:.1} MiB with \
+                 {many} clients, {:.1} MiB with {CLIENTS}).",
+                c.rss_mib, few.rss_mib
+            ))
+        })
+        .collect()
+}
+
+/// `pgbench -S -c 16 -j 2 -T secs -M mode`, with `-C` or `many` clients for the pooler shapes.
+fn bench_args(secs: u64, mode: &str, many: u32) -> Vec<String> {
+    let args = match mode {
+        CONNECT => format!("-S -C -c {CLIENTS} -j {THREADS} -T {secs} -M simple"),
+        MANY => format!("-S -c {many} -j {THREADS} -T {secs} -M simple"),
+        _ => format!("-S -c {CLIENTS} -j {THREADS} -T {secs} -M {mode}"),
+    };
     args.split(' ').map(String::from).collect()
 }
 

@@ -1,0 +1,83 @@
+//! What a process cost over a run, from `/proc`: CPU time (user + system, all threads),
+//! context switches (voluntary + involuntary, all threads: a thread that sleeps in
+//! `epoll_wait` and is woken counts one voluntary switch per wake-up) and resident memory.
+
+use std::path::Path;
+
+/// One look at a process.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Sample {
+    /// CPU time so far, seconds.
+    pub cpu_s: f64,
+    /// Context switches so far, every thread that is still alive.
+    pub switches: u64,
+    /// Resident set size now, KiB.
+    pub rss_kib: u64,
+}
+
+/// Samples process `pid`; `None` when it is gone or `/proc` cannot be read.
+pub fn sample(pid: u32) -> Option<Sample> {
+    let base = Path::new("/proc").join(pid.to_string());
+    let stat = std::fs::read_to_string(base.join("stat")).ok()?;
+    let ticks = clock_ticks()?;
+    let cpu_s = cpu_ticks(&stat)? as f64 / ticks;
+    let mut switches = 0;
+    for task in std::fs::read_dir(base.join("task")).ok()?.flatten() {
+        if let Ok(status) = std::fs::read_to_string(task.path().join("status")) {
+            switches += status_field(&status, "voluntary_ctxt_switches").unwrap_or(0)
+                + status_field(&status, "nonvoluntary_ctxt_switches").unwrap_or(0);
+        }
+    }
+    let status = std::fs::read_to_string(base.join("status")).ok()?;
+    let rss_kib = status_field(&status, "VmRSS").unwrap_or(0);
+    Some(Sample {
+        cpu_s,
+        switches,
+        rss_kib,
+    })
+}
+
+/// Clock ticks per second (`sysconf(_SC_CLK_TCK)`).
+fn clock_ticks() -> Option<f64> {
+    let n = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK).ok()??;
+    (n > 0).then_some(n as f64)
+}
+
+/// utime + stime of a `/proc/<pid>/stat` line (fields 14 and 15, after the command in
+/// parentheses, which may itself hold spaces and parentheses).
+fn cpu_ticks(stat: &str) -> Option<u64> {
+    let after = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    // `after` starts at field 3 (state): utime is field 14, stime 15.
+    let utime: u64 = fields.get(11)?.parse().ok()?;
+    let stime: u64 = fields.get(12)?.parse().ok()?;
+    Some(utime + stime)
+}
+
+/// The number at the start of a `/proc/<pid>/status` field (`VmRSS:  1234 kB`).
+fn status_field(status: &str, name: &str) -> Option<u64> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_stat_and_status() {
+        let stat = "1234 (my (odd) prog) S 1 2 3 4 5 6 7 8 9 10 250 50 0 0 20 0 4 0";
+        assert_eq!(cpu_ticks(stat), Some(300));
+        let status = "Name:\therd\nVmRSS:\t  20480 kB\nvoluntary_ctxt_switches:\t17\n";
+        assert_eq!(status_field(status, "VmRSS"), Some(20480));
+        assert_eq!(status_field(status, "voluntary_ctxt_switches"), Some(17));
+        assert_eq!(status_field(status, "nonvoluntary_ctxt_switches"), None);
+        let me = sample(std::process::id()).expect("this process");
+        assert!(me.rss_kib > 0 && me.switches > 0, "{me:?}");
+    }
+}
