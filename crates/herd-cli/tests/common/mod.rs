@@ -124,3 +124,19 @@ pub fn children(pid: i32) -> Vec<i32> {
     }
     out
 }
+
+/// Asserts that `sql` is refused with 0A000 (feature_not_supported) and a message that
+/// contains `needle`.
+pub async fn refused(client: &Client, sql: &str, needle: &str) {
+    let e = client.simple_query(sql).await.expect_err(sql);
+    assert_eq!(
+        e.code(),
+        Some(&tokio_postgres::error::SqlState::FEATURE_NOT_SUPPORTED),
+        "{sql}: {e}"
+    );
+    let message = e
+        .as_db_error()
+        .map(|d| d.message().to_string())
+        .unwrap_or_default();
+    assert!(message.contains(needle), "{sql}: {message}");
+}

@@ -15,7 +15,7 @@ mod aggregates;
 mod chaos;
 mod writes;
 
-use common::{cluster, connect};
+use common::{cluster, connect, refused};
 use tokio_postgres::error::SqlState;
 use tokio_postgres::SimpleQueryMessage;
 
@@ -126,21 +126,6 @@ async fn explain(client: &tokio_postgres::Client) {
         .await
         .expect_err("EXPLAIN across groups with parameters");
     assert_eq!(e.code(), Some(&SqlState::FEATURE_NOT_SUPPORTED), "{e}");
-}
-
-/// Asserts that `sql` is refused with 0A000 and a message that contains `needle`.
-async fn refused(client: &tokio_postgres::Client, sql: &str, needle: &str) {
-    let e = client.simple_query(sql).await.expect_err(sql);
-    assert_eq!(
-        e.code(),
-        Some(&SqlState::FEATURE_NOT_SUPPORTED),
-        "{sql}: {e}"
-    );
-    let message = e
-        .as_db_error()
-        .map(|d| d.message().to_string())
-        .unwrap_or_default();
-    assert!(message.contains(needle), "{sql}: {message}");
 }
 
 /// Rows of a simple query as text.
