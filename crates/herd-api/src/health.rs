@@ -106,6 +106,7 @@ mod tests {
             ha_note: None,
             group: 0,
             groups: Vec::new(),
+            copies: Vec::new(),
         }
     }
 

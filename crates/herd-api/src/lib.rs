@@ -11,6 +11,7 @@
 //! | `GET /metrics` | Prometheus text: the proxy's counters |
 //! | `POST /switchover?to=node` | planned change of primary; 200 with what happened, 409 when refused |
 //! | `POST /failover?to=node&allow_data_loss=true` | immediate promotion; 200 / 409 |
+//! | `POST /restart?group=G[&node=N]` | restart replica N, or every server of group G (the primary through a switchover); 200 / 409 |
 //!
 //! The replica checks take `?max_lag_bytes=N`: a replica further behind than N bytes of replay
 //! counts as unhealthy. Bodies are JSON: the node's status, or `{"reason": …}`.
@@ -50,6 +51,13 @@ pub enum AdminAction {
         /// The shard group, if given (else the target's group, else group 0).
         group: Option<u32>,
     },
+    /// `POST /restart`.
+    Restart {
+        /// The replica to restart; none: every server of the group.
+        node: Option<String>,
+        /// The shard group, if given (else the node's group, else group 0).
+        group: Option<u32>,
+    },
 }
 
 /// Carries out admin actions (the supervisor), answering with what happened or why not.
@@ -68,6 +76,7 @@ struct AdminQuery {
     group: Option<u32>,
     #[serde(default)]
     allow_data_loss: bool,
+    node: Option<String>,
 }
 
 async fn admin_reply(admin: AdminSource, action: AdminAction) -> Response {
@@ -83,7 +92,7 @@ pub fn router(
     metrics: MetricsSource,
     admin: AdminSource,
 ) -> Router {
-    let (a1, a2) = (admin.clone(), admin);
+    let (a1, a2, a3) = (admin.clone(), admin.clone(), admin);
     let switchover = axum::routing::post(move |Query(q): Query<AdminQuery>| {
         admin_reply(
             a1.clone(),
@@ -99,6 +108,15 @@ pub fn router(
             AdminAction::Failover {
                 to: q.to,
                 allow_data_loss: q.allow_data_loss,
+                group: q.group,
+            },
+        )
+    });
+    let restart = axum::routing::post(move |Query(q): Query<AdminQuery>| {
+        admin_reply(
+            a3.clone(),
+            AdminAction::Restart {
+                node: q.node,
                 group: q.group,
             },
         )
@@ -120,6 +138,7 @@ pub fn router(
         .route("/metrics", metrics_route)
         .route("/switchover", switchover)
         .route("/failover", failover)
+        .route("/restart", restart)
         .route("/primary", get(|s, q| health_route(s, None, q, true)))
         .route(
             "/primary/{node}",

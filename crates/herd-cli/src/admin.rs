@@ -37,6 +37,14 @@ pub async fn dispatch(
             };
             (target_group(group, to.as_ref())?, command)
         }
+        AdminAction::Restart { node, group } => {
+            let node = name(node);
+            let command = Command::Restart {
+                node: node.clone(),
+                reply,
+            };
+            (target_group(group, node.as_ref())?, command)
+        }
     };
     let tx = groups.get(group as usize).ok_or_else(|| {
         format!(

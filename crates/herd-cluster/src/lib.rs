@@ -13,6 +13,7 @@ mod groups;
 mod layout;
 mod lifecycle;
 mod progress;
+mod restart;
 mod runfiles;
 mod secrets;
 mod state;

@@ -72,6 +72,7 @@ pub async fn observe(cluster: &Cluster) -> Observation {
             .map(|s| s.trim().to_string()),
         group: cluster.group(),
         groups: Vec::new(),
+        copies: Vec::new(),
     };
     Observation {
         status,

@@ -31,6 +31,14 @@ pub enum Command {
         /// Where the outcome goes.
         reply: oneshot::Sender<Result<String, String>>,
     },
+    /// Restart one replica, or (`None`) every server of the group, the primary through a
+    /// switchover: settings that need a restart take effect, copied slot files are loaded.
+    Restart {
+        /// The replica to restart; `None`: the whole group.
+        node: Option<NodeName>,
+        /// Where the outcome goes.
+        reply: oneshot::Sender<Result<String, String>>,
+    },
 }
 
 /// How the supervisor talks to the rest of the process.
@@ -324,6 +332,18 @@ async fn run_command(
                 "manual failover: {}",
                 outcome.as_ref().unwrap_or_else(|e| e)
             );
+            let _ = reply.send(outcome);
+        }
+        Command::Restart { node, reply } => {
+            let outcome = match &node {
+                Some(n) => cluster
+                    .restart_replica(pg, n)
+                    .await
+                    .map(|()| format!("restarted {n}")),
+                None => cluster.restart_all(pg, dcs, gate.as_ref()).await,
+            }
+            .map_err(|e| e.to_string());
+            tracing::warn!("restart: {}", outcome.as_ref().unwrap_or_else(|e| e));
             let _ = reply.send(outcome);
         }
     }

@@ -2,6 +2,7 @@
 
 mod commit;
 mod consistency;
+mod copy;
 mod lsn;
 mod node;
 pub mod ports;
@@ -10,6 +11,7 @@ mod topology;
 
 pub use commit::{CommitMode, ParseError, SyncMethod, SyncStandbys};
 pub use consistency::{Consistency, PoolMode};
+pub use copy::{CopyState, CopyStatus, TableCopyStatus};
 pub use lsn::Lsn;
 pub use node::{NodeName, Role};
 pub use status::{

@@ -36,6 +36,10 @@ pub struct ClusterStatus {
     /// cluster has one group. The top-level fields describe group 0.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub groups: Vec<ClusterStatus>,
+    /// The logical copies from this cluster (`herd copy`), at the top level only; empty when
+    /// there are none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub copies: Vec<crate::CopyStatus>,
 }
 
 impl ClusterStatus {
@@ -198,6 +202,7 @@ mod tests {
             ha_note: None,
             group: 0,
             groups: Vec::new(),
+            copies: Vec::new(),
         };
         let json = serde_json::to_value(&status).expect("serialises");
         assert_eq!(json["commit_mode"], "on");
