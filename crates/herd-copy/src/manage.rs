@@ -1,0 +1,318 @@
+//! Creating, pausing, resuming and dropping copies: the statements on the source (role,
+//! grants, publication; the slot is made by the target's subscription) and on the target
+//! (tables, subscription), in an order that leaves nothing half-made behind a failure.
+
+use std::time::{Duration, Instant};
+
+use rand::distributions::Alphanumeric;
+use rand::Rng;
+use tokio_postgres::Client;
+
+use crate::schema::{prepare_target, read_table, tables_of_schema, TableDef};
+use crate::spec::{quote_ident, quote_literal, quote_qualified, source_conninfo};
+use crate::status::{read_target, table_state};
+use crate::{CopyError, CopySpec, Store};
+
+/// What `create` did.
+#[derive(Debug)]
+pub struct Created {
+    /// Every table of the copy.
+    pub tables: Vec<String>,
+    /// The tables created on the target (the others existed and matched).
+    pub created_on_target: Vec<String>,
+}
+
+/// Creates the copy `spec` from the source group's primary (`source`, superuser; the group's
+/// nodes as `(host, port)` in `nodes`) to its target, and saves its definition in `store`.
+/// `wal_level` must already be `logical` on the source.
+pub async fn create(
+    spec: &CopySpec,
+    source: &Client,
+    nodes: &[(String, u16)],
+    store: &Store,
+    progress: &dyn Fn(&str),
+) -> Result<Created, CopyError> {
+    spec.validate()?;
+    if store.load(&spec.name)?.is_some() {
+        return Err(CopyError::Invalid(format!(
+            "a copy named {} exists already (`herd copy list`); drop it first or choose another name",
+            spec.name
+        )));
+    }
+    let level: String = source
+        .query_one("show wal_level", &[])
+        .await
+        .map_err(|e| CopyError::sql("reading wal_level on the source", &e))?
+        .get(0);
+    if level != "logical" {
+        return Err(CopyError::Invalid(format!(
+            "wal_level is {level} on the source primary; copies need logical"
+        )));
+    }
+    progress("reading the source's table definitions");
+    let defs = published_tables(spec, source).await?;
+    progress("preparing the target's tables");
+    let target = crate::target::connect(&spec.target).await?;
+    let created_on_target = prepare_target(&target, &defs).await?;
+    progress("creating the publication and the copy's role on the source");
+    let password: String = rand::thread_rng()
+        .sample_iter(&Alphanumeric)
+        .take(32)
+        .map(char::from)
+        .collect();
+    create_source_side(spec, source, &defs, &password).await?;
+    progress("creating the subscription on the target (it makes the slot on the source)");
+    let name = spec.object_name();
+    let conninfo = source_conninfo(nodes, &spec.database, &name, &password);
+    if let Err(e) = target
+        .batch_execute(&spec.create_subscription(&conninfo))
+        .await
+    {
+        let err = CopyError::sql("creating the subscription on the target", &e);
+        let _ = drop_source_side(spec, source).await;
+        return Err(err);
+    }
+    store.save(spec)?;
+    Ok(Created {
+        tables: defs.iter().map(|d| d.table.clone()).collect(),
+        created_on_target,
+    })
+}
+
+/// The published shape of every table of `spec` (schemas expanded), read from the source.
+async fn published_tables(spec: &CopySpec, source: &Client) -> Result<Vec<TableDef>, CopyError> {
+    let mut defs = Vec::new();
+    for t in &spec.tables {
+        let def = read_table(source, &t.table).await?.ok_or_else(|| {
+            CopyError::Invalid(format!(
+                "there is no table {} in database {} at the source",
+                t.table, spec.database
+            ))
+        })?;
+        defs.push(def.published(t)?);
+    }
+    for schema in &spec.schemas {
+        let tables = tables_of_schema(source, schema).await?;
+        if tables.is_empty() {
+            return Err(CopyError::Invalid(format!(
+                "schema {schema} has no table in database {} at the source",
+                spec.database
+            )));
+        }
+        for table in tables {
+            if defs.iter().any(|d| d.table == table) {
+                continue;
+            }
+            if let Some(def) = read_table(source, &table).await? {
+                defs.push(def);
+            }
+        }
+    }
+    Ok(defs)
+}
+
+/// Role, grants and publication in one transaction; the publication is proved harmless to the
+/// source's own writes first: PostgreSQL refuses updates and deletes of a published table
+/// whose row filter or column list reaches beyond its replica identity, and checks that when
+/// a statement starts — so an `EXPLAIN` of each (which starts it, touching no row) must pass.
+async fn create_source_side(
+    spec: &CopySpec,
+    source: &Client,
+    defs: &[TableDef],
+    password: &str,
+) -> Result<(), CopyError> {
+    let role = quote_ident(&spec.object_name());
+    let mut sql = vec![
+        "BEGIN".to_string(),
+        format!(
+            "CREATE ROLE {role} LOGIN REPLICATION PASSWORD {}",
+            quote_literal(password)
+        ),
+    ];
+    let mut schemas: Vec<&str> = defs
+        .iter()
+        .filter_map(|d| d.table.split('.').next())
+        .collect();
+    schemas.sort_unstable();
+    schemas.dedup();
+    for s in schemas {
+        sql.push(format!(
+            "GRANT USAGE ON SCHEMA {} TO {role}",
+            quote_ident(s)
+        ));
+    }
+    for d in defs {
+        sql.push(format!(
+            "GRANT SELECT ON {} TO {role}",
+            quote_qualified(&d.table)
+        ));
+    }
+    sql.push(spec.create_publication());
+    if let Err(e) = source.batch_execute(&sql.join("; ")).await {
+        let _ = source.batch_execute("ROLLBACK").await;
+        let hint = if e.as_db_error().is_some_and(|d| d.code().code() == "42710") {
+            " (left by an interrupted create? `herd copy drop` with this name removes it)"
+        } else {
+            ""
+        };
+        return Err(CopyError::sql(
+            format!("creating the copy's role and publication on the source{hint}"),
+            &e,
+        ));
+    }
+    for d in defs {
+        let Some(key) = d.columns.iter().find(|c| c.in_key).or(d.columns.first()) else {
+            continue;
+        };
+        let col = quote_ident(&key.name);
+        let table = quote_qualified(&d.table);
+        for probe in [
+            format!("EXPLAIN UPDATE {table} SET {col} = {col} WHERE false"),
+            format!("EXPLAIN DELETE FROM {table} WHERE false"),
+        ] {
+            if let Err(e) = source.batch_execute(&probe).await {
+                let _ = source.batch_execute("ROLLBACK").await;
+                return Err(CopyError::Invalid(format!(
+                    "copying {} this way would make PostgreSQL refuse the source's own updates and deletes of it: {}. \
+                     A row filter's columns and a column list must include the table's primary key (its replica identity); \
+                     a table without a primary key needs one (or REPLICA IDENTITY FULL, without a column list or filter)",
+                    d.table,
+                    e.as_db_error().map_or(e.to_string(), |d| d.message().to_string())
+                )));
+            }
+        }
+    }
+    source
+        .batch_execute("COMMIT")
+        .await
+        .map_err(|e| CopyError::sql("committing the copy's role and publication", &e))
+}
+
+/// Drops the source side of a copy: its slot (after its walsender ends), publication, role.
+/// Each is dropped if present, so this also cleans up after an interrupted create.
+pub async fn drop_source_side(spec: &CopySpec, source: &Client) -> Result<(), CopyError> {
+    let name = spec.object_name();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let row = source
+            .query_opt(
+                "select active_pid from pg_replication_slots where slot_name = $1",
+                &[&name],
+            )
+            .await
+            .map_err(|e| CopyError::sql("reading the copy's slot on the source", &e))?;
+        match row.map(|r| r.get::<_, Option<i32>>(0)) {
+            None => break,
+            Some(Some(pid)) if Instant::now() < deadline => {
+                // The target's walsender still streams (its subscription was not reachable to
+                // disable): end it so the slot can go.
+                let _ = source
+                    .execute("select pg_terminate_backend($1)", &[&pid])
+                    .await;
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Some(_) => {
+                source
+                    .execute("select pg_drop_replication_slot($1)", &[&name])
+                    .await
+                    .map_err(|e| CopyError::sql("dropping the copy's slot on the source", &e))?;
+                break;
+            }
+        }
+    }
+    let role = quote_ident(&name);
+    let exists = source
+        .query_opt("select 1 from pg_roles where rolname = $1", &[&name])
+        .await
+        .map_err(|e| CopyError::sql("looking up the copy's role", &e))?
+        .is_some();
+    let mut sql = format!("DROP PUBLICATION IF EXISTS {role}");
+    if exists {
+        sql.push_str(&format!("; DROP OWNED BY {role}; DROP ROLE {role}"));
+    }
+    source
+        .batch_execute(&sql)
+        .await
+        .map_err(|e| CopyError::sql("dropping the copy's publication and role on the source", &e))
+}
+
+/// Drops the subscription on the target, keeping its slot for the source side to drop (the
+/// target may not reach the source).
+pub async fn drop_target_side(spec: &CopySpec, target: &Client) -> Result<(), CopyError> {
+    let name = spec.object_name();
+    let exists = target
+        .query_opt("select 1 from pg_subscription where subname = $1", &[&name])
+        .await
+        .map_err(|e| CopyError::sql("looking up the subscription on the target", &e))?
+        .is_some();
+    if !exists {
+        return Ok(());
+    }
+    let sub = quote_ident(&name);
+    target
+        .batch_execute(&format!(
+            "ALTER SUBSCRIPTION {sub} DISABLE; ALTER SUBSCRIPTION {sub} SET (slot_name = NONE); DROP SUBSCRIPTION {sub}"
+        ))
+        .await
+        .map_err(|e| CopyError::sql("dropping the subscription on the target", &e))
+}
+
+/// Pauses (`false`) or resumes (`true`) the copy: its subscription on the target. The slot
+/// keeps the source's WAL meanwhile (up to `max_slot_wal_keep_size`).
+pub async fn set_enabled(spec: &CopySpec, target: &Client, enabled: bool) -> Result<(), CopyError> {
+    let verb = if enabled { "ENABLE" } else { "DISABLE" };
+    target
+        .batch_execute(&format!(
+            "ALTER SUBSCRIPTION {} {verb}",
+            quote_ident(&spec.object_name())
+        ))
+        .await
+        .map_err(|e| CopyError::sql(format!("{verb} of the subscription on the target"), &e))
+}
+
+/// Waits until every table of the copy is copied and streaming, reporting progress; bounded by
+/// `limit` (the copy goes on in the background after it).
+pub async fn wait_copied(
+    spec: &CopySpec,
+    target: &Client,
+    limit: Duration,
+    progress: &dyn Fn(&str),
+) -> Result<(), CopyError> {
+    let name = spec.object_name();
+    let deadline = Instant::now() + limit;
+    loop {
+        let sub = read_target(target, &name)
+            .await
+            .map_err(CopyError::Invalid)?
+            .ok_or_else(|| {
+                CopyError::Invalid(format!("the subscription {name} vanished from the target"))
+            })?;
+        let done =
+            !sub.tables.is_empty() && sub.tables.iter().all(|(_, s, _)| s == "r" || s == "s");
+        let mut line: Vec<String> = sub
+            .tables
+            .iter()
+            .map(|(t, s, rows)| match rows {
+                Some(n) if s == "d" => format!("{t} copying ({n} rows)"),
+                _ => format!("{t} {}", table_state(s)),
+            })
+            .collect();
+        if sub.sync_errors > 0 {
+            line.push(format!(
+                "{} failed attempt(s), retried — see the target's log",
+                sub.sync_errors
+            ));
+        }
+        progress(&line.join(", "));
+        if done {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(CopyError::Timeout(format!(
+                "the initial copy is still running after {} s; it goes on in the background (`herd copy list` shows it)",
+                limit.as_secs()
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
