@@ -103,11 +103,14 @@ mod tests {
         }
     }
 
+    /// What, the primary's slots, the replica's, its replay position, the steps expected.
+    type Case = (&'static str, Vec<SlotPos>, Vec<SlotPos>, u64, Vec<SlotStep>);
+
     #[test]
     fn table() {
         let a = "herd_copy_a";
         let b = "herd_copy_b";
-        let cases: Vec<(&str, Vec<SlotPos>, Vec<SlotPos>, u64, Vec<SlotStep>)> = vec![
+        let cases: Vec<Case> = vec![
             (
                 "in line: nothing",
                 vec![slot(a, 100)],
