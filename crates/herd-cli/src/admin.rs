@@ -74,6 +74,13 @@ fn target_group(given: Option<u32>, to: Option<&NodeName>) -> Result<u32, String
 
 /// Client side: POSTs `path` to the running supervisor and prints its answer.
 pub async fn request(layout: &Layout, path: String) -> anyhow::Result<()> {
+    let response = request_text(layout, path).await?;
+    crate::output::emitln!("{response}");
+    Ok(())
+}
+
+/// Client side: POSTs `path` to the running supervisor and returns its answer.
+pub async fn request_text(layout: &Layout, path: String) -> anyhow::Result<String> {
     let Some(sup) = read_supervisor(layout) else {
         bail!(
             "no Herd supervisor runs for {}; start it with `herd up`",
@@ -96,6 +103,5 @@ pub async fn request(layout: &Layout, path: String) -> anyhow::Result<()> {
     })
     .await
     .context("the request thread failed")??;
-    crate::output::emitln!("{response}");
-    Ok(())
+    Ok(response)
 }

@@ -39,6 +39,12 @@ enum Command {
         #[command(subcommand)]
         command: ShardsCommand,
     },
+    /// Logical copies of tables (subsets of rows and columns) to another PostgreSQL or Herd
+    /// cluster, kept streaming across failovers.
+    Copy {
+        #[command(subcommand)]
+        command: crate::copy::CopyCommand,
+    },
     /// Run this host's PostgreSQL node of a multi-host cluster kept in etcd.
     Agent(crate::hosts::AgentArgs),
     /// The fencing watchdog `herd agent` starts (not for direct use).
@@ -253,6 +259,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Shards {
             command: ShardsCommand::Verify { dir, database },
         } => crate::shards::verify(&dir.layout()?, &database).await,
+        Command::Copy { command } => crate::copy::run(command).await,
         Command::Agent(args) => crate::hosts::agent(args).await,
         Command::AgentWatchdog(args) => crate::hosts::watchdog(args),
         Command::Proxy(args) => crate::hosts::proxy(args).await,

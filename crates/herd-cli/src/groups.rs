@@ -18,6 +18,8 @@ pub struct GroupLinks {
     receivers: Vec<mpsc::Receiver<Command>>,
     statuses: Vec<watch::Sender<ClusterStatus>>,
     combined: Arc<watch::Sender<ClusterStatus>>,
+    /// The logical copies' latest status, carried into every combined status.
+    pub copies: crate::copies_task::SharedCopies,
 }
 
 impl GroupLinks {
@@ -48,7 +50,18 @@ impl GroupLinks {
             receivers,
             statuses: firsts.into_iter().map(|s| watch::channel(s).0).collect(),
             combined: Arc::new(combined),
+            copies: Arc::default(),
         }
+    }
+
+    /// Republishes the combined status with the copies' latest status.
+    pub fn publisher(&self) -> Arc<dyn Fn() + Send + Sync> {
+        let combined = self.combined.clone();
+        let copies = self.copies.clone();
+        Arc::new(move || {
+            let latest = copies.lock().map(|c| c.clone()).unwrap_or_default();
+            combined.send_modify(|s| s.copies = latest);
+        })
     }
 
     /// Starts one supervisor per group and the task that combines their statuses; returns the
@@ -74,6 +87,7 @@ impl GroupLinks {
             .zip(self.assignments);
         for (g, ((commands, status), assignment)) in parts.enumerate() {
             let combined = self.combined.clone();
+            let copies = self.copies.clone();
             let latest = latest.clone();
             let mut rx = status.subscribe();
             let mut stop = shutdown.clone();
@@ -88,7 +102,8 @@ impl GroupLinks {
                         latest[g] = rx.borrow_and_update().clone();
                         latest.clone()
                     };
-                    if let Some(s) = herd_cluster::combine(all) {
+                    if let Some(mut s) = herd_cluster::combine(all) {
+                        s.copies = copies.lock().map(|c| c.clone()).unwrap_or_default();
                         let _ = combined.send(s);
                     }
                 }

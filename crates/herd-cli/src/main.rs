@@ -5,6 +5,8 @@ mod bench;
 mod cli;
 mod client_tls;
 mod config_cmd;
+mod copies_task;
+mod copy;
 mod detach;
 mod down;
 mod groups;

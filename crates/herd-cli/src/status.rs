@@ -11,13 +11,20 @@ use herd_core::{ClusterStatus, LagInfo, NodeStatus};
 pub async fn run(layout: &Layout, json: bool) -> anyhow::Result<()> {
     let groups = open_all(layout)?;
     let cluster = &groups[0];
-    let status = herd_cluster::observe_groups(&groups)
+    let mut status = herd_cluster::observe_groups(&groups)
         .await
         .context("observing the shard groups")?;
+    status.copies = crate::copy::read_statuses(layout).await?;
     if json {
         crate::output::emitln!("{}", serde_json::to_string_pretty(&status)?);
     } else {
         crate::output::emit!("{}", table(&status));
+        if !status.copies.is_empty() {
+            crate::output::emitln!("\nlogical copies:");
+            for c in &status.copies {
+                crate::output::emit!("{}", copy_lines(c));
+            }
+        }
         if let Some(sup) = &status.supervisor {
             let url = format!("http://{}:{}/metrics", cluster.host(), sup.api_port);
             let text = tokio::task::spawn_blocking(move || {
@@ -263,6 +270,41 @@ fn lag_cells(l: &LagInfo) -> (String, String) {
             secs(l.replay_seconds)
         ),
     )
+}
+
+/// A copy's status in a few lines: state, lag, retained WAL, bytes sent, then each table.
+pub fn copy_lines(c: &herd_core::CopyStatus) -> String {
+    let mib = |b: u64| format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64);
+    let mut facts = vec![c.state.as_str().to_string()];
+    if let Some(b) = c.lag_bytes {
+        let secs = c
+            .lag_seconds
+            .map(|s| format!(" / {s:.1} s"))
+            .unwrap_or_default();
+        facts.push(format!("lag {b} B{secs}"));
+    }
+    if let Some(b) = c.retained_bytes {
+        facts.push(format!("slot retains {}", mib(b)));
+    }
+    if let Some(b) = c.sent_bytes {
+        facts.push(format!("sent {}", mib(b)));
+    }
+    let mut out = format!(
+        "copy {} (group {}, {} → {}): {}\n",
+        c.name,
+        c.group,
+        c.database,
+        c.target,
+        facts.join(", ")
+    );
+    if let Some(why) = &c.reason {
+        out.push_str(&format!("  ! {why}\n"));
+    }
+    for t in &c.tables {
+        let rows = t.rows.map(|r| format!(", ~{r} rows")).unwrap_or_default();
+        out.push_str(&format!("  {} {}{rows}\n", t.table, t.state));
+    }
+    out
 }
 
 #[cfg(test)]

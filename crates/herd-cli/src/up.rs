@@ -166,7 +166,14 @@ async fn supervise_foreground(layout: Layout, config: Config) -> anyhow::Result<
         shutdown_rx.clone(),
     );
     let proxy_ctx = proxy.ctx.clone();
-    let metrics: herd_api::MetricsSource = std::sync::Arc::new(move || proxy_ctx.render_metrics());
+    let copies = links.copies.clone();
+    let metrics: herd_api::MetricsSource = std::sync::Arc::new(move || {
+        let mut text = proxy_ctx.render_metrics();
+        if let Ok(c) = copies.lock() {
+            text.push_str(&herd_copy::status::render_metrics(&c));
+        }
+        text
+    });
     let commands = links.commands.clone();
     let admin: herd_api::AdminSource = std::sync::Arc::new(move |action| {
         let commands = commands.clone();
@@ -175,13 +182,22 @@ async fn supervise_foreground(layout: Layout, config: Config) -> anyhow::Result<
     let mut api_shutdown = shutdown_rx.clone();
     let api = tokio::spawn(herd_api::serve(
         api_listener,
-        status_rx,
+        status_rx.clone(),
         metrics,
         admin,
         async move {
             let _ = api_shutdown.changed().await;
         },
     ));
+    let copies_links = crate::copies_task::CopiesLinks {
+        layout: layout.clone(),
+        groups: groups.clone(),
+        commands: links.commands.clone(),
+        status: status_rx.clone(),
+        copies: links.copies.clone(),
+        publish: links.publisher(),
+    };
+    let copies_task = crate::copies_task::spawn(copies_links, pg.clone(), shutdown_rx.clone());
     let supervisors = links.spawn(&groups, &pg, &proxy.ctx, &shutdown_rx);
     init_logging();
     tracing::info!(
@@ -195,6 +211,7 @@ async fn supervise_foreground(layout: Layout, config: Config) -> anyhow::Result<
     for s in supervisors {
         let _ = s.await;
     }
+    let _ = copies_task.await;
     let _ = api.await;
     let progress = TermProgress::new();
     herd_cluster::stop_groups(&groups, &pg, &progress).await?;

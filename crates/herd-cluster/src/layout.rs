@@ -109,6 +109,11 @@ impl Layout {
         self.root.join("sockets")
     }
 
+    /// Definitions of the cluster's logical copies (`herd copy`), one 0600 file each.
+    pub fn copies(&self) -> PathBuf {
+        self.root.join("copies")
+    }
+
     /// Runtime files of the supervisor.
     pub fn run(&self) -> PathBuf {
         self.root.join("run")

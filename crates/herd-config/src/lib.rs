@@ -50,3 +50,39 @@ impl ConfigError {
         }
     }
 }
+
+/// A PostgreSQL size setting (`512MB`, `2GB`, `1024kB`, or a bare number of megabytes, the
+/// unit of the WAL size settings) in bytes; `None` for `-1` (unlimited) or text PostgreSQL
+/// would refuse.
+pub fn parse_size_bytes(text: &str) -> Option<u64> {
+    let text = text.trim();
+    let digits = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(digits);
+    let n: u64 = number.parse().ok()?;
+    let scale: u64 = match unit.trim() {
+        "" | "MB" => 1 << 20,
+        "kB" => 1 << 10,
+        "GB" => 1 << 30,
+        "TB" => 1 << 40,
+        _ => return None,
+    };
+    n.checked_mul(scale)
+}
+
+#[cfg(test)]
+mod size_tests {
+    use super::parse_size_bytes;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size_bytes("2GB"), Some(2 << 30));
+        assert_eq!(parse_size_bytes("512MB"), Some(512 << 20));
+        assert_eq!(parse_size_bytes("64"), Some(64 << 20));
+        assert_eq!(parse_size_bytes("1024kB"), Some(1 << 20));
+        assert_eq!(parse_size_bytes("-1"), None);
+        assert_eq!(parse_size_bytes("2 GB"), Some(2 << 30));
+        assert_eq!(parse_size_bytes("2gb"), None);
+    }
+}

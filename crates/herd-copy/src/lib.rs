@@ -12,6 +12,7 @@ pub mod slots;
 mod spec;
 pub mod status;
 mod store;
+pub mod sync;
 pub mod target;
 
 pub use error::CopyError;

@@ -51,9 +51,7 @@ pub async fn create(
     }
     progress("reading the source's table definitions");
     let defs = published_tables(spec, source).await?;
-    progress("preparing the target's tables");
     let target = crate::target::connect(&spec.target).await?;
-    let created_on_target = prepare_target(&target, &defs).await?;
     progress("creating the publication and the copy's role on the source");
     let password: String = rand::thread_rng()
         .sample_iter(&Alphanumeric)
@@ -61,6 +59,14 @@ pub async fn create(
         .map(char::from)
         .collect();
     create_source_side(spec, source, &defs, &password).await?;
+    progress("preparing the target's tables");
+    let created_on_target = match prepare_target(&target, &defs).await {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = drop_source_side(spec, source).await;
+            return Err(e);
+        }
+    };
     progress("creating the subscription on the target (it makes the slot on the source)");
     let name = spec.object_name();
     let conninfo = source_conninfo(nodes, &spec.database, &name, &password);
@@ -177,7 +183,10 @@ async fn create_source_side(
                      A row filter's columns and a column list must include the table's primary key (its replica identity); \
                      a table without a primary key needs one (or REPLICA IDENTITY FULL, without a column list or filter)",
                     d.table,
-                    e.as_db_error().map_or(e.to_string(), |d| d.message().to_string())
+                    e.as_db_error().map_or(e.to_string(), |d| match d.detail() {
+                        Some(detail) => format!("{} ({detail})", d.message()),
+                        None => d.message().to_string(),
+                    })
                 )));
             }
         }

@@ -224,6 +224,97 @@ pub async fn read(
     }
 }
 
+/// The copies' figures as Prometheus text (appended to the proxy's in `/metrics`).
+pub fn render_metrics(copies: &[CopyStatus]) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    if copies.is_empty() {
+        return out;
+    }
+    let mut family = |name: &str, kind: &str, help: &str, lines: Vec<String>| {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        for l in lines {
+            let _ = writeln!(out, "{name}{l}");
+        }
+    };
+    let label = |c: &CopyStatus| format!("copy=\"{}\",group=\"{}\"", c.name, c.group);
+    let states = [
+        CopyState::Copying,
+        CopyState::Streaming,
+        CopyState::Paused,
+        CopyState::Broken,
+    ];
+    family(
+        "herd_copy_state",
+        "gauge",
+        "1 for the state each logical copy is in, 0 for the others.",
+        copies
+            .iter()
+            .flat_map(|c| {
+                states.iter().map(move |s| {
+                    format!(
+                        "{{{},state=\"{}\"}} {}",
+                        label(c),
+                        s.as_str(),
+                        u8::from(c.state == *s)
+                    )
+                })
+            })
+            .collect(),
+    );
+    let gauge = |c: &CopyStatus, v: Option<f64>| v.map(|v| format!("{{{}}} {v}", label(c)));
+    family(
+        "herd_copy_lag_bytes",
+        "gauge",
+        "Source WAL not yet confirmed by the copy's target, in bytes.",
+        copies
+            .iter()
+            .filter_map(|c| gauge(c, c.lag_bytes.map(|b| b as f64)))
+            .collect(),
+    );
+    family(
+        "herd_copy_lag_seconds",
+        "gauge",
+        "How far the target's confirmations trail the source (walsender replay_lag), in seconds.",
+        copies
+            .iter()
+            .filter_map(|c| gauge(c, c.lag_seconds))
+            .collect(),
+    );
+    family(
+        "herd_copy_retained_wal_bytes",
+        "gauge",
+        "WAL the copy's slot keeps on the source, in bytes.",
+        copies
+            .iter()
+            .filter_map(|c| gauge(c, c.retained_bytes.map(|b| b as f64)))
+            .collect(),
+    );
+    family(
+        "herd_copy_sent_bytes_total",
+        "counter",
+        "Decoded change bytes sent to the target (pg_stat_replication_slots.total_bytes).",
+        copies
+            .iter()
+            .filter_map(|c| gauge(c, c.sent_bytes.map(|b| b as f64)))
+            .collect(),
+    );
+    family(
+        "herd_copy_table_rows",
+        "gauge",
+        "Rows in each copied table on the target (PostgreSQL's estimate; while copying, rows so far).",
+        copies
+            .iter()
+            .flat_map(|c| {
+                c.tables.iter().filter_map(move |t| {
+                    t.rows.map(|r| format!("{{{},table=\"{}\"}} {r}", label(c), t.table))
+                })
+            })
+            .collect(),
+    );
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -246,6 +337,41 @@ mod tests {
                 .collect(),
             ..Subscription::default()
         }
+    }
+
+    #[test]
+    fn metrics_name_each_copy_and_state() {
+        let c = CopyStatus {
+            name: "eu".into(),
+            group: 0,
+            database: "postgres".into(),
+            target: "u@h:1/db".into(),
+            state: CopyState::Streaming,
+            reason: None,
+            lag_bytes: Some(10),
+            lag_seconds: None,
+            retained_bytes: Some(4096),
+            sent_bytes: Some(99),
+            confirmed_lsn: None,
+            tables: vec![TableCopyStatus {
+                table: "public.t".into(),
+                state: "streaming".into(),
+                rows: Some(5),
+            }],
+        };
+        let text = render_metrics(&[c]);
+        for line in [
+            "herd_copy_state{copy=\"eu\",group=\"0\",state=\"streaming\"} 1",
+            "herd_copy_state{copy=\"eu\",group=\"0\",state=\"broken\"} 0",
+            "herd_copy_lag_bytes{copy=\"eu\",group=\"0\"} 10",
+            "herd_copy_retained_wal_bytes{copy=\"eu\",group=\"0\"} 4096",
+            "herd_copy_sent_bytes_total{copy=\"eu\",group=\"0\"} 99",
+            "herd_copy_table_rows{copy=\"eu\",group=\"0\",table=\"public.t\"} 5",
+            "# TYPE herd_copy_sent_bytes_total counter",
+        ] {
+            assert!(text.contains(line), "{line} in\n{text}");
+        }
+        assert!(render_metrics(&[]).is_empty());
     }
 
     #[test]

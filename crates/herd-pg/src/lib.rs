@@ -10,6 +10,7 @@ mod error;
 mod files;
 mod osuser;
 mod probe;
+mod slotfile;
 
 pub use bin::{PgBinaries, PG_MAJOR};
 pub use conf::{

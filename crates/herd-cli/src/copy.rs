@@ -1,0 +1,367 @@
+//! `herd copy`: logical copies of table subsets from this cluster (one shard group) to any
+//! PostgreSQL 15 server or another Herd cluster. The work is herd-copy's; this is the glue:
+//! arguments, `wal_level = logical` through the running supervisor, progress, output.
+
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use clap::{Args, Subcommand};
+use herd_cluster::{Cluster, Layout, Progress};
+use herd_copy::{CopySpec, Store, TableSpec};
+
+use crate::cli::DataDirArg;
+use crate::progress::TermProgress;
+
+/// `herd copy …`.
+#[derive(Debug, Subcommand)]
+pub enum CopyCommand {
+    /// Create a copy: the tables' rows are copied, then their changes stream.
+    Create(CreateArgs),
+    /// Every copy with its state, lag and tables.
+    List {
+        #[command(flatten)]
+        dir: DataDirArg,
+        /// Print the copies' status as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Stop streaming changes to the target (the source keeps the WAL for it, up to
+    /// postgres.max_slot_wal_keep_size).
+    Pause(NameArgs),
+    /// Stream again after a pause; the target catches up.
+    Resume(NameArgs),
+    /// Remove the copy: the target's subscription, the source's slot, publication and role
+    /// (the target's tables and rows stay).
+    Drop {
+        #[command(flatten)]
+        name: NameArgs,
+        /// Drop the source side even when the target cannot be reached (its subscription
+        /// then stays there; drop it by hand).
+        #[arg(long)]
+        force: bool,
+    },
+}
+
+/// A copy's name and the cluster's data directory.
+#[derive(Debug, Args)]
+pub struct NameArgs {
+    #[command(flatten)]
+    dir: DataDirArg,
+    /// The copy's name.
+    name: String,
+}
+
+/// Options of `herd copy create`.
+#[derive(Debug, Args)]
+pub struct CreateArgs {
+    #[command(flatten)]
+    dir: DataDirArg,
+    /// The copy's name (lower-case letters, digits, _).
+    name: String,
+    /// The target: a PostgreSQL URL (any PostgreSQL 15 server, or another Herd cluster's
+    /// endpoint), e.g. postgresql://postgres:secret@127.0.0.1:7500/postgres.
+    #[arg(long, value_name = "URL")]
+    to: String,
+    /// A table to copy (table or schema.table); repeat for more.
+    #[arg(long = "table", value_name = "TABLE")]
+    tables: Vec<String>,
+    /// Copy every table of this schema; repeat for more.
+    #[arg(long = "schema", value_name = "SCHEMA")]
+    schemas: Vec<String>,
+    /// Only these columns of a table: TABLE=col1,col2 (must include its primary key).
+    #[arg(long = "columns", value_name = "TABLE=COLS")]
+    columns: Vec<String>,
+    /// Only rows of a table matching an SQL condition: "TABLE=region = 'eu'" (its columns
+    /// must be in the primary key).
+    #[arg(long = "where", value_name = "TABLE=CONDITION")]
+    filters: Vec<String>,
+    /// The source database.
+    #[arg(long, default_value = "postgres")]
+    database: String,
+    /// The source shard group.
+    #[arg(long, default_value_t = 0)]
+    group: u32,
+    /// How long to wait for the initial copy before returning (it goes on in the background).
+    #[arg(long, value_name = "SECONDS", default_value_t = 3600)]
+    wait_timeout: u64,
+}
+
+/// Runs a `herd copy` command.
+pub async fn run(command: CopyCommand) -> anyhow::Result<()> {
+    match command {
+        CopyCommand::Create(args) => create(args).await,
+        CopyCommand::List { dir, json } => list(&dir.layout()?, json).await,
+        CopyCommand::Pause(a) => set_enabled(&a, false).await,
+        CopyCommand::Resume(a) => set_enabled(&a, true).await,
+        CopyCommand::Drop { name, force } => drop_copy(&name, force).await,
+    }
+}
+
+/// The copy's definition from the arguments.
+fn spec_of(args: &CreateArgs) -> anyhow::Result<CopySpec> {
+    let mut tables = Vec::new();
+    for t in &args.tables {
+        tables.push(TableSpec::new(t)?);
+    }
+    let find = |given: &str, flag: &str| -> anyhow::Result<usize> {
+        let name = herd_copy::qualify(given)?;
+        match tables.iter().position(|t: &TableSpec| t.table == name) {
+            Some(i) => Ok(i),
+            None => {
+                bail!("--{flag} names {given}, which is not one of the --table options")
+            }
+        }
+    };
+    let split = |text: &str, flag: &str| -> anyhow::Result<(String, String)> {
+        text.split_once('=')
+            .map(|(t, v)| (t.trim().to_string(), v.trim().to_string()))
+            .filter(|(t, v)| !t.is_empty() && !v.is_empty())
+            .with_context(|| format!("--{flag} {text:?}: write TABLE=…"))
+    };
+    let mut columns = Vec::new();
+    for c in &args.columns {
+        let (t, cols) = split(c, "columns")?;
+        let i = find(&t, "columns")?;
+        columns.push((
+            i,
+            cols.split(',')
+                .map(|c| c.trim().to_ascii_lowercase())
+                .collect(),
+        ));
+    }
+    let mut filters = Vec::new();
+    for f in &args.filters {
+        let (t, cond) = split(f, "where")?;
+        filters.push((find(&t, "where")?, cond));
+    }
+    for (i, cols) in columns {
+        tables[i].columns = Some(cols);
+    }
+    for (i, cond) in filters {
+        tables[i].row_filter = Some(cond);
+    }
+    let spec = CopySpec {
+        name: args.name.clone(),
+        group: args.group,
+        database: args.database.clone(),
+        tables,
+        schemas: args.schemas.clone(),
+        target: args.to.clone(),
+    };
+    spec.validate()?;
+    Ok(spec)
+}
+
+/// The source group's cluster, by number.
+fn source_group(layout: &Layout, group: u32) -> anyhow::Result<Cluster> {
+    let groups = crate::status::open_all(layout)?;
+    let count = groups.len();
+    groups.into_iter().nth(group as usize).with_context(|| {
+        format!("there is no shard group {group}: the cluster has {count} (numbered from 0)")
+    })
+}
+
+/// A superuser connection to `group`'s primary, in `database`.
+async fn primary_client(group: &Cluster, database: &str) -> anyhow::Result<tokio_postgres::Client> {
+    let mut spec = group.conn_spec(&group.state.primary);
+    spec.dbname = database.to_string();
+    herd_pg::connect(&spec).await.with_context(|| {
+        format!(
+            "connecting to shard group {}'s primary {} (is the cluster up? `herd up`)",
+            group.group(),
+            group.state.primary
+        )
+    })
+}
+
+async fn create(args: CreateArgs) -> anyhow::Result<()> {
+    let layout = args.dir.layout()?;
+    let spec = spec_of(&args)?;
+    let store = Store::new(layout.copies());
+    let mut group = source_group(&layout, spec.group)?;
+    let progress = TermProgress::new();
+    let level: String = primary_client(&group, "postgres")
+        .await?
+        .query_one("show wal_level", &[])
+        .await
+        .context("reading wal_level on the source primary")?
+        .get(0);
+    if level != "logical" {
+        enable_logical(&layout, spec.group, &progress).await?;
+        group = source_group(&layout, spec.group)?;
+    }
+    let source = primary_client(&group, &spec.database).await?;
+    let nodes: Vec<(String, u16)> = group
+        .state
+        .nodes
+        .iter()
+        .map(|n| (group.host().to_string(), group.port(n)))
+        .collect();
+    let phase = |text: &str| progress.phase(text);
+    let created = herd_copy::manage::create(&spec, &source, &nodes, &store, &phase).await?;
+    progress.done(&format!(
+        "copy {} created: {} table(s){}",
+        spec.name,
+        created.tables.len(),
+        if created.created_on_target.is_empty() {
+            String::new()
+        } else {
+            format!(
+                ", created on the target: {}",
+                created.created_on_target.join(", ")
+            )
+        }
+    ));
+    let target = herd_copy::target::connect(&spec.target).await?;
+    let last = std::sync::Mutex::new(String::new());
+    let report = |text: &str| {
+        if let Ok(mut last) = last.lock() {
+            if *last != text {
+                progress.phase(&format!("initial copy: {text}"));
+                *last = text.to_string();
+            }
+        }
+    };
+    herd_copy::manage::wait_copied(
+        &spec,
+        &target,
+        Duration::from_secs(args.wait_timeout),
+        &report,
+    )
+    .await?;
+    progress.done("initial copy done; changes stream");
+    drop(progress);
+    crate::output::emitln!(
+        "copy {} streams from shard group {}'s primary ({}) to {}; `herd copy list` shows its state and lag",
+        spec.name,
+        spec.group,
+        spec.database,
+        herd_copy::target::redacted(&spec.target)
+    );
+    Ok(())
+}
+
+/// Sets `wal_level = logical` in herd.toml and has the running supervisor restart the group's
+/// servers: replicas first, then a switchover, then the former primary.
+async fn enable_logical(
+    layout: &Layout,
+    group: u32,
+    progress: &TermProgress,
+) -> anyhow::Result<()> {
+    if herd_cluster::read_supervisor(layout).is_none() {
+        bail!(
+            "copies need wal_level = logical, which takes a restart; start the cluster with `herd up` \
+             so Herd can restart its servers safely (replicas first, then a switchover)"
+        );
+    }
+    let mut config = herd_config::Config::load(&layout.config())?;
+    config.postgres.wal_level = "logical".into();
+    std::fs::write(layout.config(), herd_config::render(&config))
+        .with_context(|| format!("writing {}", layout.config().display()))?;
+    progress.phase(&format!(
+        "wal_level = logical: restarting shard group {group}'s servers (replicas first, then a switchover)"
+    ));
+    let done = crate::admin::request_text(layout, format!("/restart?group={group}")).await?;
+    progress.done(&format!("wal_level = logical: {done}"));
+    Ok(())
+}
+
+async fn list(layout: &Layout, json: bool) -> anyhow::Result<()> {
+    let statuses = read_statuses(layout).await?;
+    if json {
+        crate::output::emitln!("{}", serde_json::to_string_pretty(&statuses)?);
+        return Ok(());
+    }
+    if statuses.is_empty() {
+        crate::output::emitln!("no copies (`herd copy create` makes one)");
+    }
+    for s in &statuses {
+        crate::output::emit!("{}", crate::status::copy_lines(s));
+    }
+    Ok(())
+}
+
+/// Every copy's status, read now from its source group's primary and its target.
+pub async fn read_statuses(layout: &Layout) -> anyhow::Result<Vec<herd_core::CopyStatus>> {
+    let specs = Store::new(layout.copies()).list()?;
+    let mut out = Vec::new();
+    for spec in &specs {
+        let source = match source_group(layout, spec.group) {
+            Ok(g) => primary_client(&g, &spec.database)
+                .await
+                .map_err(|e| format!("{e:#}")),
+            Err(e) => Err(format!("{e:#}")),
+        };
+        let target = herd_copy::target::connect(&spec.target)
+            .await
+            .map_err(|e| e.to_string());
+        out.push(
+            herd_copy::status::read(
+                spec,
+                source.as_ref().map_err(Clone::clone),
+                target.as_ref().map_err(Clone::clone),
+                warn_bytes(layout),
+            )
+            .await,
+        );
+    }
+    Ok(out)
+}
+
+/// Retained WAL above which a copy's status warns: half of `max_slot_wal_keep_size`.
+pub fn warn_bytes(layout: &Layout) -> u64 {
+    let keep = herd_config::Config::load(&layout.config())
+        .map(|c| c.postgres.max_slot_wal_keep_size)
+        .unwrap_or_default();
+    herd_config::parse_size_bytes(&keep).map_or(1 << 30, |b| b / 2)
+}
+
+fn load(layout: &Layout, name: &str) -> anyhow::Result<CopySpec> {
+    Store::new(layout.copies())
+        .load(name)?
+        .with_context(|| format!("there is no copy named {name} (`herd copy list`)"))
+}
+
+async fn set_enabled(args: &NameArgs, enabled: bool) -> anyhow::Result<()> {
+    let layout = args.dir.layout()?;
+    let spec = load(&layout, &args.name)?;
+    let target = herd_copy::target::connect(&spec.target).await?;
+    herd_copy::manage::set_enabled(&spec, &target, enabled).await?;
+    crate::output::emitln!(
+        "copy {} {}",
+        spec.name,
+        if enabled {
+            "resumed: the target catches up"
+        } else {
+            "paused: the source keeps its WAL meanwhile (up to postgres.max_slot_wal_keep_size)"
+        }
+    );
+    Ok(())
+}
+
+async fn drop_copy(args: &NameArgs, force: bool) -> anyhow::Result<()> {
+    let layout = args.dir.layout()?;
+    let store = Store::new(layout.copies());
+    let spec = load(&layout, &args.name)?;
+    match herd_copy::target::connect(&spec.target).await {
+        Ok(target) => herd_copy::manage::drop_target_side(&spec, &target).await?,
+        Err(e) if force => crate::output::emitln!(
+            "the target cannot be reached ({e}); its subscription {} stays there: drop it by hand \
+             (ALTER SUBSCRIPTION … DISABLE; ALTER SUBSCRIPTION … SET (slot_name = NONE); DROP SUBSCRIPTION …)",
+            spec.object_name()
+        ),
+        Err(e) => bail!(
+            "{e}; nothing was dropped. `herd copy drop {} --force` drops the source side anyway",
+            spec.name
+        ),
+    }
+    let group = source_group(&layout, spec.group)?;
+    let source = primary_client(&group, &spec.database).await?;
+    herd_copy::manage::drop_source_side(&spec, &source).await?;
+    store.remove(&spec.name)?;
+    crate::output::emitln!(
+        "copy {} dropped (the target's tables and rows stay); its slot copies on the replicas go within seconds",
+        spec.name
+    );
+    Ok(())
+}
