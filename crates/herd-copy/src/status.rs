@@ -140,15 +140,6 @@ pub fn judge(
                 .into(),
         );
     }
-    let sub = match target {
-        Err(e) => return broken(format!("the target cannot be reached ({e}); the source keeps its WAL up to max_slot_wal_keep_size")),
-        Ok(None) => {
-            return broken(format!(
-                "the target has no subscription {slot_name}; drop the copy and create it again"
-            ))
-        }
-        Ok(Some(s)) => s,
-    };
     let retained = slot.retained.unwrap_or(0);
     let warning = (retained > warn_retained_bytes || slot.wal_status == "unreserved").then(|| {
         format!(
@@ -157,6 +148,20 @@ pub fn judge(
             warn_retained_bytes >> 20
         )
     });
+    let sub = match target {
+        Err(e) => {
+            let also = warning.map(|w| format!("; {w}")).unwrap_or_default();
+            return broken(format!(
+                "the target cannot be reached ({e}); the source keeps WAL for it up to max_slot_wal_keep_size{also}"
+            ));
+        }
+        Ok(None) => {
+            return broken(format!(
+                "the target has no subscription {slot_name}; drop the copy and create it again"
+            ))
+        }
+        Ok(Some(s)) => s,
+    };
     if !sub.enabled {
         return (CopyState::Paused, warning);
     }

@@ -1,0 +1,519 @@
+//! Logical copies (`herd copy`) between two real Herd clusters: a filtered subset of rows and
+//! columns copied and streamed under write load, through a switchover and a kill -9 of the
+//! source's primary (no row lost, none applied twice, no re-copy), paused and resumed, the
+//! target down for a while, status in `herd copy list`, `/status` and `/metrics`, and a copy
+//! whose target is gone bounded by `max_slot_wal_keep_size` and reported broken.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{api_get, api_get_text, cluster, connect, eventually, groups::wait_healthy};
+use herd_testkit::{describe, TestCluster};
+use tokio_postgres::Client;
+
+/// The filtered subset's fingerprint: rows, and a digest of every copied column in key order.
+const SOURCE_SUBSET: &str = "select count(*), coalesce(md5(string_agg(id || ':' || region || ':' || total, ',' order by id)), '') \
+                             from orders where id % 10 = 0";
+const TARGET_ALL: &str = "select count(*), coalesce(md5(string_agg(id || ':' || region || ':' || total, ',' order by id)), '') \
+                          from orders";
+
+async fn fingerprint(client: &Client, sql: &str) -> (i64, String) {
+    let row = client.query_one(sql, &[]).await.expect("fingerprint");
+    (row.get(0), row.get(1))
+}
+
+/// `herd copy list --json`, the copy named `name`.
+fn copy_status(c: &TestCluster, name: &str) -> serde_json::Value {
+    let text = c.herd_ok(&["copy", "list", "--json"]);
+    let all: serde_json::Value = serde_json::from_str(&text).expect("copy list JSON");
+    all.as_array()
+        .and_then(|a| a.iter().find(|x| x["name"] == name).cloned())
+        .unwrap_or_else(|| panic!("copy {name} not listed: {text}"))
+}
+
+/// Direct superuser URL of `node`'s server (its port from `herd status`).
+fn node_url(c: &TestCluster, node: &str) -> String {
+    c.url(&["--replica", node])
+}
+
+/// Whether every replica of `c` holds a copy of slot `slot`.
+async fn replicas_hold(c: &TestCluster, slot: &str) -> bool {
+    let status = c.status();
+    for n in status["nodes"].as_array().expect("nodes") {
+        if n["role"] != "replica" {
+            continue;
+        }
+        let Some(client) =
+            common::try_connect(&node_url(c, n["name"].as_str().expect("name"))).await
+        else {
+            return false;
+        };
+        let held = client
+            .query_opt(
+                "select 1 from pg_replication_slots where slot_name = $1",
+                &[&slot],
+            )
+            .await
+            .ok()
+            .flatten()
+            .is_some();
+        if !held {
+            return false;
+        }
+    }
+    true
+}
+
+/// Writers upserting random keys through the source's endpoint until told to stop; counts
+/// acknowledged writes (errors around failovers are expected and retried with a new
+/// connection).
+fn start_writers(
+    endpoint: &str,
+    stop: &Arc<AtomicBool>,
+    acked: &Arc<AtomicU64>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    (0..3)
+        .map(|w| {
+            let (endpoint, stop, acked) = (endpoint.to_string(), stop.clone(), acked.clone());
+            tokio::spawn(async move {
+                let mut n: i64 = w;
+                while !stop.load(Ordering::Relaxed) {
+                    let Some(client) = common::try_connect(&endpoint).await else {
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                        continue;
+                    };
+                    while !stop.load(Ordering::Relaxed) {
+                        n += 3;
+                        let id = (n * 7919) % 50_000;
+                        let sql = format!(
+                            "insert into orders values ({id}, 'eu', {id}, 'w') \
+                             on conflict (id) do update set total = orders.total + 1, region = 'us'"
+                        );
+                        let step = tokio::time::timeout(
+                            Duration::from_secs(10),
+                            client.batch_execute(&sql),
+                        )
+                        .await;
+                        match step {
+                            Ok(Ok(())) => {
+                                acked.fetch_add(1, Ordering::Relaxed);
+                            }
+                            _ => break,
+                        }
+                    }
+                }
+            })
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copy_streams_through_switchover_and_primary_crash() {
+    let source = cluster();
+    let target = cluster();
+    source.up(&[]);
+    target.up(&["--replicas", "0"]);
+    let src = connect(&source.url(&[])).await;
+    src.batch_execute(
+        "create table orders (id bigint primary key, region text not null, total numeric(12,2), note text); \
+         insert into orders select g, case when g % 3 = 0 then 'eu' else 'us' end, g * 1.5, 'seed' from generate_series(1, 5000) g; \
+         create table items (id int primary key, name text); \
+         insert into items select g, 'item ' || g from generate_series(1, 300) g; \
+         create table mismatch (id int primary key, total numeric(10,2))",
+    )
+    .await
+    .expect("source tables");
+    let tgt_url = target.url(&[]);
+    let tgt = connect(&tgt_url).await;
+    tgt.batch_execute("create table mismatch (id int primary key, total integer)")
+        .await
+        .expect("target's own table");
+
+    // A row filter on a column outside the primary key would make PostgreSQL refuse the
+    // source's own updates: refused, and nothing is left behind. (This first create also
+    // turns wal_level to logical through a rolling restart.)
+    let out = source.herd(&[
+        "copy",
+        "create",
+        "bad",
+        "--to",
+        &tgt_url,
+        "--table",
+        "orders",
+        "--where",
+        "orders=region = 'eu'",
+    ]);
+    let text = describe(&out);
+    assert!(!out.status.success(), "{text}");
+    assert!(text.contains("wal_level = logical"), "{text}");
+    assert!(text.contains("primary key"), "{text}");
+    let src = connect(&source.url(&[])).await;
+    let leftovers: i64 = src
+        .query_one(
+            "select (select count(*) from pg_publication) + (select count(*) from pg_roles where rolname like 'herd_copy%') \
+             + (select count(*) from pg_replication_slots where slot_type = 'logical')",
+            &[],
+        )
+        .await
+        .expect("leftovers")
+        .get(0);
+    assert_eq!(leftovers, 0, "a refused copy leaves nothing on the source");
+    let on_target: Option<String> = tgt
+        .query_one("select to_regclass('public.orders')::text", &[])
+        .await
+        .expect("regclass")
+        .get(0);
+    assert_eq!(
+        on_target, None,
+        "a refused copy creates no table on the target"
+    );
+    // A target table whose column types differ: named in the error.
+    let out = source.herd(&[
+        "copy", "create", "bad", "--to", &tgt_url, "--table", "mismatch",
+    ]);
+    let text = describe(&out);
+    assert!(!out.status.success(), "{text}");
+    assert!(
+        text.contains("column total is numeric(10,2) at the source but integer on the target"),
+        "{text}"
+    );
+
+    // The copy: every tenth order, three of its four columns; items whole.
+    let out = source.herd_ok(&[
+        "copy",
+        "create",
+        "eu",
+        "--to",
+        &tgt_url,
+        "--table",
+        "orders",
+        "--table",
+        "items",
+        "--where",
+        "orders=id % 10 = 0",
+        "--columns",
+        "orders=id,region,total",
+    ]);
+    assert!(out.contains("copy eu streams"), "{out}");
+    assert_eq!(
+        fingerprint(&tgt, TARGET_ALL).await,
+        fingerprint(&src, SOURCE_SUBSET).await,
+        "the initial copy holds exactly the filtered rows"
+    );
+    let note: Option<String> = tgt
+        .query_one("select to_regclass('public.orders')::text || (select count(*) from information_schema.columns where table_name = 'orders' and column_name = 'note')::text", &[])
+        .await
+        .expect("columns")
+        .get(0);
+    assert_eq!(
+        note.as_deref(),
+        Some("orders0"),
+        "the note column does not travel"
+    );
+    // Each table's copy finished at one position; a re-copy would move it.
+    let synced_at = |client: Client| async move {
+        let rows = client
+            .query("select srrelid::regclass::text, srsubstate::text, srsublsn::text from pg_subscription_rel order by 1", &[])
+            .await
+            .expect("pg_subscription_rel");
+        rows.iter()
+            .map(|r| {
+                format!(
+                    "{} {} {:?}",
+                    r.get::<_, String>(0),
+                    r.get::<_, String>(1),
+                    r.get::<_, Option<String>>(2)
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    let before = synced_at(connect(&tgt_url).await).await;
+
+    // Every replica holds the slot before anything fails.
+    eventually(
+        Duration::from_secs(60),
+        "slot copies on every replica",
+        || replicas_hold(&source, "herd_copy_eu"),
+    )
+    .await;
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let acked = Arc::new(AtomicU64::new(0));
+    let writers = start_writers(&source.url(&[]), &stop, &acked);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let first = wait_healthy(&source, 0, None);
+    source.herd_ok(&["switchover"]);
+    let second = wait_healthy(&source, 0, Some(&first));
+    eventually(
+        Duration::from_secs(60),
+        "slot copies again after the switchover",
+        || replicas_hold(&source, "herd_copy_eu"),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    // kill -9 of the primary in the middle of the writes.
+    let status = source.status();
+    let pid = status["nodes"]
+        .as_array()
+        .and_then(|n| n.iter().find(|n| n["role"] == "primary"))
+        .and_then(|n| n["pid"].as_i64())
+        .expect("primary pid");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("kill -9 the primary");
+    wait_healthy(&source, 0, Some(&second));
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    stop.store(true, Ordering::Relaxed);
+    for w in writers {
+        let _ = tokio::time::timeout(Duration::from_secs(20), w).await;
+    }
+    assert!(
+        acked.load(Ordering::Relaxed) > 100,
+        "the writers made progress"
+    );
+
+    // Content equal: no row lost, none applied twice (totals count every increment once).
+    let src = connect(&source.url(&[])).await;
+    let want = fingerprint(&src, SOURCE_SUBSET).await;
+    let tgt = connect(&tgt_url).await;
+    eventually(
+        Duration::from_secs(90),
+        "the target equal to the filtered source",
+        || {
+            let (tgt, want) = (&tgt, want.clone());
+            async move { fingerprint(tgt, TARGET_ALL).await == want }
+        },
+    )
+    .await;
+    assert_eq!(
+        synced_at(connect(&tgt_url).await).await,
+        before,
+        "no table was copied again"
+    );
+    let s = copy_status(&source, "eu");
+    assert_eq!(s["state"], "streaming", "{s}");
+
+    // Status everywhere.
+    let (code, doc) = api_get(source.api_port(), "/status");
+    assert_eq!(code, 200);
+    eventually(Duration::from_secs(10), "the copy in /status", || async {
+        api_get(source.api_port(), "/status").1["copies"][0]["state"] == "streaming"
+    })
+    .await;
+    let _ = doc;
+    let metrics = api_get_text(source.api_port(), "/metrics");
+    assert!(
+        metrics.contains("herd_copy_state{copy=\"eu\",group=\"0\",state=\"streaming\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("herd_copy_table_rows{copy=\"eu\",group=\"0\",table=\"public.orders\"}"),
+        "{metrics}"
+    );
+    let text = source.herd_ok(&["status"]);
+    assert!(
+        text.contains("logical copies:") && text.contains("copy eu"),
+        "{text}"
+    );
+
+    // Paused: changes wait on the source; resumed: they arrive.
+    source.herd_ok(&["copy", "pause", "eu"]);
+    assert_eq!(copy_status(&source, "eu")["state"], "paused");
+    src.batch_execute("insert into orders values (900000, 'eu', 1, 'p')")
+        .await
+        .expect("write while paused");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let seen = |id: i64| {
+        let tgt_url = tgt_url.clone();
+        async move {
+            connect(&tgt_url)
+                .await
+                .query_opt("select 1 from orders where id = $1", &[&id])
+                .await
+                .expect("lookup")
+                .is_some()
+        }
+    };
+    assert!(!seen(900000).await, "a paused copy does not apply changes");
+    source.herd_ok(&["copy", "resume", "eu"]);
+    eventually(
+        Duration::from_secs(30),
+        "the paused write after resume",
+        || seen(900000),
+    )
+    .await;
+
+    // The target down for a while: reported, then it catches up.
+    target.herd_ok(&["down"]);
+    src.batch_execute(
+        "insert into orders select g, 'eu', g, 'd' from generate_series(900010, 901000, 10) g",
+    )
+    .await
+    .expect("writes while the target is down");
+    let s = copy_status(&source, "eu");
+    assert_eq!(s["state"], "broken", "{s}");
+    assert!(
+        s["reason"]
+            .as_str()
+            .unwrap_or("")
+            .contains("cannot be reached"),
+        "{s}"
+    );
+    target.up(&[]);
+    let want = fingerprint(&src, SOURCE_SUBSET).await;
+    eventually(
+        Duration::from_secs(60),
+        "the target caught up after its downtime",
+        || {
+            let (tgt_url, want) = (tgt_url.clone(), want.clone());
+            async move { fingerprint(&connect(&tgt_url).await, TARGET_ALL).await == want }
+        },
+    )
+    .await;
+
+    // Dropped: nothing left on the source (primary and replicas) nor the target's
+    // subscription; the target's rows stay.
+    source.herd_ok(&["copy", "drop", "eu"]);
+    let src = connect(&source.url(&[])).await;
+    let left: i64 = src
+        .query_one(
+            "select (select count(*) from pg_publication) + (select count(*) from pg_roles where rolname like 'herd_copy%') \
+             + (select count(*) from pg_replication_slots where slot_type = 'logical')",
+            &[],
+        )
+        .await
+        .expect("leftovers")
+        .get(0);
+    assert_eq!(left, 0);
+    eventually(
+        Duration::from_secs(30),
+        "slot copies gone from the replicas",
+        || async {
+            let status = source.status();
+            for n in status["nodes"].as_array().expect("nodes") {
+                if n["role"] != "replica" {
+                    continue;
+                }
+                let url = node_url(&source, n["name"].as_str().expect("name"));
+                let c = connect(&url).await;
+                let n: i64 = c
+                    .query_one(
+                        "select count(*) from pg_replication_slots where slot_type = 'logical'",
+                        &[],
+                    )
+                    .await
+                    .expect("slots")
+                    .get(0);
+                if n > 0 {
+                    return false;
+                }
+            }
+            true
+        },
+    )
+    .await;
+    let tgt = connect(&tgt_url).await;
+    let subs: i64 = tgt
+        .query_one("select count(*) from pg_subscription", &[])
+        .await
+        .expect("subs")
+        .get(0);
+    assert_eq!(subs, 0);
+    assert!(
+        fingerprint(&tgt, TARGET_ALL).await.0 > 0,
+        "the target keeps its rows"
+    );
+    assert!(source.herd_ok(&["copy", "list"]).contains("no copies"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn abandoned_copy_is_bounded_and_reported() {
+    let source = cluster();
+    let target = cluster();
+    std::fs::create_dir_all(source.data_dir()).expect("data dir");
+    // Small limits, so the test writes tens of megabytes, not gigabytes; wal_keep_size 0 so
+    // only the slot holds WAL.
+    std::fs::write(
+        source.data_dir().join("herd.toml"),
+        "[postgres]\nwal_level = \"logical\"\nwal_keep_size = \"0\"\nmax_slot_wal_keep_size = \"32MB\"\n",
+    )
+    .expect("herd.toml");
+    source.up(&["--replicas", "1"]);
+    target.up(&["--replicas", "0"]);
+    let src = connect(&source.url(&[])).await;
+    src.batch_execute("create table big (id bigint primary key, pad text)")
+        .await
+        .expect("table");
+    source.herd_ok(&[
+        "copy",
+        "create",
+        "gone",
+        "--to",
+        &target.url(&[]),
+        "--table",
+        "big",
+    ]);
+    target.herd_ok(&["down"]);
+    // About 60 MB of WAL the absent target never confirms.
+    for chunk in 0..6 {
+        src.batch_execute(&format!(
+            "insert into big select g, repeat('x', 900) from generate_series({} + 1, {} + 10000) g",
+            chunk * 10_000,
+            chunk * 10_000
+        ))
+        .await
+        .expect("writes");
+        if chunk == 2 {
+            // Above half of the limit: a warning while the slot still holds.
+            let s = copy_status(&source, "gone");
+            let reason = s["reason"].as_str().unwrap_or("").to_string();
+            assert!(
+                reason.contains("retains") || reason.contains("invalidated"),
+                "{s}"
+            );
+        }
+    }
+    eventually(
+        Duration::from_secs(60),
+        "the slot invalidated by PostgreSQL",
+        || async {
+            let _ = src.batch_execute("checkpoint").await;
+            let s = copy_status(&source, "gone");
+            s["state"] == "broken" && s["reason"].as_str().unwrap_or("").contains("invalidated")
+        },
+    )
+    .await;
+    let lost: String = src
+        .query_one(
+            "select wal_status from pg_replication_slots where slot_name = 'herd_copy_gone'",
+            &[],
+        )
+        .await
+        .expect("slot")
+        .get(0);
+    assert_eq!(
+        lost, "lost",
+        "the WAL kept for the copy stopped at max_slot_wal_keep_size"
+    );
+    let out = source.herd(&["copy", "drop", "gone"]);
+    assert!(
+        !out.status.success(),
+        "dropping with the target down asks for --force: {}",
+        describe(&out)
+    );
+    source.herd_ok(&["copy", "drop", "gone", "--force"]);
+    let left: i64 = src
+        .query_one(
+            "select count(*) from pg_replication_slots where slot_type = 'logical'",
+            &[],
+        )
+        .await
+        .expect("slots")
+        .get(0);
+    assert_eq!(left, 0);
+}
