@@ -39,11 +39,14 @@ pub fn assignment(store: &Store, previous: Option<&Assignment>) -> Option<Assign
             primary: endpoint(l),
             replicas,
             primary_down: l.role != "primary",
+            // The agents' store does not carry the quorum: one replica, the default ANY 1.
+            durable_replicas: 1,
         }),
         None => previous.map(|p| Assignment {
             primary: p.primary.clone(),
             replicas,
             primary_down: true,
+            durable_replicas: p.durable_replicas,
         }),
     }
 }

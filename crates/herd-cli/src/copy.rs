@@ -191,14 +191,10 @@ async fn create(args: CreateArgs) -> anyhow::Result<()> {
         group = source_group(&layout, spec.group)?;
     }
     let source = primary_client(&group, &spec.database).await?;
-    let nodes: Vec<(String, u16)> = group
-        .state
-        .nodes
-        .iter()
-        .map(|n| (group.host().to_string(), group.port(n)))
-        .collect();
+    let host = group.host().to_string();
+    let endpoint = (host.as_str(), group.config.network.port);
     let phase = |text: &str| progress.phase(text);
-    let created = herd_copy::manage::create(&spec, &source, &nodes, &store, &phase).await?;
+    let created = herd_copy::manage::create(&spec, &source, endpoint, &store, &phase).await?;
     progress.done(&format!(
         "copy {} created: {} table(s){}",
         spec.name,

@@ -517,3 +517,106 @@ async fn abandoned_copy_is_bounded_and_reported() {
         .get(0);
     assert_eq!(left, 0);
 }
+
+/// The replica's startup process (the one replaying WAL), found under its postmaster.
+fn startup_process(postmaster: i32) -> i32 {
+    common::children(postmaster)
+        .into_iter()
+        .find(|p| {
+            std::fs::read_to_string(format!("/proc/{p}/cmdline"))
+                .is_ok_and(|c| c.contains("startup"))
+        })
+        .expect("the replica's startup process")
+}
+
+/// What a failover could lose never reaches the target: with replay stopped on the only
+/// replica, a commit (async, so the primary acknowledges it at once) waits at the endpoint's
+/// replication relay, and arrives once the replica has replayed it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copies_wait_until_the_replicas_hold_the_commit() {
+    use nix::sys::signal::{kill, Signal};
+    use nix::unistd::Pid;
+    let source = cluster();
+    let target = cluster();
+    source.up(&["--replicas", "1", "--commit-mode", "async"]);
+    target.up(&["--replicas", "0"]);
+    let src = connect(&source.url(&[])).await;
+    src.batch_execute("create table t (id int primary key)")
+        .await
+        .expect("table");
+    let tgt_url = target.url(&[]);
+    source.herd_ok(&["copy", "create", "held", "--to", &tgt_url, "--table", "t"]);
+    let tgt = connect(&tgt_url).await;
+    let has = |id: i32| {
+        let tgt = &tgt;
+        async move {
+            tgt.query_opt("select 1 from t where id = $1", &[&id])
+                .await
+                .expect("lookup")
+                .is_some()
+        }
+    };
+    src.batch_execute("insert into t values (1)")
+        .await
+        .expect("insert");
+    eventually(
+        Duration::from_secs(30),
+        "a first row through the relay",
+        || has(1),
+    )
+    .await;
+
+    let status = source.status();
+    let replica = status["nodes"]
+        .as_array()
+        .and_then(|n| n.iter().find(|n| n["role"] == "replica"))
+        .and_then(|n| n["pid"].as_i64())
+        .expect("replica pid") as i32;
+    let startup = Pid::from_raw(startup_process(replica));
+    kill(startup, Signal::SIGSTOP).expect("stop replay");
+    let primary = connect(&source.url(&["--primary"])).await;
+    primary
+        .batch_execute("insert into t values (2)")
+        .await
+        .expect("async insert");
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let arrived_early = has(2).await;
+    kill(startup, Signal::SIGCONT).expect("resume replay");
+    assert!(
+        !arrived_early,
+        "a commit no replica held reached the target"
+    );
+    eventually(
+        Duration::from_secs(30),
+        "the row once the replica replayed it",
+        || has(2),
+    )
+    .await;
+    source.herd_ok(&["copy", "drop", "held"]);
+
+    // Through the endpoint, a logical replication connection reaches the primary (psql's
+    // IDENTIFY_SYSTEM answers with the timeline); a physical one is refused, named.
+    let endpoint = source.url(&[]);
+    let psql = |replication: &str| {
+        std::process::Command::new("psql")
+            .arg(format!("{endpoint}?replication={replication}"))
+            .args(["-Atc", "IDENTIFY_SYSTEM"])
+            .output()
+            .expect("psql")
+    };
+    let logical = psql("database");
+    assert!(logical.status.success(), "{}", describe(&logical));
+    assert!(
+        String::from_utf8_lossy(&logical.stdout).contains("|"),
+        "{}",
+        describe(&logical)
+    );
+    let physical = psql("true");
+    assert!(!physical.status.success());
+    assert!(
+        String::from_utf8_lossy(&physical.stderr)
+            .contains("physical replication connections are not served"),
+        "{}",
+        describe(&physical)
+    );
+}

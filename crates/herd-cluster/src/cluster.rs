@@ -103,6 +103,10 @@ impl Cluster {
             primary: endpoint(&self.state.primary),
             replicas: self.state.replicas().iter().map(endpoint).collect(),
             primary_down: false,
+            durable_replicas: match self.config.cluster.commit_mode {
+                herd_core::CommitMode::Async => 0,
+                _ => self.config.cluster.sync_standbys.count,
+            },
         }
     }
 

@@ -22,13 +22,14 @@ pub struct Created {
     pub created_on_target: Vec<String>,
 }
 
-/// Creates the copy `spec` from the source group's primary (`source`, superuser; the group's
-/// nodes as `(host, port)` in `nodes`) to its target, and saves its definition in `store`.
+/// Creates the copy `spec` from the source group's primary (`source`, superuser) to its
+/// target, which reaches the source through the cluster's `endpoint` (host, port); saves its
+/// definition in `store`.
 /// `wal_level` must already be `logical` on the source.
 pub async fn create(
     spec: &CopySpec,
     source: &Client,
-    nodes: &[(String, u16)],
+    endpoint: (&str, u16),
     store: &Store,
     progress: &dyn Fn(&str),
 ) -> Result<Created, CopyError> {
@@ -69,7 +70,7 @@ pub async fn create(
     };
     progress("creating the subscription on the target (it makes the slot on the source)");
     let name = spec.object_name();
-    let conninfo = source_conninfo(nodes, &spec.database, &name, &password);
+    let conninfo = source_conninfo(endpoint, spec.group, &spec.database, &name, &password);
     if let Err(e) = target
         .batch_execute(&spec.create_subscription(&conninfo))
         .await

@@ -134,26 +134,28 @@ impl TableSpec {
     }
 }
 
-/// The libpq connection string the target's subscription uses to reach the source: every node
-/// of the group, `target_session_attrs=read-write` so it always lands on the primary — also
-/// after a failover or switchover, without anyone changing it.
+/// The libpq connection string the target's subscription uses to reach the source: Herd's
+/// endpoint (`endpoint` as host and port), which relays the replication connection to the
+/// group's current primary — also after a failover or switchover, without anyone changing it —
+/// and holds back what a failover could still lose (see the proxy's replication relay).
 pub fn source_conninfo(
-    nodes: &[(String, u16)],
+    endpoint: (&str, u16),
+    group: u32,
     database: &str,
     user: &str,
     password: &str,
 ) -> String {
-    let hosts: Vec<&str> = nodes.iter().map(|(h, _)| h.as_str()).collect();
-    let ports: Vec<String> = nodes.iter().map(|(_, p)| p.to_string()).collect();
-    let pairs = [
-        ("host", hosts.join(",")),
-        ("port", ports.join(",")),
+    let mut pairs = vec![
+        ("host", endpoint.0.to_string()),
+        ("port", endpoint.1.to_string()),
         ("dbname", database.to_string()),
         ("user", user.to_string()),
         ("password", password.to_string()),
-        ("target_session_attrs", "read-write".to_string()),
         ("connect_timeout", "5".to_string()),
     ];
+    if group > 0 {
+        pairs.push(("options", format!("-c herd.group={group}")));
+    }
     pairs
         .iter()
         .map(|(k, v)| format!("{k}={}", conninfo_value(v)))
@@ -267,18 +269,15 @@ mod tests {
     }
 
     #[test]
-    fn conninfo_names_every_node_and_asks_for_the_writable_one() {
-        let c = source_conninfo(
-            &[("127.0.0.1".into(), 7001), ("127.0.0.1".into(), 7002)],
-            "shop",
-            "herd_copy_x",
-            "pw",
-        );
+    fn conninfo_goes_through_the_endpoint_and_names_the_group() {
+        let c = source_conninfo(("127.0.0.1", 7000), 0, "shop", "herd_copy_x", "p'w");
         assert_eq!(
             c,
-            "host='127.0.0.1,127.0.0.1' port='7001,7002' dbname='shop' user='herd_copy_x' \
-             password='pw' target_session_attrs='read-write' connect_timeout='5'"
+            "host='127.0.0.1' port='7000' dbname='shop' user='herd_copy_x' \
+             password='p\\'w' connect_timeout='5'"
         );
+        let c = source_conninfo(("127.0.0.1", 7000), 2, "shop", "u", "pw");
+        assert!(c.ends_with(" options='-c herd.group=2'"), "{c}");
     }
 
     #[test]

@@ -38,4 +38,8 @@ pub struct Assignment {
     /// The supervisor saw the primary's postmaster gone: send it nothing, even if backends it
     /// left behind still answer, until a replica is promoted or it is back.
     pub primary_down: bool,
+    /// How many replicas hold every acknowledged commit: the quorum's k in the synchronous
+    /// commit modes, 0 in async. A failover promotes a replica holding whatever that many
+    /// replicas hold, so WAL replayed on that many is safe to hand to logical copies.
+    pub durable_replicas: u32,
 }

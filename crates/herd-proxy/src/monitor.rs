@@ -157,6 +157,7 @@ pub async fn run(
             primary,
             primary_lsn,
             replicas,
+            durable_replicas: assign.durable_replicas,
         }));
     }
 }

@@ -146,6 +146,25 @@ impl ServerConn {
         verifier: &Verifier,
         timeout: Duration,
     ) -> Result<ServerConn, ProxyError> {
+        Self::connect_with(
+            ep,
+            &[("user", user), ("database", database)],
+            key,
+            verifier,
+            timeout,
+        )
+        .await
+    }
+
+    /// [`ServerConn::connect`] with the startup parameters given whole (`user` and
+    /// `database` among them; `replication` for a replication connection).
+    pub async fn connect_with(
+        ep: &Endpoint,
+        params: &[(&str, &str)],
+        key: &ClientKey,
+        verifier: &Verifier,
+        timeout: Duration,
+    ) -> Result<ServerConn, ProxyError> {
         let what = format!("connecting to {} ({}:{})", ep.name, ep.host, ep.port);
         let stream = tokio::time::timeout(timeout, ServerStream::connect(ep))
             .await
@@ -163,7 +182,7 @@ impl ServerConn {
             stale: Vec::new(),
             reported: Vec::new(),
         };
-        tokio::time::timeout(timeout, conn.login(user, database, key, verifier))
+        tokio::time::timeout(timeout, conn.login(params, key, verifier))
             .await
             .map_err(|_| ProxyError::Unavailable(format!("{what}: login timed out")))??;
         Ok(conn)
@@ -171,18 +190,15 @@ impl ServerConn {
 
     async fn login(
         &mut self,
-        user: &str,
-        database: &str,
+        // No application_name for pooled connections: RESET ALL (replaying a client's
+        // settings) must bring it back to PostgreSQL's default, which is what a client that
+        // set none sees.
+        params: &[(&str, &str)],
         key: &ClientKey,
         verifier: &Verifier,
     ) -> Result<(), ProxyError> {
         let mut out = Vec::new();
-        encode::startup_message(
-            &mut out,
-            // No application_name: RESET ALL (replaying a client's settings) must bring it
-            // back to PostgreSQL's default, which is what a client that set none sees.
-            &[("user", user), ("database", database)],
-        )?;
+        encode::startup_message(&mut out, params)?;
         self.send(&out).await?;
         let mut exchange = ClientExchange::with_verifier(key.clone(), verifier);
         loop {

@@ -33,6 +33,27 @@ pub struct TopologyView {
     pub primary_lsn: Lsn,
     /// Every replica.
     pub replicas: Vec<ReplicaView>,
+    /// Replicas that hold every acknowledged commit ([`Assignment::durable_replicas`]).
+    pub durable_replicas: u32,
+}
+
+impl TopologyView {
+    /// The WAL position a failover cannot lose: replayed on as many replicas as hold every
+    /// acknowledged commit (at least one), unanswering replicas counting as holding nothing.
+    /// `None` without replicas: no failover can happen, everything the primary has is safe.
+    pub fn durable_lsn(&self) -> Option<Lsn> {
+        if self.replicas.is_empty() {
+            return None;
+        }
+        let mut replayed: Vec<Lsn> = self
+            .replicas
+            .iter()
+            .map(|r| if r.healthy { r.replay_lsn } else { Lsn(0) })
+            .collect();
+        replayed.sort_unstable_by(|a, b| b.cmp(a));
+        let k = (self.durable_replicas.max(1) as usize).min(replayed.len());
+        Some(replayed[k - 1])
+    }
 }
 
 /// Recent primary positions, to bound a replica's staleness in time: a replica that replayed up
@@ -107,6 +128,59 @@ pub fn next_membership(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn durable_lsn_is_the_kth_replay_position() {
+        let replica = |n: usize, healthy: bool, at: u64| ReplicaView {
+            endpoint: Endpoint {
+                name: herd_core::NodeName::numbered(n),
+                host: "h".into(),
+                port: n as u16,
+                socket: None,
+            },
+            healthy,
+            replay_lsn: Lsn(at),
+            lag_bytes: 0,
+            staleness: None,
+            in_read_pool: healthy,
+        };
+        let view = |k: u32, replicas: Vec<ReplicaView>| TopologyView {
+            primary: None,
+            primary_lsn: Lsn(500),
+            replicas,
+            durable_replicas: k,
+        };
+        assert_eq!(
+            view(1, vec![]).durable_lsn(),
+            None,
+            "no replica: nothing to wait for"
+        );
+        let three = || {
+            vec![
+                replica(1, true, 300),
+                replica(2, true, 100),
+                replica(3, true, 200),
+            ]
+        };
+        assert_eq!(view(1, three()).durable_lsn(), Some(Lsn(300)));
+        assert_eq!(
+            view(0, three()).durable_lsn(),
+            Some(Lsn(300)),
+            "async: the most advanced"
+        );
+        assert_eq!(view(2, three()).durable_lsn(), Some(Lsn(200)));
+        assert_eq!(
+            view(5, three()).durable_lsn(),
+            Some(Lsn(100)),
+            "k beyond the replicas: all"
+        );
+        let down = vec![replica(1, false, 900), replica(2, true, 100)];
+        assert_eq!(
+            view(1, down).durable_lsn(),
+            Some(Lsn(100)),
+            "a silent replica holds nothing"
+        );
+    }
 
     #[test]
     fn staleness_from_history() {

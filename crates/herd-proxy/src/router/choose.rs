@@ -179,6 +179,7 @@ mod tests {
                 replica(3, false, true, 100, 0),
                 replica(4, true, false, 100, 0),
             ],
+            durable_replicas: 1,
         };
         use Consistency::*;
         let rep = |c: Vec<usize>, confirm: Option<u64>| Target::Replica {

@@ -16,6 +16,7 @@ mod explain;
 mod fan_out;
 mod in_transaction;
 mod relay;
+mod replication;
 mod rows;
 mod shard;
 mod spanning;
@@ -169,6 +170,14 @@ pub async fn serve_client(tcp: TcpStream, ctx: Arc<ProxyContext>) {
     if let Err(e) = startup::authenticate(&mut client, &mut cbuf, &ctx, &login).await {
         ctx.metrics.inc("herd_auth_failures_total", "");
         return fatal(&mut client, &e).await;
+    }
+    if login.replication {
+        if let Err(e) = replication::relay(&mut client, &mut cbuf, &login, &ctx).await {
+            tracing::debug!(user = %login.user, "replication connection ended: {e}");
+            fatal(&mut client, &e).await;
+        }
+        client.close_notify();
+        return;
     }
     let cancel = Arc::new(CancelSlot::default()); // registered in greet
     let mut state = SessionState::new(login.consistency.unwrap_or(ctx.config.consistency));

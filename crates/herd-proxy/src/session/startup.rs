@@ -29,6 +29,11 @@ pub struct Login {
     /// `default_transaction_read_only=on` was asked for: in session pooling the session may
     /// be served by a replica.
     pub read_only: bool,
+    /// `replication=database`: a logical replication connection (a copy's subscription),
+    /// relayed to the group's primary.
+    pub replication: bool,
+    /// `-c herd.group=N`: the shard group a replication connection is for (default 0).
+    pub group: Option<u32>,
 }
 
 /// Reads until `buf` holds at least one more byte; `Ok(false)` on a clean EOF.
@@ -131,17 +136,24 @@ pub async fn startup(
                     settings: Vec::new(),
                     consistency: None,
                     read_only: false,
+                    replication: false,
+                    group: None,
                 };
                 for (k, v) in &params {
                     match *k {
                         "user" => login.user = v.to_string(),
                         "database" => login.database = v.to_string(),
-                        "replication" => {
+                        "replication" if v.eq_ignore_ascii_case("database") => {
+                            login.replication = true;
+                        }
+                        "replication" if is_true_setting(&format!("= '{v}'")) => {
                             return Err(ProxyError::Server {
                                 code: "0A000".into(),
-                                message: "replication connections are not served by Herd's endpoint; connect to a node directly".into(),
+                                message: "physical replication connections are not served by Herd's endpoint; connect to a node directly".into(),
                             })
                         }
+                        // replication=off/false: an ordinary connection.
+                        "replication" => {}
                         "options" => parse_options(v, &mut login)?,
                         // Protocol extensions PostgreSQL 15 does not know are ignored, as it does.
                         name if name.starts_with("_pq_.") => {}
@@ -209,7 +221,14 @@ fn parse_options(options: &str, login: &mut Login) -> Result<(), ProxyError> {
             continue;
         };
         let name = name.replace('-', "_");
-        if name.eq_ignore_ascii_case("herd.consistency") {
+        if name.eq_ignore_ascii_case("herd.group") {
+            login.group = Some(value.parse().map_err(|_| ProxyError::Server {
+                code: "22023".into(),
+                message: format!(
+                    "invalid value for parameter \"herd.group\": {value:?} (a shard group number)"
+                ),
+            })?);
+        } else if name.eq_ignore_ascii_case("herd.consistency") {
             login.consistency =
                 Some(
                     value
@@ -339,6 +358,8 @@ mod tests {
             settings: vec![],
             consistency: None,
             read_only: false,
+            replication: false,
+            group: None,
         };
         parse_options(
             "-c herd.consistency=eventual -c work_mem=8MB --search-path=a",
@@ -360,6 +381,9 @@ mod tests {
             ]
         );
         assert!(parse_options("-c herd.consistency=strong", &mut login).is_err());
+        parse_options("-c herd.group=2", &mut login).expect("group");
+        assert_eq!(login.group, Some(2));
+        assert!(parse_options("-c herd.group=x", &mut login).is_err());
     }
 
     #[test]
