@@ -1,6 +1,7 @@
 //! `herd bench bandwidth --quick`: a publisher with a hot standby and a subscriber cluster come
 //! up, every workload runs under every wal_compression setting, and results.json carries
-//! positive byte counts for both streams. No speed or size ratio is asserted.
+//! positive byte counts for both streams, and the copies made with `herd copy` send fewer bytes
+//! with a row filter or a column list than whole. No speed is asserted.
 
 #[test]
 fn quick_bandwidth_bench() {
@@ -36,7 +37,26 @@ fn quick_bandwidth_bench() {
             assert!(ratio > 0.0 && ratio.is_finite(), "{what}: ratio {ratio}");
         }
     }
+    // The copies made with `herd copy`: each sends bytes, a filter or a column list fewer than
+    // the whole table (one transaction each, so this is a count, not a timing).
+    let copies = r["copy_bandwidth"].as_array().expect("copy_bandwidth rows");
+    let bytes = |what: &str| {
+        let row = copies
+            .iter()
+            .find(|c| c["copy"] == what)
+            .unwrap_or_else(|| panic!("copy {what} missing in {text}"));
+        assert!(
+            row["physical_bytes"].as_u64().unwrap_or(0) > 0,
+            "{what}: physical"
+        );
+        row["copy_bytes"].as_u64().unwrap_or(0)
+    };
+    let whole = bytes("whole table");
+    assert!(whole > 0, "{text}");
+    assert!(bytes("10 % of rows") < whole / 2, "{text}");
+    assert!(bytes("2 of 5 columns") < whole, "{text}");
     let md = std::fs::read_to_string(out.path().join("report.md")).expect("report.md");
+    assert!(md.contains("Logical copies made with `herd copy`"), "{md}");
     assert!(md.contains("| bulk-insert | zstd |"), "{md}");
     assert!(md.contains("reference 004"), "{md}");
 }

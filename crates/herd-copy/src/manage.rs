@@ -280,6 +280,31 @@ pub async fn set_enabled(spec: &CopySpec, target: &Client, enabled: bool) -> Res
         .map_err(|e| CopyError::sql(format!("{verb} of the subscription on the target"), &e))
 }
 
+/// After this long with no table's copy begun, the target's worker limit is checked.
+const WORKERS_CHECK_AFTER: Duration = Duration::from_secs(15);
+
+/// Fails, saying what to change, when every logical replication worker of the target is busy:
+/// the initial copy needs one more and would wait for one indefinitely.
+async fn check_workers(target: &Client) -> Result<(), CopyError> {
+    let row = target
+        .query_one(
+            "select (select count(*) from pg_stat_subscription where pid is not null)::int, \
+                    current_setting('max_logical_replication_workers')::int",
+            &[],
+        )
+        .await
+        .map_err(|e| CopyError::sql("reading the target's logical replication workers", &e))?;
+    let (running, max): (i32, i32) = (row.get(0), row.get(1));
+    if running >= max {
+        return Err(CopyError::Invalid(format!(
+            "the initial copy cannot start: all {max} logical replication workers of the target are busy \
+             ({running} running; max_logical_replication_workers = {max}). Raise max_logical_replication_workers \
+             (and max_worker_processes) on the target and restart it; the copy starts as soon as a worker is free"
+        )));
+    }
+    Ok(())
+}
+
 /// Waits until every table of the copy is copied and streaming, reporting progress; bounded by
 /// `limit` (the copy goes on in the background after it).
 pub async fn wait_copied(
@@ -289,7 +314,8 @@ pub async fn wait_copied(
     progress: &dyn Fn(&str),
 ) -> Result<(), CopyError> {
     let name = spec.object_name();
-    let deadline = Instant::now() + limit;
+    let started = Instant::now();
+    let deadline = started + limit;
     loop {
         let sub = read_target(target, &name)
             .await
@@ -316,6 +342,10 @@ pub async fn wait_copied(
         progress(&line.join(", "));
         if done {
             return Ok(());
+        }
+        let waiting = sub.tables.iter().all(|(_, s, _)| s == "i");
+        if waiting && started.elapsed() > WORKERS_CHECK_AFTER {
+            check_workers(target).await?;
         }
         if Instant::now() > deadline {
             return Err(CopyError::Timeout(format!(

@@ -101,6 +101,10 @@ pub fn render_server_conf(s: &ServerSettings) -> String {
     set("max_wal_senders", "16");
     set("max_replication_slots", "16");
     set("max_slot_wal_keep_size", &s.max_slot_wal_keep_size);
+    // A cluster that receives logical copies runs one apply worker per copy plus one worker
+    // per table being copied initially; PostgreSQL's default of 4 (out of the 8 background
+    // workers) stalls the fourth copy's initial copy. Standbys need not match it.
+    set("max_logical_replication_workers", "6");
     // A former primary rewound onto a member promoted moments ago replays from its last
     // checkpoint before the fork; the new primary's slot for it is newer than that, so only
     // kept WAL lets it stream (else it is cloned afresh).

@@ -63,6 +63,10 @@ pub struct Results {
     /// and absent from the JSON, in other scenarios).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub bandwidth: Vec<BandwidthRow>,
+    /// `herd bench bandwidth` only: the bytes of logical copies made with `herd copy` (whole
+    /// table, a row filter, a column list) beside the physical stream's.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub copy_bandwidth: Vec<crate::scenarios::bandwidth_copies::CopyBandwidthRow>,
     /// `herd bench read-scaling` only: how the nodes were confined and which served the reads
     /// (absent from the JSON in other scenarios).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -258,7 +262,8 @@ pub fn markdown(r: &Results) -> String {
         return document(r, &format!("Command: `{command}`."), &failover_body(r));
     }
     if !r.bandwidth.is_empty() {
-        let table = crate::scenarios::bandwidth_report::table(r);
+        let mut table = crate::scenarios::bandwidth_report::table(r);
+        table.push_str(&crate::scenarios::bandwidth_report::copies_table(r));
         return document(r, &format!("Workloads: `{command}`."), &table);
     }
     if !r.lag.is_empty() {

@@ -107,9 +107,14 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
             bar.inc(1);
         }
     }
+    publisher.config_set("wal-compression", "off", "wal_compression", "off")?;
+    let progress = |text: &str| bar.set_message(text.to_string());
+    let copies = super::bandwidth_copies::run(&publisher, &subscriber, rows, &progress)?;
     drop(subscriber);
     drop(publisher);
-    Ok(results(opts, table, &work, pg_scale))
+    let mut r = results(opts, table, &work, pg_scale);
+    r.copy_bandwidth = copies;
+    Ok(r)
 }
 
 /// Creates the same tables on both clusters, the publication and the subscription, and waits
@@ -407,7 +412,7 @@ fn parse_lsn(text: &str) -> Option<u64> {
 
 /// `bytes_sent` of the established TCP socket from 127.0.0.1:`local` to `peer` (the
 /// walsender's side of its connection), as `ss -ti` reports it.
-fn socket_bytes_sent(local: u16, peer: u16) -> Result<u64, BenchError> {
+pub(super) fn socket_bytes_sent(local: u16, peer: u16) -> Result<u64, BenchError> {
     let mut cmd = Command::new("ss");
     cmd.args(["-t", "-i", "-n", "-H", "state", "established", "("])
         .args(["sport", "=", &format!(":{local}"), "and"])

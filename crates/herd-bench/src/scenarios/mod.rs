@@ -1,6 +1,7 @@
 //! The scenarios of the registry in the crate root.
 
 pub mod bandwidth;
+pub mod bandwidth_copies;
 pub mod bandwidth_report;
 pub mod commit_modes;
 pub mod commit_waits;
