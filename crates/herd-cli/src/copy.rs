@@ -174,6 +174,25 @@ async fn primary_client(group: &Cluster, database: &str) -> anyhow::Result<tokio
     })
 }
 
+/// Where the copy's role is made: the primary when the cluster has one group, else the
+/// endpoint (it makes roles on every group and checks passwords against group 0's).
+async fn roles_client(
+    layout: &Layout,
+    group: &Cluster,
+    database: &str,
+) -> anyhow::Result<Option<tokio_postgres::Client>> {
+    if herd_cluster::existing_groups(layout) <= 1 {
+        return Ok(None);
+    }
+    let mut spec = group.conn_spec(&group.state.primary);
+    spec.port = group.config.network.port;
+    spec.dbname = database.to_string();
+    let client = herd_pg::connect(&spec)
+        .await
+        .context("connecting to the cluster's endpoint (is the cluster up? `herd up`)")?;
+    Ok(Some(client))
+}
+
 async fn create(args: CreateArgs) -> anyhow::Result<()> {
     let layout = args.dir.layout()?;
     let spec = spec_of(&args)?;
@@ -194,7 +213,12 @@ async fn create(args: CreateArgs) -> anyhow::Result<()> {
     let host = group.host().to_string();
     let endpoint = (host.as_str(), group.config.network.port);
     let phase = |text: &str| progress.phase(text);
-    let created = herd_copy::manage::create(&spec, &source, endpoint, &store, &phase).await?;
+    let roles = roles_client(&layout, &group, &spec.database).await?;
+    let sources = herd_copy::manage::Source {
+        primary: &source,
+        roles: roles.as_ref().unwrap_or(&source),
+    };
+    let created = herd_copy::manage::create(&spec, &sources, endpoint, &store, &phase).await?;
     progress.done(&format!(
         "copy {} created: {} table(s){}",
         spec.name,
@@ -353,7 +377,12 @@ async fn drop_copy(args: &NameArgs, force: bool) -> anyhow::Result<()> {
     }
     let group = source_group(&layout, spec.group)?;
     let source = primary_client(&group, &spec.database).await?;
-    herd_copy::manage::drop_source_side(&spec, &source).await?;
+    let roles = roles_client(&layout, &group, &spec.database).await?;
+    let sources = herd_copy::manage::Source {
+        primary: &source,
+        roles: roles.as_ref().unwrap_or(&source),
+    };
+    herd_copy::manage::drop_source_side(&spec, &sources).await?;
     store.remove(&spec.name)?;
     crate::output::emitln!(
         "copy {} dropped (the target's tables and rows stay); its slot copies on the replicas go within seconds",

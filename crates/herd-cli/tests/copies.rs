@@ -566,6 +566,14 @@ async fn copies_wait_until_the_replicas_hold_the_commit() {
     )
     .await;
 
+    // The replica gets its copy of the slot (and a restart to load it) first.
+    eventually(
+        Duration::from_secs(60),
+        "the slot copied to the replica",
+        || replicas_hold(&source, "herd_copy_held"),
+    )
+    .await;
+    wait_healthy(&source, 0, None);
     let status = source.status();
     let replica = status["nodes"]
         .as_array()
@@ -619,4 +627,79 @@ async fn copies_wait_until_the_replicas_hold_the_commit() {
         "{}",
         describe(&physical)
     );
+}
+
+/// A copy of one shard group's rows of a distributed table: the subscription reaches that
+/// group's primary through the endpoint (`-c herd.group=1`), and the target holds exactly the
+/// rows stored on group 1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_from_one_shard_group() {
+    let source = cluster();
+    let target = cluster();
+    source.up(&["--shards", "2", "--replicas", "0"]);
+    target.up(&["--replicas", "0"]);
+    let endpoint = connect(&source.url(&[])).await;
+    endpoint
+        .batch_execute("create table acct (id bigint primary key, balance bigint not null)")
+        .await
+        .expect("create");
+    endpoint
+        .simple_query("select herd.create_distributed_table('acct', 'id')")
+        .await
+        .expect("distribute");
+    let rows: Vec<String> = (1..=400).map(|i| format!("({i}, {})", i * 10)).collect();
+    endpoint
+        .batch_execute(&format!(
+            "insert into acct (id, balance) values {}",
+            rows.join(", ")
+        ))
+        .await
+        .expect("rows on both groups");
+    let group1 = connect(&source.url(&["--primary", "--group", "1"])).await;
+    let on_group1 = "select count(*), coalesce(sum(balance), 0)::bigint from acct";
+    let want: (i64, i64) = {
+        let r = group1
+            .query_one(on_group1, &[])
+            .await
+            .expect("group 1's rows");
+        (r.get(0), r.get(1))
+    };
+    assert!(
+        want.0 > 0 && want.0 < 400,
+        "group 1 holds part of the rows: {want:?}"
+    );
+    let tgt_url = target.url(&[]);
+    source.herd_ok(&[
+        "copy", "create", "g1", "--group", "1", "--to", &tgt_url, "--table", "acct",
+    ]);
+    endpoint
+        .batch_execute("update acct set balance = balance + 1")
+        .await
+        .expect("a write on every group");
+    // The first copy restarted group 1's primary (wal_level = logical): connect again.
+    let group1 = connect(&source.url(&["--primary", "--group", "1"])).await;
+    let want: (i64, i64) = {
+        let r = group1
+            .query_one(on_group1, &[])
+            .await
+            .expect("group 1's rows");
+        (r.get(0), r.get(1))
+    };
+    let tgt = connect(&tgt_url).await;
+    eventually(
+        Duration::from_secs(30),
+        "the target equal to group 1's rows",
+        || async {
+            let r = tgt.query_one(on_group1, &[]).await.expect("target rows");
+            (r.get::<_, i64>(0), r.get::<_, i64>(1)) == want
+        },
+    )
+    .await;
+    let s = copy_status(&source, "g1");
+    assert_eq!(
+        (s["group"].as_u64(), s["state"].as_str()),
+        (Some(1), Some("streaming")),
+        "{s}"
+    );
+    source.herd_ok(&["copy", "drop", "g1"]);
 }

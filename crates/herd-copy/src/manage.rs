@@ -13,6 +13,16 @@ use crate::spec::{quote_ident, quote_literal, quote_qualified, source_conninfo};
 use crate::status::{read_target, table_state};
 use crate::{CopyError, CopySpec, Store};
 
+/// Where a copy's source objects are made.
+pub struct Source<'a> {
+    /// The source group's primary (superuser): publication, slot.
+    pub primary: &'a Client,
+    /// Where roles are made (superuser): the primary of a cluster with one group; the
+    /// endpoint of a sharded one, which creates a role on every group (the endpoint checks
+    /// passwords against group 0's roles).
+    pub roles: &'a Client,
+}
+
 /// What `create` did.
 #[derive(Debug)]
 pub struct Created {
@@ -28,12 +38,13 @@ pub struct Created {
 /// `wal_level` must already be `logical` on the source.
 pub async fn create(
     spec: &CopySpec,
-    source: &Client,
+    sources: &Source<'_>,
     endpoint: (&str, u16),
     store: &Store,
     progress: &dyn Fn(&str),
 ) -> Result<Created, CopyError> {
     spec.validate()?;
+    let source = sources.primary;
     if store.load(&spec.name)?.is_some() {
         return Err(CopyError::Invalid(format!(
             "a copy named {} exists already (`herd copy list`); drop it first or choose another name",
@@ -59,12 +70,12 @@ pub async fn create(
         .take(32)
         .map(char::from)
         .collect();
-    create_source_side(spec, source, &defs, &password).await?;
+    create_source_side(spec, sources, &defs, &password).await?;
     progress("preparing the target's tables");
     let created_on_target = match prepare_target(&target, &defs).await {
         Ok(c) => c,
         Err(e) => {
-            let _ = drop_source_side(spec, source).await;
+            let _ = drop_source_side(spec, sources).await;
             return Err(e);
         }
     };
@@ -76,7 +87,7 @@ pub async fn create(
         .await
     {
         let err = CopyError::sql("creating the subscription on the target", &e);
-        let _ = drop_source_side(spec, source).await;
+        let _ = drop_source_side(spec, sources).await;
         return Err(err);
     }
     store.save(spec)?;
@@ -118,24 +129,82 @@ async fn published_tables(spec: &CopySpec, source: &Client) -> Result<Vec<TableD
     Ok(defs)
 }
 
-/// Role, grants and publication in one transaction; the publication is proved harmless to the
-/// source's own writes first: PostgreSQL refuses updates and deletes of a published table
-/// whose row filter or column list reaches beyond its replica identity, and checks that when
-/// a statement starts — so an `EXPLAIN` of each (which starts it, touching no row) must pass.
+/// The publication (in one transaction with its proof), then the role and its grants. The
+/// publication is proved harmless to the source's own writes first: PostgreSQL refuses updates
+/// and deletes of a published table whose row filter or column list reaches beyond its replica
+/// identity, and checks that when a statement starts — so an `EXPLAIN` of each (which starts
+/// it, touching no row) must pass.
 async fn create_source_side(
     spec: &CopySpec,
-    source: &Client,
+    source: &Source<'_>,
+    defs: &[TableDef],
+    password: &str,
+) -> Result<(), CopyError> {
+    let primary = source.primary;
+    let begun = primary
+        .batch_execute(&format!("BEGIN; {}", spec.create_publication()))
+        .await;
+    if let Err(e) = begun {
+        let _ = primary.batch_execute("ROLLBACK").await;
+        let hint = if e.as_db_error().is_some_and(|d| d.code().code() == "42710") {
+            " (left by an interrupted create? `herd copy drop` with this name removes it)"
+        } else {
+            ""
+        };
+        return Err(CopyError::sql(
+            format!("creating the copy's publication on the source{hint}"),
+            &e,
+        ));
+    }
+    for d in defs {
+        let Some(key) = d.columns.iter().find(|c| c.in_key).or(d.columns.first()) else {
+            continue;
+        };
+        let col = quote_ident(&key.name);
+        let table = quote_qualified(&d.table);
+        for probe in [
+            format!("EXPLAIN UPDATE {table} SET {col} = {col} WHERE false"),
+            format!("EXPLAIN DELETE FROM {table} WHERE false"),
+        ] {
+            if let Err(e) = primary.batch_execute(&probe).await {
+                let _ = primary.batch_execute("ROLLBACK").await;
+                return Err(CopyError::Invalid(format!(
+                    "copying {} this way would make PostgreSQL refuse the source's own updates and deletes of it: {}. \
+                     A row filter's columns and a column list must include the table's primary key (its replica identity); \
+                     a table without a primary key needs one (or REPLICA IDENTITY FULL, without a column list or filter)",
+                    d.table,
+                    e.as_db_error().map_or(e.to_string(), |d| match d.detail() {
+                        Some(detail) => format!("{} ({detail})", d.message()),
+                        None => d.message().to_string(),
+                    })
+                )));
+            }
+        }
+    }
+    primary
+        .batch_execute("COMMIT")
+        .await
+        .map_err(|e| CopyError::sql("committing the copy's publication", &e))?;
+    if let Err(e) = create_role(spec, source.roles, defs, password).await {
+        let _ = drop_source_side(spec, source).await;
+        return Err(e);
+    }
+    Ok(())
+}
+
+/// The copy's role (LOGIN REPLICATION, SELECT on the copied tables), one statement at a time
+/// (through the endpoint of a sharded cluster each reaches every group).
+async fn create_role(
+    spec: &CopySpec,
+    roles: &Client,
     defs: &[TableDef],
     password: &str,
 ) -> Result<(), CopyError> {
     let role = quote_ident(&spec.object_name());
-    let mut sql = vec![
-        "BEGIN".to_string(),
-        format!(
-            "CREATE ROLE {role} LOGIN REPLICATION PASSWORD {}",
-            quote_literal(password)
-        ),
-    ];
+    let mut sql = vec![format!(
+        "CREATE ROLE {role} LOGIN REPLICATION PASSWORD {}",
+        quote_literal(password)
+    )];
     let mut schemas: Vec<&str> = defs
         .iter()
         .filter_map(|d| d.table.split('.').next())
@@ -154,54 +223,25 @@ async fn create_source_side(
             quote_qualified(&d.table)
         ));
     }
-    sql.push(spec.create_publication());
-    if let Err(e) = source.batch_execute(&sql.join("; ")).await {
-        let _ = source.batch_execute("ROLLBACK").await;
-        let hint = if e.as_db_error().is_some_and(|d| d.code().code() == "42710") {
-            " (left by an interrupted create? `herd copy drop` with this name removes it)"
-        } else {
-            ""
-        };
-        return Err(CopyError::sql(
-            format!("creating the copy's role and publication on the source{hint}"),
-            &e,
-        ));
+    for statement in &sql {
+        roles.batch_execute(statement).await.map_err(|e| {
+            let hint = if e.as_db_error().is_some_and(|d| d.code().code() == "42710") {
+                " (left by an interrupted create? `herd copy drop` with this name removes it)"
+            } else {
+                ""
+            };
+            CopyError::sql(format!("creating the copy's role on the source{hint}"), &e)
+        })?;
     }
-    for d in defs {
-        let Some(key) = d.columns.iter().find(|c| c.in_key).or(d.columns.first()) else {
-            continue;
-        };
-        let col = quote_ident(&key.name);
-        let table = quote_qualified(&d.table);
-        for probe in [
-            format!("EXPLAIN UPDATE {table} SET {col} = {col} WHERE false"),
-            format!("EXPLAIN DELETE FROM {table} WHERE false"),
-        ] {
-            if let Err(e) = source.batch_execute(&probe).await {
-                let _ = source.batch_execute("ROLLBACK").await;
-                return Err(CopyError::Invalid(format!(
-                    "copying {} this way would make PostgreSQL refuse the source's own updates and deletes of it: {}. \
-                     A row filter's columns and a column list must include the table's primary key (its replica identity); \
-                     a table without a primary key needs one (or REPLICA IDENTITY FULL, without a column list or filter)",
-                    d.table,
-                    e.as_db_error().map_or(e.to_string(), |d| match d.detail() {
-                        Some(detail) => format!("{} ({detail})", d.message()),
-                        None => d.message().to_string(),
-                    })
-                )));
-            }
-        }
-    }
-    source
-        .batch_execute("COMMIT")
-        .await
-        .map_err(|e| CopyError::sql("committing the copy's role and publication", &e))
+    Ok(())
 }
 
 /// Drops the source side of a copy: its slot (after its walsender ends), publication, role.
 /// Each is dropped if present, so this also cleans up after an interrupted create.
-pub async fn drop_source_side(spec: &CopySpec, source: &Client) -> Result<(), CopyError> {
+pub async fn drop_source_side(spec: &CopySpec, source: &Source<'_>) -> Result<(), CopyError> {
     let name = spec.object_name();
+    let (primary, roles) = (source.primary, source.roles);
+    let source = primary;
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
         let row = source
@@ -231,19 +271,24 @@ pub async fn drop_source_side(spec: &CopySpec, source: &Client) -> Result<(), Co
         }
     }
     let role = quote_ident(&name);
-    let exists = source
+    source
+        .batch_execute(&format!("DROP PUBLICATION IF EXISTS {role}"))
+        .await
+        .map_err(|e| CopyError::sql("dropping the copy's publication on the source", &e))?;
+    let exists = roles
         .query_opt("select 1 from pg_roles where rolname = $1", &[&name])
         .await
         .map_err(|e| CopyError::sql("looking up the copy's role", &e))?
         .is_some();
-    let mut sql = format!("DROP PUBLICATION IF EXISTS {role}");
     if exists {
-        sql.push_str(&format!("; DROP OWNED BY {role}; DROP ROLE {role}"));
+        for statement in [format!("DROP OWNED BY {role}"), format!("DROP ROLE {role}")] {
+            roles
+                .batch_execute(&statement)
+                .await
+                .map_err(|e| CopyError::sql("dropping the copy's role on the source", &e))?;
+        }
     }
-    source
-        .batch_execute(&sql)
-        .await
-        .map_err(|e| CopyError::sql("dropping the copy's publication and role on the source", &e))
+    Ok(())
 }
 
 /// Drops the subscription on the target, keeping its slot for the source side to drop (the
