@@ -2,6 +2,7 @@
 
 #![allow(dead_code)]
 
+pub mod copies;
 pub mod groups;
 pub mod hosts;
 pub mod process;
