@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::copies::{
-    copy_status, fingerprint, node_url, replicas_hold, start_writers, startup_process,
-    SOURCE_SUBSET, TARGET_ALL,
+    copy_objects_left, copy_status, fingerprint, node_url, replicas_hold, start_writers,
+    startup_process, SOURCE_SUBSET, TARGET_ALL,
 };
 use common::{api_get, api_get_text, cluster, connect, eventually, groups::wait_healthy};
 use herd_testkit::describe;
@@ -59,15 +59,7 @@ async fn copy_streams_through_switchover_and_primary_crash() {
     assert!(text.contains("wal_level = logical"), "{text}");
     assert!(text.contains("primary key"), "{text}");
     let src = connect(&source.url(&[])).await;
-    let leftovers: i64 = src
-        .query_one(
-            "select (select count(*) from pg_publication) + (select count(*) from pg_roles where rolname like 'herd_copy%') \
-             + (select count(*) from pg_replication_slots where slot_type = 'logical')",
-            &[],
-        )
-        .await
-        .expect("leftovers")
-        .get(0);
+    let leftovers = copy_objects_left(&src).await;
     assert_eq!(leftovers, 0, "a refused copy leaves nothing on the source");
     let on_target: Option<String> = tgt
         .query_one("select to_regclass('public.orders')::text", &[])
@@ -288,15 +280,7 @@ async fn copy_streams_through_switchover_and_primary_crash() {
     // subscription; the target's rows stay.
     source.herd_ok(&["copy", "drop", "eu"]);
     let src = connect(&source.url(&[])).await;
-    let left: i64 = src
-        .query_one(
-            "select (select count(*) from pg_publication) + (select count(*) from pg_roles where rolname like 'herd_copy%') \
-             + (select count(*) from pg_replication_slots where slot_type = 'logical')",
-            &[],
-        )
-        .await
-        .expect("leftovers")
-        .get(0);
+    let left = copy_objects_left(&src).await;
     assert_eq!(left, 0);
     eventually(
         Duration::from_secs(30),

@@ -116,3 +116,17 @@ pub fn startup_process(postmaster: i32) -> i32 {
         })
         .expect("the replica's startup process")
 }
+
+/// Publications, copy roles and logical slots on a server: what a copy leaves behind.
+pub async fn copy_objects_left(client: &Client) -> i64 {
+    client
+        .query_one(
+            "select (select count(*) from pg_publication) \
+             + (select count(*) from pg_roles where rolname like 'herd_copy%') \
+             + (select count(*) from pg_replication_slots where slot_type = 'logical')",
+            &[],
+        )
+        .await
+        .expect("objects left by copies")
+        .get(0)
+}
