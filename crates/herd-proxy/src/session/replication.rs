@@ -31,6 +31,11 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often held messages are looked at again while the replicas catch up.
 const RECHECK: Duration = Duration::from_millis(20);
 
+/// Most bytes held back per connection: beyond it the relay stops reading from the primary, so
+/// the walsender waits (TCP backpressure) instead of the proxy's memory growing while the
+/// replicas are behind or down.
+const MAX_HELD_BYTES: usize = 32 << 20;
+
 /// The WAL position a server message, received while streaming (after CopyBothResponse),
 /// must be durable up to before the client may see it; `None` for messages that carry none
 /// (they keep their place in the queue all the same).
@@ -48,6 +53,8 @@ pub fn gated_position(tag: u8, body: &[u8]) -> Option<Lsn> {
 #[derive(Default)]
 pub struct Held {
     queue: VecDeque<(Option<Lsn>, Vec<u8>)>,
+    /// Bytes in `queue`.
+    bytes: usize,
     /// Between CopyBothResponse and the end of streaming: CopyData is WAL. (A table's initial
     /// copy is CopyOut, whose CopyData are rows and may start with any byte.)
     streaming: bool,
@@ -70,6 +77,7 @@ impl Held {
         } else {
             None
         };
+        self.bytes += frame.len();
         self.queue.push_back((at, frame));
     }
 
@@ -84,6 +92,7 @@ impl Held {
                 break;
             }
             if let Some((_, frame)) = self.queue.pop_front() {
+                self.bytes -= frame.len();
                 out.extend_from_slice(&frame);
             }
         }
@@ -92,6 +101,11 @@ impl Held {
     /// Whether anything waits.
     pub fn is_empty(&self) -> bool {
         self.queue.is_empty()
+    }
+
+    /// Whether as much is held as a connection may hold.
+    pub fn is_full(&self) -> bool {
+        self.bytes >= MAX_HELD_BYTES
     }
 }
 
@@ -166,7 +180,7 @@ pub async fn relay(
                 server.send(cbuf).await?;
                 cbuf.clear();
             }
-            message = server.next_message() => {
+            message = server.next_message(), if !held.is_full() => {
                 let (tag, body) = message?;
                 held.push(tag, &body);
             }
@@ -253,6 +267,13 @@ mod tests {
         out.clear();
         held.release(None, &mut out);
         assert!(held.is_empty(), "no replicas: nothing to wait for");
+        assert_eq!(held.bytes, 0);
+        let big = vec![0u8; MAX_HELD_BYTES];
+        held.push(b'd', &big);
+        assert!(
+            held.is_full(),
+            "a full queue stops the reads from the primary"
+        );
         assert_eq!(&out[..1], b"d");
         assert_eq!(
             u32::from_be_bytes([out[1], out[2], out[3], out[4]]) as usize,
