@@ -30,6 +30,9 @@ pub enum CopyCommand {
     Pause(NameArgs),
     /// Stream again after a pause; the target catches up.
     Resume(NameArgs),
+    /// Bring tables created in a copied schema since the copy was made into it (created on
+    /// the target, copied, then streamed).
+    Refresh(NameArgs),
     /// Remove the copy: the target's subscription, the source's slot, publication and role
     /// (the target's tables and rows stay).
     Drop {
@@ -93,6 +96,7 @@ pub async fn run(command: CopyCommand) -> anyhow::Result<()> {
         CopyCommand::List { dir, json } => list(&dir.layout()?, json).await,
         CopyCommand::Pause(a) => set_enabled(&a, false).await,
         CopyCommand::Resume(a) => set_enabled(&a, true).await,
+        CopyCommand::Refresh(a) => refresh(&a).await,
         CopyCommand::Drop { name, force } => drop_copy(&name, force).await,
     }
 }
@@ -356,6 +360,30 @@ async fn set_enabled(args: &NameArgs, enabled: bool) -> anyhow::Result<()> {
             "paused: the source keeps its WAL meanwhile (up to postgres.max_slot_wal_keep_size)"
         }
     );
+    Ok(())
+}
+
+async fn refresh(args: &NameArgs) -> anyhow::Result<()> {
+    let layout = args.dir.layout()?;
+    let spec = load(&layout, &args.name)?;
+    let group = source_group(&layout, spec.group)?;
+    let source = primary_client(&group, &spec.database).await?;
+    let roles = roles_client(&layout, &group, &spec.database).await?;
+    let sources = herd_copy::manage::Source {
+        primary: &source,
+        roles: roles.as_ref().unwrap_or(&source),
+    };
+    let target = herd_copy::target::connect(&spec.target).await?;
+    let added = herd_copy::manage::refresh(&spec, &sources, &target).await?;
+    if added.is_empty() {
+        crate::output::emitln!("copy {}: no table to add", spec.name);
+    } else {
+        crate::output::emitln!(
+            "copy {}: added {} (copied now, then streamed); `herd copy list` shows their state",
+            spec.name,
+            added.join(", ")
+        );
+    }
     Ok(())
 }
 

@@ -483,9 +483,7 @@ async fn copies_wait_until_the_replicas_hold_the_commit() {
     .await;
     source.herd_ok(&["copy", "drop", "held"]);
 
-    // A whole schema: every table of it, created on the target with its rows; a table made in
-    // it later is not part of the copy until it is created again (PostgreSQL's publication
-    // covers it, the subscription learns of it only on a refresh).
+    // A whole schema: every table of it, created on the target with its rows.
     src.batch_execute(
         "create schema audit; \
          create table audit.logins (id int primary key, who text); \
@@ -522,6 +520,30 @@ async fn copies_wait_until_the_replicas_hold_the_commit() {
         .filter_map(|t| t["table"].as_str().map(str::to_string))
         .collect();
     assert_eq!(tables, ["audit.changes", "audit.logins"]);
+    // A table created in the schema later joins with `herd copy refresh`.
+    src.batch_execute(
+        "create table audit.extra (id int primary key); insert into audit.extra values (1), (2)",
+    )
+    .await
+    .expect("a later table");
+    let out = source.herd_ok(&["copy", "refresh", "audit"]);
+    assert!(out.contains("added audit.extra"), "{out}");
+    src.batch_execute("insert into audit.extra values (3)")
+        .await
+        .expect("a row after the refresh");
+    eventually(
+        Duration::from_secs(30),
+        "the later table copied and streamed",
+        || async {
+            tgt.query_one("select count(*) from audit.extra", &[])
+                .await
+                .is_ok_and(|r| r.get::<_, i64>(0) == 3)
+        },
+    )
+    .await;
+    assert!(source
+        .herd_ok(&["copy", "refresh", "audit"])
+        .contains("no table to add"));
     source.herd_ok(&["copy", "drop", "audit"]);
 
     // Through the endpoint, a logical replication connection reaches the primary (psql's

@@ -312,6 +312,54 @@ pub async fn drop_target_side(spec: &CopySpec, target: &Client) -> Result<(), Co
         .map_err(|e| CopyError::sql("dropping the subscription on the target", &e))
 }
 
+/// Brings tables added since the copy was made into it: for a copy of whole schemas, tables
+/// created there later (the publication covers them already) are created or checked on the
+/// target, their rows granted to the copy's role, and the subscription refreshed, which copies
+/// them and streams them from then on. Answers the tables added.
+pub async fn refresh(
+    spec: &CopySpec,
+    source: &Source<'_>,
+    target: &Client,
+) -> Result<Vec<String>, CopyError> {
+    let defs = published_tables(spec, source.primary).await?;
+    let name = spec.object_name();
+    let known: Vec<String> = match crate::status::read_target(target, &name)
+        .await
+        .map_err(CopyError::Invalid)?
+    {
+        Some(sub) => sub.tables.into_iter().map(|(t, _, _)| t).collect(),
+        None => {
+            return Err(CopyError::Invalid(format!(
+                "the target has no subscription {name}; drop the copy and create it again"
+            )))
+        }
+    };
+    let added: Vec<TableDef> = defs
+        .into_iter()
+        .filter(|d| !known.contains(&d.table))
+        .collect();
+    if added.is_empty() {
+        return Ok(Vec::new());
+    }
+    prepare_target(target, &added).await?;
+    let role = quote_ident(&name);
+    for d in &added {
+        source
+            .roles
+            .batch_execute(&format!(
+                "GRANT SELECT ON {} TO {role}",
+                quote_qualified(&d.table)
+            ))
+            .await
+            .map_err(|e| CopyError::sql(format!("granting {} to the copy's role", d.table), &e))?;
+    }
+    target
+        .batch_execute(&format!("ALTER SUBSCRIPTION {role} REFRESH PUBLICATION"))
+        .await
+        .map_err(|e| CopyError::sql("refreshing the subscription on the target", &e))?;
+    Ok(added.into_iter().map(|d| d.table).collect())
+}
+
 /// Pauses (`false`) or resumes (`true`) the copy: its subscription on the target. The slot
 /// keeps the source's WAL meanwhile (up to `max_slot_wal_keep_size`).
 pub async fn set_enabled(spec: &CopySpec, target: &Client, enabled: bool) -> Result<(), CopyError> {
