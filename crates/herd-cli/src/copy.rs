@@ -291,6 +291,8 @@ async fn enable_logical(
 }
 
 async fn list(layout: &Layout, json: bool) -> anyhow::Result<()> {
+    // Says clearly when there is no cluster here (rather than "no copies").
+    crate::status::open(layout)?;
     let statuses = read_statuses(layout).await?;
     if json {
         crate::output::emitln!("{}", serde_json::to_string_pretty(&statuses)?);
