@@ -11,6 +11,14 @@
 //! every transaction that committed before it, so nothing is applied twice; nothing is lost
 //! because the replica's slot never passes the target's confirmation.
 //!
+//! A replica's slot may be *ahead* of the primary's (it was advanced further under an earlier
+//! primary, or it is a former primary's own slot, which pg_rewind keeps): that is safe and left
+//! alone. Every slot position is at most what the target confirmed, and the target confirms
+//! only what the endpoint's relay let through — WAL already replayed on the replicas that a
+//! failover promotes from — so no position is past a promoted node's history. Replacing such a
+//! slot would drop it for the seconds its replacement takes to load: a failover then would
+//! break the copy (a chaos test found exactly that).
+//!
 //! This module decides what to do for one replica; the I/O is the caller's.
 
 use herd_core::Lsn;
@@ -31,7 +39,7 @@ pub struct SlotPos {
 /// What to do on one replica.
 #[derive(Clone, Debug, PartialEq)]
 pub enum SlotStep {
-    /// Drop this slot on the replica (its copy is gone, or it is ahead of the primary's).
+    /// Drop this slot on the replica (its copy is gone, or PostgreSQL invalidated it here).
     Drop(String),
     /// Move this slot forward to `to`.
     Advance {
@@ -62,10 +70,8 @@ pub fn plan(primary: &[SlotPos], replica: &[SlotPos], replayed: Lsn) -> Vec<Slot
         }
         match here {
             None => install.push(p.name.clone()),
-            // Ahead of the primary: a former primary's own slot (pg_rewind keeps pg_replslot),
-            // which may hold transactions this timeline never had. A promotion with it would
-            // skip the new timeline's transactions below its position: replace it.
-            Some(r) if r.confirmed > p.confirmed || r.lost => {
+            // Invalidated here (its WAL is gone on this replica): useless, replaced.
+            Some(r) if r.lost => {
                 steps.push(SlotStep::Drop(r.name.clone()));
                 install.push(p.name.clone());
             }
@@ -153,11 +159,11 @@ mod tests {
                 vec![],
             ),
             (
-                "ahead (a former primary's): replace",
+                "ahead (advanced under an earlier primary, or a former primary's own): kept",
                 vec![slot(a, 100)],
                 vec![slot(a, 180)],
                 200,
-                vec![SlotStep::Drop(a.into()), SlotStep::Install(vec![a.into()])],
+                vec![],
             ),
             (
                 "copy dropped: drop here",
