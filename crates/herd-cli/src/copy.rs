@@ -178,6 +178,29 @@ async fn primary_client(group: &Cluster, database: &str) -> anyhow::Result<tokio
     })
 }
 
+/// The connections a copy's source side is made and dropped with.
+struct SourceClients {
+    primary: tokio_postgres::Client,
+    roles: Option<tokio_postgres::Client>,
+}
+
+impl SourceClients {
+    /// Connects to `group`'s primary and, on a sharded cluster, to the endpoint.
+    async fn open(layout: &Layout, group: &Cluster, database: &str) -> anyhow::Result<Self> {
+        Ok(SourceClients {
+            primary: primary_client(group, database).await?,
+            roles: roles_client(layout, group, database).await?,
+        })
+    }
+
+    fn source(&self) -> herd_copy::manage::Source<'_> {
+        herd_copy::manage::Source {
+            primary: &self.primary,
+            roles: self.roles.as_ref().unwrap_or(&self.primary),
+        }
+    }
+}
+
 /// Where the copy's role is made: the primary when the cluster has one group, else the
 /// endpoint (it makes roles on every group and checks passwords against group 0's).
 async fn roles_client(
@@ -213,16 +236,12 @@ async fn create(args: CreateArgs) -> anyhow::Result<()> {
         enable_logical(&layout, spec.group, &progress).await?;
         group = source_group(&layout, spec.group)?;
     }
-    let source = primary_client(&group, &spec.database).await?;
+    let clients = SourceClients::open(&layout, &group, &spec.database).await?;
     let host = group.host().to_string();
     let endpoint = (host.as_str(), group.config.network.port);
     let phase = |text: &str| progress.phase(text);
-    let roles = roles_client(&layout, &group, &spec.database).await?;
-    let sources = herd_copy::manage::Source {
-        primary: &source,
-        roles: roles.as_ref().unwrap_or(&source),
-    };
-    let created = herd_copy::manage::create(&spec, &sources, endpoint, &store, &phase).await?;
+    let created =
+        herd_copy::manage::create(&spec, &clients.source(), endpoint, &store, &phase).await?;
     progress.done(&format!(
         "copy {} created: {} table(s){}",
         spec.name,
@@ -369,14 +388,9 @@ async fn refresh(args: &NameArgs) -> anyhow::Result<()> {
     let layout = args.dir.layout()?;
     let spec = load(&layout, &args.name)?;
     let group = source_group(&layout, spec.group)?;
-    let source = primary_client(&group, &spec.database).await?;
-    let roles = roles_client(&layout, &group, &spec.database).await?;
-    let sources = herd_copy::manage::Source {
-        primary: &source,
-        roles: roles.as_ref().unwrap_or(&source),
-    };
+    let clients = SourceClients::open(&layout, &group, &spec.database).await?;
     let target = herd_copy::target::connect(&spec.target).await?;
-    let added = herd_copy::manage::refresh(&spec, &sources, &target).await?;
+    let added = herd_copy::manage::refresh(&spec, &clients.source(), &target).await?;
     if added.is_empty() {
         crate::output::emitln!("copy {}: no table to add", spec.name);
     } else {
@@ -406,13 +420,8 @@ async fn drop_copy(args: &NameArgs, force: bool) -> anyhow::Result<()> {
         ),
     }
     let group = source_group(&layout, spec.group)?;
-    let source = primary_client(&group, &spec.database).await?;
-    let roles = roles_client(&layout, &group, &spec.database).await?;
-    let sources = herd_copy::manage::Source {
-        primary: &source,
-        roles: roles.as_ref().unwrap_or(&source),
-    };
-    herd_copy::manage::drop_source_side(&spec, &sources).await?;
+    let clients = SourceClients::open(&layout, &group, &spec.database).await?;
+    herd_copy::manage::drop_source_side(&spec, &clients.source()).await?;
     store.remove(&spec.name)?;
     crate::output::emitln!(
         "copy {} dropped (the target's tables and rows stay); its slot copies on the replicas go within seconds",
