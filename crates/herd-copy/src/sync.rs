@@ -78,7 +78,10 @@ impl SlotSync {
         restart: &RestartFn,
     ) -> Result<(), CopyError> {
         let on_primary = match self.slots(primary).await {
-            Ok((slots, _)) => slots,
+            // The roles come from the last observation, which can trail a switchover: only a
+            // server that says it is not in recovery is taken for the primary.
+            Ok((_, _, true)) => return Ok(()),
+            Ok((slots, _, false)) => slots,
             Err(e) => {
                 self.forget(primary);
                 return Err(e);
@@ -96,8 +99,9 @@ impl SlotSync {
         Ok(())
     }
 
-    /// Herd's copy slots on a server, and its replay position (a standby's; 0 on a primary).
-    async fn slots(&mut self, spec: &ConnSpec) -> Result<(Vec<Slot>, Lsn), CopyError> {
+    /// Herd's copy slots on a server, its replay position (a standby's; 0 on a primary), and
+    /// whether it is in recovery.
+    async fn slots(&mut self, spec: &ConnSpec) -> Result<(Vec<Slot>, Lsn, bool), CopyError> {
         let client = self.client(spec, "postgres").await?;
         let rows = client
             .query(
@@ -109,14 +113,17 @@ impl SlotSync {
             )
             .await
             .map_err(|e| CopyError::sql("listing the copy slots", &e))?;
-        let replay = match client
+        let (replay, in_recovery) = match client
             .query_one(
-                "select coalesce(pg_last_wal_replay_lsn(), '0/0')::text",
+                "select coalesce(pg_last_wal_replay_lsn(), '0/0')::text, pg_is_in_recovery()",
                 &[],
             )
             .await
         {
-            Ok(r) => r.get::<_, String>(0).parse().unwrap_or_default(),
+            Ok(r) => (
+                r.get::<_, String>(0).parse().unwrap_or_default(),
+                r.get::<_, bool>(1),
+            ),
             Err(e) => return Err(CopyError::sql("reading the replay position", &e)),
         };
         let slots = rows
@@ -130,7 +137,7 @@ impl SlotSync {
                 database: r.get(3),
             })
             .collect();
-        Ok((slots, replay))
+        Ok((slots, replay, in_recovery))
     }
 
     async fn sync_replica(
@@ -141,7 +148,11 @@ impl SlotSync {
         replica: &ReplicaRef,
         restart: &RestartFn,
     ) -> Result<(), CopyError> {
-        let (here, replayed) = self.slots(&replica.conn).await?;
+        let (here, replayed, in_recovery) = self.slots(&replica.conn).await?;
+        if !in_recovery {
+            // Promoted since the last observation: never touch a primary's slots.
+            return Ok(());
+        }
         let primary_pos: Vec<SlotPos> = on_primary.iter().map(|s| s.pos.clone()).collect();
         let here_pos: Vec<SlotPos> = here.iter().map(|s| s.pos.clone()).collect();
         let database_of = |name: &str| {
