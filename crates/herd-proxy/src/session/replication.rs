@@ -10,7 +10,7 @@
 //! primary skip the new timeline's first transactions. So each `XLogData` message (whose start
 //! position, for a commit, is the end of the commit record) and each keepalive (whose position
 //! the subscriber would confirm) waits in order until the WAL up to it is replayed on as many
-//! replicas as hold every acknowledged commit ([`TopologyView::durable_lsn`]). The proxy polls
+//! replicas as hold every acknowledged commit ([`crate::topology::TopologyView::durable_lsn`]). The proxy polls
 //! replicas every 100 ms, so copies trail by about that much more.
 
 use std::collections::VecDeque;
@@ -22,7 +22,6 @@ use herd_core::Lsn;
 use crate::client::ClientStream;
 use crate::server::ServerConn;
 use crate::session::startup::{read_more, Login};
-use crate::topology::TopologyView;
 use crate::{ProxyContext, ProxyError};
 
 /// How long connecting (and logging in) to the primary may take.
@@ -187,18 +186,15 @@ pub async fn relay(
             _ = views.changed() => {}
             _ = tokio::time::sleep(RECHECK), if !held.is_empty() => {}
         }
-        let durable = durable_position(&ctx.view_of(group));
+        // The watched view itself: no lock per message (`view_of` also applies avoided nodes,
+        // which only matter for routing queries).
+        let durable = views.borrow().durable_lsn();
         out.clear();
         held.release(durable, &mut out);
         if !out.is_empty() {
             write(client, &out).await?;
         }
     }
-}
-
-/// The position messages wait for: [`TopologyView::durable_lsn`].
-fn durable_position(view: &TopologyView) -> Option<Lsn> {
-    view.durable_lsn()
 }
 
 async fn write(client: &mut ClientStream, bytes: &[u8]) -> Result<(), ProxyError> {
