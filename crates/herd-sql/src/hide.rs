@@ -370,9 +370,7 @@ mod tests {
         let both = hide("select * from orders a join orders b on a.id = b.id");
         assert_eq!(both.matches("WHERE (id % 4) <> 1").count(), 2, "{both}");
         // The result is valid SQL.
-        for sql in ["select * from orders a join orders b on a.id = b.id"] {
-            pg_query::parse(&hide(sql), 0).expect("valid");
-        }
+        pg_query::parse(&both, 0).expect("valid");
     }
 
     #[test]
