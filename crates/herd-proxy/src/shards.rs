@@ -17,6 +17,7 @@ use tokio_postgres::Client;
 
 mod in_doubt;
 mod lookups;
+mod moves;
 
 use in_doubt::recover_ddl;
 pub use in_doubt::{resolve_in_doubt, IN_DOUBT_AFTER_S, TXN_DECISIONS_DDL};
@@ -33,6 +34,21 @@ CREATE TABLE IF NOT EXISTS herd.shard_map (
     version bigint PRIMARY KEY,
     map jsonb NOT NULL,
     changed_at timestamptz NOT NULL DEFAULT now());
+CREATE TABLE IF NOT EXISTS herd.move_marks (
+    shard int PRIMARY KEY,
+    token bigint NOT NULL);
+CREATE OR REPLACE FUNCTION herd.shard_moving() RETURNS trigger LANGUAGE plpgsql AS $f$
+BEGIN
+    RAISE EXCEPTION 'shard % of %.% is moving to shard group %: retry the transaction',
+        TG_ARGV[0], TG_TABLE_SCHEMA, TG_TABLE_NAME, TG_ARGV[1]
+        USING ERRCODE = '40001';
+END $f$;
+CREATE OR REPLACE VIEW herd.shards AS
+    SELECT (p.ord - 1)::int AS shard, p.grp::int AS shard_group,
+           (m.map->'moves'->((p.ord - 1)::text)->>'to')::int AS moving_to,
+           (m.map->'moves'->((p.ord - 1)::text)->>'switched')::boolean AS switched
+    FROM (SELECT map FROM herd.shard_map ORDER BY version DESC LIMIT 1) m,
+         jsonb_array_elements_text(m.map->'placement') WITH ORDINALITY p(grp, ord);
 CREATE OR REPLACE VIEW herd.tables AS
     SELECT t.key AS table_name, t.value->>'kind' AS kind,
            t.value->>'column' AS distribution_column, t.value->>'key_type' AS key_type,
@@ -44,9 +60,13 @@ CREATE OR REPLACE VIEW herd.tables AS
 const GID_PREFIX: &str = "herd_map_";
 
 /// Shard maps by database.
-#[derive(Default)]
 pub struct ShardMaps {
     maps: Mutex<HashMap<String, Arc<ShardMap>>>,
+    /// Bumped whenever a map is replaced: statements waiting for a paused shard look again.
+    changed: tokio::sync::watch::Sender<u64>,
+    /// Per group, a WAL position its replicas must have replayed before they serve a
+    /// read-your-writes read: where a moved shard's rows were complete on its new group.
+    floors: Vec<std::sync::atomic::AtomicU64>,
     /// One change at a time.
     changing: tokio::sync::Mutex<()>,
     /// (database, table OID, column number; 0, 0 for an expression) → its text orders
@@ -55,6 +75,22 @@ pub struct ShardMaps {
     /// (database, table) → every text column of the table has a byte-order collation (or
     /// the database's, checked separately): an expression over them sorts in byte order.
     tables_bytewise: Mutex<HashMap<(String, String), bool>>,
+}
+
+impl ShardMaps {
+    /// Empty, for a cluster of `groups` shard groups.
+    pub fn new(groups: u32) -> ShardMaps {
+        ShardMaps {
+            maps: Mutex::default(),
+            changed: tokio::sync::watch::channel(0).0,
+            floors: (0..groups.max(1))
+                .map(|_| std::sync::atomic::AtomicU64::new(0))
+                .collect(),
+            changing: tokio::sync::Mutex::default(),
+            bytewise: Mutex::default(),
+            tables_bytewise: Mutex::default(),
+        }
+    }
 }
 
 fn failed(what: &str, e: impl std::fmt::Display) -> ProxyError {
@@ -221,8 +257,21 @@ impl ProxyContext {
                 ),
             ));
         }
+        if let Some(answer) = self.move_call(database, function, args).await {
+            return answer;
+        }
         let _one_at_a_time = self.shard_maps.changing.lock().await;
         let (clients, current) = self.current_map(database).await?;
+        if let Some((shard, m)) = current.moves.iter().next() {
+            return Err(refused(
+                "55000",
+                format!(
+                    "herd.{function} waits until shard {shard} has moved from group {} to {} \
+                     (`herd shards move` finishes or cancels it)",
+                    m.from, m.to
+                ),
+            ));
+        }
         let mut next = current.clone();
         next.version = current.version + 1;
         let mut per_group: Vec<Vec<String>> = Vec::new();
@@ -288,9 +337,7 @@ impl ProxyContext {
             }
         };
         commit_everywhere(&clients, &next, &ddl, &per_group).await?;
-        if let Ok(mut m) = self.shard_maps.maps.lock() {
-            m.insert(database.to_string(), Arc::new(next));
-        }
+        self.install_map(database, next);
         Ok(answer)
     }
 }

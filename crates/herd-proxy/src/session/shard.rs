@@ -50,6 +50,9 @@ pub(super) enum UnitRoute {
     WriteAll(Write),
 }
 
+/// How long a statement waits for a moving shard's switch (which undoes itself well before).
+const MOVE_WAIT_LIMIT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// Why an UPDATE or DELETE on every shard group must come alone.
 pub(super) const WRITE_ALL_ALONE: &str = "an UPDATE or DELETE without a shard key of one group \
      (or an INSERT with rows for several groups) runs on every shard group: send it as the only \
@@ -74,20 +77,51 @@ impl Session {
         Ok(self.map.clone())
     }
 
-    /// Where `unit` must run.
+    /// Where `unit` must run; while a shard it touches is switching groups, once the switch
+    /// is over.
     pub(super) async fn unit_route(&mut self, unit: &[u8]) -> Result<UnitRoute, ProxyError> {
+        if let Some(route) = self.unit_route_once(unit).await? {
+            return Ok(route);
+        }
+        self.ctx.metrics.inc("herd_shard_move_waits_total", "");
+        let deadline = tokio::time::Instant::now() + MOVE_WAIT_LIMIT;
+        let mut changes = self.ctx.map_changes();
+        loop {
+            // Subscribed before planning again: a change in between is not missed.
+            changes.borrow_and_update();
+            if let Some(route) = self.unit_route_once(unit).await? {
+                return Ok(route);
+            }
+            if tokio::time::timeout_at(deadline, changes.changed())
+                .await
+                .is_err()
+            {
+                return Err(ProxyError::Server {
+                    code: "57014".into(),
+                    message: format!(
+                        "a shard this statement touches has been switching groups for over {} s",
+                        MOVE_WAIT_LIMIT.as_secs()
+                    ),
+                });
+            }
+        }
+    }
+
+    /// Where `unit` must run, by the map as it is now; `None` while a shard it touches is
+    /// switching groups.
+    async fn unit_route_once(&mut self, unit: &[u8]) -> Result<Option<UnitRoute>, ProxyError> {
         // Role statements alone outside a transaction, whether or not anything is distributed.
         if !self.in_transaction() {
             if let Some((frame, used)) = split_frame(unit, usize::MAX)? {
                 if used == unit.len() && frame.tag == tag::QUERY {
                     if let Some(tag) = role_statement(Query::decode(frame.body)?.sql) {
-                        return Ok(UnitRoute::Role(tag));
+                        return Ok(Some(UnitRoute::Role(tag)));
                     }
                 }
             }
         }
         let Some(map) = self.active_map().await? else {
-            return Ok(UnitRoute::Group(None));
+            return Ok(Some(UnitRoute::Group(None)));
         };
         let mut parsed: HashMap<Vec<u8>, Vec<u8>> = HashMap::new();
         let mut group: Option<u32> = None;
@@ -121,13 +155,16 @@ impl Session {
                 }
                 _ => continue,
             };
+            if map.waits(&plan) {
+                return Ok(None);
+            }
             match plan {
                 Plan::Anywhere => {}
                 Plan::WriteAllGroups(tag) => {
-                    return self.write_route(unit, frame.tag, rest, group, Write::Same(tag));
+                    return self.write_route(unit, frame.tag, rest, group, Write::Same(tag)).map(Some);
                 }
                 Plan::InsertSplit(groups) => {
-                    return self.write_route(unit, frame.tag, rest, group, Write::Split(groups));
+                    return self.write_route(unit, frame.tag, rest, group, Write::Split(groups)).map(Some);
                 }
                 Plan::WriteReference {
                     table,
@@ -135,7 +172,7 @@ impl Session {
                     columns,
                 } => {
                     self.deterministic(&text, &table, &columns).await?;
-                    return self.write_route(unit, frame.tag, rest, group, Write::Reference(tag));
+                    return self.write_route(unit, frame.tag, rest, group, Write::Reference(tag)).map(Some);
                 }
                 Plan::AllGroups { table } => {
                     if !self.alone(unit, frame.tag, rest, group) {
@@ -164,15 +201,23 @@ impl Session {
                                     .into(),
                             ));
                         }
-                        return Ok(UnitRoute::ExplainFanOut(prefix, shape));
+                        return Ok(Some(UnitRoute::ExplainFanOut(prefix, shape)));
                     }
                     self.ctx.metrics.inc_labels(
                         "herd_shard_routed_total",
                         &[("group", "all"), ("reason", "fan_out")],
                     );
-                    return Ok(UnitRoute::FanOut(shape));
+                    return Ok(Some(UnitRoute::FanOut(shape)));
                 }
                 Plan::Refuse(why) => return Err(not_supported(why)),
+                Plan::Everywhere(_) | Plan::EachGroup { .. } if map.hides_rows() => {
+                    return Err(ProxyError::Server {
+                        code: "55000".into(),
+                        message: "DDL on distributed tables waits until the shard moving between \
+                                  groups has moved (`herd shards move` finishes or cancels it)"
+                            .into(),
+                    });
+                }
                 Plan::Everywhere(_)
                 | Plan::EachGroup { .. }
                 | Plan::CopyIn(_)
@@ -189,13 +234,13 @@ impl Session {
                     if !alone || self.in_transaction() {
                         return Err(not_supported(ALONE.into()));
                     }
-                    return Ok(match plan {
+                    return Ok(Some(match plan {
                         Plan::Everywhere(tag) => UnitRoute::Everywhere(tag),
                         Plan::CopyIn(c) => UnitRoute::CopyIn(c),
                         Plan::CopyOut(c) => UnitRoute::CopyOut(c),
                         Plan::EachGroup { tag, undo } => UnitRoute::EachGroup(tag, undo),
                         _ => UnitRoute::Group(None),
-                    });
+                    }));
                 }
                 Plan::Group { group: g, reason } => {
                     if group.is_some_and(|x| x != g) {
@@ -213,7 +258,7 @@ impl Session {
                 }
             }
         }
-        Ok(UnitRoute::Group(group))
+        Ok(Some(UnitRoute::Group(group)))
     }
 
     /// Refuses a write to reference table `table` that could come out differently on each
@@ -335,6 +380,49 @@ impl Session {
     }
 
     /// A server connection to every group's primary, as the client's role, group 0 first.
+    /// `sql` as group `g` runs it when it reads or writes every group: without the rows the
+    /// group hides while a shard moves (the map that planned it says which).
+    pub(super) fn sql_on_group<'a>(
+        &self,
+        g: u32,
+        sql: &'a str,
+    ) -> Result<std::borrow::Cow<'a, str>, ProxyError> {
+        let Some(map) = self.map.as_ref().filter(|m| m.hides_rows()) else {
+            return Ok(std::borrow::Cow::Borrowed(sql));
+        };
+        let shards: Vec<String> = map.hidden_on(g).iter().map(u32::to_string).collect();
+        if shards.is_empty() {
+            return Ok(std::borrow::Cow::Borrowed(sql));
+        }
+        let hidden: Vec<herd_sql::Hidden> = map
+            .tables
+            .iter()
+            .filter_map(|(table, kind)| match kind {
+                herd_shard::TableKind::Distributed { column, key_type } => Some(herd_sql::Hidden {
+                    table: table.clone(),
+                    keep: format!(
+                        "{} NOT IN ({})",
+                        herd_shard::shard_sql(
+                            &format!("\"{}\"", column.replace('"', "\"\"")),
+                            *key_type,
+                            map.shard_count
+                        ),
+                        shards.join(", ")
+                    ),
+                }),
+                herd_shard::TableKind::Reference => None,
+            })
+            .collect();
+        herd_sql::hide_rows(sql, &hidden)
+            .map(std::borrow::Cow::Owned)
+            .map_err(|e| {
+                not_supported(format!(
+                    "a shard is moving between groups, and this statement across groups cannot be \
+                     made to leave out the rows copied for the move: {e}"
+                ))
+            })
+    }
+
     pub(super) async fn primary_leases(&mut self) -> Result<Vec<Lease>, ProxyError> {
         let mut leases = Vec::new();
         for g in 0..self.ctx.groups() {
