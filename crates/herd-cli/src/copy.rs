@@ -167,7 +167,10 @@ fn source_group(layout: &Layout, group: u32) -> anyhow::Result<Cluster> {
 }
 
 /// A superuser connection to `group`'s primary, in `database`.
-pub(crate) async fn primary_client(group: &Cluster, database: &str) -> anyhow::Result<tokio_postgres::Client> {
+pub(crate) async fn primary_client(
+    group: &Cluster,
+    database: &str,
+) -> anyhow::Result<tokio_postgres::Client> {
     let mut spec = group.conn_spec(&group.state.primary);
     spec.dbname = database.to_string();
     herd_pg::connect(&spec).await.with_context(|| {
@@ -187,7 +190,11 @@ pub(crate) struct SourceClients {
 
 impl SourceClients {
     /// Connects to `group`'s primary and, on a sharded cluster, to the endpoint.
-    pub(crate) async fn open(layout: &Layout, group: &Cluster, database: &str) -> anyhow::Result<Self> {
+    pub(crate) async fn open(
+        layout: &Layout,
+        group: &Cluster,
+        database: &str,
+    ) -> anyhow::Result<Self> {
         Ok(SourceClients {
             primary: primary_client(group, database).await?,
             roles: roles_client(layout, group, database).await?,

@@ -73,7 +73,10 @@ pub async fn run(layout: &Layout, args: MoveArgs<'_>) -> anyhow::Result<()> {
     };
     let to = args.to;
     if to as usize >= groups.len() {
-        bail!("there is no shard group {to}: the cluster has {}", groups.len());
+        bail!(
+            "there is no shard group {to}: the cluster has {}",
+            groups.len()
+        );
     }
     let switched = map.moves.get(&shard).is_some_and(|m| m.switched);
     let spec = copy_spec(&map, &groups[to as usize], args.database, shard, from)?;
@@ -83,8 +86,7 @@ pub async fn run(layout: &Layout, args: MoveArgs<'_>) -> anyhow::Result<()> {
         if from == to {
             bail!("shard {shard} is on group {to} already");
         }
-        let mut source = groups[from as usize].clone();
-        let level: String = primary_client(&source, "postgres")
+        let level: String = primary_client(&group(layout, from)?, "postgres")
             .await?
             .query_one("show wal_level", &[])
             .await
@@ -92,19 +94,30 @@ pub async fn run(layout: &Layout, args: MoveArgs<'_>) -> anyhow::Result<()> {
             .get(0);
         if level != "logical" {
             enable_logical(layout, from, &progress).await?;
-            source = crate::status::open_all(layout)?
-                .into_iter()
-                .nth(from as usize)
-                .context("the source group went away")?;
         }
-        progress.phase(&format!("shard {shard}: recording the move from group {from} to {to}"));
-        herd_function(&endpoint, "move_begin", &[&shard.to_string(), &to.to_string()]).await?;
-        copy_rows(layout, &source, &spec, &store, &progress, args.wait).await?;
-        pause = Some(switch(&endpoint, &spec, &source, layout, &progress, shard, args.wait).await?);
+        progress.phase(&format!(
+            "shard {shard}: recording the move from group {from} to {to}"
+        ));
+        herd_function(
+            &endpoint,
+            "move_begin",
+            &[&shard.to_string(), &to.to_string()],
+        )
+        .await?;
+        copy_rows(
+            layout,
+            &group(layout, from)?,
+            &spec,
+            &store,
+            &progress,
+            args.wait,
+        )
+        .await?;
+        pause = Some(switch(&endpoint, &spec, layout, from, &progress, shard, args.wait).await?);
     }
     progress.phase(&format!("shard {shard}: dropping the move's copy"));
-    drop_copy(layout, &groups[from as usize], &spec, &store).await?;
-    let deleted = delete_rows(&groups[from as usize], &map, args.database, shard, &progress).await?;
+    drop_copy(layout, &group(layout, from)?, &spec, &store).await?;
+    let deleted = delete_rows(&group(layout, from)?, &map, args.database, shard, &progress).await?;
     herd_function(&endpoint, "move_finish", &[&shard.to_string()]).await?;
     progress.done(&format!("shard {shard}: moved"));
     drop(progress);
@@ -153,8 +166,8 @@ async fn copy_rows(
 async fn switch(
     endpoint: &Client,
     spec: &CopySpec,
-    source: &Cluster,
     layout: &Layout,
+    from: u32,
     progress: &TermProgress,
     shard: u32,
     wait: Duration,
@@ -164,7 +177,7 @@ async fn switch(
     loop {
         progress.phase(&format!("shard {shard}: waiting for the copy to catch up"));
         loop {
-            let lag = copy_lag(layout, source, spec).await?;
+            let lag = copy_lag(layout, &group(layout, from)?, spec).await?;
             if lag.is_some_and(|l| l <= SWITCH_LAG_BYTES) {
                 break;
             }
@@ -197,7 +210,11 @@ async fn switch(
 }
 
 /// The copy's lag in bytes (`None` while unknown).
-async fn copy_lag(layout: &Layout, source: &Cluster, spec: &CopySpec) -> anyhow::Result<Option<u64>> {
+async fn copy_lag(
+    layout: &Layout,
+    source: &Cluster,
+    spec: &CopySpec,
+) -> anyhow::Result<Option<u64>> {
     let primary = primary_client(source, &spec.database).await?;
     let target = herd_copy::target::connect(&spec.target).await?;
     let status = herd_copy::status::read(
@@ -305,8 +322,8 @@ async fn cancel(
     let store = Store::new(layout.copies());
     let spec = copy_spec(map, &groups[m.to as usize], args.database, shard, m.from)?;
     progress.phase(&format!("shard {shard}: dropping the move's copy"));
-    drop_copy(layout, &groups[m.from as usize], &spec, &store).await?;
-    let deleted = delete_rows(&groups[m.to as usize], map, args.database, shard, progress).await?;
+    drop_copy(layout, &group(layout, m.from)?, &spec, &store).await?;
+    let deleted = delete_rows(&group(layout, m.to)?, map, args.database, shard, progress).await?;
     herd_function(endpoint, "move_cancel", &[&shard.to_string()]).await?;
     progress.done(&format!("shard {shard}: move cancelled"));
     crate::output::emitln!(
@@ -314,6 +331,14 @@ async fn cancel(
         m.to, m.from
     );
     Ok(())
+}
+
+/// Shard group `g` as its state is now (its primary may have changed since the last look).
+fn group(layout: &Layout, g: u32) -> anyhow::Result<Cluster> {
+    crate::status::open_all(layout)?
+        .into_iter()
+        .nth(g as usize)
+        .with_context(|| format!("there is no shard group {g}"))
 }
 
 /// The move's copy: every distributed table's rows of the shard, and its marker row, from
@@ -380,7 +405,11 @@ async fn herd_function(endpoint: &Client, function: &str, args: &[&str]) -> anyh
     let rows = endpoint
         .simple_query(&sql)
         .await
-        .map_err(|e| anyhow::anyhow!(e.as_db_error().map_or(e.to_string(), |d| d.message().to_string())))
+        .map_err(|e| {
+            anyhow::anyhow!(e
+                .as_db_error()
+                .map_or(e.to_string(), |d| d.message().to_string()))
+        })
         .with_context(|| format!("herd.{function}"))?;
     Ok(rows
         .iter()

@@ -50,11 +50,7 @@ pub async fn verify(layout: &Layout, database: &str) -> anyhow::Result<()> {
             // The group of each row's shard, looked up in the map's placement array; rows a
             // move under way keeps hidden on this group (copied, or not deleted yet) are in
             // their place too.
-            let hidden: Vec<String> = map
-                .hidden_on(g as u32)
-                .iter()
-                .map(u32::to_string)
-                .collect();
+            let hidden: Vec<String> = map.hidden_on(g as u32).iter().map(u32::to_string).collect();
             let misplaced = if hidden.is_empty() {
                 format!("(array[{}])[{shard} + 1] <> {g}", placement.join(","))
             } else {

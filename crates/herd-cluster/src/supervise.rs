@@ -152,7 +152,16 @@ pub async fn supervise(mut cluster: Cluster, pg: &Pg, links: Links<'_>) {
         }
         refresh(&mut cluster);
         if let Some(command) = command {
-            run_command(&mut cluster, pg, dcs, &gate, &watch, command).await;
+            run_command(
+                &mut cluster,
+                pg,
+                dcs,
+                &gate,
+                &watch,
+                &assignment_tx,
+                command,
+            )
+            .await;
             let _ = assignment_tx.send(cluster.assignment());
             watch = PrimaryWatch::default();
             continue;
@@ -277,12 +286,17 @@ pub async fn supervise(mut cluster: Cluster, pg: &Pg, links: Links<'_>) {
     }
 }
 
+/// How long a replica about to restart keeps serving the reads under way after the proxy
+/// stopped sending it new ones (it polls the assignment several times a second).
+const RESTART_DRAIN: Duration = Duration::from_secs(1);
+
 async fn run_command(
     cluster: &mut Cluster,
     pg: &Pg,
     dcs: &dyn herd_dcs::Dcs,
     gate: &Gate,
     watch: &PrimaryWatch,
+    assignment_tx: &watch::Sender<Assignment>,
     command: Command,
 ) {
     match command {
@@ -335,6 +349,14 @@ async fn run_command(
             let _ = reply.send(outcome);
         }
         Command::Restart { node, reply } => {
+            // The proxy stops sending reads to the replicas about to restart, and the reads
+            // under way there finish, before they stop (the caller publishes them again).
+            let mut draining = cluster.assignment();
+            draining
+                .replicas
+                .retain(|r| node.as_ref().is_some_and(|n| *n != r.name));
+            let _ = assignment_tx.send(draining);
+            tokio::time::sleep(RESTART_DRAIN).await;
             let outcome = match &node {
                 Some(n) => cluster
                     .restart_replica(pg, n)

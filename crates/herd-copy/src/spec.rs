@@ -92,10 +92,9 @@ impl CopySpec {
             let schemas: Vec<String> = self.schemas.iter().map(|s| quote_ident(s)).collect();
             parts.push(format!("TABLES IN SCHEMA {}", schemas.join(", ")));
         }
-        let with = self
-            .publish
-            .as_ref()
-            .map_or(String::new(), |p| format!(" WITH (publish = {})", quote_literal(p)));
+        let with = self.publish.as_ref().map_or(String::new(), |p| {
+            format!(" WITH (publish = {})", quote_literal(p))
+        });
         format!(
             "CREATE PUBLICATION {} FOR {}{with}",
             quote_ident(&self.object_name()),

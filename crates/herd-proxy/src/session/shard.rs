@@ -72,7 +72,15 @@ impl Session {
         if self.ctx.groups() < 2 {
             return Ok(None);
         }
-        let map = self.ctx.shard_map(&self.database).await?;
+        let mut map = self.ctx.shard_map(&self.database).await?;
+        if !map.paused.is_empty() && self.in_transaction() {
+            // A transaction under way does not wait for a switch (it may hold the very locks
+            // the switch waits for): its statements go where the shard still is, and either
+            // commit before the source's guard exists or are refused by it (40001).
+            let mut open = (*map).clone();
+            open.paused.clear();
+            map = Arc::new(open);
+        }
         self.map = (!map.tables.is_empty()).then(|| map.clone());
         Ok(self.map.clone())
     }
@@ -161,10 +169,14 @@ impl Session {
             match plan {
                 Plan::Anywhere => {}
                 Plan::WriteAllGroups(tag) => {
-                    return self.write_route(unit, frame.tag, rest, group, Write::Same(tag)).map(Some);
+                    return self
+                        .write_route(unit, frame.tag, rest, group, Write::Same(tag))
+                        .map(Some);
                 }
                 Plan::InsertSplit(groups) => {
-                    return self.write_route(unit, frame.tag, rest, group, Write::Split(groups)).map(Some);
+                    return self
+                        .write_route(unit, frame.tag, rest, group, Write::Split(groups))
+                        .map(Some);
                 }
                 Plan::WriteReference {
                     table,
@@ -172,7 +184,9 @@ impl Session {
                     columns,
                 } => {
                     self.deterministic(&text, &table, &columns).await?;
-                    return self.write_route(unit, frame.tag, rest, group, Write::Reference(tag)).map(Some);
+                    return self
+                        .write_route(unit, frame.tag, rest, group, Write::Reference(tag))
+                        .map(Some);
                 }
                 Plan::AllGroups { table } => {
                     if !self.alone(unit, frame.tag, rest, group) {
@@ -210,7 +224,10 @@ impl Session {
                     return Ok(Some(UnitRoute::FanOut(shape)));
                 }
                 Plan::Refuse(why) => return Err(not_supported(why)),
-                Plan::Everywhere(_) | Plan::EachGroup { .. } if map.hides_rows() => {
+                // Privileges do not change what the move copies; the rest of DDL could.
+                Plan::Everywhere(tag) | Plan::EachGroup { tag, .. }
+                    if map.hides_rows() && !matches!(tag, "GRANT" | "REVOKE") =>
+                {
                     return Err(ProxyError::Server {
                         code: "55000".into(),
                         message: "DDL on distributed tables waits until the shard moving between \

@@ -105,7 +105,10 @@ impl ProxyContext {
         }
         if let Some(m) = current.moves.get(&shard) {
             if m.to == to && !m.switched {
-                return Ok(format!("shard {shard} is moving from group {} to {to}", m.from));
+                return Ok(format!(
+                    "shard {shard} is moving from group {} to {to}",
+                    m.from
+                ));
             }
             return Err(refused(
                 "55000",
@@ -144,7 +147,10 @@ impl ProxyContext {
             return Err(refused("55000", format!("shard {shard} is not moving")));
         };
         if m.switched {
-            return Ok(format!("shard {shard} was switched to group {} already", m.to));
+            return Ok(format!(
+                "shard {shard} was switched to group {} already",
+                m.to
+            ));
         }
         let started = Instant::now();
         let mut paused = current.clone();
@@ -355,7 +361,12 @@ async fn drop_guards(source: &Client, map: &ShardMap, shard: u32) -> Result<(), 
             ));
         }
     }
-    with_short_locks(source, &sql, "dropping the moved shard's guard on the source group").await
+    with_short_locks(
+        source,
+        &sql,
+        "dropping the moved shard's guard on the source group",
+    )
+    .await
 }
 
 /// Runs `sql` (DDL on tables others use) in one transaction whose lock waits are short, again
@@ -377,4 +388,3 @@ async fn with_short_locks(client: &Client, sql: &str, what: &str) -> Result<(), 
         }
     }
 }
-
