@@ -158,7 +158,7 @@ pub async fn supervise(mut cluster: Cluster, pg: &Pg, links: Links<'_>) {
                 dcs,
                 &gate,
                 &watch,
-                &assignment_tx,
+                assignment_tx,
                 command,
             )
             .await;
