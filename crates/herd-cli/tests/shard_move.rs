@@ -301,7 +301,7 @@ async fn a_shard_moves_under_load_and_a_move_can_be_cancelled() {
                 let own = (1..=ACCOUNTS)
                     .filter(|i| {
                         let s = shard_of(*i);
-                        s % 2 == 0 && s != 2
+                        s.is_multiple_of(2) && s != 2
                     })
                     .count() as i64;
                 n > own

@@ -152,16 +152,7 @@ pub async fn supervise(mut cluster: Cluster, pg: &Pg, links: Links<'_>) {
         }
         refresh(&mut cluster);
         if let Some(command) = command {
-            run_command(
-                &mut cluster,
-                pg,
-                dcs,
-                &gate,
-                &watch,
-                assignment_tx,
-                command,
-            )
-            .await;
+            run_command(&mut cluster, pg, dcs, &gate, &watch, assignment_tx, command).await;
             let _ = assignment_tx.send(cluster.assignment());
             watch = PrimaryWatch::default();
             continue;
