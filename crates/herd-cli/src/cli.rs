@@ -87,6 +87,21 @@ enum ShardsCommand {
         #[arg(long, value_name = "SECONDS", default_value_t = 3600)]
         wait_timeout: u64,
     },
+    /// Spread the shards evenly over the shard groups (after a group was added): the fewest
+    /// moves, one after the other, each as `herd shards move` does it.
+    Rebalance {
+        #[command(flatten)]
+        dir: DataDirArg,
+        /// The database whose distributed tables move.
+        #[arg(long, default_value = "postgres")]
+        database: String,
+        /// Print the moves without making them.
+        #[arg(long)]
+        dry_run: bool,
+        /// How long to wait for each move's copy and its catch-up.
+        #[arg(long, value_name = "SECONDS", default_value_t = 3600)]
+        wait_timeout: u64,
+    },
 }
 
 /// `--data-dir`, shared by every command.
@@ -300,6 +315,18 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 wait: std::time::Duration::from_secs(wait_timeout),
             };
             crate::shard_move::run(&dir.layout()?, args).await
+        }
+        Command::Shards {
+            command:
+                ShardsCommand::Rebalance {
+                    dir,
+                    database,
+                    dry_run,
+                    wait_timeout,
+                },
+        } => {
+            let wait = std::time::Duration::from_secs(wait_timeout);
+            crate::shard_move::rebalance(&dir.layout()?, &database, dry_run, wait).await
         }
         Command::Copy { command } => crate::copy::run(command).await,
         Command::Agent(args) => crate::hosts::agent(args).await,

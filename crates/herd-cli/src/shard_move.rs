@@ -129,6 +129,72 @@ pub async fn run(layout: &Layout, args: MoveArgs<'_>) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `herd shards rebalance`: every shard group gets an even share of the shards (a move under
+/// way is finished first), one move after the other; with `dry_run` only the plan is printed.
+pub async fn rebalance(
+    layout: &Layout,
+    database: &str,
+    dry_run: bool,
+    wait: Duration,
+) -> anyhow::Result<()> {
+    let groups = crate::status::open_all(layout)?;
+    let map = read_map(&primary_client(&groups[0], database).await?).await?;
+    if let Some((shard, m)) = map.moves.iter().next() {
+        if dry_run {
+            crate::output::emitln!(
+                "shard {shard} is moving from group {} to {}: that move is finished first",
+                m.from,
+                m.to
+            );
+        } else {
+            let args = MoveArgs {
+                shard: *shard,
+                to: m.to,
+                database,
+                cancel: false,
+                wait,
+            };
+            Box::pin(run(layout, args)).await?;
+            return Box::pin(rebalance(layout, database, dry_run, wait)).await;
+        }
+    }
+    let moves = herd_shard::rebalance(&map.placement, groups.len() as u32);
+    if moves.is_empty() {
+        crate::output::emitln!(
+            "{database}: the {} shards are spread evenly over {} groups already",
+            map.shard_count,
+            groups.len()
+        );
+        return Ok(());
+    }
+    crate::output::emitln!(
+        "{database}: {} move(s) spread the {} shards over {} groups: {}",
+        moves.len(),
+        map.shard_count,
+        groups.len(),
+        moves
+            .iter()
+            .map(|(s, f, t)| format!("shard {s} {f}→{t}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    if dry_run {
+        return Ok(());
+    }
+    for (i, (shard, _, to)) in moves.iter().enumerate() {
+        crate::output::emitln!("move {}/{}:", i + 1, moves.len());
+        let args = MoveArgs {
+            shard: *shard,
+            to: *to,
+            database,
+            cancel: false,
+            wait,
+        };
+        run(layout, args).await?;
+    }
+    Ok(())
+}
+
 /// Creates the move's copy (unless an interrupted run did) and waits until it has copied and
 /// caught up.
 async fn copy_rows(

@@ -18,6 +18,7 @@ use tokio_postgres::Client;
 mod in_doubt;
 mod lookups;
 mod moves;
+mod new_group;
 
 use in_doubt::recover_ddl;
 pub use in_doubt::{resolve_in_doubt, IN_DOUBT_AFTER_S, TXN_DECISIONS_DDL};
@@ -69,6 +70,8 @@ pub struct ShardMaps {
     floors: Vec<std::sync::atomic::AtomicU64>,
     /// One change at a time.
     changing: tokio::sync::Mutex<()>,
+    /// One preparation of new groups at a time.
+    preparing: tokio::sync::Mutex<()>,
     /// (database, table OID, column number; 0, 0 for an expression) → its text orders
     /// byte by byte (a C-like collation), as a cross-group merge compares text.
     bytewise: Mutex<HashMap<(String, u32, i16), bool>>,
@@ -87,6 +90,7 @@ impl ShardMaps {
                 .map(|_| std::sync::atomic::AtomicU64::new(0))
                 .collect(),
             changing: tokio::sync::Mutex::default(),
+            preparing: tokio::sync::Mutex::default(),
             bytewise: Mutex::default(),
             tables_bytewise: Mutex::default(),
         }
@@ -133,6 +137,11 @@ impl ProxyContext {
             let clients = self.group_clients(database).await?;
             recover(self, &clients).await?;
             let map = read_map(&clients[0]).await?;
+            if let Some(m) = &map {
+                // Groups added since the tables were distributed get them first.
+                let _one_at_a_time = self.shard_maps.preparing.lock().await;
+                new_group::prepare(&clients, m).await?;
+            }
             match map {
                 // Tables dropped while their entries stayed (a crash between a DROP TABLE on
                 // every group and its map change) leave the map now.

@@ -137,6 +137,40 @@ impl ShardMap {
     }
 }
 
+/// The moves (shard, from, to) that spread `placement` evenly over `groups` groups: each group
+/// ends with ⌊shards / groups⌋ or one more, the fewest shards move, and each move takes the
+/// highest-numbered shard of the group with the most to the group with the fewest (ties to the
+/// lower group), so the plan is the same every time.
+pub fn rebalance(placement: &[u32], groups: u32) -> Vec<(u32, u32, u32)> {
+    let groups = groups.max(1);
+    let mut placement = placement.to_vec();
+    let mut moves = Vec::new();
+    loop {
+        let count = |g: u32| placement.iter().filter(|p| **p == g).count();
+        let (most, least) = (0..groups).fold((0, 0), |(most, least), g| {
+            (
+                if count(g) > count(most) { g } else { most },
+                if count(g) < count(least) { g } else { least },
+            )
+        });
+        // Shards on groups beyond `groups` go first (they have nowhere to stay).
+        let stray = placement.iter().rposition(|p| *p >= groups);
+        let (shard, from, to) = match stray {
+            Some(s) => (s, placement[s], least),
+            None if count(most) > count(least) + 1 => {
+                match placement.iter().rposition(|p| *p == most) {
+                    Some(s) => (s, most, least),
+                    None => break,
+                }
+            }
+            None => break,
+        };
+        placement[shard] = to;
+        moves.push((shard as u32, from, to));
+    }
+    moves
+}
+
 /// `schema.table` for a possibly unqualified name (unqualified names are in `public`).
 pub fn qualified(name: &str) -> String {
     if name.contains('.') {
@@ -171,6 +205,48 @@ mod tests {
         assert_eq!(serde_json::from_str::<ShardMap>(&json).expect("back"), m);
         // A map stored before moves existed reads as one without moves.
         assert!(!json.contains("moves"));
+    }
+
+    #[test]
+    fn rebalance_spreads_evenly_with_the_fewest_moves() {
+        // 32 shards on 2 groups, a third group added: 10 or 11 each, 10 moves, all to group 2.
+        let two = ShardMap::new(2, 32).placement;
+        let moves = rebalance(&two, 3);
+        assert_eq!(moves.len(), 10);
+        assert!(moves.iter().all(|(_, _, to)| *to == 2));
+        let mut after = two.clone();
+        for (s, from, to) in &moves {
+            assert_eq!(after[*s as usize], *from);
+            after[*s as usize] = *to;
+        }
+        for g in 0..3 {
+            let n = after.iter().filter(|p| **p == g).count();
+            assert!((10..=11).contains(&n), "group {g}: {n}");
+        }
+        // Already even: nothing; deterministic.
+        assert!(rebalance(&two, 2).is_empty());
+        assert_eq!(rebalance(&two, 3), moves);
+        // Uneven after hand-made moves: back to 16/16 in two moves.
+        let mut uneven = two.clone();
+        uneven[0] = 1;
+        uneven[2] = 1;
+        assert_eq!(rebalance(&uneven, 2).len(), 2);
+        // A shard on a group that is not counted moves.
+        assert_eq!(rebalance(&[0, 1, 2], 2), vec![(2, 2, 0)]);
+        // Cases: (placement, groups, moves).
+        let cases: [(&[u32], u32, usize); 4] = [
+            (&[0, 0, 0, 0], 2, 2),
+            (&[0, 0, 0, 0], 4, 3),
+            (&[0, 1, 0, 1], 1, 2),
+            (&[], 3, 0),
+        ];
+        for (placement, groups, n) in cases {
+            assert_eq!(
+                rebalance(placement, groups).len(),
+                n,
+                "{placement:?} on {groups}"
+            );
+        }
     }
 
     #[test]
