@@ -4,7 +4,9 @@
 //! (by key, and across groups); every acknowledged write is there afterwards, once; reads
 //! across groups never see a row twice or miss one; only the moved shard's writes may fail,
 //! with the retryable 40001, and only inside the switch; `herd shards verify` is clean. Then a
-//! move is cancelled before its switch, leaving everything as it was.
+//! move is cancelled before its switch, leaving everything as it was. Then a third group is
+//! added (`herd up --shards 3`): it gets the tables, a reference table's rows and the map, and
+//! `herd shards rebalance` gives it a third of the shards; sums, counts and unique ids hold.
 
 mod common;
 
@@ -134,6 +136,11 @@ async fn a_shard_moves_under_load_and_a_move_can_be_cancelled() {
         "CREATE TABLE events (account_id bigint, seq bigint, PRIMARY KEY (account_id, seq))",
         "SELECT herd.create_distributed_table('accounts', 'id')",
         "SELECT herd.create_distributed_table('events', 'account_id')",
+        "CREATE TABLE plans (id int PRIMARY KEY, name text NOT NULL)",
+        "SELECT herd.create_reference_table('plans')",
+        "INSERT INTO plans VALUES (1, 'free'), (2, 'pro'), (3, 'team')",
+        "CREATE TABLE notes (id bigserial, account_id bigint, PRIMARY KEY (account_id, id))",
+        "SELECT herd.create_distributed_table('notes', 'account_id')",
     ] {
         admin.batch_execute(sql).await.expect(sql);
     }
@@ -334,4 +341,69 @@ async fn a_shard_moves_under_load_and_a_move_can_be_cancelled() {
         .batch_execute("ALTER TABLE accounts ADD COLUMN note text")
         .await
         .expect("DDL after the move");
+    add_a_group_and_rebalance(&c, all).await;
+}
+
+/// Notes on accounts of every shard through the endpoint (ids from the table's bigserial).
+async fn write_notes(client: &tokio_postgres::Client) {
+    for id in (1..=ACCOUNTS).step_by(7) {
+        client
+            .execute("INSERT INTO notes (account_id) VALUES ($1)", &[&id])
+            .await
+            .expect("note");
+    }
+}
+
+/// A third group (`herd up --shards 3` after `herd down`) gets the tables, the reference rows
+/// and the map; `herd shards rebalance` gives it a third of the shards online; ids stay unique.
+async fn add_a_group_and_rebalance(c: &herd_testkit::TestCluster, balances: i64) {
+    let admin = connect(&c.url(&[])).await;
+    write_notes(&admin).await;
+    drop(admin);
+    c.herd_ok(&["down"]);
+    c.up(&["--shards", "3", "--replicas", "1"]);
+    let admin = connect(&c.url(&[])).await;
+    let total: i64 = admin
+        .query_one("SELECT sum(balance)::bigint FROM accounts", &[])
+        .await
+        .expect("sum across three groups")
+        .get(0);
+    assert_eq!(total, balances);
+    let g2 = connect(&c.url(&["--group", "2", "--primary"])).await;
+    let plans: i64 = g2
+        .query_one("SELECT count(*) FROM plans", &[])
+        .await
+        .expect("the reference table on the new group")
+        .get(0);
+    assert_eq!(plans, 3);
+    write_notes(&admin).await;
+    let plan = c.herd_ok(&["shards", "rebalance", "--dry-run"]);
+    assert!(plan.contains("10 move(s)"), "{plan}");
+    let out = c.herd_ok(&["shards", "rebalance", "--wait-timeout", "120"]);
+    assert_eq!(out.matches("moved from group").count(), 10, "{out}");
+    let per_group = admin
+        .query("SELECT count(*) FROM herd.shards GROUP BY shard_group", &[])
+        .await
+        .expect("herd.shards");
+    assert_eq!(per_group.len(), 3);
+    for row in per_group {
+        assert!((10..=11).contains(&row.get::<_, i64>(0)));
+    }
+    assert!(rows_of(&g2, &(1..=ACCOUNTS).collect::<Vec<_>>()).await > 100);
+    write_notes(&admin).await;
+    for sql in [
+        "SELECT count(*) FROM accounts",
+        "SELECT sum(balance)::bigint FROM accounts",
+        "SELECT count(*) - count(DISTINCT id) FROM notes",
+    ] {
+        let v: i64 = admin.query_one(sql, &[]).await.expect(sql).get(0);
+        let want = match sql {
+            s if s.contains("DISTINCT") => 0,
+            s if s.contains("sum") => balances,
+            _ => ACCOUNTS,
+        };
+        assert_eq!(v, want, "{sql}");
+    }
+    let verify = c.herd_ok(&["shards", "verify"]);
+    assert!(!verify.contains("NOT"), "{verify}");
 }
