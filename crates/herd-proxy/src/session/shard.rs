@@ -21,7 +21,7 @@ const NOT_SUPPORTED: &str = "0A000";
 pub(super) const ALONE: &str = "DDL and COPY on a distributed or reference table run on every \
      shard group in a transaction of their own: send the statement alone, outside a transaction block";
 
-fn not_supported(message: String) -> ProxyError {
+pub(super) fn not_supported(message: String) -> ProxyError {
     ProxyError::Server {
         code: NOT_SUPPORTED.into(),
         message,
@@ -397,49 +397,6 @@ impl Session {
     }
 
     /// A server connection to every group's primary, as the client's role, group 0 first.
-    /// `sql` as group `g` runs it when it reads or writes every group: without the rows the
-    /// group hides while a shard moves (the map that planned it says which).
-    pub(super) fn sql_on_group<'a>(
-        &self,
-        g: u32,
-        sql: &'a str,
-    ) -> Result<std::borrow::Cow<'a, str>, ProxyError> {
-        let Some(map) = self.map.as_ref().filter(|m| m.hides_rows()) else {
-            return Ok(std::borrow::Cow::Borrowed(sql));
-        };
-        let shards: Vec<String> = map.hidden_on(g).iter().map(u32::to_string).collect();
-        if shards.is_empty() {
-            return Ok(std::borrow::Cow::Borrowed(sql));
-        }
-        let hidden: Vec<herd_sql::Hidden> = map
-            .tables
-            .iter()
-            .filter_map(|(table, kind)| match kind {
-                herd_shard::TableKind::Distributed { column, key_type } => Some(herd_sql::Hidden {
-                    table: table.clone(),
-                    keep: format!(
-                        "{} NOT IN ({})",
-                        herd_shard::shard_sql(
-                            &format!("\"{}\"", column.replace('"', "\"\"")),
-                            *key_type,
-                            map.shard_count
-                        ),
-                        shards.join(", ")
-                    ),
-                }),
-                herd_shard::TableKind::Reference => None,
-            })
-            .collect();
-        herd_sql::hide_rows(sql, &hidden)
-            .map(std::borrow::Cow::Owned)
-            .map_err(|e| {
-                not_supported(format!(
-                    "a shard is moving between groups, and this statement across groups cannot be \
-                     made to leave out the rows copied for the move: {e}"
-                ))
-            })
-    }
-
     pub(super) async fn primary_leases(&mut self) -> Result<Vec<Lease>, ProxyError> {
         let mut leases = Vec::new();
         for g in 0..self.ctx.groups() {

@@ -10,6 +10,7 @@ use tokio_postgres::Client;
 
 use herd_shard::{ShardMap, TableKind};
 
+use super::definitions::owned_sequences;
 use super::{failed, quote_qualified, read_map, table_ddl, MAP_DDL};
 use crate::ProxyError;
 
@@ -94,17 +95,8 @@ async fn restride(clients: &[Client], map: &ShardMap, before: usize) -> Result<(
         .filter(|(_, k)| matches!(k, TableKind::Distributed { .. }))
         .map(|(t, _)| t)
     {
-        let seqs = clients[0]
-            .query(
-                "SELECT s.oid::regclass::text, q.seqincrement, q.seqstart FROM pg_depend d
-                 JOIN pg_class s ON s.oid = d.objid JOIN pg_sequence q ON q.seqrelid = s.oid
-                 WHERE d.refobjid = to_regclass($1) AND s.relkind = 'S' AND d.deptype IN ('a', 'i')",
-                &[table],
-            )
-            .await
-            .map_err(|e| failed("reading a distributed table's sequences", e))?;
-        for s in seqs {
-            let (seq, increment, start): (String, i64, i64) = (s.get(0), s.get(1), s.get(2));
+        let seqs = owned_sequences(&clients[0], table).await?;
+        for (seq, increment, start) in seqs {
             let step = increment / (before.max(1) as i64);
             if step == 0 {
                 continue;
