@@ -156,9 +156,11 @@ impl ProxyContext {
         let mut paused = current.clone();
         paused.paused.insert(shard);
         self.install_map(database, paused);
-        let switched = tokio::time::timeout(
+        // Guard and marker are bounded; the map's two-phase commit, once begun, is not cut
+        // short (a change cut between its phases would leave the proxy unsure of its own map).
+        let ready = tokio::time::timeout(
             SWITCH_LIMIT,
-            self.switch_steps(&clients, &current, shard, &m),
+            self.switch_ready(&clients, &current, shard, &m),
         )
         .await
         .unwrap_or_else(|_| {
@@ -171,13 +173,42 @@ impl ProxyContext {
                 ),
             ))
         });
+        let mut next = current.clone();
+        next.version += 1;
+        next.placement[shard as usize] = m.to;
+        if let Some(mv) = next.moves.get_mut(&shard) {
+            mv.switched = true;
+        }
+        let switched = match ready {
+            Ok(floor) => match commit_everywhere(&clients, &next, &[], &[]).await {
+                Ok(()) => Ok(floor),
+                // Decided or not, the stored map says which (reading it resolves a change
+                // left in doubt).
+                Err(e) => match self.current_map(database).await {
+                    Ok((_, stored)) if stored.moves.get(&shard).is_some_and(|x| x.switched) => {
+                        Ok(floor)
+                    }
+                    Ok(_) => Err(e),
+                    Err(unread) => {
+                        // Unknown: the guard stays (the shard's writes are refused, never
+                        // lost) and statements stop waiting; the next run of the move settles
+                        // it.
+                        self.install_map(database, current);
+                        return Err(failed(
+                            &format!("switching shard {shard} ({e}); the map cannot be read now"),
+                            unread,
+                        ));
+                    }
+                },
+            },
+            Err(e) => Err(e),
+        };
         match switched {
-            Ok((next, floor)) => {
+            Ok(floor) => {
                 self.raise_read_floor(m.to, floor);
                 self.install_map(database, next);
                 let paused_ms = started.elapsed().as_millis();
-                self.metrics
-                    .add("herd_shard_move_pause_ms_total", "", paused_ms as u64);
+                self.metrics.inc("herd_shard_moves_switched_total", "");
                 Ok(format!(
                     "shard {shard} switched from group {} to {}; its statements waited {paused_ms} ms",
                     m.from, m.to
@@ -192,15 +223,15 @@ impl ProxyContext {
         }
     }
 
-    /// The switch, with the shard paused: guard, marker, map. The new map and the target's
-    /// WAL position holding every row of the shard.
-    async fn switch_steps(
+    /// The switch's preparation, with the shard paused: the guard, then the marker through the
+    /// copy. The target's WAL position holding every row of the shard.
+    async fn switch_ready(
         &self,
         clients: &[Client],
         current: &ShardMap,
         shard: u32,
         m: &ShardMove,
-    ) -> Result<(ShardMap, herd_core::Lsn), ProxyError> {
+    ) -> Result<herd_core::Lsn, ProxyError> {
         let source = &clients[m.from as usize];
         let target = &clients[m.to as usize];
         create_guards(source, current, shard, m.to).await?;
@@ -225,15 +256,7 @@ impl ProxyContext {
                 .map_err(|e| failed("reading the move's marker on the target group", e))?;
             if let Some(row) = row.filter(|r| r.get::<_, i64>(0) == token) {
                 let lsn: String = row.get(1);
-                let floor = lsn.parse().unwrap_or(herd_core::Lsn(0));
-                let mut next = current.clone();
-                next.version += 1;
-                next.placement[shard as usize] = m.to;
-                if let Some(mv) = next.moves.get_mut(&shard) {
-                    mv.switched = true;
-                }
-                commit_everywhere(clients, &next, &[], &[]).await?;
-                return Ok((next, floor));
+                return Ok(lsn.parse().unwrap_or(herd_core::Lsn(0)));
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
