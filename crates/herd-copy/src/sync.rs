@@ -75,8 +75,9 @@ struct Slot {
 }
 
 impl SlotSync {
-    /// Whether the primary still acknowledges commits while `replica` restarts: no synchronous
-    /// standby is asked for, or enough others stream to make the quorum.
+    /// Whether the primary still acknowledges commits while `replica` restarts: commits wait
+    /// for no standby (`synchronous_commit` off or local, as in async mode), none is asked
+    /// for, or enough others stream to make the quorum.
     async fn restart_keeps_commits(
         &mut self,
         primary: &ConnSpec,
@@ -86,14 +87,16 @@ impl SlotSync {
         let row = client
             .query_one(
                 "select current_setting('synchronous_standby_names'), \
+                 current_setting('synchronous_commit') in ('off', 'local'), \
                  (select count(*) from pg_stat_replication where application_name <> $1 \
                   and state = 'streaming' and sync_state in ('sync', 'quorum', 'potential'))",
                 &[&replica],
             )
             .await
             .map_err(|e| CopyError::sql("reading the primary's synchronous standbys", &e))?;
-        let (names, others): (String, i64) = (row.get(0), row.get(1));
-        Ok(others >= required_standbys(&names))
+        let (names, waits_for_none, others): (String, bool, i64) =
+            (row.get(0), row.get(1), row.get(2));
+        Ok(waits_for_none || others >= required_standbys(&names))
     }
 
     async fn client(&mut self, spec: &ConnSpec, database: &str) -> Result<&Client, CopyError> {
