@@ -71,6 +71,7 @@ impl GroupLinks {
         groups: &[Cluster],
         pg: &Pg,
         proxy: &Arc<herd_proxy::ProxyContext>,
+        events: &herd_core::EventSink,
         shutdown: &watch::Receiver<bool>,
     ) -> Vec<tokio::task::JoinHandle<()>> {
         let latest = Arc::new(Mutex::new(
@@ -115,6 +116,7 @@ impl GroupLinks {
                 status,
                 assignment,
                 commands,
+                events.clone(),
                 shutdown.clone(),
             ));
         }
@@ -129,6 +131,7 @@ fn spawn_supervisor(
     status: watch::Sender<ClusterStatus>,
     assignment: watch::Sender<Assignment>,
     commands: mpsc::Receiver<Command>,
+    events: herd_core::EventSink,
     shutdown: watch::Receiver<bool>,
 ) -> tokio::task::JoinHandle<()> {
     let group = cluster.group().to_string();
@@ -156,6 +159,7 @@ fn spawn_supervisor(
             gate,
             shutdown,
             count,
+            events,
         };
         herd_cluster::supervise(cluster, &pg, links).await
     })

@@ -1,0 +1,306 @@
+// Herd's live dashboard: a snapshot on load, then server-sent events (a sample a second, events
+// as they happen). Hand-written SVG charts; no framework, nothing loaded from elsewhere.
+"use strict";
+
+const WINDOW_MS = 15 * 60 * 1000;
+const COLORS = ["#2357a6", "#d9822b", "#1f7a3f", "#8e44ad", "#b3261e", "#16a2b8", "#6c757d", "#c0a000"];
+const state = { points: [], events: [], status: null, live: false };
+
+const $ = (id) => document.getElementById(id);
+const SVG = "http://www.w3.org/2000/svg";
+
+function el(tag, attrs, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (k === "class") e.className = v; else e.setAttribute(k, v);
+  }
+  for (const c of children) e.append(c === null || c === undefined ? "" : c);
+  return e;
+}
+
+function token() {
+  const m = document.cookie.match(/(?:^|;\s*)herd_token=([^;]*)/);
+  return m ? decodeURIComponent(m[1]) : null;
+}
+
+function bytes(n) {
+  if (n === null || n === undefined) return "–";
+  const units = ["B", "kB", "MB", "GB", "TB"];
+  let i = 0;
+  while (Math.abs(n) >= 1024 && i < units.length - 1) { n /= 1024; i++; }
+  return (i === 0 ? n.toFixed(0) : n.toFixed(1)) + " " + units[i];
+}
+
+function num(n) {
+  if (!isFinite(n)) return "–";
+  const a = Math.abs(n);
+  if (a >= 1e6) return (n / 1e6).toFixed(1) + "M";
+  if (a >= 1e3) return (n / 1e3).toFixed(1) + "k";
+  if (a >= 10 || a === 0) return n.toFixed(0);
+  return n.toFixed(2);
+}
+
+function secs(s) {
+  if (s === null || s === undefined) return "–";
+  return s < 1 ? (s * 1000).toFixed(0) + " ms" : s.toFixed(1) + " s";
+}
+
+// --- topology -------------------------------------------------------------------------------
+
+function groupsOf(status) {
+  if (!status) return [];
+  return [status, ...(status.groups || [])];
+}
+
+function renderTopology() {
+  const root = $("topology");
+  const status = state.status;
+  const last = state.points[state.points.length - 1] || {};
+  root.replaceChildren();
+  if (!status) return;
+  $("endpoint").textContent = status.endpoint || "";
+  $("commit").textContent = "commit mode " + status.commit_mode + " · " + status.sync_standbys;
+  const select = $("commit-mode");
+  if (document.activeElement !== select) select.value = status.commit_mode;
+  for (const g of groupsOf(status)) {
+    const head = el("tr", {}, ...["node", "role", "state", "LSN", "sync", "replay lag", "read pool", "pool in use / idle", ""].map((h) => el("th", {}, h)));
+    const rows = g.nodes.map((n) => nodeRow(n, last));
+    const table = el("table", {}, el("thead", {}, head), el("tbody", {}, ...rows));
+    const title = groupsOf(status).length > 1 ? "Shard group " + g.group : "Nodes";
+    const note = g.ha_note ? el("p", { class: "muted" }, "Last HA event: " + g.ha_note) : "";
+    root.append(el("div", { class: "group", "data-group": String(g.group || 0) },
+      el("h2", {}, title, " ", el("span", { class: "muted" }, g.synchronous_standby_names ? "synchronous_standby_names = " + g.synchronous_standby_names : "")),
+      el("div", { class: "scroll" }, table), note));
+  }
+}
+
+function nodeRow(n, last) {
+  const lsn = n.current_lsn || n.replayed_lsn || n.received_lsn || "–";
+  const lag = n.lag ? bytes(n.lag.replay_bytes) + " · " + secs(n.lag.replay_seconds) : "–";
+  const pool = last.read_pool && n.name in last.read_pool ? (last.read_pool[n.name] ? "yes" : "no") : (n.role === "primary" ? "" : "–");
+  const inUse = last.pool_in_use && last.pool_in_use[n.name] !== undefined ? num(last.pool_in_use[n.name]) : "0";
+  const idle = last.pool_idle && last.pool_idle[n.name] !== undefined ? num(last.pool_idle[n.name]) : "0";
+  let action = "";
+  if (n.role === "replica" && n.state === "streaming") {
+    action = el("button", { "data-switchover": n.name, title: "planned switchover to " + n.name }, "Switch over here");
+    action.addEventListener("click", () => switchover(n.name));
+  }
+  return el("tr", { "data-node": n.name, "data-role": n.role, "data-state": n.state },
+    el("td", {}, n.name),
+    el("td", { class: "role role-" + n.role }, n.role),
+    el("td", { class: "state-" + n.state }, n.state.replace("_", " ")),
+    el("td", {}, lsn),
+    el("td", {}, n.sync_state || ""),
+    el("td", {}, lag),
+    el("td", {}, pool),
+    el("td", {}, inUse + " / " + idle),
+    el("td", {}, action));
+}
+
+// --- charts ---------------------------------------------------------------------------------
+
+// series: [{name, values: [[t, v], …]}]
+function lineChart(svg, series, format, opts) {
+  const w = svg.clientWidth || 340;
+  const h = svg.clientHeight || 170;
+  const pad = { l: 48, r: 8, t: 8, b: 30 };
+  svg.setAttribute("viewBox", "0 0 " + w + " " + h);
+  svg.replaceChildren();
+  const now = Date.now();
+  const t0 = now - ((opts && opts.window) || WINDOW_MS);
+  let max = (opts && opts.max) || 0;
+  for (const s of series) for (const [, v] of s.values) if (isFinite(v) && v > max) max = v;
+  if (max <= 0) max = 1;
+  const x = (t) => pad.l + ((t - t0) / (now - t0)) * (w - pad.l - pad.r);
+  const y = (v) => h - pad.b - (v / max) * (h - pad.t - pad.b);
+  const add = (tag, attrs, text) => {
+    const e = document.createElementNS(SVG, tag);
+    for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, v);
+    if (text !== undefined) e.textContent = text;
+    svg.append(e);
+    return e;
+  };
+  add("line", { x1: pad.l, y1: y(0), x2: w - pad.r, y2: y(0), stroke: "#d9dde1" });
+  add("line", { x1: pad.l, y1: y(max), x2: w - pad.r, y2: y(max), stroke: "#eef0f2" });
+  add("text", { x: pad.l - 4, y: y(max) + 4, "text-anchor": "end" }, format(max));
+  add("text", { x: pad.l - 4, y: y(0) + 3, "text-anchor": "end" }, format(0));
+  add("text", { x: pad.l, y: h - pad.b + 12 }, "-15 min");
+  add("text", { x: w - pad.r, y: h - pad.b + 12, "text-anchor": "end" }, "now");
+  let drawn = 0;
+  series.forEach((s, i) => {
+    const pts = s.values.filter(([t, v]) => t >= t0 && isFinite(v)).map(([t, v]) => x(t).toFixed(1) + "," + y(v).toFixed(1));
+    drawn = Math.max(drawn, pts.length);
+    if (pts.length > 0) {
+      add("polyline", { points: pts.join(" "), fill: "none", stroke: COLORS[i % COLORS.length], "stroke-width": 1.5, "data-series": s.name });
+    }
+  });
+  // Legend under the axis, wrapping as space allows.
+  let lx = pad.l;
+  let ly = h - 6;
+  series.forEach((s, i) => {
+    const width = 16 + s.name.length * 6;
+    if (lx + width > w && lx > pad.l) { lx = pad.l; ly -= 0; }
+    add("rect", { x: lx, y: ly - 7, width: 8, height: 8, fill: COLORS[i % COLORS.length] });
+    add("text", { x: lx + 11, y: ly }, s.name);
+    lx += width;
+  });
+  svg.setAttribute("data-points", String(drawn));
+}
+
+function keysOf(field) {
+  const keys = new Set();
+  for (const p of state.points) for (const k of Object.keys(p[field] || {})) keys.add(k);
+  return [...keys].sort();
+}
+
+function seriesOf(field) {
+  return keysOf(field).map((k) => ({
+    name: k,
+    values: state.points.filter((p) => p[field] && k in p[field]).map((p) => [p.t, p[field][k]]),
+  }));
+}
+
+function waitShares() {
+  const names = new Set();
+  for (const p of state.points) if (p.commit_waits) for (const k of Object.keys(p.commit_waits.by_event)) names.add(k);
+  return [...names].sort().map((k) => ({
+    name: k,
+    values: state.points.filter((p) => p.commit_waits).map((p) => {
+      const all = Object.values(p.commit_waits.by_event).reduce((a, b) => a + b, 0);
+      return [p.t, all ? (100 * (p.commit_waits.by_event[k] || 0)) / all : 0];
+    }),
+  }));
+}
+
+function renderCharts() {
+  lineChart($("lag-chart"), seriesOf("lag_bytes"), bytes);
+  lineChart($("lag-seconds-chart"), seriesOf("lag_seconds"), secs);
+  lineChart($("tps-chart"), seriesOf("node_tps"), num);
+  lineChart($("ryw-chart"), [
+    { name: "waits", values: state.points.map((p) => [p.t, p.ryw_waits]) },
+    { name: "fallbacks", values: state.points.map((p) => [p.t, p.ryw_fallbacks]) },
+  ], num);
+  lineChart($("pool-chart"), seriesOf("pool_in_use"), num);
+  lineChart($("pool-wait-chart"), seriesOf("pool_waits"), num);
+  lineChart($("waits-chart"), waitShares(), (v) => v.toFixed(0) + " %", { max: 100 });
+  const last = state.points[state.points.length - 1];
+  const routed = $("routed");
+  routed.replaceChildren(el("tr", {}, el("th", {}, "node"), el("th", {}, "reason"), el("th", {}, "per second")));
+  if (last) {
+    for (const [k, v] of Object.entries(last.routed)) {
+      const [node, reason] = k.split(" ");
+      routed.append(el("tr", {}, el("td", {}, node), el("td", {}, reason), el("td", {}, num(v))));
+    }
+  }
+}
+
+// --- events ---------------------------------------------------------------------------------
+
+function renderEvents() {
+  const list = $("events");
+  list.replaceChildren();
+  const shown = state.events.slice(-100).reverse();
+  if (shown.length === 0) list.append(el("li", { class: "muted" }, "nothing yet"));
+  for (const e of shown) {
+    const when = new Date(e.unix_ms);
+    list.append(el("li", { "data-kind": e.kind, class: e.ok ? "" : "failed" },
+      el("time", { datetime: when.toISOString() }, when.toLocaleTimeString()),
+      el("span", { class: "kind" }, e.kind.replace(/_/g, " ")),
+      e.group ? "group " + e.group + " · " : "",
+      e.text));
+  }
+}
+
+function render() {
+  renderTopology();
+  renderCharts();
+  renderEvents();
+}
+
+// --- actions --------------------------------------------------------------------------------
+
+async function post(path, what) {
+  if (!window.confirm(what + "?")) return;
+  const result = $("action-result");
+  result.textContent = what + "…";
+  const headers = {};
+  const t = token();
+  if (t) headers.Authorization = "Bearer " + t;
+  try {
+    const r = await fetch(path, { method: "POST", headers });
+    result.textContent = (r.ok ? "" : "refused: ") + (await r.text());
+  } catch (err) {
+    result.textContent = "request failed: " + err;
+  }
+}
+
+function switchover(node) {
+  // The supervisor finds the node's shard group from its name.
+  post("/switchover?to=" + encodeURIComponent(node), "Switch the primary over to " + node);
+}
+
+$("apply-commit").addEventListener("click", () => {
+  const mode = $("commit-mode").value;
+  post("/config?key=commit-mode&value=" + encodeURIComponent(mode), "Set the commit mode to " + mode);
+});
+
+$("login-form").addEventListener("submit", (ev) => {
+  ev.preventDefault();
+  document.cookie = "herd_token=" + encodeURIComponent($("token").value) + "; path=/; SameSite=Strict";
+  location.reload();
+});
+
+// --- live updates ---------------------------------------------------------------------------
+
+function setLive(on) {
+  state.live = on;
+  const c = $("conn");
+  c.textContent = on ? "live" : "reconnecting…";
+  c.className = "pill " + (on ? "on" : "off");
+}
+
+function trim() {
+  const t0 = Date.now() - WINDOW_MS;
+  while (state.points.length && state.points[0].t < t0) state.points.shift();
+}
+
+function connect() {
+  const es = new EventSource("/events/stream");
+  es.addEventListener("snapshot", (m) => {
+    const s = JSON.parse(m.data);
+    state.points = s.points;
+    state.events = s.events;
+    state.status = s.status;
+    setLive(true);
+    render();
+  });
+  es.addEventListener("sample", (m) => {
+    const s = JSON.parse(m.data);
+    state.points.push(s.point);
+    state.status = s.status;
+    trim();
+    setLive(true);
+    render();
+  });
+  es.addEventListener("event", (m) => {
+    state.events.push(JSON.parse(m.data));
+    if (state.events.length > 200) state.events.shift();
+    renderEvents();
+  });
+  // The browser reconnects by itself; the next snapshot replaces what was missed.
+  es.onerror = () => setLive(false);
+}
+
+async function start() {
+  const r = await fetch("/dashboard/snapshot");
+  if (r.status === 401) {
+    $("login").hidden = false;
+    $("main").hidden = true;
+    $("conn").textContent = "token needed";
+    return;
+  }
+  connect();
+}
+
+window.addEventListener("resize", () => renderCharts());
+start().catch((err) => { $("conn").textContent = "cannot reach Herd: " + err; });
