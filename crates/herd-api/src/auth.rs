@@ -100,7 +100,8 @@ mod tests {
         let post = Method::POST;
         let t = "s3cret";
         // (method, path, authorization, cookie, allowed)
-        let cases: &[(&Method, &str, Option<&str>, Option<&str>, bool)] = &[
+        type Case<'a> = (&'a Method, &'a str, Option<&'a str>, Option<&'a str>, bool);
+        let cases: &[Case] = &[
             (&get, "/", None, None, true),
             (&get, "/dashboard.js", None, None, true),
             (&get, "/primary", None, None, true),

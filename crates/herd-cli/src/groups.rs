@@ -113,27 +113,41 @@ impl GroupLinks {
                 groups[g].clone(),
                 pg.clone(),
                 proxy,
-                status,
-                assignment,
-                commands,
-                events.clone(),
-                shutdown.clone(),
+                Channels {
+                    status,
+                    assignment,
+                    commands,
+                    events: events.clone(),
+                    shutdown: shutdown.clone(),
+                },
             ));
         }
         handles
     }
 }
 
-fn spawn_supervisor(
-    cluster: Cluster,
-    pg: Pg,
-    proxy: &Arc<herd_proxy::ProxyContext>,
+/// One supervisor's ends of the channels.
+struct Channels {
     status: watch::Sender<ClusterStatus>,
     assignment: watch::Sender<Assignment>,
     commands: mpsc::Receiver<Command>,
     events: herd_core::EventSink,
     shutdown: watch::Receiver<bool>,
+}
+
+fn spawn_supervisor(
+    cluster: Cluster,
+    pg: Pg,
+    proxy: &Arc<herd_proxy::ProxyContext>,
+    channels: Channels,
 ) -> tokio::task::JoinHandle<()> {
+    let Channels {
+        status,
+        assignment,
+        commands,
+        events,
+        shutdown,
+    } = channels;
     let group = cluster.group().to_string();
     let count_ctx = proxy.clone();
     let count: Arc<dyn Fn(&str) + Send + Sync> = Arc::new(move |kind| {

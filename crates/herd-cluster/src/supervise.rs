@@ -331,6 +331,9 @@ pub async fn supervise(mut cluster: Cluster, pg: &Pg, links: Links<'_>) {
     }
 }
 
+/// Records one event: its kind, the node, Herd's sentence, and whether it went well.
+type Note<'a> = dyn Fn(EventKind, Option<&NodeName>, String, bool) + Sync + 'a;
+
 async fn run_command(
     cluster: &mut Cluster,
     pg: &Pg,
@@ -338,7 +341,7 @@ async fn run_command(
     gate: &Gate,
     watch: &PrimaryWatch,
     command: Command,
-    event: &(dyn Fn(EventKind, Option<&NodeName>, String, bool) + Sync),
+    event: &Note<'_>,
 ) {
     match command {
         Command::Switchover { to, reply } => {

@@ -97,7 +97,8 @@ mod tests {
 
     #[test]
     fn reads_each_shape() {
-        let cases: &[(&str, Option<(&str, &[(&str, &str)], f64)>)] = &[
+        type Want<'a> = Option<(&'a str, &'a [(&'a str, &'a str)], f64)>;
+        let cases: &[(&str, Want)] = &[
             ("herd_x 3", Some(("herd_x", &[], 3.0))),
             ("herd_x{} 4", Some(("herd_x", &[], 4.0))),
             (

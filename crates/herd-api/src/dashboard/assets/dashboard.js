@@ -36,7 +36,7 @@ function num(n) {
   const a = Math.abs(n);
   if (a >= 1e6) return (n / 1e6).toFixed(1) + "M";
   if (a >= 1e3) return (n / 1e3).toFixed(1) + "k";
-  if (a >= 10 || a === 0) return n.toFixed(0);
+  if (a >= 10 || Number.isInteger(n)) return n.toFixed(0);
   return n.toFixed(2);
 }
 
@@ -107,7 +107,9 @@ function lineChart(svg, series, format, opts) {
   svg.setAttribute("viewBox", "0 0 " + w + " " + h);
   svg.replaceChildren();
   const now = Date.now();
-  const t0 = now - ((opts && opts.window) || WINDOW_MS);
+  // Up to 15 minutes, but no wider than the data (at least 2 minutes): a fresh page is readable.
+  const first = state.points.length ? state.points[0].t : now;
+  const t0 = Math.max(now - WINDOW_MS, Math.min(first, now - 120 * 1000));
   let max = (opts && opts.max) || 0;
   for (const s of series) for (const [, v] of s.values) if (isFinite(v) && v > max) max = v;
   if (max <= 0) max = 1;
@@ -124,12 +126,15 @@ function lineChart(svg, series, format, opts) {
   add("line", { x1: pad.l, y1: y(max), x2: w - pad.r, y2: y(max), stroke: "#eef0f2" });
   add("text", { x: pad.l - 4, y: y(max) + 4, "text-anchor": "end" }, format(max));
   add("text", { x: pad.l - 4, y: y(0) + 3, "text-anchor": "end" }, format(0));
-  add("text", { x: pad.l, y: h - pad.b + 12 }, "-15 min");
+  add("text", { x: pad.l, y: h - pad.b + 12 }, "-" + Math.round((now - t0) / 60000) + " min");
   add("text", { x: w - pad.r, y: h - pad.b + 12, "text-anchor": "end" }, "now");
   let drawn = 0;
+  let lastT = 0;
   series.forEach((s, i) => {
-    const pts = s.values.filter(([t, v]) => t >= t0 && isFinite(v)).map(([t, v]) => x(t).toFixed(1) + "," + y(v).toFixed(1));
+    const shown = s.values.filter(([t, v]) => t >= t0 && isFinite(v));
+    const pts = shown.map(([t, v]) => x(t).toFixed(1) + "," + y(v).toFixed(1));
     drawn = Math.max(drawn, pts.length);
+    if (shown.length) lastT = Math.max(lastT, shown[shown.length - 1][0]);
     if (pts.length > 0) {
       add("polyline", { points: pts.join(" "), fill: "none", stroke: COLORS[i % COLORS.length], "stroke-width": 1.5, "data-series": s.name });
     }
@@ -144,7 +149,9 @@ function lineChart(svg, series, format, opts) {
     add("text", { x: lx + 11, y: ly }, s.name);
     lx += width;
   });
+  // Read by the browser test (and handy when inspecting the page): how much is drawn, how recent.
   svg.setAttribute("data-points", String(drawn));
+  svg.setAttribute("data-last-t", String(lastT));
 }
 
 function keysOf(field) {

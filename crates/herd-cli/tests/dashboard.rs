@@ -1,0 +1,190 @@
+//! The live dashboard in a real browser (headless Chromium through WebDriver) against a real
+//! cluster: the page loads without console errors, shows the three nodes with their roles,
+//! its lag chart gets new points, and after `herd switchover` it shows the new primary and the
+//! event within 5 s without a reload; screenshots at 1280×800 and 390 px wide. The same
+//! cluster's `/metrics` passes `promtool check metrics`.
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::webdriver::Browser;
+use common::{api_get_text, cluster, connect};
+use serde_json::Value;
+
+/// The nodes the page shows: `[[name, role], …]`.
+const NODES: &str = "return [...document.querySelectorAll('tr[data-node]')]\
+                     .map(r => [r.dataset.node, r.dataset.role]);";
+
+fn roles(v: &Value) -> Vec<(String, String)> {
+    v.as_array()
+        .map(|rows| {
+            rows.iter()
+                .map(|r| {
+                    (
+                        r[0].as_str().unwrap_or("").to_string(),
+                        r[1].as_str().unwrap_or("").to_string(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Where the screenshots go: the tests' scratch directory under the target directory.
+fn output_dir() -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("dashboard");
+    std::fs::create_dir_all(&dir).expect("creating the screenshot directory");
+    dir
+}
+
+/// Severe console entries (errors), ignoring nothing.
+fn errors(console: &[Value]) -> Vec<&Value> {
+    console.iter().filter(|e| e["level"] == "SEVERE").collect()
+}
+
+#[test]
+fn dashboard_live_in_a_real_browser() {
+    let c = cluster();
+    let up = c.up(&[]);
+    let page = format!("http://127.0.0.1:{}/", c.api_port());
+    assert!(up.contains(&page), "herd up prints the dashboard: {up}");
+
+    // Some routed traffic, so routing and pool figures exist.
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let url = c.url(&[]);
+    runtime.block_on(async {
+        let client = connect(&url).await;
+        client
+            .batch_execute("create table d(i int); insert into d select generate_series(1, 100)")
+            .await
+            .expect("writes");
+        for _ in 0..20 {
+            client
+                .query("select count(*) from d", &[])
+                .await
+                .expect("read");
+        }
+    });
+
+    let browser = Browser::start(1280, 800);
+    browser.goto(&page);
+    let nodes = browser.wait_for(
+        Duration::from_secs(10),
+        "three nodes on the page",
+        NODES,
+        |v| roles(v).len() == 3,
+    );
+    let mut shown = roles(&nodes);
+    shown.sort();
+    assert_eq!(
+        shown,
+        [
+            ("node0".to_string(), "primary".to_string()),
+            ("node1".to_string(), "replica".to_string()),
+            ("node2".to_string(), "replica".to_string()),
+        ],
+        "the page's nodes"
+    );
+    browser.wait_for(
+        Duration::from_secs(5),
+        "the live indicator",
+        "return document.getElementById('conn').textContent;",
+        |v| v == "live",
+    );
+
+    // The lag chart gets new points while the page stays open.
+    let last_t = "return Number(document.getElementById('lag-chart').dataset.lastT);";
+    let first = browser.wait_for(Duration::from_secs(5), "a lag point", last_t, |v| {
+        v.as_f64().unwrap_or(0.0) > 0.0
+    });
+    let first = first.as_f64().unwrap_or(0.0);
+    browser.wait_for(Duration::from_secs(5), "a newer lag point", last_t, |v| {
+        v.as_f64().unwrap_or(0.0) > first
+    });
+    let drawn = browser.eval("return document.querySelectorAll('#lag-chart polyline').length;");
+    assert_eq!(drawn, 2, "one lag line per replica");
+
+    let console = browser.console();
+    assert!(errors(&console).is_empty(), "console errors: {console:?}");
+    let dir = output_dir();
+    let wide = dir.join("dashboard-1280x800.png");
+    browser.screenshot(&wide);
+
+    // A switchover shows up without a reload: the marker set now survives.
+    browser.eval("window.__herdMarker = 42; return null;");
+    c.herd_ok(&["switchover", "--to", "node1"]);
+    let switched = Instant::now();
+    browser.wait_for(
+        Duration::from_secs(5),
+        "node1 as primary on the page",
+        NODES,
+        |v| roles(v).iter().any(|(n, r)| n == "node1" && r == "primary"),
+    );
+    let event = browser.wait_for(
+        Duration::from_secs(5).saturating_sub(switched.elapsed()),
+        "the switchover on the timeline",
+        "const e = document.querySelector('#events li[data-kind=switchover]'); \
+         return e ? e.textContent : null;",
+        |v| v.is_string(),
+    );
+    assert!(
+        event
+            .as_str()
+            .unwrap_or("")
+            .contains("switched over to node1"),
+        "{event}"
+    );
+    assert!(
+        switched.elapsed() <= Duration::from_secs(5),
+        "shown after {:?}",
+        switched.elapsed()
+    );
+    assert_eq!(
+        browser.eval("return window.__herdMarker;"),
+        42,
+        "the page was not reloaded"
+    );
+
+    // A narrow screen: everything fits the width (tables scroll inside their boxes).
+    browser.resize(390, 844);
+    let widths = browser.wait_for(
+        Duration::from_secs(5),
+        "a 390 px wide viewport",
+        "return [window.innerWidth, document.documentElement.scrollWidth];",
+        |v| v[0].as_i64().is_some_and(|w| w <= 390),
+    );
+    assert!(
+        widths[1].as_i64() <= widths[0].as_i64(),
+        "the page overflows a narrow screen: {widths}"
+    );
+    browser.screenshot(&dir.join("dashboard-390.png"));
+    let console = browser.console();
+    assert!(errors(&console).is_empty(), "console errors: {console:?}");
+    eprintln!("screenshots in {}", dir.display());
+
+    // The same cluster's metrics follow Prometheus conventions.
+    let metrics = api_get_text(c.api_port(), "/metrics");
+    assert!(metrics.contains("herd_routed_total"), "{metrics}");
+    promtool_check(&metrics);
+}
+
+/// Runs `promtool check metrics` on `text` (kept beside the screenshots), failing with its
+/// complaints; bounded in time.
+fn promtool_check(text: &str) {
+    let file = output_dir().join("metrics.txt");
+    std::fs::write(&file, text).expect("writing the metrics");
+    let input = std::fs::File::open(&file).expect("reading the metrics back");
+    let mut cmd = Command::new("promtool");
+    cmd.args(["check", "metrics"]).stdin(Stdio::from(input));
+    let out = herd_testkit::output_within(&mut cmd, Duration::from_secs(30))
+        .expect("promtool check metrics finished within 30 s");
+    assert!(
+        out.status.success(),
+        "promtool check metrics: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
