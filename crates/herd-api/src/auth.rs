@@ -8,6 +8,13 @@ use axum::http::{header, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
+/// True when an API listening on `listen` must require the token: anywhere but exactly
+/// 127.0.0.1 or ::1 (other loopback addresses count as beyond, so the rule stays simple to
+/// state and to test).
+pub fn needs_token(listen: std::net::IpAddr) -> bool {
+    listen != std::net::IpAddr::from([127, 0, 0, 1]) && listen != std::net::Ipv6Addr::LOCALHOST
+}
+
 /// The name of the cookie the page keeps the token in.
 pub const COOKIE: &str = "herd_token";
 
@@ -93,6 +100,21 @@ pub async fn require(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn which_addresses_need_the_token() {
+        for (addr, want) in [
+            ("127.0.0.1", false),
+            ("::1", false),
+            ("127.0.0.2", true),
+            ("0.0.0.0", true),
+            ("10.1.2.3", true),
+            ("::", true),
+        ] {
+            let ip: std::net::IpAddr = addr.parse().expect("address");
+            assert_eq!(needs_token(ip), want, "{addr}");
+        }
+    }
 
     #[test]
     fn who_passes() {

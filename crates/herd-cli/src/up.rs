@@ -238,10 +238,10 @@ async fn supervise_foreground(layout: Layout, config: Config) -> anyhow::Result<
     Ok(())
 }
 
-/// The API's token when it listens beyond the loopback interface (created on first use, mode
-/// 0600); `None` on 127.0.0.1, where only local users reach it.
+/// The API's token when it listens beyond 127.0.0.1 (created on first use, mode 0600); `None`
+/// on 127.0.0.1, where only local users reach it.
 fn api_token(layout: &Layout, listen: std::net::IpAddr) -> anyhow::Result<Option<String>> {
-    if listen.is_loopback() {
+    if !herd_api::auth::needs_token(listen) {
         return Ok(None);
     }
     let token = herd_cluster::Secrets::ensure_api_token(layout)?;

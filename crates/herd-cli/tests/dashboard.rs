@@ -148,6 +148,28 @@ fn dashboard_live_in_a_real_browser() {
         "the page was not reloaded"
     );
 
+    // An action from the page, behind its confirmation (accepted here): the commit mode.
+    browser.eval(
+        "window.confirm = () => true; \
+         document.getElementById('commit-mode').value = 'remote_apply'; \
+         document.getElementById('apply-commit').click(); return null;",
+    );
+    browser.wait_for(
+        Duration::from_secs(15),
+        "the new commit mode on the page",
+        "return document.getElementById('commit').textContent;",
+        |v| v.as_str().unwrap_or("").contains("remote_apply"),
+    );
+    assert_eq!(c.status()["commit_mode"], "remote_apply");
+    // Declined: nothing is sent.
+    browser.eval(
+        "window.confirm = () => false; \
+         document.getElementById('commit-mode').value = 'async'; \
+         document.getElementById('apply-commit').click(); return null;",
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(c.status()["commit_mode"], "remote_apply");
+
     // A narrow screen: everything fits the width (tables scroll inside their boxes).
     browser.resize(390, 844);
     let widths = browser.wait_for(
@@ -187,4 +209,63 @@ fn promtool_check(text: &str) {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// Beyond 127.0.0.1 the API wants the token of `secrets/api-token` (mode 0600), except for the
+/// health checks and the page's static files; `herd` itself sends it.
+#[test]
+fn api_beyond_localhost_needs_the_token() {
+    use std::os::unix::fs::PermissionsExt;
+    let c = cluster();
+    std::fs::create_dir_all(c.data_dir()).expect("data dir");
+    std::fs::write(
+        c.data_dir().join("herd.toml"),
+        "[network]\nlisten_address = \"127.0.0.2\"\n",
+    )
+    .expect("herd.toml");
+    c.up(&[]);
+    let file = c.data_dir().join("secrets/api-token");
+    let mode = std::fs::metadata(&file)
+        .expect("token file")
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600);
+    let token = std::fs::read_to_string(&file).expect("token");
+    let token = token.trim();
+    let base = format!("http://127.0.0.2:{}", c.api_port());
+    let code = |method: &str, path: &str, auth: Option<&str>| -> u16 {
+        let mut r =
+            ureq::request(method, &format!("{base}{path}")).timeout(Duration::from_secs(30));
+        if let Some(a) = auth {
+            r = r.set("Authorization", a);
+        }
+        match r.call() {
+            Ok(resp) => resp.status(),
+            Err(ureq::Error::Status(code, _)) => code,
+            Err(e) => panic!("{method} {path}: {e}"),
+        }
+    };
+    let bearer = format!("Bearer {token}");
+    for (method, path, auth, want) in [
+        ("GET", "/", None, 200),
+        ("GET", "/primary", None, 200),
+        ("GET", "/status", None, 401),
+        ("GET", "/metrics", None, 401),
+        ("GET", "/dashboard/snapshot", None, 401),
+        ("GET", "/dashboard/snapshot", Some("Bearer wrong"), 401),
+        ("GET", "/dashboard/snapshot", Some(bearer.as_str()), 200),
+        ("POST", "/config?key=commit-mode&value=async", None, 401),
+        (
+            "POST",
+            "/config?key=commit-mode&value=async",
+            Some(bearer.as_str()),
+            200,
+        ),
+    ] {
+        assert_eq!(code(method, path, auth), want, "{method} {path} {auth:?}");
+    }
+    assert_eq!(c.status()["commit_mode"], "async");
+    // The command line reads the token file itself.
+    let out = c.herd_ok(&["switchover", "--to", "node2"]);
+    assert!(out.contains("switched over to node2"), "{out}");
 }
