@@ -93,4 +93,24 @@ mod tests {
             "# HELP herd_x_total A Herd counter.\n# TYPE herd_x_total counter\n"
         );
     }
+
+    /// The Grafana dashboard in the repository only queries metrics Herd exposes.
+    #[test]
+    fn the_grafana_dashboard_names_known_metrics() {
+        let json = include_str!("../../../dashboards/grafana-herd.json");
+        let mut names: Vec<&str> = Vec::new();
+        let mut rest = json;
+        while let Some(at) = rest.find("herd_") {
+            let tail = &rest[at..];
+            let end = tail
+                .find(|c: char| !(c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'))
+                .unwrap_or(tail.len());
+            names.push(&tail[..end]);
+            rest = &tail[end..];
+        }
+        assert!(names.len() > 10, "{names:?}");
+        for name in names {
+            assert_ne!(help(name), help("herd_unknown_total"), "{name}");
+        }
+    }
 }
