@@ -104,7 +104,7 @@ fn dashboard_live_in_a_real_browser() {
     browser.wait_for(Duration::from_secs(5), "a newer lag point", last_t, |v| {
         v.as_f64().unwrap_or(0.0) > first
     });
-    let drawn = browser.eval("return document.querySelectorAll('#lag-chart polyline').length;");
+    let drawn = browser.eval("return document.querySelectorAll('#lag-chart path').length;");
     assert_eq!(drawn, 2, "one lag line per replica");
 
     let console = browser.console();

@@ -362,7 +362,7 @@ async fn run_command(
             event(
                 EventKind::Switchover,
                 target.as_ref(),
-                format!("switchover: {}", outcome.as_ref().unwrap_or_else(|e| e)),
+                outcome.as_ref().unwrap_or_else(|e| e).clone(),
                 outcome.is_ok(),
             );
             let _ = reply.send(outcome);
@@ -401,10 +401,7 @@ async fn run_command(
             event(
                 EventKind::Failover,
                 target.as_ref(),
-                format!(
-                    "manual failover: {}",
-                    outcome.as_ref().unwrap_or_else(|e| e)
-                ),
+                format!("by request: {}", outcome.as_ref().unwrap_or_else(|e| e)),
                 outcome.is_ok(),
             );
             let _ = reply.send(outcome);
@@ -422,7 +419,7 @@ async fn run_command(
             event(
                 EventKind::Restart,
                 node.as_ref(),
-                format!("restart: {}", outcome.as_ref().unwrap_or_else(|e| e)),
+                outcome.as_ref().unwrap_or_else(|e| e).clone(),
                 outcome.is_ok(),
             );
             let _ = reply.send(outcome);

@@ -82,7 +82,7 @@ function nodeRow(n, last) {
   const idle = last.pool_idle && last.pool_idle[n.name] !== undefined ? num(last.pool_idle[n.name]) : "0";
   let action = "";
   if (n.role === "replica" && n.state === "streaming") {
-    action = el("button", { "data-switchover": n.name, title: "planned switchover to " + n.name }, "Switch over here");
+    action = el("button", { "data-switchover": n.name, title: "planned switchover to " + n.name }, "Switch over");
     action.addEventListener("click", () => switchover(n.name));
   }
   return el("tr", { "data-node": n.name, "data-role": n.role, "data-state": n.state },
@@ -132,11 +132,18 @@ function lineChart(svg, series, format, opts) {
   let lastT = 0;
   series.forEach((s, i) => {
     const shown = s.values.filter(([t, v]) => t >= t0 && isFinite(v));
-    const pts = shown.map(([t, v]) => x(t).toFixed(1) + "," + y(v).toFixed(1));
-    drawn = Math.max(drawn, pts.length);
+    drawn = Math.max(drawn, shown.length);
     if (shown.length) lastT = Math.max(lastT, shown[shown.length - 1][0]);
-    if (pts.length > 0) {
-      add("polyline", { points: pts.join(" "), fill: "none", stroke: COLORS[i % COLORS.length], "stroke-width": 1.5, "data-series": s.name });
+    // One path per series; a gap of more than 3 s (a node that was primary meanwhile, a
+    // restart) lifts the pen instead of drawing a line across it.
+    let d = "";
+    let prev = null;
+    for (const [t, v] of shown) {
+      d += (prev === null || t - prev > 3000 ? "M" : "L") + x(t).toFixed(1) + "," + y(v).toFixed(1);
+      prev = t;
+    }
+    if (d) {
+      add("path", { d, fill: "none", stroke: COLORS[i % COLORS.length], "stroke-width": 1.5, "data-series": s.name });
     }
   });
   // Legend under the axis, wrapping as space allows.
