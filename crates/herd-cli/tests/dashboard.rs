@@ -191,6 +191,16 @@ fn dashboard_live_in_a_real_browser() {
     let metrics = api_get_text(c.api_port(), "/metrics");
     assert!(metrics.contains("herd_routed_total"), "{metrics}");
     promtool_check(&metrics);
+
+    // An open page does not hold the supervisor up: its stream ends when the cluster stops.
+    let stopping = Instant::now();
+    c.herd_ok(&["down"]);
+    assert!(
+        stopping.elapsed() < Duration::from_secs(20),
+        "herd down with a viewer took {:?}",
+        stopping.elapsed()
+    );
+    drop(browser);
 }
 
 /// Runs `promtool check metrics` on `text` (kept beside the screenshots), failing with its

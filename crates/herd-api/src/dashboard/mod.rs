@@ -60,6 +60,8 @@ struct Shared {
     points: Mutex<Ring<Point>>,
     events: Mutex<Ring<ClusterEvent>>,
     live: broadcast::Sender<Frame>,
+    /// Turns true when the process stops: open streams end, so the server can shut down.
+    closing: watch::Sender<bool>,
 }
 
 /// What a viewer receives first: the history, the events and the current status.
@@ -86,6 +88,7 @@ impl Default for Dashboard {
                 points: Mutex::new(Ring::new(HISTORY_POINTS)),
                 events: Mutex::new(Ring::new(EVENTS_KEPT)),
                 live: broadcast::channel(64).0,
+                closing: watch::channel(false).0,
             }),
         }
     }
@@ -126,6 +129,16 @@ impl Dashboard {
         self.shared.live.subscribe()
     }
 
+    /// Turns true when the streams must end.
+    pub fn closing(&self) -> watch::Receiver<bool> {
+        self.shared.closing.subscribe()
+    }
+
+    /// Ends every open stream (a server shutting down gracefully waits for its connections).
+    pub fn close(&self) {
+        self.shared.closing.send_replace(true);
+    }
+
     /// Takes a point every [`SAMPLE_PERIOD`] until `shutdown` turns true.
     pub async fn run_sampler(
         self,
@@ -140,9 +153,10 @@ impl Dashboard {
         loop {
             tokio::select! {
                 _ = tick.tick() => {}
-                _ = shutdown.changed() => return,
+                _ = shutdown.changed() => {}
             }
             if *shutdown.borrow() {
+                self.close();
                 return;
             }
             // The wait sample is a query on the primary: only taken while someone watches.

@@ -38,17 +38,26 @@ pub fn stream_route<S: Clone + Send + Sync + 'static>(
 fn sse(dashboard: Dashboard, status: watch::Receiver<ClusterStatus>) -> impl IntoResponse {
     // Subscribed before the snapshot is taken: nothing falls between the two.
     let rx = dashboard.subscribe();
+    let closing = dashboard.closing();
     let first = dashboard.snapshot_json(&status.borrow().clone());
-    let events = futures_util::stream::unfold((Some(first), rx), |(first, mut rx)| async move {
+    let state = (Some(first), rx, closing);
+    let events = futures_util::stream::unfold(state, |(first, mut rx, mut closing)| async move {
         if let Some(text) = first {
             let event = Event::default().event("snapshot").data(text);
-            return Some((Ok::<_, Infallible>(event), (None, rx)));
+            return Some((Ok::<_, Infallible>(event), (None, rx, closing)));
         }
         loop {
-            match rx.recv().await {
+            if *closing.borrow() {
+                return None;
+            }
+            let received = tokio::select! {
+                r = rx.recv() => r,
+                _ = closing.changed() => return None,
+            };
+            match received {
                 Ok(frame) => {
                     let event = Event::default().event(frame.kind).data(&*frame.data);
-                    return Some((Ok(event), (None, rx)));
+                    return Some((Ok(event), (None, rx, closing)));
                 }
                 // A slow viewer missed frames: it carries on from the newest.
                 Err(broadcast::error::RecvError::Lagged(_)) => continue,
