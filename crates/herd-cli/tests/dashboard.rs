@@ -275,6 +275,28 @@ fn api_beyond_localhost_needs_the_token() {
         assert_eq!(code(method, path, auth), want, "{method} {path} {auth:?}");
     }
     assert_eq!(c.status()["commit_mode"], "async");
+
+    // The page asks for the token, then goes live with it (kept in a same-site cookie).
+    let browser = Browser::start(1280, 800);
+    browser.goto(&format!("{base}/"));
+    browser.wait_for(
+        Duration::from_secs(10),
+        "the token form",
+        "return !document.getElementById('login').hidden;",
+        |v| v == true,
+    );
+    browser.eval(&format!(
+        "document.getElementById('token').value = '{token}'; \
+         document.getElementById('login-form').requestSubmit(); return null;"
+    ));
+    browser.wait_for(
+        Duration::from_secs(10),
+        "three nodes after logging in",
+        NODES,
+        |v| roles(v).len() == 3,
+    );
+    drop(browser);
+
     // The command line reads the token file itself.
     let out = c.herd_ok(&["switchover", "--to", "node2"]);
     assert!(out.contains("switched over to node2"), "{out}");
