@@ -5,6 +5,7 @@
 //! | `GET /` | the live dashboard (see [`dashboard`]) |
 //! | `GET /events/stream` | the dashboard's server-sent events |
 //! | `GET /dashboard/snapshot` | the dashboard's history, events and status as JSON |
+//! | `GET /bench`, `GET /bench/file?path=…` | the latest `herd bench` reports of `dashboard.bench_results`, and their SVG charts |
 //! | `GET /status` | the status document (`herd status --json`) |
 //! | `GET /primary` | 200 when some node serves as primary, else 503 |
 //! | `GET /primary/{node}` | 200 when `node` is the running primary, else 503 (404: no such node) |
@@ -116,6 +117,8 @@ pub struct Api {
     pub dashboard: Dashboard,
     /// When set, the token every request but health checks and static files must carry.
     pub token: Option<std::sync::Arc<str>>,
+    /// A `herd bench` results directory whose reports the page shows.
+    pub bench_results: Option<std::path::PathBuf>,
 }
 
 async fn admin_reply(admin: AdminSource, action: AdminAction) -> Response {
@@ -133,6 +136,7 @@ pub fn router(api: Api) -> Router {
         admin,
         dashboard,
         token,
+        bench_results,
     } = api;
     let (a1, a2, a3, a4) = (admin.clone(), admin.clone(), admin.clone(), admin);
     let switchover = axum::routing::post(move |Query(q): Query<AdminQuery>| {
@@ -186,7 +190,10 @@ pub fn router(api: Api) -> Router {
         }
     });
     let (stream, snapshot) = dashboard::stream_route(dashboard, status.clone());
+    let (bench_list, bench_file) = dashboard::bench::routes(bench_results);
     let mut routes = Router::new()
+        .route("/bench", bench_list)
+        .route("/bench/file", bench_file)
         .route("/events/stream", stream)
         .route("/dashboard/snapshot", snapshot)
         .route("/config", config)

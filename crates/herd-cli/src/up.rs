@@ -196,6 +196,8 @@ async fn supervise_foreground(layout: Layout, config: Config) -> anyhow::Result<
         admin,
         dashboard: dashboard.clone(),
         token: token.map(Into::into),
+        bench_results: (!config.dashboard.bench_results.is_empty())
+            .then(|| layout.root().join(&config.dashboard.bench_results)),
     };
     let api = tokio::spawn(herd_api::serve(api_listener, api, async move {
         let _ = api_shutdown.changed().await;

@@ -48,6 +48,25 @@ fn errors(console: &[Value]) -> Vec<&Value> {
 #[test]
 fn dashboard_live_in_a_real_browser() {
     let c = cluster();
+    // A results directory as `herd bench --out` leaves it (one scenario), shown by the page.
+    let bench = c.data_dir().with_file_name("bench");
+    std::fs::create_dir_all(bench.join("proxy")).expect("bench dir");
+    std::fs::write(bench.join("proxy/report.md"), "# proxy\n\n| a | b |\n").expect("report");
+    std::fs::write(
+        bench.join("proxy/proxy.svg"),
+        "<svg xmlns='http://www.w3.org/2000/svg' width='40' height='20'>\
+         <rect width='40' height='20' fill='teal'/></svg>",
+    )
+    .expect("chart");
+    std::fs::create_dir_all(c.data_dir()).expect("data dir");
+    std::fs::write(
+        c.data_dir().join("herd.toml"),
+        format!(
+            "[dashboard]\nbench_results = {:?}\n",
+            bench.display().to_string()
+        ),
+    )
+    .expect("herd.toml");
     let up = c.up(&[]);
     let page = format!("http://127.0.0.1:{}/", c.api_port());
     assert!(up.contains(&page), "herd up prints the dashboard: {up}");
@@ -106,6 +125,23 @@ fn dashboard_live_in_a_real_browser() {
     });
     let drawn = browser.eval("return document.querySelectorAll('#lag-chart path').length;");
     assert_eq!(drawn, 2, "one lag line per replica");
+
+    // The bench report with its chart, loaded from the results directory.
+    browser.wait_for(
+        Duration::from_secs(5),
+        "the bench report's chart",
+        "const i = document.querySelector('#bench [data-report=proxy] img'); \
+         return i && i.complete ? i.naturalWidth : 0;",
+        |v| v == 40,
+    );
+    let outside = format!(
+        "http://127.0.0.1:{}/bench/file?path=..%2Fdata%2Fherd.toml",
+        c.api_port()
+    );
+    match ureq::get(&outside).timeout(Duration::from_secs(5)).call() {
+        Err(ureq::Error::Status(404, _)) => {}
+        other => panic!("a path outside the results directory: {other:?}"),
+    }
 
     let console = browser.console();
     assert!(errors(&console).is_empty(), "console errors: {console:?}");

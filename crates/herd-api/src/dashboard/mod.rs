@@ -7,6 +7,7 @@
 //! serialised; the proxy's hot path is untouched (its counters are only read).
 
 mod assets;
+pub mod bench;
 pub mod prom;
 mod ring;
 pub mod sample;

@@ -305,6 +305,27 @@ function connect() {
   es.onerror = () => setLive(false);
 }
 
+// The bench reports change rarely: read once when the page opens.
+async function loadBench() {
+  const r = await fetch("/bench");
+  if (!r.ok) return;
+  const reports = await r.json();
+  if (reports.length === 0) return;
+  const root = $("bench-reports");
+  for (const rep of reports) {
+    const when = new Date(rep.modified_ms).toLocaleString();
+    const box = el("div", { class: "report", "data-report": rep.name },
+      el("h3", {}, (rep.name || "results") + " ", el("span", { class: "muted" }, when)));
+    for (const c of rep.charts) {
+      box.append(el("img", { src: "/bench/file?path=" + encodeURIComponent(c), alt: c, loading: "lazy" }));
+    }
+    const details = el("details", {}, el("summary", {}, "report.md"), el("pre", {}, rep.markdown));
+    box.append(details);
+    root.append(box);
+  }
+  $("bench").hidden = false;
+}
+
 async function start() {
   const r = await fetch("/dashboard/snapshot");
   if (r.status === 401) {
@@ -314,6 +335,7 @@ async function start() {
     return;
   }
   connect();
+  loadBench().catch(() => {});
 }
 
 window.addEventListener("resize", () => renderCharts());
