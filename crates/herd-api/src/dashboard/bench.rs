@@ -45,7 +45,7 @@ pub fn reports(root: &Path) -> Vec<Report> {
         dirs.extend(subs);
     }
     let mut found: Vec<Report> = dirs.iter().filter_map(|d| report(root, d)).collect();
-    found.sort_by(|a, b| b.modified_ms.cmp(&a.modified_ms));
+    found.sort_by_key(|r| std::cmp::Reverse(r.modified_ms));
     found.truncate(REPORTS);
     found
 }
