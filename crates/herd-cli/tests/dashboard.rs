@@ -114,6 +114,25 @@ fn dashboard_live_in_a_real_browser() {
         |v| v == "live",
     );
 
+    // The commit-wait chart samples the primary's active backends while the page is open: a
+    // backend sleeping there shows up as its wait event.
+    let primary_url = c.url(&["--primary"]);
+    let sleeper = runtime.spawn(async move {
+        let client = connect(&primary_url).await;
+        let _ = client.simple_query("select pg_sleep(3)").await;
+    });
+    let waits = browser.wait_for(
+        Duration::from_secs(5),
+        "a wait event on the commit-wait chart",
+        "return [...document.querySelectorAll('#waits-chart path')].map(p => p.dataset.series);",
+        |v| v.as_array().is_some_and(|a| !a.is_empty()),
+    );
+    assert!(
+        waits.to_string().contains("Timeout:PgSleep"),
+        "the chart's series: {waits}"
+    );
+    let _ = runtime.block_on(sleeper);
+
     // The lag chart gets new points while the page stays open.
     let last_t = "return Number(document.getElementById('lag-chart').dataset.lastT);";
     let first = browser.wait_for(Duration::from_secs(5), "a lag point", last_t, |v| {

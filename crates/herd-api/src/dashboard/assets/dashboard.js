@@ -174,15 +174,23 @@ function seriesOf(field) {
   }));
 }
 
+// Each wait event's share of the primary's active backends over the last 10 samples (one sample
+// a second sees few backends; a window steadies the picture as `herd bench commit-waits` does).
 function waitShares() {
+  const sampled = state.points.filter((p) => p.commit_waits);
   const names = new Set();
-  for (const p of state.points) if (p.commit_waits) for (const k of Object.keys(p.commit_waits.by_event)) names.add(k);
+  for (const p of sampled) for (const k of Object.keys(p.commit_waits.by_event)) names.add(k);
+  const windowed = sampled.map((p, i) => {
+    const sums = {};
+    let all = 0;
+    for (const q of sampled.slice(Math.max(0, i - 9), i + 1)) {
+      for (const [k, n] of Object.entries(q.commit_waits.by_event)) { sums[k] = (sums[k] || 0) + n; all += n; }
+    }
+    return [p.t, sums, all];
+  });
   return [...names].sort().map((k) => ({
     name: k,
-    values: state.points.filter((p) => p.commit_waits).map((p) => {
-      const all = Object.values(p.commit_waits.by_event).reduce((a, b) => a + b, 0);
-      return [p.t, all ? (100 * (p.commit_waits.by_event[k] || 0)) / all : 0];
-    }),
+    values: windowed.map(([t, sums, all]) => [t, all ? (100 * (sums[k] || 0)) / all : 0]),
   }));
 }
 
@@ -214,7 +222,8 @@ function renderEvents() {
   const list = $("events");
   list.replaceChildren();
   const shown = state.events.slice(-100).reverse();
-  if (shown.length === 0) list.append(el("li", { class: "muted" }, "nothing yet"));
+  list.hidden = shown.length === 0;
+  $("no-events").hidden = shown.length > 0;
   for (const e of shown) {
     const when = new Date(e.unix_ms);
     list.append(el("li", { "data-kind": e.kind, class: e.ok ? "" : "failed" },
