@@ -247,6 +247,28 @@ fn dashboard_live_in_a_real_browser() {
     assert!(metrics.contains("herd_routed_total"), "{metrics}");
     promtool_check(&metrics);
 
+    // A lost primary: the automatic failover appears with the supervisor's reason.
+    let status = c.status();
+    let primary = common::nodes_with_role(&status, "primary")[0]["pid"]
+        .as_i64()
+        .expect("primary pid");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(primary as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("killing the primary");
+    let failover = browser.wait_for(
+        Duration::from_secs(30),
+        "the failover on the timeline",
+        "const e = document.querySelector('#events li[data-kind=failover]'); \
+         return e ? e.textContent : null;",
+        |v| v.is_string(),
+    );
+    assert!(
+        failover.as_str().unwrap_or("").contains("node1 lost for"),
+        "{failover}"
+    );
+
     // An open page does not hold the supervisor up: its stream ends when the cluster stops.
     let stopping = Instant::now();
     c.herd_ok(&["down"]);
