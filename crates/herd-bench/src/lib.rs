@@ -115,6 +115,12 @@ pub const SCENARIOS: &[Scenario] = &[
                 groups and a postgres_fdw baseline on 2 nodes, every node CPU-confined",
         run: scenarios::sharding::run,
     },
+    Scenario {
+        name: "shard-move",
+        about: "write waits while `herd shards move` moves one shard of a 1 GB table between \
+                two shard groups under write load",
+        run: scenarios::shard_move::run,
+    },
 ];
 
 /// The name that runs every scenario in turn.

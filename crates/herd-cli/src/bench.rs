@@ -9,7 +9,7 @@ use clap::Args;
 #[derive(Debug, Args)]
 pub struct BenchArgs {
     /// The scenario to run: proxy, failover, commit-modes, commit-waits, read-scaling, lag,
-    /// bandwidth, sharding, or `all` (each into its own directory under --out).
+    /// bandwidth, sharding, shard-move, or `all` (each into its own directory under --out).
     pub scenario: String,
     /// Short runs (smoke test); figures are not meaningful.
     #[arg(long)]
@@ -25,7 +25,7 @@ pub struct BenchArgs {
     pub iterations: Option<u32>,
     /// Data set size (default: the scenario's own): pgbench's scale factor for proxy and lag,
     /// devices of the time-series data set for commit-modes and read-scaling, rows of the bulk
-    /// insert for bandwidth, 100 000 accounts per unit for sharding.
+    /// insert for bandwidth, 100 000 accounts per unit for sharding and shard-move.
     #[arg(long, value_name = "N")]
     pub scale: Option<u32>,
     /// failover only: run on 3 hosts (network namespaces, each with an etcd member, `herd

@@ -34,7 +34,7 @@ enum Command {
         #[command(subcommand)]
         command: ConfigCommand,
     },
-    /// Shard groups: check where distributed rows live.
+    /// Shard groups: check where distributed rows live, move shards between groups.
     Shards {
         #[command(subcommand)]
         command: ShardsCommand,
@@ -64,6 +64,43 @@ enum ShardsCommand {
         /// The database whose tables are checked.
         #[arg(long, default_value = "postgres")]
         database: String,
+    },
+    /// Move one virtual shard's rows to another group while the cluster serves reads and
+    /// writes: a logical copy catches up, the shard's statements wait briefly at the endpoint
+    /// for the switch, the source group's rows are deleted. Run again to resume; --cancel
+    /// takes back a move that has not switched.
+    Move {
+        #[command(flatten)]
+        dir: DataDirArg,
+        /// The virtual shard (0 to the map's shard count − 1; `SELECT * FROM herd.shards`).
+        shard: u32,
+        /// The group it goes to.
+        #[arg(long, required_unless_present = "cancel")]
+        to: Option<u32>,
+        /// The database whose distributed tables move.
+        #[arg(long, default_value = "postgres")]
+        database: String,
+        /// Take back a move that has not switched yet.
+        #[arg(long)]
+        cancel: bool,
+        /// How long to wait for the copy and its catch-up.
+        #[arg(long, value_name = "SECONDS", default_value_t = 3600)]
+        wait_timeout: u64,
+    },
+    /// Spread the shards evenly over the shard groups (after a group was added): the fewest
+    /// moves, one after the other, each as `herd shards move` does it.
+    Rebalance {
+        #[command(flatten)]
+        dir: DataDirArg,
+        /// The database whose distributed tables move.
+        #[arg(long, default_value = "postgres")]
+        database: String,
+        /// Print the moves without making them.
+        #[arg(long)]
+        dry_run: bool,
+        /// How long to wait for each move's copy and its catch-up.
+        #[arg(long, value_name = "SECONDS", default_value_t = 3600)]
+        wait_timeout: u64,
     },
 }
 
@@ -259,6 +296,38 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Shards {
             command: ShardsCommand::Verify { dir, database },
         } => crate::shards::verify(&dir.layout()?, &database).await,
+        Command::Shards {
+            command:
+                ShardsCommand::Move {
+                    dir,
+                    shard,
+                    to,
+                    database,
+                    cancel,
+                    wait_timeout,
+                },
+        } => {
+            let args = crate::shard_move::MoveArgs {
+                shard,
+                to: to.unwrap_or(0),
+                database: &database,
+                cancel,
+                wait: std::time::Duration::from_secs(wait_timeout),
+            };
+            crate::shard_move::run(&dir.layout()?, args).await
+        }
+        Command::Shards {
+            command:
+                ShardsCommand::Rebalance {
+                    dir,
+                    database,
+                    dry_run,
+                    wait_timeout,
+                },
+        } => {
+            let wait = std::time::Duration::from_secs(wait_timeout);
+            crate::shard_move::rebalance(&dir.layout()?, &database, dry_run, wait).await
+        }
         Command::Copy { command } => crate::copy::run(command).await,
         Command::Agent(args) => crate::hosts::agent(args).await,
         Command::AgentWatchdog(args) => crate::hosts::watchdog(args),

@@ -151,6 +151,7 @@ fn spec_of(args: &CreateArgs) -> anyhow::Result<CopySpec> {
         tables,
         schemas: args.schemas.clone(),
         target: args.to.clone(),
+        publish: None,
     };
     spec.validate()?;
     Ok(spec)
@@ -166,7 +167,10 @@ fn source_group(layout: &Layout, group: u32) -> anyhow::Result<Cluster> {
 }
 
 /// A superuser connection to `group`'s primary, in `database`.
-async fn primary_client(group: &Cluster, database: &str) -> anyhow::Result<tokio_postgres::Client> {
+pub(crate) async fn primary_client(
+    group: &Cluster,
+    database: &str,
+) -> anyhow::Result<tokio_postgres::Client> {
     let mut spec = group.conn_spec(&group.state.primary);
     spec.dbname = database.to_string();
     herd_pg::connect(&spec).await.with_context(|| {
@@ -179,21 +183,25 @@ async fn primary_client(group: &Cluster, database: &str) -> anyhow::Result<tokio
 }
 
 /// The connections a copy's source side is made and dropped with.
-struct SourceClients {
+pub(crate) struct SourceClients {
     primary: tokio_postgres::Client,
     roles: Option<tokio_postgres::Client>,
 }
 
 impl SourceClients {
     /// Connects to `group`'s primary and, on a sharded cluster, to the endpoint.
-    async fn open(layout: &Layout, group: &Cluster, database: &str) -> anyhow::Result<Self> {
+    pub(crate) async fn open(
+        layout: &Layout,
+        group: &Cluster,
+        database: &str,
+    ) -> anyhow::Result<Self> {
         Ok(SourceClients {
             primary: primary_client(group, database).await?,
             roles: roles_client(layout, group, database).await?,
         })
     }
 
-    fn source(&self) -> herd_copy::manage::Source<'_> {
+    pub(crate) fn source(&self) -> herd_copy::manage::Source<'_> {
         herd_copy::manage::Source {
             primary: &self.primary,
             roles: self.roles.as_ref().unwrap_or(&self.primary),
@@ -286,7 +294,7 @@ async fn create(args: CreateArgs) -> anyhow::Result<()> {
 
 /// Sets `wal_level = logical` in herd.toml and has the running supervisor restart the group's
 /// servers: replicas first, then a switchover, then the former primary.
-async fn enable_logical(
+pub(crate) async fn enable_logical(
     layout: &Layout,
     group: u32,
     progress: &TermProgress,

@@ -15,6 +15,7 @@ mod hosts;
 mod hosts_admin;
 mod output;
 mod progress;
+mod shard_move;
 mod shards;
 mod status;
 mod up;

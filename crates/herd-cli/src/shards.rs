@@ -47,12 +47,23 @@ pub async fn verify(layout: &Layout, database: &str) -> anyhow::Result<()> {
         let shard = shard_sql(&quote_ident(column), *key_type, map.shard_count);
         let placement: Vec<String> = map.placement.iter().map(u32::to_string).collect();
         for (g, client) in clients.iter().enumerate() {
-            // The group of each row's shard, looked up in the map's placement array.
+            // The group of each row's shard, looked up in the map's placement array; rows a
+            // move under way keeps hidden on this group (copied, or not deleted yet) are in
+            // their place too.
+            let hidden: Vec<String> = map.hidden_on(g as u32).iter().map(u32::to_string).collect();
+            let misplaced = if hidden.is_empty() {
+                format!("(array[{}])[{shard} + 1] <> {g}", placement.join(","))
+            } else {
+                format!(
+                    "(array[{}])[{shard} + 1] <> {g} and {shard} not in ({})",
+                    placement.join(","),
+                    hidden.join(",")
+                )
+            };
             let sql = format!(
-                "select count(*), count(*) filter (where (array[{list}])[{shard} + 1] <> {g}), \
-                 (array_agg({col}::text) filter (where (array[{list}])[{shard} + 1] <> {g}))[1:5] \
+                "select count(*), count(*) filter (where {misplaced}), \
+                 (array_agg({col}::text) filter (where {misplaced}))[1:5] \
                  from {table}",
-                list = placement.join(","),
                 col = quote_ident(column),
                 table = quote_qualified(table),
             );

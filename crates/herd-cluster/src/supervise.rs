@@ -164,7 +164,12 @@ pub async fn supervise(mut cluster: Cluster, pg: &Pg, links: Links<'_>) {
         }
         refresh(&mut cluster);
         if let Some(command) = command {
-            run_command(&mut cluster, pg, dcs, &gate, &watch, command, &event).await;
+            let outlets = Outlets {
+                gate: &gate,
+                assignment: assignment_tx,
+                event: &event,
+            };
+            run_command(&mut cluster, pg, dcs, &watch, &outlets, command).await;
             let _ = assignment_tx.send(cluster.assignment());
             watch = PrimaryWatch::default();
             continue;
@@ -334,15 +339,31 @@ pub async fn supervise(mut cluster: Cluster, pg: &Pg, links: Links<'_>) {
 /// Records one event: its kind, the node, Herd's sentence, and whether it went well.
 type Note<'a> = dyn Fn(EventKind, Option<&NodeName>, String, bool) + Sync + 'a;
 
+/// Where an operator command's effects go besides the servers: the proxy's pause and roles,
+/// and the event timeline.
+struct Outlets<'a> {
+    gate: &'a Gate,
+    assignment: &'a watch::Sender<Assignment>,
+    event: &'a Note<'a>,
+}
+
+/// How long a replica about to restart keeps serving the reads under way after the proxy
+/// stopped sending it new ones (it polls the assignment several times a second).
+const RESTART_DRAIN: Duration = Duration::from_secs(1);
+
 async fn run_command(
     cluster: &mut Cluster,
     pg: &Pg,
     dcs: &dyn herd_dcs::Dcs,
-    gate: &Gate,
     watch: &PrimaryWatch,
+    outlets: &Outlets<'_>,
     command: Command,
-    event: &Note<'_>,
 ) {
+    let Outlets {
+        gate,
+        assignment: assignment_tx,
+        event,
+    } = *outlets;
     match command {
         Command::Switchover { to, reply } => {
             let started = Instant::now();
@@ -407,6 +428,14 @@ async fn run_command(
             let _ = reply.send(outcome);
         }
         Command::Restart { node, reply } => {
+            // The proxy stops sending reads to the replicas about to restart, and the reads
+            // under way there finish, before they stop (the caller publishes them again).
+            let mut draining = cluster.assignment();
+            draining
+                .replicas
+                .retain(|r| node.as_ref().is_some_and(|n| *n != r.name));
+            let _ = assignment_tx.send(draining);
+            tokio::time::sleep(RESTART_DRAIN).await;
             let outcome = match &node {
                 Some(n) => cluster
                     .restart_replica(pg, n)

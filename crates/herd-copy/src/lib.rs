@@ -16,5 +16,8 @@ pub mod sync;
 pub mod target;
 
 pub use error::CopyError;
-pub use spec::{qualify, source_conninfo, validate_name, CopySpec, TableSpec, PREFIX};
+pub use spec::{
+    conninfo, qualify, quote_ident, quote_literal, quote_qualified, source_conninfo, validate_name,
+    CopySpec, TableSpec, PREFIX,
+};
 pub use store::Store;

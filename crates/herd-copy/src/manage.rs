@@ -185,7 +185,7 @@ async fn create_source_side(
         .batch_execute("COMMIT")
         .await
         .map_err(|e| CopyError::sql("committing the copy's publication", &e))?;
-    if let Err(e) = create_role(spec, source.roles, defs, password).await {
+    if let Err(e) = create_role(spec, source, defs, password).await {
         let _ = drop_source_side(spec, source).await;
         return Err(e);
     }
@@ -196,10 +196,11 @@ async fn create_source_side(
 /// (through the endpoint of a sharded cluster each reaches every group).
 async fn create_role(
     spec: &CopySpec,
-    roles: &Client,
+    source: &Source<'_>,
     defs: &[TableDef],
     password: &str,
 ) -> Result<(), CopyError> {
+    let (primary, roles) = (source.primary, source.roles);
     let role = quote_ident(&spec.object_name());
     let mut sql = vec![format!(
         "CREATE ROLE {role} LOGIN REPLICATION PASSWORD {}",
@@ -223,8 +224,11 @@ async fn create_role(
             quote_qualified(&d.table)
         ));
     }
-    for statement in &sql {
-        roles.batch_execute(statement).await.map_err(|e| {
+    // The role on every group (through the endpoint of a sharded cluster), its grants on the
+    // source group only: that is where it reads, and where `drop_source_side` revokes them.
+    for (i, statement) in sql.iter().enumerate() {
+        let client = if i == 0 { roles } else { primary };
+        client.batch_execute(statement).await.map_err(|e| {
             let hint = if e.as_db_error().is_some_and(|d| d.code().code() == "42710") {
                 " (left by an interrupted create? `herd copy drop` with this name removes it)"
             } else {
@@ -281,8 +285,12 @@ pub async fn drop_source_side(spec: &CopySpec, source: &Source<'_>) -> Result<()
         .map_err(|e| CopyError::sql("looking up the copy's role", &e))?
         .is_some();
     if exists {
-        for statement in [format!("DROP OWNED BY {role}"), format!("DROP ROLE {role}")] {
-            roles
+        // Its grants are on the source group (see `create_role`), the role on every group.
+        for (client, statement) in [
+            (source, format!("DROP OWNED BY {role}")),
+            (roles, format!("DROP ROLE {role}")),
+        ] {
+            client
                 .batch_execute(&statement)
                 .await
                 .map_err(|e| CopyError::sql("dropping the copy's role on the source", &e))?;

@@ -28,6 +28,10 @@ pub struct CopySpec {
     pub schemas: Vec<String>,
     /// The target: a libpq URL or key=value string.
     pub target: String,
+    /// The operations published (PostgreSQL's `publish` option, e.g. `insert, update,
+    /// delete`); `None`: all of them, TRUNCATE included.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub publish: Option<String>,
 }
 
 /// One table of a copy.
@@ -88,8 +92,11 @@ impl CopySpec {
             let schemas: Vec<String> = self.schemas.iter().map(|s| quote_ident(s)).collect();
             parts.push(format!("TABLES IN SCHEMA {}", schemas.join(", ")));
         }
+        let with = self.publish.as_ref().map_or(String::new(), |p| {
+            format!(" WITH (publish = {})", quote_literal(p))
+        });
         format!(
-            "CREATE PUBLICATION {} FOR {}",
+            "CREATE PUBLICATION {} FOR {}{with}",
             quote_ident(&self.object_name()),
             parts.join(", ")
         )
@@ -156,6 +163,11 @@ pub fn source_conninfo(
     if group > 0 {
         pairs.push(("options", format!("-c herd.group={group}")));
     }
+    conninfo(&pairs)
+}
+
+/// A libpq key=value connection string of `pairs`, each value quoted.
+pub fn conninfo(pairs: &[(&str, String)]) -> String {
     pairs
         .iter()
         .map(|(k, v)| format!("{k}={}", conninfo_value(v)))
@@ -244,6 +256,7 @@ mod tests {
             ],
             schemas: vec!["audit".into()],
             target: "postgresql://u:p@127.0.0.1:5432/shop".into(),
+            publish: None,
         }
     }
 
@@ -254,6 +267,11 @@ mod tests {
             "CREATE PUBLICATION \"herd_copy_eu_orders\" FOR TABLE \"public\".\"orders\" (\"id\", \"region\") \
              WHERE (region = 'eu'), \"public\".\"items\", TABLES IN SCHEMA \"audit\""
         );
+        let mut no_truncate = spec();
+        no_truncate.publish = Some("insert, update, delete".into());
+        assert!(no_truncate
+            .create_publication()
+            .ends_with(" WITH (publish = 'insert, update, delete')"));
     }
 
     #[test]

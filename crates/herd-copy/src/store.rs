@@ -127,6 +127,7 @@ mod tests {
             tables: vec![TableSpec::new("t").expect("valid")],
             schemas: vec![],
             target: "postgresql://u:secret@h/db".into(),
+            publish: None,
         };
         store.save(&spec).expect("save");
         let file = dir.path().join("copies/a.json");

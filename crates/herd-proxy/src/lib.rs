@@ -435,6 +435,7 @@ impl Proxy {
             // No group given: a proxy with no servers, whose clients are told so.
             views.push(watch::channel(Arc::new(TopologyView::default())).1);
         }
+        let groups = views.len() as u32;
         let ctx = Arc::new(ProxyContext {
             pools: Pools::new(config.pool_size as usize),
             config,
@@ -452,7 +453,7 @@ impl Proxy {
             closed: Mutex::new(HashMap::new()),
             admin: login.clone(),
             tls,
-            shard_maps: shards::ShardMaps::default(),
+            shard_maps: shards::ShardMaps::new(groups),
         });
         tokio::spawn(load_catalog(ctx.clone(), login, shutdown.clone()));
         tokio::spawn(shards::resolve_in_doubt(ctx.clone(), shutdown.clone()));

@@ -15,9 +15,13 @@ use std::time::Duration;
 use herd_shard::{KeyType, ShardMap, TableKind, DEFAULT_SHARD_COUNT};
 use tokio_postgres::Client;
 
+mod definitions;
 mod in_doubt;
 mod lookups;
+mod moves;
+mod new_group;
 
+use definitions::{sequence_strides, table_ddl};
 use in_doubt::recover_ddl;
 pub use in_doubt::{resolve_in_doubt, IN_DOUBT_AFTER_S, TXN_DECISIONS_DDL};
 
@@ -33,6 +37,21 @@ CREATE TABLE IF NOT EXISTS herd.shard_map (
     version bigint PRIMARY KEY,
     map jsonb NOT NULL,
     changed_at timestamptz NOT NULL DEFAULT now());
+CREATE TABLE IF NOT EXISTS herd.move_marks (
+    shard int PRIMARY KEY,
+    token bigint NOT NULL);
+CREATE OR REPLACE FUNCTION herd.shard_moving() RETURNS trigger LANGUAGE plpgsql AS $f$
+BEGIN
+    RAISE EXCEPTION 'shard % of %.% is moving to shard group %: retry the transaction',
+        TG_ARGV[0], TG_TABLE_SCHEMA, TG_TABLE_NAME, TG_ARGV[1]
+        USING ERRCODE = '40001';
+END $f$;
+CREATE OR REPLACE VIEW herd.shards AS
+    SELECT (p.ord - 1)::int AS shard, p.grp::int AS shard_group,
+           (m.map->'moves'->((p.ord - 1)::text)->>'to')::int AS moving_to,
+           (m.map->'moves'->((p.ord - 1)::text)->>'switched')::boolean AS switched
+    FROM (SELECT map FROM herd.shard_map ORDER BY version DESC LIMIT 1) m,
+         jsonb_array_elements_text(m.map->'placement') WITH ORDINALITY p(grp, ord);
 CREATE OR REPLACE VIEW herd.tables AS
     SELECT t.key AS table_name, t.value->>'kind' AS kind,
            t.value->>'column' AS distribution_column, t.value->>'key_type' AS key_type,
@@ -44,17 +63,40 @@ CREATE OR REPLACE VIEW herd.tables AS
 const GID_PREFIX: &str = "herd_map_";
 
 /// Shard maps by database.
-#[derive(Default)]
 pub struct ShardMaps {
     maps: Mutex<HashMap<String, Arc<ShardMap>>>,
+    /// Bumped whenever a map is replaced: statements waiting for a paused shard look again.
+    changed: tokio::sync::watch::Sender<u64>,
+    /// Per group, a WAL position its replicas must have replayed before they serve a
+    /// read-your-writes read: where a moved shard's rows were complete on its new group.
+    floors: Vec<std::sync::atomic::AtomicU64>,
     /// One change at a time.
     changing: tokio::sync::Mutex<()>,
+    /// One preparation of new groups at a time.
+    preparing: tokio::sync::Mutex<()>,
     /// (database, table OID, column number; 0, 0 for an expression) → its text orders
     /// byte by byte (a C-like collation), as a cross-group merge compares text.
     bytewise: Mutex<HashMap<(String, u32, i16), bool>>,
     /// (database, table) → every text column of the table has a byte-order collation (or
     /// the database's, checked separately): an expression over them sorts in byte order.
     tables_bytewise: Mutex<HashMap<(String, String), bool>>,
+}
+
+impl ShardMaps {
+    /// Empty, for a cluster of `groups` shard groups.
+    pub fn new(groups: u32) -> ShardMaps {
+        ShardMaps {
+            maps: Mutex::default(),
+            changed: tokio::sync::watch::channel(0).0,
+            floors: (0..groups.max(1))
+                .map(|_| std::sync::atomic::AtomicU64::new(0))
+                .collect(),
+            changing: tokio::sync::Mutex::default(),
+            preparing: tokio::sync::Mutex::default(),
+            bytewise: Mutex::default(),
+            tables_bytewise: Mutex::default(),
+        }
+    }
 }
 
 fn failed(what: &str, e: impl std::fmt::Display) -> ProxyError {
@@ -97,6 +139,11 @@ impl ProxyContext {
             let clients = self.group_clients(database).await?;
             recover(self, &clients).await?;
             let map = read_map(&clients[0]).await?;
+            if let Some(m) = &map {
+                // Groups added since the tables were distributed get them first.
+                let _one_at_a_time = self.shard_maps.preparing.lock().await;
+                new_group::prepare(&clients, m).await?;
+            }
             match map {
                 // Tables dropped while their entries stayed (a crash between a DROP TABLE on
                 // every group and its map change) leave the map now.
@@ -221,8 +268,21 @@ impl ProxyContext {
                 ),
             ));
         }
+        if let Some(answer) = self.move_call(database, function, args).await {
+            return answer;
+        }
         let _one_at_a_time = self.shard_maps.changing.lock().await;
         let (clients, current) = self.current_map(database).await?;
+        if let Some((shard, m)) = current.moves.iter().next() {
+            return Err(refused(
+                "55000",
+                format!(
+                    "herd.{function} waits until shard {shard} has moved from group {} to {} \
+                     (`herd shards move` finishes or cancels it)",
+                    m.from, m.to
+                ),
+            ));
+        }
         let mut next = current.clone();
         next.version = current.version + 1;
         let mut per_group: Vec<Vec<String>> = Vec::new();
@@ -288,9 +348,7 @@ impl ProxyContext {
             }
         };
         commit_everywhere(&clients, &next, &ddl, &per_group).await?;
-        if let Ok(mut m) = self.shard_maps.maps.lock() {
-            m.insert(database.to_string(), Arc::new(next));
-        }
+        self.install_map(database, next);
         Ok(answer)
     }
 }
@@ -529,121 +587,4 @@ fn quote_qualified(name: &str) -> String {
         .map(|p| format!("\"{}\"", p.replace('"', "\"\"")))
         .collect::<Vec<_>>()
         .join(".")
-}
-
-/// Cluster-unique ids for a distributed table: each sequence the table owns (serial,
-/// bigserial, identity) counts on group g from `start + g × increment` in steps of
-/// `increment × groups`, so no two groups ever hand out the same value (and `nextval` through
-/// the endpoint, which runs on group 0, neither). Per group, the statements that set it.
-async fn sequence_strides(
-    client: &Client,
-    name: &str,
-    groups: usize,
-) -> Result<Vec<Vec<String>>, ProxyError> {
-    let rows = client
-        .query(
-            "SELECT s.oid::regclass::text, q.seqincrement, q.seqstart FROM pg_depend d
-             JOIN pg_class s ON s.oid = d.objid JOIN pg_sequence q ON q.seqrelid = s.oid
-             WHERE d.refobjid = to_regclass($1) AND s.relkind = 'S' AND d.deptype IN ('a', 'i')",
-            &[&name],
-        )
-        .await
-        .map_err(|e| failed("reading the table's sequences", e))?;
-    let n = groups as i64;
-    Ok((0..n)
-        .map(|g| {
-            rows.iter()
-                .map(|r| {
-                    let (seq, inc, start): (String, i64, i64) = (r.get(0), r.get(1), r.get(2));
-                    format!(
-                        "ALTER SEQUENCE {seq} INCREMENT BY {} RESTART WITH {}",
-                        inc.saturating_mul(n),
-                        start.saturating_add(g.saturating_mul(inc))
-                    )
-                })
-                .collect()
-        })
-        .collect())
-}
-
-/// Statements that create `name` as group 0 has it (columns with types, defaults, NOT NULL,
-/// identity; its sequences; primary key, unique and check constraints; other indexes), each
-/// guarded so a group that already has the table keeps it.
-async fn table_ddl(client: &Client, name: &str) -> Result<Vec<String>, ProxyError> {
-    let q = |e| failed("reading the table's definition", e);
-    let qualified = quote_qualified(name);
-    let columns = client
-        .query(
-            "SELECT quote_ident(a.attname) || ' ' || format_type(a.atttypid, a.atttypmod)
-                 || CASE a.attidentity WHEN 'a' THEN ' GENERATED ALWAYS AS IDENTITY'
-                                       WHEN 'd' THEN ' GENERATED BY DEFAULT AS IDENTITY' ELSE '' END
-                 || coalesce(' DEFAULT ' || pg_get_expr(d.adbin, d.adrelid), '')
-                 || CASE WHEN a.attnotnull AND a.attidentity = '' THEN ' NOT NULL' ELSE '' END
-             FROM pg_attribute a LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
-             WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped
-             ORDER BY a.attnum",
-            &[&name],
-        )
-        .await
-        .map_err(q)?;
-    let sequences = client
-        .query(
-            "SELECT s.oid::regclass::text FROM pg_depend d JOIN pg_class s ON s.oid = d.objid
-             WHERE d.refobjid = to_regclass($1) AND s.relkind = 'S' AND d.deptype = 'a'",
-            &[&name],
-        )
-        .await
-        .map_err(q)?;
-    let constraints = client
-        .query(
-            "SELECT quote_ident(conname) || ' ' || pg_get_constraintdef(oid) FROM pg_constraint
-             WHERE conrelid = to_regclass($1) AND contype IN ('p', 'u', 'c') ORDER BY conname",
-            &[&name],
-        )
-        .await
-        .map_err(q)?;
-    let indexes = client
-        .query(
-            "SELECT pg_get_indexdef(i.indexrelid) FROM pg_index i
-             WHERE i.indrelid = to_regclass($1)
-               AND NOT EXISTS (SELECT 1 FROM pg_constraint c WHERE c.conindid = i.indexrelid)",
-            &[&name],
-        )
-        .await
-        .map_err(q)?;
-    let mut body: Vec<String> = columns.iter().map(|r| r.get(0)).collect();
-    body.extend(
-        constraints
-            .iter()
-            .map(|r| format!("CONSTRAINT {}", r.get::<_, String>(0))),
-    );
-    let mut out: Vec<String> = Vec::new();
-    if let Some((schema, _)) = name.split_once('.') {
-        out.push(format!(
-            "CREATE SCHEMA IF NOT EXISTS \"{}\"",
-            schema.replace('"', "\"\"")
-        ));
-    }
-    for s in &sequences {
-        out.push(format!(
-            "CREATE SEQUENCE IF NOT EXISTS {}",
-            s.get::<_, String>(0)
-        ));
-    }
-    out.push(format!(
-        "CREATE TABLE IF NOT EXISTS {qualified} ({})",
-        body.join(", ")
-    ));
-    for i in &indexes {
-        let def: String = i.get(0);
-        out.push(
-            def.replacen("CREATE INDEX", "CREATE INDEX IF NOT EXISTS", 1)
-                .replacen(
-                    "CREATE UNIQUE INDEX",
-                    "CREATE UNIQUE INDEX IF NOT EXISTS",
-                    1,
-                ),
-        );
-    }
-    Ok(out)
 }

@@ -13,5 +13,5 @@ mod plan;
 
 pub use copy::{CopyError, CopyFormat, CopySplitter, Routed};
 pub use hash::{partition_hash, shard_sql, virtual_shard, KeyType, KeyValue, ParseKeyError};
-pub use map::{qualified, ShardMap, TableKind, DEFAULT_SHARD_COUNT};
+pub use map::{qualified, rebalance, ShardMap, ShardMove, TableKind, DEFAULT_SHARD_COUNT, PAUSED};
 pub use plan::{plan, plan_several, CopyIn, CopyOut, ParamValue, Plan};

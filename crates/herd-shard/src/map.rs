@@ -1,7 +1,7 @@
 //! The shard map: which tables are distributed (by which key) or replicated to every group, and
 //! which group holds each virtual shard.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
@@ -36,7 +36,30 @@ pub struct ShardMap {
     pub placement: Vec<u32>,
     /// Distributed and reference tables by qualified name (`schema.table`).
     pub tables: BTreeMap<String, TableKind>,
+    /// Shards moving between groups, by shard: both groups hold rows of the shard meanwhile,
+    /// and the rows of the group that does not serve it are hidden from every statement.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub moves: BTreeMap<u32, ShardMove>,
+    /// Shards whose statements wait (the switch of a move): never stored, only in the proxy's
+    /// copy of the map while the switch lasts.
+    #[serde(skip)]
+    pub paused: BTreeSet<u32>,
 }
+
+/// A shard on its way from one group to another (`herd shards move`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShardMove {
+    /// The group it leaves.
+    pub from: u32,
+    /// The group it goes to.
+    pub to: u32,
+    /// Routing has switched to `to`: the placement names `to`, and the rows left on `from`
+    /// are hidden until deleted. Before the switch the rows copied to `to` are hidden.
+    pub switched: bool,
+}
+
+/// The group of a paused shard: a statement planned there waits for the switch to end.
+pub const PAUSED: u32 = u32::MAX;
 
 impl ShardMap {
     /// A map with no tables; shard `s` on group `s % groups`.
@@ -47,6 +70,45 @@ impl ShardMap {
             shard_count: shard_count.max(1),
             placement: (0..shard_count.max(1)).map(|s| s % groups).collect(),
             tables: BTreeMap::new(),
+            moves: BTreeMap::new(),
+            paused: BTreeSet::new(),
+        }
+    }
+
+    /// The shards whose rows on `group` no statement may see: copies made for a move that has
+    /// not switched yet (on the target), or rows a switched move has not deleted yet (on the
+    /// source).
+    pub fn hidden_on(&self, group: u32) -> Vec<u32> {
+        self.moves
+            .iter()
+            .filter(|(_, m)| {
+                if m.switched {
+                    m.from == group
+                } else {
+                    m.to == group
+                }
+            })
+            .map(|(s, _)| *s)
+            .collect()
+    }
+
+    /// Whether any group hides rows (a move is under way).
+    pub fn hides_rows(&self) -> bool {
+        !self.moves.is_empty()
+    }
+
+    /// Whether a statement planned as `plan` must wait for a paused shard's switch: one whose
+    /// key is in it, and every write that is not by key (it may touch it).
+    pub fn waits(&self, plan: &crate::Plan) -> bool {
+        use crate::Plan;
+        if self.paused.is_empty() {
+            return false;
+        }
+        match plan {
+            Plan::Group { group, .. } => *group == PAUSED,
+            Plan::InsertSplit(groups) => groups.contains(&PAUSED),
+            Plan::WriteAllGroups(_) | Plan::CopyIn(_) => true,
+            _ => false,
         }
     }
 
@@ -57,8 +119,11 @@ impl ShardMap {
 
     /// The group holding a key's rows.
     pub fn group_of(&self, key: Option<&KeyValue>) -> u32 {
-        let shard = self.shard_of(key) as usize;
-        self.placement.get(shard).copied().unwrap_or(0)
+        let shard = self.shard_of(key);
+        if self.paused.contains(&shard) {
+            return PAUSED;
+        }
+        self.placement.get(shard as usize).copied().unwrap_or(0)
     }
 
     /// How many groups the placement uses.
@@ -70,6 +135,40 @@ impl ShardMap {
     pub fn table(&self, name: &str) -> Option<&TableKind> {
         self.tables.get(&qualified(name))
     }
+}
+
+/// The moves (shard, from, to) that spread `placement` evenly over `groups` groups: each group
+/// ends with ⌊shards / groups⌋ or one more, the fewest shards move, and each move takes the
+/// highest-numbered shard of the group with the most to the group with the fewest (ties to the
+/// lower group), so the plan is the same every time.
+pub fn rebalance(placement: &[u32], groups: u32) -> Vec<(u32, u32, u32)> {
+    let groups = groups.max(1);
+    let mut placement = placement.to_vec();
+    let mut moves = Vec::new();
+    loop {
+        let count = |g: u32| placement.iter().filter(|p| **p == g).count();
+        let (most, least) = (0..groups).fold((0, 0), |(most, least), g| {
+            (
+                if count(g) > count(most) { g } else { most },
+                if count(g) < count(least) { g } else { least },
+            )
+        });
+        // Shards on groups beyond `groups` go first (they have nowhere to stay).
+        let stray = placement.iter().rposition(|p| *p >= groups);
+        let (shard, from, to) = match stray {
+            Some(s) => (s, placement[s], least),
+            None if count(most) > count(least) + 1 => {
+                match placement.iter().rposition(|p| *p == most) {
+                    Some(s) => (s, most, least),
+                    None => break,
+                }
+            }
+            None => break,
+        };
+        placement[shard] = to;
+        moves.push((shard as u32, from, to));
+    }
+    moves
 }
 
 /// `schema.table` for a possibly unqualified name (unqualified names are in `public`).
@@ -104,5 +203,116 @@ mod tests {
         assert_eq!(m.group_of(Some(&k)), m.shard_of(Some(&k)) % 2);
         let json = serde_json::to_string(&m).expect("json");
         assert_eq!(serde_json::from_str::<ShardMap>(&json).expect("back"), m);
+        // A map stored before moves existed reads as one without moves.
+        assert!(!json.contains("moves"));
+    }
+
+    #[test]
+    fn rebalance_spreads_evenly_with_the_fewest_moves() {
+        // 32 shards on 2 groups, a third group added: 10 or 11 each, 10 moves, all to group 2.
+        let two = ShardMap::new(2, 32).placement;
+        let moves = rebalance(&two, 3);
+        assert_eq!(moves.len(), 10);
+        assert!(moves.iter().all(|(_, _, to)| *to == 2));
+        let mut after = two.clone();
+        for (s, from, to) in &moves {
+            assert_eq!(after[*s as usize], *from);
+            after[*s as usize] = *to;
+        }
+        for g in 0..3 {
+            let n = after.iter().filter(|p| **p == g).count();
+            assert!((10..=11).contains(&n), "group {g}: {n}");
+        }
+        // Already even: nothing; deterministic.
+        assert!(rebalance(&two, 2).is_empty());
+        assert_eq!(rebalance(&two, 3), moves);
+        // Uneven after hand-made moves: back to 16/16 in two moves.
+        let mut uneven = two.clone();
+        uneven[0] = 1;
+        uneven[2] = 1;
+        assert_eq!(rebalance(&uneven, 2).len(), 2);
+        // A shard on a group that is not counted moves.
+        assert_eq!(rebalance(&[0, 1, 2], 2), vec![(2, 2, 0)]);
+        // Cases: (placement, groups, moves).
+        let cases: [(&[u32], u32, usize); 4] = [
+            (&[0, 0, 0, 0], 2, 2),
+            (&[0, 0, 0, 0], 4, 3),
+            (&[0, 1, 0, 1], 1, 2),
+            (&[], 3, 0),
+        ];
+        for (placement, groups, n) in cases {
+            assert_eq!(
+                rebalance(placement, groups).len(),
+                n,
+                "{placement:?} on {groups}"
+            );
+        }
+    }
+
+    #[test]
+    fn moves_hide_rows_on_the_group_that_does_not_serve_them() {
+        let mut m = ShardMap::new(3, 8);
+        m.moves.insert(
+            2,
+            ShardMove {
+                from: 2,
+                to: 0,
+                switched: false,
+            },
+        );
+        m.moves.insert(
+            4,
+            ShardMove {
+                from: 1,
+                to: 2,
+                switched: true,
+            },
+        );
+        assert_eq!(m.hidden_on(0), vec![2]);
+        assert_eq!(m.hidden_on(1), vec![4]);
+        assert_eq!(m.hidden_on(2), Vec::<u32>::new());
+        assert!(m.hides_rows());
+        let json = serde_json::to_string(&m).expect("json");
+        assert_eq!(serde_json::from_str::<ShardMap>(&json).expect("back"), m);
+    }
+
+    #[test]
+    fn a_paused_shard_makes_its_statements_and_writes_without_key_wait() {
+        use crate::Plan;
+        let mut m = ShardMap::new(2, 8);
+        let key = (0..1000)
+            .map(KeyValue::Int8)
+            .find(|k| m.shard_of(Some(k)) == 3)
+            .expect("a key of shard 3");
+        let other = (0..1000)
+            .map(KeyValue::Int8)
+            .find(|k| m.shard_of(Some(k)) == 5)
+            .expect("a key of shard 5");
+        let on = |g| Plan::Group {
+            group: g,
+            reason: "key",
+        };
+        assert!(!m.waits(&Plan::WriteAllGroups("UPDATE")));
+        m.paused.insert(3);
+        assert_eq!(m.group_of(Some(&key)), PAUSED);
+        assert_eq!(m.group_of(Some(&other)), 1);
+        let cases = [
+            (on(PAUSED), true),
+            (on(1), false),
+            (Plan::InsertSplit(vec![0, PAUSED]), true),
+            (Plan::InsertSplit(vec![0, 1]), false),
+            (Plan::WriteAllGroups("UPDATE"), true),
+            (Plan::AllGroups { table: "t".into() }, false),
+            (Plan::Anywhere, false),
+        ];
+        for (plan, waits) in cases {
+            assert_eq!(m.waits(&plan), waits, "{plan:?}");
+        }
+        // The pause is never stored.
+        let json = serde_json::to_string(&m).expect("json");
+        assert!(serde_json::from_str::<ShardMap>(&json)
+            .expect("back")
+            .paused
+            .is_empty());
     }
 }

@@ -17,6 +17,7 @@ mod calls;
 mod classify;
 mod explain;
 mod fanout;
+mod hide;
 mod keys;
 mod route;
 mod session;
@@ -29,6 +30,7 @@ pub use calls::{dropped_roles, herd_call};
 pub use classify::classify;
 pub use explain::explained;
 pub use fanout::{fan_out, Bound, Combine, FanOut, SortColumn, SortKey};
+pub use hide::{hide_rows, Hidden};
 pub use keys::{
     key_facts, ColumnName, Condition, CopyFacts, KeyExpr, KeyFacts, StmtKind, TableRef, Target,
 };

@@ -79,6 +79,10 @@ pub struct Results {
     /// JSON in other scenarios).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub process_costs: BTreeMap<String, BTreeMap<String, ProcessCost>>,
+    /// `herd bench shard-move` only: the moves and the writes' waits (absent from the JSON in
+    /// other scenarios).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard_move: Option<crate::scenarios::shard_move::ShardMoveResult>,
 }
 
 /// What a proxy's process cost per transaction over a mode's runs (from `/proc`).
@@ -265,6 +269,10 @@ pub fn markdown(r: &Results) -> String {
         let mut table = crate::scenarios::bandwidth_report::table(r);
         table.push_str(&crate::scenarios::bandwidth_report::copies_table(r));
         return document(r, &format!("Workloads: `{command}`."), &table);
+    }
+    if r.shard_move.is_some() {
+        let how = format!("Command: `{command}`, {} move(s).", r.settings.rounds);
+        return document(r, &how, &crate::scenarios::shard_move_report::table(r));
     }
     if !r.lag.is_empty() {
         let how = format!(
@@ -508,6 +516,8 @@ pub fn write_all(r: &Results, out: &Path) -> Result<(String, Vec<PathBuf>), Benc
         crate::chart::rto(r, &svg)?;
     } else if !r.bandwidth.is_empty() {
         crate::scenarios::bandwidth_report::chart(r, &svg)?;
+    } else if r.shard_move.is_some() {
+        crate::scenarios::shard_move_report::chart(r, &svg)?;
     } else if !r.lag.is_empty() {
         crate::chart::lag(r, &svg)?;
         // The phases' tps as the usual grouped bars beside the lag lines.

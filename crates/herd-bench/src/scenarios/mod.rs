@@ -15,6 +15,8 @@ mod lag_sampler;
 pub mod proxy;
 pub mod read_scaling;
 pub mod read_scaling_report;
+pub mod shard_move;
+pub mod shard_move_report;
 pub mod sharding;
 mod sharding_mix;
 pub mod sharding_report;

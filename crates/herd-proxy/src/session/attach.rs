@@ -127,7 +127,10 @@ impl Session {
         let request = Request {
             read_only,
             consistency,
-            token: self.state.token(self.group),
+            token: self
+                .state
+                .token(self.group)
+                .max(self.ctx.read_floor(self.group)),
             max_staleness: Duration::from_millis(self.ctx.config.max_staleness_ms),
             may_wait: self.ctx.config.max_wait_ms > 0,
         };
@@ -486,7 +489,10 @@ impl Session {
         let request = Request {
             read_only,
             consistency: self.state.consistency,
-            token: self.state.token(self.group),
+            token: self
+                .state
+                .token(self.group)
+                .max(self.ctx.read_floor(self.group)),
             max_staleness: Duration::from_millis(self.ctx.config.max_staleness_ms),
             may_wait: self.ctx.config.max_wait_ms > 0,
         };

@@ -94,8 +94,15 @@ impl Session {
         let mut total = 0u64;
         let mut failure = None;
         for (g, lease) in leases.iter_mut().enumerate() {
+            let on_group = match self.sql_on_group(g as u32, &sql) {
+                Ok(s) => s.into_owned(),
+                Err(e) => {
+                    failure = Some(e);
+                    break;
+                }
+            };
             match self
-                .gather_group(lease, &sql, &copy, g == 0, &mut started, &mut out)
+                .gather_group(lease, &on_group, &copy, g == 0, &mut started, &mut out)
                 .await
             {
                 Ok(n) => total += n,

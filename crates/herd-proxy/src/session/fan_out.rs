@@ -233,14 +233,18 @@ impl Session {
                 types = super::batch::infer_param_types(s.lease, &sql, &types).await?;
             }
         }
-        let request = self.group_request(batch, plan, &types)?;
-        for s in streams.iter_mut() {
+        let mut requests = Vec::with_capacity(streams.len());
+        for g in 0..streams.len() as u32 {
+            let sql = self.sql_on_group(g, &plan.sql)?;
+            requests.push(self.group_request(batch, plan, &sql, &types)?);
+        }
+        for (s, request) in streams.iter_mut().zip(&requests) {
             // Our statements replace the server's unnamed statement (a simple query drops it):
             // it no longer holds any client's. A stream is read only once sent to; one whose
             // sending failed is left unread and so not clean (its connection is closed).
             s.done = false;
             s.rows_done = false;
-            s.lease.conn.send_own(&request).await?;
+            s.lease.conn.send_own(request).await?;
         }
         match &plan.combine {
             Some(combine) => self.combine(streams, batch, combine, status, out).await,
@@ -265,18 +269,19 @@ impl Session {
         &self,
         batch: &Batch,
         plan: &FanOut,
+        sql: &str,
         types: &[u32],
     ) -> Result<Vec<u8>, ProxyError> {
         let mut out = Vec::new();
         if batch.simple {
-            encode::query(&mut out, &plan.sql)?;
+            encode::query(&mut out, sql)?;
             return Ok(out);
         }
         let (_, rest) = batch.bind.clone().unwrap_or_default();
         if plan.combine.is_some() {
             // Partial rows in text (they become the final query's parameters), and the
             // statement's parameter types (the final query declares them).
-            encode::parse(&mut out, b"", &plan.sql, types)?;
+            encode::parse(&mut out, b"", sql, types)?;
             encode::describe(&mut out, KIND_STATEMENT, b"")?;
             let (params, _) = super::combine::split_bind(&rest)?;
             let mut text_results = params.to_vec();
@@ -286,7 +291,7 @@ impl Session {
             encode::sync(&mut out);
             return Ok(out);
         }
-        encode::parse(&mut out, b"", &plan.sql, types)?;
+        encode::parse(&mut out, b"", sql, types)?;
         if batch.describe_statement {
             encode::describe(&mut out, KIND_STATEMENT, b"")?;
         }

@@ -14,6 +14,7 @@ mod copy_out;
 mod ddl;
 mod explain;
 mod fan_out;
+mod hidden;
 mod in_transaction;
 mod relay;
 mod replication;

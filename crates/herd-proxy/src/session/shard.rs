@@ -21,7 +21,7 @@ const NOT_SUPPORTED: &str = "0A000";
 pub(super) const ALONE: &str = "DDL and COPY on a distributed or reference table run on every \
      shard group in a transaction of their own: send the statement alone, outside a transaction block";
 
-fn not_supported(message: String) -> ProxyError {
+pub(super) fn not_supported(message: String) -> ProxyError {
     ProxyError::Server {
         code: NOT_SUPPORTED.into(),
         message,
@@ -50,6 +50,9 @@ pub(super) enum UnitRoute {
     WriteAll(Write),
 }
 
+/// How long a statement waits for a moving shard's switch (which undoes itself well before).
+const MOVE_WAIT_LIMIT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// Why an UPDATE or DELETE on every shard group must come alone.
 pub(super) const WRITE_ALL_ALONE: &str = "an UPDATE or DELETE without a shard key of one group \
      (or an INSERT with rows for several groups) runs on every shard group: send it as the only \
@@ -69,25 +72,64 @@ impl Session {
         if self.ctx.groups() < 2 {
             return Ok(None);
         }
-        let map = self.ctx.shard_map(&self.database).await?;
+        let mut map = self.ctx.shard_map(&self.database).await?;
+        if !map.paused.is_empty() && self.in_transaction() {
+            // A transaction under way does not wait for a switch (it may hold the very locks
+            // the switch waits for): its statements go where the shard still is, and either
+            // commit before the source's guard exists or are refused by it (40001).
+            let mut open = (*map).clone();
+            open.paused.clear();
+            map = Arc::new(open);
+        }
         self.map = (!map.tables.is_empty()).then(|| map.clone());
         Ok(self.map.clone())
     }
 
-    /// Where `unit` must run.
+    /// Where `unit` must run; while a shard it touches is switching groups, once the switch
+    /// is over.
     pub(super) async fn unit_route(&mut self, unit: &[u8]) -> Result<UnitRoute, ProxyError> {
+        if let Some(route) = self.unit_route_once(unit).await? {
+            return Ok(route);
+        }
+        self.ctx.metrics.inc("herd_shard_move_waits_total", "");
+        let deadline = tokio::time::Instant::now() + MOVE_WAIT_LIMIT;
+        let mut changes = self.ctx.map_changes();
+        loop {
+            // Subscribed before planning again: a change in between is not missed.
+            changes.borrow_and_update();
+            if let Some(route) = self.unit_route_once(unit).await? {
+                return Ok(route);
+            }
+            if tokio::time::timeout_at(deadline, changes.changed())
+                .await
+                .is_err()
+            {
+                return Err(ProxyError::Server {
+                    code: "57014".into(),
+                    message: format!(
+                        "a shard this statement touches has been switching groups for over {} s",
+                        MOVE_WAIT_LIMIT.as_secs()
+                    ),
+                });
+            }
+        }
+    }
+
+    /// Where `unit` must run, by the map as it is now; `None` while a shard it touches is
+    /// switching groups.
+    async fn unit_route_once(&mut self, unit: &[u8]) -> Result<Option<UnitRoute>, ProxyError> {
         // Role statements alone outside a transaction, whether or not anything is distributed.
         if !self.in_transaction() {
             if let Some((frame, used)) = split_frame(unit, usize::MAX)? {
                 if used == unit.len() && frame.tag == tag::QUERY {
                     if let Some(tag) = role_statement(Query::decode(frame.body)?.sql) {
-                        return Ok(UnitRoute::Role(tag));
+                        return Ok(Some(UnitRoute::Role(tag)));
                     }
                 }
             }
         }
         let Some(map) = self.active_map().await? else {
-            return Ok(UnitRoute::Group(None));
+            return Ok(Some(UnitRoute::Group(None)));
         };
         let mut parsed: HashMap<Vec<u8>, Vec<u8>> = HashMap::new();
         let mut group: Option<u32> = None;
@@ -121,13 +163,20 @@ impl Session {
                 }
                 _ => continue,
             };
+            if map.waits(&plan) {
+                return Ok(None);
+            }
             match plan {
                 Plan::Anywhere => {}
                 Plan::WriteAllGroups(tag) => {
-                    return self.write_route(unit, frame.tag, rest, group, Write::Same(tag));
+                    return self
+                        .write_route(unit, frame.tag, rest, group, Write::Same(tag))
+                        .map(Some);
                 }
                 Plan::InsertSplit(groups) => {
-                    return self.write_route(unit, frame.tag, rest, group, Write::Split(groups));
+                    return self
+                        .write_route(unit, frame.tag, rest, group, Write::Split(groups))
+                        .map(Some);
                 }
                 Plan::WriteReference {
                     table,
@@ -135,7 +184,9 @@ impl Session {
                     columns,
                 } => {
                     self.deterministic(&text, &table, &columns).await?;
-                    return self.write_route(unit, frame.tag, rest, group, Write::Reference(tag));
+                    return self
+                        .write_route(unit, frame.tag, rest, group, Write::Reference(tag))
+                        .map(Some);
                 }
                 Plan::AllGroups { table } => {
                     if !self.alone(unit, frame.tag, rest, group) {
@@ -164,15 +215,26 @@ impl Session {
                                     .into(),
                             ));
                         }
-                        return Ok(UnitRoute::ExplainFanOut(prefix, shape));
+                        return Ok(Some(UnitRoute::ExplainFanOut(prefix, shape)));
                     }
                     self.ctx.metrics.inc_labels(
                         "herd_shard_routed_total",
                         &[("group", "all"), ("reason", "fan_out")],
                     );
-                    return Ok(UnitRoute::FanOut(shape));
+                    return Ok(Some(UnitRoute::FanOut(shape)));
                 }
                 Plan::Refuse(why) => return Err(not_supported(why)),
+                // Privileges do not change what the move copies; the rest of DDL could.
+                Plan::Everywhere(tag) | Plan::EachGroup { tag, .. }
+                    if map.hides_rows() && !matches!(tag, "GRANT" | "REVOKE") =>
+                {
+                    return Err(ProxyError::Server {
+                        code: "55000".into(),
+                        message: "DDL on distributed tables waits until the shard moving between \
+                                  groups has moved (`herd shards move` finishes or cancels it)"
+                            .into(),
+                    });
+                }
                 Plan::Everywhere(_)
                 | Plan::EachGroup { .. }
                 | Plan::CopyIn(_)
@@ -189,13 +251,13 @@ impl Session {
                     if !alone || self.in_transaction() {
                         return Err(not_supported(ALONE.into()));
                     }
-                    return Ok(match plan {
+                    return Ok(Some(match plan {
                         Plan::Everywhere(tag) => UnitRoute::Everywhere(tag),
                         Plan::CopyIn(c) => UnitRoute::CopyIn(c),
                         Plan::CopyOut(c) => UnitRoute::CopyOut(c),
                         Plan::EachGroup { tag, undo } => UnitRoute::EachGroup(tag, undo),
                         _ => UnitRoute::Group(None),
-                    });
+                    }));
                 }
                 Plan::Group { group: g, reason } => {
                     if group.is_some_and(|x| x != g) {
@@ -213,7 +275,7 @@ impl Session {
                 }
             }
         }
-        Ok(UnitRoute::Group(group))
+        Ok(Some(UnitRoute::Group(group)))
     }
 
     /// Refuses a write to reference table `table` that could come out differently on each

@@ -206,11 +206,20 @@ impl Session {
         let sql = self.batch_sql(batch);
         let mut types = self.bound_types(&statement).unwrap_or_default();
         let groups = match write {
-            Write::Same(_) | Write::Reference(_) => {
+            Write::Reference(_) => {
                 return Ok(vec![
                     Some(request(batch, &sql, &types, &rest)?);
                     leases.len()
                 ])
+            }
+            Write::Same(_) => {
+                let text = String::from_utf8_lossy(&sql);
+                return (0..leases.len() as u32)
+                    .map(|g| {
+                        let on_group = self.sql_on_group(g, &text)?;
+                        request(batch, on_group.as_bytes(), &types, &rest).map(Some)
+                    })
+                    .collect();
             }
             Write::Split(groups) => groups,
         };

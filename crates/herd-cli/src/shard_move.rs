@@ -1,0 +1,502 @@
+//! `herd shards move SHARD --to GROUP`: moves one virtual shard's rows to another shard group
+//! while the cluster serves reads and writes.
+//!
+//! 1. The map records the move (`herd.move_begin` through the endpoint): the target group hides
+//!    the shard's rows from every statement until the switch.
+//! 2. A logical copy (herd-copy, so failover-safe like every copy) of every distributed table's
+//!    rows of the shard — a row filter on the shard of the key, computed by PostgreSQL's own
+//!    hash functions — plus the move's marker row, from the source group's primary to the
+//!    target group's; then it streams until it has caught up.
+//! 3. The switch (`herd.move_switch`): statements on the shard wait at the proxy for as long as
+//!    it takes the last changes to arrive (measured and printed), and the map names the target.
+//! 4. The copy goes; the source group's rows of the shard (hidden since the switch) are
+//!    deleted; the map forgets the move (`herd.move_finish`).
+//!
+//! Run again, it resumes an interrupted move where it stopped; `--cancel` takes back a move
+//! that has not switched.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use herd_cluster::{Cluster, Layout, Progress};
+use herd_copy::{CopySpec, Store, TableSpec};
+use herd_shard::{shard_sql, ShardMap, TableKind};
+use tokio_postgres::Client;
+
+use crate::copy::{enable_logical, primary_client, SourceClients};
+use crate::progress::TermProgress;
+
+/// Copy lag under which the switch is tried (what is left arrives while statements wait).
+const SWITCH_LAG_BYTES: u64 = 256 * 1024;
+
+/// Switch attempts before giving up (each undoes itself after its bound).
+const SWITCH_ATTEMPTS: u32 = 5;
+
+/// What to move.
+pub struct MoveArgs<'a> {
+    /// The shard.
+    pub shard: u32,
+    /// The group it goes to (ignored with `cancel`).
+    pub to: u32,
+    /// The database.
+    pub database: &'a str,
+    /// Take back a move that has not switched.
+    pub cancel: bool,
+    /// Bound on the initial copy and the catch-up.
+    pub wait: Duration,
+}
+
+/// `herd shards move`.
+pub async fn run(layout: &Layout, args: MoveArgs<'_>) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let groups = crate::status::open_all(layout)?;
+    if groups.len() < 2 {
+        bail!("this cluster has one shard group: there is nowhere to move a shard (see `herd up --shards N`)");
+    }
+    let endpoint = endpoint_client(&groups[0], args.database).await?;
+    let map = read_map(&primary_client(&groups[0], args.database).await?).await?;
+    let progress = TermProgress::new();
+    if args.cancel {
+        return cancel(layout, &groups, &endpoint, &map, &args, &progress).await;
+    }
+    let shard = args.shard;
+    let from = match map.moves.get(&shard) {
+        Some(m) if m.to != args.to => bail!(
+            "shard {shard} is moving from group {} to {} already: run `herd shards move {shard} --to {}` to finish it, or `--cancel`",
+            m.from, m.to, m.to
+        ),
+        Some(m) => m.from,
+        None => *map
+            .placement
+            .get(shard as usize)
+            .with_context(|| format!("there is no shard {shard}: the map has {}", map.shard_count))?,
+    };
+    let to = args.to;
+    if to as usize >= groups.len() {
+        bail!(
+            "there is no shard group {to}: the cluster has {}",
+            groups.len()
+        );
+    }
+    let switched = map.moves.get(&shard).is_some_and(|m| m.switched);
+    let spec = copy_spec(&map, &groups[to as usize], args.database, shard, from)?;
+    let store = Store::new(layout.copies());
+    let mut pause = None;
+    if !switched {
+        if from == to {
+            bail!("shard {shard} is on group {to} already");
+        }
+        let level: String = primary_client(&group(layout, from)?, "postgres")
+            .await?
+            .query_one("show wal_level", &[])
+            .await
+            .context("reading wal_level on the source group's primary")?
+            .get(0);
+        if level != "logical" {
+            enable_logical(layout, from, &progress).await?;
+        }
+        progress.phase(&format!(
+            "shard {shard}: recording the move from group {from} to {to}"
+        ));
+        herd_function(
+            &endpoint,
+            "move_begin",
+            &[&shard.to_string(), &to.to_string()],
+        )
+        .await?;
+        copy_rows(
+            layout,
+            &group(layout, from)?,
+            &spec,
+            &store,
+            &progress,
+            args.wait,
+        )
+        .await?;
+        pause = Some(switch(&endpoint, &spec, layout, from, &progress, shard, args.wait).await?);
+    }
+    progress.phase(&format!("shard {shard}: dropping the move's copy"));
+    drop_copy(layout, &group(layout, from)?, &spec, &store).await?;
+    let deleted = delete_rows(&group(layout, from)?, &map, args.database, shard, &progress).await?;
+    herd_function(&endpoint, "move_finish", &[&shard.to_string()]).await?;
+    progress.done(&format!("shard {shard}: moved"));
+    drop(progress);
+    crate::output::emitln!(
+        "shard {shard} moved from group {from} to group {to} in {:.1} s: {deleted} rows deleted on group {from}{}",
+        started.elapsed().as_secs_f64(),
+        pause.map_or(String::new(), |p| format!("; {p}"))
+    );
+    Ok(())
+}
+
+/// `herd shards rebalance`: every shard group gets an even share of the shards (a move under
+/// way is finished first), one move after the other; with `dry_run` only the plan is printed.
+pub async fn rebalance(
+    layout: &Layout,
+    database: &str,
+    dry_run: bool,
+    wait: Duration,
+) -> anyhow::Result<()> {
+    let groups = crate::status::open_all(layout)?;
+    let map = read_map(&primary_client(&groups[0], database).await?).await?;
+    if let Some((shard, m)) = map.moves.iter().next() {
+        if dry_run {
+            crate::output::emitln!(
+                "shard {shard} is moving from group {} to {}: that move is finished first",
+                m.from,
+                m.to
+            );
+        } else {
+            let args = MoveArgs {
+                shard: *shard,
+                to: m.to,
+                database,
+                cancel: false,
+                wait,
+            };
+            Box::pin(run(layout, args)).await?;
+            return Box::pin(rebalance(layout, database, dry_run, wait)).await;
+        }
+    }
+    let moves = herd_shard::rebalance(&map.placement, groups.len() as u32);
+    if moves.is_empty() {
+        crate::output::emitln!(
+            "{database}: the {} shards are spread evenly over {} groups already",
+            map.shard_count,
+            groups.len()
+        );
+        return Ok(());
+    }
+    crate::output::emitln!(
+        "{database}: {} move(s) spread the {} shards over {} groups: {}",
+        moves.len(),
+        map.shard_count,
+        groups.len(),
+        moves
+            .iter()
+            .map(|(s, f, t)| format!("shard {s} {f}→{t}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    if dry_run {
+        return Ok(());
+    }
+    for (i, (shard, _, to)) in moves.iter().enumerate() {
+        crate::output::emitln!("move {}/{}:", i + 1, moves.len());
+        let args = MoveArgs {
+            shard: *shard,
+            to: *to,
+            database,
+            cancel: false,
+            wait,
+        };
+        run(layout, args).await?;
+    }
+    Ok(())
+}
+
+/// Creates the move's copy (unless an interrupted run did) and waits until it has copied and
+/// caught up.
+async fn copy_rows(
+    layout: &Layout,
+    source: &Cluster,
+    spec: &CopySpec,
+    store: &Store,
+    progress: &TermProgress,
+    wait: Duration,
+) -> anyhow::Result<()> {
+    if store.load(&spec.name)?.is_none() {
+        let clients = SourceClients::open(layout, source, &spec.database).await?;
+        let host = source.host().to_string();
+        let endpoint = (host.as_str(), source.config.network.port);
+        let phase = |text: &str| progress.phase(&format!("copy: {text}"));
+        herd_copy::manage::create(spec, &clients.source(), endpoint, store, &phase).await?;
+    }
+    let target = herd_copy::target::connect(&spec.target).await?;
+    let last = std::sync::Mutex::new(String::new());
+    let report = |text: &str| {
+        if let Ok(mut last) = last.lock() {
+            if *last != text {
+                progress.phase(&format!("copying the shard's rows: {text}"));
+                *last = text.to_string();
+            }
+        }
+    };
+    herd_copy::manage::wait_copied(spec, &target, wait, &report).await?;
+    progress.done("the shard's rows are copied; changes stream");
+    Ok(())
+}
+
+/// Waits for the copy to catch up, then switches (retrying a switch that ran out of time).
+/// The answer names how long the shard's statements waited.
+async fn switch(
+    endpoint: &Client,
+    spec: &CopySpec,
+    layout: &Layout,
+    from: u32,
+    progress: &TermProgress,
+    shard: u32,
+    wait: Duration,
+) -> anyhow::Result<String> {
+    let deadline = Instant::now() + wait;
+    let mut attempt = 0;
+    loop {
+        progress.phase(&format!("shard {shard}: waiting for the copy to catch up"));
+        loop {
+            let lag = copy_lag(layout, &group(layout, from)?, spec).await?;
+            if lag.is_some_and(|l| l <= SWITCH_LAG_BYTES) {
+                break;
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "the copy of shard {shard} has not caught up within {} s (lag {}): the move stays under way; run the command again to go on, or --cancel",
+                    wait.as_secs(),
+                    lag.map_or("unknown".into(), |l| format!("{l} bytes"))
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        attempt += 1;
+        progress.phase(&format!(
+            "shard {shard}: switching (its statements wait meanwhile)"
+        ));
+        match herd_function(endpoint, "move_switch", &[&shard.to_string()]).await {
+            Ok(answer) => {
+                progress.done(&answer);
+                return Ok(answer);
+            }
+            Err(e) if attempt < SWITCH_ATTEMPTS => {
+                progress.done(&format!("switch attempt {attempt} undone: {e:#}"));
+            }
+            Err(e) => return Err(e.context(format!(
+                "the switch of shard {shard} failed {attempt} times; the move stays under way (run again, or --cancel)"
+            ))),
+        }
+    }
+}
+
+/// The copy's lag in bytes (`None` while unknown).
+async fn copy_lag(
+    layout: &Layout,
+    source: &Cluster,
+    spec: &CopySpec,
+) -> anyhow::Result<Option<u64>> {
+    let primary = primary_client(source, &spec.database).await?;
+    let target = herd_copy::target::connect(&spec.target).await?;
+    let status = herd_copy::status::read(
+        spec,
+        Ok(&primary),
+        Ok(&target),
+        crate::copy::warn_bytes(layout),
+    )
+    .await;
+    if status.state == herd_core::CopyState::Broken {
+        bail!(
+            "the move's copy is broken: {}",
+            status.reason.unwrap_or_default()
+        );
+    }
+    Ok(status.lag_bytes)
+}
+
+/// Drops the move's copy (if still there): the target's subscription, the source's
+/// publication, slot and role.
+async fn drop_copy(
+    layout: &Layout,
+    source: &Cluster,
+    spec: &CopySpec,
+    store: &Store,
+) -> anyhow::Result<()> {
+    if store.load(&spec.name)?.is_none() {
+        return Ok(());
+    }
+    let target = herd_copy::target::connect(&spec.target).await?;
+    herd_copy::manage::drop_target_side(spec, &target).await?;
+    let clients = SourceClients::open(layout, source, &spec.database).await?;
+    herd_copy::manage::drop_source_side(spec, &clients.source()).await?;
+    store.remove(&spec.name)?;
+    Ok(())
+}
+
+/// Deletes `shard`'s rows of every distributed table on `group` (hidden there: the source
+/// after a switch, the target of a cancelled move) and its marker rows. Triggers do not fire
+/// (`session_replication_role = replica`): the source's guard refuses these rows' writes.
+async fn delete_rows(
+    group: &Cluster,
+    map: &ShardMap,
+    database: &str,
+    shard: u32,
+    progress: &TermProgress,
+) -> anyhow::Result<u64> {
+    let client = primary_client(group, database).await?;
+    client
+        .batch_execute("SET session_replication_role = replica")
+        .await
+        .context("preparing to delete the shard's rows")?;
+    let mut total = 0;
+    for (table, kind) in &map.tables {
+        let TableKind::Distributed { column, key_type } = kind else {
+            continue;
+        };
+        progress.phase(&format!(
+            "deleting shard {shard}'s rows of {table} on group {}",
+            group.group()
+        ));
+        let key = shard_sql(&herd_copy::quote_ident(column), *key_type, map.shard_count);
+        total += client
+            .execute(
+                &format!(
+                    "DELETE FROM {} WHERE {key} = {shard}",
+                    herd_copy::quote_qualified(table)
+                ),
+                &[],
+            )
+            .await
+            .with_context(|| format!("deleting shard {shard}'s rows of {table}"))?;
+    }
+    client
+        .execute(
+            "DELETE FROM herd.move_marks WHERE shard = $1",
+            &[&(shard as i32)],
+        )
+        .await
+        .context("deleting the move's marker")?;
+    Ok(total)
+}
+
+/// Takes back a move that has not switched: its copy, the rows copied to the target, the map's
+/// record.
+async fn cancel(
+    layout: &Layout,
+    groups: &[Cluster],
+    endpoint: &Client,
+    map: &ShardMap,
+    args: &MoveArgs<'_>,
+    progress: &TermProgress,
+) -> anyhow::Result<()> {
+    let shard = args.shard;
+    let Some(m) = map.moves.get(&shard) else {
+        crate::output::emitln!("shard {shard} is not moving");
+        return Ok(());
+    };
+    if m.switched {
+        bail!(
+            "shard {shard} has switched to group {} already: run `herd shards move {shard} --to {}` to finish the move",
+            m.to, m.to
+        );
+    }
+    let store = Store::new(layout.copies());
+    let spec = copy_spec(map, &groups[m.to as usize], args.database, shard, m.from)?;
+    progress.phase(&format!("shard {shard}: dropping the move's copy"));
+    drop_copy(layout, &group(layout, m.from)?, &spec, &store).await?;
+    let deleted = delete_rows(&group(layout, m.to)?, map, args.database, shard, progress).await?;
+    herd_function(endpoint, "move_cancel", &[&shard.to_string()]).await?;
+    progress.done(&format!("shard {shard}: move cancelled"));
+    crate::output::emitln!(
+        "the move of shard {shard} to group {} is cancelled: {deleted} copied rows deleted there; the shard stays on group {}",
+        m.to, m.from
+    );
+    Ok(())
+}
+
+/// Shard group `g` as its state is now (its primary may have changed since the last look).
+fn group(layout: &Layout, g: u32) -> anyhow::Result<Cluster> {
+    crate::status::open_all(layout)?
+        .into_iter()
+        .nth(g as usize)
+        .with_context(|| format!("there is no shard group {g}"))
+}
+
+/// The move's copy: every distributed table's rows of the shard, and its marker row, from
+/// group `from` to `target`'s primary. Without TRUNCATE: a TRUNCATE on the source group would
+/// empty the target's whole table (it runs on every group anyway).
+fn copy_spec(
+    map: &ShardMap,
+    target: &Cluster,
+    database: &str,
+    shard: u32,
+    from: u32,
+) -> anyhow::Result<CopySpec> {
+    let mut tables = Vec::new();
+    for (table, kind) in &map.tables {
+        let TableKind::Distributed { column, key_type } = kind else {
+            continue;
+        };
+        let mut t = TableSpec::new(table)?;
+        t.row_filter = Some(format!(
+            "{} = {shard}",
+            shard_sql(&herd_copy::quote_ident(column), *key_type, map.shard_count)
+        ));
+        tables.push(t);
+    }
+    if tables.is_empty() {
+        bail!("{database} has no distributed table: there is nothing to move");
+    }
+    let mut marks = TableSpec::new("herd.move_marks")?;
+    marks.row_filter = Some(format!("shard = {shard}"));
+    tables.push(marks);
+    let spec = target.conn_spec(&target.state.primary);
+    let conninfo = herd_copy::conninfo(&[
+        ("host", spec.host.clone()),
+        ("port", spec.port.to_string()),
+        ("user", spec.user.clone()),
+        ("password", spec.password.clone()),
+        ("dbname", database.to_string()),
+    ]);
+    Ok(CopySpec {
+        name: format!("move_s{shard}"),
+        group: from,
+        database: database.to_string(),
+        tables,
+        schemas: Vec::new(),
+        target: conninfo,
+        publish: Some("insert, update, delete".into()),
+    })
+}
+
+/// A superuser connection to the cluster's endpoint (the proxy holds the shard map).
+async fn endpoint_client(group0: &Cluster, database: &str) -> anyhow::Result<Client> {
+    let mut spec = group0.conn_spec(&group0.state.primary);
+    spec.port = group0.config.network.port;
+    spec.dbname = database.to_string();
+    herd_pg::connect(&spec)
+        .await
+        .context("connecting to the cluster's endpoint (is the cluster up? `herd up`)")
+}
+
+/// `SELECT herd.<function>(args…)` through the endpoint: its answer.
+async fn herd_function(endpoint: &Client, function: &str, args: &[&str]) -> anyhow::Result<String> {
+    let list: Vec<String> = args.iter().map(|a| herd_copy::quote_literal(a)).collect();
+    let sql = format!("SELECT herd.{function}({})", list.join(", "));
+    let rows = endpoint
+        .simple_query(&sql)
+        .await
+        .map_err(|e| {
+            anyhow::anyhow!(e
+                .as_db_error()
+                .map_or(e.to_string(), |d| d.message().to_string()))
+        })
+        .with_context(|| format!("herd.{function}"))?;
+    Ok(rows
+        .iter()
+        .find_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0).map(str::to_string),
+            _ => None,
+        })
+        .unwrap_or_default())
+}
+
+/// The newest shard map, read from group 0's primary.
+async fn read_map(client: &Client) -> anyhow::Result<ShardMap> {
+    let row = client
+        .query_opt(
+            "select map::text from herd.shard_map order by version desc limit 1",
+            &[],
+        )
+        .await
+        .ok()
+        .flatten()
+        .context("nothing is distributed in this database (no shard map)")?;
+    serde_json::from_str(&row.get::<_, String>(0))
+        .context("the stored shard map (herd.shard_map) is damaged")
+}
