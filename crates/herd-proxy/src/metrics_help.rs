@@ -48,6 +48,8 @@ pub fn help(name: &str) -> &'static str {
         "herd_shard_ddl_total" => "DDL statements applied to every shard group.",
         "herd_shard_copy_rows_total" => "Rows of COPY FROM routed to shard groups.",
         "herd_shard_copy_out_total" => "COPY TO statements merged across shard groups.",
+        "herd_shard_move_waits_total" => "Statements that waited for a shard switching groups.",
+        "herd_shard_moves_switched_total" => "Shard moves that switched the shard to its new group.",
         "herd_primary_available" => "1 when shard group 0 has a primary accepting writes.",
         "herd_group_primary_available" => "1 when the shard group has a primary accepting writes.",
         "herd_replica_lag_bytes" => "Bytes of WAL the replica has not replayed (proxy's poll).",
