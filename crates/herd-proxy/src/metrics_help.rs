@@ -49,7 +49,9 @@ pub fn help(name: &str) -> &'static str {
         "herd_shard_copy_rows_total" => "Rows of COPY FROM routed to shard groups.",
         "herd_shard_copy_out_total" => "COPY TO statements merged across shard groups.",
         "herd_shard_move_waits_total" => "Statements that waited for a shard switching groups.",
-        "herd_shard_moves_switched_total" => "Shard moves that switched the shard to its new group.",
+        "herd_shard_moves_switched_total" => {
+            "Shard moves that switched the shard to its new group."
+        }
         "herd_primary_available" => "1 when shard group 0 has a primary accepting writes.",
         "herd_group_primary_available" => "1 when the shard group has a primary accepting writes.",
         "herd_replica_lag_bytes" => "Bytes of WAL the replica has not replayed (proxy's poll).",
@@ -114,5 +116,48 @@ mod tests {
         for name in names {
             assert_ne!(help(name), help("herd_unknown_total"), "{name}");
         }
+    }
+
+    /// Every counter the workspace increments has its own help text (a new counter without
+    /// one would fall back to the generic sentence).
+    #[test]
+    fn every_incremented_counter_has_its_own_help() {
+        let crates = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let mut files = Vec::new();
+        let mut dirs = vec![crates];
+        while let Some(dir) = dirs.pop() {
+            for entry in std::fs::read_dir(&dir).expect("listing sources").flatten() {
+                let path = entry.path();
+                if path.is_dir() && !path.ends_with("target") && !path.ends_with("fuzz") {
+                    dirs.push(path);
+                } else if path.extension().is_some_and(|e| e == "rs") {
+                    files.push(path);
+                }
+            }
+        }
+        let mut seen = 0;
+        for file in files {
+            let text = std::fs::read_to_string(&file).expect("reading a source");
+            for call in ["metrics.inc(", "metrics.inc_labels(", "metrics.add("] {
+                for (at, _) in text.match_indices(call) {
+                    let rest = text[at + call.len()..].trim_start();
+                    let Some(name) = rest
+                        .strip_prefix('"')
+                        .and_then(|r| r.split('"').next())
+                        .filter(|n| n.starts_with("herd_"))
+                    else {
+                        continue;
+                    };
+                    seen += 1;
+                    assert_ne!(
+                        help(name),
+                        help("herd_unknown_total"),
+                        "{name} in {}",
+                        file.display()
+                    );
+                }
+            }
+        }
+        assert!(seen > 20, "found only {seen} counters");
     }
 }
