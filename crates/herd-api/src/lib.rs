@@ -27,6 +27,7 @@
 pub mod auth;
 pub mod dashboard;
 mod health;
+pub mod origin;
 
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
@@ -216,10 +217,16 @@ pub fn router(api: Api) -> Router {
         routes = routes.route(path, route);
     }
     let routes = routes.with_state(status);
-    match token {
+    let names_allowed = token.is_some();
+    let routes = match token {
         Some(token) => routes.layer(axum::middleware::from_fn_with_state(token, auth::require)),
         None => routes,
-    }
+    };
+    // Outermost: a cross-site request is refused before anything else looks at it.
+    routes.layer(axum::middleware::from_fn_with_state(
+        names_allowed,
+        origin::check,
+    ))
 }
 
 /// Serves the API on `listener` until `shutdown` completes.

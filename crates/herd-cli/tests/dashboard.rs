@@ -161,6 +161,25 @@ fn dashboard_live_in_a_real_browser() {
         Err(ureq::Error::Status(404, _)) => {}
         other => panic!("a path outside the results directory: {other:?}"),
     }
+    // Another site's page cannot post an action, nor reach the API under a rebound name.
+    let api = format!("http://127.0.0.1:{}", c.api_port());
+    let forged = ureq::post(&format!("{api}/config?key=commit-mode&value=async"))
+        .set("Origin", "http://evil.example")
+        .timeout(Duration::from_secs(5))
+        .call();
+    assert!(
+        matches!(forged, Err(ureq::Error::Status(403, _))),
+        "a cross-site action: {forged:?}"
+    );
+    let rebound = ureq::get(&format!("{api}/status"))
+        .set("Host", "evil.example")
+        .timeout(Duration::from_secs(5))
+        .call();
+    assert!(
+        matches!(rebound, Err(ureq::Error::Status(403, _))),
+        "a rebound host name: {rebound:?}"
+    );
+    assert_eq!(c.status()["commit_mode"], "on");
 
     let console = browser.console();
     assert!(errors(&console).is_empty(), "console errors: {console:?}");
