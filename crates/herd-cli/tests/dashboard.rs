@@ -115,7 +115,8 @@ fn dashboard_live_in_a_real_browser() {
     );
 
     // The commit-wait chart samples the primary's active backends while the page is open: a
-    // backend sleeping there shows up as its wait event.
+    // backend sleeping there is sampled with its wait event, and charted among "other" (the
+    // chart names the events a commit waits in).
     let primary_url = c.url(&["--primary"]);
     let sleeper = runtime.spawn(async move {
         let client = connect(&primary_url).await;
@@ -128,8 +129,13 @@ fn dashboard_live_in_a_real_browser() {
         |v| v.as_array().is_some_and(|a| !a.is_empty()),
     );
     assert!(
-        waits.to_string().contains("Timeout:PgSleep"),
+        waits.to_string().contains("other"),
         "the chart's series: {waits}"
+    );
+    let snapshot = api_get_text(c.api_port(), "/dashboard/snapshot");
+    assert!(
+        snapshot.contains("\"Timeout:PgSleep\":1"),
+        "the sampled wait events: {snapshot}"
     );
     let _ = runtime.block_on(sleeper);
 

@@ -103,7 +103,7 @@ function nodeRow(n, last) {
 function lineChart(svg, series, format, opts) {
   const w = svg.clientWidth || 340;
   const h = svg.clientHeight || 170;
-  const pad = { l: 48, r: 8, t: 8, b: 30 };
+  const pad = { l: 48, r: 8, t: 8, b: 16 };
   svg.setAttribute("viewBox", "0 0 " + w + " " + h);
   svg.replaceChildren();
   const now = Date.now();
@@ -146,16 +146,14 @@ function lineChart(svg, series, format, opts) {
       add("path", { d, fill: "none", stroke: COLORS[i % COLORS.length], "stroke-width": 1.5, "data-series": s.name });
     }
   });
-  // Legend under the axis, wrapping as space allows.
-  let lx = pad.l;
-  let ly = h - 6;
-  series.forEach((s, i) => {
-    const width = 16 + s.name.length * 6;
-    if (lx + width > w && lx > pad.l) { lx = pad.l; ly -= 0; }
-    add("rect", { x: lx, y: ly - 7, width: 8, height: 8, fill: COLORS[i % COLORS.length] });
-    add("text", { x: lx + 11, y: ly }, s.name);
-    lx += width;
-  });
+  // The legend is HTML under the chart, so it wraps however many series there are.
+  let legend = svg.nextElementSibling;
+  if (!legend || !legend.classList.contains("legend")) {
+    legend = el("div", { class: "legend" });
+    svg.after(legend);
+  }
+  legend.replaceChildren(...series.map((s, i) => el("span", {},
+    el("i", { style: "background:" + COLORS[i % COLORS.length] }), s.name)));
   // Read by the browser test (and handy when inspecting the page): how much is drawn, how recent.
   svg.setAttribute("data-points", String(drawn));
   svg.setAttribute("data-last-t", String(lastT));
@@ -174,21 +172,28 @@ function seriesOf(field) {
   }));
 }
 
-// Each wait event's share of the primary's active backends over the last 10 samples (one sample
-// a second sees few backends; a window steadies the picture as `herd bench commit-waits` does).
+// The share of the primary's active backends in each wait event over the last 10 samples (one
+// sample a second sees few backends; a window steadies the picture). The events a commit waits
+// in get their own line, as in `herd bench commit-waits`; the rest are summed as "other".
+const MAIN_WAITS = ["IPC:SyncRep", "IO:WALSync", "LWLock:WALWrite", "CPU"];
+
 function waitShares() {
   const sampled = state.points.filter((p) => p.commit_waits);
-  const names = new Set();
-  for (const p of sampled) for (const k of Object.keys(p.commit_waits.by_event)) names.add(k);
   const windowed = sampled.map((p, i) => {
     const sums = {};
     let all = 0;
     for (const q of sampled.slice(Math.max(0, i - 9), i + 1)) {
-      for (const [k, n] of Object.entries(q.commit_waits.by_event)) { sums[k] = (sums[k] || 0) + n; all += n; }
+      for (const [k, n] of Object.entries(q.commit_waits.by_event)) {
+        const key = MAIN_WAITS.includes(k) ? k : "other";
+        sums[key] = (sums[key] || 0) + n;
+        all += n;
+      }
     }
     return [p.t, sums, all];
   });
-  return [...names].sort().map((k) => ({
+  const present = new Set();
+  for (const [, sums] of windowed) for (const k of Object.keys(sums)) present.add(k);
+  return [...MAIN_WAITS, "other"].filter((k) => present.has(k)).map((k) => ({
     name: k,
     values: windowed.map(([t, sums, all]) => [t, all ? (100 * (sums[k] || 0)) / all : 0]),
   }));
@@ -209,7 +214,8 @@ function renderCharts() {
   const routed = $("routed");
   routed.replaceChildren(el("tr", {}, el("th", {}, "node"), el("th", {}, "reason"), el("th", {}, "per second")));
   if (last) {
-    for (const [k, v] of Object.entries(last.routed)) {
+    // Reasons with no traffic this second are left out.
+    for (const [k, v] of Object.entries(last.routed).filter(([, v]) => v > 0)) {
       const [node, reason] = k.split(" ");
       routed.append(el("tr", {}, el("td", {}, node), el("td", {}, reason), el("td", {}, num(v))));
     }
@@ -243,7 +249,10 @@ function render() {
 // --- actions --------------------------------------------------------------------------------
 
 async function post(path, what) {
-  if (!window.confirm(what + "?")) return;
+  if (!window.confirm(what + "?")) {
+    renderTopology(); // puts the commit mode selector back to the mode in effect
+    return;
+  }
   const result = $("action-result");
   result.textContent = what + "…";
   const headers = {};
