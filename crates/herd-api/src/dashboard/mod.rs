@@ -174,9 +174,7 @@ impl Dashboard {
                 let points = lock(&self.shared.points);
                 points
                     .last()
-                    .map(|before| {
-                        sample::read_pool_changes(before, &point, |n| group_of(&current, n))
-                    })
+                    .map(|before| sample::read_pool_changes(before, &point, &current))
                     .unwrap_or_default()
             };
             for e in changes {
@@ -197,14 +195,6 @@ impl Dashboard {
             lock(&self.shared.points).push(point);
         }
     }
-}
-
-/// The shard group of node `name` in `status` (0 when not found).
-fn group_of(status: &ClusterStatus, name: &str) -> u32 {
-    std::iter::once(status)
-        .chain(status.groups.iter())
-        .find(|g| g.nodes.iter().any(|n| n.name.as_str() == name))
-        .map_or(0, |g| g.group)
 }
 
 /// A poisoned lock only means a panic elsewhere mid-push; the ring is still consistent.

@@ -122,11 +122,12 @@ pub fn point(
 }
 
 /// Replicas that left or joined the read pool between `before` and `after`, with the figures
-/// that explain it (the proxy decides membership from lag and staleness with hysteresis).
+/// that explain it (the proxy decides membership from lag and staleness with hysteresis);
+/// `status` (as of `after`) says each node's shard group and whether it became the primary.
 pub fn read_pool_changes(
     before: &Point,
     after: &Point,
-    group_of: impl Fn(&str) -> u32,
+    status: &ClusterStatus,
 ) -> Vec<ClusterEvent> {
     let mut events = Vec::new();
     for (node, now_in) in &after.read_pool {
@@ -140,27 +141,47 @@ pub fn read_pool_changes(
             Some(b) => format!("replay lag {b} bytes"),
             None => "replay lag unknown".to_string(),
         };
-        let (kind, text) = if *now_in {
+        let (group, role) = place(status, node);
+        let (kind, text, ok) = if *now_in {
             (
                 EventKind::JoinedReadPool,
                 format!("{node} joins the read pool ({lag})"),
+                true,
+            )
+        } else if role == Some(Role::Primary) {
+            (
+                EventKind::LeftReadPool,
+                format!("{node} leaves the read pool: it is the primary now"),
+                true,
             )
         } else {
             (
                 EventKind::LeftReadPool,
                 format!("{node} leaves the read pool: too far behind or not answering ({lag})"),
+                false,
             )
         };
         events.push(ClusterEvent {
             unix_ms: after.t,
-            group: group_of(node),
+            group,
             kind,
             node: Some(node.clone()),
             text,
-            ok: *now_in,
+            ok,
         });
     }
     events
+}
+
+/// The shard group and role of node `name` (group 0 and no role when not found).
+fn place(status: &ClusterStatus, name: &str) -> (u32, Option<Role>) {
+    std::iter::once(status)
+        .chain(status.groups.iter())
+        .find_map(|g| {
+            let n = g.nodes.iter().find(|n| n.name.as_str() == name)?;
+            Some((g.group, Some(n.role)))
+        })
+        .unwrap_or((0, None))
 }
 
 /// Every node of every shard group.
@@ -268,16 +289,35 @@ herd_replica_in_read_pool{node=\"node2\"} 0
         let s = status();
         let (a, c) = point(1_000, &s, &parse(FIRST), &Counters::default(), None);
         let (b, _) = point(2_000, &s, &parse(SECOND), &c, None);
-        let events = read_pool_changes(&a, &b, |_| 0);
+        let events = read_pool_changes(&a, &b, &s);
         assert_eq!(events.len(), 1, "{events:?}");
         assert_eq!(events[0].kind, EventKind::LeftReadPool);
         assert_eq!(events[0].node.as_deref(), Some("node2"));
         assert!(events[0].text.contains("9 bytes"), "{}", events[0].text);
-        let back = read_pool_changes(&b, &a, |_| 3);
+        assert!(!events[0].ok);
+        let back = read_pool_changes(&b, &a, &s);
         assert_eq!(back[0].kind, EventKind::JoinedReadPool);
-        assert_eq!(back[0].group, 3);
+        assert!(back[0].ok);
         // Unchanged membership, or a replica seen for the first time: nothing.
-        assert!(read_pool_changes(&a, &a, |_| 0).is_empty());
-        assert!(read_pool_changes(&Point::default(), &a, |_| 0).is_empty());
+        assert!(read_pool_changes(&a, &a, &s).is_empty());
+        assert!(read_pool_changes(&Point::default(), &a, &s).is_empty());
+
+        // A replica promoted meanwhile leaves the pool because it is the primary; a node of
+        // another shard group is reported with its group.
+        let mut promoted = s.clone();
+        promoted.nodes[2].role = Role::Primary;
+        let mut other = s.clone();
+        other.group = 2;
+        promoted.groups.push(other.clone());
+        promoted.groups[0]
+            .nodes
+            .retain(|n| n.name.as_str() == "node0");
+        let events = read_pool_changes(&a, &b, &promoted);
+        assert!(events[0].text.contains("primary now"), "{}", events[0].text);
+        assert!(events[0].ok);
+        let mut elsewhere = s.clone();
+        elsewhere.nodes.retain(|n| n.name.as_str() != "node2");
+        elsewhere.groups.push(other);
+        assert_eq!(read_pool_changes(&a, &b, &elsewhere)[0].group, 2);
     }
 }
