@@ -308,10 +308,6 @@ herd_replica_in_read_pool{node=\"node2\"} 0
         promoted.nodes[2].role = Role::Primary;
         let mut other = s.clone();
         other.group = 2;
-        promoted.groups.push(other.clone());
-        promoted.groups[0]
-            .nodes
-            .retain(|n| n.name.as_str() == "node0");
         let events = read_pool_changes(&a, &b, &promoted);
         assert!(events[0].text.contains("primary now"), "{}", events[0].text);
         assert!(events[0].ok);
