@@ -1,7 +1,11 @@
-//! Herd's HTTP API on 127.0.0.1:
+//! Herd's HTTP API on 127.0.0.1 (or the configured listen address, then with a bearer token):
 //!
 //! | route | answer |
 //! |---|---|
+//! | `GET /` | the live dashboard (see [`dashboard`]) |
+//! | `GET /events/stream` | the dashboard's server-sent events |
+//! | `GET /dashboard/snapshot` | the dashboard's history, events and status as JSON |
+//! | `GET /bench`, `GET /bench/file?path=…` | the latest `herd bench` reports of `dashboard.bench_results`, and their SVG charts |
 //! | `GET /status` | the status document (`herd status --json`) |
 //! | `GET /primary` | 200 when some node serves as primary, else 503 |
 //! | `GET /primary/{node}` | 200 when `node` is the running primary, else 503 (404: no such node) |
@@ -12,12 +16,18 @@
 //! | `POST /switchover?to=node` | planned change of primary; 200 with what happened, 409 when refused |
 //! | `POST /failover?to=node&allow_data_loss=true` | immediate promotion; 200 / 409 |
 //! | `POST /restart?group=G[&node=N]` | restart replica N, or every server of group G (the primary through a switchover); 200 / 409 |
+//! | `POST /config?key=commit-mode&value=on[&group=G]` | `herd config set` (commit-mode, sync-standbys, wal-compression); 200 / 409 |
 //!
 //! The replica checks take `?max_lag_bytes=N`: a replica further behind than N bytes of replay
 //! counts as unhealthy. Bodies are JSON: the node's status, or `{"reason": …}`.
 //! The supervisor publishes a fresh status every probe interval; requests never probe servers.
+//! When a token is configured, every route but the health checks and the page's static files
+//! needs it ([`auth`]).
 
+pub mod auth;
+pub mod dashboard;
 mod health;
+pub mod origin;
 
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
@@ -27,6 +37,7 @@ use axum::{Json, Router};
 use herd_core::ClusterStatus;
 use tokio::sync::watch;
 
+pub use dashboard::Dashboard;
 pub use health::{check, Check, Health};
 
 /// Produces the Prometheus text of `/metrics`.
@@ -58,6 +69,15 @@ pub enum AdminAction {
         /// The shard group, if given (else the node's group, else group 0).
         group: Option<u32>,
     },
+    /// `POST /config`: what `herd config set` does.
+    SetConfig {
+        /// `commit-mode`, `sync-standbys` or `wal-compression`.
+        key: String,
+        /// The new value.
+        value: String,
+        /// Only this shard group, if given.
+        group: Option<u32>,
+    },
 }
 
 /// Carries out admin actions (the supervisor), answering with what happened or why not.
@@ -79,6 +99,29 @@ struct AdminQuery {
     node: Option<String>,
 }
 
+#[derive(serde::Deserialize)]
+struct ConfigQuery {
+    key: String,
+    value: String,
+    group: Option<u32>,
+}
+
+/// Everything the API serves from.
+pub struct Api {
+    /// The latest published status.
+    pub status: watch::Receiver<ClusterStatus>,
+    /// The `/metrics` text.
+    pub metrics: MetricsSource,
+    /// Carries out switchovers, failovers, restarts and configuration changes.
+    pub admin: AdminSource,
+    /// The page's history and events.
+    pub dashboard: Dashboard,
+    /// When set, the token every request but health checks and static files must carry.
+    pub token: Option<std::sync::Arc<str>>,
+    /// A `herd bench` results directory whose reports the page shows.
+    pub bench_results: Option<std::path::PathBuf>,
+}
+
 async fn admin_reply(admin: AdminSource, action: AdminAction) -> Response {
     match admin(action).await {
         Ok(text) => (StatusCode::OK, text).into_response(),
@@ -87,12 +130,16 @@ async fn admin_reply(admin: AdminSource, action: AdminAction) -> Response {
 }
 
 /// The routes, answering from the latest published status.
-pub fn router(
-    status: watch::Receiver<ClusterStatus>,
-    metrics: MetricsSource,
-    admin: AdminSource,
-) -> Router {
-    let (a1, a2, a3) = (admin.clone(), admin.clone(), admin);
+pub fn router(api: Api) -> Router {
+    let Api {
+        status,
+        metrics,
+        admin,
+        dashboard,
+        token,
+        bench_results,
+    } = api;
+    let (a1, a2, a3, a4) = (admin.clone(), admin.clone(), admin.clone(), admin);
     let switchover = axum::routing::post(move |Query(q): Query<AdminQuery>| {
         admin_reply(
             a1.clone(),
@@ -121,6 +168,16 @@ pub fn router(
             },
         )
     });
+    let config = axum::routing::post(move |Query(q): Query<ConfigQuery>| {
+        admin_reply(
+            a4.clone(),
+            AdminAction::SetConfig {
+                key: q.key,
+                value: q.value,
+                group: q.group,
+            },
+        )
+    });
     let metrics_route = get(move || {
         let text = metrics();
         async move {
@@ -133,7 +190,14 @@ pub fn router(
             )
         }
     });
-    Router::new()
+    let (stream, snapshot) = dashboard::stream_route(dashboard, status.clone());
+    let (bench_list, bench_file) = dashboard::bench::routes(bench_results);
+    let mut routes = Router::new()
+        .route("/bench", bench_list)
+        .route("/bench/file", bench_file)
+        .route("/events/stream", stream)
+        .route("/dashboard/snapshot", snapshot)
+        .route("/config", config)
         .route("/status", get(status_doc))
         .route("/metrics", metrics_route)
         .route("/switchover", switchover)
@@ -148,19 +212,30 @@ pub fn router(
         .route(
             "/replica/{node}",
             get(|s, Path(n): Path<String>, q| health_route(s, Some(n), q, false)),
-        )
-        .with_state(status)
+        );
+    for (path, route) in dashboard::asset_routes() {
+        routes = routes.route(path, route);
+    }
+    let routes = routes.with_state(status);
+    let names_allowed = token.is_some();
+    let routes = match token {
+        Some(token) => routes.layer(axum::middleware::from_fn_with_state(token, auth::require)),
+        None => routes,
+    };
+    // Outermost: a cross-site request is refused before anything else looks at it.
+    routes.layer(axum::middleware::from_fn_with_state(
+        names_allowed,
+        origin::check,
+    ))
 }
 
 /// Serves the API on `listener` until `shutdown` completes.
 pub async fn serve(
     listener: tokio::net::TcpListener,
-    status: watch::Receiver<ClusterStatus>,
-    metrics: MetricsSource,
-    admin: AdminSource,
+    api: Api,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(status, metrics, admin))
+    axum::serve(listener, router(api))
         .with_graceful_shutdown(shutdown)
         .await
 }

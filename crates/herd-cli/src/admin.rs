@@ -11,8 +11,15 @@ use tokio::sync::{mpsc, oneshot};
 /// the target node's, or group 0) and waits for the outcome.
 pub async fn dispatch(
     groups: &[mpsc::Sender<Command>],
+    layout: &Layout,
     action: AdminAction,
 ) -> Result<String, String> {
+    if let AdminAction::SetConfig { key, value, group } = &action {
+        // As `herd config set` does from outside; each supervisor re-reads herd.toml.
+        return crate::config_cmd::apply(layout, *group, key, value)
+            .await
+            .map_err(|e| format!("{e:#}"));
+    }
     let (reply, answer) = oneshot::channel();
     let name = |n: Option<String>| n.map(|n| NodeName::from_text(&n));
     let (group, command) = match action {
@@ -45,6 +52,7 @@ pub async fn dispatch(
             };
             (target_group(group, node.as_ref())?, command)
         }
+        AdminAction::SetConfig { .. } => return Err("handled above".into()),
     };
     let tx = groups.get(group as usize).ok_or_else(|| {
         format!(
@@ -89,11 +97,13 @@ pub async fn request_text(layout: &Layout, path: String) -> anyhow::Result<Strin
     };
     let cluster = crate::status::open(layout)?;
     let url = format!("http://{}:{}{path}", cluster.host(), sup.api_port);
+    let token = herd_cluster::Secrets::read_api_token(layout);
     let response = tokio::task::spawn_blocking(move || {
-        match ureq::post(&url)
-            .timeout(std::time::Duration::from_secs(180))
-            .call()
-        {
+        let mut request = ureq::post(&url).timeout(std::time::Duration::from_secs(180));
+        if let Some(t) = token {
+            request = request.set("Authorization", &format!("Bearer {t}"));
+        }
+        match request.call() {
             Ok(r) => Ok(r.into_string().unwrap_or_default()),
             Err(ureq::Error::Status(_, r)) => {
                 Err(anyhow::anyhow!(r.into_string().unwrap_or_default()))

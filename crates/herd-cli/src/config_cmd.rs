@@ -11,6 +11,21 @@ pub async fn set(
     key: &str,
     value: &str,
 ) -> anyhow::Result<()> {
+    let text = apply(layout, group, key, value).await?;
+    crate::output::emit!("{text}");
+    Ok(())
+}
+
+/// Changes `key` to `value` in herd.toml and on the running servers; answers what was applied
+/// (one line per shard group). Also what `POST /config` does in the supervisor.
+pub async fn apply(
+    layout: &Layout,
+    group: Option<u32>,
+    key: &str,
+    value: &str,
+) -> anyhow::Result<String> {
+    use std::fmt::Write;
+    let mut out = String::new();
     // Opened first: it says clearly when there is no cluster here.
     crate::status::open(layout)?;
     // The file as written (not a group's view of it, which has its overrides applied).
@@ -35,11 +50,12 @@ pub async fn set(
         for (_, group) in &groups {
             group.reload_servers(&pg).await?;
         }
-        crate::output::emitln!(
+        let _ = writeln!(
+            out,
             "wal_compression = {} applied",
             config.postgres.wal_compression
         );
-        return Ok(());
+        return Ok(out);
     }
     for (g, mut group) in groups {
         group.apply_commit_settings(&pg).await?;
@@ -49,7 +65,8 @@ pub async fn set(
         } else {
             String::new()
         };
-        crate::output::emitln!(
+        let _ = writeln!(
+            out,
             "{which}commit mode {} with {} applied: synchronous_commit = {}, synchronous_standby_names = '{}'",
             c.commit_mode,
             c.sync_standbys,
@@ -57,5 +74,5 @@ pub async fn set(
             group.synchronous_standby_names()
         );
     }
-    Ok(())
+    Ok(out)
 }

@@ -71,6 +71,7 @@ impl GroupLinks {
         groups: &[Cluster],
         pg: &Pg,
         proxy: &Arc<herd_proxy::ProxyContext>,
+        events: &herd_core::EventSink,
         shutdown: &watch::Receiver<bool>,
     ) -> Vec<tokio::task::JoinHandle<()>> {
         let latest = Arc::new(Mutex::new(
@@ -112,25 +113,41 @@ impl GroupLinks {
                 groups[g].clone(),
                 pg.clone(),
                 proxy,
-                status,
-                assignment,
-                commands,
-                shutdown.clone(),
+                Channels {
+                    status,
+                    assignment,
+                    commands,
+                    events: events.clone(),
+                    shutdown: shutdown.clone(),
+                },
             ));
         }
         handles
     }
 }
 
+/// One supervisor's ends of the channels.
+struct Channels {
+    status: watch::Sender<ClusterStatus>,
+    assignment: watch::Sender<Assignment>,
+    commands: mpsc::Receiver<Command>,
+    events: herd_core::EventSink,
+    shutdown: watch::Receiver<bool>,
+}
+
 fn spawn_supervisor(
     cluster: Cluster,
     pg: Pg,
     proxy: &Arc<herd_proxy::ProxyContext>,
-    status: watch::Sender<ClusterStatus>,
-    assignment: watch::Sender<Assignment>,
-    commands: mpsc::Receiver<Command>,
-    shutdown: watch::Receiver<bool>,
+    channels: Channels,
 ) -> tokio::task::JoinHandle<()> {
+    let Channels {
+        status,
+        assignment,
+        commands,
+        events,
+        shutdown,
+    } = channels;
     let group = cluster.group().to_string();
     let count_ctx = proxy.clone();
     let count: Arc<dyn Fn(&str) + Send + Sync> = Arc::new(move |kind| {
@@ -156,6 +173,7 @@ fn spawn_supervisor(
             gate,
             shutdown,
             count,
+            events,
         };
         herd_cluster::supervise(cluster, &pg, links).await
     })

@@ -4,6 +4,7 @@ mod admin;
 mod bench;
 mod cli;
 mod client_tls;
+mod commit_waits;
 mod config_cmd;
 mod copies_task;
 mod copy;

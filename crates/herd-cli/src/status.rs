@@ -27,13 +27,13 @@ pub async fn run(layout: &Layout, json: bool) -> anyhow::Result<()> {
         }
         if let Some(sup) = &status.supervisor {
             let url = format!("http://{}:{}/metrics", cluster.host(), sup.api_port);
+            let token = herd_cluster::Secrets::read_api_token(layout);
             let text = tokio::task::spawn_blocking(move || {
-                ureq::get(&url)
-                    .timeout(std::time::Duration::from_secs(2))
-                    .call()
-                    .ok()?
-                    .into_string()
-                    .ok()
+                let mut request = ureq::get(&url).timeout(std::time::Duration::from_secs(2));
+                if let Some(t) = token {
+                    request = request.set("Authorization", &format!("Bearer {t}"));
+                }
+                request.call().ok()?.into_string().ok()
             })
             .await
             .ok()
@@ -155,6 +155,7 @@ pub fn summary(cluster: &Cluster, status: &ClusterStatus) -> String {
         out,
         "\nConnect:     psql \"$(herd url --data-dir {dir})\"\n\
          Endpoint:    {endpoint}   (Herd's proxy: writes to the primary, reads to replicas)\n\
+         Dashboard:   http://{host}:{api}/   (live topology, lag, routing and events)\n\
          HTTP API:    http://{host}:{api}/status\n\
          Commit mode: {mode} with {sync} — change it with `herd config set commit-mode MODE`\n",
         dir = cluster.layout.root().display(),

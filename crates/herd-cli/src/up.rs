@@ -175,20 +175,33 @@ async fn supervise_foreground(layout: Layout, config: Config) -> anyhow::Result<
         text
     });
     let commands = links.commands.clone();
+    let admin_layout = layout.clone();
     let admin: herd_api::AdminSource = std::sync::Arc::new(move |action| {
-        let commands = commands.clone();
-        Box::pin(async move { crate::admin::dispatch(&commands, action).await })
+        let (commands, layout) = (commands.clone(), admin_layout.clone());
+        Box::pin(async move { crate::admin::dispatch(&commands, &layout, action).await })
     });
-    let mut api_shutdown = shutdown_rx.clone();
-    let api = tokio::spawn(herd_api::serve(
-        api_listener,
+    let token = api_token(&layout, config.network.listen_address)?;
+    let dashboard = herd_api::Dashboard::default();
+    let waits = crate::commit_waits::source(cluster.clone(), status_rx.clone());
+    let sampler = tokio::spawn(dashboard.clone().run_sampler(
         status_rx.clone(),
+        metrics.clone(),
+        Some(waits),
+        shutdown_rx.clone(),
+    ));
+    let mut api_shutdown = shutdown_rx.clone();
+    let api = herd_api::Api {
+        status: status_rx.clone(),
         metrics,
         admin,
-        async move {
-            let _ = api_shutdown.changed().await;
-        },
-    ));
+        dashboard: dashboard.clone(),
+        token: token.map(Into::into),
+        bench_results: (!config.dashboard.bench_results.is_empty())
+            .then(|| layout.root().join(&config.dashboard.bench_results)),
+    };
+    let api = tokio::spawn(herd_api::serve(api_listener, api, async move {
+        let _ = api_shutdown.changed().await;
+    }));
     let copies_links = crate::copies_task::CopiesLinks {
         layout: layout.clone(),
         groups: groups.clone(),
@@ -198,7 +211,13 @@ async fn supervise_foreground(layout: Layout, config: Config) -> anyhow::Result<
         publish: links.publisher(),
     };
     let copies_task = crate::copies_task::spawn(copies_links, pg.clone(), shutdown_rx.clone());
-    let supervisors = links.spawn(&groups, &pg, &proxy.ctx, &shutdown_rx);
+    let supervisors = links.spawn(
+        &groups,
+        &pg,
+        &proxy.ctx,
+        &dashboard.event_sink(),
+        &shutdown_rx,
+    );
     init_logging();
     tracing::info!(
         "supervising {} nodes in {} shard group(s); Ctrl-C or `herd down` stops the cluster",
@@ -212,12 +231,27 @@ async fn supervise_foreground(layout: Layout, config: Config) -> anyhow::Result<
         let _ = s.await;
     }
     let _ = copies_task.await;
+    let _ = sampler.await;
     let _ = api.await;
     let progress = TermProgress::new();
     herd_cluster::stop_groups(&groups, &pg, &progress).await?;
     drop(lock);
     eprintln!("Cluster stopped; `herd up` resumes it with its data.");
     Ok(())
+}
+
+/// The API's token when it listens beyond 127.0.0.1 (created on first use, mode 0600); `None`
+/// on 127.0.0.1, where only local users reach it.
+fn api_token(layout: &Layout, listen: std::net::IpAddr) -> anyhow::Result<Option<String>> {
+    if !herd_api::auth::needs_token(listen) {
+        return Ok(None);
+    }
+    let token = herd_cluster::Secrets::ensure_api_token(layout)?;
+    eprintln!(
+        "The HTTP API listens on {listen}: requests need the token in {}",
+        herd_cluster::Secrets::api_token_file(layout).display()
+    );
+    Ok(Some(token))
 }
 
 /// Creates (first run) or resumes every shard group, group 0 first; when one fails, the servers

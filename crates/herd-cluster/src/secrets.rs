@@ -24,6 +24,7 @@ impl std::fmt::Debug for Secrets {
 const SUPERUSER_FILE: &str = "superuser.password";
 const REPLICATION_FILE: &str = "replication.password";
 const PGPASS_FILE: &str = "pgpass";
+const API_TOKEN_FILE: &str = "api-token";
 
 impl Secrets {
     /// Fresh random passwords (32 alphanumerics, ~190 bits).
@@ -75,6 +76,29 @@ impl Secrets {
     pub fn pgpass(layout: &Layout) -> PathBuf {
         layout.secrets().join(PGPASS_FILE)
     }
+
+    /// The bearer token of the HTTP API (needed when it listens beyond 127.0.0.1).
+    pub fn api_token_file(layout: &Layout) -> PathBuf {
+        layout.secrets().join(API_TOKEN_FILE)
+    }
+
+    /// The API token, created (mode 0600) when there is none yet.
+    pub fn ensure_api_token(layout: &Layout) -> Result<String, ClusterError> {
+        if let Some(t) = Self::read_api_token(layout) {
+            return Ok(t);
+        }
+        let token = Alphanumeric.sample_string(&mut rand::thread_rng(), 32);
+        write_private(&Self::api_token_file(layout), &format!("{token}\n"))?;
+        Ok(token)
+    }
+
+    /// The API token, when the file exists and is not empty.
+    pub fn read_api_token(layout: &Layout) -> Option<String> {
+        std::fs::read_to_string(Self::api_token_file(layout))
+            .ok()
+            .map(|t| t.trim().to_string())
+            .filter(|t| !t.is_empty())
+    }
 }
 
 fn write_private(path: &Path, text: &str) -> Result<(), ClusterError> {
@@ -107,6 +131,16 @@ mod tests {
             .permissions()
             .mode();
         assert_eq!(mode & 0o777, 0o700);
+        assert_eq!(Secrets::read_api_token(&layout), None);
+        let token = Secrets::ensure_api_token(&layout).expect("token");
+        assert_eq!(token.len(), 32);
+        assert_eq!(Secrets::ensure_api_token(&layout).expect("again"), token);
+        assert_eq!(Secrets::read_api_token(&layout), Some(token));
+        let mode = std::fs::metadata(Secrets::api_token_file(&layout))
+            .expect("meta")
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
         let back = Secrets::load(&layout).expect("load");
         assert_eq!(back.superuser, s.superuser);
         assert_eq!(format!("{back:?}"), "Secrets(..)");

@@ -4,7 +4,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use herd_config::Config;
-use herd_core::{Assignment, ClusterStatus, Lsn, NodeName, NodeState, Role, SyncState};
+use herd_core::{
+    Assignment, ClusterEvent, ClusterStatus, EventKind, EventSink, Lsn, NodeName, NodeState, Role,
+    SyncState,
+};
 use herd_ha::{decide, Action, Candidate, FailoverRules, NodeObservation, Policy, PrimaryLoss};
 use herd_pg::Pg;
 use tokio::sync::{mpsc, oneshot, watch};
@@ -57,6 +60,9 @@ pub struct Links<'a> {
     pub shutdown: watch::Receiver<bool>,
     /// Counts each decision by kind (for `/metrics`).
     pub count: std::sync::Arc<dyn Fn(&str) + Send + Sync>,
+    /// Receives each failover, switchover, restart and rejoin with its reason (the dashboard's
+    /// timeline).
+    pub events: EventSink,
 }
 
 /// Pauses (`true`) or resumes (`false`) new transactions at the proxy.
@@ -136,7 +142,13 @@ pub async fn supervise(mut cluster: Cluster, pg: &Pg, links: Links<'_>) {
         gate,
         mut shutdown,
         count,
+        events,
     } = links;
+    let cluster_group = cluster.group();
+    let event = |kind, node: Option<&NodeName>, text: String, ok| {
+        let node = node.map(|n| n.as_str().to_string());
+        events(ClusterEvent::now(cluster_group, kind, node, text, ok));
+    };
     let mut book = StartBook::default();
     let mut watch = PrimaryWatch::default();
     let mut reported: BTreeSet<String> = BTreeSet::new();
@@ -152,7 +164,12 @@ pub async fn supervise(mut cluster: Cluster, pg: &Pg, links: Links<'_>) {
         }
         refresh(&mut cluster);
         if let Some(command) = command {
-            run_command(&mut cluster, pg, dcs, &gate, &watch, assignment_tx, command).await;
+            let outlets = Outlets {
+                gate: &gate,
+                assignment: assignment_tx,
+                event: &event,
+            };
+            run_command(&mut cluster, pg, dcs, &watch, &outlets, command).await;
             let _ = assignment_tx.send(cluster.assignment());
             watch = PrimaryWatch::default();
             continue;
@@ -222,10 +239,22 @@ pub async fn supervise(mut cluster: Cluster, pg: &Pg, links: Links<'_>) {
                         Ok(()) => {
                             book.failed.remove(&node);
                             tracing::info!(node = %node, "restarted; it catches up from its replication slot");
+                            event(
+                                EventKind::Restart,
+                                Some(&node),
+                                format!("restarted: {}", d.reason),
+                                true,
+                            );
                         }
                         Err(e) => {
                             *book.failed.entry(node.clone()).or_default() += 1;
                             tracing::error!(node = %node, "restart failed: {e}");
+                            event(
+                                EventKind::Restart,
+                                Some(&node),
+                                format!("restart failed ({e}): {}", d.reason),
+                                false,
+                            );
                         }
                     }
                 }
@@ -242,9 +271,24 @@ pub async fn supervise(mut cluster: Cluster, pg: &Pg, links: Links<'_>) {
                         Ok(()) => {
                             watch = PrimaryWatch::default();
                             let _ = assignment_tx.send(cluster.assignment());
-                            tracing::warn!(primary = %candidate, "failover done in {:.1} s", started.elapsed().as_secs_f64());
+                            let secs = started.elapsed().as_secs_f64();
+                            tracing::warn!(primary = %candidate, "failover done in {secs:.1} s");
+                            event(
+                                EventKind::Failover,
+                                Some(&candidate),
+                                format!("{} (done in {secs:.1} s)", d.reason),
+                                true,
+                            );
                         }
-                        Err(e) => tracing::error!(candidate = %candidate, "failover failed: {e}"),
+                        Err(e) => {
+                            tracing::error!(candidate = %candidate, "failover failed: {e}");
+                            event(
+                                EventKind::Failover,
+                                Some(&candidate),
+                                format!("failover failed ({e}): {}", d.reason),
+                                false,
+                            );
+                        }
                     }
                 }
                 Action::Rejoin(node) => {
@@ -254,10 +298,22 @@ pub async fn supervise(mut cluster: Cluster, pg: &Pg, links: Links<'_>) {
                         Ok(()) => {
                             book.failed.remove(&node);
                             tracing::info!(node = %node, "rejoined as a replica");
+                            event(
+                                EventKind::Rejoin,
+                                Some(&node),
+                                format!("rejoined as a replica: {}", d.reason),
+                                true,
+                            );
                         }
                         Err(e) => {
                             *book.failed.entry(node.clone()).or_default() += 1;
                             tracing::error!(node = %node, "rejoin failed: {e}");
+                            event(
+                                EventKind::Rejoin,
+                                Some(&node),
+                                format!("rejoin failed ({e}): {}", d.reason),
+                                false,
+                            );
                         }
                     }
                 }
@@ -268,6 +324,9 @@ pub async fn supervise(mut cluster: Cluster, pg: &Pg, links: Links<'_>) {
                     let key = format!("{:?}", d.action);
                     if !reported.contains(&key) {
                         tracing::error!("{}", d.reason);
+                        if matches!(d.action, Action::RefuseFailover) {
+                            event(EventKind::RefusedFailover, None, d.reason.clone(), false);
+                        }
                     }
                     still_reported.insert(key);
                 }
@@ -275,6 +334,17 @@ pub async fn supervise(mut cluster: Cluster, pg: &Pg, links: Links<'_>) {
         }
         reported = still_reported;
     }
+}
+
+/// Records one event: its kind, the node, Herd's sentence, and whether it went well.
+type Note<'a> = dyn Fn(EventKind, Option<&NodeName>, String, bool) + Sync + 'a;
+
+/// Where an operator command's effects go besides the servers: the proxy's pause and roles,
+/// and the event timeline.
+struct Outlets<'a> {
+    gate: &'a Gate,
+    assignment: &'a watch::Sender<Assignment>,
+    event: &'a Note<'a>,
 }
 
 /// How long a replica about to restart keeps serving the reads under way after the proxy
@@ -285,11 +355,15 @@ async fn run_command(
     cluster: &mut Cluster,
     pg: &Pg,
     dcs: &dyn herd_dcs::Dcs,
-    gate: &Gate,
     watch: &PrimaryWatch,
-    assignment_tx: &watch::Sender<Assignment>,
+    outlets: &Outlets<'_>,
     command: Command,
 ) {
+    let Outlets {
+        gate,
+        assignment: assignment_tx,
+        event,
+    } = *outlets;
     match command {
         Command::Switchover { to, reply } => {
             let started = Instant::now();
@@ -305,6 +379,13 @@ async fn run_command(
                 })
                 .map_err(|e| e.to_string());
             tracing::warn!("switchover: {}", outcome.as_ref().unwrap_or_else(|e| e));
+            let target = result_node(&outcome, cluster, to.as_ref());
+            event(
+                EventKind::Switchover,
+                target.as_ref(),
+                outcome.as_ref().unwrap_or_else(|e| e).clone(),
+                outcome.is_ok(),
+            );
             let _ = reply.send(outcome);
         }
         Command::Failover {
@@ -337,6 +418,13 @@ async fn run_command(
                 "manual failover: {}",
                 outcome.as_ref().unwrap_or_else(|e| e)
             );
+            let target = result_node(&outcome, cluster, to.as_ref());
+            event(
+                EventKind::Failover,
+                target.as_ref(),
+                format!("by request: {}", outcome.as_ref().unwrap_or_else(|e| e)),
+                outcome.is_ok(),
+            );
             let _ = reply.send(outcome);
         }
         Command::Restart { node, reply } => {
@@ -357,8 +445,27 @@ async fn run_command(
             }
             .map_err(|e| e.to_string());
             tracing::warn!("restart: {}", outcome.as_ref().unwrap_or_else(|e| e));
+            event(
+                EventKind::Restart,
+                node.as_ref(),
+                outcome.as_ref().unwrap_or_else(|e| e).clone(),
+                outcome.is_ok(),
+            );
             let _ = reply.send(outcome);
         }
+    }
+}
+
+/// The node an operator's promotion concerns: the new primary when it succeeded, else the
+/// requested target.
+fn result_node(
+    outcome: &Result<String, String>,
+    cluster: &Cluster,
+    requested: Option<&NodeName>,
+) -> Option<NodeName> {
+    match outcome {
+        Ok(_) => Some(cluster.state.primary.clone()),
+        Err(_) => requested.cloned(),
     }
 }
 

@@ -6,8 +6,8 @@ mod schema;
 
 pub use render::render;
 pub use schema::{
-    Changed, ClusterConfig, Config, GroupConfig, NetworkConfig, PostgresConfig, ProxyConfig,
-    SupervisorConfig,
+    Changed, ClusterConfig, Config, DashboardConfig, GroupConfig, NetworkConfig, PostgresConfig,
+    ProxyConfig, SupervisorConfig,
 };
 
 /// Why a configuration was rejected.

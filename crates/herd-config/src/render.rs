@@ -105,6 +105,9 @@ pub fn render(config: &Config) -> String {
             opt(&c.proxy.tls_key_file), q("")),
         ("proxy", "tls_required", "Refuse clients that do not use TLS (true | false).",
             c.proxy.tls_required.to_string(), d.proxy.tls_required.to_string()),
+        ("dashboard", "bench_results",
+            "A `herd bench --out` directory whose latest reports the dashboard shows, relative to this file's directory; empty: none.",
+            opt(&c.dashboard.bench_results), q("")),
     ];
     let mut out = String::from(
         "# Herd cluster configuration. Every option is listed with its default.\n\

@@ -28,10 +28,21 @@ pub struct Config {
     pub supervisor: SupervisorConfig,
     /// The client endpoint: pooling, routing, consistency.
     pub proxy: ProxyConfig,
+    /// The live page the HTTP API serves.
+    pub dashboard: DashboardConfig,
     /// Per shard group overrides of `[cluster]`'s commit settings: `[group.1]`,
     /// `commit_mode = "remote_apply"`. Keys are group numbers.
     #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub group: std::collections::BTreeMap<String, GroupConfig>,
+}
+
+/// `[dashboard]`
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DashboardConfig {
+    /// A `herd bench --out` directory whose latest reports the page shows, relative to
+    /// herd.toml's directory; empty: none.
+    pub bench_results: String,
 }
 
 /// `[group.N]`: what shard group N does differently from `[cluster]`.

@@ -3,6 +3,7 @@
 mod commit;
 mod consistency;
 mod copy;
+mod event;
 mod lsn;
 mod node;
 pub mod ports;
@@ -12,6 +13,7 @@ mod topology;
 pub use commit::{CommitMode, ParseError, SyncMethod, SyncStandbys};
 pub use consistency::{Consistency, PoolMode};
 pub use copy::{CopyState, CopyStatus, TableCopyStatus};
+pub use event::{unix_ms, ClusterEvent, EventKind, EventSink};
 pub use lsn::Lsn;
 pub use node::{NodeName, Role};
 pub use status::{

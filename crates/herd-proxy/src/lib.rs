@@ -13,6 +13,7 @@ pub mod client;
 mod error;
 pub mod merge;
 pub mod metrics;
+mod metrics_help;
 pub mod monitor;
 pub mod pool;
 mod roles;
@@ -204,13 +205,15 @@ impl ProxyContext {
         let mut out = self.metrics.render();
         let views: Vec<Arc<TopologyView>> = (0..self.groups()).map(|g| self.view_of(g)).collect();
         let view = &views[0];
+        let header = crate::metrics_help::header;
+        out.push_str(&header("herd_primary_available", "gauge"));
         let _ = writeln!(
             out,
-            "# TYPE herd_primary_available gauge\nherd_primary_available {}",
+            "herd_primary_available {}",
             u8::from(view.primary.is_some())
         );
         if views.len() > 1 {
-            out.push_str("# TYPE herd_group_primary_available gauge\n");
+            out.push_str(&header("herd_group_primary_available", "gauge"));
             for (g, v) in views.iter().enumerate() {
                 let _ = writeln!(
                     out,
@@ -220,7 +223,7 @@ impl ProxyContext {
             }
         }
         let replicas: Vec<_> = views.iter().flat_map(|v| v.replicas.iter()).collect();
-        out.push_str("# TYPE herd_replica_lag_bytes gauge\n");
+        out.push_str(&header("herd_replica_lag_bytes", "gauge"));
         for r in &replicas {
             let _ = writeln!(
                 out,
@@ -228,7 +231,7 @@ impl ProxyContext {
                 r.endpoint.name, r.lag_bytes
             );
         }
-        out.push_str("# TYPE herd_replica_staleness_seconds gauge\n");
+        out.push_str(&header("herd_replica_staleness_seconds", "gauge"));
         for r in &replicas {
             let s = r.staleness.map_or(f64::NAN, |d| d.as_secs_f64());
             let _ = writeln!(
@@ -237,7 +240,7 @@ impl ProxyContext {
                 r.endpoint.name
             );
         }
-        out.push_str("# TYPE herd_replica_in_read_pool gauge\n");
+        out.push_str(&header("herd_replica_in_read_pool", "gauge"));
         for r in &replicas {
             let _ = writeln!(
                 out,
@@ -255,7 +258,7 @@ impl ProxyContext {
                 escape(&p.database)
             )
         };
-        out.push_str("# TYPE herd_pool_connections gauge\n");
+        out.push_str(&header("herd_pool_connections", "gauge"));
         for p in &pools {
             let l = labels(p);
             let _ = writeln!(
@@ -279,18 +282,16 @@ impl ProxyContext {
             ("herd_pool_connects_total", "counter", |p| p.connects as f64),
         ];
         for (name, kind, value) in counters {
-            let _ = writeln!(out, "# TYPE {name} {kind}");
+            out.push_str(&header(name, kind));
             for p in &pools {
                 let _ = writeln!(out, "{name}{{{}}} {}", labels(p), value(p));
             }
         }
         let stats = self.classifier.stats();
-        let _ = writeln!(
-            out,
-            "# TYPE herd_classifier_cache_hits_total counter\nherd_classifier_cache_hits_total {}\n\
-             # TYPE herd_classifier_cache_misses_total counter\nherd_classifier_cache_misses_total {}",
-            stats.hits, stats.misses
-        );
+        out.push_str(&header("herd_classifier_cache_hits_total", "counter"));
+        let _ = writeln!(out, "herd_classifier_cache_hits_total {}", stats.hits);
+        out.push_str(&header("herd_classifier_cache_misses_total", "counter"));
+        let _ = writeln!(out, "herd_classifier_cache_misses_total {}", stats.misses);
         out
     }
 

@@ -86,7 +86,7 @@ impl Metrics {
         let mut last = "";
         for s in series {
             if s.name != last {
-                let _ = writeln!(out, "# TYPE {} counter", s.name);
+                out.push_str(&crate::metrics_help::header(s.name, "counter"));
                 last = s.name;
             }
             if s.label.is_empty() {

@@ -7,6 +7,7 @@ pub mod groups;
 pub mod hosts;
 pub mod process;
 pub mod raw;
+pub mod webdriver;
 
 use std::time::Duration;
 
