@@ -227,7 +227,8 @@ function renderCharts() {
 function renderEvents() {
   const list = $("events");
   list.replaceChildren();
-  const shown = state.events.slice(-100).reverse();
+  // By time: a read-pool departure is reported a few seconds late (see sample.rs).
+  const shown = state.events.slice(-100).sort((a, b) => b.unix_ms - a.unix_ms);
   list.hidden = shown.length === 0;
   $("no-events").hidden = shown.length > 0;
   for (const e of shown) {
