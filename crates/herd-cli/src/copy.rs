@@ -232,18 +232,9 @@ async fn create(args: CreateArgs) -> anyhow::Result<()> {
     let layout = args.dir.layout()?;
     let spec = spec_of(&args)?;
     let store = Store::new(layout.copies());
-    let mut group = source_group(&layout, spec.group)?;
     let progress = TermProgress::new();
-    let level: String = primary_client(&group, "postgres")
-        .await?
-        .query_one("show wal_level", &[])
-        .await
-        .context("reading wal_level on the source primary")?
-        .get(0);
-    if level != "logical" {
-        enable_logical(&layout, spec.group, &progress).await?;
-        group = source_group(&layout, spec.group)?;
-    }
+    ensure_logical(&layout, spec.group, &progress).await?;
+    let group = source_group(&layout, spec.group)?;
     let clients = SourceClients::open(&layout, &group, &spec.database).await?;
     let host = group.host().to_string();
     let endpoint = (host.as_str(), group.config.network.port);
@@ -292,9 +283,28 @@ async fn create(args: CreateArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Makes sure shard group `group`'s primary runs with `wal_level = logical` (see
+/// [`enable_logical`]).
+pub(crate) async fn ensure_logical(
+    layout: &Layout,
+    group: u32,
+    progress: &TermProgress,
+) -> anyhow::Result<()> {
+    let level: String = primary_client(&source_group(layout, group)?, "postgres")
+        .await?
+        .query_one("show wal_level", &[])
+        .await
+        .context("reading wal_level on the source primary")?
+        .get(0);
+    if level != "logical" {
+        enable_logical(layout, group, progress).await?;
+    }
+    Ok(())
+}
+
 /// Sets `wal_level = logical` in herd.toml and has the running supervisor restart the group's
 /// servers: replicas first, then a switchover, then the former primary.
-pub(crate) async fn enable_logical(
+async fn enable_logical(
     layout: &Layout,
     group: u32,
     progress: &TermProgress,

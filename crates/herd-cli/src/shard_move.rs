@@ -23,7 +23,7 @@ use herd_copy::{CopySpec, Store, TableSpec};
 use herd_shard::{shard_sql, ShardMap, TableKind};
 use tokio_postgres::Client;
 
-use crate::copy::{enable_logical, primary_client, SourceClients};
+use crate::copy::{ensure_logical, primary_client, SourceClients};
 use crate::progress::TermProgress;
 
 /// Copy lag under which the switch is tried (what is left arrives while statements wait).
@@ -86,15 +86,7 @@ pub async fn run(layout: &Layout, args: MoveArgs<'_>) -> anyhow::Result<()> {
         if from == to {
             bail!("shard {shard} is on group {to} already");
         }
-        let level: String = primary_client(&group(layout, from)?, "postgres")
-            .await?
-            .query_one("show wal_level", &[])
-            .await
-            .context("reading wal_level on the source group's primary")?
-            .get(0);
-        if level != "logical" {
-            enable_logical(layout, from, &progress).await?;
-        }
+        ensure_logical(layout, from, &progress).await?;
         progress.phase(&format!(
             "shard {shard}: recording the move from group {from} to {to}"
         ));

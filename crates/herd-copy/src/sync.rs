@@ -16,6 +16,28 @@ use tokio_postgres::Client;
 use crate::slots::{plan, SlotPos, SlotStep};
 use crate::CopyError;
 
+/// How many standbys `synchronous_standby_names` asks to confirm: k of `ANY k (…)`, `FIRST k
+/// (…)` or `k (…)`, 1 for a plain list, 0 when empty.
+fn required_standbys(names: &str) -> i64 {
+    let names = names.trim();
+    if names.is_empty() {
+        return 0;
+    }
+    let words: Vec<&str> = names.split_whitespace().collect();
+    let number = match words.first().map(|w| w.to_ascii_lowercase()) {
+        Some(w) if w == "any" || w == "first" => words.get(1),
+        _ => words.first(),
+    };
+    number
+        .map(|n| {
+            n.chars()
+                .take_while(char::is_ascii_digit)
+                .collect::<String>()
+        })
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(1)
+}
+
 /// Asks the supervisor to restart a replica (by node name); answers what happened.
 pub type RestartFn = Arc<
     dyn Fn(String) -> Pin<Box<dyn Future<Output = Result<String, String>> + Send>> + Send + Sync,
@@ -41,6 +63,9 @@ const REINSTALL_PAUSE: Duration = Duration::from_secs(30);
 pub struct SlotSync {
     clients: HashMap<String, Client>,
     installed_at: HashMap<String, Instant>,
+    /// Replicas whose slot install waits because restarting them would stall commits (each
+    /// reported once).
+    held_back: std::collections::HashSet<String>,
 }
 
 /// A logical slot with its database.
@@ -50,6 +75,30 @@ struct Slot {
 }
 
 impl SlotSync {
+    /// Whether the primary still acknowledges commits while `replica` restarts: commits wait
+    /// for no standby (`synchronous_commit` off or local, as in async mode), none is asked
+    /// for, or enough others stream to make the quorum.
+    async fn restart_keeps_commits(
+        &mut self,
+        primary: &ConnSpec,
+        replica: &str,
+    ) -> Result<bool, CopyError> {
+        let client = self.client(primary, "postgres").await?;
+        let row = client
+            .query_one(
+                "select current_setting('synchronous_standby_names'), \
+                 current_setting('synchronous_commit') in ('off', 'local'), \
+                 (select count(*) from pg_stat_replication where application_name <> $1 \
+                  and state = 'streaming' and sync_state in ('sync', 'quorum', 'potential'))",
+                &[&replica],
+            )
+            .await
+            .map_err(|e| CopyError::sql("reading the primary's synchronous standbys", &e))?;
+        let (names, waits_for_none, others): (String, bool, i64) =
+            (row.get(0), row.get(1), row.get(2));
+        Ok(waits_for_none || others >= required_standbys(&names))
+    }
+
     async fn client(&mut self, spec: &ConnSpec, database: &str) -> Result<&Client, CopyError> {
         let key = format!("{}:{}/{database}", spec.host, spec.port);
         if self.clients.get(&key).is_none_or(Client::is_closed) {
@@ -193,6 +242,17 @@ impl SlotSync {
                     {
                         continue;
                     }
+                    if !self.restart_keeps_commits(primary, &replica.name).await? {
+                        if self.held_back.insert(key) {
+                            tracing::warn!(
+                                replica = %replica.name,
+                                "slot(s) {} not copied to it: restarting it to load them would stall commits (it is needed for the synchronous quorum); with one more replica the copy is failover-safe",
+                                names.join(", ")
+                            );
+                        }
+                        continue;
+                    }
+                    self.held_back.remove(&key);
                     for name in &names {
                         let client = self.client(primary, "postgres").await?;
                         let state: Vec<u8> = client
@@ -227,5 +287,26 @@ impl SlotSync {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::required_standbys;
+
+    #[test]
+    fn quorum_sizes() {
+        for (names, k) in [
+            ("", 0),
+            ("ANY 1 (\"node1\", \"node2\")", 1),
+            ("any 2 (a, b, c)", 2),
+            ("FIRST 2 (a, b)", 2),
+            ("FIRST 3(a,b,c)", 3),
+            ("2 (a, b)", 2),
+            ("node1", 1),
+            ("\"node1\", \"node2\"", 1),
+        ] {
+            assert_eq!(required_standbys(names), k, "{names}");
+        }
     }
 }
