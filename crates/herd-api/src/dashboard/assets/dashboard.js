@@ -233,11 +233,14 @@ function renderEvents() {
   $("no-events").hidden = shown.length > 0;
   for (const e of shown) {
     const when = new Date(e.unix_ms);
-    list.append(el("li", { "data-kind": e.kind, class: e.ok ? "" : "failed" },
+    // A failure's sentence may carry a server log's last lines: its first line is shown, the
+    // whole text on hover.
+    const firstLine = e.text.split("\n")[0];
+    list.append(el("li", { "data-kind": e.kind, class: e.ok ? "" : "failed", title: e.text },
       el("time", { datetime: when.toISOString() }, when.toLocaleTimeString()),
       el("span", { class: "kind" }, e.kind.replace(/_/g, " ")),
       e.group ? "group " + e.group + " · " : "",
-      e.text));
+      firstLine.length > 240 ? firstLine.slice(0, 240) + "…" : firstLine));
   }
 }
 
