@@ -349,7 +349,8 @@ async function loadBench() {
 }
 
 async function start() {
-  const r = await fetch("/dashboard/snapshot");
+  // Only asks whether a token is needed; the stream sends the snapshot itself.
+  const r = await fetch("/status", { method: "HEAD" });
   if (r.status === 401) {
     $("login").hidden = false;
     $("main").hidden = true;
