@@ -22,7 +22,7 @@
 //! counts as unhealthy. Bodies are JSON: the node's status, or `{"reason": …}`.
 //! The supervisor publishes a fresh status every probe interval; requests never probe servers.
 //! When a token is configured, every route but the health checks and the page's static files
-//! needs it ([`auth`]).
+//! needs it ([`auth`]); cross-site actions and rebound host names are refused ([`origin`]).
 
 pub mod auth;
 pub mod dashboard;

@@ -272,6 +272,41 @@ fn dashboard_live_in_a_real_browser() {
     assert!(metrics.contains("herd_routed_total"), "{metrics}");
     promtool_check(&metrics);
 
+    // A replica's postmaster killed: the supervisor restarts it, and the timeline shows the
+    // restart and the replica leaving and rejoining the read pool.
+    let status = c.status();
+    let node2 = status["nodes"]
+        .as_array()
+        .and_then(|n| n.iter().find(|n| n["name"] == "node2"))
+        .and_then(|n| n["pid"].as_i64())
+        .expect("node2's pid");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(node2 as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("killing node2");
+    // (kind, shown as failed) of each event naming node2; a restart attempt may fail while the
+    // dead postmaster's backends still hold its lock, and the supervisor tries again.
+    let seen = |v: &Value, kind: &str, failed: bool| {
+        v.as_array().is_some_and(|a| {
+            a.iter()
+                .any(|e| e[0] == kind && e[1].as_bool() == Some(failed))
+        })
+    };
+    let events = browser.wait_for(
+        Duration::from_secs(30),
+        "node2's restart and read-pool departure and return",
+        "return [...document.querySelectorAll('#events li')]\
+           .filter(e => e.textContent.includes('node2'))\
+           .map(e => [e.dataset.kind, e.classList.contains('failed')]);",
+        |v| {
+            seen(v, "restart", false)
+                && seen(v, "left_read_pool", true)
+                && seen(v, "joined_read_pool", false)
+        },
+    );
+    eprintln!("node2's events: {events}");
+
     // A lost primary: the automatic failover appears with the supervisor's reason.
     let status = c.status();
     let primary = common::nodes_with_role(&status, "primary")[0]["pid"]

@@ -149,6 +149,8 @@ impl Dashboard {
         mut shutdown: watch::Receiver<bool>,
     ) {
         let mut counters = sample::Counters::default();
+        // Read-pool departures waiting for an explanation (see `sample::explain_left`).
+        let mut held: Vec<ClusterEvent> = Vec::new();
         let mut tick = tokio::time::interval(SAMPLE_PERIOD);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -178,7 +180,20 @@ impl Dashboard {
                     .unwrap_or_default()
             };
             for e in changes {
-                self.record_event(e);
+                if e.kind == herd_core::EventKind::LeftReadPool && !e.ok {
+                    held.push(e);
+                } else {
+                    self.record_event(e);
+                }
+            }
+            // Held long enough for the supervisor to report a promotion that explains them.
+            let (due, wait): (Vec<_>, Vec<_>) = held
+                .drain(..)
+                .partition(|e| point.t >= e.unix_ms + sample::LEFT_EXPLAIN_MS);
+            held = wait;
+            for e in due {
+                let recent: Vec<ClusterEvent> = lock(&self.shared.events).iter().cloned().collect();
+                self.record_event(sample::explain_left(e, &recent));
             }
             if self.shared.live.receiver_count() > 0 {
                 let live = Live {

@@ -173,6 +173,29 @@ pub fn read_pool_changes(
     events
 }
 
+/// How long a replica's leaving the read pool is held back, to be explained by a promotion of
+/// that replica reported meanwhile (the supervisor reports a switchover when it is done).
+pub const LEFT_EXPLAIN_MS: u64 = 3_000;
+
+/// `left` (a replica leaving the read pool) explained by `recent` events: when a switchover or
+/// failover to that replica succeeded within a second before or [`LEFT_EXPLAIN_MS`] after, it
+/// left because it was being promoted, not because it lagged.
+pub fn explain_left(mut left: ClusterEvent, recent: &[ClusterEvent]) -> ClusterEvent {
+    let promoted = recent.iter().any(|e| {
+        matches!(e.kind, EventKind::Switchover | EventKind::Failover)
+            && e.ok
+            && e.node == left.node
+            && e.unix_ms + 1_000 >= left.unix_ms
+            && e.unix_ms <= left.unix_ms + LEFT_EXPLAIN_MS
+    });
+    if promoted {
+        let node = left.node.clone().unwrap_or_default();
+        left.text = format!("{node} leaves the read pool: promoted to primary");
+        left.ok = true;
+    }
+    left
+}
+
 /// The shard group and role of node `name` (group 0 and no role when not found).
 fn place(status: &ClusterStatus, name: &str) -> (u32, Option<Role>) {
     std::iter::once(status)
@@ -308,6 +331,43 @@ herd_replica_in_read_pool{node=\"node2\"} 0
         promoted.nodes[2].role = Role::Primary;
         let mut other = s.clone();
         other.group = 2;
+        // Explained afterwards by a promotion of that replica.
+        let left = read_pool_changes(&a, &b, &s).remove(0);
+        let event = |kind, node: &str, unix_ms, ok| ClusterEvent {
+            unix_ms,
+            group: 0,
+            kind,
+            node: Some(node.into()),
+            text: String::new(),
+            ok,
+        };
+        // (events reported around it, explained as a promotion)
+        let cases = [
+            (vec![], false),
+            (
+                vec![event(EventKind::Switchover, "node2", 3_500, true)],
+                true,
+            ),
+            (vec![event(EventKind::Failover, "node2", 2_000, true)], true),
+            (
+                vec![event(EventKind::Switchover, "node2", 3_500, false)],
+                false,
+            ),
+            (
+                vec![event(EventKind::Switchover, "node1", 3_500, true)],
+                false,
+            ),
+            (
+                vec![event(EventKind::Switchover, "node2", 9_000, true)],
+                false,
+            ),
+            (vec![event(EventKind::Restart, "node2", 2_500, true)], false),
+        ];
+        for (recent, promoted) in cases {
+            let e = explain_left(left.clone(), &recent);
+            assert_eq!(e.text.contains("promoted"), promoted, "{recent:?}");
+            assert_eq!(e.ok, promoted);
+        }
         let events = read_pool_changes(&a, &b, &promoted);
         assert!(events[0].text.contains("primary now"), "{}", events[0].text);
         assert!(events[0].ok);

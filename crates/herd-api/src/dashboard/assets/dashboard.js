@@ -227,16 +227,20 @@ function renderCharts() {
 function renderEvents() {
   const list = $("events");
   list.replaceChildren();
-  const shown = state.events.slice(-100).reverse();
+  // By time: a read-pool departure is reported a few seconds late (see sample.rs).
+  const shown = state.events.slice(-100).sort((a, b) => b.unix_ms - a.unix_ms);
   list.hidden = shown.length === 0;
   $("no-events").hidden = shown.length > 0;
   for (const e of shown) {
     const when = new Date(e.unix_ms);
-    list.append(el("li", { "data-kind": e.kind, class: e.ok ? "" : "failed" },
+    // A failure's sentence may carry a server log's last lines: its first line is shown, the
+    // whole text on hover.
+    const firstLine = e.text.split("\n")[0];
+    list.append(el("li", { "data-kind": e.kind, class: e.ok ? "" : "failed", title: e.text },
       el("time", { datetime: when.toISOString() }, when.toLocaleTimeString()),
       el("span", { class: "kind" }, e.kind.replace(/_/g, " ")),
       e.group ? "group " + e.group + " · " : "",
-      e.text));
+      firstLine.length > 240 ? firstLine.slice(0, 240) + "…" : firstLine));
   }
 }
 
@@ -345,7 +349,8 @@ async function loadBench() {
 }
 
 async function start() {
-  const r = await fetch("/dashboard/snapshot");
+  // Only asks whether a token is needed; the stream sends the snapshot itself.
+  const r = await fetch("/status", { method: "HEAD" });
   if (r.status === 401) {
     $("login").hidden = false;
     $("main").hidden = true;
