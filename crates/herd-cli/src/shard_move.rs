@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use herd_cluster::{Cluster, Layout, Progress};
 use herd_copy::{CopySpec, Store, TableSpec};
-use herd_shard::{shard_sql, ShardMap, TableKind};
+use herd_shard::ShardMap;
 use tokio_postgres::Client;
 
 use crate::copy::{ensure_logical, primary_client, SourceClients};
@@ -78,7 +78,7 @@ pub async fn run(layout: &Layout, args: MoveArgs<'_>) -> anyhow::Result<()> {
             groups.len()
         );
     }
-    let switched = map.moves.get(&shard).is_some_and(|m| m.switched);
+    let switched = map.switched(shard);
     let spec = copy_spec(&map, &groups[to as usize], args.database, shard, from)?;
     let store = Store::new(layout.copies());
     let mut pause = None;
@@ -326,15 +326,12 @@ async fn delete_rows(
         .await
         .context("preparing to delete the shard's rows")?;
     let mut total = 0;
-    for (table, kind) in &map.tables {
-        let TableKind::Distributed { column, key_type } = kind else {
-            continue;
-        };
+    for (table, column, key_type) in map.distributed() {
         progress.phase(&format!(
             "deleting shard {shard}'s rows of {table} on group {}",
             group.group()
         ));
-        let key = shard_sql(&herd_copy::quote_ident(column), *key_type, map.shard_count);
+        let key = map.key_shard_sql(column, key_type, None);
         total += client
             .execute(
                 &format!(
@@ -371,7 +368,7 @@ async fn cancel(
         crate::output::emitln!("shard {shard} is not moving");
         return Ok(());
     };
-    if m.switched {
+    if map.switched(shard) {
         bail!(
             "shard {shard} has switched to group {} already: run `herd shards move {shard} --to {}` to finish the move",
             m.to, m.to
@@ -410,14 +407,11 @@ fn copy_spec(
     from: u32,
 ) -> anyhow::Result<CopySpec> {
     let mut tables = Vec::new();
-    for (table, kind) in &map.tables {
-        let TableKind::Distributed { column, key_type } = kind else {
-            continue;
-        };
+    for (table, column, key_type) in map.distributed() {
         let mut t = TableSpec::new(table)?;
         t.row_filter = Some(format!(
             "{} = {shard}",
-            shard_sql(&herd_copy::quote_ident(column), *key_type, map.shard_count)
+            map.key_shard_sql(column, key_type, None)
         ));
         tables.push(t);
     }

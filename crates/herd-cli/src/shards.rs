@@ -3,7 +3,7 @@
 
 use anyhow::{bail, Context};
 use herd_cluster::Layout;
-use herd_shard::{shard_sql, ShardMap, TableKind};
+use herd_shard::ShardMap;
 
 pub async fn verify(layout: &Layout, database: &str) -> anyhow::Result<()> {
     let groups = crate::status::open_all(layout)?;
@@ -40,11 +40,8 @@ pub async fn verify(layout: &Layout, database: &str) -> anyhow::Result<()> {
         }
     };
     let mut misplaced_total = 0i64;
-    for (table, kind) in &map.tables {
-        let TableKind::Distributed { column, key_type } = kind else {
-            continue;
-        };
-        let shard = shard_sql(&quote_ident(column), *key_type, map.shard_count);
+    for (table, column, key_type) in map.distributed() {
+        let shard = map.key_shard_sql(column, key_type, None);
         let placement: Vec<String> = map.placement.iter().map(u32::to_string).collect();
         for (g, client) in clients.iter().enumerate() {
             // The group of each row's shard, looked up in the map's placement array; rows a

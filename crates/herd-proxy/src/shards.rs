@@ -49,7 +49,8 @@ END $f$;
 CREATE OR REPLACE VIEW herd.shards AS
     SELECT (p.ord - 1)::int AS shard, p.grp::int AS shard_group,
            (m.map->'moves'->((p.ord - 1)::text)->>'to')::int AS moving_to,
-           (m.map->'moves'->((p.ord - 1)::text)->>'switched')::boolean AS switched
+           CASE WHEN m.map->'moves' ? ((p.ord - 1)::text)
+                THEN p.grp::int = (m.map->'moves'->((p.ord - 1)::text)->>'to')::int END AS switched
     FROM (SELECT map FROM herd.shard_map ORDER BY version DESC LIMIT 1) m,
          jsonb_array_elements_text(m.map->'placement') WITH ORDINALITY p(grp, ord);
 CREATE OR REPLACE VIEW herd.tables AS

@@ -51,11 +51,9 @@ pub struct ShardMap {
 pub struct ShardMove {
     /// The group it leaves.
     pub from: u32,
-    /// The group it goes to.
+    /// The group it goes to. The move has switched once the placement names it: the rows
+    /// left on `from` are then hidden until deleted; before, the rows copied to `to` are.
     pub to: u32,
-    /// Routing has switched to `to`: the placement names `to`, and the rows left on `from`
-    /// are hidden until deleted. Before the switch the rows copied to `to` are hidden.
-    pub switched: bool,
 }
 
 /// The group of a paused shard: a statement planned there waits for the switch to end.
@@ -81,8 +79,8 @@ impl ShardMap {
     pub fn hidden_on(&self, group: u32) -> Vec<u32> {
         self.moves
             .iter()
-            .filter(|(_, m)| {
-                if m.switched {
+            .filter(|(s, m)| {
+                if self.switched(**s) {
                     m.from == group
                 } else {
                     m.to == group
@@ -90,6 +88,34 @@ impl ShardMap {
             })
             .map(|(s, _)| *s)
             .collect()
+    }
+
+    /// Whether the move of `shard` has switched: the placement names its target.
+    pub fn switched(&self, shard: u32) -> bool {
+        self.moves
+            .get(&shard)
+            .is_some_and(|m| self.placement.get(shard as usize) == Some(&m.to))
+    }
+
+    /// The distributed tables: name, key column, key type.
+    pub fn distributed(&self) -> impl Iterator<Item = (&str, &str, KeyType)> {
+        self.tables.iter().filter_map(|(t, k)| match k {
+            TableKind::Distributed { column, key_type } => {
+                Some((t.as_str(), column.as_str(), *key_type))
+            }
+            TableKind::Reference => None,
+        })
+    }
+
+    /// SQL computing, inside PostgreSQL, the virtual shard of key column `column` (of the row
+    /// `row`, e.g. a trigger's `NEW`, when given).
+    pub fn key_shard_sql(&self, column: &str, key_type: KeyType, row: Option<&str>) -> String {
+        let quoted = format!("\"{}\"", column.replace('"', "\"\""));
+        let expr = match row {
+            Some(r) => format!("{r}.{quoted}"),
+            None => quoted,
+        };
+        crate::shard_sql(&expr, key_type, self.shard_count)
     }
 
     /// Whether any group hides rows (a move is under way).
@@ -205,6 +231,15 @@ mod tests {
         assert_eq!(serde_json::from_str::<ShardMap>(&json).expect("back"), m);
         // A map stored before moves existed reads as one without moves.
         assert!(!json.contains("moves"));
+        m.tables.insert("public.plans".into(), TableKind::Reference);
+        let d: Vec<_> = m.distributed().collect();
+        assert_eq!(d, vec![("public.orders", "customer_id", KeyType::Int8)]);
+        let sql = m.key_shard_sql("customer_id", KeyType::Int8, Some("NEW"));
+        assert!(
+            sql.contains("hashint8extended(NEW.\"customer_id\", "),
+            "{sql}"
+        );
+        assert!(sql.ends_with("% 32)::int"), "{sql}");
     }
 
     #[test]
@@ -252,26 +287,15 @@ mod tests {
     #[test]
     fn moves_hide_rows_on_the_group_that_does_not_serve_them() {
         let mut m = ShardMap::new(3, 8);
-        m.moves.insert(
-            2,
-            ShardMove {
-                from: 2,
-                to: 0,
-                switched: false,
-            },
-        );
-        m.moves.insert(
-            4,
-            ShardMove {
-                from: 1,
-                to: 2,
-                switched: true,
-            },
-        );
+        m.moves.insert(2, ShardMove { from: 2, to: 0 });
+        m.moves.insert(4, ShardMove { from: 1, to: 2 });
+        // Shard 4 has switched: the placement names its target.
+        m.placement[4] = 2;
         assert_eq!(m.hidden_on(0), vec![2]);
         assert_eq!(m.hidden_on(1), vec![4]);
         assert_eq!(m.hidden_on(2), Vec::<u32>::new());
         assert!(m.hides_rows());
+        assert!(m.switched(4) && !m.switched(2) && !m.switched(5));
         let json = serde_json::to_string(&m).expect("json");
         assert_eq!(serde_json::from_str::<ShardMap>(&json).expect("back"), m);
     }

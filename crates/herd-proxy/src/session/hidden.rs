@@ -24,22 +24,14 @@ impl Session {
             return Ok(Cow::Borrowed(sql));
         }
         let hidden: Vec<herd_sql::Hidden> = map
-            .tables
-            .iter()
-            .filter_map(|(table, kind)| match kind {
-                herd_shard::TableKind::Distributed { column, key_type } => Some(herd_sql::Hidden {
-                    table: table.clone(),
-                    keep: format!(
-                        "{} NOT IN ({})",
-                        herd_shard::shard_sql(
-                            &format!("\"{}\"", column.replace('"', "\"\"")),
-                            *key_type,
-                            map.shard_count
-                        ),
-                        shards.join(", ")
-                    ),
-                }),
-                herd_shard::TableKind::Reference => None,
+            .distributed()
+            .map(|(table, column, key_type)| herd_sql::Hidden {
+                table: table.to_string(),
+                keep: format!(
+                    "{} NOT IN ({})",
+                    map.key_shard_sql(column, key_type, None),
+                    shards.join(", ")
+                ),
             })
             .collect();
         herd_sql::hide_rows(sql, &hidden)

@@ -17,7 +17,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use herd_shard::{shard_sql, ShardMap, ShardMove, TableKind};
+use herd_shard::{ShardMap, ShardMove};
 use tokio_postgres::Client;
 
 use super::{commit_everywhere, failed, quote_qualified, refused};
@@ -30,26 +30,9 @@ pub const SWITCH_LIMIT: Duration = Duration::from_secs(5);
 /// writes of the table queue behind it meanwhile, so attempts are short and repeated).
 const GUARD_LOCK_TIMEOUT_MS: u64 = 100;
 
-/// Name of the source's triggers for `shard`.
+/// Name of the source's triggers for `shard` (a plain identifier: no quoting needed).
 fn guard_name(shard: u32, which: &str) -> String {
     format!("herd_move_{shard}_{which}")
-}
-
-/// The distributed tables of `map` with their key column and the SQL of its shard.
-fn distributed(map: &ShardMap) -> Vec<(String, String, herd_shard::KeyType)> {
-    map.tables
-        .iter()
-        .filter_map(|(t, k)| match k {
-            TableKind::Distributed { column, key_type } => {
-                Some((t.clone(), column.clone(), *key_type))
-            }
-            TableKind::Reference => None,
-        })
-        .collect()
-}
-
-fn quote_ident(name: &str) -> String {
-    format!("\"{}\"", name.replace('"', "\"\""))
 }
 
 fn shard_arg(args: &[String]) -> Result<u32, ProxyError> {
@@ -104,7 +87,7 @@ impl ProxyContext {
             ));
         }
         if let Some(m) = current.moves.get(&shard) {
-            if m.to == to && !m.switched {
+            if m.to == to && !current.switched(shard) {
                 return Ok(format!(
                     "shard {shard} is moving from group {} to {to}",
                     m.from
@@ -126,14 +109,7 @@ impl ProxyContext {
         }
         let mut next = current.clone();
         next.version += 1;
-        next.moves.insert(
-            shard,
-            ShardMove {
-                from,
-                to,
-                switched: false,
-            },
-        );
+        next.moves.insert(shard, ShardMove { from, to });
         commit_everywhere(&clients, &next, &[], &[]).await?;
         self.install_map(database, next);
         Ok(format!("shard {shard} is moving from group {from} to {to}"))
@@ -146,7 +122,7 @@ impl ProxyContext {
         let Some(m) = current.moves.get(&shard).cloned() else {
             return Err(refused("55000", format!("shard {shard} is not moving")));
         };
-        if m.switched {
+        if current.switched(shard) {
             return Ok(format!(
                 "shard {shard} was switched to group {} already",
                 m.to
@@ -176,18 +152,13 @@ impl ProxyContext {
         let mut next = current.clone();
         next.version += 1;
         next.placement[shard as usize] = m.to;
-        if let Some(mv) = next.moves.get_mut(&shard) {
-            mv.switched = true;
-        }
         let switched = match ready {
             Ok(floor) => match commit_everywhere(&clients, &next, &[], &[]).await {
                 Ok(()) => Ok(floor),
                 // Decided or not, the stored map says which (reading it resolves a change
                 // left in doubt).
                 Err(e) => match self.current_map(database).await {
-                    Ok((_, stored)) if stored.moves.get(&shard).is_some_and(|x| x.switched) => {
-                        Ok(floor)
-                    }
+                    Ok((_, stored)) if stored.switched(shard) => Ok(floor),
                     Ok(_) => Err(e),
                     Err(unread) => {
                         // Unknown: the guard stays (the shard's writes are refused, never
@@ -276,7 +247,7 @@ impl ProxyContext {
         let Some(m) = current.moves.get(&shard).cloned() else {
             return Ok(format!("shard {shard} is not moving"));
         };
-        if m.switched != finished {
+        if current.switched(shard) != finished {
             return Err(refused(
                 "55000",
                 if finished {
@@ -345,18 +316,14 @@ async fn create_guards(
     to: u32,
 ) -> Result<(), ProxyError> {
     let mut sql = String::new();
-    for (table, column, key_type) in distributed(map) {
-        let table = quote_qualified(&table);
+    for (table, column, key_type) in map.distributed() {
+        let table = quote_qualified(table);
         for (which, events, row) in [
             ("new", "INSERT OR UPDATE", "NEW"),
             ("old", "UPDATE OR DELETE", "OLD"),
         ] {
-            let name = quote_ident(&guard_name(shard, which));
-            let key = shard_sql(
-                &format!("{row}.{}", quote_ident(&column)),
-                key_type,
-                map.shard_count,
-            );
+            let name = guard_name(shard, which);
+            let key = map.key_shard_sql(column, key_type, Some(row));
             sql.push_str(&format!(
                 "DROP TRIGGER IF EXISTS {name} ON {table}; \
                  CREATE TRIGGER {name} BEFORE {events} ON {table} FOR EACH ROW \
@@ -375,12 +342,12 @@ async fn create_guards(
 /// Drops the source's triggers of the shard (those present).
 async fn drop_guards(source: &Client, map: &ShardMap, shard: u32) -> Result<(), ProxyError> {
     let mut sql = String::new();
-    for (table, ..) in distributed(map) {
-        let table = quote_qualified(&table);
+    for (table, ..) in map.distributed() {
+        let table = quote_qualified(table);
         for which in ["new", "old"] {
             sql.push_str(&format!(
                 "DROP TRIGGER IF EXISTS {} ON {table};",
-                quote_ident(&guard_name(shard, which))
+                guard_name(shard, which)
             ));
         }
     }

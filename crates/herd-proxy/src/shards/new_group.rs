@@ -89,12 +89,7 @@ pub(super) async fn prepare(clients: &[Client], map: &ShardMap) -> Result<Vec<us
 /// groups until now).
 async fn restride(clients: &[Client], map: &ShardMap, before: usize) -> Result<(), ProxyError> {
     let n = clients.len() as i64;
-    for table in map
-        .tables
-        .iter()
-        .filter(|(_, k)| matches!(k, TableKind::Distributed { .. }))
-        .map(|(t, _)| t)
-    {
+    for (table, ..) in map.distributed() {
         let seqs = owned_sequences(&clients[0], table).await?;
         for (seq, increment, start) in seqs {
             let step = increment / (before.max(1) as i64);
