@@ -233,12 +233,19 @@ impl Session {
                 types = super::batch::infer_param_types(s.lease, &sql, &types).await?;
             }
         }
-        let mut requests = Vec::with_capacity(streams.len());
-        for g in 0..streams.len() as u32 {
-            let sql = self.sql_on_group(g, &plan.sql)?;
-            requests.push(self.group_request(batch, plan, &sql, &types)?);
-        }
-        for (s, request) in streams.iter_mut().zip(&requests) {
+        // One statement for every group, unless a move makes some group hide rows.
+        let requests = if self.hides_rows() {
+            (0..streams.len() as u32)
+                .map(|g| {
+                    let sql = self.sql_on_group(g, &plan.sql)?;
+                    self.group_request(batch, plan, &sql, &types)
+                })
+                .collect::<Result<Vec<_>, _>>()?
+        } else {
+            vec![self.group_request(batch, plan, &plan.sql, &types)?]
+        };
+        for (i, s) in streams.iter_mut().enumerate() {
+            let request = &requests[i.min(requests.len() - 1)];
             // Our statements replace the server's unnamed statement (a simple query drops it):
             // it no longer holds any client's. A stream is read only once sent to; one whose
             // sending failed is left unread and so not clean (its connection is closed).

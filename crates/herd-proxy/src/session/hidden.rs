@@ -9,6 +9,12 @@ use super::Session;
 use crate::ProxyError;
 
 impl Session {
+    /// Whether some group hides rows from statements across groups (a move is under way):
+    /// only then does each group get its own statement.
+    pub(super) fn hides_rows(&self) -> bool {
+        self.map.as_ref().is_some_and(|m| m.hides_rows())
+    }
+
     /// `sql` as group `g` runs it when it reads or writes every group: without the rows the
     /// group hides while a shard moves (the map that planned it says which).
     pub(super) fn sql_on_group<'a>(

@@ -206,13 +206,8 @@ impl Session {
         let sql = self.batch_sql(batch);
         let mut types = self.bound_types(&statement).unwrap_or_default();
         let groups = match write {
-            Write::Reference(_) => {
-                return Ok(vec![
-                    Some(request(batch, &sql, &types, &rest)?);
-                    leases.len()
-                ])
-            }
-            Write::Same(_) => {
+            // Each group its own statement only while a move makes some group hide rows.
+            Write::Same(_) if self.hides_rows() => {
                 let text = String::from_utf8_lossy(&sql);
                 return (0..leases.len() as u32)
                     .map(|g| {
@@ -220,6 +215,12 @@ impl Session {
                         request(batch, on_group.as_bytes(), &types, &rest).map(Some)
                     })
                     .collect();
+            }
+            Write::Same(_) | Write::Reference(_) => {
+                return Ok(vec![
+                    Some(request(batch, &sql, &types, &rest)?);
+                    leases.len()
+                ])
             }
             Write::Split(groups) => groups,
         };
