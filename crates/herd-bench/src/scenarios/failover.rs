@@ -275,7 +275,8 @@ pub(crate) fn sql(url: &str, statement: &str) -> Result<(), BenchError> {
     .map_err(|e| sql_error(statement, e))
 }
 
-fn sql_error(what: &str, e: tokio_postgres::Error) -> BenchError {
+/// A failed SQL statement of a scenario's own client, as a bench error.
+pub(crate) fn sql_error(what: &str, e: tokio_postgres::Error) -> BenchError {
     BenchError::Failed {
         what: what.into(),
         status: "SQL error".into(),

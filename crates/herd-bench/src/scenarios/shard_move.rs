@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::cluster::ScratchCluster;
 use crate::report::{Machine, Results, Settings};
-use crate::scenarios::failover::block_on;
+use crate::scenarios::failover::{block_on, sql_error};
 use crate::{BenchError, BenchOptions};
 
 /// The moved shard (on group 0 at the start: shard s starts on group s % 2).
@@ -309,7 +309,7 @@ async fn write_loop(
     };
     let mut client = connect()
         .await
-        .map_err(|e| sql_error("connecting a writer", &e))?;
+        .map_err(|e| sql_error("connecting a writer", e))?;
     let mut mine = Vec::new();
     let mut i = 0;
     while !stop.load(Ordering::Relaxed) {
@@ -339,10 +339,6 @@ async fn write_loop(
         l.extend(mine);
     }
     Ok(())
-}
-
-fn sql_error(what: &str, e: &tokio_postgres::Error) -> BenchError {
-    BenchError::Missing(format!("{what}: {e}"))
 }
 
 /// "its statements waited N ms" in `herd shards move`'s answer.
