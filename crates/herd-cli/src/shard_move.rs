@@ -474,15 +474,7 @@ async fn herd_function(endpoint: &Client, function: &str, args: &[&str]) -> anyh
 
 /// The newest shard map, read from group 0's primary.
 async fn read_map(client: &Client) -> anyhow::Result<ShardMap> {
-    let row = client
-        .query_opt(
-            "select map::text from herd.shard_map order by version desc limit 1",
-            &[],
-        )
-        .await
-        .ok()
-        .flatten()
-        .context("nothing is distributed in this database (no shard map)")?;
-    serde_json::from_str(&row.get::<_, String>(0))
-        .context("the stored shard map (herd.shard_map) is damaged")
+    crate::shards::stored_map(client)
+        .await?
+        .context("nothing is distributed in this database (no shard map)")
 }

@@ -25,19 +25,9 @@ pub async fn verify(layout: &Layout, database: &str) -> anyhow::Result<()> {
         })?;
         clients.push(client);
     }
-    let map: ShardMap = match clients[0]
-        .query_opt(
-            "select map::text from herd.shard_map order by version desc limit 1",
-            &[],
-        )
-        .await
-    {
-        Ok(Some(row)) => serde_json::from_str(&row.get::<_, String>(0))
-            .context("the stored shard map (herd.shard_map) is damaged")?,
-        _ => {
-            crate::output::emitln!("{database}: no distributed table");
-            return Ok(());
-        }
+    let Some(map) = stored_map(&clients[0]).await? else {
+        crate::output::emitln!("{database}: no distributed table");
+        return Ok(());
     };
     let mut misplaced_total = 0i64;
     for (table, column, key_type) in map.distributed() {
@@ -85,6 +75,28 @@ pub async fn verify(layout: &Layout, database: &str) -> anyhow::Result<()> {
         bail!("{misplaced_total} rows are not on the group their key's shard is placed on");
     }
     Ok(())
+}
+
+/// The newest shard map stored in the database of `client` (a group's primary); `None` when
+/// nothing was ever distributed there.
+pub(crate) async fn stored_map(
+    client: &tokio_postgres::Client,
+) -> anyhow::Result<Option<ShardMap>> {
+    let Ok(row) = client
+        .query_opt(
+            "select map::text from herd.shard_map order by version desc limit 1",
+            &[],
+        )
+        .await
+    else {
+        // No herd.shard_map table: nothing distributed.
+        return Ok(None);
+    };
+    row.map(|r| {
+        serde_json::from_str(&r.get::<_, String>(0))
+            .context("the stored shard map (herd.shard_map) is damaged")
+    })
+    .transpose()
 }
 
 fn quote_ident(name: &str) -> String {
