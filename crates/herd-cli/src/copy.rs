@@ -157,8 +157,8 @@ fn spec_of(args: &CreateArgs) -> anyhow::Result<CopySpec> {
     Ok(spec)
 }
 
-/// The source group's cluster, by number.
-fn source_group(layout: &Layout, group: u32) -> anyhow::Result<Cluster> {
+/// Shard group `group` as its state is now (its primary may have changed since the last look).
+pub(crate) fn source_group(layout: &Layout, group: u32) -> anyhow::Result<Cluster> {
     let groups = crate::status::open_all(layout)?;
     let count = groups.len();
     groups.into_iter().nth(group as usize).with_context(|| {
@@ -219,13 +219,20 @@ async fn roles_client(
     if herd_cluster::existing_groups(layout) <= 1 {
         return Ok(None);
     }
+    endpoint_client(group, database).await.map(Some)
+}
+
+/// A superuser connection to the cluster's endpoint, in `database`.
+pub(crate) async fn endpoint_client(
+    group: &Cluster,
+    database: &str,
+) -> anyhow::Result<tokio_postgres::Client> {
     let mut spec = group.conn_spec(&group.state.primary);
     spec.port = group.config.network.port;
     spec.dbname = database.to_string();
-    let client = herd_pg::connect(&spec)
+    herd_pg::connect(&spec)
         .await
-        .context("connecting to the cluster's endpoint (is the cluster up? `herd up`)")?;
-    Ok(Some(client))
+        .context("connecting to the cluster's endpoint (is the cluster up? `herd up`)")
 }
 
 async fn create(args: CreateArgs) -> anyhow::Result<()> {

@@ -23,7 +23,7 @@ use herd_copy::{CopySpec, Store, TableSpec};
 use herd_shard::ShardMap;
 use tokio_postgres::Client;
 
-use crate::copy::{ensure_logical, primary_client, SourceClients};
+use crate::copy::{endpoint_client, ensure_logical, primary_client, source_group, SourceClients};
 use crate::progress::TermProgress;
 
 /// Copy lag under which the switch is tried (what is left arrives while statements wait).
@@ -98,7 +98,7 @@ pub async fn run(layout: &Layout, args: MoveArgs<'_>) -> anyhow::Result<()> {
         .await?;
         copy_rows(
             layout,
-            &group(layout, from)?,
+            &source_group(layout, from)?,
             &spec,
             &store,
             &progress,
@@ -108,8 +108,15 @@ pub async fn run(layout: &Layout, args: MoveArgs<'_>) -> anyhow::Result<()> {
         pause = Some(switch(&endpoint, &spec, layout, from, &progress, shard, args.wait).await?);
     }
     progress.phase(&format!("shard {shard}: dropping the move's copy"));
-    drop_copy(layout, &group(layout, from)?, &spec, &store).await?;
-    let deleted = delete_rows(&group(layout, from)?, &map, args.database, shard, &progress).await?;
+    drop_copy(layout, &source_group(layout, from)?, &spec, &store).await?;
+    let deleted = delete_rows(
+        &source_group(layout, from)?,
+        &map,
+        args.database,
+        shard,
+        &progress,
+    )
+    .await?;
     herd_function(&endpoint, "move_finish", &[&shard.to_string()]).await?;
     progress.done(&format!("shard {shard}: moved"));
     drop(progress);
@@ -235,7 +242,7 @@ async fn switch(
     loop {
         progress.phase(&format!("shard {shard}: waiting for the copy to catch up"));
         loop {
-            let lag = copy_lag(layout, &group(layout, from)?, spec).await?;
+            let lag = copy_lag(layout, &source_group(layout, from)?, spec).await?;
             if lag.is_some_and(|l| l <= SWITCH_LAG_BYTES) {
                 break;
             }
@@ -377,8 +384,15 @@ async fn cancel(
     let store = Store::new(layout.copies());
     let spec = copy_spec(map, &groups[m.to as usize], args.database, shard, m.from)?;
     progress.phase(&format!("shard {shard}: dropping the move's copy"));
-    drop_copy(layout, &group(layout, m.from)?, &spec, &store).await?;
-    let deleted = delete_rows(&group(layout, m.to)?, map, args.database, shard, progress).await?;
+    drop_copy(layout, &source_group(layout, m.from)?, &spec, &store).await?;
+    let deleted = delete_rows(
+        &source_group(layout, m.to)?,
+        map,
+        args.database,
+        shard,
+        progress,
+    )
+    .await?;
     herd_function(endpoint, "move_cancel", &[&shard.to_string()]).await?;
     progress.done(&format!("shard {shard}: move cancelled"));
     crate::output::emitln!(
@@ -386,14 +400,6 @@ async fn cancel(
         m.to, m.from
     );
     Ok(())
-}
-
-/// Shard group `g` as its state is now (its primary may have changed since the last look).
-fn group(layout: &Layout, g: u32) -> anyhow::Result<Cluster> {
-    crate::status::open_all(layout)?
-        .into_iter()
-        .nth(g as usize)
-        .with_context(|| format!("there is no shard group {g}"))
 }
 
 /// The move's copy: every distributed table's rows of the shard, and its marker row, from
@@ -438,16 +444,6 @@ fn copy_spec(
         target: conninfo,
         publish: Some("insert, update, delete".into()),
     })
-}
-
-/// A superuser connection to the cluster's endpoint (the proxy holds the shard map).
-async fn endpoint_client(group0: &Cluster, database: &str) -> anyhow::Result<Client> {
-    let mut spec = group0.conn_spec(&group0.state.primary);
-    spec.port = group0.config.network.port;
-    spec.dbname = database.to_string();
-    herd_pg::connect(&spec)
-        .await
-        .context("connecting to the cluster's endpoint (is the cluster up? `herd up`)")
 }
 
 /// `SELECT herd.<function>(args…)` through the endpoint: its answer.
