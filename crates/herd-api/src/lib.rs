@@ -15,6 +15,7 @@
 //! | `GET /metrics` | Prometheus text: the proxy's counters |
 //! | `POST /switchover?to=node` | planned change of primary; 200 with what happened, 409 when refused |
 //! | `POST /failover?to=node&allow_data_loss=true` | immediate promotion; 200 / 409 |
+//! | `POST /groups` | add a shard group while the cluster runs (`herd group add`); 200 / 409 |
 //! | `POST /restart?group=G[&node=N]` | restart replica N, or every server of group G (the primary through a switchover); 200 / 409 |
 //! | `POST /config?key=commit-mode&value=on[&group=G]` | `herd config set` (commit-mode, sync-standbys, wal-compression); 200 / 409 |
 //!
@@ -69,6 +70,8 @@ pub enum AdminAction {
         /// The shard group, if given (else the node's group, else group 0).
         group: Option<u32>,
     },
+    /// `POST /groups`: a new shard group, started and admitted to the endpoint.
+    AddGroup,
     /// `POST /config`: what `herd config set` does.
     SetConfig {
         /// `commit-mode`, `sync-standbys` or `wal-compression`.
@@ -139,7 +142,13 @@ pub fn router(api: Api) -> Router {
         token,
         bench_results,
     } = api;
-    let (a1, a2, a3, a4) = (admin.clone(), admin.clone(), admin.clone(), admin);
+    let (a1, a2, a3, a4, a5) = (
+        admin.clone(),
+        admin.clone(),
+        admin.clone(),
+        admin.clone(),
+        admin,
+    );
     let switchover = axum::routing::post(move |Query(q): Query<AdminQuery>| {
         admin_reply(
             a1.clone(),
@@ -178,6 +187,7 @@ pub fn router(api: Api) -> Router {
             },
         )
     });
+    let add_group = axum::routing::post(move || admin_reply(a5.clone(), AdminAction::AddGroup));
     let metrics_route = get(move || {
         let text = metrics();
         async move {
@@ -203,6 +213,7 @@ pub fn router(api: Api) -> Router {
         .route("/switchover", switchover)
         .route("/failover", failover)
         .route("/restart", restart)
+        .route("/groups", add_group)
         .route("/primary", get(|s, q| health_route(s, None, q, true)))
         .route(
             "/primary/{node}",

@@ -5,15 +5,21 @@ use anyhow::{bail, Context};
 use herd_api::AdminAction;
 use herd_cluster::{read_supervisor, Command, Layout};
 use herd_core::NodeName;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
 /// Supervisor side: forwards an API request to the supervisor loop of its shard group (given, or
 /// the target node's, or group 0) and waits for the outcome.
 pub async fn dispatch(
-    groups: &[mpsc::Sender<Command>],
+    set: &std::sync::Arc<crate::groups::GroupSet>,
     layout: &Layout,
     action: AdminAction,
 ) -> Result<String, String> {
+    if let AdminAction::AddGroup = action {
+        return crate::group_add::add(set, layout)
+            .await
+            .map_err(|e| format!("{e:#}"));
+    }
+    let groups = set.commands();
     if let AdminAction::SetConfig { key, value, group } = &action {
         // As `herd config set` does from outside; each supervisor re-reads herd.toml.
         return crate::config_cmd::apply(layout, *group, key, value)
@@ -52,7 +58,7 @@ pub async fn dispatch(
             };
             (target_group(group, node.as_ref())?, command)
         }
-        AdminAction::SetConfig { .. } => return Err("handled above".into()),
+        AdminAction::SetConfig { .. } | AdminAction::AddGroup => return Err("handled above".into()),
     };
     let tx = groups.get(group as usize).ok_or_else(|| {
         format!(

@@ -39,6 +39,11 @@ enum Command {
         #[command(subcommand)]
         command: ShardsCommand,
     },
+    /// Shard groups of a running cluster: `herd group add` adds one online.
+    Group {
+        #[command(subcommand)]
+        command: GroupCommand,
+    },
     /// Logical copies of tables (subsets of rows and columns) to another PostgreSQL or Herd
     /// cluster, kept streaming across failovers.
     Copy {
@@ -102,6 +107,15 @@ enum ShardsCommand {
         #[arg(long, value_name = "SECONDS", default_value_t = 3600)]
         wait_timeout: u64,
     },
+}
+
+#[derive(Debug, Subcommand)]
+enum GroupCommand {
+    /// Add a shard group while the cluster serves: its servers are created (initdb, base
+    /// backups), it receives the roles, databases, distributed tables' definitions, reference
+    /// tables' rows and the shard map, then the endpoint uses it. It holds no shard until
+    /// `herd shards rebalance`.
+    Add(DataDirArg),
 }
 
 /// `--data-dir`, shared by every command.
@@ -328,6 +342,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             let wait = std::time::Duration::from_secs(wait_timeout);
             crate::shard_move::rebalance(&dir.layout()?, &database, dry_run, wait).await
         }
+        Command::Group {
+            command: GroupCommand::Add(dir),
+        } => crate::group_add::run(&dir.layout()?).await,
         Command::Copy { command } => crate::copy::run(command).await,
         Command::Agent(args) => crate::hosts::agent(args).await,
         Command::AgentWatchdog(args) => crate::hosts::watchdog(args),

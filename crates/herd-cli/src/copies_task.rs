@@ -19,10 +19,8 @@ pub type SharedCopies = Arc<Mutex<Vec<CopyStatus>>>;
 pub struct CopiesLinks {
     /// The cluster's data directory.
     pub layout: Layout,
-    /// Every group (ports, data directories, credentials).
-    pub groups: Vec<Cluster>,
-    /// Operator commands to each group's supervisor.
-    pub commands: Vec<mpsc::Sender<Command>>,
+    /// Every group (ports, data directories, credentials, its supervisor's commands).
+    pub groups: Arc<crate::groups::GroupSet>,
     /// The combined status (roles and positions of every node).
     pub status: watch::Receiver<ClusterStatus>,
     /// Where the copies' status goes.
@@ -38,7 +36,7 @@ pub fn spawn(
     mut shutdown: watch::Receiver<bool>,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
-        let mut syncs: Vec<SlotSync> = links.groups.iter().map(|_| SlotSync::default()).collect();
+        let mut syncs: Vec<SlotSync> = Vec::new();
         let mut round: u64 = 0;
         loop {
             tokio::select! {
@@ -49,16 +47,19 @@ pub fn spawn(
                 return;
             }
             let status = links.status.borrow().clone();
-            for (g, cluster) in links.groups.iter().enumerate() {
+            // Groups added while the cluster runs join the rounds.
+            let running = links.groups.running();
+            syncs.resize_with(running.len(), SlotSync::default);
+            for (g, group) in running.iter().enumerate() {
                 let Some(group_status) = status.all_groups().get(g).map(|s| (*s).clone()) else {
                     continue;
                 };
                 sync_group(
                     &mut syncs[g],
                     &pg,
-                    cluster,
+                    &group.cluster,
                     &group_status,
-                    &links.commands[g],
+                    &group.commands,
                 )
                 .await;
             }

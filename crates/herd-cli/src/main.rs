@@ -10,6 +10,7 @@ mod copies_task;
 mod copy;
 mod detach;
 mod down;
+mod group_add;
 mod groups;
 mod hosts;
 mod hosts_admin;

@@ -153,6 +153,7 @@ async fn supervise_foreground(layout: Layout, config: Config) -> anyhow::Result<
     let (status_tx, status_rx) = watch::channel(first.clone());
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let links = GroupLinks::new(&groups, &first, status_tx);
+    let set = links.set.clone();
     let login = herd_proxy::monitor::AdminLogin {
         user: herd_cluster::SUPERUSER.into(),
         password: cluster.secrets.superuser.clone(),
@@ -166,7 +167,7 @@ async fn supervise_foreground(layout: Layout, config: Config) -> anyhow::Result<
         shutdown_rx.clone(),
     );
     let proxy_ctx = proxy.ctx.clone();
-    let copies = links.copies.clone();
+    let copies = set.copies.clone();
     let metrics: herd_api::MetricsSource = std::sync::Arc::new(move || {
         let mut text = proxy_ctx.render_metrics();
         if let Ok(c) = copies.lock() {
@@ -174,11 +175,11 @@ async fn supervise_foreground(layout: Layout, config: Config) -> anyhow::Result<
         }
         text
     });
-    let commands = links.commands.clone();
+    let admin_set = set.clone();
     let admin_layout = layout.clone();
     let admin: herd_api::AdminSource = std::sync::Arc::new(move |action| {
-        let (commands, layout) = (commands.clone(), admin_layout.clone());
-        Box::pin(async move { crate::admin::dispatch(&commands, &layout, action).await })
+        let (set, layout) = (admin_set.clone(), admin_layout.clone());
+        Box::pin(async move { crate::admin::dispatch(&set, &layout, action).await })
     });
     let token = api_token(&layout, config.network.listen_address)?;
     let dashboard = herd_api::Dashboard::default();
@@ -204,20 +205,18 @@ async fn supervise_foreground(layout: Layout, config: Config) -> anyhow::Result<
     }));
     let copies_links = crate::copies_task::CopiesLinks {
         layout: layout.clone(),
-        groups: groups.clone(),
-        commands: links.commands.clone(),
+        groups: set.clone(),
         status: status_rx.clone(),
-        copies: links.copies.clone(),
-        publish: links.publisher(),
+        copies: set.copies.clone(),
+        publish: set.publisher(),
     };
     let copies_task = crate::copies_task::spawn(copies_links, pg.clone(), shutdown_rx.clone());
-    let supervisors = links.spawn(
-        &groups,
+    links.spawn(crate::groups::Runtime::new(
         &pg,
         &proxy.ctx,
         &dashboard.event_sink(),
         &shutdown_rx,
-    );
+    ));
     init_logging();
     tracing::info!(
         "supervising {} nodes in {} shard group(s); Ctrl-C or `herd down` stops the cluster",
@@ -227,14 +226,13 @@ async fn supervise_foreground(layout: Layout, config: Config) -> anyhow::Result<
     wait_for_signal().await?;
     tracing::info!("shutting down");
     let _ = shutdown_tx.send(true);
-    for s in supervisors {
-        let _ = s.await;
-    }
+    set.join().await;
     let _ = copies_task.await;
     let _ = sampler.await;
     let _ = api.await;
     let progress = TermProgress::new();
-    herd_cluster::stop_groups(&groups, &pg, &progress).await?;
+    // Groups added while the cluster ran included.
+    herd_cluster::stop_groups(&set.clusters(), &pg, &progress).await?;
     drop(lock);
     eprintln!("Cluster stopped; `herd up` resumes it with its data.");
     Ok(())

@@ -7,7 +7,7 @@ mod schema;
 pub use render::render;
 pub use schema::{
     Changed, ClusterConfig, Config, DashboardConfig, GroupConfig, NetworkConfig, PostgresConfig,
-    ProxyConfig, SupervisorConfig,
+    ProxyConfig, SupervisorConfig, MAX_SHARDS,
 };
 
 /// Why a configuration was rejected.

@@ -59,8 +59,12 @@ type ServerParams = Vec<(String, String)>;
 pub struct ProxyContext {
     /// Settings.
     pub config: ProxyConfig,
-    /// Each shard group's topology (index = group; never empty).
-    views: Vec<watch::Receiver<Arc<TopologyView>>>,
+    /// Each shard group's topology (index = group; never empty). Grows when a group is
+    /// added while the proxy runs; only the first `visible` are served.
+    views: RwLock<Vec<watch::Receiver<Arc<TopologyView>>>>,
+    /// How many groups sessions use: a group added while the proxy runs counts once it holds
+    /// everything the others share (`shards::add_group`).
+    visible: std::sync::atomic::AtomicU32,
     /// Server connection pools.
     pub pools: Pools,
     /// Roles, verifiers and keys.
@@ -96,26 +100,69 @@ impl ProxyContext {
 
     /// How many shard groups the proxy serves.
     pub fn groups(&self) -> u32 {
-        self.views.len() as u32
+        self.visible.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Group `group`'s topology receiver (group 0's for an unknown group), counting groups
+    /// still being added.
+    fn view_rx(&self, group: u32) -> watch::Receiver<Arc<TopologyView>> {
+        let views = self.views.read().unwrap_or_else(|e| e.into_inner());
+        views
+            .get(group as usize)
+            .or_else(|| views.first())
+            .cloned()
+            .unwrap_or_else(|| watch::channel(Arc::new(TopologyView::default())).1)
+    }
+
+    /// Group `group`'s topology now (group 0's for an unknown group).
+    fn latest_view(&self, group: u32) -> Arc<TopologyView> {
+        let views = self.views.read().unwrap_or_else(|e| e.into_inner());
+        views
+            .get(group as usize)
+            .or_else(|| views.first())
+            .map(|rx| rx.borrow().clone())
+            .unwrap_or_default()
+    }
+
+    /// Starts following a shard group added while the proxy runs (its roles in `assignment`);
+    /// its number. Sessions do not use it until [`ProxyContext::admit_group`] made it hold what
+    /// every group shares.
+    pub fn add_group(
+        &self,
+        assignment: watch::Receiver<Assignment>,
+        shutdown: watch::Receiver<bool>,
+    ) -> u32 {
+        let (views_tx, views_rx) = watch::channel(Arc::new(TopologyView::default()));
+        tokio::spawn(monitor::run(
+            assignment,
+            self.admin.clone(),
+            Duration::from_millis(self.config.poll_interval_ms),
+            lag_limits(&self.config),
+            views_tx,
+            shutdown,
+        ));
+        let mut views = self.views.write().unwrap_or_else(|e| e.into_inner());
+        views.push(views_rx);
+        views.len() as u32 - 1
+    }
+
+    /// How many groups the proxy follows, counting those still being added.
+    pub fn known_groups(&self) -> u32 {
+        self.views.read().map_or(1, |v| v.len() as u32)
     }
 
     /// The latest topology of shard group `group` (group 0 for an unknown one), minus replicas
     /// that just failed a read.
     /// Group `group`'s topology as it changes (marked seen: `changed()` waits for the next).
     pub fn watch_view(&self, group: u32) -> watch::Receiver<Arc<TopologyView>> {
-        let mut rx = self
-            .views
-            .get(group as usize)
-            .unwrap_or(&self.views[0])
-            .clone();
+        let mut rx = self.view_rx(group);
         rx.mark_unchanged();
         rx
     }
 
     /// Group `group`'s topology now, without the nodes to avoid for a while.
     pub fn view_of(&self, group: u32) -> Arc<TopologyView> {
-        let views = self.views.get(group as usize).unwrap_or(&self.views[0]);
-        let view = views.borrow().clone();
+        let view = self.latest_view(group);
         let avoided = match self.avoided.lock() {
             Ok(mut a) => {
                 a.retain(|_, until| *until > Instant::now());
@@ -164,11 +211,7 @@ impl ProxyContext {
 
     /// Shard group `group`'s primary, waiting a little for one to appear (restart, failover).
     pub async fn current_primary_of(&self, group: u32) -> Result<Endpoint, ProxyError> {
-        let mut views = self
-            .views
-            .get(group as usize)
-            .unwrap_or(&self.views[0])
-            .clone();
+        let mut views = self.view_rx(group);
         let wait = async {
             loop {
                 if let Some(p) = views.borrow_and_update().primary.clone() {
@@ -183,7 +226,7 @@ impl ProxyContext {
             Ok(Some(p)) => Ok(p),
             _ => Err(ProxyError::Unavailable(format!(
                 "no primary is available{} (waited {} s); retry shortly",
-                if self.views.len() > 1 {
+                if self.known_groups() > 1 {
                     format!(" in shard group {group}")
                 } else {
                     String::new()
@@ -412,11 +455,7 @@ impl Proxy {
         tls: Option<tls::ServerTls>,
         shutdown: watch::Receiver<bool>,
     ) -> Proxy {
-        let limits = LagLimits {
-            max_bytes: config.max_replica_lag_bytes,
-            max_staleness: Duration::from_millis(config.max_replica_lag_ms),
-            readmit_fraction: config.readmit_fraction,
-        };
+        let limits = lag_limits(&config);
         let interval = Duration::from_millis(config.poll_interval_ms);
         let mut views = Vec::new();
         for assignment in assignments {
@@ -439,7 +478,8 @@ impl Proxy {
         let ctx = Arc::new(ProxyContext {
             pools: Pools::new(config.pool_size as usize),
             config,
-            views,
+            views: RwLock::new(views),
+            visible: std::sync::atomic::AtomicU32::new(groups),
             users: Users::new(login.clone()),
             catalog: RwLock::new(Arc::new(ProcCatalog::default())),
             classifier: ClassifierCache::new(CLASSIFIER_CAPACITY),
@@ -453,12 +493,21 @@ impl Proxy {
             closed: Mutex::new(HashMap::new()),
             admin: login.clone(),
             tls,
-            shard_maps: shards::ShardMaps::new(groups),
+            shard_maps: shards::ShardMaps::default(),
         });
         tokio::spawn(load_catalog(ctx.clone(), login, shutdown.clone()));
         tokio::spawn(shards::resolve_in_doubt(ctx.clone(), shutdown.clone()));
         tokio::spawn(accept(listener, ctx.clone(), shutdown));
         Proxy { ctx }
+    }
+}
+
+/// When a replica leaves and rejoins the read pool.
+fn lag_limits(config: &ProxyConfig) -> LagLimits {
+    LagLimits {
+        max_bytes: config.max_replica_lag_bytes,
+        max_staleness: Duration::from_millis(config.max_replica_lag_ms),
+        readmit_fraction: config.readmit_fraction,
     }
 }
 

@@ -48,7 +48,9 @@ pub fn help(name: &str) -> &'static str {
         "herd_shard_ddl_total" => "DDL statements applied to every shard group.",
         "herd_shard_copy_rows_total" => "Rows of COPY FROM routed to shard groups.",
         "herd_shard_copy_out_total" => "COPY TO statements merged across shard groups.",
-        "herd_shard_move_waits_total" => "Statements that waited for a shard switching groups.",
+        "herd_shard_move_waits_total" => {
+            "Statements that waited for a shard switching groups or for a shard group being added."
+        }
         "herd_shard_moves_switched_total" => {
             "Shard moves that switched the shard to its new group."
         }

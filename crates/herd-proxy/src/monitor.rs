@@ -33,6 +33,11 @@ pub async fn admin_connect(ep: &Endpoint, login: &AdminLogin, timeout: Duration)
     admin_connect_db(ep, login, "postgres", timeout).await
 }
 
+/// The `application_name` of the proxy's own connections (monitoring, shard map changes):
+/// a group addition's event trigger lets their DDL (`CREATE TABLE IF NOT EXISTS` of Herd's
+/// schema) through.
+pub const ADMIN_APPLICATION: &str = "herd-proxy-monitor";
+
 /// Like [`admin_connect`], to `database`.
 pub async fn admin_connect_db(
     ep: &Endpoint,
@@ -47,7 +52,7 @@ pub async fn admin_connect_db(
         .user(&login.user)
         .password(&login.password)
         .dbname(database)
-        .application_name("herd-proxy-monitor")
+        .application_name(ADMIN_APPLICATION)
         .connect_timeout(timeout);
     let (client, conn) = tokio::time::timeout(timeout, config.connect(NoTls))
         .await

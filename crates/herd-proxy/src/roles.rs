@@ -171,7 +171,17 @@ impl ProxyContext {
         database: &str,
         dropped: &[String],
     ) -> Result<usize, ProxyError> {
-        if self.groups() < 2 {
+        self.sync_roles_upto(database, dropped, self.groups()).await
+    }
+
+    /// [`ProxyContext::sync_roles`] to groups 1 to `groups` − 1 (a group being added counts).
+    pub(crate) async fn sync_roles_upto(
+        &self,
+        database: &str,
+        dropped: &[String],
+        groups: u32,
+    ) -> Result<usize, ProxyError> {
+        if groups < 2 {
             return Ok(0);
         }
         let source = self
@@ -180,7 +190,7 @@ impl ProxyContext {
         let want = roles(&source).await?;
         let want_members = memberships(&source).await?;
         let mut ran = 0;
-        for g in 1..self.groups() {
+        for g in 1..groups {
             let target = self
                 .group_client(g, database, "to copy roles to it")
                 .await?;

@@ -15,12 +15,14 @@ use std::time::Duration;
 use herd_shard::{KeyType, ShardMap, TableKind, DEFAULT_SHARD_COUNT};
 use tokio_postgres::Client;
 
+mod add_group;
 mod definitions;
 mod in_doubt;
 mod lookups;
 mod moves;
 mod new_group;
 
+pub use add_group::Admitted;
 use definitions::{sequence_strides, table_ddl};
 use in_doubt::recover_ddl;
 pub use in_doubt::{resolve_in_doubt, IN_DOUBT_AFTER_S, TXN_DECISIONS_DDL};
@@ -70,7 +72,11 @@ pub struct ShardMaps {
     changed: tokio::sync::watch::Sender<u64>,
     /// Per group, a WAL position its replicas must have replayed before they serve a
     /// read-your-writes read: where a moved shard's rows were complete on its new group.
-    floors: Vec<std::sync::atomic::AtomicU64>,
+    /// (Sized for the most groups a cluster can have, so a group added later has one.)
+    floors: [std::sync::atomic::AtomicU64; herd_config::MAX_SHARDS as usize],
+    /// A group is being added: statements every group must run (reference-table writes,
+    /// DDL) wait until it is done, so the new group misses none of them.
+    adding_group: std::sync::atomic::AtomicBool,
     /// One change at a time.
     changing: tokio::sync::Mutex<()>,
     /// One preparation of new groups at a time.
@@ -83,15 +89,13 @@ pub struct ShardMaps {
     tables_bytewise: Mutex<HashMap<(String, String), bool>>,
 }
 
-impl ShardMaps {
-    /// Empty, for a cluster of `groups` shard groups.
-    pub fn new(groups: u32) -> ShardMaps {
+impl Default for ShardMaps {
+    fn default() -> ShardMaps {
         ShardMaps {
             maps: Mutex::default(),
             changed: tokio::sync::watch::channel(0).0,
-            floors: (0..groups.max(1))
-                .map(|_| std::sync::atomic::AtomicU64::new(0))
-                .collect(),
+            floors: Default::default(),
+            adding_group: Default::default(),
             changing: tokio::sync::Mutex::default(),
             preparing: tokio::sync::Mutex::default(),
             bytewise: Mutex::default(),
@@ -139,6 +143,11 @@ impl ProxyContext {
             }
             let clients = self.group_clients(database).await?;
             recover(self, &clients).await?;
+            if !self.adding_group() && add_group::guards_left(&clients[0]).await {
+                // A group addition stopped in the middle (its supervisor with it): its
+                // triggers would refuse every reference-table write from now on.
+                add_group::drop_guards(&clients[0]).await?;
+            }
             let map = read_map(&clients[0]).await?;
             if let Some(m) = &map {
                 // Groups added since the tables were distributed get them first.

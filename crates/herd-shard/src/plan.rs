@@ -80,6 +80,18 @@ pub enum Plan {
     Refuse(String),
 }
 
+impl Plan {
+    /// Whether every shard group must run the statement, so a group being added must not miss
+    /// it: reference-table writes and DDL. (Distributed tables' rows are on the groups their
+    /// shards name, and a new group holds no shard yet.)
+    pub fn reaches_every_group(&self) -> bool {
+        matches!(
+            self,
+            Plan::WriteReference { .. } | Plan::Everywhere(_) | Plan::EachGroup { .. }
+        )
+    }
+}
+
 /// How to split a COPY into a distributed table.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CopyIn {

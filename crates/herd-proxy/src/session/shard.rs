@@ -107,7 +107,7 @@ impl Session {
                 return Err(ProxyError::Server {
                     code: "57014".into(),
                     message: format!(
-                        "a shard this statement touches has been switching groups for over {} s",
+                        "a shard this statement touches has been switching groups (or a shard group being added) for over {} s",
                         MOVE_WAIT_LIMIT.as_secs()
                     ),
                 });
@@ -163,7 +163,10 @@ impl Session {
                 }
                 _ => continue,
             };
-            if map.waits(&plan) {
+            // Outside a transaction, statements every group runs wait for a group being
+            // added (those of open transactions meet group 0's triggers instead).
+            let held = self.ctx.adding_group() && !self.in_transaction();
+            if map.waits(&plan) || (held && plan.reaches_every_group()) {
                 return Ok(None);
             }
             match plan {

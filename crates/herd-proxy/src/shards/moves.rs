@@ -362,7 +362,11 @@ async fn drop_guards(source: &Client, map: &ShardMap, shard: u32) -> Result<(), 
 /// Runs `sql` (DDL on tables others use) in one transaction whose lock waits are short, again
 /// and again until it gets its locks: a long wait would make everyone else's statements on the
 /// table queue behind it. The caller bounds the whole.
-async fn with_short_locks(client: &Client, sql: &str, what: &str) -> Result<(), ProxyError> {
+pub(super) async fn with_short_locks(
+    client: &Client,
+    sql: &str,
+    what: &str,
+) -> Result<(), ProxyError> {
     let sql = format!("BEGIN; SET LOCAL lock_timeout = '{GUARD_LOCK_TIMEOUT_MS}ms'; {sql} COMMIT;");
     loop {
         match client.batch_execute(&sql).await {

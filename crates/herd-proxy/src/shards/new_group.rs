@@ -86,39 +86,71 @@ pub(super) async fn prepare(clients: &[Client], map: &ShardMap) -> Result<Vec<us
 
 /// Every distributed table's sequences on every group: increment × groups, restarted at the
 /// group's next value past the highest handed out anywhere (they counted in steps of `before`
-/// groups until now).
+/// groups until now). Writers may be taking values meanwhile (a group added while the cluster
+/// runs): every group's sequence is locked first (`ALTER SEQUENCE` waits for the transactions
+/// that took a value and holds back `nextval` until its commit), so the highest value read is
+/// the highest there will be under the old spacing.
 async fn restride(clients: &[Client], map: &ShardMap, before: usize) -> Result<(), ProxyError> {
-    let n = clients.len() as i64;
     for (table, ..) in map.distributed() {
-        let seqs = owned_sequences(&clients[0], table).await?;
-        for (seq, increment, start) in seqs {
+        for (seq, increment, start) in owned_sequences(&clients[0], table).await? {
             let step = increment / (before.max(1) as i64);
             if step == 0 {
                 continue;
             }
-            let mut highest = start;
+            let respaced = respace(clients, &seq, increment, start, step).await;
             for c in clients {
-                let row = c
-                    .query_one(&format!("SELECT last_value FROM {seq}"), &[])
-                    .await
-                    .map_err(|e| failed("reading a sequence", e))?;
-                highest = highest.max(row.get(0));
+                // Committed where all went well, rolled back everywhere otherwise.
+                let end = if respaced.is_ok() {
+                    "COMMIT"
+                } else {
+                    "ROLLBACK"
+                };
+                let _ = c.batch_execute(end).await;
             }
-            let past = next_index(start, step, highest);
-            for (g, c) in clients.iter().enumerate() {
-                let index = past + (g as i64 - past).rem_euclid(n);
-                c.batch_execute(&format!(
-                    "ALTER SEQUENCE {seq} INCREMENT BY {} RESTART WITH {}",
-                    step * n,
-                    start + index * step
-                ))
-                .await
-                .map_err(|e| failed("spacing a sequence over the new number of groups", e))?;
-            }
+            respaced.map_err(|e| failed("spacing a sequence over the new number of groups", e))?;
         }
     }
     Ok(())
 }
+
+/// Locks `seq` on every group (each in a transaction the caller ends), reads the highest value
+/// handed out and restarts each group's at its own residue past it.
+async fn respace(
+    clients: &[Client],
+    seq: &str,
+    increment: i64,
+    start: i64,
+    step: i64,
+) -> Result<(), tokio_postgres::Error> {
+    let n = clients.len() as i64;
+    let mut highest = start;
+    for c in clients {
+        // `session_replication_role = replica`: a group being added keeps DDL of clients away
+        // with an event trigger; Herd's own statements pass it.
+        c.batch_execute(&format!(
+            "BEGIN; SET LOCAL session_replication_role = replica;              SET LOCAL lock_timeout = '{RESPACE_LOCK_TIMEOUT_S}s';              ALTER SEQUENCE {seq} INCREMENT BY {increment}"
+        ))
+        .await?;
+        let row = c
+            .query_one(&format!("SELECT last_value FROM {seq}"), &[])
+            .await?;
+        highest = highest.max(row.get(0));
+    }
+    let past = next_index(start, step, highest);
+    for (g, c) in clients.iter().enumerate() {
+        let index = past + (g as i64 - past).rem_euclid(n);
+        c.batch_execute(&format!(
+            "ALTER SEQUENCE {seq} INCREMENT BY {} RESTART WITH {}",
+            step * n,
+            start + index * step
+        ))
+        .await?;
+    }
+    Ok(())
+}
+
+/// How long re-spacing a sequence waits for the transactions holding it.
+const RESPACE_LOCK_TIMEOUT_S: u64 = 10;
 
 /// The first index i (value `start + i × step`) beyond `highest`.
 fn next_index(start: i64, step: i64, highest: i64) -> i64 {

@@ -571,3 +571,20 @@ fn strings_of_several_statements_keep_to_one_group() {
         Plan::Anywhere
     );
 }
+
+#[test]
+fn a_group_being_added_holds_what_every_group_runs() {
+    let held = |sql: &str| run(sql, &[]).reaches_every_group();
+    // Reference writes and DDL on mapped tables: the new group must not miss them.
+    assert!(held("insert into countries (id, name) values (1, 'x')"));
+    assert!(held("update countries set name = 'y' where id = 1"));
+    assert!(held("alter table orders add column note text"));
+    assert!(held("create index concurrently o_idx on orders (total)"));
+    // Rows of distributed tables live where their shards are (none on a new group yet).
+    assert!(!held(
+        "insert into orders (customer_id, total) values (1, 2)"
+    ));
+    assert!(!held("update orders set total = 0"));
+    assert!(!held("select * from orders"));
+    assert!(!held("select * from countries"));
+}
