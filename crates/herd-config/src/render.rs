@@ -28,7 +28,7 @@ pub fn render(config: &Config) -> String {
     let entries: Vec<(&str, &str, &str, String, String)> = vec![
         ("cluster", "replicas", "Hot-standby replicas beside the primary.",
             c.cluster.replicas.to_string(), d.cluster.replicas.to_string()),
-        ("cluster", "shards", "Shard groups, each a primary with its own replicas and failover (fixed at creation).",
+        ("cluster", "shards", "Shard groups, each a primary with its own replicas and failover (`herd group add` adds one).",
             c.cluster.shards.to_string(), d.cluster.shards.to_string()),
         ("cluster", "commit_mode", "When a commit is acknowledged: async | remote_write | on | remote_apply.",
             q(c.cluster.commit_mode.as_str()), q(d.cluster.commit_mode.as_str())),
