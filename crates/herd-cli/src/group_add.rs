@@ -24,9 +24,27 @@ pub async fn run(layout: &Layout) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Supervisor side: creates, starts and admits the next group; the answer for the operator.
+/// Supervisor side: creates, starts and admits the next group; the answer for the operator
+/// (also on the dashboard's timeline).
 pub async fn add(set: &Arc<GroupSet>, layout: &Layout) -> anyhow::Result<String> {
     let _one_at_a_time = set.adding.lock().await;
+    let outcome = add_next(set, layout).await;
+    let group = set.running().len().saturating_sub(1) as u32;
+    let text = match &outcome {
+        Ok(text) => text.lines().next().unwrap_or_default().to_string(),
+        Err(e) => format!("adding a shard group failed: {e:#}"),
+    };
+    set.event(herd_core::ClusterEvent::now(
+        group,
+        herd_core::EventKind::GroupAdded,
+        None,
+        text,
+        outcome.is_ok(),
+    ));
+    outcome
+}
+
+async fn add_next(set: &Arc<GroupSet>, layout: &Layout) -> anyhow::Result<String> {
     let runtime = set
         .runtime()
         .context("the supervisor is still starting; retry in a moment")?;

@@ -150,6 +150,13 @@ impl GroupSet {
         self.runtime.get()
     }
 
+    /// Puts an event on the dashboard's timeline.
+    pub fn event(&self, event: herd_core::ClusterEvent) {
+        if let Some(r) = self.runtime.get() {
+            (r.events)(event);
+        }
+    }
+
     /// Republishes the combined status with the copies' latest status.
     pub fn publisher(self: &Arc<Self>) -> Arc<dyn Fn() + Send + Sync> {
         let set = self.clone();

@@ -317,6 +317,22 @@ async fn a_group_is_added_online_under_load() {
     assert!(toml.contains("shards = 3"), "{toml}");
     let status = c.herd_ok(&["status"]);
     assert!(status.contains("shard group 2"), "{status}");
+    let (code, snapshot) = common::api_get(c.port + 100, "/dashboard/snapshot");
+    assert_eq!(code, 200);
+    assert_eq!(
+        snapshot["status"]["groups"].as_array().map(Vec::len),
+        Some(2)
+    );
+    let added = snapshot["events"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|e| e["kind"] == "group_added" && e["group"] == 2 && e["ok"] == true);
+    assert!(
+        added,
+        "no group_added event on the timeline: {}",
+        snapshot["events"]
+    );
 
     // DDL reaches the new group; the rebalance gives it a third of the shards; ids unique.
     admin

@@ -1,5 +1,5 @@
 //! Cluster events worth a line on a timeline: failovers, switchovers, restarts, rejoins and
-//! replicas leaving or joining the read pool, each with the sentence Herd logs for it.
+//! replicas leaving or joining the read pool, shard groups added, each with the sentence Herd logs for it.
 
 use serde::{Deserialize, Serialize};
 
@@ -21,6 +21,8 @@ pub enum EventKind {
     LeftReadPool,
     /// A replica came back into the read pool.
     JoinedReadPool,
+    /// A shard group was added while the cluster ran (`herd group add`), or its admission failed.
+    GroupAdded,
 }
 
 /// One event, stamped when it happened.
