@@ -1,7 +1,8 @@
 //! Inside `herd up`: every second, each shard group's copy slots are kept in line on its
 //! replicas (herd-copy's slot sync; the group's supervisor restarts a replica to load a copied
 //! slot), and every two seconds each copy's status is read for `/status`, `/metrics` and
-//! `herd status`.
+//! `herd status` (and a table whose initial copy lost its slot in a failover is copied again:
+//! `copy_repair`).
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -37,6 +38,7 @@ pub fn spawn(
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let mut syncs: Vec<SlotSync> = Vec::new();
+        let mut suspects = crate::copy_repair::Suspects::new();
         let mut round: u64 = 0;
         loop {
             tokio::select! {
@@ -72,6 +74,7 @@ pub fn spawn(
                         continue;
                     }
                 };
+                crate::copy_repair::repair(&links.layout, &statuses, &mut suspects).await;
                 let changed = match links.copies.lock() {
                     Ok(mut current) => {
                         let changed = *current != statuses;

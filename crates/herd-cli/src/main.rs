@@ -8,6 +8,7 @@ mod commit_waits;
 mod config_cmd;
 mod copies_task;
 mod copy;
+mod copy_repair;
 mod detach;
 mod down;
 mod group_add;

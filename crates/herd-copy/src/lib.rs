@@ -7,6 +7,7 @@
 
 mod error;
 pub mod manage;
+pub mod resync;
 pub mod schema;
 pub mod slots;
 mod spec;

@@ -128,7 +128,7 @@ impl TableSpec {
     }
 
     /// `"schema"."table" (cols) WHERE (filter)`.
-    fn publication_item(&self) -> String {
+    pub(crate) fn publication_item(&self) -> String {
         let mut item = quote_qualified(&self.table);
         if let Some(cols) = &self.columns {
             let cols: Vec<String> = cols.iter().map(|c| quote_ident(c)).collect();
