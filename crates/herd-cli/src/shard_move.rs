@@ -443,6 +443,7 @@ fn copy_spec(
         schemas: Vec::new(),
         target: conninfo,
         publish: Some("insert, update, delete".into()),
+        synchronous_commit: Some("on".into()),
     })
 }
 

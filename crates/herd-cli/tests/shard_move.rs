@@ -322,6 +322,17 @@ async fn a_shard_moves_under_load_and_a_move_can_be_cancelled() {
         .expect("count")
         .get(0);
     assert_eq!(count, ACCOUNTS, "a copied row is seen twice");
+    // The move's subscription commits as the target group does (its synchronous standbys hold
+    // what the source will delete after the switch).
+    let sync: String = g0
+        .query_one(
+            "SELECT subsynccommit FROM pg_subscription WHERE subname = 'herd_copy_move_s3'",
+            &[],
+        )
+        .await
+        .expect("the move's subscription")
+        .get(0);
+    assert_eq!(sync, "on");
     let e = admin
         .simple_query("ALTER TABLE accounts ADD COLUMN note text")
         .await
