@@ -204,7 +204,16 @@ async fn copy_rows(
     progress: &TermProgress,
     wait: Duration,
 ) -> anyhow::Result<()> {
-    if store.load(&spec.name)?.is_none() {
+    let stored = store.load(&spec.name)?;
+    if let Some(stored) = &stored {
+        if stored.target != spec.target {
+            // The target group failed over since the move began: the subscription is on its
+            // new primary (physically replicated with everything it applied), which the copy's
+            // status reads from now on.
+            store.save(spec)?;
+        }
+    }
+    if stored.is_none() {
         let clients = SourceClients::open(layout, source, &spec.database).await?;
         let host = source.host().to_string();
         let endpoint = (host.as_str(), source.config.network.port);

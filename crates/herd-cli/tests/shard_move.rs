@@ -4,7 +4,8 @@
 //! (by key, and across groups); every acknowledged write is there afterwards, once; reads
 //! across groups never see a row twice or miss one; only the moved shard's writes may fail,
 //! with the retryable 40001, and only inside the switch; `herd shards verify` is clean. Then a
-//! move is cancelled before its switch, leaving everything as it was. Then a third group is
+//! move stopped before its switch survives a change of the target group's primary, and another
+//! is cancelled, leaving everything as it was. Then a third group is
 //! added (`herd up --shards 3`): it gets the tables, a reference table's rows and the map, and
 //! `herd shards rebalance` gives it a third of the shards; sums, counts and unique ids hold.
 
@@ -338,7 +339,29 @@ async fn a_shard_moves_under_load_and_a_move_can_be_cancelled() {
         .await
         .expect_err("DDL during a move");
     assert_eq!(e.code().map(|c| c.code()), Some("55000"), "{e}");
-    let out = c.herd_ok(&["shards", "move", "3", "--cancel"]);
+    // The target group changes primary while the move is under way (a switchover; a failover
+    // leaves the same state): run again, the move finishes from the new primary, which holds
+    // the subscription and everything it applied.
+    let first = common::groups::wait_healthy(&c, 0, None);
+    c.herd_ok(&["switchover", "--group", "0"]);
+    common::groups::wait_healthy(&c, 0, Some(&first));
+    let out = c.herd_ok(&["shards", "move", "3", "--to", "0", "--wait-timeout", "120"]);
+    assert!(
+        out.contains("shard 3 moved from group 1 to group 0"),
+        "{out}"
+    );
+    let count: i64 = admin
+        .query_one("SELECT count(*) FROM accounts", &[])
+        .await
+        .expect("count")
+        .get(0);
+    assert_eq!(count, ACCOUNTS);
+    let verify = c.herd_ok(&["shards", "verify"]);
+    assert!(!verify.contains("NOT"), "{verify}");
+    // Another move stopped before its switch: --cancel takes it back.
+    let out = c.herd(&["shards", "move", "5", "--to", "0", "--wait-timeout", "0"]);
+    assert!(!out.status.success(), "{}", herd_testkit::describe(&out));
+    let out = c.herd_ok(&["shards", "move", "5", "--cancel"]);
     assert!(out.contains("cancelled"), "{out}");
     let count: i64 = admin
         .query_one("SELECT count(*) FROM accounts", &[])
