@@ -130,7 +130,15 @@ async fn supervise_foreground(layout: Layout, config: Config) -> anyhow::Result<
                 endpoint_addr.1, endpoint_addr.0
             )
         })?;
-    let groups = start_groups(&layout, &config, &pg, &progress).await?;
+    // Groups that exist start now; groups added to an existing cluster (a larger --shards)
+    // are added once the endpoint runs, as `herd group add` does, so they receive what the
+    // others share before clients use them.
+    let existing = if fresh {
+        config.cluster.shards
+    } else {
+        herd_cluster::existing_groups(&layout).min(config.cluster.shards)
+    };
+    let groups = start_groups(&layout, &config, &pg, &progress, existing).await?;
     let timeout = Duration::from_secs(config.supervisor.ready_timeout_s);
     for cluster in &groups {
         if let Err(e) = cluster.wait_ready(timeout, &progress).await {
@@ -147,7 +155,6 @@ async fn supervise_foreground(layout: Layout, config: Config) -> anyhow::Result<
         .await
         .context("observing the shard groups")?;
     crate::output::emit!("{}", crate::status::summary(&cluster, &first));
-    lock.publish(&info)?;
     drop(progress);
 
     let (status_tx, status_rx) = watch::channel(first.clone());
@@ -218,10 +225,24 @@ async fn supervise_foreground(layout: Layout, config: Config) -> anyhow::Result<
         &shutdown_rx,
     ));
     init_logging();
+    for _ in existing..config.cluster.shards {
+        match crate::group_add::add(&set, &layout).await {
+            Ok(text) => eprintln!("{text}"),
+            Err(e) => {
+                eprintln!(
+                    "warning: {e:#}\n(the cluster runs without it; `herd group add` tries again)"
+                );
+                break;
+            }
+        }
+    }
+    // Published last: `herd up --detach` returns once the supervisor is, groups added included.
+    lock.publish(&info)?;
+    let running = set.clusters();
     tracing::info!(
         "supervising {} nodes in {} shard group(s); Ctrl-C or `herd down` stops the cluster",
-        groups.iter().map(|g| g.state.nodes.len()).sum::<usize>(),
-        groups.len()
+        running.iter().map(|g| g.state.nodes.len()).sum::<usize>(),
+        running.len()
     );
     wait_for_signal().await?;
     tracing::info!("shutting down");
@@ -252,16 +273,17 @@ fn api_token(layout: &Layout, listen: std::net::IpAddr) -> anyhow::Result<Option
     Ok(Some(token))
 }
 
-/// Creates (first run) or resumes every shard group, group 0 first; when one fails, the servers
-/// of the groups already started are stopped again.
+/// Creates (first run) or resumes shard groups 0 to `count` − 1, group 0 first; when one fails,
+/// the servers of the groups already started are stopped again.
 async fn start_groups(
     layout: &Layout,
     config: &Config,
     pg: &Pg,
     progress: &TermProgress,
+    count: u32,
 ) -> anyhow::Result<Vec<Cluster>> {
     let mut groups: Vec<Cluster> = Vec::new();
-    for g in 0..config.cluster.shards {
+    for g in 0..count {
         let layout = layout.for_group(g);
         let started = if layout.state().exists() {
             resume_group(layout, config, pg, progress).await

@@ -5,8 +5,8 @@
 //! across groups never see a row twice or miss one; only the moved shard's writes may fail,
 //! with the retryable 40001, and only inside the switch; `herd shards verify` is clean. Then a
 //! move stopped before its switch survives a change of the target group's primary, and another
-//! is cancelled, leaving everything as it was. Then a third group is
-//! added (`herd up --shards 3`): it gets the tables, a reference table's rows and the map, and
+//! is cancelled, leaving everything as it was. Then a third group is added at a restart
+//! (`herd up --shards 3`, which adds it as `herd group add` does): it gets the tables, a reference table's rows and the map, and
 //! `herd shards rebalance` gives it a third of the shards; sums, counts and unique ids hold.
 
 mod common;
@@ -396,6 +396,9 @@ async fn add_a_group_and_rebalance(c: &herd_testkit::TestCluster, balances: i64)
     drop(admin);
     c.herd_ok(&["down"]);
     c.up(&["--shards", "3", "--replicas", "1"]);
+    // The third group was added once the other two ran, as `herd group add` does.
+    let log = std::fs::read_to_string(c.data_dir().join("logs/herd.log")).unwrap_or_default();
+    assert!(log.contains("shard group 2 added"), "{log}");
     let admin = connect(&c.url(&[])).await;
     let total: i64 = admin
         .query_one("SELECT sum(balance)::bigint FROM accounts", &[])
