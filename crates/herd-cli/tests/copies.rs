@@ -155,17 +155,7 @@ async fn copy_streams_through_switchover_and_primary_crash() {
     .await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     // kill -9 of the primary in the middle of the writes.
-    let status = source.status();
-    let pid = status["nodes"]
-        .as_array()
-        .and_then(|n| n.iter().find(|n| n["role"] == "primary"))
-        .and_then(|n| n["pid"].as_i64())
-        .expect("primary pid");
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(pid as i32),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .expect("kill -9 the primary");
+    common::kill_primary(&source);
     wait_healthy(&source, 0, Some(&second));
     tokio::time::sleep(Duration::from_secs(4)).await;
     stop.store(true, Ordering::Relaxed);

@@ -114,17 +114,7 @@ async fn a_table_copy_cut_by_a_failover_is_copied_again() {
     .await;
     assert_eq!(table_state(&tgt).await.as_deref(), Some("f"));
     let first = wait_healthy(&source, 0, None);
-    let status = source.status();
-    let pid = status["nodes"]
-        .as_array()
-        .and_then(|n| n.iter().find(|n| n["role"] == "primary"))
-        .and_then(|n| n["pid"].as_i64())
-        .expect("primary pid");
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(pid as i32),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .expect("kill -9 the primary");
+    common::kill_primary(&source);
     wait_healthy(&source, 0, Some(&first));
     tokio::time::sleep(Duration::from_secs(3)).await;
     stop.store(true, Ordering::Relaxed);

@@ -190,27 +190,22 @@ async fn a_group_is_added_online_under_load() {
     c.up(&["--shards", "2", "--replicas", "1"]);
     let url = c.url(&[]);
     let admin = connect(&url).await;
-    for sql in [
-        "CREATE TABLE accounts (id bigint PRIMARY KEY, balance bigint NOT NULL)",
-        "SELECT herd.create_distributed_table('accounts', 'id')",
-        "CREATE TABLE plans (id int PRIMARY KEY, name text NOT NULL)",
-        "SELECT herd.create_reference_table('plans')",
-        "INSERT INTO plans VALUES (-1, 'free'), (-2, 'pro')",
-        "CREATE TABLE notes (id bigserial, account_id bigint, PRIMARY KEY (account_id, id))",
-        "SELECT herd.create_distributed_table('notes', 'account_id')",
-        "CREATE ROLE app LOGIN PASSWORD 'app-secret'",
-        "CREATE DATABASE shop",
-    ] {
-        admin.batch_execute(sql).await.expect(sql);
-    }
-    let values: Vec<String> = (1..=ACCOUNTS).map(|i| format!("({i}, 0)")).collect();
-    admin
-        .batch_execute(&format!(
-            "INSERT INTO accounts (id, balance) VALUES {}",
-            values.join(", ")
-        ))
-        .await
-        .expect("accounts");
+    common::run_all(
+        &admin,
+        &[
+            "CREATE TABLE accounts (id bigint PRIMARY KEY, balance bigint NOT NULL)",
+            "SELECT herd.create_distributed_table('accounts', 'id')",
+            "CREATE TABLE plans (id int PRIMARY KEY, name text NOT NULL)",
+            "SELECT herd.create_reference_table('plans')",
+            "INSERT INTO plans VALUES (-1, 'free'), (-2, 'pro')",
+            "CREATE TABLE notes (id bigserial, account_id bigint, PRIMARY KEY (account_id, id))",
+            "SELECT herd.create_distributed_table('notes', 'account_id')",
+            "CREATE ROLE app LOGIN PASSWORD 'app-secret'",
+            "CREATE DATABASE shop",
+        ],
+    )
+    .await;
+    common::seed_accounts(&admin, ACCOUNTS).await;
 
     let stop = Arc::new(AtomicBool::new(false));
     let ledger = Arc::new(Ledger::default());

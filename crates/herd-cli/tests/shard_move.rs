@@ -132,27 +132,22 @@ async fn a_shard_moves_under_load_and_a_move_can_be_cancelled() {
     c.up(&["--shards", "2", "--replicas", "1"]);
     let url = c.url(&[]);
     let admin = connect(&url).await;
-    for sql in [
-        "CREATE TABLE accounts (id bigint PRIMARY KEY, balance bigint NOT NULL)",
-        "CREATE TABLE events (account_id bigint, seq bigint, PRIMARY KEY (account_id, seq))",
-        "SELECT herd.create_distributed_table('accounts', 'id')",
-        "SELECT herd.create_distributed_table('events', 'account_id')",
-        "CREATE TABLE plans (id int PRIMARY KEY, name text NOT NULL)",
-        "SELECT herd.create_reference_table('plans')",
-        "INSERT INTO plans VALUES (1, 'free'), (2, 'pro'), (3, 'team')",
-        "CREATE TABLE notes (id bigserial, account_id bigint, PRIMARY KEY (account_id, id))",
-        "SELECT herd.create_distributed_table('notes', 'account_id')",
-    ] {
-        admin.batch_execute(sql).await.expect(sql);
-    }
-    let values: Vec<String> = (1..=ACCOUNTS).map(|i| format!("({i}, 0)")).collect();
-    admin
-        .batch_execute(&format!(
-            "INSERT INTO accounts (id, balance) VALUES {}",
-            values.join(", ")
-        ))
-        .await
-        .expect("accounts");
+    common::run_all(
+        &admin,
+        &[
+            "CREATE TABLE accounts (id bigint PRIMARY KEY, balance bigint NOT NULL)",
+            "CREATE TABLE events (account_id bigint, seq bigint, PRIMARY KEY (account_id, seq))",
+            "SELECT herd.create_distributed_table('accounts', 'id')",
+            "SELECT herd.create_distributed_table('events', 'account_id')",
+            "CREATE TABLE plans (id int PRIMARY KEY, name text NOT NULL)",
+            "SELECT herd.create_reference_table('plans')",
+            "INSERT INTO plans VALUES (1, 'free'), (2, 'pro'), (3, 'team')",
+            "CREATE TABLE notes (id bigserial, account_id bigint, PRIMARY KEY (account_id, id))",
+            "SELECT herd.create_distributed_table('notes', 'account_id')",
+        ],
+    )
+    .await;
+    common::seed_accounts(&admin, ACCOUNTS).await;
 
     // Shard 2 is on group 0 (shard s starts on group s % 2); it moves to group 1.
     let moving: Vec<i64> = (1..=ACCOUNTS).filter(|i| shard_of(*i) == 2).collect();
@@ -350,19 +345,22 @@ async fn a_shard_moves_under_load_and_a_move_can_be_cancelled() {
         out.contains("shard 3 moved from group 1 to group 0"),
         "{out}"
     );
-    let count: i64 = admin
-        .query_one("SELECT count(*) FROM accounts", &[])
-        .await
-        .expect("count")
-        .get(0);
-    assert_eq!(count, ACCOUNTS);
-    let verify = c.herd_ok(&["shards", "verify"]);
-    assert!(!verify.contains("NOT"), "{verify}");
+    all_in_place(&c, &admin).await;
     // Another move stopped before its switch: --cancel takes it back.
     let out = c.herd(&["shards", "move", "5", "--to", "0", "--wait-timeout", "0"]);
     assert!(!out.status.success(), "{}", herd_testkit::describe(&out));
     let out = c.herd_ok(&["shards", "move", "5", "--cancel"]);
     assert!(out.contains("cancelled"), "{out}");
+    all_in_place(&c, &admin).await;
+    admin
+        .batch_execute("ALTER TABLE accounts ADD COLUMN note text")
+        .await
+        .expect("DDL after the move");
+    add_a_group_and_rebalance(&c, all).await;
+}
+
+/// Every account is there once, and every row where the map says.
+async fn all_in_place(c: &herd_testkit::TestCluster, admin: &tokio_postgres::Client) {
     let count: i64 = admin
         .query_one("SELECT count(*) FROM accounts", &[])
         .await
@@ -371,11 +369,6 @@ async fn a_shard_moves_under_load_and_a_move_can_be_cancelled() {
     assert_eq!(count, ACCOUNTS);
     let verify = c.herd_ok(&["shards", "verify"]);
     assert!(!verify.contains("NOT"), "{verify}");
-    admin
-        .batch_execute("ALTER TABLE accounts ADD COLUMN note text")
-        .await
-        .expect("DDL after the move");
-    add_a_group_and_rebalance(&c, all).await;
 }
 
 /// Notes on accounts of every shard through the endpoint (ids from the table's bigserial).

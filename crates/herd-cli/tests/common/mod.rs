@@ -142,3 +142,37 @@ pub async fn refused(client: &Client, sql: &str, needle: &str) {
         .unwrap_or_default();
     assert!(message.contains(needle), "{sql}: {message}");
 }
+
+/// Runs each statement of `sqls` on `client` (a test's set-up), failing on the first error.
+pub async fn run_all(client: &Client, sqls: &[&str]) {
+    for sql in sqls {
+        client.batch_execute(sql).await.expect(sql);
+    }
+}
+
+/// Accounts 1..=`n` with balance 0 in table `accounts (id, balance)`, in one INSERT.
+pub async fn seed_accounts(client: &Client, n: i64) {
+    let values: Vec<String> = (1..=n).map(|i| format!("({i}, 0)")).collect();
+    client
+        .batch_execute(&format!(
+            "INSERT INTO accounts (id, balance) VALUES {}",
+            values.join(", ")
+        ))
+        .await
+        .expect("accounts");
+}
+
+/// kill -9 of group 0's primary server (its pid from `herd status`).
+pub fn kill_primary(c: &TestCluster) {
+    let status = c.status();
+    let pid = status["nodes"]
+        .as_array()
+        .and_then(|n| n.iter().find(|n| n["role"] == "primary"))
+        .and_then(|n| n["pid"].as_i64())
+        .expect("primary pid");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("kill -9 the primary");
+}
