@@ -152,7 +152,6 @@ fn spec_of(args: &CreateArgs) -> anyhow::Result<CopySpec> {
         schemas: args.schemas.clone(),
         target: args.to.clone(),
         publish: None,
-        synchronous_commit: None,
     };
     spec.validate()?;
     Ok(spec)

@@ -82,6 +82,7 @@ pub async fn run(layout: &Layout, args: MoveArgs<'_>) -> anyhow::Result<()> {
     let spec = copy_spec(&map, &groups[to as usize], args.database, shard, from)?;
     let store = Store::new(layout.copies());
     let mut pause = None;
+    let mut restarted = false;
     if !switched {
         if from == to {
             bail!("shard {shard} is on group {to} already");
@@ -96,6 +97,21 @@ pub async fn run(layout: &Layout, args: MoveArgs<'_>) -> anyhow::Result<()> {
             &[&shard.to_string(), &to.to_string()],
         )
         .await?;
+        if store
+            .load(&spec.name)?
+            .is_some_and(|stored| stored.target != spec.target)
+        {
+            // The target group changed primary since the copy began. The copy applies without
+            // waiting for the target's standbys, so the new primary may lack rows the source
+            // counts as delivered: the copy starts over (the source's rows are untouched
+            // until the switch).
+            progress.phase(&format!(
+                "shard {shard}: group {to} changed primary during the copy; copying again"
+            ));
+            drop_copy(layout, &source_group(layout, from)?, &spec, &store).await?;
+            delete_rows(&groups[to as usize], &map, args.database, shard, &progress).await?;
+            restarted = true;
+        }
         copy_rows(
             layout,
             &source_group(layout, from)?,
@@ -121,9 +137,14 @@ pub async fn run(layout: &Layout, args: MoveArgs<'_>) -> anyhow::Result<()> {
     progress.done(&format!("shard {shard}: moved"));
     drop(progress);
     crate::output::emitln!(
-        "shard {shard} moved from group {from} to group {to} in {:.1} s: {deleted} rows deleted on group {from}{}",
+        "shard {shard} moved from group {from} to group {to} in {:.1} s: {deleted} rows deleted on group {from}{}{}",
         started.elapsed().as_secs_f64(),
-        pause.map_or(String::new(), |p| format!("; {p}"))
+        pause.map_or(String::new(), |p| format!("; {p}")),
+        if restarted {
+            format!("; the copy started over after group {to} changed primary")
+        } else {
+            String::new()
+        }
     );
     Ok(())
 }
@@ -204,16 +225,7 @@ async fn copy_rows(
     progress: &TermProgress,
     wait: Duration,
 ) -> anyhow::Result<()> {
-    let stored = store.load(&spec.name)?;
-    if let Some(stored) = &stored {
-        if stored.target != spec.target {
-            // The target group failed over since the move began: the subscription is on its
-            // new primary (physically replicated with everything it applied), which the copy's
-            // status reads from now on.
-            store.save(spec)?;
-        }
-    }
-    if stored.is_none() {
+    if store.load(&spec.name)?.is_none() {
         let clients = SourceClients::open(layout, source, &spec.database).await?;
         let host = source.host().to_string();
         let endpoint = (host.as_str(), source.config.network.port);
@@ -452,7 +464,6 @@ fn copy_spec(
         schemas: Vec::new(),
         target: conninfo,
         publish: Some("insert, update, delete".into()),
-        synchronous_commit: Some("on".into()),
     })
 }
 

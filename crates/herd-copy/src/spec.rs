@@ -32,12 +32,6 @@ pub struct CopySpec {
     /// delete`); `None`: all of them, TRUNCATE included.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub publish: Option<String>,
-    /// The subscription's `synchronous_commit` (`None`: PostgreSQL's default for
-    /// subscriptions, `off`). A shard move sets `on`, so a row the target acknowledges to the
-    /// source is on the target group's synchronous standbys too: the source deletes its rows
-    /// after the switch, and a failover of the target must not lose them.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub synchronous_commit: Option<String>,
 }
 
 /// One table of a copy.
@@ -112,12 +106,9 @@ impl CopySpec {
     /// of the copy's name created on the source.
     pub fn create_subscription(&self, source_conninfo: &str) -> String {
         let name = self.object_name();
-        let sync = self.synchronous_commit.as_ref().map_or(String::new(), |s| {
-            format!(", synchronous_commit = {}", quote_literal(s))
-        });
         format!(
             "CREATE SUBSCRIPTION {} CONNECTION {} PUBLICATION {} \
-             WITH (slot_name = {}, create_slot = true, copy_data = true{sync})",
+             WITH (slot_name = {}, create_slot = true, copy_data = true)",
             quote_ident(&name),
             quote_literal(source_conninfo),
             quote_ident(&name),
@@ -266,7 +257,6 @@ mod tests {
             schemas: vec!["audit".into()],
             target: "postgresql://u:p@127.0.0.1:5432/shop".into(),
             publish: None,
-            synchronous_commit: None,
         }
     }
 
@@ -292,15 +282,6 @@ mod tests {
             sql.ends_with(
                 "WITH (slot_name = 'herd_copy_eu_orders', create_slot = true, copy_data = true)"
             ),
-            "{sql}"
-        );
-        // A shard move's subscription waits for the target's synchronous standbys.
-        let mut moving = spec();
-        moving.synchronous_commit = Some("on".into());
-        assert!(
-            moving
-                .create_subscription("host=a")
-                .ends_with("copy_data = true, synchronous_commit = 'on')"),
             "{sql}"
         );
     }

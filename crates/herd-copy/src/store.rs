@@ -128,7 +128,6 @@ mod tests {
             schemas: vec![],
             target: "postgresql://u:secret@h/db".into(),
             publish: None,
-            synchronous_commit: None,
         };
         store.save(&spec).expect("save");
         let file = dir.path().join("copies/a.json");

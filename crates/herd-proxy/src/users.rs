@@ -46,10 +46,13 @@ impl Users {
     /// has expired or has no SCRAM password. When the primary cannot be asked, the last
     /// verifier read (however old) is used: a failover must not lock out users who logged in
     /// before it; `Err` only when there is none.
+    /// `fresh`: read it from the primary even if a recent one is kept (a copy's role is made
+    /// with a new password just before its subscription logs in).
     pub async fn verifier(
         &self,
         primary: &Endpoint,
         user: &str,
+        fresh: bool,
     ) -> Result<Option<Verifier>, Unreachable> {
         let cached = self
             .verifiers
@@ -57,7 +60,7 @@ impl Users {
             .ok()
             .and_then(|m| m.get(user).cloned());
         if let Some((at, v)) = &cached {
-            if at.elapsed() < VERIFIER_TTL {
+            if !fresh && at.elapsed() < VERIFIER_TTL {
                 return Ok(v.clone());
             }
         }
@@ -111,6 +114,14 @@ impl Users {
         Ok(text.and_then(|t| Verifier::parse(&t).ok()))
     }
 
+    /// Forgets the verifier kept for `user` (a failed login: the password may have changed
+    /// since it was read, and the next login reads it again).
+    pub fn forget(&self, user: &str) {
+        if let Ok(mut m) = self.verifiers.lock() {
+            m.remove(user);
+        }
+    }
+
     /// Remembers the key `user` just proved, for the pools.
     pub fn remember(&self, user: &str, key: ClientKey, verifier: Verifier) {
         if let Ok(mut m) = self.keys.lock() {
@@ -158,7 +169,7 @@ mod tests {
     async fn hung_primary_without_cached_verifier_is_reported_within_the_bound() {
         let (_listener, ep) = hung_node().await;
         let started = Instant::now();
-        assert_eq!(users().verifier(&ep, "app").await, Err(Unreachable));
+        assert_eq!(users().verifier(&ep, "app", false).await, Err(Unreachable));
         assert!(started.elapsed() < FETCH_TIMEOUT + Duration::from_secs(5));
     }
 
@@ -174,12 +185,12 @@ mod tests {
             .lock()
             .expect("lock")
             .insert("app".into(), (old, Some(v.clone())));
-        assert_eq!(u.verifier(&ep, "app").await, Ok(Some(v)));
+        assert_eq!(u.verifier(&ep, "app", false).await, Ok(Some(v)));
         // A role known not to exist stays unknown.
         u.verifiers
             .lock()
             .expect("lock")
             .insert("ghost".into(), (old, None));
-        assert_eq!(u.verifier(&ep, "ghost").await, Ok(None));
+        assert_eq!(u.verifier(&ep, "ghost", false).await, Ok(None));
     }
 }

@@ -274,17 +274,17 @@ pub async fn authenticate(
     login: &Login,
 ) -> Result<(), ProxyError> {
     let primary = ctx.current_primary().await?;
-    let verifier =
-        ctx.users
-            .verifier(&primary, &login.user)
-            .await
-            .map_err(|crate::users::Unreachable| {
-                ProxyError::Unavailable(format!(
-                    "cannot check the password of \"{}\" now: the primary {} did not answer \
+    let verifier = ctx
+        .users
+        .verifier(&primary, &login.user, login.replication)
+        .await
+        .map_err(|crate::users::Unreachable| {
+            ProxyError::Unavailable(format!(
+                "cannot check the password of \"{}\" now: the primary {} did not answer \
                  (it may be failing over); retry shortly",
-                    login.user, primary.name
-                ))
-            })?;
+                login.user, primary.name
+            ))
+        })?;
     let mut exchange = match &verifier {
         Some(v) => ServerExchange::new(v.clone()),
         None => ServerExchange::mock(&login.user, ctx.mock_secret.as_slice()),
@@ -310,9 +310,10 @@ pub async fn authenticate(
     write(stream, &out).await?;
 
     let body = read_password_message(stream, buf, ctx).await?;
-    let (last, key) = exchange
-        .server_final(sasl_response(&body))
-        .map_err(|_| failed())?;
+    let (last, key) = exchange.server_final(sasl_response(&body)).map_err(|_| {
+        ctx.users.forget(&login.user);
+        failed()
+    })?;
     let verifier = verifier.ok_or_else(failed)?;
     ctx.users.remember(&login.user, key, verifier);
     out.clear();

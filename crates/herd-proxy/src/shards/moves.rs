@@ -227,6 +227,7 @@ impl ProxyContext {
                 .map_err(|e| failed("reading the move's marker on the target group", e))?;
             if let Some(row) = row.filter(|r| r.get::<_, i64>(0) == token) {
                 let lsn: String = row.get(1);
+                durable_on_target(target).await?;
                 return Ok(lsn.parse().unwrap_or(herd_core::Lsn(0)));
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
@@ -303,6 +304,22 @@ impl ProxyContext {
         }
         self.shard_maps.changed.send_modify(|v| *v += 1);
     }
+}
+
+/// Waits until the target group holds every row the copy applied as durably as its commit
+/// mode holds any commit: the copy applies without waiting for the target's synchronous
+/// standbys (one apply worker waiting on each of its transactions could not keep up with the
+/// source's writers), so before the map names the target — after which the source's rows are
+/// deleted — one transaction on the target commits with `synchronous_commit = on`. Its commit
+/// waits for the standbys to hold the WAL up to it, so every row applied before it too.
+async fn durable_on_target(target: &Client) -> Result<(), ProxyError> {
+    target
+        .batch_execute(
+            "BEGIN; SET LOCAL synchronous_commit = on; \
+             SELECT pg_logical_emit_message(true, 'herd_move', 'switch'); COMMIT",
+        )
+        .await
+        .map_err(|e| failed("making the copied rows durable on the target group", e))
 }
 
 /// On the source group: triggers that refuse writes of the shard's rows, on every distributed
