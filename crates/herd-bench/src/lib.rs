@@ -3,6 +3,9 @@
 //! Each scenario creates the cluster it needs in a scratch directory, runs its workload while
 //! showing progress (the phase and a bar), tears everything down (also on failure), and writes
 //! `results.json`, `report.md` and SVG charts into [`BenchOptions::out`].
+//!
+//! Dependencies are justified one per line in Cargo.toml; `herd-scram` (the newest) builds the
+//! low-iteration verifier of `proxy`'s connect-per-transaction role.
 
 mod cgroup;
 mod chart;

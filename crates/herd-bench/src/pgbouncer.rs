@@ -10,6 +10,9 @@ use crate::BenchError;
 
 /// Where Debian and most distributions install the program, besides PATH.
 const SEARCH: [&str; 2] = ["/usr/sbin/pgbouncer", "/usr/bin/pgbouncer"];
+/// PgBouncer built from Debian's source package by `scripts/install-pgbouncer-src` (≥ 1.21,
+/// which keeps prepared statements in transaction pooling): preferred over the one on `PATH`.
+const FROM_SOURCE: &str = "/opt/pgbouncer-src/bin/pgbouncer";
 
 /// The installed PgBouncer: its path and version.
 #[derive(Clone, Debug)]
@@ -29,8 +32,8 @@ impl Installed {
                     .collect()
             })
             .unwrap_or_default();
-        let program = on_path
-            .into_iter()
+        let program = std::iter::once(PathBuf::from(FROM_SOURCE))
+            .chain(on_path)
             .chain(SEARCH.iter().map(PathBuf::from))
             .find(|p| p.is_file())?;
         let out = Command::new(&program).arg("--version").output().ok()?;
@@ -66,14 +69,17 @@ pub struct PgBouncer {
 
 impl PgBouncer {
     /// Writes a configuration under `scratch/pgbouncer` for the server at `upstream` (a URL with
-    /// the superuser's password; by its Unix socket in `socket_dir` when given) and starts PgBouncer in the foreground, as the `postgres` OS
-    /// user when running as root (PgBouncer refuses root).
+    /// the superuser's password; by its Unix socket in `socket_dir` when given), with
+    /// `extra_users` (name, password or verifier) in its `auth_file` too, and starts PgBouncer
+    /// in the foreground, as the `postgres` OS user when running as root (PgBouncer refuses
+    /// root).
     pub fn start(
         installed: &Installed,
         scratch: &Path,
         upstream: &str,
         socket_dir: Option<&Path>,
         pool_size: u32,
+        extra_users: &[(&str, &str)],
     ) -> Result<PgBouncer, BenchError> {
         let up = UrlParts::parse(upstream)
             .ok_or_else(|| BenchError::Missing(format!("cannot read the URL {upstream:?}")))?;
@@ -107,7 +113,12 @@ impl PgBouncer {
         );
         // The plain password lets PgBouncer log in to PostgreSQL with SCRAM; the directory
         // holding it is private to the user PgBouncer runs as.
-        let users = format!("\"{}\" \"{}\"\n", up.user, up.password);
+        let mut users = format!("\"{}\" \"{}\"\n", up.user, up.password);
+        // More roles, each with its password or SCRAM verifier (a verifier: PgBouncer checks
+        // the client with it and logs in to the server with the client's proof).
+        for (user, secret) in extra_users {
+            users.push_str(&format!("\"{user}\" \"{secret}\"\n"));
+        }
         write_private(&dir.join("pgbouncer.ini"), &ini)?;
         write_private(&dir.join("userlist.txt"), &users)?;
         let mut cmd = Command::new(&installed.program);

@@ -508,6 +508,32 @@ async fn a_full_pool_makes_clients_wait_and_says_so() {
     assert!(status.contains("waits"), "{status}");
 }
 
+/// Clients that connect for one transaction and leave (`pgbench -C`) give their server back:
+/// the next client reuses it. A Terminate between transactions must not take a pooled
+/// connection only to close it with the session (every such client then cost the server a
+/// new backend, which is what a pooler is there to save).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connect_per_transaction_reuses_pooled_connections() {
+    let c = cluster();
+    c.up(&["--replicas", "0"]);
+    pgbench(&["-i", "-s", "1", "-q"], &c.url(&["--primary"]));
+    let text = pgbench(&["-n", "-C", "-S", "-c", "1", "-t", "30"], &c.url(&[]));
+    assert!(
+        text.contains("number of transactions actually processed: 30/30"),
+        "{text}"
+    );
+    let metrics = api_get_text(c.api_port(), "/metrics");
+    let connects = pool_counter(&metrics, "herd_pool_connects_total", "node0");
+    assert!(
+        connects <= 2.0,
+        "30 one-transaction clients, one after another, opened {connects} server connections: {metrics}"
+    );
+    assert!(
+        pool_counter(&metrics, "herd_pool_connections", "node0") >= 1.0,
+        "the connection should be back in its pool: {metrics}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_primary_shares_reads_when_configured() {
     let c = cluster();

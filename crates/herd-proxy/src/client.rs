@@ -107,7 +107,7 @@ impl ClientStream {
     /// when nothing is there.
     pub fn try_read_buf(&mut self, buf: &mut BytesMut) -> io::Result<usize> {
         match self {
-            ClientStream::Plain(s) => s.try_read_buf(buf),
+            ClientStream::Plain(s) => crate::drained::read_drained(s, buf),
             ClientStream::Tls(t) => t.try_read_buf(buf),
         }
     }

@@ -10,6 +10,7 @@ pub mod analysis;
 pub mod cancel;
 pub mod catalog;
 pub mod client;
+mod drained;
 mod error;
 pub mod merge;
 pub mod metrics;

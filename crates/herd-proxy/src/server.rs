@@ -69,8 +69,8 @@ impl ServerStream {
 
     fn try_read_buf(&self, buf: &mut BytesMut) -> std::io::Result<usize> {
         match self {
-            ServerStream::Tcp(s) => s.try_read_buf(buf),
-            ServerStream::Unix(s) => s.try_read_buf(buf),
+            ServerStream::Tcp(s) => crate::drained::read_drained(s, buf),
+            ServerStream::Unix(s) => crate::drained::read_drained(s, buf),
         }
     }
 

@@ -297,7 +297,7 @@ pub fn markdown(r: &Results) -> String {
 fn costs_table(r: &Results) -> String {
     let mut md = String::from(
         "\nWhat each proxy's process cost (from /proc, over all its runs of the mode):\n\n\
-         | mode | target | CPU µs / transaction | context switches / transaction | RSS MiB |\n\
+         | mode | target | CPU µs / transaction | wake-ups (context switches) / transaction | RSS MiB |\n\
          |---|---|---|---|---|\n",
     );
     for (mode, targets) in &r.process_costs {

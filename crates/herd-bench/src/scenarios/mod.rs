@@ -13,6 +13,7 @@ pub mod lag;
 pub mod lag_report;
 mod lag_sampler;
 pub mod proxy;
+mod proxy_login;
 pub mod read_scaling;
 pub mod read_scaling_report;
 pub mod shard_move;

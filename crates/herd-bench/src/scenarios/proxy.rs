@@ -17,6 +17,8 @@ use crate::procstat;
 use crate::report::{Machine, ModeResult, ProcessCost, Results, Settings, TargetResult};
 use crate::{BenchError, BenchOptions};
 
+use super::proxy_login::{self, LOGIN_ITERATIONS, LOGIN_ROLE};
+
 /// Query modes measured, in order: pgbench's protocols, then the two pooler shapes.
 const MODES: [&str; 4] = ["simple", "prepared", CONNECT, MANY];
 /// A new connection for every transaction (`pgbench -C`, simple protocol).
@@ -107,6 +109,8 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
         Some(dir) => Upstream::Unix(herd_pg::socket_path(dir, primary.port)),
         None => Upstream::Tcp(std::net::SocketAddr::from(([127, 0, 0, 1], primary.port))),
     };
+    // `-C` logs in as a role with a low-iteration verifier (why: proxy_login.rs).
+    let login_verifier = proxy_login::create(&cluster, &cluster.primary_url, &primary.password)?;
     let forwarder = Forwarder::start(upstream)?;
     targets.push((
         "forwarder".to_string(),
@@ -127,6 +131,7 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
                 &cluster.primary_url,
                 socket_dir.as_deref(),
                 POOL_SIZE,
+                &[(LOGIN_ROLE, login_verifier.as_str())],
             )?;
             targets.push(("pgbouncer".to_string(), b.url.clone()));
             versions.insert("pgbouncer".to_string(), installed.version.clone());
@@ -206,6 +211,12 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
             _ => plan.duration,
         };
         let args = bench_args(secs, mode, plan.many);
+        let url = if mode == CONNECT {
+            proxy_login::url_as(url, LOGIN_ROLE)
+        } else {
+            url.to_string()
+        };
+        let url = url.as_str();
         let pid = pid_of(name);
         let before = pid.and_then(procstat::sample);
         let (run, mid) = std::thread::scope(|s| {
@@ -325,6 +336,15 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
          (Herd: its supervisor, which runs the proxy and a few monitoring queries; the \
          forwarder: this harness, in which it runs).",
         plan.many
+    ));
+    notes.push(format!(
+        "`{CONNECT}` logs in as `{LOGIN_ROLE}`, whose SCRAM verifier has {LOGIN_ITERATIONS} \
+         PBKDF2 iterations instead of PostgreSQL's 4,096 (PostgreSQL 15 accepts such a \
+         pre-hashed verifier; PgBouncer's auth_file holds the same verifier): with 4,096, \
+         pgbench's own client-side key derivation set the pace of every target on a small \
+         machine. The servers' and proxies' side of SCRAM does not depend on the count, so what \
+         the shape shows is the cost of a connection: a new backend (direct, forwarder) or a \
+         pooled one (Herd, PgBouncer)."
     ));
     notes.push(
         "pgbench, the proxies and every PostgreSQL server share this machine's cores, so the \

@@ -37,7 +37,15 @@ impl Session {
     /// Handles a complete unit that arrived while detached. `Ok(false)`: the client terminated.
     pub(super) async fn start_unit(&mut self, unit: Bytes) -> Result<bool, ProxyError> {
         self.ctx.wait_unpaused().await;
-        if let Some(only) = lone_sync_or_flush(&unit) {
+        let only = lone_message(&unit);
+        if only == Some(tag::TERMINATE) && self.parked.is_empty() {
+            // The client leaves between transactions: no server is needed for that. Attaching
+            // one only to forward the Terminate would close a pooled connection (the session
+            // then ends attached to it), so every connect-per-transaction client cost the
+            // server a new backend.
+            return Ok(false);
+        }
+        if let Some(only) = only.filter(|t| matches!(*t, tag::SYNC | tag::FLUSH)) {
             // Nothing to run: a Flush needs no answer, a Sync gets ReadyForQuery.
             if only == tag::SYNC {
                 let status = if self.pending_begin.is_some() || !self.parked.is_empty() {
@@ -590,14 +598,10 @@ fn herd_call_of(unit: &[u8]) -> Option<(String, Vec<String>)> {
     herd_sql::herd_call(sql)
 }
 
-/// `Some(tag)` when `unit` is a single Sync or Flush.
-fn lone_sync_or_flush(unit: &[u8]) -> Option<u8> {
+/// `Some(tag)` when `unit` is a single message.
+fn lone_message(unit: &[u8]) -> Option<u8> {
     match split_frame(unit, usize::MAX) {
-        Ok(Some((frame, used)))
-            if used == unit.len() && matches!(frame.tag, tag::SYNC | tag::FLUSH) =>
-        {
-            Some(frame.tag)
-        }
+        Ok(Some((frame, used))) if used == unit.len() => Some(frame.tag),
         _ => None,
     }
 }

@@ -16,6 +16,7 @@ mod explain;
 mod fan_out;
 mod hidden;
 mod in_transaction;
+mod inbuf;
 mod relay;
 mod replication;
 mod rows;
@@ -94,6 +95,8 @@ pub struct Session {
     cancel: Arc<CancelSlot>,
     /// Ids for tracked messages.
     next_id: u64,
+    /// How much room the next read of the client gets.
+    inbuf: inbuf::ReadChunk,
     /// Bytes for the client, written as its socket takes them.
     out: Outbox,
     /// Bytes for the attached server, written as its socket takes them.
@@ -136,9 +139,9 @@ pub async fn serve_client(tcp: TcpStream, ctx: Arc<ProxyContext>) {
     let mut client = ClientStream::Plain(tcp);
     client.set_nodelay();
     ctx.metrics.inc("herd_client_connections_total", "");
-    let mut cbuf = BytesMut::with_capacity(16 * 1024);
+    let mut cbuf = BytesMut::with_capacity(inbuf::MIN_CHUNK);
     let login = loop {
-        match startup::startup(&mut client, &mut cbuf, &ctx).await {
+        match Box::pin(startup::startup(&mut client, &mut cbuf, &ctx)).await {
             Ok(startup::Step::Login(login)) => break login,
             Ok(startup::Step::Done) => {
                 // A TLS peer (libpq 17's cancel, for one) waits for close_notify.
@@ -149,8 +152,10 @@ pub async fn serve_client(tcp: TcpStream, ctx: Arc<ProxyContext>) {
                 let ClientStream::Plain(tcp) = client else {
                     return; // startup refuses a second SSLRequest
                 };
-                let accepted =
-                    tokio::time::timeout(TLS_HANDSHAKE, ClientStream::accept_tls(tcp, config));
+                let accepted = tokio::time::timeout(
+                    TLS_HANDSHAKE,
+                    Box::pin(ClientStream::accept_tls(tcp, config)),
+                );
                 client = match accepted.await {
                     Ok(Ok(tls)) => tls,
                     Ok(Err(e)) => {
@@ -168,12 +173,12 @@ pub async fn serve_client(tcp: TcpStream, ctx: Arc<ProxyContext>) {
             Err(e) => return fatal(&mut client, &e).await,
         }
     };
-    if let Err(e) = startup::authenticate(&mut client, &mut cbuf, &ctx, &login).await {
+    if let Err(e) = Box::pin(startup::authenticate(&mut client, &mut cbuf, &ctx, &login)).await {
         ctx.metrics.inc("herd_auth_failures_total", "");
         return fatal(&mut client, &e).await;
     }
     if login.replication {
-        if let Err(e) = replication::relay(&mut client, &mut cbuf, &login, &ctx).await {
+        if let Err(e) = Box::pin(replication::relay(&mut client, &mut cbuf, &login, &ctx)).await {
             tracing::debug!(user = %login.user, "replication connection ended: {e}");
             fatal(&mut client, &e).await;
         }
@@ -196,6 +201,7 @@ pub async fn serve_client(tcp: TcpStream, ctx: Arc<ProxyContext>) {
         attached: None,
         cancel,
         next_id: 0,
+        inbuf: inbuf::ReadChunk::default(),
         out: Outbox::default(),
         sout: Outbox::default(),
         force_primary: false,
@@ -207,7 +213,7 @@ pub async fn serve_client(tcp: TcpStream, ctx: Arc<ProxyContext>) {
         parked: Vec::new(),
         creds: None,
     };
-    if let Err(e) = session.greet(read_only_session).await {
+    if let Err(e) = Box::pin(session.greet(read_only_session)).await {
         return fatal(&mut session.client, &e).await;
     }
     let result = session.run().await;
@@ -221,7 +227,7 @@ pub async fn serve_client(tcp: TcpStream, ctx: Arc<ProxyContext>) {
         tracing::debug!(user = %session.user, "session ended: {e}");
         fatal(&mut session.client, &e).await;
     }
-    session.finish().await;
+    Box::pin(session.finish()).await;
     session.client.close_notify();
 }
 
@@ -287,6 +293,15 @@ impl Outbox {
     fn clear(&mut self) {
         self.buf.clear();
         self.sent = 0;
+    }
+
+    /// Gives back a large buffer once everything in it is written: one big result must not
+    /// keep its memory for the rest of an idle session.
+    fn trim(&mut self) {
+        if self.is_empty() && self.buf.capacity() > inbuf::KEEP_OUTBOX {
+            self.buf = Vec::new();
+            self.sent = 0;
+        }
     }
 }
 

@@ -55,6 +55,11 @@ enum Ready {
     PartialUnit,
 }
 
+// The session's future lives as long as its client, and its size is that of its largest
+// state: the rarer and deeper calls below (a unit's start with routing and pools, a failed
+// server, a transaction's end) are boxed, so an idle client's task holds the relay loop's
+// few hundred bytes rather than the deepest path's kilobytes (memory per idle client); one
+// small allocation per transaction is the price.
 impl Session {
     /// Serves units until the client terminates or leaves.
     pub(super) async fn run(&mut self) -> Result<(), ProxyError> {
@@ -86,7 +91,7 @@ impl Session {
             return match unit_len(&self.cbuf, max)? {
                 Some(n) => {
                     let unit: Bytes = self.cbuf.split_to(n).freeze();
-                    Ok(if self.start_unit(unit).await? {
+                    Ok(if Box::pin(self.start_unit(unit)).await? {
                         Step::Progress
                     } else {
                         Step::Terminated
@@ -114,7 +119,7 @@ impl Session {
         let mut unit_only = None;
         if self.map.is_some() && transaction_pooling && att.status != b'I' && !att.batch_open {
             if let Some(n) = unit_len(&self.cbuf, max)? {
-                match self.transaction_boundary(n).await? {
+                match Box::pin(self.transaction_boundary(n)).await? {
                     super::spanning::Boundary::Forward => unit_only = Some(n),
                     super::spanning::Boundary::Wait => return Ok(Step::Blocked),
                     super::spanning::Boundary::Done => return Ok(Step::Progress),
@@ -136,7 +141,7 @@ impl Session {
                 if self.ctx.groups() > 1
                     && self.ctx.config.pool_mode == herd_core::PoolMode::Session
                 {
-                    if let Err(e) = self.active_map().await {
+                    if let Err(e) = Box::pin(self.active_map()).await {
                         tracing::warn!(error = %e, "reading the shard map");
                     }
                 }
@@ -190,6 +195,12 @@ impl Session {
         // The client is read while little is waiting (so its departure is noticed), and
         // always while what is waiting is incomplete.
         let read_client = self.cbuf.len() < IN_LIMIT || !next_complete;
+        if self.attached.is_none() && self.cbuf.is_empty() && self.out.is_empty() {
+            // Nothing in flight: an idle client keeps small buffers, whatever it sent or
+            // received before (memory per idle client).
+            self.inbuf.trim(&mut self.cbuf);
+            self.out.trim();
+        }
         let write_client = !self.out.is_empty() || self.client.has_backlog();
         let attached = self.attached.is_some();
         let read_server = attached && self.out.len() < OUT_LIMIT;
@@ -247,12 +258,13 @@ impl Session {
         };
         match ready {
             Ready::ClientRead => {
-                if self.cbuf.capacity() - self.cbuf.len() < 4096 {
-                    self.cbuf.reserve(16 * 1024);
-                }
+                let room = self.inbuf.make_room(&mut self.cbuf);
                 match self.client.try_read_buf(&mut self.cbuf) {
                     Ok(0) => return Ok(false),
-                    Ok(_) => self.last_client_read = std::time::Instant::now(),
+                    Ok(n) => {
+                        self.inbuf.read(n, room);
+                        self.last_client_read = std::time::Instant::now();
+                    }
                     Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
                     Err(e) => return Err(ProxyError::io("reading from client", e)),
                 }
@@ -268,7 +280,7 @@ impl Session {
                     None => Ok(()),
                 };
                 if let Err(e) = filled {
-                    self.server_failed(e).await?;
+                    Box::pin(self.server_failed(e)).await?;
                 }
             }
             Ready::ServerWrite => {
@@ -278,20 +290,20 @@ impl Session {
                 };
                 match sent {
                     Ok(n) => self.sout.advance(n),
-                    Err(e) => self.server_failed(e).await?,
+                    Err(e) => Box::pin(self.server_failed(e)).await?,
                 }
             }
             Ready::PartialUnit => {
                 if let Some(n) = complete_frames_len(&self.cbuf, max)? {
                     let unit: Bytes = self.cbuf.split_to(n).freeze();
                     self.force_primary = true;
-                    if !self.start_unit(unit).await? {
+                    if !Box::pin(self.start_unit(unit)).await? {
                         return Ok(false);
                     }
                 }
             }
             Ready::ClientFailed(e) => return Err(e),
-            Ready::ServerFailed(e) => self.server_failed(e).await?,
+            Ready::ServerFailed(e) => Box::pin(self.server_failed(e)).await?,
         }
         Ok(true)
     }
@@ -326,7 +338,7 @@ impl Session {
                         && att.forwarded == 0
                         && att.unit.is_some()
                     {
-                        return self.retry_on_primary(code).await;
+                        return Box::pin(self.retry_on_primary(code)).await;
                     }
                     if code == "0A000" && message.starts_with("cached plan must not change") {
                         // PostgreSQL will not reuse these plans after a schema change: prepare
@@ -378,7 +390,7 @@ impl Session {
             .as_ref()
             .is_some_and(|a| a.ready_idle && a.status == b'I');
         if finished {
-            self.end_transaction().await?;
+            Box::pin(self.end_transaction()).await?;
         }
         Ok(())
     }
@@ -402,7 +414,7 @@ impl Session {
         self.pending_begin = att.begin;
         self.force_primary = true;
         if let Some(unit) = att.unit {
-            self.start_unit(Bytes::from(unit)).await?;
+            Box::pin(self.start_unit(Bytes::from(unit))).await?;
         }
         Ok(())
     }
@@ -489,7 +501,7 @@ impl Session {
                 self.ctx.metrics.inc("herd_read_retries_total", "");
                 self.ctx.avoid(&node, Duration::from_secs(2));
                 self.pending_begin = att.begin;
-                self.start_unit(Bytes::from(unit)).await?;
+                Box::pin(self.start_unit(Bytes::from(unit))).await?;
                 return Ok(());
             }
         }

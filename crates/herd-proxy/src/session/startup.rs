@@ -38,8 +38,10 @@ pub struct Login {
 
 /// Reads until `buf` holds at least one more byte; `Ok(false)` on a clean EOF.
 pub async fn read_more(stream: &mut ClientStream, buf: &mut BytesMut) -> Result<bool, ProxyError> {
-    if buf.capacity() - buf.len() < 4096 {
-        buf.reserve(16 * 1024);
+    // Startup and SCRAM messages are small: a small buffer (grown by `reserve`'s doubling for a
+    // larger one) keeps what a connected client costs down.
+    if buf.capacity() - buf.len() < super::inbuf::MIN_CHUNK / 4 {
+        buf.reserve(super::inbuf::MIN_CHUNK);
     }
     let n = stream
         .read_buf(buf)
