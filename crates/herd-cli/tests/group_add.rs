@@ -246,14 +246,7 @@ async fn a_group_is_added_online_under_load() {
         },
     )
     .await;
-    stop.store(true, Ordering::Relaxed);
-    for w in writers {
-        w.await.expect("writer");
-    }
-    let reads = reads.await.expect("reader");
-    assert!(reads > 5, "the reader read {reads} times");
-    let bad = bad.lock().expect("bad").clone();
-    assert!(bad.is_empty(), "reads during the addition: {bad:?}");
+    common::end_load(&stop, writers, reads, &bad, "the addition").await;
     let failures = ledger.failures.lock().expect("ledger").clone();
     // Only reference writes inside open transactions may be refused, with 40001, and few.
     for (who, code, message) in &failures {

@@ -192,14 +192,7 @@ async fn a_shard_moves_under_load_and_a_move_can_be_cancelled() {
     let during = acknowledged() - before_move;
     assert!(during > 20, "only {during} transactions during the move");
     tokio::time::sleep(Duration::from_millis(500)).await;
-    stop.store(true, Ordering::Relaxed);
-    for t in tasks {
-        t.await.expect("writer");
-    }
-    let reads = reads.await.expect("reader");
-    assert!(reads > 5, "the reader read {reads} times");
-    let bad = bad.lock().expect("bad").clone();
-    assert!(bad.is_empty(), "reads during the move: {bad:?}");
+    common::end_load(&stop, tasks, reads, &bad, "the move").await;
     let failures = ledger.failures.lock().expect("ledger").clone();
     // Only the moved shard's transactions may fail, with the guard's retryable error, and few.
     for (shard, code, message) in &failures {

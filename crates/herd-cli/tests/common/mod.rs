@@ -176,3 +176,22 @@ pub fn kill_primary(c: &TestCluster) {
     )
     .expect("kill -9 the primary");
 }
+
+/// Ends a load: stops the writers and the reader (`stop`), waits for them, and checks the
+/// reader read more than a few times and noted nothing wrong (`bad`) during `what`.
+pub async fn end_load(
+    stop: &std::sync::atomic::AtomicBool,
+    writers: Vec<tokio::task::JoinHandle<()>>,
+    reader: tokio::task::JoinHandle<u64>,
+    bad: &std::sync::Mutex<Vec<String>>,
+    what: &str,
+) {
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for w in writers {
+        w.await.expect("writer");
+    }
+    let reads = reader.await.expect("reader");
+    assert!(reads > 5, "the reader read {reads} times");
+    let bad = bad.lock().expect("bad").clone();
+    assert!(bad.is_empty(), "reads during {what}: {bad:?}");
+}
