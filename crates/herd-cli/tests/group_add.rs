@@ -236,6 +236,7 @@ async fn a_group_is_added_online_under_load() {
     assert!(out.contains("shard group 2 added"), "{out}");
     assert!(out.contains("databases created: shop"), "{out}");
     assert!(out.contains("herd shards rebalance"), "{out}");
+    assert!(out.contains("DDL waited"), "{out}");
     // The load went on through the addition and after it, the new group serving its part.
     common::eventually(
         Duration::from_secs(30),

@@ -85,11 +85,13 @@ async fn memberships(client: &Client) -> Result<BTreeSet<(String, String, bool)>
         .collect())
 }
 
-fn ident(name: &str) -> String {
+/// A quoted SQL identifier.
+pub(crate) fn ident(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
 }
 
-fn literal(text: &str) -> String {
+/// A quoted SQL string literal.
+pub(crate) fn literal(text: &str) -> String {
     format!("'{}'", text.replace('\'', "''"))
 }
 

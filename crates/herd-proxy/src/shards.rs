@@ -28,6 +28,7 @@ use in_doubt::recover_ddl;
 pub use in_doubt::{resolve_in_doubt, IN_DOUBT_AFTER_S, TXN_DECISIONS_DDL};
 
 use crate::monitor::admin_connect_db;
+use crate::roles::literal;
 use crate::{ProxyContext, ProxyError};
 
 /// The schema, the map's table and the catalog view, created on every group with the first map.
@@ -116,11 +117,6 @@ fn refused(code: &str, message: String) -> ProxyError {
         code: code.into(),
         message,
     }
-}
-
-/// A SQL string literal.
-fn literal(text: &str) -> String {
-    format!("'{}'", text.replace('\'', "''"))
 }
 
 impl ProxyContext {

@@ -24,6 +24,7 @@ use tokio_postgres::Client;
 use super::moves::with_short_locks;
 use super::{failed, literal, new_group, quote_qualified, read_map, refused};
 use crate::monitor::ADMIN_APPLICATION;
+use crate::roles::ident;
 use crate::{ProxyContext, ProxyError};
 
 /// How long the triggers may take to get their locks (transactions writing reference tables
@@ -44,6 +45,8 @@ pub struct Admitted {
     pub databases_created: Vec<String>,
     /// Databases whose distributed and reference tables the new group received.
     pub databases_prepared: Vec<String>,
+    /// How long statements every group runs were held at the endpoint.
+    pub held: std::time::Duration,
 }
 
 impl std::fmt::Display for Admitted {
@@ -57,9 +60,11 @@ impl std::fmt::Display for Admitted {
         };
         write!(
             f,
-            "databases created: {}; tables and map received for: {}",
+            "databases created: {}; tables and map received for: {}; reference-table writes and \
+             DDL waited {} ms",
             list(&self.databases_created),
-            list(&self.databases_prepared)
+            list(&self.databases_prepared),
+            self.held.as_millis()
         )
     }
 }
@@ -103,6 +108,7 @@ impl ProxyContext {
             ..Admitted::default()
         };
         let databases = self.databases(0).await?;
+        let hold_began = std::time::Instant::now();
         self.set_adding_group(true);
         let mut guarded = Vec::new();
         let prepared = self
@@ -123,6 +129,7 @@ impl ProxyContext {
             }
         }
         self.set_adding_group(false);
+        admitted.held = hold_began.elapsed();
         prepared?;
         if let Err(e) = self.sync_roles("postgres", &[]).await {
             tracing::warn!(error = %e, "copying roles to the new shard group");
@@ -255,8 +262,8 @@ impl ProxyContext {
                 (r.get(1), r.get(2), r.get(3), r.get(4));
             let sql = format!(
                 "CREATE DATABASE {} OWNER {} TEMPLATE template0 ENCODING {} LC_COLLATE {} LC_CTYPE {}",
-                quote_ident(&name),
-                quote_ident(&owner),
+                ident(&name),
+                ident(&owner),
                 literal(&encoding),
                 literal(&collate),
                 literal(&ctype)
@@ -344,10 +351,6 @@ pub(super) async fn guards_left(client: &Client) -> bool {
         .await
         .map(|r| r.get(0))
         .unwrap_or(false)
-}
-
-fn quote_ident(name: &str) -> String {
-    format!("\"{}\"", name.replace('"', "\"\""))
 }
 
 #[cfg(test)]
