@@ -103,11 +103,11 @@ impl ProxyContext {
         let _one_change = self.shard_maps.changing.lock().await;
         let _one_preparation = self.shard_maps.preparing.lock().await;
         self.sync_roles_upto("postgres", &[], group + 1).await?;
+        let (databases, databases_created) = self.copy_databases(group).await?;
         let mut admitted = Admitted {
-            databases_created: self.copy_databases(group).await?,
+            databases_created,
             ..Admitted::default()
         };
-        let databases = self.databases(0).await?;
         let hold_began = std::time::Instant::now();
         self.set_adding_group(true);
         let mut guarded = Vec::new();
@@ -234,8 +234,8 @@ impl ProxyContext {
     }
 
     /// Creates on group `group` every database of group 0 it lacks (same owner, encoding and
-    /// locale); the names created.
-    async fn copy_databases(&self, group: u32) -> Result<Vec<String>, ProxyError> {
+    /// locale); group 0's databases, and those created.
+    async fn copy_databases(&self, group: u32) -> Result<(Vec<String>, Vec<String>), ProxyError> {
         let source = self
             .group_client(0, "postgres", "to read its databases")
             .await?;
@@ -253,6 +253,7 @@ impl ProxyContext {
             .await
             .map_err(|e| failed("reading the databases", e))?;
         let mut created = Vec::new();
+        let all: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
         for r in rows {
             let name: String = r.get(0);
             if have.contains(&name) {
@@ -274,7 +275,7 @@ impl ProxyContext {
                 .map_err(|e| failed(&format!("creating database {name} on the new group"), e))?;
             created.push(name);
         }
-        Ok(created)
+        Ok((all, created))
     }
 }
 
