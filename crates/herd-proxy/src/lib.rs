@@ -152,8 +152,6 @@ impl ProxyContext {
         self.views.read().map_or(1, |v| v.len() as u32)
     }
 
-    /// The latest topology of shard group `group` (group 0 for an unknown one), minus replicas
-    /// that just failed a read.
     /// Group `group`'s topology as it changes (marked seen: `changed()` waits for the next).
     pub fn watch_view(&self, group: u32) -> watch::Receiver<Arc<TopologyView>> {
         let mut rx = self.view_rx(group);
