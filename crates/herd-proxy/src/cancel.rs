@@ -12,22 +12,45 @@ use tokio::net::TcpStream;
 /// Where a client's query currently runs.
 #[derive(Default, Debug)]
 pub struct CancelSlot {
-    target: Mutex<Option<(String, u16, i32, i32)>>,
+    target: Mutex<Target>,
+}
+
+/// The backend a client is attached to; the host's buffer is kept between attachments (a
+/// client attaches once per transaction: no allocation each time).
+#[derive(Default, Debug)]
+struct Target {
+    attached: bool,
+    host: String,
+    port: u16,
+    backend: (i32, i32),
 }
 
 impl CancelSlot {
     /// The client now runs on backend `(pid, key)` at `host:port`.
     pub fn attach(&self, host: &str, port: u16, backend: (i32, i32)) {
         if let Ok(mut t) = self.target.lock() {
-            *t = Some((host.to_string(), port, backend.0, backend.1));
+            if t.host != host {
+                t.host.clear();
+                t.host.push_str(host);
+            }
+            t.port = port;
+            t.backend = backend;
+            t.attached = true;
         }
     }
 
     /// The client has no server.
     pub fn detach(&self) {
         if let Ok(mut t) = self.target.lock() {
-            *t = None;
+            t.attached = false;
         }
+    }
+
+    /// Host, port and backend key of the attached server, if any.
+    fn current(&self) -> Option<(String, u16, i32, i32)> {
+        let t = self.target.lock().ok()?;
+        t.attached
+            .then(|| (t.host.clone(), t.port, t.backend.0, t.backend.1))
     }
 }
 
@@ -83,7 +106,7 @@ impl CancelRegistry {
             slots
                 .get(&(pid, key))
                 .and_then(Weak::upgrade)
-                .and_then(|s| s.target.lock().ok().and_then(|t| t.clone()))
+                .and_then(|s| s.current())
         };
         let Some((host, port, bpid, bkey)) = target else {
             return;

@@ -163,6 +163,7 @@ impl ProxyContext {
     pub fn view_of(&self, group: u32) -> Arc<TopologyView> {
         let view = self.latest_view(group);
         let avoided = match self.avoided.lock() {
+            Ok(a) if a.is_empty() => return view,
             Ok(mut a) => {
                 a.retain(|_, until| *until > Instant::now());
                 a.keys().cloned().collect::<Vec<_>>()
@@ -189,6 +190,9 @@ impl ProxyContext {
 
     /// Waits while the proxy is paused (at most `PAUSE_LIMIT`, then work goes on regardless).
     pub async fn wait_unpaused(&self) {
+        if !*self.paused.borrow() {
+            return; // the usual case, without a receiver of its own
+        }
         let mut rx = self.paused.subscribe();
         if !*rx.borrow_and_update() {
             return;

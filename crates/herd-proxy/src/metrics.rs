@@ -5,7 +5,8 @@ use std::collections::hash_map::DefaultHasher;
 use std::collections::HashMap;
 use std::fmt::Write;
 use std::hash::{Hash, Hasher};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 /// Labeled counters. An update hashes its name and labels and takes a short lock; the label
 /// text is only built the first time a series appears (no allocation on the hot path).
@@ -17,7 +18,19 @@ pub struct Metrics {
 struct Series {
     name: &'static str,
     label: String,
-    value: u64,
+    value: Arc<AtomicU64>,
+}
+
+/// One series of [`Metrics`], held by whoever bumps it often: an increment is then one atomic
+/// addition, without hashing its name and labels or taking the registry's lock.
+#[derive(Clone)]
+pub struct Counter(Arc<AtomicU64>);
+
+impl Counter {
+    /// Adds one.
+    pub fn inc(&self) {
+        self.0.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 impl Metrics {
@@ -33,19 +46,50 @@ impl Metrics {
         self.bump(h.finish(), n, || (name, label.to_string()));
     }
 
+    /// The key [`Metrics::add`] gives the label text of `labels`, computed without building
+    /// the text: both ways of naming a series reach the same one.
+    fn key_of(name: &'static str, labels: &[(&str, &str)]) -> u64 {
+        let mut h = DefaultHasher::new();
+        name.hash(&mut h);
+        // `str`'s Hash writes the bytes then 0xff; SipHash is a stream, so writing the text's
+        // pieces one after the other equals writing the whole text.
+        for (i, (k, v)) in labels.iter().enumerate() {
+            if i > 0 {
+                h.write(b",");
+            }
+            h.write(k.as_bytes());
+            h.write(b"=\"");
+            h.write(v.as_bytes());
+            h.write(b"\"");
+        }
+        h.write_u8(0xff);
+        h.finish()
+    }
+
     /// Adds one to counter `name` with labels given as pairs (values are plain node names and
     /// reasons: no escaping needed).
     pub fn inc_labels(&self, name: &'static str, labels: &[(&str, &str)]) {
-        let mut h = DefaultHasher::new();
-        name.hash(&mut h);
-        labels.hash(&mut h);
-        self.bump(h.finish(), 1, || {
+        self.counter(name, labels).inc();
+    }
+
+    /// The series `name` with labels given as pairs, created at zero when new, to keep and
+    /// bump without a lookup.
+    pub fn counter(&self, name: &'static str, labels: &[(&str, &str)]) -> Counter {
+        Counter(self.series(Self::key_of(name, labels), || {
             let text: Vec<String> = labels.iter().map(|(k, v)| format!("{k}=\"{v}\"")).collect();
             (name, text.join(","))
-        });
+        }))
     }
 
     fn bump(&self, key: u64, n: u64, describe: impl FnOnce() -> (&'static str, String)) {
+        self.series(key, describe).fetch_add(n, Ordering::Relaxed);
+    }
+
+    fn series(
+        &self,
+        key: u64,
+        describe: impl FnOnce() -> (&'static str, String),
+    ) -> Arc<AtomicU64> {
         let mut c = match self.counters.lock() {
             Ok(c) => c,
             Err(p) => p.into_inner(),
@@ -56,10 +100,11 @@ impl Metrics {
                 Series {
                     name,
                     label,
-                    value: 0,
+                    value: Arc::default(),
                 }
             })
-            .value += n;
+            .value
+            .clone()
     }
 
     /// Current value of one counter (tests and status).
@@ -70,7 +115,7 @@ impl Metrics {
         };
         c.values()
             .filter(|s| s.name == name && s.label == label)
-            .map(|s| s.value)
+            .map(|s| s.value.load(Ordering::Relaxed))
             .sum()
     }
 
@@ -90,9 +135,10 @@ impl Metrics {
                 last = s.name;
             }
             if s.label.is_empty() {
-                let _ = writeln!(out, "{} {}", s.name, s.value);
+                let _ = writeln!(out, "{} {}", s.name, s.value.load(Ordering::Relaxed));
             } else {
-                let _ = writeln!(out, "{}{{{}}} {}", s.name, s.label, s.value);
+                let value = s.value.load(Ordering::Relaxed);
+                let _ = writeln!(out, "{}{{{}}} {}", s.name, s.label, value);
             }
         }
         out
@@ -123,6 +169,22 @@ mod tests {
         assert_eq!(
             m.get("herd_routed_total", "node=\"node1\",reason=\"read\""),
             2
+        );
+        // A kept handle bumps the same series as a lookup by labels.
+        let kept = m.counter(
+            "herd_routed_total",
+            &[("node", "node1"), ("reason", "read")],
+        );
+        kept.inc();
+        m.inc_labels(
+            "herd_routed_total",
+            &[("node", "node1"), ("reason", "read")],
+        );
+        assert!(
+            m.render()
+                .contains("herd_routed_total{node=\"node1\",reason=\"read\"} 4"),
+            "{}",
+            m.render()
         );
     }
 }

@@ -27,7 +27,10 @@ pub struct PoolKey {
 /// Connections to one node for one user and database.
 pub struct Pool {
     key: PoolKey,
-    idle: Mutex<Vec<ServerConn>>,
+    /// Boxed: a connection moves in and out of this list and through leases on every
+    /// transaction, and a pointer moves cheaper than the whole connection.
+    #[allow(clippy::vec_box)]
+    idle: Mutex<Vec<Box<ServerConn>>>,
     permits: Arc<Semaphore>,
     outstanding: AtomicUsize,
     waits: WaitCounters,
@@ -82,7 +85,7 @@ pub struct Credentials {
 /// the connection (used whenever its state is uncertain).
 pub struct Lease {
     /// The connection.
-    pub conn: ServerConn,
+    pub conn: Box<ServerConn>,
     guard: LeaseGuard,
 }
 
@@ -177,7 +180,7 @@ impl Pool {
                 )
                 .await
                 {
-                    Ok(c) => c,
+                    Ok(c) => Box::new(c),
                     Err(e) => {
                         self.outstanding.fetch_sub(1, Ordering::Relaxed);
                         return Err(e);

@@ -1,7 +1,7 @@
 //! Bounded LRU cache of classifications keyed by statement text.
 
 use crate::{classify, Classification};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Hit/miss counters and size of a [`ClassifierCache`].
@@ -19,10 +19,9 @@ pub struct CacheStats {
 
 #[derive(Debug, Default)]
 struct Inner {
-    /// Text → (classification, last-use stamp).
+    /// Text → (classification, last-use stamp). A hit only rewrites the stamp; the least
+    /// recently used entries are found when room is needed (a miss of a full cache).
     map: HashMap<Arc<str>, (Arc<Classification>, u64)>,
-    /// Last-use stamp → text; the first entry is the least recently used.
-    order: BTreeMap<u64, Arc<str>>,
     next_stamp: u64,
     hits: u64,
     misses: u64,
@@ -32,6 +31,19 @@ impl Inner {
     fn stamp(&mut self) -> u64 {
         self.next_stamp = self.next_stamp.wrapping_add(1);
         self.next_stamp
+    }
+
+    /// Drops the least recently used eighth of the entries (at least one), so a full cache
+    /// scans its stamps once per that many misses rather than keeping an order on every hit.
+    fn evict(&mut self) {
+        let count = (self.map.len() / 8).max(1);
+        let mut stamps: Vec<u64> = self.map.values().map(|(_, s)| *s).collect();
+        if stamps.is_empty() {
+            return;
+        }
+        let (_, newest_dropped, _) = stamps.select_nth_unstable(count - 1);
+        let newest_dropped = *newest_dropped;
+        self.map.retain(|_, (_, s)| *s > newest_dropped);
     }
 }
 
@@ -97,12 +109,9 @@ impl ClassifierCache {
         {
             let mut inner = self.lock();
             let stamp = inner.stamp();
-            if let Some((found, old)) = inner.map.get_mut(key) {
-                let previous = std::mem::replace(old, stamp);
+            if let Some((found, used)) = inner.map.get_mut(key) {
+                *used = stamp;
                 let found = Arc::clone(found);
-                if let Some(key) = inner.order.remove(&previous) {
-                    inner.order.insert(stamp, key);
-                }
                 inner.hits += 1;
                 return found;
             }
@@ -116,15 +125,11 @@ impl ClassifierCache {
         if inner.map.contains_key(key) {
             return classified;
         }
-        while inner.map.len() >= self.capacity {
-            let Some((_, oldest)) = inner.order.pop_first() else {
-                break;
-            };
-            inner.map.remove(&oldest);
+        if inner.map.len() >= self.capacity {
+            inner.evict();
         }
         let key: Arc<str> = Arc::from(key);
         let stamp = inner.stamp();
-        inner.order.insert(stamp, Arc::clone(&key));
         inner.map.insert(key, (Arc::clone(&classified), stamp));
         classified
     }
@@ -152,8 +157,6 @@ impl ClassifierCache {
 
     /// Drops every entry (counters are kept).
     pub fn clear(&self) {
-        let mut inner = self.lock();
-        inner.map.clear();
-        inner.order.clear();
+        self.lock().map.clear();
     }
 }

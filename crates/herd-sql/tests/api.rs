@@ -185,6 +185,27 @@ fn cache_is_bounded_and_lru() {
 }
 
 #[test]
+fn full_cache_drops_its_least_recently_used_eighth() {
+    let cache = ClassifierCache::new(16);
+    for i in 0..16 {
+        cache.get_or_classify(&format!("select c{i}"));
+    }
+    for i in 2..16 {
+        cache.get_or_classify(&format!("select c{i}")); // c0 and c1 are now the oldest
+    }
+    cache.get_or_classify("select c16"); // full: drops 16 / 8 = 2 entries
+    assert_eq!(cache.len(), 15);
+    let misses = cache.stats().misses;
+    for i in 2..17 {
+        cache.get_or_classify(&format!("select c{i}"));
+    }
+    assert_eq!(cache.stats().misses, misses, "c2..c16 are still cached");
+    cache.get_or_classify("select c0");
+    cache.get_or_classify("select c1");
+    assert_eq!(cache.stats().misses, misses + 2, "c0 and c1 were dropped");
+}
+
+#[test]
 fn cache_skips_zero_capacity_and_long_text() {
     let none = ClassifierCache::new(0);
     none.get_or_classify("select 1");

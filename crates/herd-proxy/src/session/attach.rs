@@ -31,6 +31,9 @@ struct UnitFacts {
     local: Option<LocalAnswer>,
     /// The SQL of a unit that is one simple query.
     sql: Option<String>,
+    /// The analysis of a unit that is one simple query, handed to its translation (which
+    /// would otherwise classify the same text a second time).
+    query: Option<crate::analysis::Analysis>,
 }
 
 impl Session {
@@ -166,6 +169,7 @@ impl Session {
                 return Ok(true);
             }
         };
+        self.known_query = facts.query;
         self.attach(lease, replica, unit).await
     }
 
@@ -176,6 +180,7 @@ impl Session {
             reason: "read",
             local: None,
             sql: None,
+            query: None,
         };
         let mut rest = unit;
         let mut frames = 0;
@@ -236,13 +241,17 @@ impl Session {
                     facts.read_only = false;
                     facts.reason = reason_label(&a.reason);
                 }
-                if frame.tag == tag::QUERY && frames == 1 && rest.is_empty() && a.local.is_some() {
+                let lone_query = frame.tag == tag::QUERY && frames == 1 && rest.is_empty();
+                if lone_query && a.local.is_some() {
                     // Kept only for statements the proxy may answer itself (a deferred BEGIN
                     // replays it): no copy of every query's text.
                     facts.local = a.local;
                     facts.sql = Query::decode(frame.body)
                         .ok()
                         .and_then(|q| String::from_utf8(q.sql.to_vec()).ok());
+                }
+                if lone_query {
+                    facts.query = Some(a);
                 }
             }
         }
@@ -303,18 +312,39 @@ impl Session {
     async fn lease_primary(
         &mut self,
         view: &TopologyView,
-        reason: &str,
+        reason: &'static str,
     ) -> Result<(Lease, Option<usize>), ProxyError> {
+        // The view's own endpoint is borrowed: no copy of its strings per unit.
+        let waited;
         let primary = match &view.primary {
-            Some(p) => p.clone(),
-            None => self.ctx.current_primary_of(self.group).await?,
+            Some(p) => p,
+            None => {
+                waited = self.ctx.current_primary_of(self.group).await?;
+                &waited
+            }
         };
-        let lease = self.lease(&primary).await?;
-        self.ctx.metrics.inc_labels(
-            "herd_routed_total",
-            &[("node", primary.name.as_str()), ("reason", reason)],
-        );
+        let lease = self.lease(primary).await?;
+        self.routed(primary, reason);
         Ok((lease, None))
+    }
+
+    /// Counts a unit routed to `ep` for `reason` (`herd_routed_total`), through a counter the
+    /// session keeps: the registry is looked up once per node and reason, not per unit.
+    fn routed(&mut self, ep: &Endpoint, reason: &'static str) {
+        let known = self
+            .routed
+            .iter()
+            .find(|(name, r, _)| *r == reason && *name == ep.name);
+        if let Some((_, _, counter)) = known {
+            counter.inc();
+            return;
+        }
+        let counter = self.ctx.metrics.counter(
+            "herd_routed_total",
+            &[("node", ep.name.as_str()), ("reason", reason)],
+        );
+        counter.inc();
+        self.routed.push((ep.name.clone(), reason, counter));
     }
 
     async fn lease_replica(
@@ -322,7 +352,7 @@ impl Session {
         view: &TopologyView,
         candidates: &[usize],
         confirm: Option<Lsn>,
-        reason: &str,
+        reason: &'static str,
     ) -> Result<(Lease, Option<usize>), ProxyError> {
         // Least outstanding requests first.
         let mut order: Vec<(usize, usize)> = Vec::with_capacity(candidates.len());
@@ -356,10 +386,7 @@ impl Session {
                         .await;
                 }
             }
-            self.ctx.metrics.inc_labels(
-                "herd_routed_total",
-                &[("node", ep.name.as_str()), ("reason", reason)],
-            );
+            self.routed(ep, reason);
             return Ok((lease, Some(i)));
         }
         self.lease_primary(view, PrimaryReason::NoReplica.as_str())
@@ -393,9 +420,10 @@ impl Session {
         }
     }
 
-    /// The pool for `ep` (remembered per session: no key is built per unit).
+    /// The pool for `ep` (remembered per session: no key is built per unit; a session uses a
+    /// few nodes, so a scan beats hashing the endpoint's strings).
     fn pool(&mut self, ep: &Endpoint) -> Arc<Pool> {
-        if let Some(p) = self.pools.get(ep) {
+        if let Some((_, p)) = self.pools.iter().find(|(e, _)| e == ep) {
             return p.clone();
         }
         let key = PoolKey {
@@ -404,7 +432,7 @@ impl Session {
             database: self.database.clone(),
         };
         let pool = self.ctx.pools.get(&key);
-        self.pools.insert(ep.clone(), pool.clone());
+        self.pools.push((ep.clone(), pool.clone()));
         pool
     }
 
@@ -539,6 +567,7 @@ impl Session {
             passthrough: self.ctx.config.pool_mode == herd_core::PoolMode::Session,
             map: self.map.as_deref(),
             spanning: !self.parked.is_empty(),
+            known_query: self.known_query.take(),
         };
         let to_server = &mut self.sout.buf;
         let mut rest = bytes;

@@ -118,7 +118,11 @@ pub struct Session {
     /// their transaction, ended together at the client's COMMIT or ROLLBACK.
     parked: Vec<Attached>,
     /// Pools this session used, by node.
-    pools: std::collections::HashMap<herd_core::Endpoint, Arc<crate::pool::Pool>>,
+    pools: Vec<(herd_core::Endpoint, Arc<crate::pool::Pool>)>,
+    /// The analysis of the lone simple query about to be forwarded (made when it was routed).
+    known_query: Option<crate::analysis::Analysis>,
+    /// `herd_routed_total` series this session bumped, by node and reason.
+    routed: Vec<(herd_core::NodeName, &'static str, crate::metrics::Counter)>,
 }
 
 /// `BEGIN` answered by the proxy: the server is chosen by the transaction's first statement,
@@ -209,7 +213,9 @@ pub async fn serve_client(tcp: TcpStream, ctx: Arc<ProxyContext>) {
         group: 0,
         map: None,
         pending_begin: None,
-        pools: std::collections::HashMap::new(),
+        pools: Vec::new(),
+        routed: Vec::new(),
+        known_query: None,
         parked: Vec::new(),
         creds: None,
     };

@@ -212,7 +212,7 @@ impl Session {
         let ready = {
             let client = &self.client;
             let (conn, primary_watch) = match self.attached.as_mut() {
-                Some(a) => (Some(&a.lease.conn), a.primary_watch.as_mut()),
+                Some(a) => (Some(&*a.lease.conn), a.primary_watch.as_mut()),
                 None => (None, None),
             };
             let primary_changed = async {
@@ -233,22 +233,26 @@ impl Session {
                     None => std::future::pending().await,
                 }
             };
+            // Biased: branches are polled in this order, without tokio drawing a random start
+            // for each wait. Writes first, then the server's answers, then new client bytes:
+            // every direction is bounded by its outbox, so none can starve the others.
             tokio::select! {
-                r = client.readable(), if read_client => match r {
-                    Ok(()) => Ready::ClientRead,
-                    Err(e) => Ready::ClientFailed(ProxyError::io("reading from client", e)),
-                },
+                biased;
                 r = client.writable(), if write_client => match r {
                     Ok(()) => Ready::ClientWrite,
                     Err(e) => Ready::ClientFailed(ProxyError::io("writing to client", e)),
+                },
+                r = server_writable, if write_server => match r {
+                    Ok(()) => Ready::ServerWrite,
+                    Err(e) => Ready::ServerFailed(e),
                 },
                 r = server_readable, if read_server => match r {
                     Ok(()) => Ready::ServerRead,
                     Err(e) => Ready::ServerFailed(e),
                 },
-                r = server_writable, if write_server => match r {
-                    Ok(()) => Ready::ServerWrite,
-                    Err(e) => Ready::ServerFailed(e),
+                r = client.readable(), if read_client => match r {
+                    Ok(()) => Ready::ClientRead,
+                    Err(e) => Ready::ClientFailed(ProxyError::io("reading from client", e)),
                 },
                 () = sleep_until(partial_deadline), if partial_deadline.is_some() => {
                     Ready::PartialUnit
@@ -263,7 +267,13 @@ impl Session {
                     Ok(0) => return Ok(false),
                     Ok(n) => {
                         self.inbuf.read(n, room);
-                        self.last_client_read = std::time::Instant::now();
+                        // The clock is read only for what waits on it: the start of a batch
+                        // without its end, while detached (see PARTIAL_WAIT). Bytes read while
+                        // attached leave it older, so such a batch waits less before it goes
+                        // to the primary: never a wrong place, only a less balanced one.
+                        if self.attached.is_none() && unit_len(&self.cbuf, max)?.is_none() {
+                            self.last_client_read = std::time::Instant::now();
+                        }
                     }
                     Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
                     Err(e) => return Err(ProxyError::io("reading from client", e)),
@@ -389,10 +399,32 @@ impl Session {
             .attached
             .as_ref()
             .is_some_and(|a| a.ready_idle && a.status == b'I');
-        if finished {
+        if finished && !self.release_now() {
             Box::pin(self.end_transaction()).await?;
         }
         Ok(())
+    }
+
+    /// The common end of a transaction, without an await: a server that wrote nothing, alone
+    /// in the session and not pinned, goes straight back to its pool. `false` when the end
+    /// needs [`Session::end_transaction`] (a token to read, a pinned server, parked parts).
+    fn release_now(&mut self) -> bool {
+        let simple = self.parked.is_empty()
+            && self.attached.as_ref().is_some_and(|a| {
+                // A write on the primary needs its token read; a pinned server stays.
+                let token_needed = a.wrote && a.replica.is_none();
+                !(a.pinned || token_needed)
+            });
+        if !simple {
+            return false;
+        }
+        let Some(mut att) = self.attached.take() else {
+            return false;
+        };
+        settle(&mut self.state, &mut att);
+        self.cancel.detach();
+        att.lease.release();
+        true
     }
 
     /// A standby refused a read the proxy sent it (it touched an unlogged table, or wrote after
@@ -431,10 +463,7 @@ impl Session {
         let Some(att) = self.attached.as_mut() else {
             return Ok(());
         };
-        self.state
-            .end_transaction(!std::mem::take(&mut att.rolled_back));
-        // The server ran every statement of the session's settings: it matches them now.
-        att.lease.conn.state_hash = self.state.hash;
+        settle(&mut self.state, att);
         att.unit = None;
         att.begin = None;
         // In session pooling the client never leaves its server, so no token is needed; and
@@ -514,6 +543,13 @@ impl Session {
             "connection to server {node} was lost ({e}); the outcome of the current transaction is unknown"
         )))
     }
+}
+
+/// The session's settings after the transaction on `att` ended; the server ran every statement
+/// of them, so it matches them now.
+fn settle(state: &mut super::state::SessionState, att: &mut super::Attached) {
+    state.end_transaction(!std::mem::take(&mut att.rolled_back));
+    att.lease.conn.state_hash = state.hash;
 }
 
 /// Resolves once the topology names a primary other than `conn`'s server (it was failed over

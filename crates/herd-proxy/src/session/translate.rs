@@ -69,6 +69,8 @@ pub struct Translator<'a> {
     /// The transaction spans shard groups: statements that would end or split one group's
     /// part only are refused.
     pub spanning: bool,
+    /// The analysis of the unit's simple query when the routing already made it.
+    pub known_query: Option<Analysis>,
 }
 
 impl Translator<'_> {
@@ -101,7 +103,11 @@ impl Translator<'_> {
         match frame.tag {
             tag::QUERY => {
                 let q = Query::decode(frame.body)?;
-                self.note(&analyze(self.ctx, q.sql, self.state.unsafe_encoding));
+                let analysis = match self.known_query.take() {
+                    Some(a) => a,
+                    None => analyze(self.ctx, q.sql, self.state.unsafe_encoding),
+                };
+                self.note(&analysis);
                 match self.deallocate(q.sql, to_server)? {
                     Some(sql) => encode::query(to_server, sql)?,
                     None => to_server.extend_from_slice(frame.raw),
@@ -266,7 +272,11 @@ impl Translator<'_> {
         let expect = match frame.tag {
             tag::QUERY => {
                 let q = Query::decode(frame.body)?;
-                self.note(&analyze(self.ctx, q.sql, self.state.unsafe_encoding));
+                let analysis = match self.known_query.take() {
+                    Some(a) => a,
+                    None => analyze(self.ctx, q.sql, self.state.unsafe_encoding),
+                };
+                self.note(&analysis);
                 Expect::Query
             }
             tag::PARSE => {
