@@ -169,8 +169,7 @@ impl Session {
                 return Ok(true);
             }
         };
-        self.known_query = facts.query;
-        self.attach(lease, replica, unit).await
+        self.attach(lease, replica, unit, facts.query).await
     }
 
     /// Read-only-ness and local answers of a unit, before anything is sent.
@@ -454,12 +453,14 @@ impl Session {
         Ok(lease)
     }
 
-    /// Attaches `lease` and forwards `unit` through it.
+    /// Attaches `lease` and forwards `unit` through it (`known`: the analysis of its lone
+    /// simple query, made when it was routed).
     async fn attach(
         &mut self,
         lease: Lease,
         replica: Option<usize>,
         unit: Bytes,
+        known: Option<crate::analysis::Analysis>,
     ) -> Result<bool, ProxyError> {
         self.install(lease, replica, replica.map(|_| unit.to_vec()));
         if let (Some(begin), Some(att)) = (self.pending_begin.take(), self.attached.as_mut()) {
@@ -470,7 +471,7 @@ impl Session {
                 .sent(crate::router::track::Expect::Query, true, None);
             att.begin = Some(begin);
         }
-        self.forward(&unit)
+        self.forward_analyzed(&unit, known)
     }
 
     /// Makes `lease` the session's server; `unit` is kept for a retry elsewhere.
@@ -553,6 +554,16 @@ impl Session {
 
     /// Translates client messages into the attached server's outbox. `Ok(false)`: Terminate.
     pub(super) fn forward(&mut self, bytes: &[u8]) -> Result<bool, ProxyError> {
+        self.forward_analyzed(bytes, None)
+    }
+
+    /// [`Session::forward`], given the analysis of a lone simple query when routing made it
+    /// (so the text is not classified a second time).
+    fn forward_analyzed(
+        &mut self,
+        bytes: &[u8],
+        known_query: Option<crate::analysis::Analysis>,
+    ) -> Result<bool, ProxyError> {
         let Some(att) = self.attached.as_mut() else {
             return Err(ProxyError::Protocol("no server attached".into()));
         };
@@ -567,7 +578,7 @@ impl Session {
             passthrough: self.ctx.config.pool_mode == herd_core::PoolMode::Session,
             map: self.map.as_deref(),
             spanning: !self.parked.is_empty(),
-            known_query: self.known_query.take(),
+            known_query,
         };
         let to_server = &mut self.sout.buf;
         let mut rest = bytes;

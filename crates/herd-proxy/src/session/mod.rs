@@ -119,8 +119,6 @@ pub struct Session {
     parked: Vec<Attached>,
     /// Pools this session used, by node.
     pools: Vec<(herd_core::Endpoint, Arc<crate::pool::Pool>)>,
-    /// The analysis of the lone simple query about to be forwarded (made when it was routed).
-    known_query: Option<crate::analysis::Analysis>,
     /// `herd_routed_total` series this session bumped, by node and reason.
     routed: Vec<(herd_core::NodeName, &'static str, crate::metrics::Counter)>,
 }
@@ -215,7 +213,6 @@ pub async fn serve_client(tcp: TcpStream, ctx: Arc<ProxyContext>) {
         pending_begin: None,
         pools: Vec::new(),
         routed: Vec::new(),
-        known_query: None,
         parked: Vec::new(),
         creds: None,
     };
