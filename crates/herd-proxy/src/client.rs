@@ -9,6 +9,7 @@
 
 use std::io::{self, Read, Write};
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use bytes::BytesMut;
 use tokio::io::AsyncWriteExt;
@@ -92,6 +93,24 @@ impl ClientStream {
         match self {
             ClientStream::Plain(s) => s.writable().await,
             ClientStream::Tls(t) => t.tcp.writable().await,
+        }
+    }
+
+    /// [`ClientStream::readable`] as a poll: the socket keeps one waker per direction, so a
+    /// wait costs no waiter of its own (the session's loop waits this way on every message).
+    pub fn poll_readable(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self {
+            ClientStream::Plain(s) => s.poll_read_ready(cx),
+            ClientStream::Tls(t) if t.plaintext_pending || t.eof => Poll::Ready(Ok(())),
+            ClientStream::Tls(t) => t.tcp.poll_read_ready(cx),
+        }
+    }
+
+    /// [`ClientStream::writable`] as a poll.
+    pub fn poll_writable(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self {
+            ClientStream::Plain(s) => s.poll_write_ready(cx),
+            ClientStream::Tls(t) => t.tcp.poll_write_ready(cx),
         }
     }
 

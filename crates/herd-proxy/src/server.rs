@@ -2,6 +2,7 @@
 //! buffered frame reading, and small internal queries whose answers never reach a client.
 
 use std::collections::HashMap;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::BytesMut;
@@ -81,17 +82,17 @@ impl ServerStream {
         }
     }
 
-    async fn readable(&self) -> std::io::Result<()> {
+    fn poll_readable(&self, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         match self {
-            ServerStream::Tcp(s) => s.readable().await,
-            ServerStream::Unix(s) => s.readable().await,
+            ServerStream::Tcp(s) => s.poll_read_ready(cx),
+            ServerStream::Unix(s) => s.poll_read_ready(cx),
         }
     }
 
-    async fn writable(&self) -> std::io::Result<()> {
+    fn poll_writable(&self, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         match self {
-            ServerStream::Tcp(s) => s.writable().await,
-            ServerStream::Unix(s) => s.writable().await,
+            ServerStream::Tcp(s) => s.poll_write_ready(cx),
+            ServerStream::Unix(s) => s.poll_write_ready(cx),
         }
     }
 }
@@ -279,19 +280,18 @@ impl ServerConn {
             .map_err(|e| ProxyError::io(format!("writing to {}", self.endpoint.name), e))
     }
 
-    /// Waits until the server socket may be read.
-    pub async fn readable(&self) -> Result<(), ProxyError> {
+    /// Ready once the server socket may be read. A poll, not a future: the socket keeps one
+    /// waker per direction, so the session's wait costs no waiter of its own.
+    pub fn poll_readable(&self, cx: &mut Context<'_>) -> Poll<Result<(), ProxyError>> {
         self.stream
-            .readable()
-            .await
+            .poll_readable(cx)
             .map_err(|e| ProxyError::io(format!("reading from {}", self.endpoint.name), e))
     }
 
-    /// Waits until the server socket may be written.
-    pub async fn writable(&self) -> Result<(), ProxyError> {
+    /// Ready once the server socket may be written.
+    pub fn poll_writable(&self, cx: &mut Context<'_>) -> Poll<Result<(), ProxyError>> {
         self.stream
-            .writable()
-            .await
+            .poll_writable(cx)
             .map_err(|e| ProxyError::io(format!("writing to {}", self.endpoint.name), e))
     }
 

@@ -1,28 +1,20 @@
 //! A new unit of work while no server is attached: answer it locally, or choose a node, lease a
 //! server connection there, bring it to the session's settings, and forward the unit.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
-use herd_core::Lsn;
 use herd_wire::frontend::{tag, Bind, Parse, Query};
 use herd_wire::{encode, split_frame};
 
 use super::translate::{Flow, Translator};
 use super::{Attached, Session};
 use crate::analysis::{analyze, reason_label, LocalAnswer};
-use std::sync::Arc;
 
-use crate::pool::{Lease, Pool, PoolKey};
+use crate::pool::Lease;
 use crate::router::choose::{choose, PrimaryReason, Request, Target};
 use crate::router::track::Tracker;
-use crate::topology::{Endpoint, TopologyView};
 use crate::ProxyError;
-
-/// How long a unit waits for a pooled connection.
-const POOL_WAIT: Duration = Duration::from_secs(30);
-/// How long opening a server connection may take.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// What the unit needs, from a look at its messages.
 struct UnitFacts {
@@ -306,151 +298,6 @@ impl Session {
         self.ctx.metrics.inc("herd_local_answers_total", "");
         self.out.buf.extend_from_slice(&out);
         Ok(true)
-    }
-
-    async fn lease_primary(
-        &mut self,
-        view: &TopologyView,
-        reason: &'static str,
-    ) -> Result<(Lease, Option<usize>), ProxyError> {
-        // The view's own endpoint is borrowed: no copy of its strings per unit.
-        let waited;
-        let primary = match &view.primary {
-            Some(p) => p,
-            None => {
-                waited = self.ctx.current_primary_of(self.group).await?;
-                &waited
-            }
-        };
-        let lease = self.lease(primary).await?;
-        self.routed(primary, reason);
-        Ok((lease, None))
-    }
-
-    /// Counts a unit routed to `ep` for `reason` (`herd_routed_total`), through a counter the
-    /// session keeps: the registry is looked up once per node and reason, not per unit.
-    fn routed(&mut self, ep: &Endpoint, reason: &'static str) {
-        let known = self
-            .routed
-            .iter()
-            .find(|(name, r, _)| *r == reason && *name == ep.name);
-        if let Some((_, _, counter)) = known {
-            counter.inc();
-            return;
-        }
-        let counter = self.ctx.metrics.counter(
-            "herd_routed_total",
-            &[("node", ep.name.as_str()), ("reason", reason)],
-        );
-        counter.inc();
-        self.routed.push((ep.name.clone(), reason, counter));
-    }
-
-    async fn lease_replica(
-        &mut self,
-        view: &TopologyView,
-        candidates: &[usize],
-        confirm: Option<Lsn>,
-        reason: &'static str,
-    ) -> Result<(Lease, Option<usize>), ProxyError> {
-        // Least outstanding requests first.
-        let mut order: Vec<(usize, usize)> = Vec::with_capacity(candidates.len());
-        for &i in candidates {
-            order.push((self.pool(&view.replicas[i].endpoint).outstanding(), i));
-        }
-        order.sort_unstable();
-        if self.ctx.config.read_from_primary {
-            if let Some(primary) = &view.primary {
-                // The primary has replayed everything: any consistency level is met there.
-                let busy = self.pool(primary).outstanding();
-                if order.first().is_none_or(|&(least, _)| busy < least) {
-                    return self
-                        .lease_primary(view, PrimaryReason::ReadBalanced.as_str())
-                        .await;
-                }
-            }
-        }
-        for (_, i) in order {
-            let ep = &view.replicas[i].endpoint;
-            let Ok(mut lease) = self.lease(ep).await else {
-                continue;
-            };
-            if let Some(token) = confirm {
-                self.ctx.metrics.inc("herd_ryw_waits_total", "");
-                if !self.wait_replayed(&mut lease, token).await {
-                    lease.release();
-                    self.ctx.metrics.inc("herd_ryw_fallbacks_total", "");
-                    return self
-                        .lease_primary(view, PrimaryReason::NotCaughtUp.as_str())
-                        .await;
-                }
-            }
-            self.routed(ep, reason);
-            return Ok((lease, Some(i)));
-        }
-        self.lease_primary(view, PrimaryReason::NoReplica.as_str())
-            .await
-    }
-
-    /// Waits (at most `max_wait_ms`) until the leased replica has replayed `token`.
-    async fn wait_replayed(&self, lease: &mut Lease, token: Lsn) -> bool {
-        let deadline = Instant::now() + Duration::from_millis(self.ctx.config.max_wait_ms);
-        let sql = format!("select pg_last_wal_replay_lsn() >= '{token}'::pg_lsn");
-        loop {
-            match lease.conn.internal_query(&sql).await {
-                Ok(rows)
-                    if rows
-                        .first()
-                        .and_then(|r| r.first())
-                        .cloned()
-                        .flatten()
-                        .as_deref()
-                        == Some("t") =>
-                {
-                    return true
-                }
-                Ok(_) => {}
-                Err(_) => return false,
-            }
-            if Instant::now() >= deadline {
-                return false;
-            }
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
-    }
-
-    /// The pool for `ep` (remembered per session: no key is built per unit; a session uses a
-    /// few nodes, so a scan beats hashing the endpoint's strings).
-    fn pool(&mut self, ep: &Endpoint) -> Arc<Pool> {
-        if let Some((_, p)) = self.pools.iter().find(|(e, _)| e == ep) {
-            return p.clone();
-        }
-        let key = PoolKey {
-            endpoint: ep.clone(),
-            user: self.user.clone(),
-            database: self.database.clone(),
-        };
-        let pool = self.ctx.pools.get(&key);
-        self.pools.push((ep.clone(), pool.clone()));
-        pool
-    }
-
-    pub(super) async fn lease(&mut self, ep: &Endpoint) -> Result<Lease, ProxyError> {
-        if self.creds.is_none() {
-            self.creds = self.ctx.users.credentials(&self.user);
-        }
-        let creds = self.creds.clone().ok_or_else(|| {
-            ProxyError::Unavailable("no credentials for this user; reconnect".into())
-        })?;
-        let pool = self.pool(ep);
-        let mut lease = pool.acquire(&creds, POOL_WAIT, CONNECT_TIMEOUT).await?;
-        lease.conn.reported.clear();
-        if lease.conn.state_hash != self.state.hash {
-            // Bring the server to the session's settings (one round trip, only when they differ).
-            lease.conn.internal_query(&self.state.replay_sql()).await?;
-            lease.conn.state_hash = self.state.hash;
-        }
-        Ok(lease)
     }
 
     /// Attaches `lease` and forwards `unit` through it (`known`: the analysis of its lone

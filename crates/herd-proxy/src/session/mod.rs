@@ -17,6 +17,7 @@ mod fan_out;
 mod hidden;
 mod in_transaction;
 mod inbuf;
+mod lease;
 mod relay;
 mod replication;
 mod rows;

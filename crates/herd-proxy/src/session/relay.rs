@@ -7,7 +7,9 @@
 //! writes a huge batch without reading, against a server that answers as it reads, makes
 //! progress instead of filling both socket buffers and stalling (pgx `TestConnExecBatchHuge`).
 
+use std::future::Future;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -221,44 +223,53 @@ impl Session {
                     None => std::future::pending().await,
                 }
             };
-            let server_readable = async {
-                match conn {
-                    Some(c) => c.readable().await,
-                    None => std::future::pending().await,
+            let mut primary_changed = std::pin::pin!(primary_changed);
+            let mut partial = std::pin::pin!(sleep_until(partial_deadline));
+            // Polled in this order: writes first, then the server's answers, then new client
+            // bytes (every direction is bounded by its outbox, so none starves the others).
+            // Sockets are polled for readiness directly rather than through `select!` over
+            // readiness futures, each of which would queue and unqueue a waiter per wait.
+            std::future::poll_fn(|cx| {
+                if write_client {
+                    if let Poll::Ready(r) = client.poll_writable(cx) {
+                        return Poll::Ready(match r {
+                            Ok(()) => Ready::ClientWrite,
+                            Err(e) => Ready::ClientFailed(ProxyError::io("writing to client", e)),
+                        });
+                    }
                 }
-            };
-            let server_writable = async {
-                match conn {
-                    Some(c) => c.writable().await,
-                    None => std::future::pending().await,
+                if let Some(c) = conn {
+                    if write_server {
+                        if let Poll::Ready(r) = c.poll_writable(cx) {
+                            return Poll::Ready(match r {
+                                Ok(()) => Ready::ServerWrite,
+                                Err(e) => Ready::ServerFailed(e),
+                            });
+                        }
+                    }
+                    if read_server {
+                        if let Poll::Ready(r) = c.poll_readable(cx) {
+                            return Poll::Ready(match r {
+                                Ok(()) => Ready::ServerRead,
+                                Err(e) => Ready::ServerFailed(e),
+                            });
+                        }
+                    }
                 }
-            };
-            // Biased: branches are polled in this order, without tokio drawing a random start
-            // for each wait. Writes first, then the server's answers, then new client bytes:
-            // every direction is bounded by its outbox, so none can starve the others.
-            tokio::select! {
-                biased;
-                r = client.writable(), if write_client => match r {
-                    Ok(()) => Ready::ClientWrite,
-                    Err(e) => Ready::ClientFailed(ProxyError::io("writing to client", e)),
-                },
-                r = server_writable, if write_server => match r {
-                    Ok(()) => Ready::ServerWrite,
-                    Err(e) => Ready::ServerFailed(e),
-                },
-                r = server_readable, if read_server => match r {
-                    Ok(()) => Ready::ServerRead,
-                    Err(e) => Ready::ServerFailed(e),
-                },
-                r = client.readable(), if read_client => match r {
-                    Ok(()) => Ready::ClientRead,
-                    Err(e) => Ready::ClientFailed(ProxyError::io("reading from client", e)),
-                },
-                () = sleep_until(partial_deadline), if partial_deadline.is_some() => {
-                    Ready::PartialUnit
+                if read_client {
+                    if let Poll::Ready(r) = client.poll_readable(cx) {
+                        return Poll::Ready(match r {
+                            Ok(()) => Ready::ClientRead,
+                            Err(e) => Ready::ClientFailed(ProxyError::io("reading from client", e)),
+                        });
+                    }
                 }
-                e = primary_changed => Ready::ServerFailed(e),
-            }
+                if partial_deadline.is_some() && partial.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(Ready::PartialUnit);
+                }
+                primary_changed.as_mut().poll(cx).map(Ready::ServerFailed)
+            })
+            .await
         };
         match ready {
             Ready::ClientRead => {
