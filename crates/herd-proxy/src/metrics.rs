@@ -75,26 +75,30 @@ impl Metrics {
     /// The series `name` with labels given as pairs, created at zero when new, to keep and
     /// bump without a lookup.
     pub fn counter(&self, name: &'static str, labels: &[(&str, &str)]) -> Counter {
-        Counter(self.series(Self::key_of(name, labels), || {
+        let describe = || {
             let text: Vec<String> = labels.iter().map(|(k, v)| format!("{k}=\"{v}\"")).collect();
             (name, text.join(","))
-        }))
+        };
+        Counter(self.with_series(Self::key_of(name, labels), describe, Arc::clone))
     }
 
     fn bump(&self, key: u64, n: u64, describe: impl FnOnce() -> (&'static str, String)) {
-        self.series(key, describe).fetch_add(n, Ordering::Relaxed);
+        self.with_series(key, describe, |v| v.fetch_add(n, Ordering::Relaxed));
     }
 
-    fn series(
+    /// Runs `f` on the value of series `key`, created at zero (named by `describe`) when new.
+    fn with_series<R>(
         &self,
         key: u64,
         describe: impl FnOnce() -> (&'static str, String),
-    ) -> Arc<AtomicU64> {
+        f: impl FnOnce(&Arc<AtomicU64>) -> R,
+    ) -> R {
         let mut c = match self.counters.lock() {
             Ok(c) => c,
             Err(p) => p.into_inner(),
         };
-        c.entry(key)
+        let value = &c
+            .entry(key)
             .or_insert_with(|| {
                 let (name, label) = describe();
                 Series {
@@ -103,8 +107,8 @@ impl Metrics {
                     value: Arc::default(),
                 }
             })
-            .value
-            .clone()
+            .value;
+        f(value)
     }
 
     /// Current value of one counter (tests and status).

@@ -105,8 +105,10 @@ pub struct Session {
     /// The next unit goes to the primary whatever it is (a standby refused it, or it is the
     /// start of a batch whose end is late).
     force_primary: bool,
-    /// When the client's last bytes arrived.
-    last_client_read: std::time::Instant,
+    /// Since when the start of a batch has waited for its end with no client bytes arriving
+    /// (set by the first wait after a read that left it incomplete, cleared by every read): the
+    /// clock is read only when a batch waits, not on every message.
+    partial_since: Option<std::time::Instant>,
     /// The shard group the next unit goes to.
     group: u32,
     /// The shard map of the session's database while something is distributed there.
@@ -208,7 +210,7 @@ pub async fn serve_client(tcp: TcpStream, ctx: Arc<ProxyContext>) {
         out: Outbox::default(),
         sout: Outbox::default(),
         force_primary: false,
-        last_client_read: std::time::Instant::now(),
+        partial_since: None,
         group: 0,
         map: None,
         pending_begin: None,

@@ -208,9 +208,14 @@ impl Session {
         let read_server = attached && self.out.len() < OUT_LIMIT;
         let write_server = attached && !self.sout.is_empty();
         // Detached with complete messages but no end of their batch yet: a deadline for them.
-        let partial_deadline =
-            (!attached && !next_complete && herd_wire::split_frame(&self.cbuf, max)?.is_some())
-                .then(|| tokio::time::Instant::from_std(self.last_client_read + PARTIAL_WAIT));
+        let partial =
+            !attached && !next_complete && herd_wire::split_frame(&self.cbuf, max)?.is_some();
+        let partial_deadline = partial.then(|| {
+            let since = *self
+                .partial_since
+                .get_or_insert_with(std::time::Instant::now);
+            tokio::time::Instant::from_std(since + PARTIAL_WAIT)
+        });
         let ready = {
             let client = &self.client;
             let (conn, primary_watch) = match self.attached.as_mut() {
@@ -278,13 +283,7 @@ impl Session {
                     Ok(0) => return Ok(false),
                     Ok(n) => {
                         self.inbuf.read(n, room);
-                        // The clock is read only for what waits on it: the start of a batch
-                        // without its end, while detached (see PARTIAL_WAIT). Bytes read while
-                        // attached leave it older, so such a batch waits less before it goes
-                        // to the primary: never a wrong place, only a less balanced one.
-                        if self.attached.is_none() && unit_len(&self.cbuf, max)?.is_none() {
-                            self.last_client_read = std::time::Instant::now();
-                        }
+                        self.partial_since = None; // a batch waits from the last bytes on
                     }
                     Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
                     Err(e) => return Err(ProxyError::io("reading from client", e)),

@@ -103,10 +103,7 @@ impl Translator<'_> {
         match frame.tag {
             tag::QUERY => {
                 let q = Query::decode(frame.body)?;
-                let analysis = match self.known_query.take() {
-                    Some(a) => a,
-                    None => analyze(self.ctx, q.sql, self.state.unsafe_encoding),
-                };
+                let analysis = self.query_analysis(q.sql);
                 self.note(&analysis);
                 match self.deallocate(q.sql, to_server)? {
                     Some(sql) => encode::query(to_server, sql)?,
@@ -272,10 +269,7 @@ impl Translator<'_> {
         let expect = match frame.tag {
             tag::QUERY => {
                 let q = Query::decode(frame.body)?;
-                let analysis = match self.known_query.take() {
-                    Some(a) => a,
-                    None => analyze(self.ctx, q.sql, self.state.unsafe_encoding),
-                };
+                let analysis = self.query_analysis(q.sql);
                 self.note(&analysis);
                 Expect::Query
             }
@@ -568,6 +562,14 @@ impl Translator<'_> {
 
     /// Notes a statement's effects: a possible write (for the read-your-writes token), a pin,
     /// and session settings (applied once the server confirms them).
+    /// The analysis of a simple query: the routing's when it made one for this unit.
+    fn query_analysis(&mut self, sql: &[u8]) -> Analysis {
+        match self.known_query.take() {
+            Some(a) => a,
+            None => analyze(self.ctx, sql, self.state.unsafe_encoding),
+        }
+    }
+
     fn note(&mut self, a: &Analysis) {
         self.att.wrote |= !a.read_only;
         self.att.pinned |= a.pin;
