@@ -7,7 +7,10 @@
 /// must be its own key.
 pub fn shape_key(sql: &str) -> Option<String> {
     let b = sql.as_bytes();
+    // Built from runs of the text between replaced literals (`sql[copied..i]` is still to
+    // be appended): a statement is hashed on every execution, so no per-byte pushes.
     let mut out = String::with_capacity(sql.len());
+    let mut copied = 0;
     let mut i = 0;
     let mut replaced = false;
     let mut at_statement_start = true;
@@ -20,34 +23,32 @@ pub fn shape_key(sql: &str) -> Option<String> {
                 if i > 0 && matches!(b[i - 1], b'e' | b'E' | b'&') {
                     return None;
                 }
-                i = skip_quoted(b, i, b'\'')?;
+                let end = skip_quoted(b, i, b'\'')?;
+                out.push_str(&sql[copied..i]);
                 out.push('?');
+                copied = end;
+                i = end;
                 replaced = true;
                 continue;
             }
             b'"' => {
-                let end = skip_quoted(b, i, b'"')?;
-                out.push_str(&sql[i..end]);
-                i = end;
+                i = skip_quoted(b, i, b'"')?;
                 at_statement_start = false;
                 continue;
             }
             b'$' if !prev_ident => {
                 // $1 parameters stay; dollar quoting ($$ … $$, $tag$ … $tag$) is left alone.
                 if b.get(i + 1).is_some_and(u8::is_ascii_digit) {
-                    out.push('$');
                     i += 1;
                     continue;
                 }
                 return None;
             }
             b'-' if b.get(i + 1) == Some(&b'-') => {
-                let end = b[i..]
+                i = b[i..]
                     .iter()
                     .position(|&x| x == b'\n')
                     .map_or(b.len(), |p| i + p);
-                out.push_str(&sql[i..end]);
-                i = end;
                 continue;
             }
             b'/' if b.get(i + 1) == Some(&b'*') => {
@@ -55,7 +56,6 @@ pub fn shape_key(sql: &str) -> Option<String> {
                 if sql[i + 2..close].contains("/*") {
                     return None; // nested comments
                 }
-                out.push_str(&sql[i..close + 2]);
                 i = close + 2;
                 continue;
             }
@@ -69,7 +69,9 @@ pub fn shape_key(sql: &str) -> Option<String> {
                     }
                     j += 1;
                 }
+                out.push_str(&sql[copied..i]);
                 out.push('?');
+                copied = j;
                 replaced = true;
                 i = j;
                 continue;
@@ -91,7 +93,6 @@ pub fn shape_key(sql: &str) -> Option<String> {
                     return None;
                 }
                 at_statement_start = false;
-                out.push_str(word);
                 i = end;
                 continue;
             }
@@ -100,10 +101,13 @@ pub fn shape_key(sql: &str) -> Option<String> {
         if !c.is_ascii() {
             return None;
         }
-        out.push(c as char);
         i += 1;
     }
-    replaced.then_some(out)
+    if !replaced {
+        return None;
+    }
+    out.push_str(&sql[copied..]);
+    Some(out)
 }
 
 fn is_ident(c: u8) -> bool {
@@ -154,6 +158,15 @@ mod tests {
             shape_key("update t set a = 1 where id = 2").as_deref(),
             Some("update t set a = ? where id = ?")
         );
+        // Everything between the literals is kept byte for byte: identifiers (quoted or
+        // not, ASCII or not), comments, parameters and the text after the last literal.
+        assert_eq!(
+            shape_key("select ä1, $2 from \"ö'\" /* 'c' */ where x = 'y' and z=3.5 -- 4\nlimit 7;")
+                .as_deref(),
+            Some("select ä1, $2 from \"ö'\" /* 'c' */ where x = ? and z=? -- 4\nlimit ?;")
+        );
+        assert_eq!(shape_key("select 1").as_deref(), Some("select ?"));
+        assert_eq!(shape_key("select 'a'").as_deref(), Some("select ?"));
     }
 
     #[test]

@@ -59,11 +59,10 @@ impl<'a> Reader<'a> {
 
     /// Reads bytes up to the next nul, consuming the nul but not returning it.
     pub(crate) fn cstr_bytes(&mut self) -> Result<&'a [u8], WireError> {
-        let pos = self
-            .buf
-            .iter()
-            .position(|&b| b == 0)
-            .ok_or(WireError::MissingNul)?;
+        // std's word-at-a-time search for the nul: every Query and Parse passes here.
+        let pos = std::ffi::CStr::from_bytes_until_nul(self.buf)
+            .map_err(|_| WireError::MissingNul)?
+            .count_bytes();
         let (s, rest) = self
             .buf
             .split_at_checked(pos)
