@@ -188,9 +188,14 @@ impl ProxyContext {
         self.paused.send_replace(paused);
     }
 
+    /// New units of work are paused now.
+    pub fn is_paused(&self) -> bool {
+        *self.paused.borrow()
+    }
+
     /// Waits while the proxy is paused (at most `PAUSE_LIMIT`, then work goes on regardless).
     pub async fn wait_unpaused(&self) {
-        if !*self.paused.borrow() {
+        if !self.is_paused() {
             return; // the usual case, without a receiver of its own
         }
         let mut rx = self.paused.subscribe();

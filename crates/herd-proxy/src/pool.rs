@@ -153,19 +153,7 @@ impl Pool {
             }
         };
         self.outstanding.fetch_add(1, Ordering::Relaxed);
-        let reused = loop {
-            let candidate = self.idle.lock().ok().and_then(|mut idle| idle.pop());
-            match candidate {
-                Some(mut c) => {
-                    if !c.is_stale() {
-                        break Some(c);
-                    }
-                    // Stale: dropped here, which closes it.
-                }
-                None => break None,
-            }
-        };
-        let conn = match reused {
+        let conn = match self.take_idle() {
             Some(c) => c,
             None => {
                 self.waits.connects.fetch_add(1, Ordering::Relaxed);
@@ -195,6 +183,32 @@ impl Pool {
                 _permit: permit,
             },
         })
+    }
+
+    /// An idle connection with its slot, when both are free now: the lease of a unit that
+    /// need not wait. `None` when it would have to wait for a slot or open a connection.
+    pub fn try_acquire(self: &Arc<Self>) -> Option<Lease> {
+        let permit = self.permits.clone().try_acquire_owned().ok()?;
+        let conn = self.take_idle()?;
+        self.outstanding.fetch_add(1, Ordering::Relaxed);
+        Some(Lease {
+            conn,
+            guard: LeaseGuard {
+                pool: self.clone(),
+                _permit: permit,
+            },
+        })
+    }
+
+    /// The most recently returned idle connection that is still sound.
+    fn take_idle(&self) -> Option<Box<ServerConn>> {
+        loop {
+            let mut c = self.idle.lock().ok().and_then(|mut idle| idle.pop())?;
+            if !c.is_stale() {
+                return Some(c);
+            }
+            // Stale: dropped here, which closes it.
+        }
     }
 
     /// Closes every idle connection (e.g. after the node changed role).

@@ -110,8 +110,21 @@ pub fn shape_key(sql: &str) -> Option<String> {
     Some(out)
 }
 
+/// Bytes that continue an identifier: letters, digits, `_`, `$` and every non-ASCII byte.
+/// A table: the test runs on every byte of every statement, twice.
+static IDENT_BYTE: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut i = 0;
+    while i < 256 {
+        let c = i as u8;
+        table[i] = c.is_ascii_alphanumeric() || c == b'_' || c == b'$' || !c.is_ascii();
+        i += 1;
+    }
+    table
+};
+
 fn is_ident(c: u8) -> bool {
-    c.is_ascii_alphanumeric() || c == b'_' || c == b'$' || !c.is_ascii()
+    IDENT_BYTE[usize::from(c)]
 }
 
 /// Index just past the closing `quote` of the literal opening at `start` (doubled quotes escape).

@@ -17,15 +17,15 @@ use crate::router::track::Tracker;
 use crate::ProxyError;
 
 /// What the unit needs, from a look at its messages.
-struct UnitFacts {
-    read_only: bool,
-    reason: &'static str,
-    local: Option<LocalAnswer>,
+pub(super) struct UnitFacts {
+    pub(super) read_only: bool,
+    pub(super) reason: &'static str,
+    pub(super) local: Option<LocalAnswer>,
     /// The SQL of a unit that is one simple query.
-    sql: Option<String>,
+    pub(super) sql: Option<String>,
     /// The analysis of a unit that is one simple query, handed to its translation (which
     /// would otherwise classify the same text a second time).
-    query: Option<crate::analysis::Analysis>,
+    pub(super) query: Option<crate::analysis::Analysis>,
 }
 
 impl Session {
@@ -62,8 +62,18 @@ impl Session {
     /// Answers `unit` locally or attaches the server it goes to and forwards it.
     pub(super) async fn place_unit(&mut self, unit: Bytes) -> Result<bool, ProxyError> {
         let facts = self.inspect(&unit)?;
-        if let Some(answer) = facts.local {
-            if self.answer_locally(answer, facts.sql.as_deref()).await? {
+        self.place_inspected(unit, facts).await
+    }
+
+    /// [`Session::place_unit`] once `facts` were found (without its local answer when it had
+    /// one the proxy cannot give).
+    pub(super) async fn place_inspected(
+        &mut self,
+        unit: Bytes,
+        mut facts: UnitFacts,
+    ) -> Result<bool, ProxyError> {
+        if let Some(answer) = facts.local.take() {
+            if self.answer_locally(answer, facts.sql.as_deref())? {
                 return Ok(true);
             }
         }
@@ -122,25 +132,10 @@ impl Session {
             }
         }
         let view = self.ctx.view_of(self.group);
-        let (read_only, consistency) = match &self.pending_begin {
-            // Inside a transaction only its declaration counts: it may write later otherwise.
-            Some(b) => (b.read_only, b.consistency.unwrap_or(self.state.consistency)),
-            None => (facts.read_only, self.state.consistency),
-        };
-        let request = Request {
-            read_only,
-            consistency,
-            token: self
-                .state
-                .token(self.group)
-                .max(self.ctx.read_floor(self.group)),
-            max_staleness: Duration::from_millis(self.ctx.config.max_staleness_ms),
-            may_wait: self.ctx.config.max_wait_ms > 0,
-        };
         let target = if std::mem::take(&mut self.force_primary) {
             Target::Primary(PrimaryReason::Write)
         } else {
-            choose(&request, &view)
+            choose(&self.request(facts.read_only), &view)
         };
         let leased = match target {
             Target::Primary(PrimaryReason::Write) => self.lease_primary(&view, facts.reason).await,
@@ -161,11 +156,30 @@ impl Session {
                 return Ok(true);
             }
         };
-        self.attach(lease, replica, unit, facts.query).await
+        self.attach(lease, replica, unit, facts.query)
+    }
+
+    /// What routing needs to know of a unit (`read_only`: its statements may run on a standby).
+    pub(super) fn request(&self, read_only: bool) -> Request {
+        let (read_only, consistency) = match &self.pending_begin {
+            // Inside a transaction only its declaration counts: it may write later otherwise.
+            Some(b) => (b.read_only, b.consistency.unwrap_or(self.state.consistency)),
+            None => (read_only, self.state.consistency),
+        };
+        Request {
+            read_only,
+            consistency,
+            token: self
+                .state
+                .token(self.group)
+                .max(self.ctx.read_floor(self.group)),
+            max_staleness: Duration::from_millis(self.ctx.config.max_staleness_ms),
+            may_wait: self.ctx.config.max_wait_ms > 0,
+        }
     }
 
     /// Read-only-ness and local answers of a unit, before anything is sent.
-    fn inspect(&self, unit: &[u8]) -> Result<UnitFacts, ProxyError> {
+    pub(super) fn inspect(&self, unit: &[u8]) -> Result<UnitFacts, ProxyError> {
         let mut facts = UnitFacts {
             read_only: true,
             reason: "read",
@@ -249,8 +263,9 @@ impl Session {
         Ok(facts)
     }
 
-    /// Answers a statement without a server when it can; `Ok(false)` when it must go to one.
-    async fn answer_locally(
+    /// Answers a statement without a server when it can; `Ok(false)` when it must go to one
+    /// (then nothing was changed).
+    pub(super) fn answer_locally(
         &mut self,
         answer: LocalAnswer,
         sql: Option<&str>,
@@ -302,7 +317,7 @@ impl Session {
 
     /// Attaches `lease` and forwards `unit` through it (`known`: the analysis of its lone
     /// simple query, made when it was routed).
-    async fn attach(
+    pub(super) fn attach(
         &mut self,
         lease: Lease,
         replica: Option<usize>,
@@ -370,17 +385,8 @@ impl Session {
         read_only: bool,
     ) -> Result<(Vec<(String, String)>, (i32, i32)), ProxyError> {
         let view = self.ctx.view_of(self.group);
-        let request = Request {
-            read_only,
-            consistency: self.state.consistency,
-            token: self
-                .state
-                .token(self.group)
-                .max(self.ctx.read_floor(self.group)),
-            max_staleness: Duration::from_millis(self.ctx.config.max_staleness_ms),
-            may_wait: self.ctx.config.max_wait_ms > 0,
-        };
-        let (lease, replica) = match choose(&request, &view) {
+        // At login no transaction is open: the session's own level decides.
+        let (lease, replica) = match choose(&self.request(read_only), &view) {
             Target::Primary(PrimaryReason::Write) => self.lease_primary(&view, "session").await?,
             Target::Primary(why) => self.lease_primary(&view, why.as_str()).await?,
             Target::Replica {
@@ -486,7 +492,7 @@ fn herd_call_of(unit: &[u8]) -> Option<(String, Vec<String>)> {
 }
 
 /// `Some(tag)` when `unit` is a single message.
-fn lone_message(unit: &[u8]) -> Option<u8> {
+pub(super) fn lone_message(unit: &[u8]) -> Option<u8> {
     match split_frame(unit, usize::MAX) {
         Ok(Some((frame, used))) if used == unit.len() => Some(frame.tag),
         _ => None,

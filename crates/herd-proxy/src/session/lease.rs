@@ -40,7 +40,7 @@ impl Session {
 
     /// Counts a unit routed to `ep` for `reason` (`herd_routed_total`), through a counter the
     /// session keeps: the registry is looked up once per node and reason, not per unit.
-    fn routed(&mut self, ep: &Endpoint, reason: &'static str) {
+    pub(super) fn routed(&mut self, ep: &Endpoint, reason: &'static str) {
         let known = self
             .routed
             .iter()

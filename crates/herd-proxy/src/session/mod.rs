@@ -18,6 +18,7 @@ mod hidden;
 mod in_transaction;
 mod inbuf;
 mod lease;
+mod place_now;
 mod relay;
 mod replication;
 mod rows;

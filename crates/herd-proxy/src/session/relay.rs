@@ -17,6 +17,7 @@ use herd_core::Lsn;
 use herd_wire::backend::{tag as btag, ErrorFields};
 
 use super::attach::unit_len;
+use super::place_now::Placed;
 use super::translate::undo_failed;
 use super::Session;
 use crate::analysis::Effect;
@@ -93,7 +94,14 @@ impl Session {
             return match unit_len(&self.cbuf, max)? {
                 Some(n) => {
                     let unit: Bytes = self.cbuf.split_to(n).freeze();
-                    Ok(if Box::pin(self.start_unit(unit)).await? {
+                    let go_on = match self.place_now(unit)? {
+                        Placed::Done(go_on) => go_on,
+                        Placed::Later(unit, None) => Box::pin(self.start_unit(unit)).await?,
+                        Placed::Later(unit, Some(facts)) => {
+                            Box::pin(self.place_inspected(unit, facts)).await?
+                        }
+                    };
+                    Ok(if go_on {
                         Step::Progress
                     } else {
                         Step::Terminated
