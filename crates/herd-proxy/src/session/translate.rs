@@ -625,6 +625,17 @@ pub fn undo_failed(failed: &[u64], att: &mut Attached, state: &mut SessionState)
 
 /// The target of a lone `DEALLOCATE [PREPARE] name | ALL`: `Some(None)` for ALL.
 fn deallocate_target(sql: &[u8]) -> Option<Option<Vec<u8>>> {
+    // Every simple query and Parse passes here and almost none is a DEALLOCATE: its first
+    // word is checked before any decoding or trimming (PostgreSQL's own whitespace is ASCII).
+    let start = sql
+        .iter()
+        .position(|b| !b.is_ascii_whitespace() && *b != 0x0b)?;
+    if !sql
+        .get(start..start + "deallocate".len())?
+        .eq_ignore_ascii_case(b"deallocate")
+    {
+        return None;
+    }
     let text = std::str::from_utf8(sql).ok()?;
     let text = text.trim().trim_end_matches(';').trim();
     let mut words = text.split_whitespace();
@@ -670,5 +681,8 @@ mod tests {
         );
         assert_eq!(deallocate_target(b"select 1"), None);
         assert_eq!(deallocate_target(b"deallocate a b"), None);
+        assert_eq!(deallocate_target(b" \t\x0b\n DeAllocate all"), Some(None));
+        assert_eq!(deallocate_target(b"dealloc"), None);
+        assert_eq!(deallocate_target(b""), None);
     }
 }
