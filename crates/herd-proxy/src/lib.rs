@@ -56,6 +56,9 @@ const PRIMARY_WAIT: Duration = Duration::from_secs(10);
 /// ParameterStatus name/value pairs.
 type ServerParams = Vec<(String, String)>;
 
+/// A user, a database and the ParameterStatus messages their new clients receive.
+type ClientParams = (String, String, Arc<[u8]>);
+
 /// Shared by every session of the proxy.
 pub struct ProxyContext {
     /// Settings.
@@ -80,7 +83,10 @@ pub struct ProxyContext {
     /// Secret for mock authentication of unknown roles.
     pub mock_secret: Vec<u8>,
     avoided: Mutex<HashMap<NodeName, Instant>>,
-    params: Mutex<HashMap<(String, String, u64), ServerParams>>,
+    /// The ParameterStatus messages new clients receive, encoded, by settings hash, then user
+    /// and database (looked up without building a key: a connect-per-transaction client asks
+    /// on every login).
+    params: Mutex<HashMap<u64, Vec<ClientParams>>>,
     paused: watch::Sender<bool>,
     tokens: std::sync::atomic::AtomicU64,
     /// Server-side statement name → generation of the last client Close of it.
@@ -376,17 +382,23 @@ impl ProxyContext {
         }
     }
 
-    /// ParameterStatus values a new client of `user` on `database` receives in transaction
-    /// pooling: a real server's, after the client's own startup settings were applied there,
-    /// so they read as PostgreSQL would report them to this client. Cached by settings.
+    /// The ParameterStatus messages a new client of `user` on `database` receives in
+    /// transaction pooling, encoded: a real server's parameters, after the client's own startup
+    /// settings were applied there, so they read as PostgreSQL would report them to this
+    /// client. Cached by settings.
     pub async fn client_params(
         &self,
         user: &str,
         database: &str,
         state: &session::state::SessionState,
-    ) -> Result<ServerParams, ProxyError> {
-        let key = (user.to_string(), database.to_string(), state.hash);
-        if let Some(p) = self.params.lock().ok().and_then(|m| m.get(&key).cloned()) {
+    ) -> Result<Arc<[u8]>, ProxyError> {
+        let cached = self.params.lock().ok().and_then(|m| {
+            m.get(&state.hash)?
+                .iter()
+                .find(|(u, d, _)| u == user && d == database)
+                .map(|(_, _, p)| p.clone())
+        });
+        if let Some(p) = cached {
             return Ok(p);
         }
         let primary = self.current_primary().await?;
@@ -409,15 +421,23 @@ impl ProxyContext {
             lease.conn.state_hash = state.hash;
         }
         // The connection's parameters as last reported: the login's, updated by every report.
-        let params = lease.conn.params.clone();
+        let mut encoded = Vec::new();
+        for (name, value) in &lease.conn.params {
+            herd_wire::encode::parameter_status(&mut encoded, name, value)?;
+        }
         lease.release();
+        let encoded: Arc<[u8]> = encoded.into();
         if let Ok(mut m) = self.params.lock() {
-            if m.len() >= PARAMS_CAPACITY {
+            if m.values().map(Vec::len).sum::<usize>() >= PARAMS_CAPACITY {
                 m.clear();
             }
-            m.insert(key, params.clone());
+            m.entry(state.hash).or_default().push((
+                user.to_string(),
+                database.to_string(),
+                encoded.clone(),
+            ));
         }
-        Ok(params)
+        Ok(encoded)
     }
 }
 

@@ -240,6 +240,10 @@ impl Pools {
             Ok(p) => p,
             Err(poisoned) => poisoned.into_inner(),
         };
+        // Every new session asks: no copy of the key when its pool exists.
+        if let Some(pool) = pools.get(key) {
+            return pool.clone();
+        }
         pools
             .entry(key.clone())
             .or_insert_with(|| {

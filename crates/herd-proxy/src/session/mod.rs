@@ -332,9 +332,7 @@ impl Session {
                 .ctx
                 .client_params(&self.user, &self.database, &self.state)
                 .await?;
-            for (name, value) in &params {
-                encode::parameter_status(&mut out, name, value)?;
-            }
+            out.extend_from_slice(&params);
             let ((pid, key), cancel) = self.ctx.cancels.register();
             self.cancel = cancel;
             encode::backend_key_data(&mut out, pid, key);

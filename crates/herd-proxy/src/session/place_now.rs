@@ -99,7 +99,10 @@ impl Session {
     /// [`Session::lease`] when it needs no waiting: an idle connection of `ep`'s pool, already
     /// at the session's settings.
     fn try_lease(&mut self, ep: &Endpoint) -> Option<Lease> {
-        self.creds.as_ref()?;
+        if self.creds.is_none() {
+            // A new session's first unit: a client that connects per transaction has no other.
+            self.creds = Some(self.ctx.users.credentials(&self.user)?);
+        }
         let mut lease = self.pool(ep).try_acquire()?;
         if lease.conn.state_hash != self.state.hash {
             lease.release(); // the general path replays the settings on it
