@@ -483,6 +483,17 @@ impl Agent {
                     // The store failed this call: the armed deadline still stands.
                     Err(e) => {
                         tracing::warn!("cannot renew the leader lease: {e}");
+                        // The read reached the store but the renewal did not (etcd lost its
+                        // quorum between the two): the other members are asked now, as after
+                        // a failed read, not one loop later — on a loaded machine the deadline
+                        // had passed by then and the watchdog fenced a primary the failsafe
+                        // would have kept.
+                        if self.fence_at.is_some() {
+                            if let Some(q) = self.failsafe_question() {
+                                let answer = q.await;
+                                self.apply_failsafe(answer);
+                            }
+                        }
                         return Ok(());
                     }
                 }
