@@ -132,11 +132,8 @@ impl Session {
             }
         }
         let view = self.ctx.view_of(self.group);
-        let target = if std::mem::take(&mut self.force_primary) {
-            Target::Primary(PrimaryReason::Write)
-        } else {
-            choose(&self.request(facts.read_only), &view)
-        };
+        let target = self.target(facts.read_only, &view);
+        self.force_primary = false;
         let leased = match target {
             Target::Primary(PrimaryReason::Write) => self.lease_primary(&view, facts.reason).await,
             Target::Primary(why) => self.lease_primary(&view, why.as_str()).await,
@@ -157,6 +154,16 @@ impl Session {
             }
         };
         self.attach(lease, replica, unit, facts.query)
+    }
+
+    /// Where a unit goes (`read_only`: its statements may run on a standby); a unit retried
+    /// after a standby refused it, or sent before its batch ended, goes to the primary.
+    pub(super) fn target(&self, read_only: bool, view: &crate::topology::TopologyView) -> Target {
+        if self.force_primary {
+            Target::Primary(PrimaryReason::Write)
+        } else {
+            choose(&self.request(read_only), view)
+        }
     }
 
     /// What routing needs to know of a unit (`read_only`: its statements may run on a standby).

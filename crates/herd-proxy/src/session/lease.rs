@@ -146,11 +146,16 @@ impl Session {
         pool
     }
 
-    pub(super) async fn lease(&mut self, ep: &Endpoint) -> Result<Lease, ProxyError> {
+    /// The credentials the session's pooled connections log in with (fetched once).
+    pub(super) fn credentials(&mut self) -> Option<Arc<crate::pool::Credentials>> {
         if self.creds.is_none() {
             self.creds = self.ctx.users.credentials(&self.user);
         }
-        let creds = self.creds.clone().ok_or_else(|| {
+        self.creds.clone()
+    }
+
+    pub(super) async fn lease(&mut self, ep: &Endpoint) -> Result<Lease, ProxyError> {
+        let creds = self.credentials().ok_or_else(|| {
             ProxyError::Unavailable("no credentials for this user; reconnect".into())
         })?;
         let pool = self.pool(ep);

@@ -14,7 +14,7 @@ use herd_wire::frontend::tag;
 use super::attach::{lone_message, UnitFacts};
 use super::Session;
 use crate::pool::Lease;
-use crate::router::choose::{choose, PrimaryReason, Target};
+use crate::router::choose::{PrimaryReason, Target};
 use crate::topology::Endpoint;
 use crate::ProxyError;
 
@@ -48,11 +48,7 @@ impl Session {
             }
         }
         let view = self.ctx.view_of(self.group);
-        let target = if self.force_primary {
-            Target::Primary(PrimaryReason::Write)
-        } else {
-            choose(&self.request(facts.read_only), &view)
-        };
+        let target = self.target(facts.read_only, &view);
         // The node the general path would lease from first, and the reason it would count.
         let chosen = match &target {
             Target::Primary(PrimaryReason::Write) => {
@@ -101,7 +97,7 @@ impl Session {
     fn try_lease(&mut self, ep: &Endpoint) -> Option<Lease> {
         if self.creds.is_none() {
             // A new session's first unit: a client that connects per transaction has no other.
-            self.creds = Some(self.ctx.users.credentials(&self.user)?);
+            self.credentials()?;
         }
         let mut lease = self.pool(ep).try_acquire()?;
         if lease.conn.state_hash != self.state.hash {
