@@ -19,9 +19,11 @@ pub struct CacheStats {
 
 #[derive(Debug, Default)]
 struct Inner {
-    /// Text → (classification, last-use stamp). A hit only rewrites the stamp; the least
-    /// recently used entries are found when room is needed (a miss of a full cache).
-    map: HashMap<Arc<str>, (Arc<Classification>, u64)>,
+    /// Shape key (or text) → (classification, last-use stamp). A hit only rewrites the
+    /// stamp; the least recently used entries are found when room is needed (a miss of a
+    /// full cache). Hashed with foldhash, seeded per process: SipHash cost as much as the
+    /// rest of a hit; the map is bounded, so colliding keys could only slow its own lookups.
+    map: HashMap<Arc<[u8]>, (Arc<Classification>, u64), foldhash::fast::RandomState>,
     next_stamp: u64,
     hits: u64,
     misses: u64,
@@ -100,12 +102,16 @@ impl ClassifierCache {
     /// in literal values share one entry (see [`crate::shape_key`]); the statements' `span`s of
     /// such an entry refer to the first text of that shape.
     pub fn get_or_classify(&self, sql: &str) -> Arc<Classification> {
-        let shape = crate::shape_key(sql);
-        let key = shape.as_deref().unwrap_or(sql);
+        let mut shape = crate::shape::ShapeBuf::new();
+        let key = if crate::shape::shape_into(sql, &mut shape) {
+            &shape[..]
+        } else {
+            sql.as_bytes()
+        };
         self.get_or_classify_keyed(key, sql)
     }
 
-    fn get_or_classify_keyed(&self, key: &str, sql: &str) -> Arc<Classification> {
+    fn get_or_classify_keyed(&self, key: &[u8], sql: &str) -> Arc<Classification> {
         {
             let mut inner = self.lock();
             let stamp = inner.stamp();
@@ -128,7 +134,7 @@ impl ClassifierCache {
         if inner.map.len() >= self.capacity {
             inner.evict();
         }
-        let key: Arc<str> = Arc::from(key);
+        let key: Arc<[u8]> = Arc::from(key);
         let stamp = inner.stamp();
         inner.map.insert(key, (Arc::clone(&classified), stamp));
         classified

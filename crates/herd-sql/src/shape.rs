@@ -3,129 +3,203 @@
 //! value itself is session state (`SET`, `RESET`, `set_config(…)`): those texts keep their own
 //! key, as does anything the small lexer below is not sure about.
 
+/// A shape key as it is built: statements of up to this many bytes are shaped on the stack
+/// (a statement is shaped on every execution; an allocation would cost as much as the lexing).
+pub(crate) type ShapeBuf = smallvec::SmallVec<[u8; 256]>;
+
 /// The shape of `sql` (numbers and quoted strings replaced by `?`), or `None` when the text
 /// must be its own key.
 pub fn shape_key(sql: &str) -> Option<String> {
+    let mut out = ShapeBuf::new();
+    if !shape_into(sql, &mut out) {
+        return None;
+    }
+    // Runs are cut at ASCII bytes only, so the key is UTF-8 like the text.
+    String::from_utf8(out.into_vec()).ok()
+}
+
+/// Writes the shape of `sql` into `out` (cleared first), as [`shape_key`] returns it; false
+/// when the text must be its own key (then `out` holds nothing useful).
+pub(crate) fn shape_into(sql: &str, out: &mut ShapeBuf) -> bool {
     let b = sql.as_bytes();
-    // Built from runs of the text between replaced literals (`sql[copied..i]` is still to
-    // be appended): a statement is hashed on every execution, so no per-byte pushes.
-    let mut out = String::with_capacity(sql.len());
+    out.clear();
+    // Built from runs of the text between replaced literals (`b[copied..i]` is still to be
+    // appended), each byte's kind found with one table lookup.
     let mut copied = 0;
     let mut i = 0;
     let mut replaced = false;
     let mut at_statement_start = true;
+    // Invariant at the top of the loop: when `b[i]` can continue an identifier, `b[i - 1]`
+    // cannot (runs that continue one are consumed where they arise), so a letter here starts
+    // a word and a digit starts a number.
     while i < b.len() {
-        let c = b[i];
-        let prev_ident = i > 0 && is_ident(b[i - 1]);
-        match c {
-            b'\'' => {
+        match CLASS[usize::from(b[i])] {
+            OTHER => i += 1,
+            WORD => {
+                let end = ident_end(b, i + 1);
+                // current_setting('transaction_read_only') routes differently from
+                // current_setting('work_mem'): its literal decides, as set_config's does.
+                if is_stateful_word(&b[i..end], at_statement_start) {
+                    return false;
+                }
+                at_statement_start = false;
+                i = end;
+            }
+            DIGIT => {
+                let end = number_end(b, i);
+                literal(out, &b[copied..i]);
+                copied = end;
+                replaced = true;
+                // `1$` or `1ä`: what follows continues the number's "identifier" (not
+                // after `1.` or `1e-`, which end in a byte that cannot).
+                i = if CLASS[usize::from(b[end - 1])] & IDENT != 0 {
+                    match continuation_end(b, end) {
+                        Some(end) => end,
+                        None => return false,
+                    }
+                } else {
+                    end
+                };
+            }
+            QUOTE => {
                 // E'…' and U&'…' have other escaping rules: not worth the risk.
                 if i > 0 && matches!(b[i - 1], b'e' | b'E' | b'&') {
-                    return None;
+                    return false;
                 }
-                let end = skip_quoted(b, i, b'\'')?;
-                out.push_str(&sql[copied..i]);
-                out.push('?');
+                let Some(end) = skip_quoted(b, i, b'\'') else {
+                    return false;
+                };
+                literal(out, &b[copied..i]);
                 copied = end;
                 i = end;
                 replaced = true;
-                continue;
             }
-            b'"' => {
-                i = skip_quoted(b, i, b'"')?;
+            DOUBLE_QUOTE => {
+                let Some(end) = skip_quoted(b, i, b'"') else {
+                    return false;
+                };
+                i = end;
                 at_statement_start = false;
-                continue;
             }
-            b'$' if !prev_ident => {
+            DOLLAR => {
                 // $1 parameters stay; dollar quoting ($$ … $$, $tag$ … $tag$) is left alone.
-                if b.get(i + 1).is_some_and(u8::is_ascii_digit) {
-                    i += 1;
-                    continue;
+                if !b.get(i + 1).is_some_and(u8::is_ascii_digit) {
+                    return false;
                 }
-                return None;
+                match continuation_end(b, i + 1) {
+                    Some(end) => i = end,
+                    None => return false,
+                }
             }
-            b'-' if b.get(i + 1) == Some(&b'-') => {
+            DASH if b.get(i + 1) == Some(&b'-') => {
                 i = b[i..]
                     .iter()
                     .position(|&x| x == b'\n')
                     .map_or(b.len(), |p| i + p);
-                continue;
             }
-            b'/' if b.get(i + 1) == Some(&b'*') => {
-                let close = sql[i + 2..].find("*/")? + i + 2;
+            SLASH if b.get(i + 1) == Some(&b'*') => {
+                let Some(close) = sql[i + 2..].find("*/").map(|p| p + i + 2) else {
+                    return false;
+                };
                 if sql[i + 2..close].contains("/*") {
-                    return None; // nested comments
+                    return false; // nested comments
                 }
                 i = close + 2;
-                continue;
             }
-            b'0'..=b'9' if !prev_ident => {
-                let mut j = i;
-                while j < b.len() && (b[j].is_ascii_alphanumeric() || b[j] == b'.' || b[j] == b'_')
-                {
-                    // An exponent sign belongs to the number: 1e-5.
-                    if matches!(b[j], b'e' | b'E') && matches!(b.get(j + 1), Some(b'+' | b'-')) {
-                        j += 1;
-                    }
-                    j += 1;
-                }
-                out.push_str(&sql[copied..i]);
-                out.push('?');
-                copied = j;
-                replaced = true;
-                i = j;
-                continue;
+            SEMICOLON => {
+                at_statement_start = true;
+                i += 1;
             }
-            b';' => at_statement_start = true,
-            c if is_ident(c) && !prev_ident => {
-                let end = b[i..]
-                    .iter()
-                    .position(|&x| !is_ident(x))
-                    .map_or(b.len(), |p| i + p);
-                let word = &sql[i..end];
-                // current_setting('transaction_read_only') routes differently from
-                // current_setting('work_mem'): its literal decides, as set_config's does.
-                if word.eq_ignore_ascii_case("set_config")
-                    || word.eq_ignore_ascii_case("current_setting")
-                    || (at_statement_start
-                        && (word.eq_ignore_ascii_case("set") || word.eq_ignore_ascii_case("reset")))
-                {
-                    return None;
-                }
-                at_statement_start = false;
-                i = end;
-                continue;
-            }
-            _ => {}
+            _ => i += 1, // a lone `-` or `/`
         }
-        if !c.is_ascii() {
-            return None;
-        }
-        i += 1;
     }
     if !replaced {
-        return None;
+        return false;
     }
-    out.push_str(&sql[copied..]);
-    Some(out)
+    out.extend_from_slice(&b[copied..]);
+    true
 }
 
-/// Bytes that continue an identifier: letters, digits, `_`, `$` and every non-ASCII byte.
-/// A table: the test runs on every byte of every statement, twice.
-static IDENT_BYTE: [bool; 256] = {
-    let mut table = [false; 256];
+/// Appends the text before a literal and the literal's `?`.
+fn literal(out: &mut ShapeBuf, before: &[u8]) {
+    out.extend_from_slice(before);
+    out.push(b'?');
+}
+
+/// Words whose literal argument is session state (`SET`, `RESET` opening a statement,
+/// `set_config`, `current_setting`): the length decides before any byte is compared.
+fn is_stateful_word(word: &[u8], at_statement_start: bool) -> bool {
+    match word.len() {
+        3 => at_statement_start && word.eq_ignore_ascii_case(b"set"),
+        5 => at_statement_start && word.eq_ignore_ascii_case(b"reset"),
+        10 => word.eq_ignore_ascii_case(b"set_config"),
+        15 => word.eq_ignore_ascii_case(b"current_setting"),
+        _ => false,
+    }
+}
+
+/// End of the number starting at `start`: digits, letters, `.` and `_` (so `1.5e3` and
+/// `0x1F` are one literal), with an exponent's sign (`1e-5`).
+fn number_end(b: &[u8], start: usize) -> usize {
+    let mut j = start;
+    while j < b.len() && (b[j].is_ascii_alphanumeric() || b[j] == b'.' || b[j] == b'_') {
+        if matches!(b[j], b'e' | b'E') && matches!(b.get(j + 1), Some(b'+' | b'-')) {
+            j += 1;
+        }
+        j += 1;
+    }
+    j
+}
+
+/// End of the identifier bytes from `start` on.
+fn ident_end(b: &[u8], start: usize) -> usize {
+    b[start..]
+        .iter()
+        .position(|&x| CLASS[usize::from(x)] & IDENT == 0)
+        .map_or(b.len(), |p| start + p)
+}
+
+/// End of identifier bytes that continue a parameter or a number (`$1`, `1$`): kept as they
+/// are, but non-ASCII there is too odd to shape (`None`).
+fn continuation_end(b: &[u8], start: usize) -> Option<usize> {
+    let end = ident_end(b, start);
+    b[start..end].is_ascii().then_some(end)
+}
+
+/// Byte kinds for the lexer. The `IDENT` bit marks bytes that continue an identifier:
+/// letters, digits, `_`, `$` and every non-ASCII byte.
+const IDENT: u8 = 0x80;
+const OTHER: u8 = 0;
+const WORD: u8 = IDENT | 1;
+const DIGIT: u8 = IDENT | 2;
+const DOLLAR: u8 = IDENT | 3;
+const QUOTE: u8 = 4;
+const DOUBLE_QUOTE: u8 = 5;
+const DASH: u8 = 6;
+const SLASH: u8 = 7;
+const SEMICOLON: u8 = 8;
+
+/// The kind of every byte: one lookup per byte, however many rules apply to it.
+static CLASS: [u8; 256] = {
+    let mut table = [OTHER; 256];
     let mut i = 0;
     while i < 256 {
         let c = i as u8;
-        table[i] = c.is_ascii_alphanumeric() || c == b'_' || c == b'$' || !c.is_ascii();
+        table[i] = match c {
+            b'0'..=b'9' => DIGIT,
+            b'$' => DOLLAR,
+            b'\'' => QUOTE,
+            b'"' => DOUBLE_QUOTE,
+            b'-' => DASH,
+            b'/' => SLASH,
+            b';' => SEMICOLON,
+            c if c.is_ascii_alphabetic() || c == b'_' || !c.is_ascii() => WORD,
+            _ => OTHER,
+        };
         i += 1;
     }
     table
 };
-
-fn is_ident(c: u8) -> bool {
-    IDENT_BYTE[usize::from(c)]
-}
 
 /// Index just past the closing `quote` of the literal opening at `start` (doubled quotes escape).
 fn skip_quoted(b: &[u8], start: usize, quote: u8) -> Option<usize> {
@@ -177,6 +251,25 @@ mod tests {
             shape_key("select ä1, $2 from \"ö'\" /* 'c' */ where x = 'y' and z=3.5 -- 4\nlimit 7;")
                 .as_deref(),
             Some("select ä1, $2 from \"ö'\" /* 'c' */ where x = ? and z=? -- 4\nlimit ?;")
+        );
+        // Bytes that continue a number or a parameter are kept; non-ASCII there is not
+        // shaped. After `1.` or `1e+` a new word starts.
+        assert_eq!(
+            shape_key("select 1$ from t where a = 2").as_deref(),
+            Some("select ?$ from t where a = ?")
+        );
+        assert_eq!(shape_key("select 1ä from t"), None);
+        assert_eq!(shape_key("select $1ä, 2"), None);
+        assert_eq!(
+            shape_key("select 1e+ä from t").as_deref(),
+            Some("select ?ä from t")
+        );
+        assert_eq!(shape_key("select 1.ä").as_deref(), Some("select ?ä"));
+        // Longer than the stack buffer: the same key, from the heap.
+        let long = format!("select {} from t where id = 7", "c, ".repeat(100));
+        assert_eq!(
+            shape_key(&long),
+            Some(format!("select {} from t where id = ?", "c, ".repeat(100)))
         );
         assert_eq!(shape_key("select 1").as_deref(), Some("select ?"));
         assert_eq!(shape_key("select 'a'").as_deref(), Some("select ?"));
