@@ -100,6 +100,7 @@ pub async fn run(
         upstream: None,
         fresh_secrets,
         log_watch: crate::pglog::LogWatch::new(cfg.pg_log()),
+        prober: tokio::sync::Mutex::new(None),
     };
     let mut agent = Agent::new(node, store.clone(), deadline.clone(), shared, instance);
     let result = agent.run(shutdown).await;

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use herd_cluster::{Layout, Secrets, REPLICATION_USER, SUPERUSER};
 use herd_core::Lsn;
-use herd_pg::{ConnSpec, Pg, PrimaryProbe, Probe, ServerSettings, Upstream};
+use herd_pg::{ConnSpec, Pg, PrimaryProbe, Probe, Prober, ServerSettings, Upstream};
 
 use crate::config::AgentConfig;
 use crate::decide::Local;
@@ -43,6 +43,9 @@ pub struct Node {
     pub fresh_secrets: bool,
     /// PostgreSQL's log, watched for an upstream that lost the WAL this server needs.
     pub log_watch: LogWatch,
+    /// The local server's prober, whose connection is kept between rounds (created on the
+    /// first round; a lock only because probing takes `&self`, never contended).
+    pub prober: tokio::sync::Mutex<Option<Prober>>,
 }
 
 impl Node {
@@ -76,9 +79,25 @@ impl Node {
         }
         match herd_pg::postmaster_pid(&dir) {
             Ok(Some(_)) => {}
-            _ => return none(Local::Stopped),
+            _ => {
+                if let Some(p) = self.prober.lock().await.as_mut() {
+                    p.disconnect();
+                }
+                return none(Local::Stopped);
+            }
         }
-        match herd_pg::probe(&self.spec()).await {
+        let probe = {
+            let mut prober = self.prober.lock().await;
+            let prober = match prober.as_mut() {
+                Some(p) => {
+                    p.retarget(self.spec()); // the passwords may have been replaced
+                    p
+                }
+                None => prober.insert(Prober::new(self.spec())),
+            };
+            prober.probe().await
+        };
+        match probe {
             Ok(Probe::Primary(p)) => Observed {
                 local: Local::Primary,
                 primary: Some(p),

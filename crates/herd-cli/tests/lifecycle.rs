@@ -89,6 +89,9 @@ async fn up_replicate_status_restart_down_up() {
     assert_eq!(api_get(c.api_port(), "/replica/node0").0, 503);
     assert_eq!(api_get(c.api_port(), "/replica/nodeX").0, 404);
 
+    // The supervisor probes each node over one kept connection, not a login per round.
+    probe_connection_is_kept(&c.url(&["--primary"])).await;
+
     // SIGKILL a replica's postmaster: the supervisor restarts it and it catches up.
     let victim = replicas[0]["name"].as_str().expect("name").to_string();
     let old_pid = replicas[0]["pid"].as_u64().expect("pid") as i32;
@@ -123,6 +126,8 @@ async fn up_replicate_status_restart_down_up() {
         || async { count(&replica, "items").await == Some(600) },
     )
     .await;
+    // Its probe connection died with it; the supervisor logged in again and kept that one.
+    probe_connection_is_kept(&c.url(&["--replica", index])).await;
     drop((replica, primary, endpoint));
 
     // down stops everything; up resumes the same cluster with its data.
@@ -142,4 +147,40 @@ async fn up_replicate_status_restart_down_up() {
         || async { count(&replica, "items").await == Some(600) },
     )
     .await;
+}
+
+/// The supervisor's probe backend on `url`'s server outlives several probe rounds (500 ms
+/// each): with a login per round no backend of it would be there twice.
+async fn probe_connection_is_kept(url: &str) {
+    let client = connect(url).await;
+    let probes = || async {
+        client
+            .query(
+                "select pid from pg_stat_activity where application_name = $1",
+                &[&herd_pg::PROBE_APPLICATION],
+            )
+            .await
+            .expect("pg_stat_activity")
+            .iter()
+            .map(|r| r.get::<_, i32>(0))
+            .collect::<Vec<i32>>()
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let first = loop {
+        let found = probes().await;
+        if !found.is_empty() {
+            break found;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no probe backend within 10 s"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let later = probes().await;
+    assert!(
+        first.iter().any(|pid| later.contains(pid)),
+        "no probe backend lasted 2 s: {first:?} then {later:?}"
+    );
 }

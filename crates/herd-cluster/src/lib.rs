@@ -29,5 +29,5 @@ pub use progress::{Progress, SilentProgress};
 pub use runfiles::{read_supervisor, supervisor_running, SupervisorLock};
 pub use secrets::Secrets;
 pub use state::ClusterState;
-pub use status::{observe, Observation};
+pub use status::{observe, observe_with, Observation, Probers};
 pub use supervise::{supervise, Command, Gate, Links};

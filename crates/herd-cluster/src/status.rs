@@ -3,7 +3,8 @@
 use herd_core::{
     ClusterStatus, LagInfo, Lsn, NodeName, NodeState, NodeStatus, Role, STATUS_VERSION,
 };
-use herd_pg::{PrimaryProbe, Probe, ReplicationRow};
+use herd_pg::{PrimaryProbe, Probe, Prober, ReplicationRow};
+use std::collections::HashMap;
 use tokio::task::JoinSet;
 
 use crate::{read_supervisor, Cluster};
@@ -18,27 +19,51 @@ pub struct Observation {
     pub in_recovery: Vec<Option<bool>>,
 }
 
-/// Probes every node concurrently (each bounded by the connection timeout).
+/// Probers of a cluster's nodes, kept between rounds so that each node is probed over one
+/// connection rather than a new login per round (see [`Prober`]).
+#[derive(Default)]
+pub struct Probers(HashMap<NodeName, Prober>);
+
+/// Probes every node concurrently (each bounded by the connection timeout), each over a new
+/// connection: for one-off looks such as `herd status`.
 pub async fn observe(cluster: &Cluster) -> Observation {
+    observe_with(cluster, &mut Probers::default()).await
+}
+
+/// Like [`observe`], over the connections `probers` kept from earlier rounds (a supervisor's).
+pub async fn observe_with(cluster: &Cluster, probers: &mut Probers) -> Observation {
     let mut order = vec![cluster.state.primary.clone()];
     order.extend(cluster.state.replicas());
+    // Nodes that left the cluster take their connections with them.
+    probers.0.retain(|node, _| order.contains(node));
     let mut probes = JoinSet::new();
     for (i, node) in order.iter().enumerate() {
         let dir = cluster.layout.node(node);
         let spec = cluster.probe_spec(node);
+        let mut prober = match probers.0.remove(node) {
+            Some(mut p) => {
+                p.retarget(spec);
+                p
+            }
+            None => Prober::new(spec),
+        };
         probes.spawn(async move {
             let pid = herd_pg::postmaster_pid(&dir).ok().flatten();
             let probe = match pid {
-                Some(_) => herd_pg::probe(&spec).await.ok(),
-                None => None,
+                Some(_) => prober.probe().await.ok(),
+                None => {
+                    prober.disconnect();
+                    None
+                }
             };
-            (i, pid, probe)
+            (i, pid, probe, prober)
         });
     }
     let mut results = vec![(None, None); order.len()];
     while let Some(joined) = probes.join_next().await {
-        if let Ok((i, pid, probe)) = joined {
+        if let Ok((i, pid, probe, prober)) = joined {
             results[i] = (pid, probe);
+            probers.0.insert(order[i].clone(), prober);
         }
     }
     let primary_probe = match &results[0].1 {

@@ -12,7 +12,7 @@ use herd_ha::{decide, Action, Candidate, FailoverRules, NodeObservation, Policy,
 use herd_pg::Pg;
 use tokio::sync::{mpsc, oneshot, watch};
 
-use crate::status::observe;
+use crate::status::{observe_with, Probers};
 use crate::{Cluster, ClusterState};
 
 /// An operator's request to the supervisor; the reply says what happened.
@@ -152,6 +152,8 @@ pub async fn supervise(mut cluster: Cluster, pg: &Pg, links: Links<'_>) {
     let mut book = StartBook::default();
     let mut watch = PrimaryWatch::default();
     let mut reported: BTreeSet<String> = BTreeSet::new();
+    // One probe connection per node for as long as this supervisor runs.
+    let mut probers = Probers::default();
     loop {
         let interval = Duration::from_millis(cluster.config.supervisor.probe_interval_ms);
         let command = tokio::select! {
@@ -174,7 +176,7 @@ pub async fn supervise(mut cluster: Cluster, pg: &Pg, links: Links<'_>) {
             watch = PrimaryWatch::default();
             continue;
         }
-        let observation = observe(&cluster).await;
+        let observation = observe_with(&cluster, &mut probers).await;
         let mut assignment = cluster.assignment();
         // Backends orphaned by a dead postmaster may still answer: route nothing to them.
         assignment.primary_down = observation

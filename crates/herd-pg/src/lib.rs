@@ -27,5 +27,5 @@ pub use files::write_private;
 pub use osuser::OsUser;
 pub use probe::{
     checkpoint, connect, copy_verifier, create_physical_slot, ensure_role, probe, ConnSpec,
-    PrimaryProbe, Probe, ReplicaProbe, ReplicationRow,
+    PrimaryProbe, Probe, Prober, ReplicaProbe, ReplicationRow, PROBE_APPLICATION,
 };

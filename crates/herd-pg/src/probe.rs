@@ -36,6 +36,11 @@ impl std::fmt::Debug for ConnSpec {
 
 /// Opens a connection; the connection task runs on the current runtime until the client drops.
 pub async fn connect(spec: &ConnSpec) -> Result<Client, PgError> {
+    connect_as(spec, "herd").await
+}
+
+/// [`connect`] with the `application_name` the server shows in `pg_stat_activity`.
+async fn connect_as(spec: &ConnSpec, application_name: &str) -> Result<Client, PgError> {
     let mut config = tokio_postgres::Config::new();
     config
         .host(&spec.host)
@@ -43,7 +48,7 @@ pub async fn connect(spec: &ConnSpec) -> Result<Client, PgError> {
         .user(&spec.user)
         .password(&spec.password)
         .dbname(&spec.dbname)
-        .application_name("herd")
+        .application_name(application_name)
         .connect_timeout(spec.timeout);
     let connecting = config.connect(NoTls);
     let (client, connection) = tokio::time::timeout(spec.timeout, connecting)
@@ -116,12 +121,79 @@ pub struct ReplicaProbe {
     pub receiver_status: Option<String>,
 }
 
-/// Asks a server for its role, positions and replication state.
+/// Asks a server for its role, positions and replication state, over a connection of its own.
 pub async fn probe(spec: &ConnSpec) -> Result<Probe, PgError> {
-    let client = connect(spec).await?;
-    tokio::time::timeout(spec.timeout, probe_client(&client, spec))
-        .await
-        .map_err(|_| PgError::Timeout(format!("probing {spec:?} timed out")))?
+    Prober::new(spec.clone()).probe().await
+}
+
+/// The `application_name` of probe connections, as `pg_stat_activity` shows them.
+pub const PROBE_APPLICATION: &str = "herd-probe";
+
+/// Probes one server again and again over one connection, opened when needed.
+///
+/// A probe per supervisor round over a fresh connection cost a SCRAM login each time: 4,096
+/// PBKDF2 iterations on Herd's side (several milliseconds of CPU) and a backend started on the
+/// server's, several times a second per node. The connection is dropped whenever a probe fails
+/// or times out, so a server that stops answering is seen exactly as before; one that was
+/// restarted (its old connection closed) is reconnected to within the same probe.
+pub struct Prober {
+    spec: ConnSpec,
+    client: Option<Client>,
+}
+
+impl Prober {
+    /// A prober of the server `spec` names; it connects on its first probe.
+    pub fn new(spec: ConnSpec) -> Self {
+        Prober { spec, client: None }
+    }
+
+    /// Probes over the kept connection when it is open, else over a new one (kept on success).
+    pub async fn probe(&mut self) -> Result<Probe, PgError> {
+        if let Some(client) = self.client.take().filter(|c| !c.is_closed()) {
+            match tokio::time::timeout(self.spec.timeout, probe_client(&client, &self.spec)).await {
+                Ok(Ok(probe)) => {
+                    self.client = Some(client);
+                    return Ok(probe);
+                }
+                // Closed under us (the server restarted, or killed this backend): the server
+                // itself may be fine, so it gets a fresh connection below.
+                Ok(Err(_)) if client.is_closed() => {}
+                Ok(Err(e)) => return Err(e),
+                Err(_) => {
+                    return Err(PgError::Timeout(format!(
+                        "probing {:?} timed out",
+                        self.spec
+                    )))
+                }
+            }
+        }
+        let client = connect_as(&self.spec, PROBE_APPLICATION).await?;
+        let probe = tokio::time::timeout(self.spec.timeout, probe_client(&client, &self.spec))
+            .await
+            .map_err(|_| PgError::Timeout(format!("probing {:?} timed out", self.spec)))??;
+        self.client = Some(client);
+        Ok(probe)
+    }
+
+    /// Drops the kept connection (its server's postmaster is gone: whatever still answers on
+    /// it is an orphaned backend, not a server).
+    pub fn disconnect(&mut self) {
+        self.client = None;
+    }
+
+    /// Points the prober at `spec`; a kept connection is dropped when the server or the login
+    /// changed (a node's port or password can change between rounds).
+    pub fn retarget(&mut self, spec: ConnSpec) {
+        let same = self.spec.host == spec.host
+            && self.spec.port == spec.port
+            && self.spec.user == spec.user
+            && self.spec.password == spec.password
+            && self.spec.dbname == spec.dbname;
+        if !same {
+            self.client = None;
+        }
+        self.spec = spec;
+    }
 }
 
 async fn probe_client(client: &Client, spec: &ConnSpec) -> Result<Probe, PgError> {
