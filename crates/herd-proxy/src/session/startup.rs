@@ -253,11 +253,25 @@ fn parse_options(options: &str, login: &mut Login) -> Result<(), ProxyError> {
 
 /// `SET "name" = 'value'` with both quoted.
 fn set_statement(name: &str, value: &str) -> String {
-    format!(
-        "SET \"{}\" = '{}'",
-        name.replace('"', "\"\""),
-        value.replace('\'', "''")
-    )
+    // Pushes rather than `format!` and `replace`: this runs for every parameter of every login.
+    let mut out = String::with_capacity(name.len() + value.len() + 12);
+    out.push_str("SET \"");
+    push_doubling(&mut out, name, '"');
+    out.push_str("\" = '");
+    push_doubling(&mut out, value, '\'');
+    out.push('\'');
+    out
+}
+
+/// Appends `text` with every `quote` doubled.
+fn push_doubling(out: &mut String, text: &str, quote: char) {
+    for (i, part) in text.split(quote).enumerate() {
+        if i > 0 {
+            out.push(quote);
+            out.push(quote);
+        }
+        out.push_str(part);
+    }
 }
 
 async fn write(stream: &mut ClientStream, bytes: &[u8]) -> Result<(), ProxyError> {
@@ -395,5 +409,7 @@ mod tests {
             set_statement("application_name", "it's"),
             "SET \"application_name\" = 'it''s'"
         );
+        assert_eq!(set_statement("a\"b", "x'y"), r#"SET "a""b" = 'x''y'"#);
+        assert_eq!(set_statement("", ""), r#"SET "" = ''"#);
     }
 }
