@@ -406,11 +406,7 @@ impl ProxyContext {
             .users
             .credentials(user)
             .ok_or_else(|| ProxyError::AuthFailed(user.to_string()))?;
-        let pool = self.pools.get(&pool::PoolKey {
-            endpoint: primary,
-            user: user.into(),
-            database: database.into(),
-        });
+        let pool = self.pools.get_by(&primary, user, database);
         let mut lease = pool
             .acquire(&creds, Duration::from_secs(30), Duration::from_secs(5))
             .await?;

@@ -24,6 +24,48 @@ pub struct PoolKey {
     pub database: String,
 }
 
+/// The parts of a [`PoolKey`]: pools are looked up by borrowed parts, so a new session (one
+/// per transaction with `pgbench -C`) copies no string to find its pool.
+trait PoolKeyParts {
+    fn parts(&self) -> (&Endpoint, &str, &str);
+}
+
+impl PoolKeyParts for PoolKey {
+    fn parts(&self) -> (&Endpoint, &str, &str) {
+        (&self.endpoint, &self.user, &self.database)
+    }
+}
+
+impl PoolKeyParts for (&Endpoint, &str, &str) {
+    fn parts(&self) -> (&Endpoint, &str, &str) {
+        *self
+    }
+}
+
+impl<'a> std::borrow::Borrow<dyn PoolKeyParts + 'a> for PoolKey {
+    fn borrow(&self) -> &(dyn PoolKeyParts + 'a) {
+        self
+    }
+}
+
+/// Hashes like [`PoolKey`]'s derived `Hash` (its fields in order), as `Borrow` requires.
+impl std::hash::Hash for dyn PoolKeyParts + '_ {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        let (endpoint, user, database) = self.parts();
+        endpoint.hash(state);
+        user.hash(state);
+        database.hash(state);
+    }
+}
+
+impl PartialEq for dyn PoolKeyParts + '_ {
+    fn eq(&self, other: &Self) -> bool {
+        self.parts() == other.parts()
+    }
+}
+
+impl Eq for dyn PoolKeyParts + '_ {}
+
 /// Connections to one node for one user and database.
 pub struct Pool {
     key: PoolKey,
@@ -119,6 +161,11 @@ impl Lease {
 }
 
 impl Pool {
+    /// The node this pool's connections go to.
+    pub fn endpoint(&self) -> &Endpoint {
+        &self.key.endpoint
+    }
+
     /// Leases currently held: the balancing signal.
     pub fn outstanding(&self) -> usize {
         self.outstanding.load(Ordering::Relaxed)
@@ -234,28 +281,31 @@ impl Pools {
         }
     }
 
-    /// The pool for `key`, created on first use.
-    pub fn get(&self, key: &PoolKey) -> Arc<Pool> {
+    /// The pool of `user`'s connections to `database` on `endpoint`, created on first use.
+    pub fn get_by(&self, endpoint: &Endpoint, user: &str, database: &str) -> Arc<Pool> {
         let mut pools = match self.pools.lock() {
             Ok(p) => p,
             Err(poisoned) => poisoned.into_inner(),
         };
-        // Every new session asks: no copy of the key when its pool exists.
-        if let Some(pool) = pools.get(key) {
+        // Every new session asks: no key is built when its pool exists.
+        let parts = (endpoint, user, database);
+        if let Some(pool) = pools.get(&parts as &dyn PoolKeyParts) {
             return pool.clone();
         }
-        pools
-            .entry(key.clone())
-            .or_insert_with(|| {
-                Arc::new(Pool {
-                    key: key.clone(),
-                    idle: Mutex::new(Vec::new()),
-                    permits: Arc::new(Semaphore::new(self.size)),
-                    outstanding: AtomicUsize::new(0),
-                    waits: WaitCounters::default(),
-                })
-            })
-            .clone()
+        let key = PoolKey {
+            endpoint: endpoint.clone(),
+            user: user.to_string(),
+            database: database.to_string(),
+        };
+        let pool = Arc::new(Pool {
+            key: key.clone(),
+            idle: Mutex::new(Vec::new()),
+            permits: Arc::new(Semaphore::new(self.size)),
+            outstanding: AtomicUsize::new(0),
+            waits: WaitCounters::default(),
+        });
+        pools.insert(key, pool.clone());
+        pool
     }
 
     /// Every pool's figures, for metrics.
@@ -281,5 +331,41 @@ impl Pools {
                 }
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use herd_core::NodeName;
+
+    fn ep(index: usize) -> Endpoint {
+        Endpoint {
+            name: NodeName::numbered(index),
+            host: "127.0.0.1".into(),
+            port: 7000 + index as u16,
+            socket: None,
+        }
+    }
+
+    #[test]
+    fn pools_are_found_by_their_parts() {
+        let pools = Pools::new(2);
+        let a = pools.get_by(&ep(0), "u", "db");
+        assert!(Arc::ptr_eq(&a, &pools.get_by(&ep(0), "u", "db")));
+        assert_eq!(a.endpoint(), &ep(0));
+        for other in [
+            pools.get_by(&ep(0), "v", "db"),
+            pools.get_by(&ep(0), "u", "db2"),
+            pools.get_by(&ep(1), "u", "db"),
+            // The parts do not run together: "ud" + "b" is another pool than "u" + "db".
+            pools.get_by(&ep(0), "ud", "b"),
+        ] {
+            assert!(!Arc::ptr_eq(&a, &other));
+        }
+        assert_eq!(pools.snapshot().len(), 5);
+        // Found again by parts after every insertion (hashing by parts agrees with the key's).
+        assert!(Arc::ptr_eq(&a, &pools.get_by(&ep(0), "u", "db")));
+        assert_eq!(pools.snapshot().len(), 5);
     }
 }

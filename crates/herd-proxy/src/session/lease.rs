@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use herd_core::Lsn;
 
 use super::Session;
-use crate::pool::{Lease, Pool, PoolKey};
+use crate::pool::{Lease, Pool};
 use crate::router::choose::PrimaryReason;
 use crate::topology::{Endpoint, TopologyView};
 use crate::ProxyError;
@@ -133,16 +133,11 @@ impl Session {
     /// The pool for `ep` (remembered per session: no key is built per unit; a session uses a
     /// few nodes, so a scan beats hashing the endpoint's strings).
     pub(super) fn pool(&mut self, ep: &Endpoint) -> Arc<Pool> {
-        if let Some((_, p)) = self.pools.iter().find(|(e, _)| e == ep) {
+        if let Some(p) = self.pools.iter().find(|p| p.endpoint() == ep) {
             return p.clone();
         }
-        let key = PoolKey {
-            endpoint: ep.clone(),
-            user: self.user.clone(),
-            database: self.database.clone(),
-        };
-        let pool = self.ctx.pools.get(&key);
-        self.pools.push((ep.clone(), pool.clone()));
+        let pool = self.ctx.pools.get_by(ep, &self.user, &self.database);
+        self.pools.push(pool.clone());
         pool
     }
 

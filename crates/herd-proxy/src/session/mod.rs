@@ -121,8 +121,8 @@ pub struct Session {
     /// The other groups' parts of a transaction that spans shard groups: servers idle in
     /// their transaction, ended together at the client's COMMIT or ROLLBACK.
     parked: Vec<Attached>,
-    /// Pools this session used, by node.
-    pools: Vec<(herd_core::Endpoint, Arc<crate::pool::Pool>)>,
+    /// Pools this session used (each knows its node).
+    pools: Vec<Arc<crate::pool::Pool>>,
     /// `herd_routed_total` series this session bumped, by node and reason.
     routed: Vec<(herd_core::NodeName, &'static str, crate::metrics::Counter)>,
 }
