@@ -159,20 +159,19 @@ impl Prober {
                 // itself may be fine, so it gets a fresh connection below.
                 Ok(Err(_)) if client.is_closed() => {}
                 Ok(Err(e)) => return Err(e),
-                Err(_) => {
-                    return Err(PgError::Timeout(format!(
-                        "probing {:?} timed out",
-                        self.spec
-                    )))
-                }
+                Err(_) => return Err(self.timed_out()),
             }
         }
         let client = connect_as(&self.spec, PROBE_APPLICATION).await?;
         let probe = tokio::time::timeout(self.spec.timeout, probe_client(&client, &self.spec))
             .await
-            .map_err(|_| PgError::Timeout(format!("probing {:?} timed out", self.spec)))??;
+            .map_err(|_| self.timed_out())??;
         self.client = Some(client);
         Ok(probe)
+    }
+
+    fn timed_out(&self) -> PgError {
+        PgError::Timeout(format!("probing {:?} timed out", self.spec))
     }
 
     /// Drops the kept connection (its server's postmaster is gone: whatever still answers on
