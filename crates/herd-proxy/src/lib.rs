@@ -12,6 +12,7 @@ pub mod catalog;
 pub mod client;
 mod drained;
 mod error;
+mod feed;
 pub mod merge;
 pub mod metrics;
 mod metrics_help;
@@ -63,9 +64,9 @@ type ClientParams = (String, String, Arc<[u8]>);
 pub struct ProxyContext {
     /// Settings.
     pub config: ProxyConfig,
-    /// Each shard group's topology (index = group; never empty). Grows when a group is
+    /// Each shard group's topology and primary (index = group; never empty). Grows when a group is
     /// added while the proxy runs; only the first `visible` are served.
-    views: RwLock<Vec<watch::Receiver<Arc<TopologyView>>>>,
+    views: RwLock<Vec<feed::GroupFeed>>,
     /// How many groups sessions use: a group added while the proxy runs counts once it holds
     /// everything the others share (`shards::add_group`).
     visible: std::sync::atomic::AtomicU32,
@@ -117,8 +118,7 @@ impl ProxyContext {
         views
             .get(group as usize)
             .or_else(|| views.first())
-            .cloned()
-            .unwrap_or_else(|| watch::channel(Arc::new(TopologyView::default())).1)
+            .map_or_else(|| feed::GroupFeed::empty().view, |f| f.view.clone())
     }
 
     /// Group `group`'s topology now (group 0's for an unknown group).
@@ -127,7 +127,7 @@ impl ProxyContext {
         views
             .get(group as usize)
             .or_else(|| views.first())
-            .map(|rx| rx.borrow().clone())
+            .map(|f| f.view.borrow().clone())
             .unwrap_or_default()
     }
 
@@ -148,8 +148,9 @@ impl ProxyContext {
             views_tx,
             shutdown,
         ));
+        let feed = feed::GroupFeed::follow(views_rx);
         let mut views = self.views.write().unwrap_or_else(|e| e.into_inner());
-        views.push(views_rx);
+        views.push(feed);
         views.len() as u32 - 1
     }
 
@@ -161,6 +162,18 @@ impl ProxyContext {
     /// Group `group`'s topology as it changes (marked seen: `changed()` waits for the next).
     pub fn watch_view(&self, group: u32) -> watch::Receiver<Arc<TopologyView>> {
         let mut rx = self.view_rx(group);
+        rx.mark_unchanged();
+        rx
+    }
+
+    /// The name of group `group`'s primary as it changes (marked seen: `changed()` waits for
+    /// another node, or none, to be the primary).
+    pub(crate) fn watch_primary(&self, group: u32) -> watch::Receiver<Option<NodeName>> {
+        let views = self.views.read().unwrap_or_else(|e| e.into_inner());
+        let mut rx = views
+            .get(group as usize)
+            .or_else(|| views.first())
+            .map_or_else(|| feed::GroupFeed::empty().primary, |f| f.primary.clone());
         rx.mark_unchanged();
         rx
     }
@@ -492,11 +505,11 @@ impl Proxy {
                 views_tx,
                 shutdown.clone(),
             ));
-            views.push(views_rx);
+            views.push(feed::GroupFeed::follow(views_rx));
         }
         if views.is_empty() {
             // No group given: a proxy with no servers, whose clients are told so.
-            views.push(watch::channel(Arc::new(TopologyView::default())).1);
+            views.push(feed::GroupFeed::empty());
         }
         let groups = views.len() as u32;
         let ctx = Arc::new(ProxyContext {

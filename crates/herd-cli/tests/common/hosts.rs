@@ -413,6 +413,8 @@ pub fn copy_dir(from: &Path, to: &Path) {
 pub struct Record {
     pub acknowledged: Vec<i64>,
     pub two_writable: Vec<String>,
+    /// What each failed write was told ("timed out" when the checker gave up on it).
+    pub write_errors: Vec<String>,
 }
 
 /// A runtime for the calling thread, which first moves into network namespace `netns` (only
@@ -507,7 +509,16 @@ fn checker(
                     match tokio::time::timeout(Duration::from_secs(10), write).await {
                         Ok(Ok(_)) => record.lock().expect("record").acknowledged.push(id),
                         // Failed or in doubt: not counted as acknowledged.
-                        _ => client = None,
+                        failed => {
+                            let told = match failed {
+                                Ok(Err(e)) => e
+                                    .as_db_error()
+                                    .map_or_else(|| e.to_string(), |d| d.message().to_string()),
+                                _ => "timed out".to_string(),
+                            };
+                            record.lock().expect("record").write_errors.push(told);
+                            client = None;
+                        }
                     }
                     tokio::time::sleep(Duration::from_millis(20)).await;
                 }

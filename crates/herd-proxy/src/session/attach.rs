@@ -378,7 +378,6 @@ impl Session {
             // anything gives its server back.
             ready_idle: true,
             batch_open: false,
-            primary_watch: replica.is_none().then(|| self.ctx.watch_view(group)),
         }
     }
 

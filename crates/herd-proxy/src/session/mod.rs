@@ -19,6 +19,7 @@ mod in_transaction;
 mod inbuf;
 mod lease;
 mod place_now;
+mod primary_watch;
 mod relay;
 mod replication;
 mod rows;
@@ -80,9 +81,6 @@ struct Attached {
     ready_idle: bool,
     /// Client messages of a batch not yet closed by Sync were forwarded.
     batch_open: bool,
-    /// Attached to the primary: its group's topology, to notice another node becoming primary
-    /// while this one does not answer (an isolated old primary never errors; it goes silent).
-    primary_watch: Option<tokio::sync::watch::Receiver<Arc<crate::topology::TopologyView>>>,
 }
 
 /// Everything one client connection owns.
@@ -125,6 +123,9 @@ pub struct Session {
     pools: Vec<Arc<crate::pool::Pool>>,
     /// `herd_routed_total` series this session bumped, by node and reason.
     routed: Vec<(herd_core::NodeName, &'static str, crate::metrics::Counter)>,
+    /// Set at the first attach to a primary: notices another node's promotion while the
+    /// session waits on the old one.
+    primary_watch: Option<primary_watch::PrimaryWatch>,
 }
 
 /// `BEGIN` answered by the proxy: the server is chosen by the transaction's first statement,
@@ -217,6 +218,7 @@ pub async fn serve_client(tcp: TcpStream, ctx: Arc<ProxyContext>) {
         pending_begin: None,
         pools: Vec::new(),
         routed: Vec::new(),
+        primary_watch: None,
         parked: Vec::new(),
         creds: None,
     };

@@ -8,7 +8,6 @@
 //! progress instead of filling both socket buffers and stalling (pgx `TestConnExecBatchHuge`).
 
 use std::future::Future;
-use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
@@ -18,6 +17,7 @@ use herd_wire::backend::{tag as btag, ErrorFields};
 
 use super::attach::unit_len;
 use super::place_now::Placed;
+use super::primary_watch::PrimaryWatch;
 use super::translate::undo_failed;
 use super::Session;
 use crate::analysis::Effect;
@@ -224,19 +224,29 @@ impl Session {
                 .get_or_insert_with(std::time::Instant::now);
             tokio::time::Instant::from_std(since + PARTIAL_WAIT)
         });
+        // Attached to a primary: watch for another node's promotion.
+        if let Some(group) = self
+            .attached
+            .as_ref()
+            .and_then(|a| a.replica.is_none().then_some(a.group))
+        {
+            if self
+                .primary_watch
+                .as_ref()
+                .is_none_or(|w| w.group() != group)
+            {
+                self.primary_watch = Some(PrimaryWatch::new(&self.ctx, group));
+            }
+        }
         let ready = {
             let client = &self.client;
-            let (conn, primary_watch) = match self.attached.as_mut() {
-                Some(a) => (Some(&*a.lease.conn), a.primary_watch.as_mut()),
+            let (conn, mut primary_watch) = match self.attached.as_ref() {
+                Some(a) => (
+                    Some(&*a.lease.conn),
+                    self.primary_watch.as_mut().filter(|_| a.replica.is_none()),
+                ),
                 None => (None, None),
             };
-            let primary_changed = async {
-                match primary_watch {
-                    Some(w) => primary_moved(w, conn).await,
-                    None => std::future::pending().await,
-                }
-            };
-            let mut primary_changed = std::pin::pin!(primary_changed);
             let mut partial = std::pin::pin!(sleep_until(partial_deadline));
             // Polled in this order: writes first, then the server's answers, then new client
             // bytes (every direction is bounded by its outbox, so none starves the others).
@@ -280,7 +290,12 @@ impl Session {
                 if partial_deadline.is_some() && partial.as_mut().poll(cx).is_ready() {
                     return Poll::Ready(Ready::PartialUnit);
                 }
-                primary_changed.as_mut().poll(cx).map(Ready::ServerFailed)
+                match (primary_watch.as_deref_mut(), conn) {
+                    (Some(w), Some(c)) => w
+                        .poll_moved(cx, &c.endpoint.name)
+                        .map(|()| Ready::ServerFailed(no_longer_primary(c))),
+                    _ => Poll::Pending,
+                }
             })
             .await
         };
@@ -570,35 +585,16 @@ fn settle(state: &mut super::state::SessionState, att: &mut super::Attached) {
     att.lease.conn.state_hash = state.hash;
 }
 
-/// Resolves once the topology names a primary other than `conn`'s server (it was failed over
-/// while this session waited on it: an isolated old primary goes silent rather than failing);
-/// never while it stays the primary or no primary is known.
-async fn primary_moved(
-    watch: &mut tokio::sync::watch::Receiver<Arc<crate::topology::TopologyView>>,
-    conn: Option<&crate::server::ServerConn>,
-) -> ProxyError {
-    let Some(conn) = conn else {
-        return std::future::pending().await;
-    };
-    loop {
-        if watch.changed().await.is_err() {
-            return std::future::pending().await; // the proxy is stopping
-        }
-        let moved = watch
-            .borrow_and_update()
-            .primary
-            .as_ref()
-            .is_some_and(|p| p.name != conn.endpoint.name);
-        if moved {
-            return ProxyError::io(
-                format!(
-                    "{} is no longer the primary (another node was promoted)",
-                    conn.endpoint.name
-                ),
-                std::io::Error::from(std::io::ErrorKind::ConnectionAborted),
-            );
-        }
-    }
+/// How a session learns that the primary it waited on was failed over (an isolated old primary
+/// goes silent rather than failing).
+fn no_longer_primary(conn: &crate::server::ServerConn) -> ProxyError {
+    ProxyError::io(
+        format!(
+            "{} is no longer the primary (another node was promoted)",
+            conn.endpoint.name
+        ),
+        std::io::Error::from(std::io::ErrorKind::ConnectionAborted),
+    )
 }
 
 /// Sleeps until `deadline` (never, without one).
