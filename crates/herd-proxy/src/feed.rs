@@ -3,11 +3,15 @@
 //!
 //! The second exists for sessions: one attached to the primary must notice another node being
 //! promoted while it waits (an isolated or frozen old primary goes silent rather than failing).
-//! Waiting on the topology itself would wake every such session on every poll; waiting on the
-//! name wakes them at a failover only, so a session can stay registered across its waits.
+//! Waiting on the topology itself would wake every such session on every poll. Sessions
+//! instead listen on the group's [`PrimaryBell`], rung only at a change of primary: each keeps
+//! one registration for its whole life, and a wait costs an atomic waker update and a load.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
+use atomic_waker::AtomicWaker;
 use herd_core::NodeName;
 use tokio::sync::watch;
 
@@ -19,6 +23,8 @@ pub(crate) struct GroupFeed {
     pub(crate) view: watch::Receiver<Arc<TopologyView>>,
     /// The name of the group's primary (`None` while none is known), sent only when it changes.
     pub(crate) primary: watch::Receiver<Option<NodeName>>,
+    /// Rung after every change of `primary`.
+    pub(crate) bell: Arc<PrimaryBell>,
 }
 
 impl GroupFeed {
@@ -26,18 +32,23 @@ impl GroupFeed {
     /// sender).
     pub(crate) fn follow(mut view: watch::Receiver<Arc<TopologyView>>) -> GroupFeed {
         let (tx, primary) = watch::channel(primary_of(&view.borrow_and_update()));
+        let bell = Arc::new(PrimaryBell::default());
         let feed = GroupFeed {
             view: view.clone(),
             primary,
+            bell: bell.clone(),
         };
         tokio::spawn(async move {
             while view.changed().await.is_ok() {
                 let now = primary_of(&view.borrow_and_update());
-                tx.send_if_modified(|name| {
+                let changed = tx.send_if_modified(|name| {
                     let changed = *name != now;
                     *name = now;
                     changed
                 });
+                if changed {
+                    bell.ring();
+                }
             }
         });
         feed
@@ -48,6 +59,7 @@ impl GroupFeed {
         GroupFeed {
             view: watch::channel(Arc::new(TopologyView::default())).1,
             primary: watch::channel(None).1,
+            bell: Arc::new(PrimaryBell::default()),
         }
     }
 }
@@ -56,10 +68,55 @@ fn primary_of(view: &TopologyView) -> Option<NodeName> {
     view.primary.as_ref().map(|p| p.name.clone())
 }
 
+/// Wakes the sessions listening on one group when its primary changes.
+#[derive(Default)]
+pub(crate) struct PrimaryBell {
+    /// How many times it rang.
+    epoch: AtomicU64,
+    /// The listeners, by id (each removes itself when its session ends).
+    listeners: Mutex<HashMap<u64, Arc<AtomicWaker>>>,
+    next_id: AtomicU64,
+}
+
+impl PrimaryBell {
+    /// How many times the bell rang so far.
+    pub(crate) fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::Acquire)
+    }
+
+    /// Registers a listener: its id (for [`PrimaryBell::forget`]) and the waker slot a ring
+    /// wakes.
+    pub(crate) fn listen(&self) -> (u64, Arc<AtomicWaker>) {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let waker = Arc::new(AtomicWaker::new());
+        self.lock().insert(id, waker.clone());
+        (id, waker)
+    }
+
+    /// Removes listener `id`.
+    pub(crate) fn forget(&self, id: u64) {
+        self.lock().remove(&id);
+    }
+
+    /// Counts a change and wakes every listener (the epoch is bumped first: a listener that
+    /// registers its waker and then reads the epoch never misses a ring).
+    fn ring(&self) {
+        self.epoch.fetch_add(1, Ordering::AcqRel);
+        for waker in self.lock().values() {
+            waker.wake();
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<AtomicWaker>>> {
+        self.listeners.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::topology::Endpoint;
+    use std::time::Duration;
 
     fn view(primary: Option<&str>, lsn: u64) -> Arc<TopologyView> {
         Arc::new(TopologyView {
@@ -74,47 +131,91 @@ mod tests {
         })
     }
 
+    /// Waits until the bell has rung `n` times.
+    async fn rung(bell: &PrimaryBell, n: u64) {
+        tokio::time::timeout(Duration::from_secs(5), async {
+            while bell.epoch() < n {
+                tokio::task::yield_now().await;
+            }
+        })
+        .await
+        .expect("the bell rang in time");
+    }
+
     #[tokio::test]
     async fn the_primary_feed_changes_with_the_primary_only() {
         let (tx, rx) = watch::channel(view(Some("node0"), 1));
         let feed = GroupFeed::follow(rx);
         let mut primary = feed.primary.clone();
-        assert_eq!(
-            primary.borrow_and_update().as_ref().map(NodeName::as_str),
-            Some("node0")
-        );
+        let name = |p: &Option<NodeName>| p.as_ref().map(|n| n.as_str().to_string());
+        assert_eq!(name(&primary.borrow_and_update()).as_deref(), Some("node0"));
         // New positions of the same primary: the topology changes, the name does not.
         for lsn in 2..10 {
             tx.send(view(Some("node0"), lsn)).expect("send");
         }
-        tokio::task::yield_now().await;
-        tokio::task::yield_now().await;
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
         assert!(
             !primary.has_changed().expect("open"),
             "same primary, no change"
         );
+        assert_eq!(feed.bell.epoch(), 0, "no ring for the same primary");
         assert_eq!(feed.view.borrow().primary_lsn, herd_core::Lsn(9));
-        // None known, then another node: two changes.
+        // None known, then another node: two changes, two rings.
         tx.send(view(None, 10)).expect("send");
-        tokio::time::timeout(std::time::Duration::from_secs(5), primary.changed())
-            .await
-            .expect("in time")
-            .expect("open");
+        rung(&feed.bell, 1).await;
         assert_eq!(*primary.borrow_and_update(), None);
         tx.send(view(Some("node1"), 11)).expect("send");
-        tokio::time::timeout(std::time::Duration::from_secs(5), primary.changed())
-            .await
-            .expect("in time")
-            .expect("open");
-        assert_eq!(
-            primary.borrow_and_update().as_ref().map(NodeName::as_str),
-            Some("node1")
-        );
+        rung(&feed.bell, 2).await;
+        assert_eq!(name(&primary.borrow_and_update()).as_deref(), Some("node1"));
         // The feed ends with the topology's sender.
         drop(tx);
-        tokio::time::timeout(std::time::Duration::from_secs(5), primary.changed())
+        tokio::time::timeout(Duration::from_secs(5), primary.changed())
             .await
             .expect("in time")
             .expect_err("closed");
+    }
+
+    /// Counts its wake-ups.
+    struct Counter(std::sync::atomic::AtomicUsize);
+    impl std::task::Wake for Counter {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn a_ring_wakes_listeners_until_they_leave() {
+        let bell = PrimaryBell::default();
+        let counters: Vec<Arc<Counter>> = (0..3)
+            .map(|_| Arc::new(Counter(Default::default())))
+            .collect();
+        let ids: Vec<u64> = counters
+            .iter()
+            .map(|c| {
+                let (id, slot) = bell.listen();
+                slot.register(&std::task::Waker::from(c.clone()));
+                id
+            })
+            .collect();
+        bell.ring();
+        assert_eq!(bell.epoch(), 1);
+        let woken = |c: &Arc<Counter>| c.0.load(Ordering::SeqCst);
+        assert!(counters.iter().all(|c| woken(c) == 1));
+        // An AtomicWaker gives its waker up when woken: registered again, woken again.
+        bell.forget(ids[1]);
+        for (i, c) in counters.iter().enumerate() {
+            if i != 1 {
+                bell.lock()[&ids[i]].register(&std::task::Waker::from(c.clone()));
+            }
+        }
+        bell.ring();
+        assert_eq!(
+            counters.iter().map(woken).collect::<Vec<_>>(),
+            vec![2, 1, 2],
+            "the listener that left is not woken"
+        );
+        assert_eq!(bell.lock().len(), 2);
     }
 }

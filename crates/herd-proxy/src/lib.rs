@@ -166,16 +166,19 @@ impl ProxyContext {
         rx
     }
 
-    /// The name of group `group`'s primary as it changes (marked seen: `changed()` waits for
-    /// another node, or none, to be the primary).
-    pub(crate) fn watch_primary(&self, group: u32) -> watch::Receiver<Option<NodeName>> {
+    /// The name of group `group`'s primary and the bell rung when it changes.
+    pub(crate) fn primary_feed(
+        &self,
+        group: u32,
+    ) -> (watch::Receiver<Option<NodeName>>, Arc<feed::PrimaryBell>) {
         let views = self.views.read().unwrap_or_else(|e| e.into_inner());
-        let mut rx = views
-            .get(group as usize)
-            .or_else(|| views.first())
-            .map_or_else(|| feed::GroupFeed::empty().primary, |f| f.primary.clone());
-        rx.mark_unchanged();
-        rx
+        match views.get(group as usize).or_else(|| views.first()) {
+            Some(f) => (f.primary.clone(), f.bell.clone()),
+            None => {
+                let f = feed::GroupFeed::empty();
+                (f.primary, f.bell)
+            }
+        }
     }
 
     /// Group `group`'s topology now, without the nodes to avoid for a while.

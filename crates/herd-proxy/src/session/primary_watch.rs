@@ -1,34 +1,45 @@
 //! Notices, while a session waits on its group's primary, that another node was promoted (an
 //! isolated or frozen old primary goes silent rather than failing the session).
 //!
-//! The session stays registered for the next change of primary across its waits and
-//! transactions, and re-registers only after one: registering on every wait while attached
-//! cost about 330 instructions per transaction (docs/benchmarks.md, fourth pass).
+//! The session registers once with its group's [`PrimaryBell`](crate::feed::PrimaryBell) and
+//! stays registered until it ends; a wait updates its waker and compares the bell's count of
+//! changes. Queueing a waiter on the topology's watch on every wait cost about 330
+//! instructions per transaction (docs/benchmarks.md, fourth pass).
 
-use std::future::Future;
-use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use atomic_waker::AtomicWaker;
 use herd_core::NodeName;
 use tokio::sync::watch;
 
+use crate::feed::PrimaryBell;
 use crate::ProxyContext;
-
-/// The next change of primary, with the receiver to wait for the one after it.
-type NextChange = Pin<Box<dyn Future<Output = watch::Receiver<Option<NodeName>>> + Send + Sync>>;
 
 /// One session's watch on one group's primary.
 pub(super) struct PrimaryWatch {
     group: u32,
-    next: NextChange,
+    primary: watch::Receiver<Option<NodeName>>,
+    bell: Arc<PrimaryBell>,
+    id: u64,
+    waker: Arc<AtomicWaker>,
+    /// The bell's count when the primary was last compared.
+    seen: u64,
 }
 
 impl PrimaryWatch {
     /// Watches group `group`'s primary from now on.
     pub(super) fn new(ctx: &ProxyContext, group: u32) -> PrimaryWatch {
+        let (primary, bell) = ctx.primary_feed(group);
+        let (id, waker) = bell.listen();
+        let seen = bell.epoch();
         PrimaryWatch {
             group,
-            next: wait_change(ctx.watch_primary(group)),
+            primary,
+            bell,
+            id,
+            waker,
+            seen,
         }
     }
 
@@ -37,26 +48,27 @@ impl PrimaryWatch {
         self.group
     }
 
-    /// Ready once the group's primary is a node other than `node`; never while `node` stays
-    /// the primary or no primary is known. Registers `cx` for the next change otherwise.
+    /// Ready once the group's primary changed to a node other than `node`; never while `node`
+    /// stays the primary or no primary is known. Registers `cx` for the next change otherwise.
     pub(super) fn poll_moved(&mut self, cx: &mut Context<'_>, node: &NodeName) -> Poll<()> {
-        while let Poll::Ready(mut rx) = self.next.as_mut().poll(cx) {
-            let moved = rx.borrow_and_update().as_ref().is_some_and(|p| p != node);
-            self.next = wait_change(rx);
-            if moved {
-                return Poll::Ready(());
-            }
+        // Registered before the count is read: a change after the read wakes this waker.
+        self.waker.register(cx.waker());
+        let epoch = self.bell.epoch();
+        if epoch == self.seen {
+            return Poll::Pending;
         }
-        Poll::Pending
+        self.seen = epoch;
+        let moved = self.primary.borrow().as_ref().is_some_and(|p| p != node);
+        if moved {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
     }
 }
 
-/// Resolves at `rx`'s next change; never once its sender is gone (the proxy is stopping).
-fn wait_change(mut rx: watch::Receiver<Option<NodeName>>) -> NextChange {
-    Box::pin(async move {
-        if rx.changed().await.is_err() {
-            std::future::pending::<()>().await;
-        }
-        rx
-    })
+impl Drop for PrimaryWatch {
+    fn drop(&mut self) {
+        self.bell.forget(self.id);
+    }
 }
