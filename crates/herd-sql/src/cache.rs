@@ -1,6 +1,11 @@
 //! Bounded LRU cache of classifications keyed by statement text.
 
+use crate::shape::{shape_recording, Literal, Literals, ShapeBuf};
+use crate::template::{Template, PREFIX};
 use crate::{classify, Classification};
+
+/// Templates kept per leading bytes (texts that share them: `SELECT * FROM …`).
+const TEMPLATES_PER_PREFIX: usize = 4;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -24,6 +29,9 @@ struct Inner {
     /// full cache). Hashed with foldhash, seeded per process: SipHash cost as much as the
     /// rest of a hit; the map is bounded, so colliding keys could only slow its own lookups.
     map: HashMap<Arc<[u8]>, (Arc<Classification>, u64), foldhash::fast::RandomState>,
+    /// Templates of recent texts by their first bytes, most recently matched first: a text
+    /// one of them recognises needs no lexing to find its key.
+    templates: HashMap<[u8; PREFIX], Vec<Template>, foldhash::fast::RandomState>,
     next_stamp: u64,
     hits: u64,
     misses: u64,
@@ -33,6 +41,47 @@ impl Inner {
     fn stamp(&mut self) -> u64 {
         self.next_stamp = self.next_stamp.wrapping_add(1);
         self.next_stamp
+    }
+
+    /// The classification of `text` through a template of its first bytes, when one
+    /// recognises it and its entry is still held.
+    fn by_template(&mut self, prefix: &[u8; PREFIX], text: &[u8]) -> Option<Arc<Classification>> {
+        let bucket = self.templates.get_mut(prefix)?;
+        let i = bucket.iter().position(|t| t.matches(text))?;
+        bucket[..=i].rotate_right(1);
+        self.next_stamp = self.next_stamp.wrapping_add(1);
+        let (found, used) = self.map.get_mut(&*bucket[0].key)?;
+        *used = self.next_stamp;
+        self.hits += 1;
+        Some(Arc::clone(found))
+    }
+
+    /// Keeps a template of `text` (literals at `literals`, shape key `key`) unless one of its
+    /// bucket recognises it already. Buckets and their number are bounded: `capacity` buckets
+    /// of [`TEMPLATES_PER_PREFIX`], the least recently matched dropped first.
+    fn learn(
+        &mut self,
+        prefix: [u8; PREFIX],
+        text: &[u8],
+        literals: &[Literal],
+        key: &[u8],
+        capacity: usize,
+    ) {
+        let Some((key, _)) = self.map.get_key_value(key) else {
+            return; // not held (too long, or caching is off)
+        };
+        let Some(template) = Template::new(text, literals, Arc::clone(key)) else {
+            return;
+        };
+        if self.templates.len() >= capacity && !self.templates.contains_key(&prefix) {
+            self.templates.clear();
+        }
+        let bucket = self.templates.entry(prefix).or_default();
+        if bucket.iter().any(|t| t.matches(text)) {
+            return;
+        }
+        bucket.truncate(TEMPLATES_PER_PREFIX - 1);
+        bucket.insert(0, template);
     }
 
     /// Drops the least recently used eighth of the entries (at least one), so a full cache
@@ -102,13 +151,32 @@ impl ClassifierCache {
     /// in literal values share one entry (see [`crate::shape_key`]); the statements' `span`s of
     /// such an entry refer to the first text of that shape.
     pub fn get_or_classify(&self, sql: &str) -> Arc<Classification> {
-        let mut shape = crate::shape::ShapeBuf::new();
-        let key = if crate::shape::shape_into(sql, &mut shape) {
-            &shape[..]
-        } else {
-            sql.as_bytes()
-        };
-        self.get_or_classify_keyed(key, sql)
+        let text = sql.as_bytes();
+        // Texts too short to be templated skip the templates (and the lock they take).
+        let prefix: Option<[u8; PREFIX]> = text.get(..PREFIX).and_then(|p| p.try_into().ok());
+        if let Some(prefix) = &prefix {
+            if let Some(found) = self.lock().by_template(prefix, text) {
+                return found;
+            }
+        }
+        let mut shape = ShapeBuf::new();
+        let mut literals = Literals::new();
+        let recording = prefix.is_some().then_some(&mut literals);
+        if !shape_recording(sql, &mut shape, recording) {
+            return self.get_or_classify_keyed(text, sql);
+        }
+        let found = self.get_or_classify_keyed(&shape, sql);
+        if let Some(prefix) = prefix {
+            // Templated only when the text before its first literal is long enough (checked
+            // here, so texts that never can be take no second lock) and the text is no longer
+            // than a key may be (a template keeps it).
+            if literals.first().is_some_and(|l| l.start >= PREFIX) && text.len() <= self.max_sql_len
+            {
+                self.lock()
+                    .learn(prefix, text, &literals, &shape, self.capacity);
+            }
+        }
+        found
     }
 
     fn get_or_classify_keyed(&self, key: &[u8], sql: &str) -> Arc<Classification> {
@@ -163,6 +231,63 @@ impl ClassifierCache {
 
     /// Drops every entry (counters are kept).
     pub fn clear(&self) {
-        self.lock().map.clear();
+        let mut inner = self.lock();
+        inner.map.clear();
+        inner.templates.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn templates(cache: &ClassifierCache) -> usize {
+        cache.lock().templates.values().map(Vec::len).sum()
+    }
+
+    #[test]
+    fn templates_find_entries_without_lexing_and_never_outlive_them() {
+        let cache = ClassifierCache::new(2);
+        let a = cache.get_or_classify("select v from accounts where id = 1");
+        assert_eq!(templates(&cache), 1, "a shaped text leaves a template");
+        // Same shape: found through the template (counted as a hit, the same entry).
+        let b = cache.get_or_classify("select v from accounts where id = 22");
+        assert!(Arc::ptr_eq(&a, &b));
+        assert_eq!((cache.stats().hits, cache.stats().misses), (1, 1));
+        assert_eq!(templates(&cache), 1, "recognised: no second template");
+        // Same first bytes, another shape: its own entry and template, never the first's.
+        let c = cache.get_or_classify("select v from accounts where id = 1 for update");
+        assert!(!Arc::ptr_eq(&a, &c));
+        assert_ne!(
+            a.statements[0].route_without_functions, c.statements[0].route_without_functions,
+            "a locking read goes to the primary"
+        );
+        assert_eq!(templates(&cache), 2);
+        // Texts shorter than the prefix or with an early literal have no template.
+        cache.get_or_classify("select 1");
+        cache.get_or_classify("select 1 from accounts where id = 2");
+        assert_eq!(templates(&cache), 2);
+        // The entries of `a` and `c` are gone (capacity 2): the template finds nothing and
+        // the text is classified again, as a miss.
+        let misses = cache.stats().misses;
+        let d = cache.get_or_classify("select v from accounts where id = 3");
+        assert!(!Arc::ptr_eq(&a, &d));
+        assert_eq!(cache.stats().misses, misses + 1);
+        assert_eq!(d.statements.len(), a.statements.len());
+        cache.clear();
+        assert_eq!(templates(&cache), 0, "cleared with the entries");
+    }
+
+    #[test]
+    fn long_texts_leave_no_template() {
+        let cache = ClassifierCache::with_max_sql_len(10, 64);
+        let long = format!("select v from accounts where note = '{}'", "x".repeat(100));
+        cache.get_or_classify(&long);
+        assert_eq!(cache.len(), 1, "its key is short enough to be held");
+        assert_eq!(
+            templates(&cache),
+            0,
+            "but the text is not kept in a template"
+        );
     }
 }

@@ -23,6 +23,7 @@ mod route;
 mod session;
 mod shape;
 mod split;
+mod template;
 mod walk;
 
 pub use cache::{CacheStats, ClassifierCache};

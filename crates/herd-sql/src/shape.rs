@@ -18,10 +18,39 @@ pub fn shape_key(sql: &str) -> Option<String> {
     String::from_utf8(out.into_vec()).ok()
 }
 
+/// A literal the lexer replaced by `?`: where it was and what decided where it ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Literal {
+    /// Its first byte.
+    pub(crate) start: usize,
+    /// Just past its last byte.
+    pub(crate) end: usize,
+    /// Quoted (`'…'`) or a number.
+    pub(crate) quoted: bool,
+    /// A number whose last byte could continue an identifier: the lexer then read what follows
+    /// as the rest of that "identifier" (`1$`), not as new tokens.
+    pub(crate) continued: bool,
+}
+
+/// The literals of a text, in order, as [`shape_into`] found them.
+pub(crate) type Literals = smallvec::SmallVec<[Literal; 8]>;
+
 /// Writes the shape of `sql` into `out` (cleared first), as [`shape_key`] returns it; false
 /// when the text must be its own key (then `out` holds nothing useful).
 pub(crate) fn shape_into(sql: &str, out: &mut ShapeBuf) -> bool {
+    shape_recording(sql, out, None)
+}
+
+/// [`shape_into`], also noting each replaced literal in `literals` when given (cleared first).
+pub(crate) fn shape_recording(
+    sql: &str,
+    out: &mut ShapeBuf,
+    mut literals: Option<&mut Literals>,
+) -> bool {
     let b = sql.as_bytes();
+    if let Some(l) = literals.as_deref_mut() {
+        l.clear();
+    }
     out.clear();
     // Built from runs of the text between replaced literals (`b[copied..i]` is still to be
     // appended), each byte's kind found with one table lookup.
@@ -52,7 +81,16 @@ pub(crate) fn shape_into(sql: &str, out: &mut ShapeBuf) -> bool {
                 replaced = true;
                 // `1$` or `1ä`: what follows continues the number's "identifier" (not
                 // after `1.` or `1e-`, which end in a byte that cannot).
-                i = if CLASS[usize::from(b[end - 1])] & IDENT != 0 {
+                let continued = continues_identifier(b[end - 1]);
+                if let Some(l) = literals.as_deref_mut() {
+                    l.push(Literal {
+                        start: i,
+                        end,
+                        quoted: false,
+                        continued,
+                    });
+                }
+                i = if continued {
                     match continuation_end(b, end) {
                         Some(end) => end,
                         None => return false,
@@ -70,6 +108,14 @@ pub(crate) fn shape_into(sql: &str, out: &mut ShapeBuf) -> bool {
                     return false;
                 };
                 literal(out, &b[copied..i]);
+                if let Some(l) = literals.as_deref_mut() {
+                    l.push(Literal {
+                        start: i,
+                        end,
+                        quoted: true,
+                        continued: false,
+                    });
+                }
                 copied = end;
                 i = end;
                 replaced = true;
@@ -138,6 +184,29 @@ fn is_stateful_word(word: &[u8], at_statement_start: bool) -> bool {
     }
 }
 
+/// Whether byte `x` can continue an identifier.
+fn continues_identifier(x: u8) -> bool {
+    CLASS[usize::from(x)] & IDENT != 0
+}
+
+/// Where a literal of the same kind as `like` that starts at `start` of `b` ends, lexed as
+/// [`shape_into`] lexes it; `None` when `b` has no such literal there (another kind, an
+/// unterminated quote, a number that does or does not continue an identifier where `like`
+/// did not or did).
+pub(crate) fn literal_end(b: &[u8], start: usize, like: &Literal) -> Option<usize> {
+    if like.quoted {
+        return match b.get(start) {
+            Some(b'\'') => skip_quoted(b, start, b'\''),
+            _ => None,
+        };
+    }
+    if !b.get(start)?.is_ascii_digit() {
+        return None;
+    }
+    let end = number_end(b, start);
+    (continues_identifier(b[end - 1]) == like.continued).then_some(end)
+}
+
 /// End of the number starting at `start`: digits, letters, `.` and `_` (so `1.5e3` and
 /// `0x1F` are one literal), with an exponent's sign (`1e-5`).
 fn number_end(b: &[u8], start: usize) -> usize {
@@ -155,7 +224,7 @@ fn number_end(b: &[u8], start: usize) -> usize {
 fn ident_end(b: &[u8], start: usize) -> usize {
     b[start..]
         .iter()
-        .position(|&x| CLASS[usize::from(x)] & IDENT == 0)
+        .position(|&x| !continues_identifier(x))
         .map_or(b.len(), |p| start + p)
 }
 
