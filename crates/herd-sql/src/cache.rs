@@ -3,11 +3,11 @@
 use crate::shape::{shape_recording, Literal, Literals, ShapeBuf};
 use crate::template::{Template, PREFIX};
 use crate::{classify, Classification};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Templates kept per leading bytes (texts that share them: `SELECT * FROM …`).
 const TEMPLATES_PER_PREFIX: usize = 4;
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Hit/miss counters and size of a [`ClassifierCache`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -32,6 +32,8 @@ struct Inner {
     /// Templates of recent texts by their first bytes, most recently matched first: a text
     /// one of them recognises needs no lexing to find its key.
     templates: HashMap<[u8; PREFIX], Vec<Template>, foldhash::fast::RandomState>,
+    /// Templates held, over all prefixes (at most the cache's capacity).
+    templates_held: usize,
     next_stamp: u64,
     hits: u64,
     misses: u64,
@@ -57,8 +59,9 @@ impl Inner {
     }
 
     /// Keeps a template of `text` (literals at `literals`, shape key `key`) unless one of its
-    /// bucket recognises it already. Buckets and their number are bounded: `capacity` buckets
-    /// of [`TEMPLATES_PER_PREFIX`], the least recently matched dropped first.
+    /// bucket recognises it already. At most [`TEMPLATES_PER_PREFIX`] per prefix (the least
+    /// recently matched dropped first) and `capacity` in all (all dropped when that is reached:
+    /// they are relearnt from the next texts), so they hold no more text than the keys do.
     fn learn(
         &mut self,
         prefix: [u8; PREFIX],
@@ -73,15 +76,18 @@ impl Inner {
         let Some(template) = Template::new(text, literals, Arc::clone(key)) else {
             return;
         };
-        if self.templates.len() >= capacity && !self.templates.contains_key(&prefix) {
+        if self.templates_held >= capacity {
             self.templates.clear();
+            self.templates_held = 0;
         }
         let bucket = self.templates.entry(prefix).or_default();
         if bucket.iter().any(|t| t.matches(text)) {
             return;
         }
+        let before = bucket.len();
         bucket.truncate(TEMPLATES_PER_PREFIX - 1);
         bucket.insert(0, template);
+        self.templates_held = self.templates_held + bucket.len() - before;
     }
 
     /// Drops the least recently used eighth of the entries (at least one), so a full cache
@@ -103,7 +109,8 @@ impl Inner {
 /// Parsing runs outside the lock, so concurrent misses for the same text may
 /// classify it twice (the result is the same). Texts longer than
 /// [`ClassifierCache::max_sql_len`] are classified but not stored, which
-/// bounds memory to about `capacity * max_sql_len` plus the classifications.
+/// bounds memory to about twice `capacity * max_sql_len` (the keys, and the texts templates
+/// keep) plus the classifications.
 #[derive(Debug)]
 pub struct ClassifierCache {
     inner: Mutex<Inner>,
@@ -234,6 +241,7 @@ impl ClassifierCache {
         let mut inner = self.lock();
         inner.map.clear();
         inner.templates.clear();
+        inner.templates_held = 0;
     }
 }
 
@@ -276,6 +284,21 @@ mod tests {
         assert_eq!(d.statements.len(), a.statements.len());
         cache.clear();
         assert_eq!(templates(&cache), 0, "cleared with the entries");
+    }
+
+    #[test]
+    fn templates_are_bounded_by_the_capacity() {
+        let cache = ClassifierCache::new(3);
+        for i in 0..20 {
+            cache.get_or_classify(&format!("select v from accounts_{i:02} where id = 1"));
+            assert!(templates(&cache) <= 3, "{} templates", templates(&cache));
+            assert_eq!(templates(&cache), cache.lock().templates_held);
+        }
+        for i in 0..6 {
+            cache.get_or_classify(&format!("select v from accounts where c{i} = 1"));
+            assert!(templates(&cache) <= 3, "{} templates", templates(&cache));
+            assert_eq!(templates(&cache), cache.lock().templates_held);
+        }
     }
 
     #[test]
