@@ -1,11 +1,12 @@
 //! What the proxy follows of each shard group: its topology, republished on every poll of the
-//! nodes, and its primary's name, which changes only when the primary does.
+//! nodes, and a bell rung only when the topology names another primary (or none).
 //!
-//! The second exists for sessions: one attached to the primary must notice another node being
+//! The bell exists for sessions: one attached to the primary must notice another node being
 //! promoted while it waits (an isolated or frozen old primary goes silent rather than failing).
 //! Waiting on the topology itself would wake every such session on every poll. Sessions
-//! instead listen on the group's [`PrimaryBell`], rung only at a change of primary: each keeps
-//! one registration for its whole life, and a wait costs an atomic waker update and a load.
+//! instead listen on the group's [`PrimaryBell`]: each keeps one registration for its whole
+//! life, a wait costs an atomic waker update and a load, and after a ring the session reads the
+//! primary from the topology.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -21,32 +22,25 @@ use crate::topology::TopologyView;
 pub(crate) struct GroupFeed {
     /// The group's topology.
     pub(crate) view: watch::Receiver<Arc<TopologyView>>,
-    /// The name of the group's primary (`None` while none is known), sent only when it changes.
-    pub(crate) primary: watch::Receiver<Option<NodeName>>,
-    /// Rung after every change of `primary`.
+    /// Rung after every change of the topology's primary.
     pub(crate) bell: Arc<PrimaryBell>,
 }
 
 impl GroupFeed {
-    /// Follows `view`, deriving the primary's name from it (a task that ends with the view's
-    /// sender).
+    /// Follows `view`, ringing the bell when its primary changes (a task that ends with the
+    /// view's sender).
     pub(crate) fn follow(mut view: watch::Receiver<Arc<TopologyView>>) -> GroupFeed {
-        let (tx, primary) = watch::channel(primary_of(&view.borrow_and_update()));
+        let mut primary = primary_of(&view.borrow_and_update());
         let bell = Arc::new(PrimaryBell::default());
         let feed = GroupFeed {
             view: view.clone(),
-            primary,
             bell: bell.clone(),
         };
         tokio::spawn(async move {
             while view.changed().await.is_ok() {
                 let now = primary_of(&view.borrow_and_update());
-                let changed = tx.send_if_modified(|name| {
-                    let changed = *name != now;
-                    *name = now;
-                    changed
-                });
-                if changed {
+                if now != primary {
+                    primary = now;
                     bell.ring();
                 }
             }
@@ -58,7 +52,6 @@ impl GroupFeed {
     pub(crate) fn empty() -> GroupFeed {
         GroupFeed {
             view: watch::channel(Arc::new(TopologyView::default())).1,
-            primary: watch::channel(None).1,
             bell: Arc::new(PrimaryBell::default()),
         }
     }
@@ -143,38 +136,27 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn the_primary_feed_changes_with_the_primary_only() {
+    async fn the_bell_rings_when_the_primary_changes_only() {
         let (tx, rx) = watch::channel(view(Some("node0"), 1));
         let feed = GroupFeed::follow(rx);
-        let mut primary = feed.primary.clone();
-        let name = |p: &Option<NodeName>| p.as_ref().map(|n| n.as_str().to_string());
-        assert_eq!(name(&primary.borrow_and_update()).as_deref(), Some("node0"));
-        // New positions of the same primary: the topology changes, the name does not.
+        // New positions of the same primary: the topology changes, the bell stays silent.
         for lsn in 2..10 {
             tx.send(view(Some("node0"), lsn)).expect("send");
+            tokio::task::yield_now().await; // the task sees each view
         }
-        for _ in 0..10 {
-            tokio::task::yield_now().await;
-        }
-        assert!(
-            !primary.has_changed().expect("open"),
-            "same primary, no change"
-        );
-        assert_eq!(feed.bell.epoch(), 0, "no ring for the same primary");
-        assert_eq!(feed.view.borrow().primary_lsn, herd_core::Lsn(9));
-        // None known, then another node: two changes, two rings.
+        // A marker after them: once the bell rang for it, the task saw every view before.
         tx.send(view(None, 10)).expect("send");
         rung(&feed.bell, 1).await;
-        assert_eq!(*primary.borrow_and_update(), None);
+        assert_eq!(feed.bell.epoch(), 1, "no ring for the same primary");
+        assert_eq!(feed.view.borrow().primary_lsn, herd_core::Lsn(10));
+        // Another node, then the same one again: one more ring.
         tx.send(view(Some("node1"), 11)).expect("send");
         rung(&feed.bell, 2).await;
-        assert_eq!(name(&primary.borrow_and_update()).as_deref(), Some("node1"));
-        // The feed ends with the topology's sender.
-        drop(tx);
-        tokio::time::timeout(Duration::from_secs(5), primary.changed())
-            .await
-            .expect("in time")
-            .expect_err("closed");
+        tx.send(view(Some("node1"), 12)).expect("send");
+        tokio::task::yield_now().await;
+        tx.send(view(Some("node2"), 13)).expect("send");
+        rung(&feed.bell, 3).await;
+        assert_eq!(feed.bell.epoch(), 3);
     }
 
     /// Counts its wake-ups.

@@ -166,19 +166,13 @@ impl ProxyContext {
         rx
     }
 
-    /// The name of group `group`'s primary and the bell rung when it changes.
-    pub(crate) fn primary_feed(
-        &self,
-        group: u32,
-    ) -> (watch::Receiver<Option<NodeName>>, Arc<feed::PrimaryBell>) {
+    /// The bell rung when group `group`'s primary changes.
+    pub(crate) fn primary_bell(&self, group: u32) -> Arc<feed::PrimaryBell> {
         let views = self.views.read().unwrap_or_else(|e| e.into_inner());
-        match views.get(group as usize).or_else(|| views.first()) {
-            Some(f) => (f.primary.clone(), f.bell.clone()),
-            None => {
-                let f = feed::GroupFeed::empty();
-                (f.primary, f.bell)
-            }
-        }
+        views
+            .get(group as usize)
+            .or_else(|| views.first())
+            .map_or_else(|| feed::GroupFeed::empty().bell, |f| f.bell.clone())
     }
 
     /// Group `group`'s topology now, without the nodes to avoid for a while.

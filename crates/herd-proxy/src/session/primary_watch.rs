@@ -11,7 +11,6 @@ use std::task::{Context, Poll};
 
 use atomic_waker::AtomicWaker;
 use herd_core::NodeName;
-use tokio::sync::watch;
 
 use crate::feed::PrimaryBell;
 use crate::ProxyContext;
@@ -19,7 +18,6 @@ use crate::ProxyContext;
 /// One session's watch on one group's primary.
 pub(super) struct PrimaryWatch {
     group: u32,
-    primary: watch::Receiver<Option<NodeName>>,
     bell: Arc<PrimaryBell>,
     id: u64,
     waker: Arc<AtomicWaker>,
@@ -30,12 +28,11 @@ pub(super) struct PrimaryWatch {
 impl PrimaryWatch {
     /// Watches group `group`'s primary from now on.
     pub(super) fn new(ctx: &ProxyContext, group: u32) -> PrimaryWatch {
-        let (primary, bell) = ctx.primary_feed(group);
+        let bell = ctx.primary_bell(group);
         let (id, waker) = bell.listen();
         let seen = bell.epoch();
         PrimaryWatch {
             group,
-            primary,
             bell,
             id,
             waker,
@@ -48,9 +45,15 @@ impl PrimaryWatch {
         self.group
     }
 
-    /// Ready once the group's primary changed to a node other than `node`; never while `node`
-    /// stays the primary or no primary is known. Registers `cx` for the next change otherwise.
-    pub(super) fn poll_moved(&mut self, cx: &mut Context<'_>, node: &NodeName) -> Poll<()> {
+    /// Ready once the group's primary changed to a node other than `node` (in `ctx`'s topology);
+    /// never while `node` stays the primary or no primary is known. Registers `cx` for the next
+    /// change otherwise.
+    pub(super) fn poll_moved(
+        &mut self,
+        cx: &mut Context<'_>,
+        ctx: &ProxyContext,
+        node: &NodeName,
+    ) -> Poll<()> {
         // Registered before the count is read: a change after the read wakes this waker.
         self.waker.register(cx.waker());
         let epoch = self.bell.epoch();
@@ -58,7 +61,11 @@ impl PrimaryWatch {
             return Poll::Pending;
         }
         self.seen = epoch;
-        let moved = self.primary.borrow().as_ref().is_some_and(|p| p != node);
+        let moved = ctx
+            .latest_view(self.group)
+            .primary
+            .as_ref()
+            .is_some_and(|p| p.name != *node);
         if moved {
             Poll::Ready(())
         } else {

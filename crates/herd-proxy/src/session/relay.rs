@@ -225,11 +225,11 @@ impl Session {
             tokio::time::Instant::from_std(since + PARTIAL_WAIT)
         });
         // Attached to a primary: watch for another node's promotion.
-        if let Some(group) = self
+        let on_primary = self
             .attached
             .as_ref()
-            .and_then(|a| a.replica.is_none().then_some(a.group))
-        {
+            .and_then(|a| a.replica.is_none().then_some(a.group));
+        if let Some(group) = on_primary {
             if self
                 .primary_watch
                 .as_ref()
@@ -240,13 +240,9 @@ impl Session {
         }
         let ready = {
             let client = &self.client;
-            let (conn, mut primary_watch) = match self.attached.as_ref() {
-                Some(a) => (
-                    Some(&*a.lease.conn),
-                    self.primary_watch.as_mut().filter(|_| a.replica.is_none()),
-                ),
-                None => (None, None),
-            };
+            let ctx = &*self.ctx;
+            let conn = self.attached.as_ref().map(|a| &*a.lease.conn);
+            let mut primary_watch = on_primary.and(self.primary_watch.as_mut());
             let mut partial = std::pin::pin!(sleep_until(partial_deadline));
             // Polled in this order: writes first, then the server's answers, then new client
             // bytes (every direction is bounded by its outbox, so none starves the others).
@@ -292,7 +288,7 @@ impl Session {
                 }
                 match (primary_watch.as_deref_mut(), conn) {
                     (Some(w), Some(c)) => w
-                        .poll_moved(cx, &c.endpoint.name)
+                        .poll_moved(cx, ctx, &c.endpoint.name)
                         .map(|()| Ready::ServerFailed(no_longer_primary(c))),
                     _ => Poll::Pending,
                 }
