@@ -37,6 +37,14 @@ pub fn sample(pid: u32) -> Option<Sample> {
     })
 }
 
+/// CPU time (user + system) of this process's children that have ended and been waited for,
+/// seconds (`cutime` + `cstime` of `/proc/self/stat`): read before and after a pgbench run
+/// that this process waits for, the difference is what that pgbench cost.
+pub fn children_cpu_s() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    Some(children_ticks(&stat)? as f64 / clock_ticks()?)
+}
+
 /// Clock ticks per second (`sysconf(_SC_CLK_TCK)`).
 fn clock_ticks() -> Option<f64> {
     let n = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK).ok()??;
@@ -52,6 +60,15 @@ fn cpu_ticks(stat: &str) -> Option<u64> {
     let utime: u64 = fields.get(11)?.parse().ok()?;
     let stime: u64 = fields.get(12)?.parse().ok()?;
     Some(utime + stime)
+}
+
+/// cutime + cstime of a `/proc/<pid>/stat` line (fields 16 and 17).
+fn children_ticks(stat: &str) -> Option<u64> {
+    let after = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let cutime: u64 = fields.get(13)?.parse().ok()?;
+    let cstime: u64 = fields.get(14)?.parse().ok()?;
+    Some(cutime + cstime)
 }
 
 /// The number at the start of a `/proc/<pid>/status` field (`VmRSS:  1234 kB`).
@@ -73,11 +90,23 @@ mod tests {
     fn reads_stat_and_status() {
         let stat = "1234 (my (odd) prog) S 1 2 3 4 5 6 7 8 9 10 250 50 0 0 20 0 4 0";
         assert_eq!(cpu_ticks(stat), Some(300));
+        assert_eq!(children_ticks(stat), Some(0));
+        let waited = "1234 (pg) S 1 2 3 4 5 6 7 8 9 10 250 50 70 30 20 0 4 0";
+        assert_eq!(children_ticks(waited), Some(100));
         let status = "Name:\therd\nVmRSS:\t  20480 kB\nvoluntary_ctxt_switches:\t17\n";
         assert_eq!(status_field(status, "VmRSS"), Some(20480));
         assert_eq!(status_field(status, "voluntary_ctxt_switches"), Some(17));
         assert_eq!(status_field(status, "nonvoluntary_ctxt_switches"), None);
         let me = sample(std::process::id()).expect("this process");
         assert!(me.rss_kib > 0 && me.switches > 0, "{me:?}");
+        // A child that burns CPU and is waited for shows in the children's time.
+        let before = children_cpu_s().expect("own stat");
+        let status = std::process::Command::new("sh")
+            .args(["-c", "i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done"])
+            .status()
+            .expect("sh runs");
+        assert!(status.success());
+        let after = children_cpu_s().expect("own stat");
+        assert!(after > before, "children's CPU {before} -> {after}");
     }
 }

@@ -1,7 +1,8 @@
 //! `herd bench proxy --quick`: a scratch cluster comes up, pgbench runs against the primary and
 //! through Herd (and PgBouncer when installed) in every mode — simple, prepared, a connection per
 //! transaction, many clients — the proxies' CPU, context switches and memory are read from
-//! /proc, and the three report files are written. No speed is asserted: only that every run
+//! /proc (and pgbench's own CPU from its parent's children's times), and the three report
+//! files are written. No speed is asserted: only that every run
 //! worked and every figure was taken.
 
 #[test]
@@ -54,6 +55,11 @@ fn quick_proxy_bench_writes_reports() {
             "{mode}: {c}"
         );
         assert!(c["rss_mib"].as_f64().unwrap_or(0.0) > 1.0, "{mode}: {c}");
+        // The load generator's own CPU over the same runs (pgbench is this bench's child).
+        assert!(
+            c["pgbench_cpu_us_per_txn"].as_f64().unwrap_or(0.0) > 0.0,
+            "{mode}: pgbench's CPU per transaction {c}"
+        );
     }
     let report = std::fs::read_to_string(out.path().join("report.md")).expect("report.md");
     assert!(report.contains("CPU µs / transaction"), "{report}");

@@ -94,6 +94,11 @@ pub struct ProcessCost {
     pub switches_per_txn: f64,
     /// Resident memory halfway through the last run, MiB.
     pub rss_mib: f64,
+    /// CPU time of the load generator (pgbench, user + system) per transaction through this
+    /// proxy, microseconds, its logins included: on a small machine it shares the cores with
+    /// the proxy and the servers, so where it grows (many clients) the rate falls with it.
+    #[serde(default)]
+    pub pgbench_cpu_us_per_txn: f64,
 }
 
 /// What `herd bench read-scaling` reports besides qps: each node's CPU confinement and where
@@ -297,15 +302,15 @@ pub fn markdown(r: &Results) -> String {
 fn costs_table(r: &Results) -> String {
     let mut md = String::from(
         "\nWhat each proxy's process cost (from /proc, over all its runs of the mode):\n\n\
-         | mode | target | CPU µs / transaction | wake-ups (context switches) / transaction | RSS MiB |\n\
-         |---|---|---|---|---|\n",
+         | mode | target | CPU µs / transaction | wake-ups (context switches) / transaction | RSS MiB | pgbench's CPU µs / transaction |\n\
+         |---|---|---|---|---|---|\n",
     );
     for (mode, targets) in &r.process_costs {
         for (t, c) in targets {
             let _ = writeln!(
                 md,
-                "| {mode} | {t} | {:.1} | {:.2} | {:.1} |",
-                c.cpu_us_per_txn, c.switches_per_txn, c.rss_mib
+                "| {mode} | {t} | {:.1} | {:.2} | {:.1} | {:.1} |",
+                c.cpu_us_per_txn, c.switches_per_txn, c.rss_mib, c.pgbench_cpu_us_per_txn
             );
         }
     }

@@ -211,7 +211,8 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
             _ => plan.duration,
         };
         let args = bench_args(secs, mode, plan.many);
-        let url = if mode == CONNECT {
+        // Both pooler shapes log in as the low-iteration role (why: proxy_login.rs).
+        let url = if mode == CONNECT || mode == MANY {
             proxy_login::url_as(url, LOGIN_ROLE)
         } else {
             url.to_string()
@@ -219,6 +220,7 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
         let url = url.as_str();
         let pid = pid_of(name);
         let before = pid.and_then(procstat::sample);
+        let pgbench_before = procstat::children_cpu_s();
         let (run, mid) = std::thread::scope(|s| {
             // Halfway through, the proxy's memory.
             let mid = s.spawn(|| {
@@ -253,6 +255,9 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
         if let (Some(b), Some(a)) = (before, pid.and_then(procstat::sample)) {
             let c = costs.entry((mode, name)).or_default();
             c.cpu_s += a.cpu_s - b.cpu_s;
+            if let (Some(pb), Some(pa)) = (pgbench_before, procstat::children_cpu_s()) {
+                c.pgbench_cpu_s += pa - pb;
+            }
             c.switches += a.switches.saturating_sub(b.switches);
             c.transactions += r.transactions;
             c.rss_kib = mid.map_or(a.rss_kib, |m| m.rss_kib);
@@ -308,6 +313,7 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
                 cpu_us_per_txn: c.cpu_s * 1e6 / n,
                 switches_per_txn: c.switches as f64 / n,
                 rss_mib: c.rss_kib as f64 / 1024.0,
+                pgbench_cpu_us_per_txn: c.pgbench_cpu_s * 1e6 / n,
             },
         );
     }
@@ -338,14 +344,24 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
         plan.many
     ));
     notes.push(format!(
-        "`{CONNECT}` logs in as `{LOGIN_ROLE}`, whose SCRAM verifier has {LOGIN_ITERATIONS} \
-         PBKDF2 iterations instead of PostgreSQL's 4,096 (PostgreSQL 15 accepts such a \
-         pre-hashed verifier; PgBouncer's auth_file holds the same verifier): with 4,096, \
-         pgbench's own client-side key derivation set the pace of every target on a small \
-         machine. The servers' and proxies' side of SCRAM does not depend on the count, so what \
-         the shape shows is the cost of a connection: a new backend (direct, forwarder) or a \
-         pooled one (Herd, PgBouncer)."
+        "`{CONNECT}` and `{MANY}` log in as `{LOGIN_ROLE}`, whose SCRAM verifier has \
+         {LOGIN_ITERATIONS} PBKDF2 iterations instead of PostgreSQL's 4,096 (PostgreSQL 15 \
+         accepts such a pre-hashed verifier; PgBouncer's auth_file holds the same verifier): \
+         with 4,096, pgbench's own client-side key derivation set the pace of every target on a \
+         small machine, and {} clients' logins filled pgbench's CPU figure. The servers' and \
+         proxies' side of SCRAM does not depend on the count, so what `{CONNECT}` shows is the \
+         cost of a connection: a new backend (direct, forwarder) or a pooled one (Herd, \
+         PgBouncer).",
+        plan.many
     ));
+    notes.push(
+        "pgbench's CPU per transaction is the load generator's own (user + system, its logins \
+         included), read from this process's children's times around each run: on a small \
+         machine it shares the cores with the proxy and the servers, so where it grows (many \
+         clients: each pgbench thread polls all of its connections on every wait) the rate of \
+         every target falls with it."
+            .into(),
+    );
     notes.push(
         "pgbench, the proxies and every PostgreSQL server share this machine's cores, so the \
          ratios understate what a separate client machine would see."
@@ -405,6 +421,8 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
 #[derive(Default)]
 struct Cost {
     cpu_s: f64,
+    /// The load generator's (pgbench's) CPU time over the same runs.
+    pgbench_cpu_s: f64,
     switches: u64,
     transactions: u64,
     /// Resident memory halfway through the last run.
