@@ -450,6 +450,10 @@ fn pool_counter(metrics: &str, metric: &str, node: &str) -> f64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_pool_makes_clients_wait_and_says_so() {
     let c = cluster();
+    // Waits for a pooled connection end after 3 s here (30 s by default).
+    let data = c.data_dir();
+    std::fs::create_dir_all(&data).expect("data dir");
+    std::fs::write(data.join("herd.toml"), "[proxy]\npool_wait_ms = 3000\n").expect("herd.toml");
     c.up(&["--replicas", "0"]);
     let url = c.url(&[]);
     let setup = connect(&url).await;
@@ -486,6 +490,38 @@ async fn a_full_pool_makes_clients_wait_and_says_so() {
         h.batch_execute("commit").await.expect("commit");
     }
     assert_eq!(count(&setup, "w").await, Some(11));
+
+    // Nobody commits: a waiting writer is told so after pool_wait_ms, with SQLSTATE 53300, and
+    // its session goes on. Its slot is not lost: once the holders end, it writes.
+    for (i, h) in holders.iter().enumerate() {
+        h.batch_execute(&format!("begin; insert into w values ({})", 200 + i))
+            .await
+            .expect("begin");
+    }
+    let cl = connect(&url).await;
+    let started = std::time::Instant::now();
+    let err = cl
+        .batch_execute("insert into w values (300)")
+        .await
+        .expect_err("no connection became free");
+    let waited = started.elapsed();
+    let said = err
+        .as_db_error()
+        .map(|d| d.message().to_string())
+        .unwrap_or_else(|| err.to_string());
+    assert_eq!(err.code().map(|c| c.code()), Some("53300"), "{said}");
+    assert!(said.contains("pool_wait_ms"), "{said}");
+    assert!(
+        waited >= Duration::from_millis(2500) && waited < Duration::from_secs(20),
+        "waited {waited:?} for a limit of 3 s"
+    );
+    for h in &holders {
+        h.batch_execute("commit").await.expect("commit");
+    }
+    cl.batch_execute("insert into w values (301)")
+        .await
+        .expect("the same session writes once connections are free");
+    assert_eq!(count(&setup, "w").await, Some(22));
     let after = api_get_text(c.api_port(), "/metrics");
     assert!(
         pool_counter(&after, "herd_pool_waits_total", "node0") >= 1.0,
@@ -497,7 +533,7 @@ async fn a_full_pool_makes_clients_wait_and_says_so() {
     );
     assert_eq!(
         pool_counter(&after, "herd_pool_timeouts_total", "node0"),
-        0.0,
+        1.0,
         "{after}"
     );
     assert!(

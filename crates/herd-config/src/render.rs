@@ -81,6 +81,8 @@ pub fn render(config: &Config) -> String {
             q(c.proxy.pool_mode.as_str()), q(d.proxy.pool_mode.as_str())),
         ("proxy", "pool_size", "Server connections per node, user and database.",
             c.proxy.pool_size.to_string(), d.proxy.pool_size.to_string()),
+        ("proxy", "pool_wait_ms", "How long a transaction may wait for a pooled connection when all are in use (then SQLSTATE 53300).",
+            c.proxy.pool_wait_ms.to_string(), d.proxy.pool_wait_ms.to_string()),
         ("proxy", "consistency", "Default read consistency: session (read-your-writes) | bounded | eventual | primary.",
             q(c.proxy.consistency.as_str()), q(d.proxy.consistency.as_str())),
         ("proxy", "read_from_primary", "The primary also serves reads, balanced with the replicas (true | false).",

@@ -193,6 +193,9 @@ pub struct ProxyConfig {
     pub pool_mode: PoolMode,
     /// Server connections per node, user and database.
     pub pool_size: u32,
+    /// How long a transaction may wait for a pooled connection when all are in use, in
+    /// milliseconds; past it the client gets SQLSTATE 53300.
+    pub pool_wait_ms: u64,
     /// Default read consistency of new connections.
     pub consistency: Consistency,
     /// The primary also serves reads, balanced with the replicas by outstanding requests
@@ -227,6 +230,7 @@ impl Default for ProxyConfig {
         ProxyConfig {
             pool_mode: PoolMode::Transaction,
             pool_size: 10,
+            pool_wait_ms: 30_000,
             consistency: Consistency::Session,
             read_from_primary: false,
             max_wait_ms: 20,
@@ -375,6 +379,13 @@ impl Config {
                     "1 to half of postgres.max_connections ({})",
                     p.max_connections / 2
                 ),
+            ));
+        }
+        if x.pool_wait_ms == 0 {
+            return Err(ConfigError::invalid(
+                "proxy.pool_wait_ms",
+                x.pool_wait_ms,
+                "at least 1 (milliseconds)",
             ));
         }
         if !(0.0..=1.0).contains(&x.readmit_fraction) {

@@ -33,7 +33,10 @@ pub enum ProxyError {
     #[error("{0}")]
     Ended(String),
     /// Waiting for a pooled connection took too long.
-    #[error("no server connection became free within {0} s (pool exhausted)")]
+    #[error(
+        "no server connection became free within {0} ms (pool exhausted: proxy.pool_size \
+         bounds the server connections per node, proxy.pool_wait_ms the wait)"
+    )]
     PoolTimeout(u64),
 }
 

@@ -418,7 +418,11 @@ impl ProxyContext {
             .ok_or_else(|| ProxyError::AuthFailed(user.to_string()))?;
         let pool = self.pools.get_by(&primary, user, database);
         let mut lease = pool
-            .acquire(&creds, Duration::from_secs(30), Duration::from_secs(5))
+            .acquire(
+                &creds,
+                Duration::from_millis(self.config.pool_wait_ms),
+                Duration::from_secs(5),
+            )
             .await?;
         if lease.conn.state_hash != state.hash {
             // A setting the server rejects fails the login, as it would on PostgreSQL (the

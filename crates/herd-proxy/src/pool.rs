@@ -1,5 +1,8 @@
-//! Server connection pools: one per (node, user, database), bounded by a semaphore, reusing
-//! idle connections. Each pool counts its outstanding leases for least-outstanding balancing.
+//! Server connection pools: one per (node, user, database), bounded by their slots (a
+//! released connection goes straight to the oldest waiting lease: `slots.rs`), reusing idle
+//! connections. Each pool counts its outstanding leases for least-outstanding balancing.
+
+mod slots;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -7,7 +10,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use herd_scram::{ClientKey, Verifier};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use self::slots::Slots;
 
 use crate::server::ServerConn;
 use crate::topology::Endpoint;
@@ -69,11 +73,9 @@ impl Eq for dyn PoolKeyParts + '_ {}
 /// Connections to one node for one user and database.
 pub struct Pool {
     key: PoolKey,
-    /// Boxed: a connection moves in and out of this list and through leases on every
-    /// transaction, and a pointer moves cheaper than the whole connection.
-    #[allow(clippy::vec_box)]
-    idle: Mutex<Vec<Box<ServerConn>>>,
-    permits: Arc<Semaphore>,
+    /// Slots and idle connections. Boxed: a connection moves in and out of the idle list and
+    /// through leases on every transaction, and a pointer moves cheaper than the whole thing.
+    slots: Arc<Slots<Box<ServerConn>>>,
     outstanding: AtomicUsize,
     waits: WaitCounters,
 }
@@ -131,26 +133,25 @@ pub struct Lease {
     guard: LeaseGuard,
 }
 
-/// Gives the slot back (and the balancing count) however the lease ends.
+/// Gives the slot back (and the balancing count) however the lease ends: with its
+/// connection when released, empty when the lease was dropped (the connection is closed).
 struct LeaseGuard {
     pool: Arc<Pool>,
-    _permit: OwnedSemaphorePermit,
+    returning: Option<Box<ServerConn>>,
 }
 
 impl Drop for LeaseGuard {
     fn drop(&mut self) {
         self.pool.outstanding.fetch_sub(1, Ordering::Relaxed);
+        self.pool.slots.give_back(self.returning.take());
     }
 }
 
 impl Lease {
-    /// Puts the connection back for reuse.
+    /// Puts the connection back for reuse: to the oldest waiting lease, or the idle list.
     pub fn release(self) {
-        let Lease { conn, guard } = self;
-        let pool = guard.pool.clone();
-        if let Ok(mut idle) = pool.idle.lock() {
-            idle.push(conn);
-        }
+        let Lease { conn, mut guard } = self;
+        guard.returning = Some(conn);
         drop(guard);
     }
 
@@ -178,34 +179,16 @@ impl Pool {
         wait: Duration,
         connect_timeout: Duration,
     ) -> Result<Lease, ProxyError> {
-        let closed = || ProxyError::Unavailable("the pool is closed".into());
-        let permit = match self.permits.clone().try_acquire_owned() {
-            Ok(p) => p,
-            Err(tokio::sync::TryAcquireError::Closed) => return Err(closed()),
-            Err(tokio::sync::TryAcquireError::NoPermits) => {
-                let started = Instant::now();
-                let got = tokio::time::timeout(wait, self.permits.clone().acquire_owned()).await;
-                let w = &self.waits;
-                w.waits.fetch_add(1, Ordering::Relaxed);
-                let us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
-                w.wait_us.fetch_add(us, Ordering::Relaxed);
-                match got {
-                    Ok(Ok(p)) => p,
-                    Ok(Err(_)) => return Err(closed()),
-                    Err(_) => {
-                        w.timeouts.fetch_add(1, Ordering::Relaxed);
-                        return Err(ProxyError::PoolTimeout(wait.as_secs()));
-                    }
-                }
-            }
-        };
-        self.outstanding.fetch_add(1, Ordering::Relaxed);
-        let conn = match self.take_idle() {
+        let first = self.slot(wait).await?;
+        // The slot is held from here: should the connect below fail or its future be dropped,
+        // the guard gives it back.
+        let guard = self.guard();
+        let conn = match self.sound(first) {
             Some(c) => c,
             None => {
                 self.waits.connects.fetch_add(1, Ordering::Relaxed);
                 let k = &self.key;
-                match ServerConn::connect(
+                let conn = ServerConn::connect(
                     &k.endpoint,
                     &k.user,
                     &k.database,
@@ -213,56 +196,97 @@ impl Pool {
                     &creds.verifier,
                     connect_timeout,
                 )
-                .await
-                {
-                    Ok(c) => Box::new(c),
-                    Err(e) => {
-                        self.outstanding.fetch_sub(1, Ordering::Relaxed);
-                        return Err(e);
-                    }
-                }
+                .await?;
+                Box::new(conn)
             }
         };
-        Ok(Lease {
+        Ok(Lease { conn, guard })
+    }
+
+    /// The guard of a slot just taken (counted as outstanding until it drops).
+    fn guard(self: &Arc<Self>) -> LeaseGuard {
+        self.outstanding.fetch_add(1, Ordering::Relaxed);
+        LeaseGuard {
+            pool: self.clone(),
+            returning: None,
+        }
+    }
+
+    /// Waits at most `wait` for a free slot, then takes an idle connection: `None` when there
+    /// is none (one must be opened, which [`Pool::acquire`] does). For a unit that found the
+    /// pool full: released connections go back to the idle list as their slots come free, so
+    /// the slot it gets almost always comes with one.
+    pub async fn acquire_idle(
+        self: &Arc<Self>,
+        wait: Duration,
+    ) -> Result<Option<Lease>, ProxyError> {
+        let first = self.slot(wait).await?;
+        let Some(conn) = self.sound(first) else {
+            self.slots.give_back(None);
+            return Ok(None);
+        };
+        Ok(Some(Lease {
             conn,
-            guard: LeaseGuard {
-                pool: self.clone(),
-                _permit: permit,
-            },
+            guard: self.guard(),
+        }))
+    }
+
+    /// Whether every slot is leased now (a new lease would wait).
+    pub fn is_full(&self) -> bool {
+        self.slots.is_full()
+    }
+
+    /// A slot, with an idle connection when one came with it: at once when a slot is free,
+    /// else waiting at most `wait` (counted in the wait figures; 53300 when it runs out).
+    async fn slot(self: &Arc<Self>, wait: Duration) -> Result<Option<Box<ServerConn>>, ProxyError> {
+        if let Some(conn) = self.slots.try_take_idle() {
+            return Ok(Some(conn));
+        }
+        let full = self.slots.is_full();
+        let started = Instant::now();
+        let got = self.slots.take(wait).await;
+        if full {
+            let w = &self.waits;
+            w.waits.fetch_add(1, Ordering::Relaxed);
+            let us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+            w.wait_us.fetch_add(us, Ordering::Relaxed);
+        }
+        got.map_err(|_| {
+            self.waits.timeouts.fetch_add(1, Ordering::Relaxed);
+            ProxyError::PoolTimeout(u64::try_from(wait.as_millis()).unwrap_or(u64::MAX))
         })
+    }
+
+    /// The connection a slot came with when it is sound, else another idle one for the same
+    /// slot (stale ones are dropped, which closes them); `None`: one must be opened.
+    fn sound(&self, first: Option<Box<ServerConn>>) -> Option<Box<ServerConn>> {
+        let mut next = first.or_else(|| self.slots.pop_idle());
+        while let Some(mut c) = next {
+            if !c.is_stale() {
+                return Some(c);
+            }
+            next = self.slots.pop_idle();
+        }
+        None
     }
 
     /// An idle connection with its slot, when both are free now: the lease of a unit that
     /// need not wait. `None` when it would have to wait for a slot or open a connection.
     pub fn try_acquire(self: &Arc<Self>) -> Option<Lease> {
-        let permit = self.permits.clone().try_acquire_owned().ok()?;
-        let conn = self.take_idle()?;
-        self.outstanding.fetch_add(1, Ordering::Relaxed);
+        let first = self.slots.try_take_idle()?;
+        let Some(conn) = self.sound(Some(first)) else {
+            self.slots.give_back(None);
+            return None;
+        };
         Some(Lease {
             conn,
-            guard: LeaseGuard {
-                pool: self.clone(),
-                _permit: permit,
-            },
+            guard: self.guard(),
         })
-    }
-
-    /// The most recently returned idle connection that is still sound.
-    fn take_idle(&self) -> Option<Box<ServerConn>> {
-        loop {
-            let mut c = self.idle.lock().ok().and_then(|mut idle| idle.pop())?;
-            if !c.is_stale() {
-                return Some(c);
-            }
-            // Stale: dropped here, which closes it.
-        }
     }
 
     /// Closes every idle connection (e.g. after the node changed role).
     pub fn clear_idle(&self) {
-        if let Ok(mut idle) = self.idle.lock() {
-            idle.clear();
-        }
+        self.slots.clear_idle();
     }
 }
 
@@ -299,8 +323,7 @@ impl Pools {
         };
         let pool = Arc::new(Pool {
             key: key.clone(),
-            idle: Mutex::new(Vec::new()),
-            permits: Arc::new(Semaphore::new(self.size)),
+            slots: Arc::new(Slots::new(self.size)),
             outstanding: AtomicUsize::new(0),
             waits: WaitCounters::default(),
         });
@@ -323,7 +346,7 @@ impl Pools {
                     user: p.key.user.clone(),
                     database: p.key.database.clone(),
                     in_use: p.outstanding(),
-                    idle: p.idle.lock().map(|i| i.len()).unwrap_or(0),
+                    idle: p.slots.idle_len(),
                     waits: w.waits.load(Ordering::Relaxed),
                     wait_seconds: w.wait_us.load(Ordering::Relaxed) as f64 / 1e6,
                     timeouts: w.timeouts.load(Ordering::Relaxed),

@@ -13,8 +13,6 @@ use crate::router::choose::PrimaryReason;
 use crate::topology::{Endpoint, TopologyView};
 use crate::ProxyError;
 
-/// How long a unit waits for a pooled connection.
-const POOL_WAIT: Duration = Duration::from_secs(30);
 /// How long opening a server connection may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -141,6 +139,11 @@ impl Session {
         pool
     }
 
+    /// How long a unit waits for a pooled connection (`proxy.pool_wait_ms`).
+    pub(super) fn pool_wait(&self) -> Duration {
+        Duration::from_millis(self.ctx.config.pool_wait_ms)
+    }
+
     /// The credentials the session's pooled connections log in with (fetched once).
     pub(super) fn credentials(&mut self) -> Option<Arc<crate::pool::Credentials>> {
         if self.creds.is_none() {
@@ -154,7 +157,8 @@ impl Session {
             ProxyError::Unavailable("no credentials for this user; reconnect".into())
         })?;
         let pool = self.pool(ep);
-        let mut lease = pool.acquire(&creds, POOL_WAIT, CONNECT_TIMEOUT).await?;
+        let wait = self.pool_wait();
+        let mut lease = pool.acquire(&creds, wait, CONNECT_TIMEOUT).await?;
         lease.conn.reported.clear();
         if lease.conn.state_hash != self.state.hash {
             // Bring the server to the session's settings (one round trip, only when they differ).

@@ -4,16 +4,21 @@
 //! The general path ([`Session::start_unit`]) is an async function behind a box (its future
 //! is several kilobytes, kept out of every idle session's task); allocating, filling and
 //! polling it for each transaction was a measurable share of the proxy's work per message.
-//! Whatever would have to wait (a pause, a full pool, a connection to open, settings to
-//! replay, a read-your-writes token, no primary known, several groups) goes that way instead,
-//! with what was found here, so the outcome is the same either way.
+//! A unit whose node's pool is full waits in that pool's queue with everything decided here
+//! ([`Session::place_queued`]): with many clients on a small pool that is most units, and the
+//! general path cost them an allocation of kilobytes each. Whatever else would have to wait (a
+//! pause, a connection to open, settings to replay, a read-your-writes token, no primary known,
+//! several groups) goes the general way, with what was found here, so the outcome is the same
+//! either way.
+
+use std::sync::Arc;
 
 use bytes::Bytes;
 use herd_wire::frontend::tag;
 
 use super::attach::{lone_message, UnitFacts};
 use super::Session;
-use crate::pool::Lease;
+use crate::pool::{Lease, Pool};
 use crate::router::choose::{PrimaryReason, Target};
 use crate::topology::Endpoint;
 use crate::ProxyError;
@@ -26,6 +31,20 @@ pub(super) enum Placed {
     /// It needs waiting: the general path takes it, with its inspection when one was made
     /// (nothing else was changed).
     Later(Bytes, Option<UnitFacts>),
+    /// Its node's pool is full: it waits for a released connection
+    /// ([`Session::place_queued`]), everything else already decided.
+    Queued(Box<Queued>),
+}
+
+/// A unit routed to a node whose pool was full, waiting for one of its connections. Boxed:
+/// it is made only when a unit must wait, and keeps [`Placed`] small for the common unit.
+pub(super) struct Queued {
+    unit: Bytes,
+    facts: UnitFacts,
+    pool: Arc<Pool>,
+    /// The replica's index in the view, or `None` for the primary.
+    replica: Option<usize>,
+    reason: &'static str,
 }
 
 impl Session {
@@ -67,12 +86,58 @@ impl Session {
             return Ok(Placed::Later(unit, Some(facts)));
         };
         let Some(lease) = self.try_lease(ep) else {
+            let pool = self.pool(ep);
+            if pool.is_full() && self.creds.is_some() {
+                return Ok(Placed::Queued(Box::new(Queued {
+                    unit,
+                    facts,
+                    pool,
+                    replica,
+                    reason,
+                })));
+            }
             return Ok(Placed::Later(unit, Some(facts)));
         };
         self.force_primary = false;
         self.routed(ep, reason);
         self.attach(lease, replica, unit, facts.query)
             .map(Placed::Done)
+    }
+
+    /// Waits for a connection of a full pool, then attaches it as [`Session::place_now`] would
+    /// have. With many clients on a small pool most units wait here; the general path's
+    /// future (kilobytes, allocated per unit) is kept for what else needs waiting: a
+    /// connection to open or settings to replay, which it then does with the unit as it was.
+    pub(super) async fn place_queued(&mut self, queued: Box<Queued>) -> Result<bool, ProxyError> {
+        let Queued {
+            unit,
+            facts,
+            pool,
+            replica,
+            reason,
+        } = *queued;
+        let lease = match pool.acquire_idle(self.pool_wait()).await {
+            Ok(Some(lease)) if lease.conn.state_hash == self.state.hash => lease,
+            Ok(Some(lease)) => {
+                lease.release(); // the general path replays the settings on one
+                return Box::pin(self.place_inspected(unit, facts)).await;
+            }
+            // No idle connection came with the slot (one was closed): the general path opens one.
+            Ok(None) => return Box::pin(self.place_inspected(unit, facts)).await,
+            // A replica's pool timed out: the general path tries the other nodes, as it would have.
+            Err(_) if replica.is_some() => {
+                return Box::pin(self.place_inspected(unit, facts)).await
+            }
+            Err(e) => {
+                Box::pin(self.reply_error(&e, &unit)).await?;
+                return Ok(true);
+            }
+        };
+        let mut lease = lease;
+        lease.conn.reported.clear();
+        self.force_primary = false;
+        self.routed(pool.endpoint(), reason);
+        self.attach(lease, replica, unit, facts.query)
     }
 
     /// The candidate with the fewest outstanding leases (the lowest index among equals): the

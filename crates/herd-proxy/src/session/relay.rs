@@ -100,6 +100,7 @@ impl Session {
                         Placed::Later(unit, Some(facts)) => {
                             Box::pin(self.place_inspected(unit, facts)).await?
                         }
+                        Placed::Queued(queued) => Box::pin(self.place_queued(queued)).await?,
                     };
                     Ok(if go_on {
                         Step::Progress
