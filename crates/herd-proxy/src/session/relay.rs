@@ -11,7 +11,7 @@ use std::future::Future;
 use std::task::Poll;
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{Buf, Bytes};
 use herd_core::Lsn;
 use herd_wire::backend::{tag as btag, ErrorFields};
 
@@ -351,15 +351,34 @@ impl Session {
     /// Relays complete server messages (while the client's outbox has room), then handles a
     /// finished transaction.
     async fn relay_server(&mut self) -> Result<(), ProxyError> {
-        let Some(att) = self.attached.as_mut() else {
-            return Ok(());
-        };
         while self.out.len() < OUT_LIMIT {
+            let Some(att) = self.attached.as_mut() else {
+                return Ok(());
+            };
             let Some(n) = att.lease.conn.complete_frame()? else {
                 break;
             };
+            let tag = att.lease.conn.rbuf.first().copied();
+            if !matches!(tag, Some(btag::ERROR_RESPONSE | btag::PARAMETER_STATUS)) {
+                // The common message is read where it lies and the buffer advanced past it:
+                // splitting it off costs a reference count (and, the first time, an
+                // allocation) for each of a transaction's four or so answers.
+                let raw = &att.lease.conn.rbuf[..n];
+                if tag == Some(btag::COMMAND_COMPLETE) && raw.get(5..13) == Some(b"ROLLBACK") {
+                    att.rolled_back = true;
+                }
+                let before = self.out.buf.len();
+                let d = att.tracker.on_server_message(raw, &mut self.out.buf);
+                att.lease.conn.rbuf.advance(n);
+                att.forwarded += self.out.buf.len() - before;
+                // Most answers (rows, descriptions, completions) settle nothing.
+                if d.ready.is_some() || !d.failed.is_empty() {
+                    self.after_server_message(d);
+                }
+                continue;
+            }
             let raw = att.lease.conn.rbuf.split_to(n);
-            match raw.first().copied() {
+            match tag {
                 Some(btag::ERROR_RESPONSE) => {
                     att.error_seen = true;
                     let fields = ErrorFields::decode(raw.get(5..).unwrap_or_default()).ok();
@@ -392,9 +411,6 @@ impl Session {
                         }
                     }
                 }
-                Some(btag::COMMAND_COMPLETE) if raw.get(5..13) == Some(b"ROLLBACK".as_slice()) => {
-                    att.rolled_back = true
-                }
                 Some(btag::PARAMETER_STATUS) => {
                     // The connection's reporting baseline moves with what its client is told.
                     if let Ok(p) = herd_wire::backend::ParameterStatus::decode(
@@ -408,22 +424,7 @@ impl Session {
             let before = self.out.buf.len();
             let d = att.tracker.on_server_message(&raw, &mut self.out.buf);
             att.forwarded += self.out.buf.len() - before;
-            undo_failed(&d.failed, att, &mut self.state);
-            if let Some(status) = d.ready {
-                att.status = status;
-                att.undo.clear();
-                att.bound.clear();
-                let effects = std::mem::take(&mut att.effects);
-                if !std::mem::take(&mut att.error_seen) {
-                    apply_effects(
-                        &mut self.state,
-                        effects,
-                        status == b'T',
-                        &mut att.lease.conn.prepared,
-                    );
-                }
-                att.ready_idle = att.tracker.is_idle();
-            }
+            self.after_server_message(d);
         }
         let finished = self
             .attached
@@ -433,6 +434,30 @@ impl Session {
             Box::pin(self.end_transaction()).await?;
         }
         Ok(())
+    }
+
+    /// What a server message relayed to the client settles: the requests it failed, and at
+    /// its ReadyForQuery the transaction status and the unit's effects.
+    fn after_server_message(&mut self, d: crate::router::track::Disposition) {
+        let Some(att) = self.attached.as_mut() else {
+            return;
+        };
+        undo_failed(&d.failed, att, &mut self.state);
+        if let Some(status) = d.ready {
+            att.status = status;
+            att.undo.clear();
+            att.bound.clear();
+            let effects = std::mem::take(&mut att.effects);
+            if !std::mem::take(&mut att.error_seen) {
+                apply_effects(
+                    &mut self.state,
+                    effects,
+                    status == b'T',
+                    &mut att.lease.conn.prepared,
+                );
+            }
+            att.ready_idle = att.tracker.is_idle();
+        }
     }
 
     /// The common end of a transaction, without an await: a server that wrote nothing, alone
