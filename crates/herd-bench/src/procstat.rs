@@ -51,24 +51,26 @@ fn clock_ticks() -> Option<f64> {
     (n > 0).then_some(n as f64)
 }
 
-/// utime + stime of a `/proc/<pid>/stat` line (fields 14 and 15, after the command in
-/// parentheses, which may itself hold spaces and parentheses).
+/// utime + stime of a `/proc/<pid>/stat` line (fields 14 and 15).
 fn cpu_ticks(stat: &str) -> Option<u64> {
-    let after = &stat[stat.rfind(')')? + 1..];
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    // `after` starts at field 3 (state): utime is field 14, stime 15.
-    let utime: u64 = fields.get(11)?.parse().ok()?;
-    let stime: u64 = fields.get(12)?.parse().ok()?;
-    Some(utime + stime)
+    stat_pair(stat, 14)
 }
 
 /// cutime + cstime of a `/proc/<pid>/stat` line (fields 16 and 17).
 fn children_ticks(stat: &str) -> Option<u64> {
+    stat_pair(stat, 16)
+}
+
+/// Fields `field` and `field + 1` (numbered from 1, as in proc(5)) of a `/proc/<pid>/stat`
+/// line, added: the fields after the command in parentheses, which may itself hold spaces and
+/// parentheses.
+fn stat_pair(stat: &str, field: usize) -> Option<u64> {
     let after = &stat[stat.rfind(')')? + 1..];
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    let cutime: u64 = fields.get(13)?.parse().ok()?;
-    let cstime: u64 = fields.get(14)?.parse().ok()?;
-    Some(cutime + cstime)
+    // `after` starts at field 3 (state).
+    let mut fields = after.split_whitespace().skip(field.checked_sub(3)?);
+    let a: u64 = fields.next()?.parse().ok()?;
+    let b: u64 = fields.next()?.parse().ok()?;
+    Some(a + b)
 }
 
 /// The number at the start of a `/proc/<pid>/status` field (`VmRSS:  1234 kB`).
