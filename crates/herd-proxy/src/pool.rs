@@ -239,9 +239,7 @@ impl Pool {
     /// A slot, with an idle connection when one came with it: at once when a slot is free,
     /// else waiting at most `wait` (counted in the wait figures; 53300 when it runs out).
     async fn slot(self: &Arc<Self>, wait: Duration) -> Result<Option<Box<ServerConn>>, ProxyError> {
-        if let Some(conn) = self.slots.try_take_idle() {
-            return Ok(Some(conn));
-        }
+        // `take` also serves a free slot at once; this only tells whether it had to wait.
         let full = self.slots.is_full();
         let started = Instant::now();
         let got = self.slots.take(wait).await;

@@ -116,7 +116,7 @@ impl Session {
             replica,
             reason,
         } = *queued;
-        let lease = match pool.acquire_idle(self.pool_wait()).await {
+        let mut lease = match pool.acquire_idle(self.pool_wait()).await {
             Ok(Some(lease)) if lease.conn.state_hash == self.state.hash => lease,
             Ok(Some(lease)) => {
                 lease.release(); // the general path replays the settings on one
@@ -133,7 +133,6 @@ impl Session {
                 return Ok(true);
             }
         };
-        let mut lease = lease;
         lease.conn.reported.clear();
         self.force_primary = false;
         self.routed(pool.endpoint(), reason);
