@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use herd_core::{Lsn, SyncState};
-use tokio_postgres::{Client, NoTls};
+use tokio_postgres::{Client, NoTls, Statement};
 
 use crate::PgError;
 
@@ -136,9 +136,56 @@ pub const PROBE_APPLICATION: &str = "herd-probe";
 /// server's, several times a second per node. The connection is dropped whenever a probe fails
 /// or times out, so a server that stops answering is seen exactly as before; one that was
 /// restarted (its old connection closed) is reconnected to within the same probe.
+///
+/// The probe's statements are prepared once per connection: a query given as text is
+/// prepared, run and closed each time (three round trips and a plan per query), which at two
+/// rounds a second per node was most of what an idle cluster's supervisor did.
 pub struct Prober {
     spec: ConnSpec,
-    client: Option<Client>,
+    client: Option<Kept>,
+}
+
+/// A probe connection and its prepared statements.
+struct Kept {
+    client: Client,
+    statements: ProbeStatements,
+}
+
+/// The statements of one probe, prepared on the connection that runs them.
+struct ProbeStatements {
+    in_recovery: Statement,
+    replica: Statement,
+    primary: Statement,
+    replication: Statement,
+}
+
+const IN_RECOVERY_SQL: &str = "select pg_is_in_recovery()";
+const REPLICA_SQL: &str =
+    "select pg_last_wal_receive_lsn()::text, pg_last_wal_replay_lsn()::text, \
+     (select status from pg_stat_wal_receiver)";
+const PRIMARY_SQL: &str = "select pg_current_wal_lsn()::text, \
+     current_setting('synchronous_standby_names'), current_setting('synchronous_commit')";
+const REPLICATION_SQL: &str =
+    "select application_name, state, write_lsn::text, flush_lsn::text, replay_lsn::text, \
+     extract(epoch from write_lag)::float8, extract(epoch from flush_lag)::float8, \
+     extract(epoch from replay_lag)::float8, sync_state \
+     from pg_stat_replication order by application_name";
+
+impl Kept {
+    /// Prepares the probe's statements on `client`.
+    async fn prepare(client: Client, spec: &ConnSpec) -> Result<Kept, PgError> {
+        let sql = |source| PgError::Sql {
+            context: format!("preparing the probe of {spec:?}"),
+            source,
+        };
+        let statements = ProbeStatements {
+            in_recovery: client.prepare(IN_RECOVERY_SQL).await.map_err(sql)?,
+            replica: client.prepare(REPLICA_SQL).await.map_err(sql)?,
+            primary: client.prepare(PRIMARY_SQL).await.map_err(sql)?,
+            replication: client.prepare(REPLICATION_SQL).await.map_err(sql)?,
+        };
+        Ok(Kept { client, statements })
+    }
 }
 
 impl Prober {
@@ -149,25 +196,29 @@ impl Prober {
 
     /// Probes over the kept connection when it is open, else over a new one (kept on success).
     pub async fn probe(&mut self) -> Result<Probe, PgError> {
-        if let Some(client) = self.client.take().filter(|c| !c.is_closed()) {
-            match tokio::time::timeout(self.spec.timeout, probe_client(&client, &self.spec)).await {
+        if let Some(kept) = self.client.take().filter(|k| !k.client.is_closed()) {
+            match tokio::time::timeout(self.spec.timeout, probe_client(&kept, &self.spec)).await {
                 Ok(Ok(probe)) => {
-                    self.client = Some(client);
+                    self.client = Some(kept);
                     return Ok(probe);
                 }
                 // Closed under us (the server restarted, or killed this backend): the server
                 // itself may be fine, so it gets a fresh connection below.
-                Ok(Err(_)) if client.is_closed() => {}
+                Ok(Err(_)) if kept.client.is_closed() => {}
                 Ok(Err(e)) => return Err(e),
                 Err(_) => return Err(self.timed_out()),
             }
         }
         let client = connect_as(&self.spec, PROBE_APPLICATION).await?;
-        let probe = tokio::time::timeout(self.spec.timeout, probe_client(&client, &self.spec))
-            .await
-            .map_err(|_| self.timed_out())??;
-        self.client = Some(client);
-        Ok(probe)
+        let probe = tokio::time::timeout(self.spec.timeout, async {
+            let kept = Kept::prepare(client, &self.spec).await?;
+            let probe = probe_client(&kept, &self.spec).await?;
+            Ok::<_, PgError>((kept, probe))
+        })
+        .await
+        .map_err(|_| self.timed_out())??;
+        self.client = Some(probe.0);
+        Ok(probe.1)
     }
 
     fn timed_out(&self) -> PgError {
@@ -195,23 +246,20 @@ impl Prober {
     }
 }
 
-async fn probe_client(client: &Client, spec: &ConnSpec) -> Result<Probe, PgError> {
+async fn probe_client(kept: &Kept, spec: &ConnSpec) -> Result<Probe, PgError> {
     let sql = |source| PgError::Sql {
         context: format!("probing {spec:?}"),
         source,
     };
+    let (client, statements) = (&kept.client, &kept.statements);
     let row = client
-        .query_one("select pg_is_in_recovery()", &[])
+        .query_one(&statements.in_recovery, &[])
         .await
         .map_err(sql)?;
     let in_recovery: bool = row.get(0);
     if in_recovery {
         let row = client
-            .query_one(
-                "select pg_last_wal_receive_lsn()::text, pg_last_wal_replay_lsn()::text, \
-                 (select status from pg_stat_wal_receiver)",
-                &[],
-            )
+            .query_one(&statements.replica, &[])
             .await
             .map_err(sql)?;
         return Ok(Probe::Replica(ReplicaProbe {
@@ -221,22 +269,12 @@ async fn probe_client(client: &Client, spec: &ConnSpec) -> Result<Probe, PgError
         }));
     }
     let row = client
-        .query_one(
-            "select pg_current_wal_lsn()::text, current_setting('synchronous_standby_names'), \
-             current_setting('synchronous_commit')",
-            &[],
-        )
+        .query_one(&statements.primary, &[])
         .await
         .map_err(sql)?;
     let current_lsn = lsn(row.get(0), spec)?.unwrap_or_default();
     let rows = client
-        .query(
-            "select application_name, state, write_lsn::text, flush_lsn::text, replay_lsn::text, \
-             extract(epoch from write_lag)::float8, extract(epoch from flush_lag)::float8, \
-             extract(epoch from replay_lag)::float8, sync_state \
-             from pg_stat_replication order by application_name",
-            &[],
-        )
+        .query(&statements.replication, &[])
         .await
         .map_err(sql)?;
     let mut replication = Vec::with_capacity(rows.len());

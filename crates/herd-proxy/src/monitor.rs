@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use herd_core::Lsn;
 use tokio::sync::watch;
-use tokio_postgres::{Client, NoTls};
+use tokio_postgres::{Client, NoTls, Statement};
 
 use crate::topology::{
     next_membership, Assignment, Endpoint, LagLimits, LsnHistory, ReplicaView, TopologyView,
@@ -67,12 +67,29 @@ pub async fn admin_connect_db(
 /// Poll results of one node: `(in_recovery, lsn)`.
 type Poll = Option<(bool, Option<Lsn>)>;
 
-async fn poll(client: &Client, timeout: Duration) -> Poll {
-    let q = client.query_one(
-        "select pg_is_in_recovery(), case when pg_is_in_recovery() then pg_last_wal_replay_lsn() \
-         else pg_current_wal_lsn() end::text",
-        &[],
-    );
+/// The poll, prepared once per connection: as text it was prepared, run and closed on every
+/// poll (three round trips each, ten times a second per node).
+const POLL_SQL: &str = "select pg_is_in_recovery(), case when pg_is_in_recovery() \
+     then pg_last_wal_replay_lsn() else pg_current_wal_lsn() end::text";
+
+/// A monitoring connection with its prepared poll.
+struct Polled {
+    client: Client,
+    poll: Statement,
+}
+
+/// Connects to `ep` and prepares the poll there.
+async fn connect_polled(ep: &Endpoint, login: &AdminLogin, timeout: Duration) -> Option<Polled> {
+    let client = admin_connect(ep, login, timeout).await?;
+    let poll = tokio::time::timeout(timeout, client.prepare(POLL_SQL))
+        .await
+        .ok()?
+        .ok()?;
+    Some(Polled { client, poll })
+}
+
+async fn poll(polled: &Polled, timeout: Duration) -> Poll {
+    let q = polled.client.query_one(&polled.poll, &[]);
     let row = tokio::time::timeout(timeout, q).await.ok()?.ok()?;
     let lsn: Option<String> = row.get(1);
     Some((row.get(0), lsn.and_then(|l| l.parse().ok())))
@@ -88,7 +105,7 @@ pub async fn run(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let timeout = (interval * 5).max(Duration::from_millis(500));
-    let mut clients: HashMap<Endpoint, Client> = HashMap::new();
+    let mut clients: HashMap<Endpoint, Polled> = HashMap::new();
     let mut history = LsnHistory::default();
     let mut membership: HashMap<Endpoint, bool> = HashMap::new();
     let mut ticker = tokio::time::interval(interval);
@@ -104,7 +121,7 @@ pub async fn run(
         let assign = assignment.borrow_and_update().clone();
         let mut nodes = vec![assign.primary.clone()];
         nodes.extend(assign.replicas.iter().cloned());
-        clients.retain(|ep, c| nodes.contains(ep) && !c.is_closed());
+        clients.retain(|ep, c| nodes.contains(ep) && !c.client.is_closed());
         // Connect missing clients and poll all nodes concurrently.
         let polls = nodes.iter().cloned().map(|ep| {
             let existing = clients.remove(&ep);
@@ -112,7 +129,7 @@ pub async fn run(
             async move {
                 let client = match existing {
                     Some(c) => Some(c),
-                    None => admin_connect(&ep, &login, timeout).await,
+                    None => connect_polled(&ep, &login, timeout).await,
                 };
                 let result = match &client {
                     Some(c) => poll(c, timeout).await,
