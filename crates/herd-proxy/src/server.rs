@@ -124,6 +124,9 @@ pub struct ServerConn {
     /// ParameterStatus values the server reported during the last internal query (also
     /// folded into `params`).
     pub reported: Vec<(String, String)>,
+    /// The tracker of the last session attached here, emptied: the next one attached reuses
+    /// it (and its queue's allocation) instead of allocating a queue per transaction.
+    pub spare_tracker: crate::router::track::Tracker,
 }
 
 impl std::fmt::Debug for ServerConn {
@@ -182,6 +185,7 @@ impl ServerConn {
             unnamed: None,
             stale: Vec::new(),
             reported: Vec::new(),
+            spare_tracker: Default::default(),
         };
         tokio::time::timeout(timeout, conn.login(params, key, verifier))
             .await
@@ -350,6 +354,12 @@ impl ServerConn {
             ));
         }
         Ok(n)
+    }
+
+    /// The complete message starting `at` bytes into `rbuf`, and its length, if there is one.
+    pub fn frame_at(&self, at: usize) -> Result<Option<(herd_wire::Frame<'_>, usize)>, ProxyError> {
+        let rest = self.rbuf.get(at..).unwrap_or_default();
+        Ok(split_frame(rest, MAX_SERVER_MESSAGE)?)
     }
 
     /// Length of the first complete message in `rbuf`, if any.

@@ -59,6 +59,7 @@ pub struct Disposition {
 
 /// The queue of messages awaiting answers on one server connection.
 #[derive(Debug, Default)]
+#[cfg_attr(test, derive(Clone, PartialEq))]
 pub struct Tracker {
     queue: VecDeque<Pending>,
     /// Inside a `Describe` of a statement, after its `ParameterDescription`.
@@ -105,6 +106,14 @@ impl Tracker {
         true
     }
 
+    /// Empties the tracker for another unit on the same server connection, keeping the
+    /// allocation of its queue (a new queue cost an allocation and its growth per transaction).
+    pub fn reset(&mut self) {
+        self.queue.clear();
+        self.seen_parameter_description = false;
+        self.skipping = false;
+    }
+
     /// True while the server discards extended-protocol messages after an error (until the
     /// next `Sync`): a client message sent now has no effect and gets no answer.
     pub fn skipping(&self) -> bool {
@@ -137,6 +146,24 @@ impl Tracker {
     /// No answers outstanding: the server is between messages.
     pub fn is_idle(&self) -> bool {
         self.queue.is_empty()
+    }
+
+    /// Whether a server message tagged `tag`, arriving now, only passes through: forwarded
+    /// as it is, answering nothing and changing nothing here (rows, a description, a simple
+    /// query's completion). The relay copies a run of such messages at once instead of
+    /// handing each to [`Tracker::on_server_message`], which would do just that.
+    pub fn passes(&self, tag: u8) -> bool {
+        let Some(head) = self.queue.front() else {
+            return false;
+        };
+        if head.swallow || matches!(tag, b'E' | b'Z' | b'N' | b'S' | b'A') {
+            return false;
+        }
+        match head.expect {
+            Expect::Query | Expect::Sync => true,
+            Expect::Execute => !matches!(tag, b'C' | b'I' | b's'),
+            _ => false,
+        }
     }
 
     /// Handles one whole server message `raw` (tag first): appends it to `to_client` unless it
@@ -274,6 +301,58 @@ mod tests {
 
     fn rfq(status: u8) -> Vec<u8> {
         vec![b'Z', 0, 0, 0, 5, status]
+    }
+
+    /// `passes` may only say yes where `on_server_message` would forward the message and
+    /// change nothing: checked for every head and every tag a server sends.
+    #[test]
+    fn passing_messages_change_nothing() {
+        let heads = [
+            Expect::Parse,
+            Expect::Bind,
+            Expect::DescribeStatement,
+            Expect::DescribePortal,
+            Expect::Execute,
+            Expect::Close,
+            Expect::Sync,
+            Expect::Query,
+        ];
+        let mut passing = 0;
+        for head in heads {
+            for swallow in [false, true] {
+                for tag in b"123tTnDCIsEZNSAGHWdc".iter().copied() {
+                    let mut t = Tracker::default();
+                    t.sent(head, swallow, Some(7));
+                    t.sent(Expect::Sync, false, None);
+                    if !t.passes(tag) {
+                        continue;
+                    }
+                    passing += 1;
+                    let before = t.clone();
+                    let mut out = Vec::new();
+                    let raw = if tag == b'Z' { rfq(b'I') } else { msg(tag) };
+                    let d = t.on_server_message(&raw, &mut out);
+                    assert_eq!(out, raw, "{head:?} {}", tag as char);
+                    assert_eq!(
+                        d,
+                        Disposition {
+                            forward: true,
+                            ..Default::default()
+                        }
+                    );
+                    assert_eq!(t, before, "{head:?} {} changed the tracker", tag as char);
+                }
+            }
+        }
+        // Rows and descriptions under a query, an execution or a sync pass; nothing else.
+        assert!(passing >= 3 * 10, "{passing}");
+        let mut t = Tracker::default();
+        assert!(!t.passes(b'D'), "nothing queued");
+        t.sent(Expect::Execute, false, None);
+        for tag in [b'C', b'I', b's', b'E', b'Z', b'S', b'N', b'A'] {
+            assert!(!t.passes(tag), "{}", tag as char);
+        }
+        assert!(t.passes(b'D'));
     }
 
     #[test]

@@ -13,7 +13,6 @@ use crate::analysis::{analyze, reason_label, LocalAnswer};
 
 use crate::pool::Lease;
 use crate::router::choose::{choose, PrimaryReason, Request, Target};
-use crate::router::track::Tracker;
 use crate::ProxyError;
 
 /// What the unit needs, from a look at its messages.
@@ -356,11 +355,16 @@ impl Session {
     }
 
     /// `lease` (of group `group`) as a server the session holds, idle outside a transaction.
-    pub(super) fn new_part(&self, lease: Lease, replica: Option<usize>, group: u32) -> Attached {
+    pub(super) fn new_part(
+        &self,
+        mut lease: Lease,
+        replica: Option<usize>,
+        group: u32,
+    ) -> Attached {
         Attached {
             group,
+            tracker: std::mem::take(&mut lease.conn.spare_tracker),
             lease,
-            tracker: Tracker::default(),
             replica,
             wrote: false,
             status: b'I',

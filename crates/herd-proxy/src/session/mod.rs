@@ -83,6 +83,15 @@ struct Attached {
     batch_open: bool,
 }
 
+impl Attached {
+    /// Returns the server to its pool, idle, with the emptied tracker for its next session.
+    fn give_back(mut self) {
+        self.tracker.reset();
+        self.lease.conn.spare_tracker = self.tracker;
+        self.lease.release();
+    }
+}
+
 /// Everything one client connection owns.
 pub struct Session {
     ctx: Arc<ProxyContext>,

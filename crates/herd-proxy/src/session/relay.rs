@@ -355,16 +355,42 @@ impl Session {
             let Some(att) = self.attached.as_mut() else {
                 return Ok(());
             };
-            let Some(n) = att.lease.conn.complete_frame()? else {
+            // Messages that only pass through (rows, descriptions, a query's completion) are
+            // copied together: one copy and one advance for the run instead of a trip through
+            // the tracker for each.
+            let conn = &mut att.lease.conn;
+            let room = OUT_LIMIT.saturating_sub(self.out.len());
+            let mut run = 0;
+            // The first message that does not pass, with its length (`None`: no complete one
+            // left, or no room for more).
+            let next = loop {
+                if run >= room {
+                    break None;
+                }
+                let Some((frame, used)) = conn.frame_at(run)? else {
+                    break None;
+                };
+                let rollback =
+                    frame.tag == btag::COMMAND_COMPLETE && frame.body.get(..8) == Some(b"ROLLBACK");
+                if rollback || !att.tracker.passes(frame.tag) {
+                    break Some((frame.tag, used));
+                }
+                run += used;
+            };
+            if run > 0 {
+                self.out.buf.extend_from_slice(&conn.rbuf[..run]);
+                conn.rbuf.advance(run);
+                att.forwarded += run;
+            }
+            let Some((tag, n)) = next else {
                 break;
             };
-            let tag = att.lease.conn.rbuf.first().copied();
-            if !matches!(tag, Some(btag::ERROR_RESPONSE | btag::PARAMETER_STATUS)) {
-                // The common message is read where it lies and the buffer advanced past it:
-                // splitting it off costs a reference count (and, the first time, an
-                // allocation) for each of a transaction's four or so answers.
+            if !matches!(tag, btag::ERROR_RESPONSE | btag::PARAMETER_STATUS) {
+                // A message the tracker must see (a ReadyForQuery, a completion it waits
+                // for) is read where it lies and the buffer advanced past it: splitting it off
+                // would cost a reference count (and, the first time, an allocation).
                 let raw = &att.lease.conn.rbuf[..n];
-                if tag == Some(btag::COMMAND_COMPLETE) && raw.get(5..13) == Some(b"ROLLBACK") {
+                if tag == btag::COMMAND_COMPLETE && raw.get(5..13) == Some(b"ROLLBACK") {
                     att.rolled_back = true;
                 }
                 let before = self.out.buf.len();
@@ -379,7 +405,7 @@ impl Session {
             }
             let raw = att.lease.conn.rbuf.split_to(n);
             match tag {
-                Some(btag::ERROR_RESPONSE) => {
+                btag::ERROR_RESPONSE => {
                     att.error_seen = true;
                     let fields = ErrorFields::decode(raw.get(5..).unwrap_or_default()).ok();
                     let code = fields.as_ref().and_then(|f| f.code()).unwrap_or("");
@@ -411,7 +437,7 @@ impl Session {
                         }
                     }
                 }
-                Some(btag::PARAMETER_STATUS) => {
+                btag::PARAMETER_STATUS => {
                     // The connection's reporting baseline moves with what its client is told.
                     if let Ok(p) = herd_wire::backend::ParameterStatus::decode(
                         raw.get(5..).unwrap_or_default(),
@@ -478,7 +504,7 @@ impl Session {
         };
         settle(&mut self.state, &mut att);
         self.cancel.detach();
-        att.lease.release();
+        att.give_back();
         true
     }
 
@@ -554,7 +580,7 @@ impl Session {
         }
         if let Some(att) = self.attached.take() {
             self.cancel.detach();
-            att.lease.release();
+            att.give_back();
         }
         Ok(())
     }

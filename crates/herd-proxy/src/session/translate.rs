@@ -102,10 +102,14 @@ impl Translator<'_> {
         }
         match frame.tag {
             tag::QUERY => {
-                let q = Query::decode(frame.body)?;
-                let analysis = self.query_analysis(q.sql);
+                // A query analysed when it was routed was decoded then (its text, one NUL).
+                let sql = match (&self.known_query, frame.body.split_last()) {
+                    (Some(_), Some((&0, text))) => text,
+                    _ => Query::decode(frame.body)?.sql,
+                };
+                let analysis = self.query_analysis(sql);
                 self.note(&analysis);
-                match self.deallocate(q.sql, to_server)? {
+                match self.deallocate(sql, to_server)? {
                     Some(sql) => encode::query(to_server, sql)?,
                     None => to_server.extend_from_slice(frame.raw),
                 }
