@@ -124,9 +124,10 @@ pub struct ServerConn {
     /// ParameterStatus values the server reported during the last internal query (also
     /// folded into `params`).
     pub reported: Vec<(String, String)>,
-    /// The tracker of the last session attached here, emptied: the next one attached reuses
-    /// it (and its queue's allocation) instead of allocating a queue per transaction.
-    pub spare_tracker: crate::router::track::Tracker,
+    /// What the last session attached here left, emptied (its tracker, its list of bound
+    /// statements): the next one reuses their allocations instead of making them anew for
+    /// every transaction.
+    pub(crate) spare: crate::session::Spare,
 }
 
 impl std::fmt::Debug for ServerConn {
@@ -185,7 +186,7 @@ impl ServerConn {
             unnamed: None,
             stale: Vec::new(),
             reported: Vec::new(),
-            spare_tracker: Default::default(),
+            spare: Default::default(),
         };
         tokio::time::timeout(timeout, conn.login(params, key, verifier))
             .await
@@ -477,7 +478,7 @@ pub fn server_error(body: &[u8]) -> ProxyError {
 #[derive(Debug, Default)]
 pub struct PreparedSet {
     /// Name → (last use, generation).
-    names: HashMap<String, (u64, u64)>,
+    names: HashMap<String, (u64, u64), foldhash::fast::RandomState>,
     clock: u64,
 }
 

@@ -361,9 +361,11 @@ impl Session {
         replica: Option<usize>,
         group: u32,
     ) -> Attached {
+        let spare = std::mem::take(&mut lease.conn.spare);
         Attached {
             group,
-            tracker: std::mem::take(&mut lease.conn.spare_tracker),
+            tracker: spare.tracker,
+            bound: spare.bound,
             lease,
             replica,
             wrote: false,
@@ -373,7 +375,6 @@ impl Session {
             unit: None,
             rolled_back: false,
             undo: Vec::new(),
-            bound: Vec::new(),
             fatal: false,
             begin: None,
             effects: Vec::new(),

@@ -67,8 +67,8 @@ struct Attached {
     rolled_back: bool,
     /// What to undo should a message in flight fail, by tracker id.
     undo: Vec<(u64, translate::Undo)>,
-    /// Server-side names of the statements bound since the last ReadyForQuery.
-    bound: Vec<String>,
+    /// The statements bound since the last ReadyForQuery.
+    bound: Vec<Arc<state::Statement>>,
     /// The server sent a FATAL error: it is closing the connection.
     fatal: bool,
     /// The deferred BEGIN sent ahead of `unit`, restored should the unit be retried.
@@ -84,12 +84,25 @@ struct Attached {
 }
 
 impl Attached {
-    /// Returns the server to its pool, idle, with the emptied tracker for its next session.
+    /// Returns the server to its pool, idle, with the emptied tracker and list of bound
+    /// statements for its next session.
     fn give_back(mut self) {
         self.tracker.reset();
-        self.lease.conn.spare_tracker = self.tracker;
+        self.bound.clear();
+        self.lease.conn.spare = Spare {
+            tracker: self.tracker,
+            bound: self.bound,
+        };
         self.lease.release();
     }
+}
+
+/// What a session leaves on a server connection it gives back, emptied, for the next one
+/// (see [`crate::server::ServerConn`]'s `spare`).
+#[derive(Debug, Default)]
+pub(crate) struct Spare {
+    tracker: Tracker,
+    bound: Vec<Arc<state::Statement>>,
 }
 
 /// Everything one client connection owns.

@@ -429,10 +429,11 @@ impl Session {
                         // PostgreSQL will not reuse these plans after a schema change: prepare
                         // them afresh next time instead of answering from the proxy's cache.
                         let conn = &mut att.lease.conn;
-                        for name in att.bound.drain(..) {
-                            conn.prepared.remove(&name);
-                            if !conn.stale.contains(&name) {
-                                conn.stale.push(name);
+                        for stmt in att.bound.drain(..) {
+                            let name = &stmt.server_name;
+                            conn.prepared.remove(name);
+                            if !conn.stale.contains(name) {
+                                conn.stale.push(name.clone());
                             }
                         }
                     }

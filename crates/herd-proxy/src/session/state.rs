@@ -74,8 +74,9 @@ pub struct SessionState {
     /// different groups are not comparable.
     tokens: Vec<Lsn>,
     /// Named prepared statements by the client's name (bytes in its encoding; shared handles:
-    /// a Bind looks one up per execution).
-    pub statements: HashMap<Vec<u8>, Arc<Statement>>,
+    /// a Bind looks one up per execution). Hashed with foldhash, seeded at random per
+    /// process: the names are the client's own, in a map of its own.
+    pub statements: HashMap<Vec<u8>, Arc<Statement>, foldhash::fast::RandomState>,
     /// The unnamed prepared statement, while it exists.
     pub unnamed: Option<Unnamed>,
     /// Session pooling on a sharded cluster: the SQL of the statements the client prepared
@@ -96,7 +97,7 @@ impl SessionState {
             hash: 0,
             consistency,
             tokens: Vec::new(),
-            statements: HashMap::new(),
+            statements: HashMap::default(),
             unnamed: None,
             passed: HashMap::new(),
             unsafe_encoding: false,

@@ -394,7 +394,7 @@ impl Translator<'_> {
         } else if let Some(stmt) = self.state.statements.get(b.statement).cloned() {
             self.note_statement(&stmt);
             self.ensure_prepared(&stmt, to_server)?;
-            self.att.bound.push(stmt.server_name.clone());
+            self.att.bound.push(stmt.clone());
             encode::bind_renamed(to_server, b.portal, &stmt.server_name, b.rest)?;
         } else {
             // Unknown to the proxy: the server reports the error (26000).
