@@ -12,6 +12,7 @@ mod combine;
 mod copy;
 mod copy_out;
 mod ddl;
+mod ending;
 mod explain;
 mod fan_out;
 mod hidden;

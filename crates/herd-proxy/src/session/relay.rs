@@ -1,5 +1,5 @@
-//! The session loop: units while detached, both directions while attached, and what happens
-//! when a transaction ends (token, settings, release) or a server fails.
+//! The session loop: units while detached, both directions while attached (what happens when
+//! a transaction ends or a server fails is in `ending.rs`).
 //!
 //! Relaying is full duplex: the loop never waits on one socket while another could move. Bytes
 //! for the client and for the server wait in outboxes written as their sockets take them, and
@@ -12,7 +12,6 @@ use std::task::Poll;
 use std::time::Duration;
 
 use bytes::{Buf, Bytes};
-use herd_core::Lsn;
 use herd_wire::backend::{tag as btag, ErrorFields};
 
 use super::attach::unit_len;
@@ -486,152 +485,6 @@ impl Session {
             att.ready_idle = att.tracker.is_idle();
         }
     }
-
-    /// The common end of a transaction, without an await: a server that wrote nothing, alone
-    /// in the session and not pinned, goes straight back to its pool. `false` when the end
-    /// needs [`Session::end_transaction`] (a token to read, a pinned server, parked parts).
-    fn release_now(&mut self) -> bool {
-        let simple = self.parked.is_empty()
-            && self.attached.as_ref().is_some_and(|a| {
-                // A write on the primary needs its token read; a pinned server stays.
-                let token_needed = a.wrote && a.replica.is_none();
-                !(a.pinned || token_needed)
-            });
-        if !simple {
-            return false;
-        }
-        let Some(mut att) = self.attached.take() else {
-            return false;
-        };
-        settle(&mut self.state, &mut att);
-        self.cancel.detach();
-        att.give_back();
-        true
-    }
-
-    /// A standby refused a read the proxy sent it (it touched an unlogged table, or wrote after
-    /// all) before the client saw anything: the connection is dropped and the unit runs on the
-    /// primary instead.
-    async fn retry_on_primary(&mut self, code: &str) -> Result<(), ProxyError> {
-        let Some(att) = self.attached.take() else {
-            return Ok(());
-        };
-        self.cancel.detach();
-        self.sout.clear();
-        let node = att.lease.conn.endpoint.name.clone();
-        tracing::debug!(node = %node, code, "a standby refused a read; running it on the primary");
-        self.ctx.metrics.inc_labels(
-            "herd_standby_refusals_total",
-            &[("node", node.as_str()), ("sqlstate", code)],
-        );
-        drop(att.lease); // mid-unit: closed, not returned
-        self.pending_begin = att.begin;
-        self.force_primary = true;
-        if let Some(unit) = att.unit {
-            Box::pin(self.start_unit(Bytes::from(unit))).await?;
-        }
-        Ok(())
-    }
-
-    /// The attached server is idle outside a transaction: update the read-your-writes token
-    /// after a write, settle settings, and give the server back unless pinned.
-    async fn end_transaction(&mut self) -> Result<(), ProxyError> {
-        if !self.parked.is_empty() {
-            // Statements that end one part are refused in a spanning transaction; should one
-            // slip through, the other parts must not stay open (closing them rolls them back).
-            tracing::error!("a transaction spanning shard groups ended on one group only; rolling back the others");
-            self.parked.clear();
-        }
-        let Some(att) = self.attached.as_mut() else {
-            return Ok(());
-        };
-        settle(&mut self.state, att);
-        att.unit = None;
-        att.begin = None;
-        // In session pooling the client never leaves its server, so no token is needed; and
-        // a query of the proxy's own would drop the client's unnamed statement there.
-        let session_pooling = self.ctx.config.pool_mode == herd_core::PoolMode::Session;
-        if att.wrote && att.replica.is_none() && !session_pooling {
-            // A late CancelRequest of the client must not cancel the proxy's own query.
-            self.cancel.detach();
-            // The commit is done; the primary's position now is at or past its commit record.
-            let rows = att
-                .lease
-                .conn
-                .internal_query("select pg_current_wal_lsn()::text")
-                .await?;
-            if let Some(lsn) = rows
-                .first()
-                .and_then(|r| r.first())
-                .cloned()
-                .flatten()
-                .and_then(|t| t.parse::<Lsn>().ok())
-            {
-                self.state.advance_token(att.group, lsn);
-            }
-            att.wrote = false;
-            if att.pinned {
-                let conn = &att.lease.conn;
-                self.cancel
-                    .attach(&conn.endpoint.host, conn.endpoint.port, conn.backend_key);
-            }
-        }
-        if att.pinned {
-            return Ok(());
-        }
-        if let Some(att) = self.attached.take() {
-            self.cancel.detach();
-            att.give_back();
-        }
-        Ok(())
-    }
-
-    /// The attached server failed. A read that sent nothing to the client yet is retried on
-    /// another node; otherwise the client gets an error and the session ends (its transaction's
-    /// outcome is unknown to the proxy, so it must not look like a success). After a FATAL the
-    /// server sent itself, the session just ends, as it would on PostgreSQL.
-    async fn server_failed(&mut self, e: ProxyError) -> Result<(), ProxyError> {
-        let Some(att) = self.attached.take() else {
-            return Err(e);
-        };
-        self.cancel.detach();
-        self.sout.clear();
-        let node = att.lease.conn.endpoint.name.clone();
-        let retry = att.replica.is_some()
-            && att.forwarded == 0
-            && att.status == b'I'
-            && att.unit.is_some()
-            && !att.fatal;
-        drop(att.lease); // closed, not returned
-        self.ctx
-            .metrics
-            .inc("herd_server_failures_total", &format!("node=\"{node}\""));
-        if retry {
-            if let Some(unit) = att.unit {
-                tracing::warn!(node = %node, "replica failed before answering; retrying the read elsewhere");
-                self.ctx.metrics.inc("herd_read_retries_total", "");
-                self.ctx.avoid(&node, Duration::from_secs(2));
-                self.pending_begin = att.begin;
-                Box::pin(self.start_unit(Bytes::from(unit))).await?;
-                return Ok(());
-            }
-        }
-        if att.fatal {
-            return Err(ProxyError::Ended(format!(
-                "server {node} ended the connection ({e})"
-            )));
-        }
-        Err(ProxyError::Unavailable(format!(
-            "connection to server {node} was lost ({e}); the outcome of the current transaction is unknown"
-        )))
-    }
-}
-
-/// The session's settings after the transaction on `att` ended; the server ran every statement
-/// of them, so it matches them now.
-fn settle(state: &mut super::state::SessionState, att: &mut super::Attached) {
-    state.end_transaction(!std::mem::take(&mut att.rolled_back));
-    att.lease.conn.state_hash = state.hash;
 }
 
 /// How a session learns that the primary it waited on was failed over (an isolated old primary
