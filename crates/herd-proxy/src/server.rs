@@ -363,11 +363,6 @@ impl ServerConn {
         Ok(split_frame(rest, MAX_SERVER_MESSAGE)?)
     }
 
-    /// Length of the first complete message in `rbuf`, if any.
-    pub fn complete_frame(&self) -> Result<Option<usize>, ProxyError> {
-        Ok(split_frame(&self.rbuf, MAX_SERVER_MESSAGE)?.map(|(_, n)| n))
-    }
-
     /// The next whole message, owned (for the login and internal queries, not the hot path).
     pub async fn next_message(&mut self) -> Result<(u8, Vec<u8>), ProxyError> {
         loop {

@@ -110,7 +110,7 @@ impl Session {
                 None => Ok(Step::Blocked),
             };
         };
-        if self.out.len() < OUT_LIMIT && att.lease.conn.complete_frame()?.is_some() {
+        if self.out.len() < OUT_LIMIT && att.lease.conn.frame_at(0)?.is_some() {
             self.relay_server().await?;
             return Ok(Step::Progress);
         }
@@ -369,9 +369,7 @@ impl Session {
                 let Some((frame, used)) = conn.frame_at(run)? else {
                     break None;
                 };
-                let rollback =
-                    frame.tag == btag::COMMAND_COMPLETE && frame.body.get(..8) == Some(b"ROLLBACK");
-                if rollback || !att.tracker.passes(frame.tag) {
+                if completes_rollback(frame.raw) || !att.tracker.passes(frame.tag) {
                     break Some((frame.tag, used));
                 }
                 run += used;
@@ -389,7 +387,7 @@ impl Session {
                 // for) is read where it lies and the buffer advanced past it: splitting it off
                 // would cost a reference count (and, the first time, an allocation).
                 let raw = &att.lease.conn.rbuf[..n];
-                if tag == btag::COMMAND_COMPLETE && raw.get(5..13) == Some(b"ROLLBACK") {
+                if completes_rollback(raw) {
                     att.rolled_back = true;
                 }
                 let before = self.out.buf.len();
@@ -535,6 +533,13 @@ fn apply_effects(
     }
 }
 
+/// Whether the server message `raw` is the CommandComplete of a ROLLBACK (the transaction's
+/// settings are then not kept). Such a message ends a run of passing answers, so the relay
+/// notes it on its single-message path.
+fn completes_rollback(raw: &[u8]) -> bool {
+    raw.first() == Some(&btag::COMMAND_COMPLETE) && raw.get(5..13) == Some(b"ROLLBACK")
+}
+
 /// Length of all complete messages at the start of `buf`.
 fn complete_frames_len(buf: &[u8], max: usize) -> Result<Option<usize>, ProxyError> {
     let mut offset = 0;
@@ -546,7 +551,24 @@ fn complete_frames_len(buf: &[u8], max: usize) -> Result<Option<usize>, ProxyErr
 
 #[cfg(test)]
 mod tests {
-    use super::refused_by_standby;
+    use super::{completes_rollback, refused_by_standby};
+
+    #[test]
+    fn rollback_completions() {
+        let complete = |tag: &str| {
+            let mut m = vec![b'C'];
+            m.extend_from_slice(&(4 + tag.len() as i32 + 1).to_be_bytes());
+            m.extend_from_slice(tag.as_bytes());
+            m.push(0);
+            m
+        };
+        assert!(completes_rollback(&complete("ROLLBACK")));
+        assert!(!completes_rollback(&complete("COMMIT")));
+        assert!(!completes_rollback(&complete("SELECT 1")));
+        let mut notice = complete("ROLLBACK");
+        notice[0] = b'N';
+        assert!(!completes_rollback(&notice), "only a CommandComplete");
+    }
 
     #[test]
     fn standby_refusals() {
