@@ -50,13 +50,17 @@ pub(super) struct Queued {
 impl Session {
     /// Places `unit` (complete, arrived while detached) when nothing needs waiting.
     pub(super) fn place_now(&mut self, unit: Bytes) -> Result<Placed, ProxyError> {
+        let only = lone_message(&unit);
+        if only == Some(tag::TERMINATE) && self.parked.is_empty() {
+            // The client leaves between transactions (every transaction of a client that
+            // connects per transaction ends so): nothing to place, and the general path's
+            // future, kilobytes, would be allocated only to say so.
+            return Ok(Placed::Done(false));
+        }
         let plain = !self.ctx.is_paused()
             && self.parked.is_empty()
             && self.ctx.groups() <= 1
-            && !matches!(
-                lone_message(&unit),
-                Some(tag::TERMINATE | tag::SYNC | tag::FLUSH)
-            );
+            && !matches!(only, Some(tag::TERMINATE | tag::SYNC | tag::FLUSH));
         if !plain {
             return Ok(Placed::Later(unit, None));
         }
