@@ -57,7 +57,30 @@ impl CancelSlot {
 /// All clients' keys.
 #[derive(Default)]
 pub struct CancelRegistry {
-    slots: Mutex<HashMap<(i32, i32), Weak<CancelSlot>>>,
+    slots: Mutex<Keys>,
+}
+
+/// The keys, with the entries of clients that left swept out now and then: each login adds
+/// one, and sweeping the whole map at every login cost a client that connects per
+/// transaction a pass over every other client's key. Hashed with foldhash: the keys are the
+/// proxy's own random numbers, so no client chooses what is inserted.
+#[derive(Default)]
+struct Keys {
+    map: HashMap<(i32, i32), Weak<CancelSlot>, foldhash::fast::RandomState>,
+    /// Entries left by the last sweep (all of them live then).
+    after_sweep: usize,
+}
+
+impl Keys {
+    /// Drops the entries of clients that left once the map has doubled since the last sweep
+    /// (plus a margin): at most twice the live entries plus the margin are kept, and the work
+    /// per login is constant on average.
+    fn sweep_now_and_then(&mut self) {
+        if self.map.len() >= 2 * self.after_sweep + 64 {
+            self.map.retain(|_, w| w.strong_count() > 0);
+            self.after_sweep = self.map.len();
+        }
+    }
 }
 
 impl CancelRegistry {
@@ -68,10 +91,10 @@ impl CancelRegistry {
             Ok(s) => s,
             Err(p) => p.into_inner(),
         };
-        slots.retain(|_, w| w.strong_count() > 0);
+        slots.sweep_now_and_then();
         loop {
             let key = (rand::random::<i32>() & 0x7fff_ffff, rand::random::<i32>());
-            if let std::collections::hash_map::Entry::Vacant(e) = slots.entry(key) {
+            if let std::collections::hash_map::Entry::Vacant(e) = slots.map.entry(key) {
                 e.insert(Arc::downgrade(&slot));
                 return (key, slot);
             }
@@ -86,8 +109,8 @@ impl CancelRegistry {
             Ok(s) => s,
             Err(p) => p.into_inner(),
         };
-        slots.retain(|_, w| w.strong_count() > 0);
-        if let std::collections::hash_map::Entry::Vacant(e) = slots.entry(key) {
+        slots.sweep_now_and_then();
+        if let std::collections::hash_map::Entry::Vacant(e) = slots.map.entry(key) {
             e.insert(Arc::downgrade(&slot));
             return (key, slot);
         }
@@ -104,6 +127,7 @@ impl CancelRegistry {
                 Err(p) => p.into_inner(),
             };
             slots
+                .map
                 .get(&(pid, key))
                 .and_then(Weak::upgrade)
                 .and_then(|s| s.current())
@@ -116,5 +140,37 @@ impl CancelRegistry {
             encode::cancel_request(&mut out, bpid, bkey);
             let _ = stream.write_all(&out).await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::CancelRegistry;
+
+    fn entries(r: &CancelRegistry) -> usize {
+        r.slots.lock().map(|k| k.map.len()).unwrap_or(usize::MAX)
+    }
+
+    #[test]
+    fn keys_of_departed_clients_are_swept_and_live_ones_kept() {
+        let registry = CancelRegistry::default();
+        let (kept_key, kept) = registry.register();
+        let mut most = 0;
+        for _ in 0..1_000 {
+            let (_, slot) = registry.register();
+            drop(slot); // the client left
+            most = most.max(entries(&registry));
+        }
+        assert!(
+            most <= 2 + 64,
+            "departed clients' keys pile up: {most} entries"
+        );
+        let live = registry
+            .slots
+            .lock()
+            .map(|k| k.map.get(&kept_key).and_then(|w| w.upgrade()).is_some())
+            .unwrap_or(false);
+        assert!(live, "a connected client's key was swept");
+        drop(kept);
     }
 }

@@ -125,6 +125,13 @@ impl Users {
     /// Remembers the key `user` just proved, for the pools.
     pub fn remember(&self, user: &str, key: ClientKey, verifier: Verifier) {
         if let Ok(mut m) = self.keys.lock() {
+            // A client that connects per transaction proves the same key at every login: the
+            // entry stays as it is (no copies of the name and credentials each time).
+            if m.get(user)
+                .is_some_and(|c| c.key == key && c.verifier == verifier)
+            {
+                return;
+            }
             m.insert(
                 user.to_string(),
                 std::sync::Arc::new(Credentials { key, verifier }),
@@ -192,5 +199,29 @@ mod tests {
             .expect("lock")
             .insert("ghost".into(), (old, None));
         assert_eq!(u.verifier(&ep, "ghost", false).await, Ok(None));
+    }
+
+    #[test]
+    fn a_key_proved_again_keeps_its_entry_and_a_new_one_replaces_it() {
+        let u = users();
+        let v = Verifier::generate("pw");
+        let key = |b: u8| ClientKey::from_bytes([b; 32]);
+        u.remember("app", key(1), v.clone());
+        let first = u.credentials("app").expect("remembered");
+        u.remember("app", key(1), v.clone());
+        let again = u.credentials("app").expect("remembered");
+        assert!(
+            std::sync::Arc::ptr_eq(&first, &again),
+            "same key: entry kept"
+        );
+        u.remember("app", key(2), v.clone());
+        let changed = u.credentials("app").expect("remembered");
+        assert!(changed.key == key(2), "a new key replaces the old one");
+        let v2 = Verifier::generate("pw2");
+        u.remember("app", key(2), v2.clone());
+        assert!(
+            u.credentials("app").expect("remembered").verifier == v2,
+            "a new verifier too"
+        );
     }
 }
