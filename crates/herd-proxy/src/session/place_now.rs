@@ -47,6 +47,24 @@ pub(super) struct Queued {
     reason: &'static str,
 }
 
+impl Queued {
+    /// The pool the unit waits on.
+    pub(super) fn pool(&self) -> &Arc<Pool> {
+        &self.pool
+    }
+}
+
+/// What became of a queued unit once its wait ended ([`Session::place_queued`]).
+pub(super) enum AfterWait {
+    /// Attached and forwarded; `false` when it ended the session.
+    Done(bool),
+    /// The general path takes it, with its inspection (settings to replay, a connection to
+    /// open, another node to try).
+    General(Bytes, UnitFacts),
+    /// The primary's pool had no connection in time: the client is told (53300).
+    Refused(ProxyError, Bytes),
+}
+
 impl Session {
     /// Places `unit` (complete, arrived while detached) when nothing needs waiting.
     pub(super) fn place_now(&mut self, unit: Bytes) -> Result<Placed, ProxyError> {
@@ -108,39 +126,40 @@ impl Session {
             .map(Placed::Done)
     }
 
-    /// Waits for a connection of a full pool, then attaches it as [`Session::place_now`] would
-    /// have. With many clients on a small pool most units wait here; the general path's
-    /// future (kilobytes, allocated per unit) is kept for what else needs waiting: a
-    /// connection to open or settings to replay, which it then does with the unit as it was.
-    pub(super) async fn place_queued(&mut self, queued: Box<Queued>) -> Result<bool, ProxyError> {
+    /// Attaches the connection a queued unit waited for (`got`: what its pool's
+    /// [`Pool::acquire_idle`] gave, awaited by the caller) as [`Session::place_now`] would have,
+    /// or says what else must happen. The wait itself is awaited in the session loop, not in a
+    /// boxed future of its own: with many clients on a small pool most units wait, and that
+    /// future cost each of them an allocation.
+    pub(super) fn place_queued(
+        &mut self,
+        queued: Queued,
+        got: Result<Option<Lease>, ProxyError>,
+    ) -> Result<AfterWait, ProxyError> {
         let Queued {
             unit,
             facts,
             pool,
             replica,
             reason,
-        } = *queued;
-        let mut lease = match pool.acquire_idle(self.pool_wait()).await {
+        } = queued;
+        let mut lease = match got {
             Ok(Some(lease)) if lease.conn.state_hash == self.state.hash => lease,
             Ok(Some(lease)) => {
                 lease.release(); // the general path replays the settings on one
-                return Box::pin(self.place_inspected(unit, facts)).await;
+                return Ok(AfterWait::General(unit, facts));
             }
             // No idle connection came with the slot (one was closed): the general path opens one.
-            Ok(None) => return Box::pin(self.place_inspected(unit, facts)).await,
+            Ok(None) => return Ok(AfterWait::General(unit, facts)),
             // A replica's pool timed out: the general path tries the other nodes, as it would have.
-            Err(_) if replica.is_some() => {
-                return Box::pin(self.place_inspected(unit, facts)).await
-            }
-            Err(e) => {
-                Box::pin(self.reply_error(&e, &unit)).await?;
-                return Ok(true);
-            }
+            Err(_) if replica.is_some() => return Ok(AfterWait::General(unit, facts)),
+            Err(e) => return Ok(AfterWait::Refused(e, unit)),
         };
         lease.conn.reported.clear();
         self.force_primary = false;
         self.routed(pool.endpoint(), reason);
         self.attach(lease, replica, unit, facts.query)
+            .map(AfterWait::Done)
     }
 
     /// The candidate with the fewest outstanding leases (the lowest index among equals): the

@@ -15,7 +15,7 @@ use bytes::{Buf, Bytes};
 use herd_wire::backend::{tag as btag, ErrorFields};
 
 use super::attach::unit_len;
-use super::place_now::Placed;
+use super::place_now::{AfterWait, Placed};
 use super::primary_watch::PrimaryWatch;
 use super::translate::undo_failed;
 use super::Session;
@@ -99,7 +99,19 @@ impl Session {
                         Placed::Later(unit, Some(facts)) => {
                             Box::pin(self.place_inspected(unit, facts)).await?
                         }
-                        Placed::Queued(queued) => Box::pin(self.place_queued(queued)).await?,
+                        Placed::Queued(queued) => {
+                            let got = queued.pool().acquire_idle(self.pool_wait()).await;
+                            match self.place_queued(*queued, got)? {
+                                AfterWait::Done(go_on) => go_on,
+                                AfterWait::General(unit, facts) => {
+                                    Box::pin(self.place_inspected(unit, facts)).await?
+                                }
+                                AfterWait::Refused(e, unit) => {
+                                    Box::pin(self.reply_error(&e, &unit)).await?;
+                                    true
+                                }
+                            }
+                        }
                     };
                     Ok(if go_on {
                         Step::Progress
