@@ -1,15 +1,15 @@
 //! `herd bench proxy --quick`: a scratch cluster comes up, pgbench runs against the primary and
-//! through Herd (and PgBouncer when installed) in every mode — simple, prepared, a connection per
-//! transaction, many clients — the proxies' CPU, context switches and memory are read from
-//! /proc (and pgbench's own CPU from its parent's children's times), and the three report
-//! files are written. No speed is asserted: only that every run
-//! worked and every figure was taken.
+//! through Herd (and PgBouncer when installed) in every mode — simple, extended, prepared, a
+//! connection per transaction, many clients — the proxies' CPU, context switches and memory
+//! are read from /proc (and pgbench's own CPU from its parent's children's times), and the
+//! three report files are written. No speed is asserted: only that every run worked and every
+//! figure was taken.
 
 #[test]
 fn quick_proxy_bench_writes_reports() {
     let herd_testkit::QuickBench { out, results, text } =
         herd_testkit::quick_bench(env!("CARGO_BIN_EXE_herd"), "proxy");
-    for mode in ["simple", "prepared"] {
+    for mode in ["simple", "extended", "prepared"] {
         let targets = results["modes"][mode].as_object().expect(mode);
         for name in ["direct", "herd", "herd-primary", "replica", "forwarder"] {
             assert!(
@@ -43,6 +43,7 @@ fn quick_proxy_bench_writes_reports() {
     let costs = &results["process_costs"];
     for mode in [
         "simple",
+        "extended",
         "prepared",
         "connect per transaction (-C)",
         "many clients",

@@ -1,5 +1,5 @@
 //! `herd bench proxy`: read-only pgbench (`-S`) straight to the primary, through Herd's proxy
-//! and, when installed, through PgBouncer; simple and prepared protocol, a connection per
+//! and, when installed, through PgBouncer; simple, extended and prepared protocol, a connection per
 //! transaction (`-C`, where a pooler's value shows) and many clients (1,000; direct refuses
 //! beyond `max_connections`); interleaved rounds. Each proxy's CPU time and context switches per
 //! transaction, and its memory, are read from `/proc` around every run.
@@ -20,7 +20,7 @@ use crate::{BenchError, BenchOptions};
 use super::proxy_login::{self, LOGIN_ITERATIONS, LOGIN_ROLE};
 
 /// Query modes measured, in order: pgbench's protocols, then the two pooler shapes.
-const MODES: [&str; 4] = ["simple", "prepared", CONNECT, MANY];
+const MODES: [&str; 5] = ["simple", "extended", "prepared", CONNECT, MANY];
 /// A new connection for every transaction (`pgbench -C`, simple protocol).
 const CONNECT: &str = "connect per transaction (-C)";
 /// Many client connections at once (`-c MANY_CLIENTS`, simple protocol).
@@ -334,8 +334,10 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
         }
     }
     notes.push(format!(
-        "Modes: `simple` and `prepared` are `pgbench -S -c {CLIENTS} -j {THREADS} -M simple|prepared`; \
-         `{CONNECT}` adds `-C` (a new connection, with its authentication, for every \
+        "Modes: `simple`, `extended` and `prepared` are `pgbench -S -c {CLIENTS} -j {THREADS} \
+         -M simple|extended|prepared` (extended: Parse, Bind and Execute of an unnamed statement \
+         for every query, as drivers send parameters without preparing; prepared: named \
+         statements prepared once per connection); `{CONNECT}` adds `-C` (a new connection, with its authentication, for every \
          transaction: what a pooler saves the server); `{MANY}` is `-c {} -j {THREADS} -M simple` \
          (PostgreSQL alone refuses clients beyond `max_connections`; a pooler serves them all \
          from its pool of {POOL_SIZE}). CPU and context switches are the proxy process's own \
@@ -392,7 +394,7 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
         machine: Machine::detect(),
         settings: Settings {
             command: format!(
-                "pgbench -S -c {CLIENTS} -j {THREADS} -T {} -M {{simple|prepared}} URL",
+                "pgbench -S -c {CLIENTS} -j {THREADS} -T {} -M {{simple|extended|prepared}} URL",
                 plan.duration
             ),
             rounds: plan.rounds,
