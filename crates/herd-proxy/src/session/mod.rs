@@ -203,11 +203,19 @@ pub async fn serve_client(tcp: TcpStream, ctx: Arc<ProxyContext>) {
             Err(e) => return fatal(&mut client, &e).await,
         }
     };
-    if let Err(e) = Box::pin(startup::authenticate(&mut client, &mut cbuf, &ctx, &login)).await {
-        ctx.metrics.inc("herd_auth_failures_total", "");
-        return fatal(&mut client, &e).await;
-    }
+    let authenticated =
+        match Box::pin(startup::authenticate(&mut client, &mut cbuf, &ctx, &login)).await {
+            Ok(bytes) => bytes,
+            Err(e) => {
+                ctx.metrics.inc("herd_auth_failures_total", "");
+                return fatal(&mut client, &e).await;
+            }
+        };
     if login.replication {
+        if let Err(e) = startup::write(&mut client, &authenticated).await {
+            tracing::debug!(user = %login.user, "replication connection ended: {e}");
+            return;
+        }
         if let Err(e) = Box::pin(replication::relay(&mut client, &mut cbuf, &login, &ctx)).await {
             tracing::debug!(user = %login.user, "replication connection ended: {e}");
             fatal(&mut client, &e).await;
@@ -245,7 +253,7 @@ pub async fn serve_client(tcp: TcpStream, ctx: Arc<ProxyContext>) {
         parked: Vec::new(),
         creds: None,
     };
-    if let Err(e) = Box::pin(session.greet(read_only_session)).await {
+    if let Err(e) = Box::pin(session.greet(read_only_session, authenticated)).await {
         return fatal(&mut session.client, &e).await;
     }
     let result = session.run().await;
@@ -338,14 +346,17 @@ impl Outbox {
 }
 
 impl Session {
-    /// AuthenticationOk was sent: now the server parameters, the cancel key and ReadyForQuery.
+    /// The login succeeded: `authenticated` (its last messages, AuthenticationOk among them),
+    /// then the server parameters, the cancel key and ReadyForQuery, in one write. Should
+    /// this fail, the client hears the error instead of AuthenticationOk, as from a server
+    /// that could not start its backend.
     ///
     /// In transaction pooling the parameters are a server's, with the client's own startup
     /// settings applied (so `application_name`, `client_encoding`, `DateStyle` read as the client
     /// asked), and the cancel key is the proxy's. In session pooling the client's server is
     /// chosen now: the parameters and the key are that server's own.
-    async fn greet(&mut self, read_only: bool) -> Result<(), ProxyError> {
-        let mut out = Vec::new();
+    async fn greet(&mut self, read_only: bool, authenticated: Vec<u8>) -> Result<(), ProxyError> {
+        let mut out = authenticated;
         if self.ctx.config.pool_mode == herd_core::PoolMode::Session {
             let (params, key) = self.attach_session(read_only).await?;
             for (name, value) in &params {

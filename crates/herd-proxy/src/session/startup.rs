@@ -274,7 +274,7 @@ fn push_doubling(out: &mut String, text: &str, quote: char) {
     }
 }
 
-async fn write(stream: &mut ClientStream, bytes: &[u8]) -> Result<(), ProxyError> {
+pub(super) async fn write(stream: &mut ClientStream, bytes: &[u8]) -> Result<(), ProxyError> {
     stream
         .write_all(bytes)
         .await
@@ -283,12 +283,17 @@ async fn write(stream: &mut ClientStream, bytes: &[u8]) -> Result<(), ProxyError
 
 /// SCRAM-SHA-256 exchange with the client against the role's verifier. Unknown roles get a
 /// mock exchange that fails the same way, so role names cannot be probed.
+///
+/// The last messages of a successful exchange (SASLFinal, AuthenticationOk) are returned
+/// unsent: the caller sends them with what follows them (the greeting), so a login costs one
+/// write and one wake-up of the client less (two sends where PgBouncer makes one were a
+/// measurable share of a connect-per-transaction client's cost).
 pub async fn authenticate(
     stream: &mut ClientStream,
     buf: &mut BytesMut,
     ctx: &ProxyContext,
     login: &Login,
-) -> Result<(), ProxyError> {
+) -> Result<Vec<u8>, ProxyError> {
     let primary = ctx.current_primary().await?;
     let verifier = ctx
         .users
@@ -335,7 +340,7 @@ pub async fn authenticate(
     out.clear();
     encode::authentication_sasl_final(&mut out, &last)?;
     encode::authentication_ok(&mut out);
-    write(stream, &out).await
+    Ok(out)
 }
 
 async fn read_password_message(
