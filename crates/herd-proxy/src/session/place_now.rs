@@ -78,7 +78,8 @@ impl Session {
         let plain = !self.ctx.is_paused()
             && self.parked.is_empty()
             && self.ctx.groups() <= 1
-            && !matches!(only, Some(tag::TERMINATE | tag::SYNC | tag::FLUSH));
+            // A lone Terminate got here only with parked parts, which the general path ends.
+            && !matches!(only, Some(tag::SYNC | tag::FLUSH));
         if !plain {
             return Ok(Placed::Later(unit, None));
         }
