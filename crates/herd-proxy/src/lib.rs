@@ -265,6 +265,14 @@ impl ProxyContext {
         self.catalog.read().map(|c| c.clone()).unwrap_or_default()
     }
 
+    /// The address of the function catalog in use, to tell whether it is one seen before
+    /// (never dereferenced; taken without cloning the catalog's handle).
+    pub fn catalog_ptr(&self) -> *const ProcCatalog {
+        self.catalog
+            .read()
+            .map_or(std::ptr::null(), |c| Arc::as_ptr(&c))
+    }
+
     /// `/metrics`: the counters, plus gauges of the read pool, the server pools and the
     /// classification cache as they are now.
     pub fn render_metrics(&self) -> String {

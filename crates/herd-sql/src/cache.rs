@@ -170,7 +170,13 @@ impl ClassifierCache {
         let mut literals = Literals::new();
         let recording = prefix.is_some().then_some(&mut literals);
         if !shape_recording(sql, &mut shape, recording) {
-            return self.get_or_classify_keyed(text, sql);
+            // The text is its own key: a template without literals recognises it (and only it)
+            // from then on, without lexing. Parameterised statements ($1) are such texts.
+            let found = self.get_or_classify_keyed(text, sql);
+            if let Some(prefix) = prefix.filter(|_| text.len() <= self.max_sql_len) {
+                self.lock().learn(prefix, text, &[], text, self.capacity);
+            }
+            return found;
         }
         let found = self.get_or_classify_keyed(&shape, sql);
         if let Some(prefix) = prefix {
@@ -284,6 +290,26 @@ mod tests {
         assert_eq!(d.statements.len(), a.statements.len());
         cache.clear();
         assert_eq!(templates(&cache), 0, "cleared with the entries");
+    }
+
+    #[test]
+    fn a_text_that_is_its_own_key_is_found_by_its_template() {
+        let cache = ClassifierCache::new(4);
+        let sql = "select v from accounts where id = $1";
+        let a = cache.get_or_classify(sql);
+        assert_eq!(
+            templates(&cache),
+            1,
+            "a parameterised text leaves a template"
+        );
+        let b = cache.get_or_classify(sql);
+        assert!(Arc::ptr_eq(&a, &b));
+        assert_eq!((cache.stats().hits, cache.stats().misses), (1, 1));
+        // Another text of the same first bytes is not taken for it.
+        let c = cache.get_or_classify("select v from accounts where id = $1 for update");
+        assert!(!Arc::ptr_eq(&a, &c));
+        assert_eq!(cache.stats().misses, 2);
+        assert_eq!(templates(&cache), 2);
     }
 
     #[test]

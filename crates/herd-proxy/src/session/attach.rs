@@ -205,11 +205,24 @@ impl Session {
                     Query::decode(frame.body)?.sql,
                     unsafe_encoding,
                 )),
-                tag::PARSE => Some(analyze(
-                    &self.ctx,
-                    Parse::decode(frame.body)?.query,
-                    unsafe_encoding,
-                )),
+                tag::PARSE => {
+                    let p = Parse::decode(frame.body)?;
+                    let recent =
+                        self.state.recent_parse.as_ref().filter(|r| {
+                            r.answers(p.query, unsafe_encoding, self.ctx.catalog_ptr())
+                        });
+                    match recent {
+                        // The text of the last unnamed Parse again: its facts are known.
+                        Some(r) => {
+                            if !r.stmt.read_only && facts.read_only {
+                                facts.read_only = false;
+                                facts.reason = r.reason;
+                            }
+                            None
+                        }
+                        None => Some(analyze(&self.ctx, p.query, unsafe_encoding)),
+                    }
+                }
                 tag::BIND => {
                     let b = Bind::decode(frame.body)?;
                     let known = if b.statement.is_empty() {

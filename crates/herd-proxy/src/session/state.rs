@@ -3,11 +3,12 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{Hash, Hasher};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use herd_core::{Consistency, Lsn};
 
 use crate::analysis::{Analysis, Effect};
+use crate::catalog::ProcCatalog;
 
 /// A protocol-level prepared statement of the client.
 #[derive(Clone, Debug)]
@@ -58,6 +59,56 @@ pub struct Unnamed {
     pub token: u64,
 }
 
+/// The statement of the client's last unnamed Parse, kept after PostgreSQL dropped it: drivers
+/// send the same text with every execution (pgbench `-M extended`, `PQexecParams`, JDBC before
+/// its prepare threshold), and classifying it again cost more than the rest of the Parse.
+#[derive(Clone, Debug)]
+pub struct RecentParse {
+    /// The statement, as the next unnamed Parse of the same text and types may reuse it.
+    pub stmt: Arc<Statement>,
+    /// Why it goes to the primary, when it does (the routing's metric label).
+    pub reason: &'static str,
+    /// The function catalog it was classified with: a newer one (functions created or
+    /// changed since) classifies the text again. Weak, so a session idle for hours keeps no
+    /// old catalog alive (only its allocation, so its address is not reused).
+    catalog: Weak<ProcCatalog>,
+    /// Classified for a client encoding that may hide ASCII in multibyte characters.
+    unsafe_encoding: bool,
+}
+
+impl RecentParse {
+    /// Remembers `stmt`, classified (reason `reason`) with `catalog` under `unsafe_encoding`.
+    pub fn new(
+        stmt: Arc<Statement>,
+        reason: &'static str,
+        catalog: &Arc<ProcCatalog>,
+        unsafe_encoding: bool,
+    ) -> Self {
+        RecentParse {
+            stmt,
+            reason,
+            catalog: Arc::downgrade(catalog),
+            unsafe_encoding,
+        }
+    }
+
+    /// Whether it answers for a Parse of `query` in a session with `unsafe_encoding` while the
+    /// catalog in use is at `catalog` ([`ProxyContext::catalog_ptr`]). The weak handle keeps
+    /// the old catalog's allocation, so no newer catalog can have its address.
+    ///
+    /// [`ProxyContext::catalog_ptr`]: crate::ProxyContext::catalog_ptr
+    pub fn answers(
+        &self,
+        query: &[u8],
+        unsafe_encoding: bool,
+        catalog: *const ProcCatalog,
+    ) -> bool {
+        self.stmt.query == query
+            && self.unsafe_encoding == unsafe_encoding
+            && std::ptr::eq(self.catalog.as_ptr(), catalog)
+    }
+}
+
 /// Per-client state.
 #[derive(Debug)]
 pub struct SessionState {
@@ -79,6 +130,8 @@ pub struct SessionState {
     pub statements: HashMap<Vec<u8>, Arc<Statement>, foldhash::fast::RandomState>,
     /// The unnamed prepared statement, while it exists.
     pub unnamed: Option<Unnamed>,
+    /// The last unnamed Parse's statement, reused when the next one repeats it.
+    pub recent_parse: Option<RecentParse>,
     /// Session pooling on a sharded cluster: the SQL of the statements the client prepared
     /// (passed through under its own names), so that each Bind is checked against the group
     /// of the session's server.
@@ -99,6 +152,7 @@ impl SessionState {
             tokens: Vec::new(),
             statements: HashMap::default(),
             unnamed: None,
+            recent_parse: None,
             passed: HashMap::new(),
             unsafe_encoding: false,
         }
@@ -272,6 +326,34 @@ mod tests {
         assert_eq!(s.token(0), Lsn(10));
         s.advance_token(2, Lsn(3));
         assert_eq!((s.token(1), s.token(2)), (Lsn(0), Lsn(3)));
+    }
+
+    #[test]
+    fn a_recent_parse_answers_for_its_text_encoding_and_catalog_only() {
+        let read = Analysis {
+            read_only: true,
+            reason: herd_sql::Reason::ReadOnly,
+            pin: false,
+            effects: vec![],
+            local: None,
+        };
+        let old = Arc::new(ProcCatalog::default());
+        let stmt = Arc::new(Statement::new(b"select $1", vec![], &read));
+        let recent = RecentParse::new(stmt, "read", &old, false);
+        assert!(recent.answers(b"select $1", false, Arc::as_ptr(&old)));
+        assert!(!recent.answers(b"select $2", false, Arc::as_ptr(&old)));
+        assert!(
+            !recent.answers(b"select $1", true, Arc::as_ptr(&old)),
+            "classified for another encoding"
+        );
+        // A catalog loaded since (functions created or changed): classified again, even
+        // once the old one is dropped (its address stays taken while the weak handle lives).
+        let new = Arc::new(ProcCatalog::default());
+        assert!(!recent.answers(b"select $1", false, Arc::as_ptr(&new)));
+        drop(old);
+        let newer = Arc::new(ProcCatalog::default());
+        assert!(!recent.answers(b"select $1", false, Arc::as_ptr(&newer)));
+        assert!(!recent.answers(b"select $1", false, std::ptr::null()));
     }
 
     #[test]

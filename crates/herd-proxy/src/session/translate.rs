@@ -8,9 +8,9 @@ use std::sync::Arc;
 use herd_wire::frontend::{tag, Bind, Close, Describe, Parse, Query, KIND_STATEMENT};
 use herd_wire::{encode, Frame};
 
-use super::state::{SessionState, Statement, Unnamed};
+use super::state::{RecentParse, SessionState, Statement, Unnamed};
 use super::Attached;
-use crate::analysis::{analyze, Analysis};
+use crate::analysis::{analyze, reason_label, Analysis};
 use crate::router::track::Expect;
 use crate::server::{Lookup, PREPARED_CAPACITY};
 use crate::{ProxyContext, ProxyError};
@@ -300,7 +300,21 @@ impl Translator<'_> {
 
     fn parse(&mut self, frame: &Frame<'_>, to_server: &mut Vec<u8>) -> Result<(), ProxyError> {
         let p = Parse::decode(frame.body)?;
-        let analysis = analyze(self.ctx, p.query, self.state.unsafe_encoding);
+        let unsafe_encoding = self.state.unsafe_encoding;
+        if p.name.is_empty() {
+            let recent = self.state.recent_parse.as_ref().filter(|r| {
+                r.stmt.param_types == p.param_types
+                    && r.answers(p.query, unsafe_encoding, self.ctx.catalog_ptr())
+            });
+            if let Some(stmt) = recent.map(|r| Arc::clone(&r.stmt)) {
+                self.parse_unnamed(stmt, frame, to_server);
+                return Ok(());
+            }
+        }
+        // Taken before the classification, so a catalog replaced meanwhile is never recorded
+        // as the one the statement was classified with.
+        let catalog = p.name.is_empty().then(|| self.ctx.catalog());
+        let analysis = analyze(self.ctx, p.query, unsafe_encoding);
         if let Some(sql) = self.deallocate(p.query, to_server)? {
             self.note(&analysis);
             encode::parse(to_server, p.name, sql, &p.param_types)?;
@@ -312,14 +326,15 @@ impl Translator<'_> {
             stmt.generation = self.ctx.closed_generation(&stmt.server_name);
         }
         let stmt = Arc::new(stmt);
-        if p.name.is_empty() {
-            // PostgreSQL drops the old unnamed statement first, whatever becomes of this one.
-            let token = self.ctx.next_token();
-            self.state.unnamed = Some(Unnamed { stmt, token });
-            self.att.lease.conn.unnamed = Some(token);
-            to_server.extend_from_slice(frame.raw);
-            let id = self.record(Undo::Unnamed { token });
-            self.att.tracker.sent(Expect::Parse, false, Some(id));
+        if let Some(catalog) = catalog {
+            let reason = reason_label(&analysis.reason);
+            self.state.recent_parse = Some(RecentParse::new(
+                Arc::clone(&stmt),
+                reason,
+                &catalog,
+                unsafe_encoding,
+            ));
+            self.parse_unnamed(stmt, frame, to_server);
             return Ok(());
         }
         if let Some(existing) = self.state.statements.get(p.name).cloned() {
@@ -350,6 +365,17 @@ impl Translator<'_> {
             return Ok(());
         }
         self.send_parse(&stmt, false, client, to_server)
+    }
+
+    /// An unnamed Parse, of `stmt`: forwarded as it is.
+    fn parse_unnamed(&mut self, stmt: Arc<Statement>, frame: &Frame<'_>, to_server: &mut Vec<u8>) {
+        // PostgreSQL drops the old unnamed statement first, whatever becomes of this one.
+        let token = self.ctx.next_token();
+        self.state.unnamed = Some(Unnamed { stmt, token });
+        self.att.lease.conn.unnamed = Some(token);
+        to_server.extend_from_slice(frame.raw);
+        let id = self.record(Undo::Unnamed { token });
+        self.att.tracker.sent(Expect::Parse, false, Some(id));
     }
 
     /// A Parse of a name the client already uses: PostgreSQL answers 42P05 and, like any
