@@ -148,22 +148,36 @@ impl Tracker {
         self.queue.is_empty()
     }
 
-    /// Whether a server message tagged `tag`, arriving now, only passes through: forwarded
-    /// as it is, answering nothing and changing nothing here (rows, a description, a simple
-    /// query's completion). The relay copies a run of such messages at once instead of
-    /// handing each to [`Tracker::on_server_message`], which would do just that.
-    pub fn passes(&self, tag: u8) -> bool {
+    /// Takes a server message tagged `tag`, arriving now, as one that only passes through:
+    /// forwarded as it is, and answering at most a plain request at the head (one the client
+    /// sent, answered by the server, with no answer of the proxy's due right after it). Then
+    /// the tracker has done exactly what [`Tracker::on_server_message`] would have done, and
+    /// the relay copies a run of such messages at once (rows, descriptions, completions: all
+    /// of an extended-protocol reply but its ReadyForQuery) instead of handing each over.
+    /// `false`: nothing changed; the message must go through `on_server_message`.
+    pub fn pass(&mut self, tag: u8) -> bool {
         let Some(head) = self.queue.front() else {
             return false;
         };
         if head.swallow || matches!(tag, b'E' | b'Z' | b'N' | b'S' | b'A') {
             return false;
         }
-        match head.expect {
-            Expect::Query | Expect::Sync => true,
-            Expect::Execute => !matches!(tag, b'C' | b'I' | b's'),
-            _ => false,
+        let completes = match head.expect {
+            Expect::Query | Expect::Sync => return true,
+            Expect::Execute if !matches!(tag, b'C' | b'I' | b's') => return true,
+            Expect::Execute => true,
+            Expect::Parse => tag == b'1',
+            Expect::Bind => tag == b'2',
+            Expect::Close => tag == b'3',
+            Expect::DescribePortal => matches!(tag, b'T' | b'n'),
+            // Two messages answer it: left to `on_server_message`.
+            Expect::DescribeStatement => false,
+        };
+        if !completes || self.queue.get(1).is_some_and(|p| p.synthetic.is_some()) {
+            return false;
         }
+        self.queue.pop_front();
+        true
     }
 
     /// Handles one whole server message `raw` (tag first): appends it to `to_client` unless it
@@ -303,10 +317,11 @@ mod tests {
         vec![b'Z', 0, 0, 0, 5, status]
     }
 
-    /// `passes` may only say yes where `on_server_message` would forward the message and
-    /// change nothing: checked for every head and every tag a server sends.
+    /// `pass` may only say yes where `on_server_message` would forward the message alone and
+    /// leave the tracker as `pass` leaves it; a no changes nothing. Checked for every head,
+    /// every tag a server sends, and what may follow the head.
     #[test]
-    fn passing_messages_change_nothing() {
+    fn passing_does_what_handling_would() {
         let heads = [
             Expect::Parse,
             Expect::Bind,
@@ -317,42 +332,56 @@ mod tests {
             Expect::Sync,
             Expect::Query,
         ];
-        let mut passing = 0;
+        let (mut passing, mut completing) = (0, 0);
         for head in heads {
             for swallow in [false, true] {
-                for tag in b"123tTnDCIsEZNSAGHWdc".iter().copied() {
-                    let mut t = Tracker::default();
-                    t.sent(head, swallow, Some(7));
-                    t.sent(Expect::Sync, false, None);
-                    if !t.passes(tag) {
-                        continue;
-                    }
-                    passing += 1;
-                    let before = t.clone();
-                    let mut out = Vec::new();
-                    let raw = if tag == b'Z' { rfq(b'I') } else { msg(tag) };
-                    let d = t.on_server_message(&raw, &mut out);
-                    assert_eq!(out, raw, "{head:?} {}", tag as char);
-                    assert_eq!(
-                        d,
-                        Disposition {
-                            forward: true,
-                            ..Default::default()
+                for synthetic_next in [false, true] {
+                    for tag in b"123tTnDCIsEZNSAGHWdc".iter().copied() {
+                        let mut t = Tracker::default();
+                        let mut out = Vec::new();
+                        t.sent(head, swallow, Some(7));
+                        if synthetic_next {
+                            t.answered_by_proxy(Expect::Close, msg(b'3'), None, &mut out);
                         }
-                    );
-                    assert_eq!(t, before, "{head:?} {} changed the tracker", tag as char);
+                        t.sent(Expect::Sync, false, None);
+                        let mut handled = t.clone();
+                        let before = t.clone();
+                        if !t.pass(tag) {
+                            assert_eq!(t, before, "a no changes nothing");
+                            continue;
+                        }
+                        passing += 1;
+                        completing += usize::from(t.queue.len() < before.queue.len());
+                        let raw = if tag == b'Z' { rfq(b'I') } else { msg(tag) };
+                        let d = handled.on_server_message(&raw, &mut out);
+                        assert_eq!(out, raw, "{head:?} {}", tag as char);
+                        assert_eq!(
+                            d,
+                            Disposition {
+                                forward: true,
+                                ..Default::default()
+                            }
+                        );
+                        assert_eq!(t, handled, "{head:?} {}", tag as char);
+                    }
                 }
             }
         }
-        // Rows and descriptions under a query, an execution or a sync pass; nothing else.
-        assert!(passing >= 3 * 10, "{passing}");
+        // Rows and descriptions under a query, an execution or a sync pass, and so do the
+        // completions of plain requests.
+        assert!(
+            passing >= 3 * 10 && completing >= 5,
+            "{passing} {completing}"
+        );
         let mut t = Tracker::default();
-        assert!(!t.passes(b'D'), "nothing queued");
+        assert!(!t.pass(b'D'), "nothing queued");
         t.sent(Expect::Execute, false, None);
-        for tag in [b'C', b'I', b's', b'E', b'Z', b'S', b'N', b'A'] {
-            assert!(!t.passes(tag), "{}", tag as char);
+        for tag in [b'E', b'Z', b'S', b'N', b'A'] {
+            assert!(!t.pass(tag), "{}", tag as char);
         }
-        assert!(t.passes(b'D'));
+        assert!(t.pass(b'D'));
+        assert!(t.pass(b'C'));
+        assert!(t.is_idle(), "the execution is answered");
     }
 
     #[test]

@@ -366,9 +366,9 @@ impl Session {
             let Some(att) = self.attached.as_mut() else {
                 return Ok(());
             };
-            // Messages that only pass through (rows, descriptions, a query's completion) are
-            // copied together: one copy and one advance for the run instead of a trip through
-            // the tracker for each.
+            // Messages that only pass through (rows, descriptions, completions of the client's
+            // own requests) are copied together: one copy and one advance for the run instead
+            // of a trip through the tracker for each.
             let conn = &mut att.lease.conn;
             let room = OUT_LIMIT.saturating_sub(self.out.len());
             let mut run = 0;
@@ -381,7 +381,7 @@ impl Session {
                 let Some((frame, used)) = conn.frame_at(run)? else {
                     break None;
                 };
-                if completes_rollback(frame.raw) || !att.tracker.passes(frame.tag) {
+                if completes_rollback(frame.raw) || !att.tracker.pass(frame.tag) {
                     break Some((frame.tag, used));
                 }
                 run += used;
