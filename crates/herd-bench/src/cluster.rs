@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 use herd_core::ports::{scratch_port_base, API_PORT_OFFSET};
 
 use crate::process::run_limited;
-use crate::BenchError;
+use crate::scratches::Scratches;
+use crate::{BenchError, BenchOptions};
 
 /// Ports from `port` on that a cluster needs free: the endpoint, up to 8 nodes, and the API at
 /// `port + 100` (checked separately).
@@ -53,12 +54,16 @@ pub fn free_port() -> Result<u16, BenchError> {
 
 /// A running cluster created by `herd up --detach` in a scratch directory on free ports;
 /// dropping it runs `herd down` and removes the directory. Every scenario uses this one handle.
+/// It is listed in the run's [`Scratches`] from before `herd up` until dropped, so an
+/// interrupted run stops it too.
 pub struct ScratchCluster {
     herd: PathBuf,
     psql: PathBuf,
     port: u16,
-    // Removed after `herd down`: fields are dropped once `Drop::drop` has run.
-    dir: tempfile::TempDir,
+    // Removed by `Drop` after `herd down` (not by a `TempDir`: an interrupt may be stopping
+    // the cluster instead, and the files must outlive its servers).
+    dir: PathBuf,
+    scratches: Scratches,
     /// The URL of Herd's proxy (`herd url`).
     pub proxy_url: String,
     /// The URL of the primary server (`herd url --primary`).
@@ -66,34 +71,47 @@ pub struct ScratchCluster {
 }
 
 impl ScratchCluster {
-    /// Creates and starts a default cluster with the `herd` binary at `herd`.
-    pub fn start(herd: &Path) -> Result<ScratchCluster, BenchError> {
-        ScratchCluster::start_with(herd, &[])
+    /// Creates and starts a default cluster with the run's `herd` binary.
+    pub fn start(opts: &BenchOptions) -> Result<ScratchCluster, BenchError> {
+        ScratchCluster::start_with(opts, &[])
     }
 
     /// Creates and starts a cluster with extra `herd up` flags (e.g. `--commit-mode on`,
     /// `--replicas 0`).
-    pub fn start_with(herd: &Path, flags: &[&str]) -> Result<ScratchCluster, BenchError> {
-        ScratchCluster::start_with_config(herd, flags, "")
+    pub fn start_with(opts: &BenchOptions, flags: &[&str]) -> Result<ScratchCluster, BenchError> {
+        ScratchCluster::start_with_config(opts, flags, "")
     }
 
     /// Like [`ScratchCluster::start_with`], with `herd_toml` (e.g. `[postgres]` settings that
     /// need a restart, such as `wal_level`) written as the data directory's `herd.toml` before
     /// `herd up`, which reads it; `herd up` flags still override it. Empty: the defaults.
     pub fn start_with_config(
-        herd: &Path,
+        opts: &BenchOptions,
         flags: &[&str],
         herd_toml: &str,
     ) -> Result<ScratchCluster, BenchError> {
         let port = free_port_block()?;
+        let psql = herd_pg::PgBinaries::locate(None)?.program("psql");
+        let dir = scratch_dir()?.keep();
+        if let Err(e) = opts.scratches.add(&opts.herd_exe, &dir) {
+            let _ = std::fs::remove_dir_all(&dir);
+            return Err(e);
+        }
+        // From here on, dropping `cluster` (also on an error below) stops it.
         let mut cluster = ScratchCluster {
-            herd: herd.to_path_buf(),
-            psql: herd_pg::PgBinaries::locate(None)?.program("psql"),
+            herd: opts.herd_exe.clone(),
+            psql,
             port,
-            dir: scratch_dir()?,
+            dir,
+            scratches: opts.scratches.clone(),
             proxy_url: String::new(),
             primary_url: String::new(),
         };
+        // Where to look if something is left behind; tests read this line to find the cluster.
+        opts.scratches.say(&format!(
+            "herd bench: scratch cluster in {}",
+            cluster.dir.display()
+        ));
         if !herd_toml.is_empty() {
             let data = cluster.data_dir();
             std::fs::create_dir_all(&data).map_err(|e| BenchError::io("creating", &data, e))?;
@@ -110,12 +128,12 @@ impl ScratchCluster {
 
     /// The scratch directory (the data directory is `data` inside it).
     pub fn dir(&self) -> &Path {
-        self.dir.path()
+        &self.dir
     }
 
     /// The data directory.
     pub fn data_dir(&self) -> PathBuf {
-        self.dir.path().join("data")
+        self.dir.join("data")
     }
 
     /// The directory of the Unix socket of the server on `port`, when it has one.
@@ -246,12 +264,15 @@ impl ScratchCluster {
 
 impl Drop for ScratchCluster {
     fn drop(&mut self) {
-        if !self.data_dir().exists() {
+        // Not ours to stop when an interrupt already took it over.
+        if !self.scratches.claim(&self.dir) {
             return;
         }
-        if let Err(e) = self.herd_limited(&["down"], 180) {
-            eprintln!("herd bench: {e}");
+        let deadline = Instant::now() + Duration::from_secs(180);
+        if let Err(e) = crate::teardown::stop(&self.herd, &self.dir, deadline) {
+            self.scratches.say(&format!("herd bench: {e}"));
         }
+        self.scratches.release(&self.dir);
     }
 }
 

@@ -68,6 +68,9 @@ pub enum BenchError {
     /// results.json could not be encoded.
     #[error("encoding results.json: {0}")]
     Json(#[from] serde_json::Error),
+    /// The run is being stopped (SIGINT or SIGTERM): no new scratch cluster may start.
+    #[error("interrupted")]
+    Interrupted,
     /// The SVG chart could not be drawn.
     #[error("drawing {}: {detail}", path.display())]
     Chart {

@@ -18,6 +18,8 @@ mod process;
 mod procstat;
 pub mod report;
 mod scenarios;
+mod scratches;
+mod teardown;
 
 use std::path::PathBuf;
 
@@ -26,6 +28,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 pub use error::BenchError;
 pub use pgbench::{median, parse_output, PgbenchRun};
 pub use report::{LagResult, Machine, ModeResult, Percentiles, ReadScaling, Results, TargetResult};
+pub use scratches::{Left, Scratches};
 
 /// How to run a scenario.
 #[derive(Clone, Debug)]
@@ -50,6 +53,9 @@ pub struct BenchOptions {
     pub hosts: Option<u32>,
     /// `failover --hosts` only: the agents' lease TTL in milliseconds (their default otherwise).
     pub ttl_ms: Option<u64>,
+    /// The scratch clusters and helpers this run has alive, for the caller to stop if the run
+    /// is interrupted ([`Scratches::stop_all`]).
+    pub scratches: Scratches,
 }
 
 /// What a finished run produced.
@@ -159,7 +165,9 @@ fn run_one(found: &Scenario, opts: &BenchOptions, prefix: &str) -> Result<Report
         bar.set_style(style);
     }
     bar.enable_steady_tick(std::time::Duration::from_millis(200));
+    opts.scratches.set_bar(Some(&bar));
     let outcome = (found.run)(opts, &bar);
+    opts.scratches.set_bar(None);
     bar.finish_and_clear();
     let results = outcome?;
     let (markdown, files) = report::write_all(&results, &opts.out)?;

@@ -6,6 +6,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::cluster::{free_port, UrlParts};
+use crate::scratches::Scratches;
 use crate::BenchError;
 
 /// Where Debian and most distributions install the program, besides PATH.
@@ -60,9 +61,11 @@ impl Installed {
     }
 }
 
-/// A PgBouncer child process; killed when dropped.
+/// A PgBouncer child process; killed when dropped. Listed in the run's [`Scratches`] while it
+/// runs: only this process waits for it, so it would outlive an interrupted run.
 pub struct PgBouncer {
     child: Child,
+    scratches: Scratches,
     /// The URL clients use to reach the primary through PgBouncer.
     pub url: String,
 }
@@ -72,8 +75,9 @@ impl PgBouncer {
     /// the superuser's password; by its Unix socket in `socket_dir` when given), with
     /// `extra_users` (name, password or verifier) in its `auth_file` too, and starts PgBouncer
     /// in the foreground, as the `postgres` OS user when running as root (PgBouncer refuses
-    /// root).
+    /// root); listed in `scratches` until dropped.
     pub fn start(
+        scratches: &Scratches,
         installed: &Installed,
         scratch: &Path,
         upstream: &str,
@@ -135,8 +139,10 @@ impl PgBouncer {
             program: installed.program.display().to_string(),
             source,
         })?;
+        scratches.add_helper(child.id());
         let mut bouncer = PgBouncer {
             child,
+            scratches: scratches.clone(),
             url: format!(
                 "postgresql://{}:{}@127.0.0.1:{port}/{}",
                 up.user, up.password, up.dbname
@@ -177,6 +183,8 @@ impl PgBouncer {
 
 impl Drop for PgBouncer {
     fn drop(&mut self) {
+        // Forgotten before it is reaped, so an interrupt never signals a reused pid.
+        self.scratches.remove_helper(self.child.id());
         let _ = self.child.kill();
         let _ = self.child.wait();
     }

@@ -48,6 +48,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         hosts: args.hosts,
         ttl_ms: args.ttl_ms,
         herd_exe: std::env::current_exe().context("locating the herd binary")?,
+        scratches: herd_bench::Scratches::new(),
     };
     let scenario = args.scenario;
     let report = tokio::task::spawn_blocking(move || herd_bench::run(&scenario, &opts))

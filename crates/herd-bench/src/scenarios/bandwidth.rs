@@ -71,15 +71,13 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
 
     bar.set_message("starting the publisher (1 replica, wal_level = logical)");
     let publisher = ScratchCluster::start_with_config(
-        &opts.herd_exe,
+        opts,
         &["--replicas", "1", "--commit-mode", "async"],
         "[postgres]\nwal_level = \"logical\"\n",
     )?;
     bar.set_message("starting the subscriber (no replicas)");
-    let subscriber = ScratchCluster::start_with(
-        &opts.herd_exe,
-        &["--replicas", "0", "--commit-mode", "async"],
-    )?;
+    let subscriber =
+        ScratchCluster::start_with(opts, &["--replicas", "0", "--commit-mode", "async"])?;
     bar.set_message(format!("pgbench -i -s {pg_scale} on both, subscribing"));
     subscribe(&publisher, &subscriber, &pgbench, pg_scale)?;
     let one_row = write_script(publisher.dir(), "one_row.sql", ONE_ROW)?;

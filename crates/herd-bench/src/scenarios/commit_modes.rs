@@ -68,8 +68,7 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
         bar.set_message(format!(
             "starting a scratch cluster with {replicas} replicas"
         ));
-        let herd =
-            ScratchCluster::start_with(&opts.herd_exe, &["--replicas", &replicas.to_string()])?;
+        let herd = ScratchCluster::start_with(opts, &["--replicas", &replicas.to_string()])?;
         bar.set_message(format!("loading {} × {} rows", devices, points));
         load(&herd, devices, points)?;
         let direct = write_script(herd.dir(), "insert.sql", &insert_sql(devices))?;

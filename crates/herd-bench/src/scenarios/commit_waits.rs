@@ -73,7 +73,7 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
     let pgbench = Pgbench::locate()?;
     let mut notes = Vec::new();
     bar.set_message("starting a scratch cluster with 2 replicas");
-    let herd = ScratchCluster::start_with(&opts.herd_exe, &["--replicas", "2"])?;
+    let herd = ScratchCluster::start_with(opts, &["--replicas", "2"])?;
     let create = "create table demo (id bigint generated always as identity primary key, \
                   created timestamptz not null default now())";
     herd.psql(&herd.primary_url, &[create])?;

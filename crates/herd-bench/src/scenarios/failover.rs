@@ -3,7 +3,7 @@
 //! acknowledged writes missing from the new primary once the cluster is back to full strength.
 
 use std::collections::{BTreeMap, HashSet};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -118,7 +118,7 @@ fn run_mode(
     iterations: u32,
 ) -> Result<FailoverResult, BenchError> {
     bar.set_message(format!("{mode}: starting a scratch cluster (herd up)"));
-    let cluster = Cluster::start(&opts.herd_exe, mode)?;
+    let cluster = Cluster::start(opts, mode)?;
     let outcome = measure(&cluster, bar, mode, iterations);
     // Keep the supervisor's log whatever happened: it is the evidence of a misbehaving failover.
     let log = cluster.data_dir().join("logs").join("herd.log");
@@ -445,8 +445,8 @@ async fn write_loop(
 struct Cluster(ScratchCluster);
 
 impl Cluster {
-    fn start(herd: &Path, mode: &str) -> Result<Cluster, BenchError> {
-        ScratchCluster::start_with(herd, &["--commit-mode", mode]).map(Cluster)
+    fn start(opts: &BenchOptions, mode: &str) -> Result<Cluster, BenchError> {
+        ScratchCluster::start_with(opts, &["--commit-mode", mode]).map(Cluster)
     }
 
     fn data_dir(&self) -> PathBuf {

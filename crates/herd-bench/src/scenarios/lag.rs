@@ -119,10 +119,7 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
     let pgbench = Pgbench::locate()?;
     bar.set_length(PHASES.len() as u64 + 1);
     bar.set_message("starting a scratch cluster (1 replica, commit mode async)");
-    let cluster = ScratchCluster::start_with(
-        &opts.herd_exe,
-        &["--replicas", "1", "--commit-mode", "async"],
-    )?;
+    let cluster = ScratchCluster::start_with(opts, &["--replicas", "1", "--commit-mode", "async"])?;
     let defaults = proxy_config(&cluster)?;
     bar.set_message(format!("pgbench -i -s {} on the primary", plan.scale));
     let init = ["-i", "-q", "-s", &plan.scale.to_string()].map(String::from);

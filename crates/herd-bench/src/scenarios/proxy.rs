@@ -68,7 +68,7 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
     let mut notes = Vec::new();
 
     bar.set_message("starting a scratch cluster (herd up)");
-    let cluster = ScratchCluster::start(&opts.herd_exe)?;
+    let cluster = ScratchCluster::start(opts)?;
     bar.set_message(format!("pgbench -i -s {} on the primary", plan.scale));
     let init = vec![
         "-i".into(),
@@ -126,6 +126,7 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
         Some(installed) => {
             bar.set_message("starting pgbouncer");
             let b = PgBouncer::start(
+                &opts.scratches,
                 installed,
                 cluster.dir(),
                 &cluster.primary_url,

@@ -161,11 +161,8 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
     for &n in &plan.nodes {
         bar.set_message(format!("{}: starting a scratch cluster", mode(n)));
         let replicas = (n - 1).to_string();
-        let cluster = ScratchCluster::start_with_config(
-            &opts.herd_exe,
-            &["--replicas", &replicas],
-            HERD_TOML,
-        )?;
+        let cluster =
+            ScratchCluster::start_with_config(opts, &["--replicas", &replicas], HERD_TOML)?;
         bar.set_message(format!(
             "{}: loading {} devices × {} readings",
             mode(n),

@@ -91,7 +91,7 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
         .max(1);
     bar.set_message("starting 2 shard groups (1 replica each, wal_level = logical)");
     let cluster = ScratchCluster::start_with_config(
-        &opts.herd_exe,
+        opts,
         &["--shards", "2", "--replicas", "1"],
         "[postgres]\nwal_level = \"logical\"\n",
     )?;

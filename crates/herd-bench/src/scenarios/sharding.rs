@@ -308,8 +308,7 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
     for &n in &plan.groups {
         bar.set_message(format!("{}: starting a scratch cluster", herd_target(n)));
         let shards = n.to_string();
-        let c =
-            ScratchCluster::start_with(&opts.herd_exe, &["--shards", &shards, "--replicas", "0"])?;
+        let c = ScratchCluster::start_with(opts, &["--shards", &shards, "--replicas", "0"])?;
         clusters.push((n, c));
     }
     let dir = clusters[0].1.dir().to_path_buf();
