@@ -37,8 +37,12 @@ pub struct BenchArgs {
     pub ttl_ms: Option<u64>,
 }
 
-/// Runs the scenario on a blocking thread and prints its table and files.
+/// Runs the scenario on a blocking thread and prints its table and files. SIGINT or SIGTERM
+/// meanwhile stops the scratch clusters and helpers the run started and exits with 130 or 143
+/// (`bench_interrupt`).
 pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
+    let scratches = herd_bench::Scratches::new();
+    let mut signals = crate::bench_interrupt::Signals::install()?;
     let opts = herd_bench::BenchOptions {
         quick: args.quick,
         out: args.out,
@@ -48,12 +52,16 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         hosts: args.hosts,
         ttl_ms: args.ttl_ms,
         herd_exe: std::env::current_exe().context("locating the herd binary")?,
-        scratches: herd_bench::Scratches::new(),
+        scratches: scratches.clone(),
     };
     let scenario = args.scenario;
-    let report = tokio::task::spawn_blocking(move || herd_bench::run(&scenario, &opts))
-        .await
-        .context("the benchmark thread failed")??;
+    let bench = tokio::task::spawn_blocking(move || herd_bench::run(&scenario, &opts));
+    let report = tokio::select! {
+        done = bench => done.context("the benchmark thread failed")??,
+        caught = signals.next() => {
+            crate::bench_interrupt::stop_and_exit(caught, signals, scratches).await
+        }
+    };
     crate::output::emitln!("{}", report.markdown);
     for file in &report.files {
         crate::output::emitln!("wrote {}", file.display());

@@ -28,6 +28,7 @@ enum Command {
     /// Promote a replica now, fencing the current primary.
     Failover(FailoverArgs),
     /// Reproduce the reference measurements on this machine (results.json, report.md, SVG).
+    /// Ctrl-C stops and removes the scratch cluster(s) before exiting.
     Bench(crate::bench::BenchArgs),
     /// Change settings of a cluster.
     Config {

@@ -2,6 +2,7 @@
 
 mod admin;
 mod bench;
+mod bench_interrupt;
 mod cli;
 mod client_tls;
 mod commit_waits;
