@@ -1,7 +1,8 @@
 //! The endpoint behaves as PostgreSQL does for what drivers send: pipelines that fail before
 //! their Sync, huge batches, the unnamed statement across units, duplicate statement names,
 //! prepared DISCARD ALL, plans invalidated by DDL, non-UTF-8 client encodings, the client's own
-//! parameters, one FATAL only, reads a standby answers differently, and session pooling.
+//! parameters, one FATAL only, reads a standby answers differently (and a repeated unnamed
+//! statement routed by its text in the session's encoding), and session pooling.
 //! Each case came from a driver's own test suite run through Herd; the messages are sent one by
 //! one with a bare protocol client so the shapes are exact.
 
@@ -25,6 +26,29 @@ fn in_use(api_port: u16, node: &str) -> u64 {
 
 fn sync(out: &mut Vec<u8>) {
     encode::sync(out);
+}
+
+/// Units routed so far for `reason` (every reason when empty; `herd_routed_total`, every node).
+fn routed(api_port: u16, reason: &str) -> u64 {
+    api_get_text(api_port, "/metrics")
+        .lines()
+        .filter(|l| l.starts_with("herd_routed_total{"))
+        .filter(|l| reason.is_empty() || l.contains(&format!("reason=\"{reason}\"")))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+/// Parse, Bind, Execute and Sync of the same unnamed read with a non-ASCII comment.
+fn run_unnamed(e: &mut Raw) {
+    let mut out = Vec::new();
+    // é in UTF-8 (0xC3 0xA9): two half-width katakana in SJIS.
+    parse(&mut out, "", "select 1 as one /* \u{e9} */");
+    bind(&mut out, "", &[]);
+    execute(&mut out);
+    sync(&mut out);
+    e.send(&out);
+    let msgs = e.until_ready();
+    assert_eq!(tags(&msgs), "12DCZ", "{:?}", error_code(&msgs));
 }
 
 #[test]
@@ -401,6 +425,38 @@ fn reads_a_standby_answers_differently_go_to_the_primary() {
     let mut direct = Raw::connect(&c.url(&["--primary"]), &[]);
     direct.query("create unlogged table unl(i int)");
     direct.query("insert into unl values (1)");
+    // The unnamed statement a client sends again and again (parameters without preparing) is
+    // routed by its text each time in the session's encoding: the proxy reuses the last
+    // one's facts only while the encoding is as safe. Non-ASCII text in an encoding that may
+    // hide ASCII bytes (SJIS) never goes to a replica; the same bytes in UTF-8 may.
+    let mut e = Raw::connect(&url, &[]);
+    let (reads, unsafe_text) = (
+        routed(c.api_port(), "read"),
+        routed(c.api_port(), "unparseable"),
+    );
+    run_unnamed(&mut e);
+    run_unnamed(&mut e);
+    assert_eq!(routed(c.api_port(), "read"), reads + 2, "UTF-8: a read");
+    assert_eq!(error_code(&e.query("set client_encoding = 'SJIS'")), None);
+    run_unnamed(&mut e);
+    assert_eq!(
+        routed(c.api_port(), "unparseable"),
+        unsafe_text + 1,
+        "SJIS: the same text is not taken for a read"
+    );
+    assert_eq!(error_code(&e.query("set client_encoding = 'UTF8'")), None);
+    // A read again (to the primary while the replicas replay past the SJIS statement, which
+    // may have written: reason not_caught_up), not an unroutable text.
+    let all = routed(c.api_port(), "");
+    run_unnamed(&mut e);
+    assert_eq!(routed(c.api_port(), ""), all + 1);
+    assert_eq!(
+        routed(c.api_port(), "unparseable"),
+        unsafe_text + 1,
+        "UTF-8 again: classified afresh"
+    );
+    drop(e);
+
     let mut r = Raw::connect(&url, &[]);
     for _ in 0..5 {
         let msgs = r.query("select count(*) from unl");

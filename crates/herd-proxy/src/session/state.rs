@@ -328,15 +328,20 @@ mod tests {
         assert_eq!((s.token(1), s.token(2)), (Lsn(0), Lsn(3)));
     }
 
-    #[test]
-    fn a_recent_parse_answers_for_its_text_encoding_and_catalog_only() {
-        let read = Analysis {
+    /// The facts of a plain read.
+    fn read_only() -> Analysis {
+        Analysis {
             read_only: true,
             reason: herd_sql::Reason::ReadOnly,
             pin: false,
             effects: vec![],
             local: None,
-        };
+        }
+    }
+
+    #[test]
+    fn a_recent_parse_answers_for_its_text_encoding_and_catalog_only() {
+        let read = read_only();
         let old = Arc::new(ProcCatalog::default());
         let stmt = Arc::new(Statement::new(b"select $1", vec![], &read));
         let recent = RecentParse::new(stmt, "read", &old, false);
@@ -358,13 +363,7 @@ mod tests {
 
     #[test]
     fn statement_names_are_shared_by_text() {
-        let read = Analysis {
-            read_only: true,
-            reason: herd_sql::Reason::ReadOnly,
-            pin: false,
-            effects: vec![],
-            local: None,
-        };
+        let read = read_only();
         let a = Statement::new(b"select 1", vec![], &read);
         let b = Statement::new(b"select 1", vec![], &read);
         let c = Statement::new(b"select 1", vec![23], &read);
