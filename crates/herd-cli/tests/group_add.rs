@@ -138,6 +138,12 @@ async fn notes(url: String, stop: Arc<AtomicBool>, ledger: Arc<Ledger>) {
 
 /// Reads the accounts across groups (exactly ACCOUNTS) and the reference table, which must
 /// hold every row acknowledged before the read began. The number of reads.
+///
+/// It reads at `primary` consistency: the rows were acknowledged to other sessions, and at the
+/// default level a replica may serve another session's read before it has replayed them (the
+/// default promises a session its own writes; a loaded machine showed it, 2026-11-27). What is
+/// checked is that no group serves a reference read without every acknowledged row, the new
+/// group included.
 async fn reader(
     url: String,
     stop: Arc<AtomicBool>,
@@ -145,6 +151,10 @@ async fn reader(
     bad: Arc<Mutex<Vec<String>>>,
 ) -> u64 {
     let client = connect(&url).await;
+    client
+        .batch_execute("SET herd.consistency = 'primary'")
+        .await
+        .expect("consistency");
     let note = |what: String| {
         let mut b = bad.lock().expect("bad");
         if b.len() < 100 {
