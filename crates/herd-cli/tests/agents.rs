@@ -35,7 +35,7 @@ async fn agents_fail_over_fence_and_rejoin_without_losing_writes() {
 
     // 3. Operator commands through the store, while writes go on: a planned switchover to a
     //    named replica, a commit mode change, the status.
-    let leader = hosts.primary().expect("a primary");
+    let leader = hosts.wait_primary("now");
     let target = (0..3).find(|&i| i != leader).expect("a replica");
     let out = hosts.herd_store(&["switchover", "--to", &Hosts::name(target)]);
     assert!(
@@ -83,7 +83,7 @@ async fn clock_skew_between_hosts_changes_nothing() {
     let (stop, record, threads) = start_checker(&hosts).await;
     let acked = || record.lock().expect("record").acknowledged.len();
     hosts.wait_writes(&acked, "at first");
-    let primary = hosts.primary().expect("a primary");
+    let primary = hosts.wait_primary("now");
     let skewed: Vec<usize> = (0..3).filter(|&i| i != primary).collect();
     for (&i, offset) in skewed.iter().zip(["+1h", "-1h"]) {
         hosts.signal_agent(i, Signal::SIGTERM);
@@ -100,7 +100,7 @@ async fn clock_skew_between_hosts_changes_nothing() {
         Hosts::name(skewed[0])
     );
     kill_primary(&mut hosts, &acked, 1);
-    let leader = hosts.primary().expect("a primary");
+    let leader = hosts.wait_primary("now");
     assert!(
         skewed.contains(&leader),
         "a skewed member leads after the kill"
@@ -128,7 +128,7 @@ async fn clock_offset(hosts: &Hosts, i: usize) -> f64 {
 /// kill -9 of the primary's agent and its PostgreSQL: another member takes over; the old one
 /// comes back as a replica (pg_rewind).
 fn kill_primary(hosts: &mut Hosts, acked: &dyn Fn() -> usize, round: u32) {
-    let old = hosts.primary().expect("a primary");
+    let old = hosts.wait_primary("now");
     let postmaster = hosts.postmaster(old).expect("postmaster pid");
     hosts.signal_agent(old, Signal::SIGKILL);
     let _ = kill(Pid::from_raw(postmaster), Signal::SIGKILL);
@@ -155,7 +155,7 @@ fn kill_primary(hosts: &mut Hosts, acked: &dyn Fn() -> usize, round: u32) {
 /// SIGSTOP of the primary's agent for longer than the TTL: the watchdog fences its server
 /// before the lease can expire; another member takes over; the agent, continued, rejoins.
 fn freeze_primary(hosts: &Hosts, acked: &dyn Fn() -> usize, round: u32) {
-    let frozen = hosts.primary().expect("a primary");
+    let frozen = hosts.wait_primary("now");
     let port = hosts.pg_port(frozen);
     hosts.signal_agent(frozen, Signal::SIGSTOP);
     let stopped_at = Instant::now();
@@ -313,7 +313,7 @@ async fn a_replica_whose_wal_is_gone_is_cloned_afresh() {
     let mut hosts = Hosts::start_configured(
         "[postgres]\nwal_keep_size = \"0\"\nmax_slot_wal_keep_size = \"32MB\"\n",
     );
-    let p = hosts.primary().expect("a primary");
+    let p = hosts.wait_primary("now");
     let r = (0..3).find(|&i| i != p).expect("a replica");
     let Some(primary) = common::try_connect(&hosts.node_url(p)).await else {
         panic!(

@@ -112,7 +112,7 @@ async fn partitions_never_make_two_primaries_nor_lose_writes() {
 fn host_cut(hosts: &Hosts, acked: &dyn Fn() -> usize, round: u32) {
     let ttl = Duration::from_millis(TTL_MS);
     let lab = hosts.lab.as_ref().expect("lab");
-    let p = hosts.primary().expect("a primary");
+    let p = hosts.wait_primary("before the round");
     lab.set_host(p, false);
     let cut = Instant::now();
     let window = writable_window(hosts, p, cut);
@@ -142,7 +142,7 @@ fn host_cut(hosts: &Hosts, acked: &dyn Fn() -> usize, round: u32) {
 fn store_cut(hosts: &Hosts, acked: &dyn Fn() -> usize, round: u32) {
     let ttl = Duration::from_millis(TTL_MS);
     let lab = hosts.lab.as_ref().expect("lab");
-    let p = hosts.primary().expect("a primary");
+    let p = hosts.wait_primary("before the round");
     lab.set_link(p, Link::Store, false);
     let cut = Instant::now();
     let window = writable_window(hosts, p, cut);
@@ -162,7 +162,7 @@ fn store_cut(hosts: &Hosts, acked: &dyn Fn() -> usize, round: u32) {
 fn database_cut(hosts: &Hosts, acked: &dyn Fn() -> usize, round: u32) {
     let ttl = Duration::from_millis(TTL_MS);
     let lab = hosts.lab.as_ref().expect("lab");
-    let p = hosts.primary().expect("a primary");
+    let p = hosts.wait_primary("before the round");
     lab.set_link(p, Link::Database, false);
     std::thread::sleep(ttl * 2);
     let status: serde_json::Value =
@@ -179,7 +179,7 @@ fn database_cut(hosts: &Hosts, acked: &dyn Fn() -> usize, round: u32) {
 /// etcd's quorum lost for 30 s (2 of 3 members down): every member confirms it cannot reach
 /// the store either, so the primary goes on serving (failsafe) and writes continue.
 fn quorum_lost(hosts: &mut Hosts, acked: &dyn Fn() -> usize, round: u32) {
-    let p = hosts.primary().expect("a primary");
+    let p = hosts.wait_primary("before the round");
     let down = Duration::from_secs(30);
     hosts.etcd.kill(1);
     hosts.etcd.kill(2);

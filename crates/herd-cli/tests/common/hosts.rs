@@ -345,6 +345,23 @@ impl Hosts {
         (0..3).find(|&i| self.role(i).as_deref() == Some("primary"))
     }
 
+    /// The host that is primary, waiting (60 s at most) while none says so: an agent whose API
+    /// is slow to answer for a moment reports no role, which is not a cluster without primary.
+    pub fn wait_primary(&self, what: &str) -> usize {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(p) = self.primary() {
+                return p;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no primary {what} after 60 s; logs:\n{}",
+                self.logs()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     pub fn logs(&self) -> String {
         let lines = if std::env::var_os("HERD_TEST_VERBOSE").is_some() {
             400

@@ -30,6 +30,7 @@ mod startup;
 pub mod state;
 mod translate;
 mod two_phase;
+mod undo;
 mod write_all;
 
 use std::sync::Arc;
@@ -67,7 +68,7 @@ struct Attached {
     /// The transaction was rolled back (a ROLLBACK command completed).
     rolled_back: bool,
     /// What to undo should a message in flight fail, by tracker id.
-    undo: Vec<(u64, translate::Undo)>,
+    undo: Vec<(u64, undo::Undo)>,
     /// The statements bound since the last ReadyForQuery.
     bound: Vec<Arc<state::Statement>>,
     /// The server sent a FATAL error: it is closing the connection.

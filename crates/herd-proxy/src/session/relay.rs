@@ -17,7 +17,7 @@ use herd_wire::backend::{tag as btag, ErrorFields};
 use super::attach::unit_len;
 use super::place_now::{AfterWait, Placed};
 use super::primary_watch::PrimaryWatch;
-use super::translate::undo_failed;
+use super::undo::undo_failed;
 use super::Session;
 use crate::analysis::Effect;
 use crate::ProxyError;
