@@ -213,6 +213,31 @@ fn statements_across_units_and_servers() {
     let mut b = Raw::connect(&url, &[]);
     let mut out = Vec::new();
 
+    // An unnamed DEALLOCATE ALL frees the client's statement names each time it runs, the
+    // same text sent again included (the proxy reuses a repeated unnamed text's facts, never
+    // a DEALLOCATE's).
+    for round in 0..3 {
+        out.clear();
+        parse(&mut out, "kept", "select 1");
+        sync(&mut out);
+        a.send(&out);
+        let msgs = a.until_ready();
+        assert_eq!(tags(&msgs), "1Z", "round {round}: {:?}", error_code(&msgs));
+        out.clear();
+        parse(&mut out, "", "DEALLOCATE ALL");
+        bind(&mut out, "", &[]);
+        execute(&mut out);
+        sync(&mut out);
+        a.send(&out);
+        let msgs = a.until_ready();
+        assert_eq!(
+            tags(&msgs),
+            "12CZ",
+            "round {round}: {:?}",
+            error_code(&msgs)
+        );
+    }
+
     // The unnamed statement outlives its unit (pgx's describe_exec), wherever the next unit
     // lands and whatever other clients parse meanwhile.
     for i in 0..30 {

@@ -303,13 +303,17 @@ impl Translator<'_> {
         }
         let stmt = Arc::new(stmt);
         if let Some(catalog) = catalog {
-            let reason = reason_label(&analysis.reason);
-            self.state.recent_parse = Some(RecentParse::new(
-                Arc::clone(&stmt),
-                reason,
-                &catalog,
-                unsafe_encoding,
-            ));
+            // A DEALLOCATE acts on the session at each Parse (`deallocate` above, which the
+            // reuse skips): never reused.
+            if deallocate_target(p.query).is_none() {
+                let reason = reason_label(&analysis.reason);
+                self.state.recent_parse = Some(RecentParse::new(
+                    Arc::clone(&stmt),
+                    reason,
+                    &catalog,
+                    unsafe_encoding,
+                ));
+            }
             self.parse_unnamed(stmt, frame, to_server);
             return Ok(());
         }
