@@ -61,9 +61,19 @@ fn quick_proxy_bench_writes_reports() {
             c["pgbench_cpu_us_per_txn"].as_f64().unwrap_or(0.0) > 0.0,
             "{mode}: pgbench's CPU per transaction {c}"
         );
+        // The whole machine's busy CPU over the same runs: at least pgbench's and the proxy's.
+        let machine = c["machine_cpu_us_per_txn"].as_f64().unwrap_or(0.0);
+        assert!(
+            machine >= cpu,
+            "{mode}: the machine's CPU per transaction {c}"
+        );
     }
     let report = std::fs::read_to_string(out.path().join("report.md")).expect("report.md");
     assert!(report.contains("CPU µs / transaction"), "{report}");
+    assert!(
+        report.contains("machine's CPU µs / transaction"),
+        "{report}"
+    );
     assert!(
         report.contains("Memory per client connection on herd-primary"),
         "{report}"

@@ -99,6 +99,10 @@ pub struct ProcessCost {
     /// the proxy and the servers, so where it grows (many clients) the rate falls with it.
     #[serde(default)]
     pub pgbench_cpu_us_per_txn: f64,
+    /// CPU time the whole machine spent busy per transaction over the same runs (`/proc/stat`,
+    /// all cores), microseconds: load generator, proxy and servers together.
+    #[serde(default)]
+    pub machine_cpu_us_per_txn: f64,
 }
 
 /// What `herd bench read-scaling` reports besides qps: each node's CPU confinement and where
@@ -302,15 +306,19 @@ pub fn markdown(r: &Results) -> String {
 fn costs_table(r: &Results) -> String {
     let mut md = String::from(
         "\nWhat each proxy's process cost (from /proc, over all its runs of the mode):\n\n\
-         | mode | target | CPU µs / transaction | wake-ups (context switches) / transaction | RSS MiB | pgbench's CPU µs / transaction |\n\
-         |---|---|---|---|---|---|\n",
+         | mode | target | CPU µs / transaction | wake-ups (context switches) / transaction | RSS MiB | pgbench's CPU µs / transaction | machine's CPU µs / transaction |\n\
+         |---|---|---|---|---|---|---|\n",
     );
     for (mode, targets) in &r.process_costs {
         for (t, c) in targets {
             let _ = writeln!(
                 md,
-                "| {mode} | {t} | {:.1} | {:.2} | {:.1} | {:.1} |",
-                c.cpu_us_per_txn, c.switches_per_txn, c.rss_mib, c.pgbench_cpu_us_per_txn
+                "| {mode} | {t} | {:.1} | {:.2} | {:.1} | {:.1} | {:.1} |",
+                c.cpu_us_per_txn,
+                c.switches_per_txn,
+                c.rss_mib,
+                c.pgbench_cpu_us_per_txn,
+                c.machine_cpu_us_per_txn
             );
         }
     }

@@ -222,6 +222,7 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
         let pid = pid_of(name);
         let before = pid.and_then(procstat::sample);
         let pgbench_before = procstat::children_cpu_s();
+        let machine_before = procstat::machine_busy_s();
         let (run, mid) = std::thread::scope(|s| {
             // Halfway through, the proxy's memory.
             let mid = s.spawn(|| {
@@ -258,6 +259,9 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
             c.cpu_s += a.cpu_s - b.cpu_s;
             if let (Some(pb), Some(pa)) = (pgbench_before, procstat::children_cpu_s()) {
                 c.pgbench_cpu_s += pa - pb;
+            }
+            if let (Some(mb), Some(ma)) = (machine_before, procstat::machine_busy_s()) {
+                c.machine_cpu_s += ma - mb;
             }
             c.switches += a.switches.saturating_sub(b.switches);
             c.transactions += r.transactions;
@@ -315,6 +319,7 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
                 switches_per_txn: c.switches as f64 / n,
                 rss_mib: c.rss_kib as f64 / 1024.0,
                 pgbench_cpu_us_per_txn: c.pgbench_cpu_s * 1e6 / n,
+                machine_cpu_us_per_txn: c.machine_cpu_s * 1e6 / n,
             },
         );
     }
@@ -326,12 +331,31 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
     };
     for target in ["herd-primary", "pgbouncer"] {
         if let (Some(many), Some(few)) = (median_of(MANY, target), median_of("simple", target)) {
-            notes.push(format!(
+            let mut note = format!(
                 "With {} clients {target} ran {:.2}× its rate with {CLIENTS} ({many:.0} against \
                  {few:.0} tps).",
                 plan.many,
                 many / few
-            ));
+            );
+            let cost = |mode: &str| process_costs.get(mode).and_then(|m| m.get(target));
+            if let Some(c) = cost("simple")
+                .zip(cost(MANY))
+                .and_then(|(f, m)| ceiling(f, m))
+            {
+                note.push_str(&format!(
+                    " pgbench's own CPU rose from {:.1} to {:.1} µs per transaction; the machine \
+                     spent {:.1} µs of CPU per transaction with {CLIENTS} clients, so that rise \
+                     alone, on saturated cores shared with the proxy and the servers, leaves at \
+                     most {:.2}× of the {CLIENTS}-client rate: {target} reached {:.2} of that \
+                     ceiling.",
+                    c.generator_few,
+                    c.generator_many,
+                    c.machine_few,
+                    c.ratio,
+                    many / few / c.ratio
+                ));
+            }
+            notes.push(note);
         }
     }
     notes.push(format!(
@@ -362,7 +386,9 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
          included), read from this process's children's times around each run: on a small \
          machine it shares the cores with the proxy and the servers, so where it grows (many \
          clients: each pgbench thread polls all of its connections on every wait) the rate of \
-         every target falls with it."
+         every target falls with it. The machine's CPU per transaction is every process's \
+         (`/proc/stat`, all cores busy but idle and iowait, over the same runs): with the \
+         generator's rise it gives the ceiling that rise alone sets on the many-client rate."
             .into(),
     );
     notes.push(
@@ -426,6 +452,8 @@ struct Cost {
     cpu_s: f64,
     /// The load generator's (pgbench's) CPU time over the same runs.
     pgbench_cpu_s: f64,
+    /// The whole machine's busy CPU time over the same runs.
+    machine_cpu_s: f64,
     switches: u64,
     transactions: u64,
     /// Resident memory halfway through the last run.
@@ -468,4 +496,61 @@ fn bench_args(secs: u64, mode: &str, many: u32) -> Vec<String> {
 /// How long a run may take before it counts as hung: its duration plus a minute.
 fn limit(secs: u64) -> Duration {
     Duration::from_secs(secs + 60)
+}
+
+/// The rate that many clients can keep at most when only the load generator's cost changes.
+#[derive(Debug, PartialEq)]
+struct Ceiling {
+    /// pgbench's CPU per transaction with few clients and with many, µs.
+    generator_few: f64,
+    generator_many: f64,
+    /// The machine's busy CPU per transaction with few clients, µs.
+    machine_few: f64,
+    /// The most the many-client rate can be, as a fraction of the few-client rate.
+    ratio: f64,
+}
+
+/// What pgbench's own growth with many clients leaves of the few-client rate, on cores that
+/// are saturated and shared: a transaction that costs the machine `machine_few` µs with few
+/// clients costs it the generator's extra µs more with many, if the proxy and the servers
+/// cost the same, and the rate falls in proportion. `None` without the figures (or when the
+/// generator cost less with many clients: then it sets no ceiling).
+fn ceiling(few: &ProcessCost, many: &ProcessCost) -> Option<Ceiling> {
+    let extra = many.pgbench_cpu_us_per_txn - few.pgbench_cpu_us_per_txn;
+    let machine = few.machine_cpu_us_per_txn;
+    (machine > 0.0 && few.pgbench_cpu_us_per_txn > 0.0 && extra > 0.0).then(|| Ceiling {
+        generator_few: few.pgbench_cpu_us_per_txn,
+        generator_many: many.pgbench_cpu_us_per_txn,
+        machine_few: machine,
+        ratio: machine / (machine + extra),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cost(pgbench: f64, machine: f64) -> ProcessCost {
+        ProcessCost {
+            cpu_us_per_txn: 18.0,
+            switches_per_txn: 0.5,
+            rss_mib: 10.0,
+            pgbench_cpu_us_per_txn: pgbench,
+            machine_cpu_us_per_txn: machine,
+        }
+    }
+
+    #[test]
+    fn the_generators_growth_sets_the_ceiling() {
+        // 80 µs per transaction with 16 clients, 20 µs more of pgbench with many: 80 / 100.
+        let c = ceiling(&cost(14.0, 80.0), &cost(34.0, 110.0)).expect("a ceiling");
+        assert!((c.ratio - 0.8).abs() < 1e-9, "{c:?}");
+        assert_eq!((c.generator_few, c.generator_many), (14.0, 34.0));
+        // The generator no dearer with many clients: no ceiling below the rate itself.
+        assert_eq!(ceiling(&cost(14.0, 80.0), &cost(14.0, 80.0)), None);
+        assert_eq!(ceiling(&cost(14.0, 80.0), &cost(12.0, 80.0)), None);
+        // Figures missing (an older report, a /proc that could not be read): none.
+        assert_eq!(ceiling(&cost(14.0, 0.0), &cost(30.0, 100.0)), None);
+        assert_eq!(ceiling(&cost(0.0, 80.0), &cost(30.0, 100.0)), None);
+    }
 }
