@@ -119,6 +119,16 @@ impl Lab {
         }
     }
 
+    /// Every namespace of the lab (deleting one deletes its links).
+    pub fn namespaces(&self) -> Vec<String> {
+        (0..self.hosts).map(|i| self.netns(i)).collect()
+    }
+
+    /// The bridges of the lab (in the namespace that built it).
+    pub fn bridges(&self) -> Vec<String> {
+        vec![self.bridge(Link::Store), self.bridge(Link::Database)]
+    }
+
     /// The namespace of host `i`.
     pub fn netns(&self, i: usize) -> String {
         format!("{}h{i}", self.prefix)
