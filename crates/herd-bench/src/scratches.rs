@@ -186,6 +186,14 @@ impl Scratches {
         Ok(())
     }
 
+    /// Replaces how to remove the extra named by `dir` by hand (it grew since it was added).
+    pub(crate) fn set_remove(&self, dir: &Path, remove: String) {
+        let mut state = self.lock();
+        if let Some(e) = state.extras.iter_mut().find(|e| e.dir == dir) {
+            e.remove = remove;
+        }
+    }
+
     /// Takes the cluster, lab or CPU groups named by `dir` over for its owner to tear down,
     /// unless an interrupt already took it (then the owner leaves it alone); whether the owner
     /// should tear it down.

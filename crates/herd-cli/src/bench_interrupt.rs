@@ -1,8 +1,9 @@
 //! Ctrl-C (SIGINT) and SIGTERM during `herd bench`: the scratch clusters run detached (their
 //! supervisors and servers are outside the bench's process group, so the signal does not
 //! reach them), and the benchmark thread cannot be unwound from outside to run their `Drop`;
-//! so the run's [`Scratches`] are stopped here, then the process exits as a killed one would
-//! report it (128 + the signal's number).
+//! so the run's [`Scratches`] are stopped here (with them the lab of `failover --hosts 3` and
+//! the CPU groups of `read-scaling` and `sharding`), then the process exits as a killed one
+//! would report it (128 + the signal's number).
 
 use std::time::Duration;
 
@@ -45,7 +46,7 @@ impl Signals {
     }
 }
 
-/// Stops every scratch cluster and helper of `scratches` (bounded by [`STOP_LIMIT`]), says what
+/// Stops every scratch cluster, helper, lab and CPU group of `scratches` (bounded by [`STOP_LIMIT`]), says what
 /// is left, and exits with `caught`'s code; another signal meanwhile exits at once, naming
 /// what may be left and how to remove it.
 pub async fn stop_and_exit(caught: Caught, mut signals: Signals, scratches: Scratches) -> ! {

@@ -94,6 +94,7 @@ fn ctrl_c_removes_the_cpu_groups_after_the_clusters() {
     // What a terminal's Ctrl-C does: SIGINT to every process of the foreground group.
     killpg(run.bench.pid(), Signal::SIGINT).expect("SIGINT");
     let stderr = run.bench.assert_interrupted(130);
+    eprintln!("herd bench said:\n{stderr}");
 
     assert!(!base.exists(), "{base:?} is left:\n{stderr}");
     for dir in &run.made.clusters {

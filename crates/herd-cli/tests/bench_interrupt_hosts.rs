@@ -150,6 +150,7 @@ fn sigterm_removes_the_three_host_lab() {
     // Only the bench: the agents, etcd and the proxy get no signal and would outlive it.
     kill(bench.pid(), Signal::SIGTERM).expect("SIGTERM");
     let stderr = bench.assert_interrupted(143);
+    eprintln!("herd bench said:\n{stderr}");
 
     let listed = Command::new("ip")
         .args(["netns", "list"])

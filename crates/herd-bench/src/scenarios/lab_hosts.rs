@@ -107,7 +107,7 @@ impl LabHosts {
             ttl_ms,
             etcd: None,
             lab: Some(lab),
-            dirs: names.dirs,
+            dirs: Arc::clone(&names.dirs),
             scratches: scratches.clone(),
         };
         // Where to look if something is left behind; tests read this line to find the lab.
@@ -130,6 +130,7 @@ impl LabHosts {
             .unwrap_or_else(|e| e.into_inner())
             .push(etcd.dir().to_path_buf());
         hosts.etcd = Some(etcd);
+        scratches.set_remove(&hosts.path, names.remove_by_hand());
         progress("starting the first agent (initdb)");
         hosts.start_agent(0)?;
         hosts.wait_until("h0 to lead", WHOLE_LIMIT, |h| {
