@@ -6,9 +6,9 @@
 //! `read-scaling` and `sharding`. Shared by the run's threads and the caller's signal handler
 //! through [`BenchOptions::scratches`](crate::BenchOptions::scratches).
 //!
-//! Each registered thing has one owner at a time: its handle's `Drop` [`claims`](Scratches::claim)
-//! it before tearing it down, and an interrupt takes what is not claimed yet; whoever comes second
-//! leaves it alone.
+//! Each registered thing has one owner at a time: its handle's `Drop` claims it before tearing
+//! it down, and an interrupt takes what is not claimed yet; whoever comes second leaves it
+//! alone.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};

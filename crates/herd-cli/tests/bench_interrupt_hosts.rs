@@ -1,8 +1,9 @@
 //! Interrupting `herd bench failover --hosts 3 --quick`: its lab (three network namespaces
 //! joined by two bridges, an etcd member, a `herd agent` and its PostgreSQL in each, `herd
-//! proxy` outside) is nothing the bench's own exit would remove. SIGTERM to the bench alone
-//! (the agents and etcd get no signal) must stop every process of the lab, delete the
-//! namespaces and bridges, remove the lab's directories, and exit with 143 in bounded time.
+//! proxy` outside) is nothing the bench's own exit would remove. Ctrl-C (SIGINT to the whole
+//! process group) and SIGTERM to the bench alone (the agents and etcd get no signal) must both
+//! stop every process of the lab, delete the namespaces and bridges, remove the lab's
+//! directories, and exit with 130 / 143 in bounded time.
 //! Whatever the bench leaves is removed by the test itself.
 
 mod common;
@@ -12,7 +13,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::bench_child::{alive, processes_naming, BenchChild};
-use nix::sys::signal::{kill, Signal};
+use nix::sys::signal::{kill, killpg, Signal};
 use nix::unistd::Pid;
 
 /// Until the lab's cluster is whole and its proxy starts.
@@ -118,7 +119,20 @@ struct Run {
 }
 
 #[test]
-fn sigterm_removes_the_three_host_lab() {
+fn ctrl_c_removes_the_three_host_lab() {
+    // What a terminal's Ctrl-C does: SIGINT to every process of the foreground group.
+    interrupt_the_lab(|bench| killpg(bench, Signal::SIGINT).expect("SIGINT"), 130);
+}
+
+#[test]
+fn sigterm_to_the_bench_alone_removes_the_three_host_lab() {
+    // Only the bench: the agents, etcd and the proxy get no signal and would outlive it.
+    interrupt_the_lab(|bench| kill(bench, Signal::SIGTERM).expect("SIGTERM"), 143);
+}
+
+/// Interrupts the bench with `signal` once the lab's cluster is whole, and checks that it exits
+/// with `code` leaving nothing of the lab.
+fn interrupt_the_lab(signal: impl FnOnce(Pid), code: i32) {
     if !herd_testkit::netns::Lab::available() {
         eprintln!("SKIPPED: `herd bench failover --hosts 3` needs root and `ip netns`");
         return;
@@ -147,9 +161,8 @@ fn sigterm_removes_the_three_host_lab() {
     let mut started = inside.clone();
     started.extend(processes_naming(&lab.dir));
 
-    // Only the bench: the agents, etcd and the proxy get no signal and would outlive it.
-    kill(bench.pid(), Signal::SIGTERM).expect("SIGTERM");
-    let stderr = bench.assert_interrupted(143);
+    signal(bench.pid());
+    let stderr = bench.assert_interrupted(code);
     eprintln!("herd bench said:\n{stderr}");
 
     let listed = Command::new("ip")

@@ -39,8 +39,6 @@ pub struct LabHosts {
     etcd: Option<EtcdCluster>,
     /// Dropped last: deleting the namespaces removes the links.
     lab: Option<Lab>,
-    /// The directories an interrupt removes, shared with its teardown (etcd's is added).
-    dirs: Arc<Mutex<Vec<PathBuf>>>,
     scratches: Scratches,
 }
 
@@ -107,7 +105,6 @@ impl LabHosts {
             ttl_ms,
             etcd: None,
             lab: Some(lab),
-            dirs: Arc::clone(&names.dirs),
             scratches: scratches.clone(),
         };
         // Where to look if something is left behind; tests read this line to find the lab.
@@ -124,7 +121,8 @@ impl LabHosts {
             })
             .collect();
         let etcd = EtcdCluster::start_on(&placements);
-        hosts
+        // The interrupt's teardown removes etcd's directory too from now on.
+        names
             .dirs
             .lock()
             .unwrap_or_else(|e| e.into_inner())
