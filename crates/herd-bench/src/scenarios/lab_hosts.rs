@@ -77,24 +77,26 @@ impl LabHosts {
                     .into(),
             ));
         }
-        progress("building 3 network namespaces");
-        let lab = Lab::build(HOSTS).map_err(|e| failed("building the network namespaces", e))?;
+        // Named and registered before anything is made, so an interrupt while the namespaces
+        // are built removes them too (it waits for the build to finish first).
+        let lab = Lab::planned(HOSTS);
         let dir = herd_testkit::scratch_dir();
         let path = dir.path().to_path_buf();
         let names = LabNames {
             namespaces: lab.namespaces(),
             bridges: lab.bridges(),
             dirs: Arc::new(Mutex::new(vec![path.clone()])),
+            building: Arc::new(Mutex::new(())),
         };
         let stop = {
             let names = names.clone();
             Box::new(move |deadline| lab_teardown::tear_down(&names, deadline))
         };
-        // Refused once interrupted: `lab` and `dir`, dropped, remove themselves.
+        // Refused once interrupted: nothing is built yet, and `dir`, dropped, removes itself.
         scratches.add_extra(&path, Stage::WithClusters, names.remove_by_hand(), stop)?;
         let base = herd_testkit::free_port_block(10);
         // From here on, dropping `hosts` (also on an error below) removes the lab.
-        let mut hosts = LabHosts {
+        let hosts = LabHosts {
             herd: herd.to_path_buf(),
             path,
             dir: Some(dir),
@@ -113,6 +115,17 @@ impl LabHosts {
             hosts.path.display(),
             names.namespaces.join(" ")
         ));
+        progress("building 3 network namespaces");
+        {
+            // A panicked holder left nothing to protect: the lock only orders build and
+            // teardown.
+            let _building = names.building.lock().unwrap_or_else(|e| e.into_inner());
+            hosts
+                .lab()
+                .create()
+                .map_err(|e| failed("building the network namespaces", e))?;
+        }
+        let mut hosts = hosts;
         progress("starting etcd (one member per host)");
         let placements: Vec<Placement> = (0..HOSTS)
             .map(|i| Placement {

@@ -25,6 +25,9 @@ pub(crate) struct LabNames {
     /// The scratch directories: the agents' (first), then etcd's once it runs; shared with
     /// the lab's handle, which adds etcd's.
     pub dirs: Arc<Mutex<Vec<PathBuf>>>,
+    /// Held while the namespaces are being built: the teardown waits for the build to end
+    /// (else a namespace made after the teardown's deletion would be left).
+    pub building: Arc<Mutex<()>>,
 }
 
 impl LabNames {
@@ -53,6 +56,8 @@ impl LabNames {
 
 /// Stops and removes everything of the lab named by `names` by `deadline`; what is left.
 pub(crate) fn tear_down(names: &LabNames, deadline: Instant) -> Result<(), String> {
+    // Held to the end: the namespaces are not built while they are deleted.
+    let _built = wait_for_build(names, deadline)?;
     let dirs = names.dirs();
     let agents_done = deadline.min(Instant::now() + AGENTS_LIMIT);
     // Agents first, gently: SIGTERM makes an agent stop its PostgreSQL and exit.
@@ -109,6 +114,27 @@ pub(crate) fn tear_down(names: &LabNames, deadline: Instant) -> Result<(), Strin
         Ok(())
     } else {
         Err(problems.join("; "))
+    }
+}
+
+/// The build lock of `names`, once the namespaces are no longer being built (a build takes
+/// about a second), or an error at `deadline`.
+fn wait_for_build(
+    names: &LabNames,
+    deadline: Instant,
+) -> Result<std::sync::MutexGuard<'_, ()>, String> {
+    loop {
+        match names.building.try_lock() {
+            Ok(guard) => return Ok(guard),
+            // A build that panicked is over.
+            Err(std::sync::TryLockError::Poisoned(e)) => return Ok(e.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(std::sync::TryLockError::WouldBlock) => {
+                return Err("the namespaces were still being built".into())
+            }
+        }
     }
 }
 
@@ -170,5 +196,41 @@ fn ip(args: &[&str]) -> Result<(), String> {
         Ok(())
     } else {
         Err(format!("ip {}: {}", args.join(" "), err.trim()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn waits_for_the_build_then_removes_what_is_named() {
+        if !herd_testkit::netns::Lab::available() {
+            eprintln!("SKIPPED: removing network namespaces needs root and `ip netns`");
+            return;
+        }
+        let dir = crate::cluster::scratch_dir().expect("scratch dir").keep();
+        let names = LabNames {
+            // Never built: deleting them is no error.
+            namespaces: vec!["hdtesth0".into()],
+            bridges: vec!["hdteste".into()],
+            dirs: Arc::new(Mutex::new(vec![dir.clone()])),
+            building: Arc::new(Mutex::new(())),
+        };
+        let started = Instant::now();
+        let building = Arc::clone(&names.building);
+        let (held, hold) = std::sync::mpsc::channel();
+        let builder = std::thread::spawn(move || {
+            let _build = building.lock().expect("build lock");
+            held.send(()).expect("send");
+            std::thread::sleep(Duration::from_millis(500));
+        });
+        hold.recv_timeout(Duration::from_secs(5))
+            .expect("build started");
+        tear_down(&names, Instant::now() + Duration::from_secs(20)).expect("tear down");
+        assert!(started.elapsed() >= Duration::from_millis(500));
+        assert!(!dir.exists());
+        builder.join().expect("builder");
+        assert!(names.remove_by_hand().contains("ip netns del hdtesth0"));
     }
 }
