@@ -2,8 +2,9 @@
 //! lab), each running an etcd member, a `herd agent` with its default settings and that
 //! agent's PostgreSQL; `herd proxy` runs outside them. Faults take a whole host down (every
 //! process in its namespace killed, as a power loss) or cut it off the network. The lab is
-//! listed in the run's [`Scratches`] from its namespaces on, so an interrupted run removes it
-//! too ([`lab_teardown`](super::lab_teardown)); dropping the handle removes it otherwise.
+//! listed in the run's [`Scratches`] from before its namespaces are built, so an interrupted
+//! run removes it too ([`lab_teardown`](super::lab_teardown)); dropping the handle removes it
+//! otherwise.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -53,7 +54,7 @@ fn failed(what: &str, detail: impl Into<String>) -> BenchError {
 impl LabHosts {
     /// Builds the namespaces, starts etcd, the three agents (the first creates the cluster)
     /// and the proxy, and waits until the cluster is whole.
-    /// Listed in `scratches` from the namespaces on, until dropped.
+    /// Listed in `scratches` from before the namespaces are built, until dropped.
     pub fn start(
         herd: &Path,
         ttl_ms: Option<u64>,
