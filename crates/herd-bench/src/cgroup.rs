@@ -4,11 +4,13 @@
 //! cgroup v2 (`cpu.max`) is used when its `cpu` controller is available, else cgroup v1's `cpu`
 //! hierarchy (`cpu.cfs_quota_us` / `cpu.cfs_period_us`). The groups live under
 //! `herd-bench-PID` and are removed on drop, after their processes have been moved back to the
-//! group this process runs in.
+//! group this process runs in; they are listed in the run's [`Scratches`] meanwhile, so an
+//! interrupted run removes them too (after stopping the processes in them).
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use crate::scratches::{Scratches, Stage};
 use crate::BenchError;
 
 /// Which cgroup interface is in use.
@@ -28,13 +30,15 @@ pub struct CpuLimits {
     home: PathBuf,
     quota_us: u64,
     period_us: u64,
-    groups: Vec<PathBuf>,
+    /// Where the base is registered until dropped.
+    scratches: Scratches,
 }
 
 impl CpuLimits {
     /// Prepares groups limited to `quota_us` of CPU time per `period_us` each; the reason when
     /// this machine does not allow it (no cpu controller, read-only cgroup file system, …).
-    pub fn new(quota_us: u64, period_us: u64) -> Result<CpuLimits, String> {
+    /// Listed in `scratches` until dropped.
+    pub fn new(quota_us: u64, period_us: u64, scratches: &Scratches) -> Result<CpuLimits, String> {
         let mounts = std::fs::read_to_string("/proc/mounts")
             .map_err(|e| format!("cannot read /proc/mounts: {e}"))?;
         let own = std::fs::read_to_string("/proc/self/cgroup")
@@ -57,14 +61,34 @@ impl CpuLimits {
         };
         let base = parent.join(format!("herd-bench-{}", std::process::id()));
         std::fs::create_dir(&base).map_err(|e| format!("cannot create {}: {e}", base.display()))?;
+        let stop = {
+            let (base, home) = (base.clone(), home.clone());
+            Box::new(move |_: Instant| remove_groups(&base, &home))
+        };
+        let remove = format!(
+            "for g in {0}/*/; do for p in $(cat $g/cgroup.procs); do echo $p > {1}; done; \
+             rmdir $g; done; rmdir {0}",
+            base.display(),
+            home.join("cgroup.procs").display()
+        );
+        if let Err(e) = scratches.add_extra(&base, Stage::Last, remove, stop) {
+            let _ = std::fs::remove_dir(&base);
+            return Err(e.to_string());
+        }
+        // From here on, dropping `limits` removes the base.
         let limits = CpuLimits {
             version,
             base,
             home,
             quota_us,
             period_us,
-            groups: Vec::new(),
+            scratches: scratches.clone(),
         };
+        // Where to look if something is left behind; tests read this line to find the groups.
+        scratches.say(&format!(
+            "herd bench: CPU groups in {}",
+            limits.base.display()
+        ));
         if version == Version::V2 {
             for dir in [&parent, &limits.base] {
                 let control = dir.join("cgroup.subtree_control");
@@ -146,7 +170,6 @@ impl CpuLimits {
     fn group(&mut self, name: &str, quota_us: u64, weight: u64) -> Result<PathBuf, BenchError> {
         let group = self.base.join(name);
         std::fs::create_dir(&group).map_err(|e| BenchError::io("creating", &group, e))?;
-        self.groups.push(group.clone());
         match self.version {
             Version::V1 => {
                 write(
@@ -182,24 +205,50 @@ impl CpuLimits {
 
 impl Drop for CpuLimits {
     fn drop(&mut self) {
-        let home = self.home.join("cgroup.procs");
-        for group in self.groups.iter().rev() {
-            // A group can only be removed once empty: send what is left home, retrying briefly
-            // for processes that are just exiting.
-            for _ in 0..50 {
-                let procs = std::fs::read_to_string(group.join("cgroup.procs")).unwrap_or_default();
-                for pid in procs.split_whitespace() {
-                    let _ = std::fs::write(&home, pid);
-                }
-                if std::fs::remove_dir(group).is_ok() || !group.exists() {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(100));
+        // Not ours to remove when an interrupt already took the groups over.
+        if !self.scratches.claim(&self.base) {
+            return;
+        }
+        if let Err(e) = remove_groups(&self.base, &self.home) {
+            self.scratches.say(&format!("herd bench: {e}"));
+        }
+        self.scratches.release(&self.base);
+    }
+}
+
+/// Moves what is left in each group under `base` to `home`, removes the groups, then `base`;
+/// what could not be removed. By the owner on drop and by an interrupt once every process is
+/// stopped.
+fn remove_groups(base: &Path, home: &Path) -> Result<(), String> {
+    let home = home.join("cgroup.procs");
+    let groups: Vec<PathBuf> = std::fs::read_dir(base)
+        .map(|entries| {
+            entries
+                .flatten()
+                .map(|e| e.path())
+                .filter(|p| p.is_dir())
+                .collect()
+        })
+        .unwrap_or_default();
+    for group in &groups {
+        // A group can only be removed once empty: send what is left home, retrying briefly
+        // for processes that are just exiting.
+        for _ in 0..50 {
+            let procs = std::fs::read_to_string(group.join("cgroup.procs")).unwrap_or_default();
+            for pid in procs.split_whitespace() {
+                let _ = std::fs::write(&home, pid);
             }
+            if std::fs::remove_dir(group).is_ok() || !group.exists() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
         }
-        if let Err(e) = std::fs::remove_dir(&self.base) {
-            eprintln!("herd bench: cannot remove {}: {e}", self.base.display());
+    }
+    match std::fs::remove_dir(base) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            Err(format!("cannot remove {}: {e}", base.display()))
         }
+        _ => Ok(()),
     }
 }
 

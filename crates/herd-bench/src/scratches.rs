@@ -1,8 +1,14 @@
 //! What one `herd bench` run has started that must not outlive it, so that an interrupted run
 //! (Ctrl-C, SIGTERM) can stop it: the scratch clusters (their supervisors and servers run
 //! detached, outside the bench's process group, and would keep running) and helper processes
-//! that would survive their parent (PgBouncer). Shared by the run's threads and the caller's
-//! signal handler through [`BenchOptions::scratches`](crate::BenchOptions::scratches).
+//! that would survive their parent (PgBouncer), and the other things a scenario builds outside
+//! its own process: the network-namespace lab of `failover --hosts 3` and the CPU groups of
+//! `read-scaling` and `sharding`. Shared by the run's threads and the caller's signal handler
+//! through [`BenchOptions::scratches`](crate::BenchOptions::scratches).
+//!
+//! Each registered thing has one owner at a time: its handle's `Drop` claims it before tearing
+//! it down, and an interrupt takes what is not claimed yet; whoever comes second leaves it
+//! alone.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -12,6 +18,39 @@ use indicatif::{ProgressBar, ProgressDrawTarget};
 
 use crate::teardown;
 use crate::BenchError;
+
+/// A teardown an interrupt runs for something other than a scratch cluster: given the deadline,
+/// what could not be removed.
+pub(crate) type Stop = Box<dyn FnOnce(Instant) -> Result<(), String> + Send>;
+
+/// When an interrupt runs an [`Extra`]'s teardown.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Stage {
+    /// Together with the clusters' (a lab's hosts: processes of their own).
+    WithClusters,
+    /// Once every process was stopped (CPU groups: only empty groups can be removed, and
+    /// moving a server out of its group while it stops would only unthrottle it).
+    Last,
+}
+
+/// Something other than a scratch cluster that an interrupt must tear down, named by a path.
+struct Extra {
+    /// The directory that names it (the lab's scratch directory, the CPU groups' base).
+    dir: PathBuf,
+    stage: Stage,
+    /// How to remove it by hand, for messages.
+    remove: String,
+    stop: Stop,
+}
+
+impl std::fmt::Debug for Extra {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Extra")
+            .field("dir", &self.dir)
+            .field("stage", &self.stage)
+            .finish_non_exhaustive()
+    }
+}
 
 /// The scratch clusters and helper processes of one run, and the progress bar it draws; cloning
 /// shares them.
@@ -24,8 +63,11 @@ pub struct Scratches {
 struct State {
     /// Clusters nobody is stopping yet: the `herd` binary and the scratch directory.
     live: Vec<(PathBuf, PathBuf)>,
-    /// Scratch directories whose owner is stopping them now (the cluster's `Drop`).
-    closing: Vec<PathBuf>,
+    /// Labs and CPU groups nobody is tearing down yet.
+    extras: Vec<Extra>,
+    /// Directories whose owner is tearing them down now (the handle's `Drop`), and how to
+    /// remove each by hand.
+    closing: Vec<(PathBuf, String)>,
     /// Helper processes by pid, not yet reaped (so the pid cannot have been reused).
     helpers: Vec<u32>,
     /// Set by [`Scratches::stop_all`]: from then on no cluster may start.
@@ -35,13 +77,25 @@ struct State {
     bar: Option<ProgressBar>,
 }
 
-/// A scratch directory that [`Scratches::stop_all`] could not clean up.
+/// Something [`Scratches::stop_all`] could not clean up.
 #[derive(Debug)]
 pub struct Left {
-    /// The scratch directory (the cluster's data directory is `data` inside it).
+    /// The directory naming it: a scratch cluster's (its data directory is `data` inside it),
+    /// a lab's, a CPU group's.
     pub dir: PathBuf,
     /// Why it is left.
     pub why: String,
+    /// The shell commands that remove it by hand.
+    pub remove: String,
+}
+
+/// How to stop and remove the scratch cluster in `dir` by hand.
+fn remove_cluster(dir: &Path) -> String {
+    format!(
+        "herd down --data-dir {} && rm -rf {}",
+        dir.join("data").display(),
+        dir.display()
+    )
 }
 
 impl Scratches {
@@ -73,11 +127,25 @@ impl Scratches {
         }
     }
 
-    /// Every scratch directory alive or being stopped, for messages.
+    /// Every scratch directory alive or being stopped (clusters, labs, CPU groups), for
+    /// messages.
     pub fn dirs(&self) -> Vec<PathBuf> {
+        self.pending("").into_iter().map(|l| l.dir).collect()
+    }
+
+    /// Everything alive or being stopped, as left for `why`: what an interrupt that cannot
+    /// wait reports.
+    pub fn pending(&self, why: &str) -> Vec<Left> {
         let state = self.lock();
-        let live = state.live.iter().map(|(_, dir)| dir.clone());
-        live.chain(state.closing.iter().cloned()).collect()
+        let left = |dir: &Path, remove: String| Left {
+            dir: dir.to_path_buf(),
+            why: why.to_string(),
+            remove,
+        };
+        let live = state.live.iter().map(|(_, d)| left(d, remove_cluster(d)));
+        let extras = state.extras.iter().map(|e| left(&e.dir, e.remove.clone()));
+        let closing = state.closing.iter().map(|(d, r)| left(d, r.clone()));
+        live.chain(extras).chain(closing).collect()
     }
 
     pub(crate) fn set_bar(&self, bar: Option<&ProgressBar>) {
@@ -95,21 +163,57 @@ impl Scratches {
         Ok(())
     }
 
-    /// Takes the cluster in `dir` over for its owner to stop, unless an interrupt already took
-    /// it (then the owner leaves it alone); whether the owner should stop it.
+    /// Records something else to tear down if the run is interrupted, named by `dir` (unique
+    /// in the run), with how to `remove` it by hand; `stop` is dropped unused when its owner
+    /// claims it first. Refused once the run is being stopped (then the caller tears it down).
+    pub(crate) fn add_extra(
+        &self,
+        dir: &Path,
+        stage: Stage,
+        remove: String,
+        stop: Stop,
+    ) -> Result<(), BenchError> {
+        let mut state = self.lock();
+        if state.stopping {
+            return Err(BenchError::Interrupted);
+        }
+        state.extras.push(Extra {
+            dir: dir.to_path_buf(),
+            stage,
+            remove,
+            stop,
+        });
+        Ok(())
+    }
+
+    /// Replaces how to remove the extra named by `dir` by hand (it grew since it was added).
+    pub(crate) fn set_remove(&self, dir: &Path, remove: String) {
+        let mut state = self.lock();
+        if let Some(e) = state.extras.iter_mut().find(|e| e.dir == dir) {
+            e.remove = remove;
+        }
+    }
+
+    /// Takes the cluster, lab or CPU groups named by `dir` over for its owner to tear down,
+    /// unless an interrupt already took it (then the owner leaves it alone); whether the owner
+    /// should tear it down.
     pub(crate) fn claim(&self, dir: &Path) -> bool {
         let mut state = self.lock();
-        let Some(k) = state.live.iter().position(|(_, d)| d == dir) else {
+        let remove = if let Some(k) = state.live.iter().position(|(_, d)| d == dir) {
+            state.live.remove(k);
+            remove_cluster(dir)
+        } else if let Some(k) = state.extras.iter().position(|e| e.dir == dir) {
+            state.extras.remove(k).remove
+        } else {
             return false;
         };
-        state.live.remove(k);
-        state.closing.push(dir.to_path_buf());
+        state.closing.push((dir.to_path_buf(), remove));
         true
     }
 
-    /// The owner has stopped the cluster it claimed.
+    /// The owner has torn down what it claimed.
     pub(crate) fn release(&self, dir: &Path) {
-        self.lock().closing.retain(|d| d != dir);
+        self.lock().closing.retain(|(d, _)| d != dir);
     }
 
     /// Records a helper process to kill if the run is interrupted.
@@ -123,13 +227,13 @@ impl Scratches {
     }
 
     /// Stops everything the run started, within `limit`: kills the helpers, stops every
-    /// cluster nobody is stopping yet (`herd down`, then its directory removed; all at once),
-    /// waits for the clusters whose owners are stopping them, and refuses new ones. What could
-    /// not be cleaned up.
+    /// cluster and lab nobody is stopping yet (clusters with `herd down`, then their
+    /// directories removed; all at once), waits for those whose owners are stopping them,
+    /// then removes the CPU groups, and refuses new ones. What could not be cleaned up.
     pub fn stop_all(&self, limit: Duration) -> Vec<Left> {
         let deadline = Instant::now() + limit;
         self.hide_progress();
-        let live = {
+        let (live, extras) = {
             let mut state = self.lock();
             state.stopping = true;
             for pid in state.helpers.drain(..) {
@@ -141,46 +245,68 @@ impl Scratches {
                     );
                 }
             }
-            std::mem::take(&mut state.live)
+            (
+                std::mem::take(&mut state.live),
+                std::mem::take(&mut state.extras),
+            )
         };
+        let (first, last): (Vec<Extra>, Vec<Extra>) = extras
+            .into_iter()
+            .partition(|e| e.stage == Stage::WithClusters);
         let mut left: Vec<Left> = std::thread::scope(|s| {
-            let stops: Vec<_> = live
-                .iter()
-                .map(|(herd, dir)| (dir, s.spawn(move || teardown::stop(herd, dir, deadline))))
-                .collect();
+            let clusters = live.iter().map(|(herd, dir)| {
+                let stop =
+                    s.spawn(move || teardown::stop(herd, dir, deadline).map_err(|e| e.to_string()));
+                (dir.clone(), remove_cluster(dir), stop)
+            });
+            let labs = first.into_iter().map(|e| {
+                let stop = e.stop;
+                (e.dir, e.remove, s.spawn(move || stop(deadline)))
+            });
+            let stops: Vec<_> = clusters.chain(labs).collect();
             stops
                 .into_iter()
-                .filter_map(|(dir, stop)| {
-                    let why = match stop.join() {
-                        Ok(Ok(())) => return None,
-                        Ok(Err(e)) => e.to_string(),
-                        Err(_) => "stopping it panicked".to_string(),
-                    };
-                    dir.exists().then(|| Left {
-                        dir: dir.clone(),
-                        why,
-                    })
-                })
+                .filter_map(|(dir, remove, stop)| joined(dir, remove, stop.join()))
                 .collect()
         });
-        // Clusters a scenario was already stopping when the interrupt came (its pgbench was
-        // interrupted too, say): their owner finishes the job.
+        // What a scenario was already stopping when the interrupt came (its pgbench was
+        // interrupted too, say): its owner finishes the job.
         loop {
             let closing = self.lock().closing.clone();
             if closing.is_empty() {
                 break;
             }
             if Instant::now() >= deadline {
-                left.extend(closing.into_iter().map(|dir| Left {
+                left.extend(closing.into_iter().map(|(dir, remove)| Left {
                     dir,
                     why: format!("still being stopped after {} s", limit.as_secs()),
+                    remove,
                 }));
                 break;
             }
             std::thread::sleep(Duration::from_millis(100));
         }
+        for e in last {
+            let stop = e.stop;
+            left.extend(joined(
+                e.dir,
+                e.remove,
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| stop(deadline))),
+            ));
+        }
         left
     }
+}
+
+/// What is left of `dir` after its teardown returned `stopped`: nothing when it succeeded or
+/// the directory is gone anyway.
+fn joined<E>(dir: PathBuf, remove: String, stopped: Result<Result<(), String>, E>) -> Option<Left> {
+    let why = match stopped {
+        Ok(Ok(())) => return None,
+        Ok(Err(e)) => e,
+        Err(_) => "stopping it panicked".to_string(),
+    };
+    dir.exists().then_some(Left { dir, why, remove })
 }
 
 #[cfg(test)]
@@ -215,5 +341,57 @@ mod tests {
         let left = s.stop_all(Duration::from_millis(300));
         assert_eq!(left.len(), 1, "{left:?}");
         assert_eq!(left[0].dir, dir);
+    }
+
+    #[test]
+    fn extras_are_torn_down_once_by_their_owner_or_the_interrupt() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let s = Scratches::new();
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let runs = Arc::new(AtomicUsize::new(0));
+        let extra = |name: &'static str| -> Stop {
+            let (order, runs) = (Arc::clone(&order), Arc::clone(&runs));
+            Box::new(move |_| {
+                runs.fetch_add(1, Ordering::SeqCst);
+                order.lock().expect("order").push(name);
+                Err(format!("{name} left"))
+            })
+        };
+        let (owned, groups, lab) = (
+            Path::new("/nonexistent/owned"),
+            Path::new("/nonexistent/groups"),
+            Path::new("/nonexistent/lab"),
+        );
+        s.add_extra(
+            owned,
+            Stage::WithClusters,
+            "rm owned".into(),
+            extra("owned"),
+        )
+        .expect("add owned");
+        s.add_extra(groups, Stage::Last, "rmdir groups".into(), extra("groups"))
+            .expect("add groups");
+        s.add_extra(
+            lab,
+            Stage::WithClusters,
+            "ip netns del".into(),
+            extra("lab"),
+        )
+        .expect("add lab");
+        assert!(s.claim(owned));
+        let pending = s.pending("why");
+        assert_eq!(pending.len(), 3, "{pending:?}");
+        assert!(pending
+            .iter()
+            .any(|l| l.dir == owned && l.remove == "rm owned"));
+        s.release(owned);
+        // Their directories do not exist: failed teardowns of removed things are not left.
+        let left = s.stop_all(Duration::from_secs(5));
+        assert!(left.is_empty(), "{left:?}");
+        assert_eq!(*order.lock().expect("order"), vec!["lab", "groups"]);
+        assert_eq!(runs.load(Ordering::SeqCst), 2);
+        assert!(!s.claim(lab), "taken by stop_all");
+        let refused = s.add_extra(owned, Stage::Last, String::new(), extra("late"));
+        assert!(matches!(refused, Err(BenchError::Interrupted)));
     }
 }

@@ -38,8 +38,8 @@ pub struct BenchArgs {
 }
 
 /// Runs the scenario on a blocking thread and prints its table and files. SIGINT or SIGTERM
-/// meanwhile stops the scratch clusters and helpers the run started and exits with 130 or 143
-/// (`bench_interrupt`).
+/// meanwhile stops the scratch clusters, helpers, lab and CPU groups the run started and exits
+/// with 130 or 143 (`bench_interrupt`).
 pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     let scratches = herd_bench::Scratches::new();
     let mut signals = crate::bench_interrupt::Signals::install()?;

@@ -1,8 +1,9 @@
 //! Ctrl-C (SIGINT) and SIGTERM during `herd bench`: the scratch clusters run detached (their
 //! supervisors and servers are outside the bench's process group, so the signal does not
 //! reach them), and the benchmark thread cannot be unwound from outside to run their `Drop`;
-//! so the run's [`Scratches`] are stopped here, then the process exits as a killed one would
-//! report it (128 + the signal's number).
+//! so the run's [`Scratches`] are stopped here (with them the lab of `failover --hosts 3` and
+//! the CPU groups of `read-scaling` and `sharding`), then the process exits as a killed one
+//! would report it (128 + the signal's number).
 
 use std::time::Duration;
 
@@ -45,17 +46,20 @@ impl Signals {
     }
 }
 
-/// Stops every scratch cluster and helper of `scratches` (bounded by [`STOP_LIMIT`]), says what
+/// Stops every scratch cluster, helper, lab and CPU group of `scratches` (bounded by [`STOP_LIMIT`]), says what
 /// is left, and exits with `caught`'s code; another signal meanwhile exits at once, naming
 /// what may be left and how to remove it.
 pub async fn stop_and_exit(caught: Caught, mut signals: Signals, scratches: Scratches) -> ! {
     scratches.hide_progress();
-    let dirs = scratches.dirs();
+    // Named again if a second signal cuts the stop short (those being stopped are no longer
+    // listed then).
+    let known = scratches.pending("it was being stopped");
+    let dirs: Vec<_> = known.iter().map(|l| l.dir.clone()).collect();
     if dirs.is_empty() {
         eprintln!("\nherd bench: interrupted ({}); stopping…", caught.name);
     } else {
         eprintln!(
-            "\nherd bench: interrupted ({}): stopping the scratch cluster(s) {} … \
+            "\nherd bench: interrupted ({}): stopping {} … \
              (interrupt again to exit without waiting)",
             caught.name,
             list(&dirs)
@@ -71,47 +75,42 @@ pub async fn stop_and_exit(caught: Caught, mut signals: Signals, scratches: Scra
         stopped = tokio::time::timeout(backstop, stopping) => {
             let left = match stopped {
                 Ok(Ok(left)) => left,
-                _ => everything(&scratches.dirs(), "not stopped in time"),
+                _ => existing(scratches.pending("not stopped in time")),
             };
             report(&left);
         }
         again = signals.next() => {
             eprintln!("herd bench: interrupted again ({}); exiting without waiting.", again.name);
-            // Those being stopped are no longer listed: name the ones known at the start too.
-            let mut all = dirs;
-            all.extend(scratches.dirs());
-            all.dedup();
-            report(&everything(&all, "it was being stopped"));
+            let mut all = known;
+            for l in scratches.pending("it was being stopped") {
+                if !all.iter().any(|k| k.dir == l.dir) {
+                    all.push(l);
+                }
+            }
+            report(&existing(all));
         }
     }
     std::process::exit(caught.code)
 }
 
-/// Every directory in `dirs`, left for `why`.
-fn everything(dirs: &[std::path::PathBuf], why: &str) -> Vec<Left> {
-    dirs.iter()
-        .filter(|d| d.exists())
-        .map(|dir| Left {
-            dir: dir.clone(),
-            why: why.to_string(),
-        })
-        .collect()
+/// Those of `left` whose directory is still there.
+fn existing(left: Vec<Left>) -> Vec<Left> {
+    left.into_iter().filter(|l| l.dir.exists()).collect()
 }
 
 /// Says whether everything was stopped and removed, or what is left and how to remove it.
 fn report(left: &[Left]) {
     if left.is_empty() {
-        eprintln!("herd bench: stopped; no scratch cluster is left.");
+        eprintln!("herd bench: stopped; nothing it started is left.");
         return;
     }
-    eprintln!("herd bench: these scratch clusters may still run or be on disk:");
+    eprintln!("herd bench: these may still run or be on disk:");
     for l in left {
         eprintln!(
-            "  {} ({}); remove with: herd down --data-dir {} && rm -rf {}",
+            "  {} ({}); remove with: {}",
             l.dir.display(),
             brief(&l.why),
-            l.dir.join("data").display(),
-            l.dir.display()
+            l.remove
         );
     }
 }

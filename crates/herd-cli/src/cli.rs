@@ -28,7 +28,8 @@ enum Command {
     /// Promote a replica now, fencing the current primary.
     Failover(FailoverArgs),
     /// Reproduce the reference measurements on this machine (results.json, report.md, SVG).
-    /// Ctrl-C stops and removes the scratch cluster(s) before exiting.
+    /// Ctrl-C stops and removes what the run started (scratch clusters, helpers, the lab of
+    /// `failover --hosts 3`, CPU groups) before exiting.
     Bench(crate::bench::BenchArgs),
     /// Change settings of a cluster.
     Config {

@@ -119,6 +119,11 @@ impl EtcdCluster {
         self.members[i] = Some(child);
     }
 
+    /// The directory holding every member's data and log (removed when dropped).
+    pub fn dir(&self) -> &std::path::Path {
+        self.dir.path()
+    }
+
     /// Client URLs of every member.
     pub fn endpoints(&self) -> Vec<String> {
         self.clients

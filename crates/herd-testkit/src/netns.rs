@@ -56,13 +56,27 @@ impl Lab {
 
     /// Builds `hosts` namespaces and both networks; `Err` says why it could not.
     pub fn build(hosts: usize) -> Result<Lab, String> {
+        let lab = Lab::planned(hosts);
+        lab.create()?;
+        Ok(lab)
+    }
+
+    /// The lab of `hosts` namespaces this process would build, named but not created yet (so
+    /// its names can be recorded first); dropping it removes whatever [`Lab::create`] made.
+    pub fn planned(hosts: usize) -> Lab {
         // Short, unique names (interface names are at most 15 bytes).
         let id = std::process::id() % 10_000;
-        let lab = Lab {
+        Lab {
             prefix: format!("hd{id}"),
             subnet: 64 + (id % 128) as u8,
             hosts,
-        };
+        }
+    }
+
+    /// Creates the planned namespaces and both networks (removing leftovers of the same names
+    /// first); `Err` says why it could not, with what was made left for `Drop` to remove.
+    pub fn create(&self) -> Result<(), String> {
+        let lab = self;
         lab.clean();
         for (net, bridge) in [
             (1, lab.bridge(Link::Store)),
@@ -78,7 +92,7 @@ impl Lab {
             ])?;
             ip(&["link", "set", &bridge, "up"])?;
         }
-        for i in 0..hosts {
+        for i in 0..lab.hosts {
             let ns = lab.netns(i);
             ip(&["netns", "add", &ns])?;
             ip(&["-n", &ns, "link", "set", "lo", "up"])?;
@@ -102,7 +116,7 @@ impl Lab {
                 ip(&["-n", &ns, "link", "set", &inside, "up"])?;
             }
         }
-        Ok(lab)
+        Ok(())
     }
 
     fn bridge(&self, link: Link) -> String {
@@ -117,6 +131,16 @@ impl Lab {
             Link::Store => format!("{}e{host}", self.prefix),
             Link::Database => format!("{}p{host}", self.prefix),
         }
+    }
+
+    /// Every namespace of the lab (deleting one deletes its links).
+    pub fn namespaces(&self) -> Vec<String> {
+        (0..self.hosts).map(|i| self.netns(i)).collect()
+    }
+
+    /// The bridges of the lab (in the namespace that built it).
+    pub fn bridges(&self) -> Vec<String> {
+        vec![self.bridge(Link::Store), self.bridge(Link::Database)]
     }
 
     /// The namespace of host `i`.

@@ -42,7 +42,7 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
     let progress = |m: &str| bar.set_message(m.to_string());
     let ttl_ms = opts.ttl_ms.unwrap_or(DEFAULT_TTL_MS);
     let ttl_s = ttl_ms as f64 / 1000.0;
-    let mut hosts = LabHosts::start(&opts.herd_exe, opts.ttl_ms, &progress)?;
+    let mut hosts = LabHosts::start(&opts.herd_exe, opts.ttl_ms, &opts.scratches, &progress)?;
     let outcome = measure_all(&mut hosts, bar, iterations, ttl_s);
     hosts.keep_logs(&opts.out);
     let failover = outcome?;
@@ -238,7 +238,7 @@ fn iteration(
     let at = Instant::now();
     match fault {
         "host-killed" => hosts.kill_host(victim),
-        _ => hosts.lab.set_host(victim, false),
+        _ => hosts.lab().set_host(victim, false),
     }
     let first = writer.wait_acked(
         |a| a.sent >= at && a.port != victim_port,
@@ -267,7 +267,7 @@ fn iteration(
     bar.set_message(format!("{what}: healing {}", LabHosts::name(victim)));
     match fault {
         "host-killed" => hosts.boot_host(victim)?,
-        _ => hosts.lab.set_host(victim, true),
+        _ => hosts.lab().set_host(victim, true),
     }
     let primary = hosts.wait_whole()?;
     let whole = at.elapsed().as_secs_f64();
@@ -320,7 +320,7 @@ impl Probes {
         let mut threads = Vec::new();
         for i in 0..HOSTS {
             let url = hosts.local_url(i)?;
-            let netns = hosts.lab.netns(i);
+            let netns = hosts.lab().netns(i);
             let (stop, seen) = (stop.clone(), seen.clone());
             threads.push(std::thread::spawn(move || {
                 if let Err(e) = herd_testkit::netns::enter(&netns) {

@@ -1,15 +1,21 @@
 //! Three "hosts" for `herd bench failover --hosts 3`: Linux network namespaces (the testkit's
 //! lab), each running an etcd member, a `herd agent` with its default settings and that
 //! agent's PostgreSQL; `herd proxy` runs outside them. Faults take a whole host down (every
-//! process in its namespace killed, as a power loss) or cut it off the network.
+//! process in its namespace killed, as a power loss) or cut it off the network. The lab is
+//! listed in the run's [`Scratches`] from before its namespaces are built, so an interrupted
+//! run removes it too ([`lab_teardown`](super::lab_teardown)); dropping the handle removes it
+//! otherwise.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use herd_testkit::etcd::{EtcdCluster, Placement};
 use herd_testkit::netns::{Lab, Link};
 
+use super::lab_teardown::{self, LabNames};
+use crate::scratches::{Scratches, Stage};
 use crate::BenchError;
 
 /// The hosts of the lab.
@@ -17,20 +23,24 @@ pub const HOSTS: usize = 3;
 /// The longest wait for the cluster to be whole (a primary, every replica streaming from it).
 const WHOLE_LIMIT: Duration = Duration::from_secs(120);
 
-/// The running lab.
+/// The running lab. The parts that remove themselves when dropped are options: when an
+/// interrupt has taken the lab over, `Drop` forgets them instead (the interrupt removes them).
 pub struct LabHosts {
     herd: PathBuf,
-    /// Agents' data and logs (removed when dropped).
-    pub dir: tempfile::TempDir,
+    /// Agents' data and logs (removed when dropped); names the lab in the run's [`Scratches`].
+    path: PathBuf,
+    dir: Option<tempfile::TempDir>,
     base: u16,
     agents: Vec<Option<Child>>,
     proxy: Option<Child>,
     cluster: String,
     /// `--ttl-ms` for the agents, when not their default.
     ttl_ms: Option<u64>,
-    etcd: EtcdCluster,
+    /// Started after the lab is registered, so an interrupt during its start removes it too.
+    etcd: Option<EtcdCluster>,
     /// Dropped last: deleting the namespaces removes the links.
-    pub lab: Lab,
+    lab: Option<Lab>,
+    scratches: Scratches,
 }
 
 fn failed(what: &str, detail: impl Into<String>) -> BenchError {
@@ -44,9 +54,11 @@ fn failed(what: &str, detail: impl Into<String>) -> BenchError {
 impl LabHosts {
     /// Builds the namespaces, starts etcd, the three agents (the first creates the cluster)
     /// and the proxy, and waits until the cluster is whole.
+    /// Listed in `scratches` from before the namespaces are built, until dropped.
     pub fn start(
         herd: &Path,
         ttl_ms: Option<u64>,
+        scratches: &Scratches,
         progress: &dyn Fn(&str),
     ) -> Result<LabHosts, BenchError> {
         if !Lab::available() {
@@ -66,28 +78,71 @@ impl LabHosts {
                     .into(),
             ));
         }
-        progress("building 3 network namespaces");
-        let lab = Lab::build(HOSTS).map_err(|e| failed("building the network namespaces", e))?;
-        progress("starting etcd (one member per host)");
-        let placements: Vec<Placement> = (0..HOSTS)
-            .map(|i| Placement {
-                ip: lab.host_ip(i, Link::Store),
-                netns: Some(lab.netns(i)),
-            })
-            .collect();
-        let etcd = EtcdCluster::start_on(&placements);
+        // Named and registered before anything is made, so an interrupt while the namespaces
+        // are built removes them too (it waits for the build to finish first).
+        let lab = Lab::planned(HOSTS);
+        let dir = herd_testkit::scratch_dir();
+        let path = dir.path().to_path_buf();
+        let names = LabNames {
+            namespaces: lab.namespaces(),
+            bridges: lab.bridges(),
+            dirs: Arc::new(Mutex::new(vec![path.clone()])),
+            building: Arc::new(Mutex::new(())),
+        };
+        let stop = {
+            let names = names.clone();
+            Box::new(move |deadline| lab_teardown::tear_down(&names, deadline))
+        };
+        // Refused once interrupted: nothing is built yet, and `dir`, dropped, removes itself.
+        scratches.add_extra(&path, Stage::WithClusters, names.remove_by_hand(), stop)?;
         let base = herd_testkit::free_port_block(10);
-        let mut hosts = LabHosts {
+        // From here on, dropping `hosts` (also on an error below) removes the lab.
+        let hosts = LabHosts {
             herd: herd.to_path_buf(),
-            dir: herd_testkit::scratch_dir(),
+            path,
+            dir: Some(dir),
             base,
             agents: (0..HOSTS).map(|_| None).collect(),
             proxy: None,
             cluster: format!("bench{base}"),
             ttl_ms,
-            etcd,
-            lab,
+            etcd: None,
+            lab: Some(lab),
+            scratches: scratches.clone(),
         };
+        // Where to look if something is left behind; tests read this line to find the lab.
+        scratches.say(&format!(
+            "herd bench: lab hosts in {} (network namespaces {})",
+            hosts.path.display(),
+            names.namespaces.join(" ")
+        ));
+        progress("building 3 network namespaces");
+        {
+            // A panicked holder left nothing to protect: the lock only orders build and
+            // teardown.
+            let _building = names.building.lock().unwrap_or_else(|e| e.into_inner());
+            hosts
+                .lab()
+                .create()
+                .map_err(|e| failed("building the network namespaces", e))?;
+        }
+        let mut hosts = hosts;
+        progress("starting etcd (one member per host)");
+        let placements: Vec<Placement> = (0..HOSTS)
+            .map(|i| Placement {
+                ip: hosts.lab().host_ip(i, Link::Store),
+                netns: Some(hosts.lab().netns(i)),
+            })
+            .collect();
+        let etcd = EtcdCluster::start_on(&placements);
+        // The interrupt's teardown removes etcd's directory too from now on.
+        names
+            .dirs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(etcd.dir().to_path_buf());
+        hosts.etcd = Some(etcd);
+        scratches.set_remove(&hosts.path, names.remove_by_hand());
         progress("starting the first agent (initdb)");
         hosts.start_agent(0)?;
         hosts.wait_until("h0 to lead", WHOLE_LIMIT, |h| {
@@ -102,7 +157,7 @@ impl LabHosts {
         }
         copy_dir(
             &hosts.agent_dir(0).join("secrets"),
-            &hosts.dir.path().join("proxy/secrets"),
+            &hosts.path.join("proxy/secrets"),
         )?;
         progress("cloning the replicas");
         hosts.wait_whole()?;
@@ -115,18 +170,37 @@ impl LabHosts {
         Ok(hosts)
     }
 
+    /// The network namespaces (present until the lab is dropped).
+    pub fn lab(&self) -> &Lab {
+        self.lab
+            .as_ref()
+            .expect("the lab lives until LabHosts is dropped")
+    }
+
+    fn etcd(&self) -> &EtcdCluster {
+        self.etcd
+            .as_ref()
+            .expect("etcd runs once LabHosts::start returns")
+    }
+
+    fn etcd_mut(&mut self) -> &mut EtcdCluster {
+        self.etcd
+            .as_mut()
+            .expect("etcd runs once LabHosts::start returns")
+    }
+
     /// Host `i`'s name (also its member name).
     pub fn name(i: usize) -> String {
         format!("h{i}")
     }
 
     fn agent_dir(&self, i: usize) -> PathBuf {
-        self.dir.path().join(Self::name(i))
+        self.path.join(Self::name(i))
     }
 
     /// Host `i`'s address on the database network.
     pub fn pg_host(&self, i: usize) -> String {
-        self.lab.host_ip(i, Link::Database)
+        self.lab().host_ip(i, Link::Database)
     }
 
     /// Host `i`'s PostgreSQL port (each host its own, so an acknowledgement names its server).
@@ -144,7 +218,7 @@ impl LabHosts {
 
     fn dcs(&self) -> String {
         let hosts: Vec<String> = self
-            .etcd
+            .etcd()
             .endpoints()
             .iter()
             .map(|e| e.trim_start_matches("http://").to_string())
@@ -180,7 +254,7 @@ impl LabHosts {
     }
 
     fn log(&self, name: &str) -> Result<std::fs::File, BenchError> {
-        let path = self.dir.path().join(format!("{name}.log"));
+        let path = self.path.join(format!("{name}.log"));
         std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -196,8 +270,8 @@ impl LabHosts {
         let log = self.log(&Self::name(i))?;
         let err = log
             .try_clone()
-            .map_err(|e| BenchError::io("opening", self.dir.path(), e))?;
-        let mut cmd = self.lab.command(i, &self.herd);
+            .map_err(|e| BenchError::io("opening", &self.path, e))?;
+        let mut cmd = self.lab().command(i, &self.herd);
         cmd.args(["agent", "--pg-listen", "0.0.0.0"])
             .args(["--pg-advertise", &self.pg_host(i)])
             .args(["--dcs", &self.dcs(), "--cluster", &self.cluster])
@@ -222,12 +296,12 @@ impl LabHosts {
         let log = self.log("proxy")?;
         let err = log
             .try_clone()
-            .map_err(|e| BenchError::io("opening", self.dir.path(), e))?;
+            .map_err(|e| BenchError::io("opening", &self.path, e))?;
         let child = Command::new(&self.herd)
             .args(["proxy", "--dcs", &self.dcs(), "--cluster", &self.cluster])
             .args(["--listen", &format!("127.0.0.1:{}", self.proxy_port())])
             .arg("--data-dir")
-            .arg(self.dir.path().join("proxy"))
+            .arg(self.path.join("proxy"))
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(err)
@@ -303,7 +377,7 @@ impl LabHosts {
     /// PostgreSQL) gets SIGKILL.
     pub fn kill_host(&mut self, i: usize) {
         let me = std::process::id() as i32;
-        for pid in self.lab.pids(i).into_iter().filter(|p| *p != me) {
+        for pid in self.lab().pids(i).into_iter().filter(|p| *p != me) {
             let _ = nix::sys::signal::kill(
                 nix::unistd::Pid::from_raw(pid),
                 nix::sys::signal::Signal::SIGKILL,
@@ -312,19 +386,19 @@ impl LabHosts {
         if let Some(mut a) = self.agents[i].take() {
             let _ = a.wait();
         }
-        self.etcd.kill(i);
+        self.etcd_mut().kill(i);
     }
 
     /// Host `i` back after a power loss: its etcd member, then its agent (which restarts its
     /// PostgreSQL and rejoins).
     pub fn boot_host(&mut self, i: usize) -> Result<(), BenchError> {
-        self.etcd.restart(i);
+        self.etcd_mut().restart(i);
         self.start_agent(i)
     }
 
     /// The last lines of every agent's and the proxy's log.
     pub fn logs(&self) -> String {
-        herd_testkit::agents::log_tails(self.dir.path(), &["h0", "h1", "h2", "proxy"], 30)
+        herd_testkit::agents::log_tails(&self.path, &["h0", "h1", "h2", "proxy"], 30)
     }
 
     /// A failure with the logs attached.
@@ -339,7 +413,7 @@ impl LabHosts {
     /// Copies every log next to the report.
     pub fn keep_logs(&self, out: &Path) {
         for name in ["h0", "h1", "h2", "proxy"] {
-            let from = self.dir.path().join(format!("{name}.log"));
+            let from = self.path.join(format!("{name}.log"));
             let _ = std::fs::copy(&from, out.join(format!("hosts-{name}.log")));
         }
     }
@@ -347,6 +421,14 @@ impl LabHosts {
 
 impl Drop for LabHosts {
     fn drop(&mut self) {
+        // Not ours to remove when an interrupt already took the lab over: its parts must not
+        // remove themselves as it does.
+        if !self.scratches.claim(&self.path) {
+            std::mem::forget(self.lab.take());
+            std::mem::forget(self.etcd.take());
+            let _ = self.dir.take().map(tempfile::TempDir::keep);
+            return;
+        }
         if let Some(mut p) = self.proxy.take() {
             let _ = p.kill();
             let _ = p.wait();
@@ -364,6 +446,11 @@ impl Drop for LabHosts {
             }
             let _ = herd_pg::kill_server(&self.agent_dir(i).join("pgdata"));
         }
+        // In the order they were declared: the directories, etcd, then the namespaces.
+        drop(self.dir.take());
+        drop(self.etcd.take());
+        drop(self.lab.take());
+        self.scratches.release(&self.path);
     }
 }
 

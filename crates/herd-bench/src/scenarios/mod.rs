@@ -9,6 +9,7 @@ mod dataset;
 pub mod failover;
 pub mod failover_hosts;
 mod lab_hosts;
+mod lab_teardown;
 pub mod lag;
 pub mod lag_report;
 mod lag_sampler;

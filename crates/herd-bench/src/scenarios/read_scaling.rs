@@ -231,7 +231,7 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
     }
 
     // Declared after the clusters, so dropped first: processes go home, then groups go.
-    let mut limits = match CpuLimits::new(QUOTA_US, PERIOD_US) {
+    let mut limits = match CpuLimits::new(QUOTA_US, PERIOD_US, &opts.scratches) {
         Ok(l) => Some(l),
         Err(why) => {
             notes.push(format!(

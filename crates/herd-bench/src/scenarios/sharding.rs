@@ -447,7 +447,7 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
         }
     }
 
-    let mut limits = match CpuLimits::new(QUOTA_US, PERIOD_US) {
+    let mut limits = match CpuLimits::new(QUOTA_US, PERIOD_US, &opts.scratches) {
         Ok(l) => Some(l),
         Err(why) => {
             notes.push(format!(

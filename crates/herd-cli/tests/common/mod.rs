@@ -2,6 +2,7 @@
 
 #![allow(dead_code)]
 
+pub mod bench_child;
 pub mod copies;
 pub mod groups;
 pub mod hosts;

@@ -1,0 +1,236 @@
+//! Tearing down the lab of `failover --hosts 3` after an interrupt, from names alone (the
+//! benchmark thread still holds the lab's handles): the agents are asked to stop (they stop
+//! their PostgreSQL), then every process left inside the hosts or naming the lab's
+//! directories is killed, the namespaces and bridges are deleted, and the directories removed.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::Signal;
+
+use crate::teardown::processes_naming;
+
+/// How long the agents get to stop their PostgreSQL before everything is killed.
+const AGENTS_LIMIT: Duration = Duration::from_secs(20);
+
+/// What an interrupt needs to remove a lab.
+#[derive(Clone, Debug)]
+pub(crate) struct LabNames {
+    /// The hosts' network namespaces.
+    pub namespaces: Vec<String>,
+    /// The bridges joining them (in the namespace that built the lab).
+    pub bridges: Vec<String>,
+    /// The scratch directories: the agents' (first), then etcd's once it runs; shared with
+    /// the lab's handle, which adds etcd's.
+    pub dirs: Arc<Mutex<Vec<PathBuf>>>,
+    /// Held while the namespaces are being built: the teardown waits for the build to end
+    /// (else a namespace made after the teardown's deletion would be left).
+    pub building: Arc<Mutex<()>>,
+}
+
+impl LabNames {
+    fn dirs(&self) -> Vec<PathBuf> {
+        // Each change is one push: a panicked holder left the list consistent.
+        self.dirs.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// The shell commands that remove the lab by hand.
+    pub fn remove_by_hand(&self) -> String {
+        let mut steps: Vec<String> = self
+            .namespaces
+            .iter()
+            .map(|ns| format!("kill -9 $(ip netns pids {ns}); ip netns del {ns}"))
+            .collect();
+        steps.extend(self.bridges.iter().map(|b| format!("ip link del {b}")));
+        let dirs: Vec<String> = self
+            .dirs()
+            .iter()
+            .map(|d| d.display().to_string())
+            .collect();
+        steps.push(format!("rm -rf {}", dirs.join(" ")));
+        steps.join("; ")
+    }
+}
+
+/// Stops and removes everything of the lab named by `names` by `deadline`; what is left.
+pub(crate) fn tear_down(names: &LabNames, deadline: Instant) -> Result<(), String> {
+    // Held to the end: the namespaces are not built while they are deleted.
+    let _built = wait_for_build(names, deadline)?;
+    let dirs = names.dirs();
+    let agents_done = deadline.min(Instant::now() + AGENTS_LIMIT);
+    // Agents first, gently: SIGTERM makes an agent stop its PostgreSQL and exit.
+    let agents = || -> Vec<u32> {
+        in_hosts(names)
+            .into_iter()
+            .filter(|&pid| argv(pid).get(1).is_some_and(|a| a == "agent"))
+            .collect()
+    };
+    signal(&agents(), Signal::SIGTERM);
+    while !agents().is_empty() && Instant::now() < agents_done {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Then everything else: etcd, watchdogs, what did not stop, the proxy (outside the hosts,
+    // naming the agents' directory). Again until none is left: the benchmark thread may still
+    // be starting a host's processes.
+    let everything = || -> Vec<u32> {
+        let mut pids = in_hosts(names);
+        pids.extend(dirs.iter().flat_map(|d| processes_naming(d)));
+        pids.sort_unstable();
+        pids.dedup();
+        pids
+    };
+    kill_until_none(&everything, deadline);
+    let mut problems = Vec::new();
+    for ns in &names.namespaces {
+        if let Err(e) = ip(&["netns", "del", ns]) {
+            problems.push(e);
+        }
+    }
+    for bridge in &names.bridges {
+        if let Err(e) = ip(&["link", "del", bridge]) {
+            problems.push(e);
+        }
+    }
+    // A process started into a host just before its namespace went is found by its
+    // directory only now.
+    let naming = || -> Vec<u32> { dirs.iter().flat_map(|d| processes_naming(d)).collect() };
+    kill_until_none(&naming, deadline);
+    let left = naming();
+    if !left.is_empty() {
+        problems.push(format!("processes {left:?} still run"));
+    } else {
+        for dir in &dirs {
+            match std::fs::remove_dir_all(dir) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    problems.push(format!("removing {}: {e}", dir.display()))
+                }
+                _ => {}
+            }
+        }
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems.join("; "))
+    }
+}
+
+/// The build lock of `names`, once the namespaces are no longer being built (a build takes
+/// about a second), or an error at `deadline`.
+fn wait_for_build(
+    names: &LabNames,
+    deadline: Instant,
+) -> Result<std::sync::MutexGuard<'_, ()>, String> {
+    loop {
+        match names.building.try_lock() {
+            Ok(guard) => return Ok(guard),
+            // A build that panicked is over.
+            Err(std::sync::TryLockError::Poisoned(e)) => return Ok(e.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(std::sync::TryLockError::WouldBlock) => {
+                return Err("the namespaces were still being built".into())
+            }
+        }
+    }
+}
+
+/// SIGKILLs what `pids` finds until it finds nothing or `deadline` passes.
+fn kill_until_none(pids: &dyn Fn() -> Vec<u32>, deadline: Instant) {
+    loop {
+        let found = pids();
+        if found.is_empty() || Instant::now() >= deadline {
+            return;
+        }
+        signal(&found, Signal::SIGKILL);
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn signal(pids: &[u32], sig: Signal) {
+    let me = std::process::id();
+    for &pid in pids.iter().filter(|&&p| p != me) {
+        if let Ok(pid) = i32::try_from(pid) {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig);
+        }
+    }
+}
+
+/// Every process inside the lab's namespaces (`ip netns pids`; none once they are deleted).
+fn in_hosts(names: &LabNames) -> Vec<u32> {
+    names
+        .namespaces
+        .iter()
+        .filter_map(|ns| Command::new("ip").args(["netns", "pids", ns]).output().ok())
+        .flat_map(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect::<Vec<u32>>()
+        })
+        .collect()
+}
+
+/// The arguments of process `pid` (empty once it is gone).
+fn argv(pid: u32) -> Vec<String> {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|c| {
+            c.split(|&b| b == 0)
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn ip(args: &[&str]) -> Result<(), String> {
+    let out = Command::new("ip")
+        .args(args)
+        .output()
+        .map_err(|e| format!("ip {}: {e}", args.join(" ")))?;
+    let err = String::from_utf8_lossy(&out.stderr);
+    // Gone already (deleted by a fault of the scenario, or never built): nothing to do.
+    if out.status.success() || err.contains("No such file") || err.contains("Cannot find") {
+        Ok(())
+    } else {
+        Err(format!("ip {}: {}", args.join(" "), err.trim()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn waits_for_the_build_then_removes_what_is_named() {
+        if !herd_testkit::netns::Lab::available() {
+            eprintln!("SKIPPED: removing network namespaces needs root and `ip netns`");
+            return;
+        }
+        let dir = crate::cluster::scratch_dir().expect("scratch dir").keep();
+        let names = LabNames {
+            // Never built: deleting them is no error.
+            namespaces: vec!["hdtesth0".into()],
+            bridges: vec!["hdteste".into()],
+            dirs: Arc::new(Mutex::new(vec![dir.clone()])),
+            building: Arc::new(Mutex::new(())),
+        };
+        let started = Instant::now();
+        let building = Arc::clone(&names.building);
+        let (held, hold) = std::sync::mpsc::channel();
+        let builder = std::thread::spawn(move || {
+            let _build = building.lock().expect("build lock");
+            held.send(()).expect("send");
+            std::thread::sleep(Duration::from_millis(500));
+        });
+        hold.recv_timeout(Duration::from_secs(5))
+            .expect("build started");
+        tear_down(&names, Instant::now() + Duration::from_secs(20)).expect("tear down");
+        assert!(started.elapsed() >= Duration::from_millis(500));
+        assert!(!dir.exists());
+        builder.join().expect("builder");
+        assert!(names.remove_by_hand().contains("ip netns del hdtesth0"));
+    }
+}

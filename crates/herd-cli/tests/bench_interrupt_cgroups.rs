@@ -1,0 +1,108 @@
+//! Interrupting `herd bench read-scaling --quick` once its nodes are confined: the CPU groups
+//! it made under the cgroup file system outlive the bench unless removed, and can only be
+//! removed once the processes in them are gone or moved out. Ctrl-C (SIGINT to the whole
+//! process group) must stop the scratch clusters, then remove the groups, and exit with 130 in
+//! bounded time. Whatever the bench leaves is removed by the test itself.
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use common::bench_child::{processes_naming, BenchChild};
+use nix::sys::signal::{kill, killpg, Signal};
+use nix::unistd::Pid;
+
+/// Until the nodes are confined (clusters up, data loaded, warm-up run).
+const READY_LIMIT: Duration = Duration::from_secs(600);
+/// What the bench prints as each scratch cluster starts.
+const CLUSTER: &str = "herd bench: scratch cluster in ";
+/// What the bench prints once it made the base of its CPU groups.
+const GROUPS: &str = "herd bench: CPU groups in ";
+
+/// What the bench made, as the test learns it; dropping it removes whatever is left.
+#[derive(Default)]
+struct Made {
+    clusters: Vec<PathBuf>,
+    groups: Option<PathBuf>,
+}
+
+impl Drop for Made {
+    fn drop(&mut self) {
+        for dir in self.clusters.iter().filter(|d| d.exists()) {
+            let data = dir.join("data");
+            if data.exists() {
+                let mut down = Command::new(env!("CARGO_BIN_EXE_herd"));
+                down.arg("down").arg("--data-dir").arg(&data);
+                let _ = herd_testkit::output_within(&mut down, Duration::from_secs(120));
+            }
+            for pid in processes_naming(dir) {
+                let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+            }
+            let _ = std::fs::remove_dir_all(dir);
+        }
+        let Some(base) = self.groups.as_ref().filter(|b| b.exists()) else {
+            return;
+        };
+        // The groups' parent takes their processes back (v1: the bench's own group; v2: the
+        // root), then the empty groups can go.
+        let Some(home) = base.parent().map(|p| p.join("cgroup.procs")) else {
+            return;
+        };
+        for group in std::fs::read_dir(base).into_iter().flatten().flatten() {
+            let group = group.path();
+            if !group.is_dir() {
+                continue;
+            }
+            let procs = std::fs::read_to_string(group.join("cgroup.procs")).unwrap_or_default();
+            for pid in procs.split_whitespace() {
+                let _ = std::fs::write(&home, pid);
+            }
+            let _ = std::fs::remove_dir(&group);
+        }
+        let _ = std::fs::remove_dir(base);
+    }
+}
+
+/// The bench and what it made: fields drop in order, so the bench is killed first.
+struct Run {
+    bench: BenchChild,
+    made: Made,
+}
+
+#[test]
+fn ctrl_c_removes_the_cpu_groups_after_the_clusters() {
+    let mut run = Run {
+        bench: BenchChild::start(&["read-scaling", "--quick"]),
+        made: Made::default(),
+    };
+    let clusters = &mut run.made.clusters;
+    let mut seen = |line: &str| {
+        if let Some(dir) = line.strip_prefix(CLUSTER) {
+            clusters.push(PathBuf::from(dir.trim()));
+        }
+    };
+    let base = PathBuf::from(run.bench.line(GROUPS, READY_LIMIT, &mut seen));
+    run.made.groups = Some(base.clone());
+    assert!(!run.made.clusters.is_empty(), "{}", run.bench.stderr());
+    // The front group is made last, once every node is confined.
+    let front = base.join("front");
+    run.bench
+        .wait_for("the confined nodes", READY_LIMIT, || front.exists());
+
+    // What a terminal's Ctrl-C does: SIGINT to every process of the foreground group.
+    killpg(run.bench.pid(), Signal::SIGINT).expect("SIGINT");
+    let stderr = run.bench.assert_interrupted(130);
+    eprintln!("herd bench said:\n{stderr}");
+
+    assert!(!base.exists(), "{base:?} is left:\n{stderr}");
+    for dir in &run.made.clusters {
+        let users = processes_naming(dir);
+        assert!(
+            users.is_empty(),
+            "processes {users:?} use {dir:?}:\n{stderr}"
+        );
+        assert!(!dir.exists(), "{dir:?} is left:\n{stderr}");
+    }
+}
