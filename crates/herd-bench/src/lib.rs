@@ -42,7 +42,8 @@ pub struct BenchOptions {
     pub duration: Option<u64>,
     /// The `herd` binary used to create the scratch clusters.
     pub herd_exe: PathBuf,
-    /// Iterations (e.g. failovers) per mode, overriding the scenario's default.
+    /// Iterations (e.g. failovers, or `proxy`'s interleaved rounds) per mode, overriding the
+    /// scenario's default.
     pub iterations: Option<u32>,
     /// Data set size, overriding the scenario's default: the pgbench scale factor where
     /// pgbench's tables are used, the number of devices of the time-series data set, the

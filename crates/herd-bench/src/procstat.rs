@@ -46,15 +46,15 @@ pub fn children_cpu_s() -> Option<f64> {
 }
 
 /// CPU time the whole machine has spent busy so far, all cores, seconds (`/proc/stat`'s first
-/// line: every column but idle and iowait). Read around a run, the difference is what the
+/// line: every column but idle, iowait and steal — time the hypervisor gave to others). Read around a run, the difference is what the
 /// run cost everyone on the machine: load generator, proxies and servers alike.
 pub fn machine_busy_s() -> Option<f64> {
     let stat = std::fs::read_to_string("/proc/stat").ok()?;
     Some(busy_ticks(&stat)? as f64 / clock_ticks()?)
 }
 
-/// Busy ticks of `/proc/stat`'s `cpu` line: user, nice, system, irq, softirq and steal (guest
-/// time is counted in user already, so the guest columns are left out).
+/// Busy ticks of `/proc/stat`'s `cpu` line: user, nice, system, irq and softirq (guest time is
+/// counted in user already, so the guest columns are left out).
 fn busy_ticks(stat: &str) -> Option<u64> {
     let line = stat.lines().find(|l| l.starts_with("cpu "))?;
     let v: Vec<u64> = line
@@ -64,7 +64,7 @@ fn busy_ticks(stat: &str) -> Option<u64> {
         .collect::<Option<_>>()?;
     // user nice system idle iowait irq softirq steal [guest guest_nice]
     let at = |i: usize| v.get(i).copied().unwrap_or(0);
-    (v.len() >= 4).then(|| at(0) + at(1) + at(2) + at(5) + at(6) + at(7))
+    (v.len() >= 4).then(|| at(0) + at(1) + at(2) + at(5) + at(6))
 }
 
 /// Clock ticks per second (`sysconf(_SC_CLK_TCK)`).
@@ -137,8 +137,8 @@ mod tests {
     #[test]
     fn reads_the_machines_busy_time() {
         let stat = "cpu  100 5 30 1000 40 2 3 7 50 0\ncpu0 50 2 15 500 20 1 1 3 25 0\n";
-        // user + nice + system + irq + softirq + steal; idle, iowait and guest left out.
-        assert_eq!(busy_ticks(stat), Some(147));
+        // user + nice + system + irq + softirq; idle, iowait, steal and guest left out.
+        assert_eq!(busy_ticks(stat), Some(140));
         assert_eq!(busy_ticks("cpu  1 2 3\n"), None);
         assert_eq!(busy_ticks("cpu0 1 2 3 4\n"), None);
         assert_eq!(busy_ticks("cpu  1 x 3 4\n"), None);

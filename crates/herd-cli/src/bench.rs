@@ -20,7 +20,8 @@ pub struct BenchArgs {
     /// Seconds per measured run (default: the scenario's own).
     #[arg(long, value_name = "S")]
     pub duration: Option<u64>,
-    /// Iterations per mode, e.g. failovers (default: the scenario's own).
+    /// Iterations per mode, e.g. failovers, or the interleaved rounds of proxy (default: the
+    /// scenario's own).
     #[arg(long, value_name = "N")]
     pub iterations: Option<u32>,
     /// Data set size (default: the scenario's own): pgbench's scale factor for proxy and lag,

@@ -61,10 +61,12 @@ fn quick_proxy_bench_writes_reports() {
             c["pgbench_cpu_us_per_txn"].as_f64().unwrap_or(0.0) > 0.0,
             "{mode}: pgbench's CPU per transaction {c}"
         );
-        // The whole machine's busy CPU over the same runs: at least pgbench's and the proxy's.
+        // The whole machine's busy CPU over the same runs holds pgbench's and the proxy's
+        // (a tenth off for the clock ticks each figure is counted in).
         let machine = c["machine_cpu_us_per_txn"].as_f64().unwrap_or(0.0);
+        let pgbench = c["pgbench_cpu_us_per_txn"].as_f64().unwrap_or(0.0);
         assert!(
-            machine >= cpu,
+            machine >= 0.9 * (cpu + pgbench),
             "{mode}: the machine's CPU per transaction {c}"
         );
     }

@@ -40,6 +40,8 @@ pub struct LabHosts {
     etcd: Option<EtcdCluster>,
     /// Dropped last: deleting the namespaces removes the links.
     lab: Option<Lab>,
+    /// Whether an interrupt tore the lab down (see [`open`]).
+    gate: Arc<Mutex<bool>>,
     scratches: Scratches,
 }
 
@@ -87,7 +89,7 @@ impl LabHosts {
             namespaces: lab.namespaces(),
             bridges: lab.bridges(),
             dirs: Arc::new(Mutex::new(vec![path.clone()])),
-            building: Arc::new(Mutex::new(())),
+            torn_down: Arc::new(Mutex::new(false)),
         };
         let stop = {
             let names = names.clone();
@@ -108,6 +110,7 @@ impl LabHosts {
             ttl_ms,
             etcd: None,
             lab: Some(lab),
+            gate: Arc::clone(&names.torn_down),
             scratches: scratches.clone(),
         };
         // Where to look if something is left behind; tests read this line to find the lab.
@@ -117,10 +120,9 @@ impl LabHosts {
             names.namespaces.join(" ")
         ));
         progress("building 3 network namespaces");
+        let gate = Arc::clone(&hosts.gate);
         {
-            // A panicked holder left nothing to protect: the lock only orders build and
-            // teardown.
-            let _building = names.building.lock().unwrap_or_else(|e| e.into_inner());
+            let _gate = open(&gate)?;
             hosts
                 .lab()
                 .create()
@@ -134,14 +136,18 @@ impl LabHosts {
                 netns: Some(hosts.lab().netns(i)),
             })
             .collect();
-        let etcd = EtcdCluster::start_on(&placements);
-        // The interrupt's teardown removes etcd's directory too from now on.
-        names
-            .dirs
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(etcd.dir().to_path_buf());
-        hosts.etcd = Some(etcd);
+        {
+            // Through the gate, so an interrupt's teardown waits for etcd's directory to be
+            // known (a few seconds) and then removes it too.
+            let _gate = open(&gate)?;
+            let etcd = EtcdCluster::start_on(&placements);
+            names
+                .dirs
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(etcd.dir().to_path_buf());
+            hosts.etcd = Some(etcd);
+        }
         scratches.set_remove(&hosts.path, names.remove_by_hand());
         progress("starting the first agent (initdb)");
         hosts.start_agent(0)?;
@@ -265,6 +271,8 @@ impl LabHosts {
     /// Starts host `i`'s agent with its default timings (TTL 10 s unless `--ttl-ms`, loop 1 s,
     /// margin 2.5 s).
     pub fn start_agent(&mut self, i: usize) -> Result<(), BenchError> {
+        let gate = Arc::clone(&self.gate);
+        let _gate = open(&gate)?;
         let dir = self.agent_dir(i);
         std::fs::create_dir_all(&dir).map_err(|e| BenchError::io("creating", &dir, e))?;
         let log = self.log(&Self::name(i))?;
@@ -293,6 +301,8 @@ impl LabHosts {
     }
 
     fn start_proxy(&mut self) -> Result<(), BenchError> {
+        let gate = Arc::clone(&self.gate);
+        let _gate = open(&gate)?;
         let log = self.log("proxy")?;
         let err = log
             .try_clone()
@@ -462,4 +472,30 @@ fn copy_dir(from: &Path, to: &Path) -> Result<(), BenchError> {
         std::fs::copy(entry.path(), &target).map_err(|e| BenchError::io("writing", &target, e))?;
     }
     Ok(())
+}
+
+/// The lab's gate, held for a step that makes something (namespaces, etcd, an agent, the
+/// proxy) so an interrupt's teardown waits for the step; refused once the teardown has run,
+/// since what the step made would be left.
+fn open(gate: &Mutex<bool>) -> Result<std::sync::MutexGuard<'_, bool>, BenchError> {
+    // A panicked holder left nothing half-done that the flag describes.
+    let held = gate.lock().unwrap_or_else(|e| e.into_inner());
+    if *held {
+        return Err(BenchError::Interrupted);
+    }
+    Ok(held)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_gate_refuses_every_step_once_the_lab_is_torn_down() {
+        let gate = Mutex::new(false);
+        assert!(open(&gate).is_ok(), "a step before any interrupt goes through");
+        // What the interrupt's teardown does under the gate.
+        *gate.lock().expect("gate") = true;
+        assert!(matches!(open(&gate), Err(BenchError::Interrupted)));
+    }
 }

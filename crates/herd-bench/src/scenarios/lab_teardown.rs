@@ -25,9 +25,11 @@ pub(crate) struct LabNames {
     /// The scratch directories: the agents' (first), then etcd's once it runs; shared with
     /// the lab's handle, which adds etcd's.
     pub dirs: Arc<Mutex<Vec<PathBuf>>>,
-    /// Held while the namespaces are being built: the teardown waits for the build to end
-    /// (else a namespace made after the teardown's deletion would be left).
-    pub building: Arc<Mutex<()>>,
+    /// Whether the lab was torn down, held by every step that makes something (the
+    /// namespaces, etcd, a host's agent, the proxy): the teardown waits for a step in progress,
+    /// then sets it, and a step that finds it set makes nothing (else what it made after the
+    /// teardown would be left).
+    pub torn_down: Arc<Mutex<bool>>,
 }
 
 impl LabNames {
@@ -56,8 +58,9 @@ impl LabNames {
 
 /// Stops and removes everything of the lab named by `names` by `deadline`; what is left.
 pub(crate) fn tear_down(names: &LabNames, deadline: Instant) -> Result<(), String> {
-    // Held to the end: the namespaces are not built while they are deleted.
-    let _built = wait_for_build(names, deadline)?;
+    // Held to the end: nothing is made while the lab is removed, nor after.
+    let mut torn_down = wait_for_build(names, deadline)?;
+    *torn_down = true;
     let dirs = names.dirs();
     let agents_done = deadline.min(Instant::now() + AGENTS_LIMIT);
     // Agents first, gently: SIGTERM makes an agent stop its PostgreSQL and exit.
@@ -100,7 +103,11 @@ pub(crate) fn tear_down(names: &LabNames, deadline: Instant) -> Result<(), Strin
     let left = naming();
     if !left.is_empty() {
         problems.push(format!("processes {left:?} still run"));
-    } else {
+    }
+    // The directories name the lab in what the interrupt reports as left: kept while anything
+    // of it (a namespace, a bridge, a process) may remain, so that it is reported with the
+    // commands that remove it by hand.
+    if problems.is_empty() {
         for dir in &dirs {
             match std::fs::remove_dir_all(dir) {
                 Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
@@ -117,14 +124,14 @@ pub(crate) fn tear_down(names: &LabNames, deadline: Instant) -> Result<(), Strin
     }
 }
 
-/// The build lock of `names`, once the namespaces are no longer being built (a build takes
-/// about a second), or an error at `deadline`.
+/// The lab's gate, once no step is making something (the namespaces take about a second,
+/// etcd a few), or an error at `deadline`.
 fn wait_for_build(
     names: &LabNames,
     deadline: Instant,
-) -> Result<std::sync::MutexGuard<'_, ()>, String> {
+) -> Result<std::sync::MutexGuard<'_, bool>, String> {
     loop {
-        match names.building.try_lock() {
+        match names.torn_down.try_lock() {
             Ok(guard) => return Ok(guard),
             // A build that panicked is over.
             Err(std::sync::TryLockError::Poisoned(e)) => return Ok(e.into_inner()),
@@ -132,7 +139,7 @@ fn wait_for_build(
                 std::thread::sleep(Duration::from_millis(50));
             }
             Err(std::sync::TryLockError::WouldBlock) => {
-                return Err("the namespaces were still being built".into())
+                return Err("the lab's hosts were still being made".into())
             }
         }
     }
@@ -215,10 +222,10 @@ mod tests {
             namespaces: vec!["hdtesth0".into()],
             bridges: vec!["hdteste".into()],
             dirs: Arc::new(Mutex::new(vec![dir.clone()])),
-            building: Arc::new(Mutex::new(())),
+            torn_down: Arc::new(Mutex::new(false)),
         };
         let started = Instant::now();
-        let building = Arc::clone(&names.building);
+        let building = Arc::clone(&names.torn_down);
         let (held, hold) = std::sync::mpsc::channel();
         let builder = std::thread::spawn(move || {
             let _build = building.lock().expect("build lock");
@@ -232,5 +239,7 @@ mod tests {
         assert!(!dir.exists());
         builder.join().expect("builder");
         assert!(names.remove_by_hand().contains("ip netns del hdtesth0"));
+        // A step that comes after the teardown finds it done and makes nothing.
+        assert!(*names.torn_down.lock().expect("gate"));
     }
 }

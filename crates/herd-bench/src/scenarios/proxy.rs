@@ -51,7 +51,8 @@ impl Plan {
             (5, 10, 10, 3, 1000)
         };
         Plan {
-            rounds,
+            // More rounds narrow the medians on a noisy machine (`--iterations`).
+            rounds: opts.iterations.unwrap_or(rounds).max(1),
             duration: opts.duration.unwrap_or(duration),
             scale: opts.scale.unwrap_or(scale).max(1),
             warmup,
@@ -329,6 +330,8 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
             .and_then(|(runs, _)| median(runs))
             .filter(|v| *v > 0.0)
     };
+    let machine = Machine::detect();
+    let cores = machine.cores;
     for target in ["herd-primary", "pgbouncer"] {
         if let (Some(many), Some(few)) = (median_of(MANY, target), median_of("simple", target)) {
             let mut note = format!(
@@ -340,19 +343,16 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
             let cost = |mode: &str| process_costs.get(mode).and_then(|m| m.get(target));
             if let Some(c) = cost("simple")
                 .zip(cost(MANY))
-                .and_then(|(f, m)| ceiling(f, m))
+                .and_then(|(f, m)| generator_share(f, m, few, cores))
             {
                 note.push_str(&format!(
-                    " pgbench's own CPU rose from {:.1} to {:.1} µs per transaction; the machine \
-                     spent {:.1} µs of CPU per transaction with {CLIENTS} clients, so that rise \
-                     alone, on saturated cores shared with the proxy and the servers, leaves at \
-                     most {:.2}× of the {CLIENTS}-client rate: {target} reached {:.2} of that \
-                     ceiling.",
-                    c.generator_few,
-                    c.generator_many,
-                    c.machine_few,
-                    c.ratio,
-                    many / few / c.ratio
+                    " pgbench's own CPU rose from {:.1} to {:.1} µs per transaction. With \
+                     {CLIENTS} clients the machine spent {:.1} µs of CPU per transaction, \
+                     {:.2} of its {cores} cores busy; with every core busy and the proxy and the \
+                     servers costing what they did then, pgbench's rise alone would leave \
+                     {:.2}× of the {CLIENTS}-client rate (an estimate: the proxy's and the \
+                     servers' own costs change with many connections too).",
+                    c.generator_few, c.generator_many, c.machine_few, c.busy_few, c.ratio,
                 ));
             }
             notes.push(note);
@@ -387,8 +387,9 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
          machine it shares the cores with the proxy and the servers, so where it grows (many \
          clients: each pgbench thread polls all of its connections on every wait) the rate of \
          every target falls with it. The machine's CPU per transaction is every process's \
-         (`/proc/stat`, all cores busy but idle and iowait, over the same runs): with the \
-         generator's rise it gives the ceiling that rise alone sets on the many-client rate."
+         (`/proc/stat`, all cores, busy time but idle, iowait and steal, over the same runs): \
+         with the generator's rise it estimates what that rise alone costs the many-client \
+         rate."
             .into(),
     );
     notes.push(
@@ -418,7 +419,7 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
         scenario: "proxy".into(),
         date: crate::report::now_utc(),
         quick: opts.quick,
-        machine: Machine::detect(),
+        machine,
         settings: Settings {
             command: format!(
                 "pgbench -S -c {CLIENTS} -j {THREADS} -T {} -M {{simple|extended|prepared}} URL",
@@ -498,37 +499,50 @@ fn limit(secs: u64) -> Duration {
     Duration::from_secs(secs + 60)
 }
 
-/// The rate that many clients can keep at most when only the load generator's cost changes.
+/// What the load generator's own growth with many clients leaves of the few-client rate.
 #[derive(Debug, PartialEq)]
-struct Ceiling {
+struct GeneratorShare {
     /// pgbench's CPU per transaction with few clients and with many, µs.
     generator_few: f64,
     generator_many: f64,
     /// The machine's busy CPU per transaction with few clients, µs.
     machine_few: f64,
-    /// The most the many-client rate can be, as a fraction of the few-client rate.
+    /// Cores busy with few clients (the machine's CPU per transaction times the rate).
+    busy_few: f64,
+    /// The many-client rate as a fraction of the few-client rate if only the generator's
+    /// cost changed and every core were busy.
     ratio: f64,
 }
 
-/// What pgbench's own growth with many clients leaves of the few-client rate, on cores that
-/// are saturated and shared: a transaction that costs the machine `machine_few` µs with few
-/// clients costs it the generator's extra µs more with many, if the proxy and the servers
-/// cost the same, and the rate falls in proportion. `None` without the figures (or when the
-/// generator cost less with many clients: then it sets no ceiling).
-fn ceiling(few: &ProcessCost, many: &ProcessCost) -> Option<Ceiling> {
+/// An estimate of what pgbench's own growth with many clients leaves of the few-client rate
+/// (`few_tps`) on `cores` shared with the proxy and the servers: if the proxy and the servers
+/// cost per transaction what they did with few clients and every core were busy, a
+/// transaction would cost the machine `machine_few` + the generator's extra µs, and the rate
+/// would be the cores' time over that. Not a bound on what is measured: the others' costs
+/// change with many connections too, and the few-client run may leave cores idle. `None`
+/// without the figures, or when the generator cost no more with many clients.
+fn generator_share(
+    few: &ProcessCost,
+    many: &ProcessCost,
+    few_tps: f64,
+    cores: usize,
+) -> Option<GeneratorShare> {
     let extra = many.pgbench_cpu_us_per_txn - few.pgbench_cpu_us_per_txn;
     let machine = few.machine_cpu_us_per_txn;
-    (machine > 0.0 && few.pgbench_cpu_us_per_txn > 0.0 && extra > 0.0).then(|| Ceiling {
+    let usable = machine > 0.0 && few.pgbench_cpu_us_per_txn > 0.0 && extra > 0.0;
+    (usable && few_tps > 0.0 && cores > 0).then(|| GeneratorShare {
         generator_few: few.pgbench_cpu_us_per_txn,
         generator_many: many.pgbench_cpu_us_per_txn,
         machine_few: machine,
-        ratio: machine / (machine + extra),
+        busy_few: machine * few_tps / 1e6,
+        ratio: cores as f64 * 1e6 / ((machine + extra) * few_tps),
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Scratches;
 
     fn cost(pgbench: f64, machine: f64) -> ProcessCost {
         ProcessCost {
@@ -541,16 +555,45 @@ mod tests {
     }
 
     #[test]
-    fn the_generators_growth_sets_the_ceiling() {
-        // 80 µs per transaction with 16 clients, 20 µs more of pgbench with many: 80 / 100.
-        let c = ceiling(&cost(14.0, 80.0), &cost(34.0, 110.0)).expect("a ceiling");
+    fn iterations_set_the_rounds() {
+        let opts = |quick, iterations| BenchOptions {
+            quick,
+            out: "out".into(),
+            duration: None,
+            herd_exe: "herd".into(),
+            iterations,
+            scale: None,
+            hosts: None,
+            ttl_ms: None,
+            scratches: Scratches::default(),
+        };
+        assert_eq!(Plan::new(&opts(false, None)).rounds, 5);
+        assert_eq!(Plan::new(&opts(true, None)).rounds, 1);
+        assert_eq!(Plan::new(&opts(false, Some(9))).rounds, 9);
+        assert_eq!(Plan::new(&opts(true, Some(3))).rounds, 3);
+        // No round is no figure: at least one.
+        assert_eq!(Plan::new(&opts(false, Some(0))).rounds, 1);
+    }
+
+    #[test]
+    fn the_generators_growth_and_the_idle_cores() {
+        let share = |few, many, tps| generator_share(&few, &many, tps, 2);
+        // 80 µs per transaction at 25,000 tps: both cores busy. 20 µs more of pgbench with
+        // many clients: 2 s of CPU per second over 100 µs, 20,000 tps, 0.8 of the rate.
+        let c = share(cost(14.0, 80.0), cost(34.0, 110.0), 25_000.0).expect("an estimate");
         assert!((c.ratio - 0.8).abs() < 1e-9, "{c:?}");
+        assert!((c.busy_few - 2.0).abs() < 1e-9, "{c:?}");
         assert_eq!((c.generator_few, c.generator_many), (14.0, 34.0));
-        // The generator no dearer with many clients: no ceiling below the rate itself.
-        assert_eq!(ceiling(&cost(14.0, 80.0), &cost(14.0, 80.0)), None);
-        assert_eq!(ceiling(&cost(14.0, 80.0), &cost(12.0, 80.0)), None);
+        // At 20,000 tps only 1.6 cores were busy: the idle 0.4 absorbs the generator's rise.
+        let c = share(cost(14.0, 80.0), cost(34.0, 110.0), 20_000.0).expect("an estimate");
+        assert!((c.ratio - 1.0).abs() < 1e-9, "{c:?}");
+        assert!((c.busy_few - 1.6).abs() < 1e-9, "{c:?}");
+        // The generator no dearer with many clients: nothing to estimate.
+        assert_eq!(share(cost(14.0, 80.0), cost(14.0, 80.0), 25_000.0), None);
+        assert_eq!(share(cost(14.0, 80.0), cost(12.0, 80.0), 25_000.0), None);
         // Figures missing (an older report, a /proc that could not be read): none.
-        assert_eq!(ceiling(&cost(14.0, 0.0), &cost(30.0, 100.0)), None);
-        assert_eq!(ceiling(&cost(0.0, 80.0), &cost(30.0, 100.0)), None);
+        assert_eq!(share(cost(14.0, 0.0), cost(30.0, 100.0), 25_000.0), None);
+        assert_eq!(share(cost(0.0, 80.0), cost(30.0, 100.0), 25_000.0), None);
+        assert_eq!(share(cost(14.0, 80.0), cost(30.0, 100.0), 0.0), None);
     }
 }
