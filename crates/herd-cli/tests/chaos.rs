@@ -74,6 +74,22 @@ fn postmaster_pid(c: &TestCluster, role: &str) -> (String, i32) {
     )
 }
 
+/// The running primary's name when it is not `old` (`herd status --json`, at most 30 s), from
+/// a thread of its own.
+fn primary_other_than(data_dir: &std::path::Path, old: &str) -> Option<String> {
+    let mut status = std::process::Command::new(env!("CARGO_BIN_EXE_herd"));
+    status
+        .args(["status", "--json", "--data-dir"])
+        .arg(data_dir);
+    let out = herd_testkit::output_within(&mut status, Duration::from_secs(30))?;
+    let s: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+    s["nodes"]
+        .as_array()?
+        .iter()
+        .find(|n| n["role"] == "primary" && n["state"] == "running" && n["name"] != old)
+        .and_then(|n| n["name"].as_str().map(str::to_string))
+}
+
 /// Waits until there is one running primary other than `old` and every other node streams.
 fn wait_full_strength(c: &TestCluster, old_primary: Option<&str>) -> String {
     wait_until(
@@ -211,9 +227,22 @@ async fn frozen_primary_and_killed_supervisor() {
             let _ = kill(Pid::from_raw(*p), Signal::SIGSTOP);
         }
         let thawer = frozen.clone();
+        let (data_dir, old) = (c.data_dir(), name.clone());
         std::thread::spawn(move || {
-            // Longer than the hung timeout (8 s): a frozen primary is replaced, then thawed.
+            // Thawed once another node is primary: a frozen primary is replaced, then thawed
+            // (a fixed wait raced the failover on a loaded machine: thawed before the hung
+            // timeout had run out, the old primary simply carried on). At least 12 s, longer
+            // than the hung timeout (8 s); at most 60 s, then thawed anyway and the test fails
+            // at its check of a new primary.
             std::thread::sleep(Duration::from_secs(12));
+            let limit = Instant::now() + Duration::from_secs(48);
+            while primary_other_than(&data_dir, &old).is_none() {
+                if Instant::now() >= limit {
+                    eprintln!("no other primary within 60 s of freezing {old}: thawing it");
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(500));
+            }
             for p in thawer {
                 let _ = kill(Pid::from_raw(p), Signal::SIGCONT);
             }

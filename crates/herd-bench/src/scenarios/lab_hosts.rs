@@ -493,7 +493,10 @@ mod tests {
     #[test]
     fn the_gate_refuses_every_step_once_the_lab_is_torn_down() {
         let gate = Mutex::new(false);
-        assert!(open(&gate).is_ok(), "a step before any interrupt goes through");
+        assert!(
+            open(&gate).is_ok(),
+            "a step before any interrupt goes through"
+        );
         // What the interrupt's teardown does under the gate.
         *gate.lock().expect("gate") = true;
         assert!(matches!(open(&gate), Err(BenchError::Interrupted)));
