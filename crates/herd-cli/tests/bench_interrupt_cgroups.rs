@@ -7,42 +7,23 @@
 mod common;
 
 use std::path::PathBuf;
-use std::process::Command;
 use std::time::Duration;
 
-use common::bench_child::{processes_naming, BenchChild};
-use nix::sys::signal::{kill, killpg, Signal};
-use nix::unistd::Pid;
+use common::bench_child::{processes_naming, BenchChild, ScratchClusters, CLUSTER};
+use nix::sys::signal::{killpg, Signal};
 
 /// Until the nodes are confined (clusters up, data loaded, warm-up run).
 const READY_LIMIT: Duration = Duration::from_secs(600);
-/// What the bench prints as each scratch cluster starts.
-const CLUSTER: &str = "herd bench: scratch cluster in ";
 /// What the bench prints once it made the base of its CPU groups.
 const GROUPS: &str = "herd bench: CPU groups in ";
 
-/// What the bench made, as the test learns it; dropping it removes whatever is left.
+/// The CPU groups' base, as the test learns it; dropping it removes whatever is left.
 #[derive(Default)]
-struct Made {
-    clusters: Vec<PathBuf>,
-    groups: Option<PathBuf>,
-}
+struct Groups(Option<PathBuf>);
 
-impl Drop for Made {
+impl Drop for Groups {
     fn drop(&mut self) {
-        for dir in self.clusters.iter().filter(|d| d.exists()) {
-            let data = dir.join("data");
-            if data.exists() {
-                let mut down = Command::new(env!("CARGO_BIN_EXE_herd"));
-                down.arg("down").arg("--data-dir").arg(&data);
-                let _ = herd_testkit::output_within(&mut down, Duration::from_secs(120));
-            }
-            for pid in processes_naming(dir) {
-                let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
-            }
-            let _ = std::fs::remove_dir_all(dir);
-        }
-        let Some(base) = self.groups.as_ref().filter(|b| b.exists()) else {
+        let Some(base) = self.0.as_ref().filter(|b| b.exists()) else {
             return;
         };
         // The groups' parent takes their processes back (v1: the bench's own group; v2: the
@@ -65,10 +46,12 @@ impl Drop for Made {
     }
 }
 
-/// The bench and what it made: fields drop in order, so the bench is killed first.
+/// The bench and what it made: fields drop in order, so the bench is killed first, then its
+/// clusters stopped, then the groups (empty by then) removed.
 struct Run {
     bench: BenchChild,
-    made: Made,
+    clusters: ScratchClusters,
+    groups: Groups,
 }
 
 /// Whether this machine lets the bench make CPU groups (root, and a writable cgroup
@@ -103,17 +86,18 @@ fn ctrl_c_removes_the_cpu_groups_after_the_clusters() {
     }
     let mut run = Run {
         bench: BenchChild::start(&["read-scaling", "--quick"]),
-        made: Made::default(),
+        clusters: ScratchClusters::default(),
+        groups: Groups::default(),
     };
-    let clusters = &mut run.made.clusters;
+    let clusters = &mut run.clusters.0;
     let mut seen = |line: &str| {
         if let Some(dir) = line.strip_prefix(CLUSTER) {
             clusters.push(PathBuf::from(dir.trim()));
         }
     };
     let base = PathBuf::from(run.bench.line(GROUPS, READY_LIMIT, &mut seen));
-    run.made.groups = Some(base.clone());
-    assert!(!run.made.clusters.is_empty(), "{}", run.bench.stderr());
+    run.groups.0 = Some(base.clone());
+    assert!(!run.clusters.0.is_empty(), "{}", run.bench.stderr());
     // The front group is made last, once every node is confined.
     let front = base.join("front");
     run.bench
@@ -125,7 +109,7 @@ fn ctrl_c_removes_the_cpu_groups_after_the_clusters() {
     eprintln!("herd bench said:\n{stderr}");
 
     assert!(!base.exists(), "{base:?} is left:\n{stderr}");
-    for dir in &run.made.clusters {
+    for dir in &run.clusters.0 {
         let users = processes_naming(dir);
         assert!(
             users.is_empty(),

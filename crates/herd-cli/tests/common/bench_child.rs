@@ -4,7 +4,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -14,6 +14,31 @@ use nix::unistd::Pid;
 
 /// From the signal to the bench's exit (its teardown is bounded at 90 s).
 pub const EXIT_LIMIT: Duration = Duration::from_secs(120);
+/// What the bench prints as each scratch cluster starts.
+pub const CLUSTER: &str = "herd bench: scratch cluster in ";
+
+/// The scratch clusters a bench announced; dropping it stops and removes whatever is left of
+/// them (`herd down`, then any process still naming the directory, such as PgBouncer), so a
+/// failing test leaves nothing behind.
+#[derive(Default)]
+pub struct ScratchClusters(pub Vec<PathBuf>);
+
+impl Drop for ScratchClusters {
+    fn drop(&mut self) {
+        for dir in self.0.iter().filter(|d| d.exists()) {
+            let data = dir.join("data");
+            if data.exists() {
+                let mut down = Command::new(env!("CARGO_BIN_EXE_herd"));
+                down.arg("down").arg("--data-dir").arg(&data);
+                let _ = herd_testkit::output_within(&mut down, Duration::from_secs(120));
+            }
+            for pid in processes_naming(dir) {
+                let _ = nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGKILL);
+            }
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
 
 /// The bench process and what it printed.
 pub struct BenchChild {
