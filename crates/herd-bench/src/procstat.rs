@@ -1,4 +1,5 @@
-//! What a process cost over a run, from `/proc`: CPU time (user + system, all threads),
+//! What a process cost over a run, from `/proc`: CPU time (user + system, all threads, and the
+//! user-space part alone),
 //! context switches (voluntary + involuntary, all threads: a thread that sleeps in
 //! `epoll_wait` and is woken counts one voluntary switch per wake-up) and resident memory.
 
@@ -9,6 +10,9 @@ use std::path::Path;
 pub struct Sample {
     /// CPU time so far, seconds.
     pub cpu_s: f64,
+    /// Of which in user space (the process's own code; the rest is the kernel working for it:
+    /// system calls, the network stack), seconds.
+    pub user_s: f64,
     /// Context switches so far, every thread that is still alive.
     pub switches: u64,
     /// Resident set size now, KiB.
@@ -21,6 +25,7 @@ pub fn sample(pid: u32) -> Option<Sample> {
     let stat = std::fs::read_to_string(base.join("stat")).ok()?;
     let ticks = clock_ticks()?;
     let cpu_s = cpu_ticks(&stat)? as f64 / ticks;
+    let user_s = stat_field(&stat, 14)? as f64 / ticks;
     let mut switches = 0;
     for task in std::fs::read_dir(base.join("task")).ok()?.flatten() {
         if let Ok(status) = std::fs::read_to_string(task.path().join("status")) {
@@ -32,6 +37,7 @@ pub fn sample(pid: u32) -> Option<Sample> {
     let rss_kib = status_field(&status, "VmRSS").unwrap_or(0);
     Some(Sample {
         cpu_s,
+        user_s,
         switches,
         rss_kib,
     })
@@ -83,16 +89,21 @@ fn children_ticks(stat: &str) -> Option<u64> {
     stat_pair(stat, 16)
 }
 
-/// Fields `field` and `field + 1` (numbered from 1, as in proc(5)) of a `/proc/<pid>/stat`
-/// line, added: the fields after the command in parentheses, which may itself hold spaces and
-/// parentheses.
+/// Fields `field` and `field + 1` of a `/proc/<pid>/stat` line, added.
 fn stat_pair(stat: &str, field: usize) -> Option<u64> {
+    Some(stat_field(stat, field)? + stat_field(stat, field + 1)?)
+}
+
+/// Field `field` (numbered from 1, as in proc(5)) of a `/proc/<pid>/stat` line: counted after
+/// the command in parentheses, which may itself hold spaces and parentheses.
+fn stat_field(stat: &str, field: usize) -> Option<u64> {
     let after = &stat[stat.rfind(')')? + 1..];
     // `after` starts at field 3 (state).
-    let mut fields = after.split_whitespace().skip(field.checked_sub(3)?);
-    let a: u64 = fields.next()?.parse().ok()?;
-    let b: u64 = fields.next()?.parse().ok()?;
-    Some(a + b)
+    after
+        .split_whitespace()
+        .nth(field.checked_sub(3)?)?
+        .parse()
+        .ok()
 }
 
 /// The number at the start of a `/proc/<pid>/status` field (`VmRSS:  1234 kB`).
@@ -114,6 +125,7 @@ mod tests {
     fn reads_stat_and_status() {
         let stat = "1234 (my (odd) prog) S 1 2 3 4 5 6 7 8 9 10 250 50 0 0 20 0 4 0";
         assert_eq!(cpu_ticks(stat), Some(300));
+        assert_eq!(stat_field(stat, 14), Some(250), "utime alone");
         assert_eq!(children_ticks(stat), Some(0));
         let waited = "1234 (pg) S 1 2 3 4 5 6 7 8 9 10 250 50 70 30 20 0 4 0";
         assert_eq!(children_ticks(waited), Some(100));

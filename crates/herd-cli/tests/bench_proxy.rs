@@ -51,6 +51,10 @@ fn quick_proxy_bench_writes_reports() {
         let c = &costs[mode]["herd-primary"];
         let cpu = c["cpu_us_per_txn"].as_f64().unwrap_or(0.0);
         assert!(cpu > 0.0, "{mode}: Herd's CPU per transaction {c}");
+        // Its user-space part: the proxy's own code, a part of the whole (clock ticks of
+        // 10 ms: zero is possible in a short run, more than the whole is not).
+        let user = c["user_us_per_txn"].as_f64().expect("user_us_per_txn");
+        assert!((0.0..=cpu).contains(&user), "{mode}: user space {c}");
         assert!(
             c["switches_per_txn"].as_f64().unwrap_or(0.0) > 0.0,
             "{mode}: {c}"
@@ -72,6 +76,14 @@ fn quick_proxy_bench_writes_reports() {
     }
     let report = std::fs::read_to_string(out.path().join("report.md")).expect("report.md");
     assert!(report.contains("CPU µs / transaction"), "{report}");
+    assert!(report.contains("of which user space"), "{report}");
+    // With PgBouncer in the run, the forwarder's ratio to it is printed as the floor of a hop.
+    if results["modes"]["simple"].get("pgbouncer").is_some() {
+        assert!(
+            report.contains("the plain forwarder — one hop on tokio"),
+            "{report}"
+        );
+    }
     assert!(
         report.contains("machine's CPU µs / transaction"),
         "{report}"

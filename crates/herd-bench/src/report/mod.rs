@@ -85,15 +85,16 @@ pub fn markdown(r: &Results) -> String {
 fn costs_table(r: &Results) -> String {
     let mut md = String::from(
         "\nWhat each proxy's process cost (from /proc, over all its runs of the mode):\n\n\
-         | mode | target | CPU µs / transaction | wake-ups (context switches) / transaction | RSS MiB | pgbench's CPU µs / transaction | machine's CPU µs / transaction |\n\
-         |---|---|---|---|---|---|---|\n",
+         | mode | target | CPU µs / transaction | of which user space | wake-ups (context switches) / transaction | RSS MiB | pgbench's CPU µs / transaction | machine's CPU µs / transaction |\n\
+         |---|---|---|---|---|---|---|---|\n",
     );
     for (mode, targets) in &r.process_costs {
         for (t, c) in targets {
             let _ = writeln!(
                 md,
-                "| {mode} | {t} | {:.1} | {:.2} | {:.1} | {:.1} | {:.1} |",
+                "| {mode} | {t} | {:.1} | {:.1} | {:.2} | {:.1} | {:.1} | {:.1} |",
                 c.cpu_us_per_txn,
+                c.user_us_per_txn,
                 c.switches_per_txn,
                 c.rss_mib,
                 c.pgbench_cpu_us_per_txn,

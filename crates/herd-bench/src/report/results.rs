@@ -64,6 +64,11 @@ pub struct Results {
 pub struct ProcessCost {
     /// CPU time (user + system, all threads) per transaction, microseconds.
     pub cpu_us_per_txn: f64,
+    /// Of which in user space, microseconds: the proxy's own code (parsing, routing, pooling,
+    /// its event loop); the rest is the kernel working for it (system calls, the network
+    /// stack), which every proxy pays about alike for the same messages.
+    #[serde(default)]
+    pub user_us_per_txn: f64,
     /// Context switches (all threads) per transaction: wake-ups, mostly.
     pub switches_per_txn: f64,
     /// Resident memory halfway through the last run, MiB.

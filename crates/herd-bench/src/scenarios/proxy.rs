@@ -258,6 +258,7 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
         if let (Some(b), Some(a)) = (before, pid.and_then(procstat::sample)) {
             let c = costs.entry((mode, name)).or_default();
             c.cpu_s += a.cpu_s - b.cpu_s;
+            c.user_s += a.user_s - b.user_s;
             if let (Some(pb), Some(pa)) = (pgbench_before, procstat::children_cpu_s()) {
                 c.pgbench_cpu_s += pa - pb;
             }
@@ -317,6 +318,7 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
             target.to_string(),
             ProcessCost {
                 cpu_us_per_txn: c.cpu_s * 1e6 / n,
+                user_us_per_txn: c.user_s * 1e6 / n,
                 switches_per_txn: c.switches as f64 / n,
                 rss_mib: c.rss_kib as f64 / 1024.0,
                 pgbench_cpu_us_per_txn: c.pgbench_cpu_s * 1e6 / n,
@@ -325,6 +327,7 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
         );
     }
     notes.extend(memory_per_client(&process_costs, plan.many));
+    notes.extend(against_the_floor(&modes));
     let median_of = |mode: &str, target: &str| {
         tps.get(&(mode, target))
             .and_then(|(runs, _)| median(runs))
@@ -447,10 +450,43 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
     })
 }
 
+/// Where Herd's rate against PgBouncer stands against the floor of one hop: what the plain
+/// forwarder (no parsing, no pooling) ran against PgBouncer in the same rounds. A proxy that
+/// parses every statement to route it pays that floor and its own work on top, so the
+/// forwarder's ratio is about the most any proxy on tokio can reach on this machine.
+fn against_the_floor(modes: &BTreeMap<String, ModeResult>) -> Option<String> {
+    let ratio = |mode: &str, target: &str| {
+        let m = modes.get(mode)?;
+        let bouncer = m.get("pgbouncer")?.median_tps;
+        let t = m.get(target)?.median_tps;
+        (bouncer > 0.0 && t > 0.0).then(|| t / bouncer)
+    };
+    let parts: Vec<String> = ["simple", "extended", "prepared"]
+        .into_iter()
+        .filter_map(|mode| {
+            let floor = ratio(mode, "forwarder")?;
+            let herd = ratio(mode, "herd-primary")?;
+            Some(format!("{mode} {floor:.2}× (Herd {herd:.2}×)"))
+        })
+        .collect();
+    (!parts.is_empty()).then(|| {
+        format!(
+            "Against PgBouncer's rate, the plain forwarder — one hop on tokio that parses and \
+             pools nothing — ran: {}. Herd pays that hop and its own work (classifying every \
+             statement with PostgreSQL's grammar to route it, pooling): the forwarder's ratio is \
+             about the most a proxy on this event loop reaches here; the user-space column of \
+             the cost table shows the proxies' own work.",
+            parts.join("; ")
+        )
+    })
+}
+
 /// A proxy's accumulated cost over a mode's runs.
 #[derive(Default)]
 struct Cost {
     cpu_s: f64,
+    /// Of which in user space.
+    user_s: f64,
     /// The load generator's (pgbench's) CPU time over the same runs.
     pgbench_cpu_s: f64,
     /// The whole machine's busy CPU time over the same runs.
@@ -547,11 +583,48 @@ mod tests {
     fn cost(pgbench: f64, machine: f64) -> ProcessCost {
         ProcessCost {
             cpu_us_per_txn: 18.0,
+            user_us_per_txn: 3.0,
             switches_per_txn: 0.5,
             rss_mib: 10.0,
             pgbench_cpu_us_per_txn: pgbench,
             machine_cpu_us_per_txn: machine,
         }
+    }
+
+    #[test]
+    fn the_floor_of_one_hop_against_pgbouncer() {
+        let target = |tps: f64| TargetResult {
+            runs: vec![tps],
+            median_tps: tps,
+            ratio_to_direct: 0.0,
+            failed_transactions: 0,
+        };
+        let mode = |pairs: &[(&str, f64)]| -> ModeResult {
+            pairs
+                .iter()
+                .map(|(n, tps)| (n.to_string(), target(*tps)))
+                .collect()
+        };
+        let mut modes = BTreeMap::new();
+        modes.insert(
+            "simple".to_string(),
+            mode(&[
+                ("pgbouncer", 20_000.0),
+                ("forwarder", 19_800.0),
+                ("herd-primary", 19_200.0),
+            ]),
+        );
+        // No PgBouncer in prepared mode (older than 1.21): that mode is left out.
+        modes.insert(
+            "prepared".to_string(),
+            mode(&[("forwarder", 30_000.0), ("herd-primary", 29_000.0)]),
+        );
+        let note = against_the_floor(&modes).expect("simple has all three");
+        assert!(note.contains("simple 0.99× (Herd 0.96×)"), "{note}");
+        assert!(!note.contains("prepared"), "{note}");
+        // Without PgBouncer anywhere there is nothing to say.
+        modes.remove("simple");
+        assert_eq!(against_the_floor(&modes), None);
     }
 
     #[test]
