@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::scratches::{Scratches, Stage};
-use crate::BenchError;
+use crate::{BenchError, TeardownError};
 
 /// Which cgroup interface is in use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -219,7 +219,7 @@ impl Drop for CpuLimits {
 /// Moves what is left in each group under `base` to `home`, removes the groups, then `base`;
 /// what could not be removed. By the owner on drop and by an interrupt once every process is
 /// stopped.
-fn remove_groups(base: &Path, home: &Path) -> Result<(), String> {
+fn remove_groups(base: &Path, home: &Path) -> Result<(), TeardownError> {
     let home = home.join("cgroup.procs");
     let groups: Vec<PathBuf> = std::fs::read_dir(base)
         .map(|entries| {
@@ -245,8 +245,12 @@ fn remove_groups(base: &Path, home: &Path) -> Result<(), String> {
         }
     }
     match std::fs::remove_dir(base) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-            Err(format!("cannot remove {}: {e}", base.display()))
+        Err(source) if source.kind() != std::io::ErrorKind::NotFound => {
+            Err(TeardownError::CpuGroups {
+                base: base.to_path_buf(),
+                home,
+                source,
+            })
         }
         _ => Ok(()),
     }

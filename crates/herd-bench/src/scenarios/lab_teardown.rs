@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::Signal;
 
 use crate::teardown::processes_naming;
+use crate::TeardownError;
 
 /// How long the agents get to stop their PostgreSQL before everything is killed.
 const AGENTS_LIMIT: Duration = Duration::from_secs(20);
@@ -57,7 +58,7 @@ impl LabNames {
 }
 
 /// Stops and removes everything of the lab named by `names` by `deadline`; what is left.
-pub(crate) fn tear_down(names: &LabNames, deadline: Instant) -> Result<(), String> {
+pub(crate) fn tear_down(names: &LabNames, deadline: Instant) -> Result<(), TeardownError> {
     // Held to the end: nothing is made while the lab is removed, nor after.
     let mut torn_down = wait_for_build(names, deadline)?;
     *torn_down = true;
@@ -102,7 +103,7 @@ pub(crate) fn tear_down(names: &LabNames, deadline: Instant) -> Result<(), Strin
     kill_until_none(&naming, deadline);
     let left = naming();
     if !left.is_empty() {
-        problems.push(format!("processes {left:?} still run"));
+        problems.push(TeardownError::Running { pids: left });
     }
     // The directories name the lab in what the interrupt reports as left: kept while anything
     // of it (a namespace, a bridge, a process) may remain, so that it is reported with the
@@ -110,18 +111,17 @@ pub(crate) fn tear_down(names: &LabNames, deadline: Instant) -> Result<(), Strin
     if problems.is_empty() {
         for dir in &dirs {
             match std::fs::remove_dir_all(dir) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                    problems.push(format!("removing {}: {e}", dir.display()))
+                Err(source) if source.kind() != std::io::ErrorKind::NotFound => {
+                    problems.push(TeardownError::Remove {
+                        path: dir.clone(),
+                        source,
+                    })
                 }
                 _ => {}
             }
         }
     }
-    if problems.is_empty() {
-        Ok(())
-    } else {
-        Err(problems.join("; "))
-    }
+    TeardownError::from_all(problems)
 }
 
 /// The lab's gate, once no step is making something (the namespaces take about a second,
@@ -129,7 +129,7 @@ pub(crate) fn tear_down(names: &LabNames, deadline: Instant) -> Result<(), Strin
 fn wait_for_build(
     names: &LabNames,
     deadline: Instant,
-) -> Result<std::sync::MutexGuard<'_, bool>, String> {
+) -> Result<std::sync::MutexGuard<'_, bool>, TeardownError> {
     loop {
         match names.torn_down.try_lock() {
             Ok(guard) => return Ok(guard),
@@ -138,9 +138,7 @@ fn wait_for_build(
             Err(std::sync::TryLockError::WouldBlock) if Instant::now() < deadline => {
                 std::thread::sleep(Duration::from_millis(50));
             }
-            Err(std::sync::TryLockError::WouldBlock) => {
-                return Err("the lab's hosts were still being made".into())
-            }
+            Err(std::sync::TryLockError::WouldBlock) => return Err(TeardownError::StillBuilding),
         }
     }
 }
@@ -192,17 +190,23 @@ fn argv(pid: u32) -> Vec<String> {
         .unwrap_or_default()
 }
 
-fn ip(args: &[&str]) -> Result<(), String> {
+fn ip(args: &[&str]) -> Result<(), TeardownError> {
     let out = Command::new("ip")
         .args(args)
         .output()
-        .map_err(|e| format!("ip {}: {e}", args.join(" ")))?;
+        .map_err(|source| TeardownError::IpSpawn {
+            args: args.join(" "),
+            source,
+        })?;
     let err = String::from_utf8_lossy(&out.stderr);
     // Gone already (deleted by a fault of the scenario, or never built): nothing to do.
     if out.status.success() || err.contains("No such file") || err.contains("Cannot find") {
         Ok(())
     } else {
-        Err(format!("ip {}: {}", args.join(" "), err.trim()))
+        Err(TeardownError::Ip {
+            args: args.join(" "),
+            stderr: err.trim().to_string(),
+        })
     }
 }
 
