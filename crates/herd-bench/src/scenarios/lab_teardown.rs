@@ -16,6 +16,10 @@ use crate::TeardownError;
 /// How long the agents get to stop their PostgreSQL before everything is killed.
 const AGENTS_LIMIT: Duration = Duration::from_secs(20);
 
+/// Every kind of process the lab runs (see [`LabHosts`](super::lab_hosts::LabHosts)), named in
+/// the commands that remove it by hand so that a reader knows what they stop.
+const PROCESSES: &str = "etcd, herd agent and its PostgreSQL in each host; herd proxy outside them";
+
 /// What an interrupt needs to remove a lab.
 #[derive(Clone, Debug)]
 pub(crate) struct LabNames {
@@ -39,7 +43,10 @@ impl LabNames {
         self.dirs.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
-    /// The shell commands that remove the lab by hand.
+    /// The shell commands that remove the lab by hand, in the teardown's order: what runs in
+    /// the hosts, the namespaces and bridges, then what names the lab's directories (`herd
+    /// proxy`, which runs outside the hosts, and anything a deleted namespace hides), then the
+    /// directories; a closing comment names the processes they stop.
     pub fn remove_by_hand(&self) -> String {
         let mut steps: Vec<String> = self
             .namespaces
@@ -52,8 +59,10 @@ impl LabNames {
             .iter()
             .map(|d| d.display().to_string())
             .collect();
+        steps.extend(dirs.iter().map(|d| format!("pkill -9 -f {d}")));
         steps.push(format!("rm -rf {}", dirs.join(" ")));
-        steps.join("; ")
+        // A comment, last: the line stays one runnable command list.
+        format!("{}  # stops {PROCESSES}", steps.join("; "))
     }
 }
 
@@ -213,6 +222,36 @@ fn ip(args: &[&str]) -> Result<(), TeardownError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn removing_by_hand_stops_every_kind_of_process_the_lab_runs() {
+        let names = LabNames {
+            namespaces: vec!["hd1h0".into(), "hd1h1".into()],
+            bridges: vec!["hd1e".into(), "hd1p".into()],
+            dirs: Arc::new(Mutex::new(vec![
+                PathBuf::from("/tmp/lab"),
+                PathBuf::from("/tmp/etcd"),
+            ])),
+            torn_down: Arc::new(Mutex::new(false)),
+        };
+        let text = names.remove_by_hand();
+        let (commands, comment) = text.split_once('#').expect("a closing comment");
+        for kind in ["etcd", "herd agent", "PostgreSQL", "herd proxy"] {
+            assert!(comment.contains(kind), "{kind} not named: {text}");
+        }
+        // herd proxy runs outside the hosts: only its directory finds it.
+        let steps: Vec<&str> = commands.split(';').map(str::trim).collect();
+        let at = |step: &str| {
+            steps
+                .iter()
+                .position(|s| *s == step)
+                .unwrap_or_else(|| panic!("no `{step}` in {text}"))
+        };
+        assert!(at("ip netns del hd1h1") < at("pkill -9 -f /tmp/lab"));
+        assert!(at("ip link del hd1p") < at("pkill -9 -f /tmp/etcd"));
+        assert!(at("pkill -9 -f /tmp/etcd") < at("rm -rf /tmp/lab /tmp/etcd"));
+        assert_eq!(at("rm -rf /tmp/lab /tmp/etcd"), steps.len() - 1);
+    }
 
     #[test]
     fn waits_for_the_build_then_removes_what_is_named() {
