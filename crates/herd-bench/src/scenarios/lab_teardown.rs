@@ -1,7 +1,10 @@
-//! Tearing down the lab of `failover --hosts 3` after an interrupt, from names alone (the
-//! benchmark thread still holds the lab's handles): the agents are asked to stop (they stop
-//! their PostgreSQL), then every process left inside the hosts or naming the lab's
-//! directories is killed, the namespaces and bridges are deleted, and the directories removed.
+//! Tearing down the lab of `failover --hosts 3` from names alone, the one way both its owners
+//! remove it: an interrupt (the benchmark thread still holds the lab's handles) and the
+//! handle's `Drop`, whichever claims it first in the run's
+//! [`Scratches`](crate::scratches::Scratches). The agents are asked to stop (they stop their
+//! PostgreSQL) and waited for together, then every process left inside the hosts or naming the
+//! lab's directories is killed, the namespaces and bridges are deleted, and the directories
+//! removed.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -251,6 +254,83 @@ mod tests {
         assert!(at("ip link del hd1p") < at("pkill -9 -f /tmp/etcd"));
         assert!(at("pkill -9 -f /tmp/etcd") < at("rm -rf /tmp/lab /tmp/etcd"));
         assert_eq!(at("rm -rf /tmp/lab /tmp/etcd"), steps.len() - 1);
+    }
+
+    /// Processes the test started, killed and reaped however it ends, and its namespace.
+    struct Started(Vec<std::process::Child>, String);
+
+    impl Drop for Started {
+        fn drop(&mut self) {
+            for c in &mut self.0 {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+            let _ = Command::new("ip").args(["netns", "del", &self.1]).output();
+        }
+    }
+
+    #[test]
+    fn stops_the_agents_together_then_kills_the_rest() {
+        if !herd_testkit::netns::Lab::available() {
+            eprintln!("SKIPPED: network namespaces need root and `ip netns`");
+            return;
+        }
+        let ns = format!("hdtest{}g", std::process::id() % 10_000);
+        let lab = crate::cluster::scratch_dir().expect("scratch dir").keep();
+        let work = crate::cluster::scratch_dir().expect("scratch dir");
+        let mut started = Started(Vec::new(), ns.clone());
+        let added = Command::new("ip").args(["netns", "add", &ns]).status();
+        assert!(added.expect("ip").success(), "ip netns add {ns}");
+        // `sh agent` has "agent" as its argv[1], as `herd agent` has: it takes 2 s to stop
+        // once asked, so three stopped one by one would take 6 s.
+        let script = "trap 'sleep 2; echo >> stopped; exit 0' TERM; echo >> ready; \
+                      while :; do sleep 0.1; done";
+        std::fs::write(work.path().join("agent"), script).expect("agent script");
+        let in_host = |program: &str, arg: &str| {
+            Command::new("ip")
+                .args(["netns", "exec", &ns, program, arg])
+                .current_dir(work.path())
+                .spawn()
+                .expect("ip netns exec")
+        };
+        for _ in 0..3 {
+            started.0.push(in_host("sh", "agent"));
+        }
+        started.0.push(in_host("sleep", "60"));
+        // Outside the host, naming the lab's directory, as herd proxy does (`; :` keeps the
+        // shell from exec-ing sleep in its place, so the marker stays its $0).
+        let proxy = Command::new("sh")
+            .args(["-c", "sleep 60; :"])
+            .arg(lab.join("proxy"))
+            .spawn()
+            .expect("sh");
+        started.0.push(proxy);
+        let lines =
+            |f: &str| std::fs::read_to_string(work.path().join(f)).map_or(0, |t| t.lines().count());
+        let ready = Instant::now() + Duration::from_secs(10);
+        while (lines("ready") < 3 || processes_naming(&lab).is_empty()) && Instant::now() < ready {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert_eq!(lines("ready"), 3, "the agents did not start");
+        let names = LabNames {
+            namespaces: vec![ns.clone()],
+            bridges: Vec::new(),
+            dirs: Arc::new(Mutex::new(vec![lab.clone()])),
+            torn_down: Arc::new(Mutex::new(false)),
+        };
+        let begun = Instant::now();
+        tear_down(&names, begun + Duration::from_secs(30)).expect("tear down");
+        let took = begun.elapsed();
+        assert_eq!(lines("stopped"), 3, "every agent was asked to stop");
+        assert!(took < Duration::from_secs(5), "waited one by one: {took:?}");
+        for c in &mut started.0 {
+            let exited = c.try_wait().expect("try_wait");
+            assert!(exited.is_some(), "process {} still runs", c.id());
+        }
+        let listed = Command::new("ip").args(["netns", "list"]).output();
+        let listed = String::from_utf8_lossy(&listed.expect("ip").stdout).to_string();
+        assert!(!listed.split_whitespace().any(|n| n == ns), "{listed}");
+        assert!(!lab.exists());
     }
 
     #[test]
