@@ -11,7 +11,15 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::scratches::{Scratches, Stage};
-use crate::BenchError;
+use crate::{BenchError, TeardownError};
+
+/// How long removing one group is retried at most while its last processes exit.
+const GROUP_LIMIT: Duration = Duration::from_secs(5);
+/// How long the owner's `Drop` may take to remove every group (its processes were stopped
+/// before, so the groups are empty or about to be).
+const OWNER_LIMIT: Duration = Duration::from_secs(30);
+/// The pause between two attempts at removing a group.
+const RETRY_PAUSE: Duration = Duration::from_millis(100);
 
 /// Which cgroup interface is in use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -63,7 +71,7 @@ impl CpuLimits {
         std::fs::create_dir(&base).map_err(|e| format!("cannot create {}: {e}", base.display()))?;
         let stop = {
             let (base, home) = (base.clone(), home.clone());
-            Box::new(move |_: Instant| remove_groups(&base, &home))
+            Box::new(move |deadline: Instant| remove_groups(&base, &home, deadline))
         };
         let remove = format!(
             "for g in {0}/*/; do for p in $(cat $g/cgroup.procs); do echo $p > {1}; done; \
@@ -209,7 +217,7 @@ impl Drop for CpuLimits {
         if !self.scratches.claim(&self.base) {
             return;
         }
-        if let Err(e) = remove_groups(&self.base, &self.home) {
+        if let Err(e) = remove_groups(&self.base, &self.home, Instant::now() + OWNER_LIMIT) {
             self.scratches.say(&format!("herd bench: {e}"));
         }
         self.scratches.release(&self.base);
@@ -218,8 +226,10 @@ impl Drop for CpuLimits {
 
 /// Moves what is left in each group under `base` to `home`, removes the groups, then `base`;
 /// what could not be removed. By the owner on drop and by an interrupt once every process is
-/// stopped.
-fn remove_groups(base: &Path, home: &Path) -> Result<(), String> {
+/// stopped. Each group is retried for at most [`GROUP_LIMIT`] and none past `deadline` (an
+/// interrupt's whole teardown is bounded; still, each group is tried once, since that costs
+/// nothing and a group already empty goes).
+fn remove_groups(base: &Path, home: &Path, deadline: Instant) -> Result<(), TeardownError> {
     let home = home.join("cgroup.procs");
     let groups: Vec<PathBuf> = std::fs::read_dir(base)
         .map(|entries| {
@@ -233,22 +243,40 @@ fn remove_groups(base: &Path, home: &Path) -> Result<(), String> {
     for group in &groups {
         // A group can only be removed once empty: send what is left home, retrying briefly
         // for processes that are just exiting.
-        for _ in 0..50 {
+        let until = deadline.min(Instant::now() + GROUP_LIMIT);
+        retry_until(until, RETRY_PAUSE, || {
             let procs = std::fs::read_to_string(group.join("cgroup.procs")).unwrap_or_default();
             for pid in procs.split_whitespace() {
                 let _ = std::fs::write(&home, pid);
             }
-            if std::fs::remove_dir(group).is_ok() || !group.exists() {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
+            std::fs::remove_dir(group).is_ok() || !group.exists()
+        });
     }
     match std::fs::remove_dir(base) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-            Err(format!("cannot remove {}: {e}", base.display()))
+        Err(source) if source.kind() != std::io::ErrorKind::NotFound => {
+            Err(TeardownError::CpuGroups {
+                base: base.to_path_buf(),
+                home,
+                source,
+            })
         }
         _ => Ok(()),
+    }
+}
+
+/// Runs `attempt` every `pause` until it succeeds or `deadline` passes (the last pause cut
+/// short so as not to sleep past it); whether it succeeded. Always attempts once, even past the
+/// deadline.
+fn retry_until(deadline: Instant, pause: Duration, mut attempt: impl FnMut() -> bool) -> bool {
+    loop {
+        if attempt() {
+            return true;
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return false;
+        }
+        std::thread::sleep(pause.min(left));
     }
 }
 
@@ -351,6 +379,60 @@ mod tests {
             Some((Version::V1, PathBuf::from("/sys/fs/cgroup/cpu,cpuacct")))
         );
         assert_eq!(find_cpu_hierarchy("proc /proc proc rw 0 0\n"), None);
+    }
+
+    #[test]
+    fn retries_stop_at_the_deadline() {
+        let mut tries = 0;
+        let started = Instant::now();
+        let done = retry_until(started + Duration::from_millis(300), RETRY_PAUSE, || {
+            tries += 1;
+            false
+        });
+        assert!(!done);
+        let took = started.elapsed();
+        assert!(took >= Duration::from_millis(300), "{took:?}");
+        assert!(took < Duration::from_secs(2), "{took:?}");
+        assert!(tries >= 2, "{tries}");
+        // Past the deadline: one attempt, no pause.
+        let mut tries = 0;
+        let started = Instant::now();
+        assert!(!retry_until(started, Duration::from_secs(10), || {
+            tries += 1;
+            false
+        }));
+        assert_eq!(tries, 1);
+        assert!(started.elapsed() < Duration::from_secs(1));
+        let mut tries = 0;
+        let later = Instant::now() + Duration::from_secs(10);
+        assert!(retry_until(later, Duration::from_millis(1), || {
+            tries += 1;
+            tries == 3
+        }));
+    }
+
+    #[test]
+    fn removing_groups_respects_the_deadline() {
+        // A plain directory as a group that never empties (rmdir fails on the file in it).
+        let base = crate::cluster::scratch_dir().expect("scratch dir");
+        let home = crate::cluster::scratch_dir().expect("scratch dir");
+        let group = base.path().join("node0");
+        std::fs::create_dir(&group).expect("group");
+        std::fs::write(group.join("cgroup.procs"), "").expect("procs");
+        let started = Instant::now();
+        let e = remove_groups(
+            base.path(),
+            home.path(),
+            started + Duration::from_millis(300),
+        )
+        .expect_err("a group that does not empty is left");
+        let took = started.elapsed();
+        assert!(
+            took < GROUP_LIMIT,
+            "{took:?}: the deadline was not respected"
+        );
+        assert!(matches!(e, TeardownError::CpuGroups { .. }), "{e}");
+        assert!(e.to_string().contains("rmdir"), "{e}");
     }
 
     #[test]

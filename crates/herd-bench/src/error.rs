@@ -91,3 +91,114 @@ impl BenchError {
         }
     }
 }
+
+/// Why a teardown that runs from names alone (the lab of `failover --hosts 3`, the CPU groups of
+/// `read-scaling` and `sharding`) left something behind. Crate-private: an interrupt reports it
+/// as text beside the commands that remove what is left by hand
+/// ([`Left`](crate::Left)), and the owner's `Drop` prints it with them.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum TeardownError {
+    /// A step building the lab still held its gate when time ran out: nothing was removed,
+    /// since what the step was making would have been left anyway.
+    #[error(
+        "the lab's hosts were still being made when time ran out, so nothing of the lab was \
+         removed"
+    )]
+    StillBuilding,
+    /// `ip` could not be started.
+    #[error("cannot run `ip {args}` (is iproute2 installed?): {source}")]
+    IpSpawn {
+        /// Its arguments.
+        args: String,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// `ip` ran and refused (a namespace or bridge is left).
+    #[error("`ip {args}` failed: {stderr}")]
+    Ip {
+        /// Its arguments.
+        args: String,
+        /// What it printed.
+        stderr: String,
+    },
+    /// Processes of the lab were still running at the deadline, after SIGKILL.
+    #[error(
+        "processes {pids:?} still run after SIGKILL (stuck in the kernel?); the lab's \
+         directories are kept until they are gone"
+    )]
+    Running {
+        /// Their process ids.
+        pids: Vec<u32>,
+    },
+    /// A scratch directory could not be removed.
+    #[error("cannot remove {}: {source}", path.display())]
+    Remove {
+        /// The directory.
+        path: PathBuf,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// The CPU groups' base could not be removed: most often a group in it still holds a
+    /// process that could not be moved out.
+    #[error(
+        "cannot remove the CPU groups in {}: {source} (a process may still be in one of \
+         them: move it to {} and remove the groups, then the base, with rmdir)",
+        base.display(),
+        home.display()
+    )]
+    CpuGroups {
+        /// The groups' base (`herd-bench-PID`).
+        base: PathBuf,
+        /// The `cgroup.procs` file of the group their processes go back to.
+        home: PathBuf,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// Several steps failed, in the order they ran.
+    #[error("{}", joined(.0))]
+    Several(Vec<TeardownError>),
+}
+
+impl TeardownError {
+    /// `Ok` when `problems` is empty, else the one problem, or all of them.
+    pub(crate) fn from_all(mut problems: Vec<TeardownError>) -> Result<(), TeardownError> {
+        match problems.len() {
+            0 => Ok(()),
+            1 => Err(problems.remove(0)),
+            _ => Err(TeardownError::Several(problems)),
+        }
+    }
+}
+
+fn joined(problems: &[TeardownError]) -> String {
+    problems
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn several_teardown_problems_are_one_error_naming_each() {
+        assert!(TeardownError::from_all(Vec::new()).is_ok());
+        let one = TeardownError::from_all(vec![TeardownError::Running { pids: vec![7] }]);
+        assert!(matches!(one, Err(TeardownError::Running { .. })));
+        let two = TeardownError::from_all(vec![
+            TeardownError::Ip {
+                args: "netns del hd1h0".into(),
+                stderr: "Device busy".into(),
+            },
+            TeardownError::Running { pids: vec![7, 8] },
+        ])
+        .expect_err("two problems");
+        let text = two.to_string();
+        assert!(
+            text.starts_with("`ip netns del hd1h0` failed: Device busy; processes [7, 8]"),
+            "{text}"
+        );
+    }
+}

@@ -26,6 +26,7 @@ use std::path::PathBuf;
 use indicatif::{ProgressBar, ProgressStyle};
 
 pub use error::BenchError;
+pub(crate) use error::TeardownError;
 pub use pgbench::{median, parse_output, PgbenchRun};
 pub use report::{LagResult, Machine, ModeResult, Percentiles, ReadScaling, Results, TargetResult};
 pub use scratches::{Left, Scratches};

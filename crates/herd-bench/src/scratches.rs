@@ -17,11 +17,11 @@ use std::time::{Duration, Instant};
 use indicatif::{ProgressBar, ProgressDrawTarget};
 
 use crate::teardown;
-use crate::BenchError;
+use crate::{BenchError, TeardownError};
 
 /// A teardown an interrupt runs for something other than a scratch cluster: given the deadline,
 /// what could not be removed.
-pub(crate) type Stop = Box<dyn FnOnce(Instant) -> Result<(), String> + Send>;
+pub(crate) type Stop = Box<dyn FnOnce(Instant) -> Result<(), TeardownError> + Send>;
 
 /// When an interrupt runs an [`Extra`]'s teardown.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -261,7 +261,8 @@ impl Scratches {
             });
             let labs = first.into_iter().map(|e| {
                 let stop = e.stop;
-                (e.dir, e.remove, s.spawn(move || stop(deadline)))
+                let stopped = s.spawn(move || stop(deadline).map_err(|e| e.to_string()));
+                (e.dir, e.remove, stopped)
             });
             let stops: Vec<_> = clusters.chain(labs).collect();
             stops
@@ -291,7 +292,9 @@ impl Scratches {
             left.extend(joined(
                 e.dir,
                 e.remove,
-                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| stop(deadline))),
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    stop(deadline).map_err(|e| e.to_string())
+                })),
             ));
         }
         left
@@ -354,7 +357,7 @@ mod tests {
             Box::new(move |_| {
                 runs.fetch_add(1, Ordering::SeqCst);
                 order.lock().expect("order").push(name);
-                Err(format!("{name} left"))
+                Err(TeardownError::Running { pids: vec![1] })
             })
         };
         let (owned, groups, lab) = (

@@ -3,8 +3,8 @@
 //! agent's PostgreSQL; `herd proxy` runs outside them. Faults take a whole host down (every
 //! process in its namespace killed, as a power loss) or cut it off the network. The lab is
 //! listed in the run's [`Scratches`] from before its namespaces are built, so an interrupted
-//! run removes it too ([`lab_teardown`](super::lab_teardown)); dropping the handle removes it
-//! otherwise.
+//! run removes it too; dropping the handle removes it otherwise, the same way (both run
+//! [`lab_teardown`](super::lab_teardown)).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -22,9 +22,13 @@ use crate::BenchError;
 pub const HOSTS: usize = 3;
 /// The longest wait for the cluster to be whole (a primary, every replica streaming from it).
 const WHOLE_LIMIT: Duration = Duration::from_secs(120);
+/// How long dropping the lab may take: the agents get 20 s together to stop their PostgreSQL,
+/// killing what is left and deleting the namespaces take seconds; the rest is margin for a
+/// loaded machine (an interrupt's whole teardown has 90 s).
+const TEARDOWN_LIMIT: Duration = Duration::from_secs(60);
 
-/// The running lab. The parts that remove themselves when dropped are options: when an
-/// interrupt has taken the lab over, `Drop` forgets them instead (the interrupt removes them).
+/// The running lab. The parts that remove themselves when dropped are options: `Drop` forgets
+/// them, since the lab is removed from its names (by `Drop` or an interrupt that took it over).
 pub struct LabHosts {
     herd: PathBuf,
     /// Agents' data and logs (removed when dropped); names the lab in the run's [`Scratches`].
@@ -40,8 +44,8 @@ pub struct LabHosts {
     etcd: Option<EtcdCluster>,
     /// Dropped last: deleting the namespaces removes the links.
     lab: Option<Lab>,
-    /// Whether an interrupt tore the lab down (see [`open`]).
-    gate: Arc<Mutex<bool>>,
+    /// What the teardown removes; its gate says whether the lab was torn down (see [`open`]).
+    names: LabNames,
     scratches: Scratches,
 }
 
@@ -110,7 +114,7 @@ impl LabHosts {
             ttl_ms,
             etcd: None,
             lab: Some(lab),
-            gate: Arc::clone(&names.torn_down),
+            names: names.clone(),
             scratches: scratches.clone(),
         };
         // Where to look if something is left behind; tests read this line to find the lab.
@@ -120,7 +124,7 @@ impl LabHosts {
             names.namespaces.join(" ")
         ));
         progress("building 3 network namespaces");
-        let gate = Arc::clone(&hosts.gate);
+        let gate = Arc::clone(&names.torn_down);
         {
             let _gate = open(&gate)?;
             hosts
@@ -271,7 +275,7 @@ impl LabHosts {
     /// Starts host `i`'s agent with its default timings (TTL 10 s unless `--ttl-ms`, loop 1 s,
     /// margin 2.5 s).
     pub fn start_agent(&mut self, i: usize) -> Result<(), BenchError> {
-        let gate = Arc::clone(&self.gate);
+        let gate = Arc::clone(&self.names.torn_down);
         let _gate = open(&gate)?;
         let dir = self.agent_dir(i);
         std::fs::create_dir_all(&dir).map_err(|e| BenchError::io("creating", &dir, e))?;
@@ -301,7 +305,7 @@ impl LabHosts {
     }
 
     fn start_proxy(&mut self) -> Result<(), BenchError> {
-        let gate = Arc::clone(&self.gate);
+        let gate = Arc::clone(&self.names.torn_down);
         let _gate = open(&gate)?;
         let log = self.log("proxy")?;
         let err = log
@@ -431,35 +435,48 @@ impl LabHosts {
 
 impl Drop for LabHosts {
     fn drop(&mut self) {
-        // Not ours to remove when an interrupt already took the lab over: its parts must not
-        // remove themselves as it does.
+        // The parts must not remove themselves: the teardown removes the lab from its names,
+        // and keeps the directories while anything of the lab is left, so that it is reported.
+        std::mem::forget(self.lab.take());
+        let _ = self.dir.take().map(tempfile::TempDir::keep);
+        let etcd = self.etcd.take();
+        // Not ours to remove when an interrupt already took the lab over.
         if !self.scratches.claim(&self.path) {
-            std::mem::forget(self.lab.take());
-            std::mem::forget(self.etcd.take());
-            let _ = self.dir.take().map(tempfile::TempDir::keep);
+            std::mem::forget(etcd);
             return;
         }
-        if let Some(mut p) = self.proxy.take() {
-            let _ = p.kill();
-            let _ = p.wait();
-        }
-        for i in 0..HOSTS {
-            if let Some(mut a) = self.agents[i].take() {
-                let pid = nix::unistd::Pid::from_raw(a.id() as i32);
-                let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-                let deadline = Instant::now() + Duration::from_secs(20);
-                while a.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
-                    std::thread::sleep(Duration::from_millis(100));
+        // The interrupt's teardown, so that both remove the lab the same way: the agents asked
+        // to stop together within one bound, then what is left in the hosts or names the lab's
+        // directories (etcd, the proxy, PostgreSQL) killed, the namespaces, bridges and
+        // directories removed.
+        let stopped = lab_teardown::tear_down(&self.names, Instant::now() + TEARDOWN_LIMIT);
+        // The children it killed by pid stay zombies until this process waits for them.
+        let children = self.proxy.take().into_iter();
+        let children = children.chain(self.agents.iter_mut().filter_map(Option::take));
+        match &stopped {
+            Ok(()) => {
+                for mut child in children {
+                    let _ = child.kill();
+                    let _ = child.wait();
                 }
-                let _ = a.kill();
-                let _ = a.wait();
+                // Its members are gone (waited for here) and so is its directory.
+                drop(etcd);
             }
-            let _ = herd_pg::kill_server(&self.agent_dir(i).join("pgdata"));
+            Err(e) => {
+                // Something may still run, stuck: waiting for it could block without bound.
+                for mut child in children {
+                    let _ = child.kill();
+                    let _ = child.try_wait();
+                }
+                std::mem::forget(etcd);
+                self.scratches.say(&format!(
+                    "herd bench: the lab of failover --hosts 3 in {} is not fully removed: {e}\n  \
+                     remove it with: {}",
+                    self.path.display(),
+                    self.names.remove_by_hand()
+                ));
+            }
         }
-        // In the order they were declared: the directories, etcd, then the namespaces.
-        drop(self.dir.take());
-        drop(self.etcd.take());
-        drop(self.lab.take());
         self.scratches.release(&self.path);
     }
 }
