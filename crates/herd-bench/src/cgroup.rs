@@ -10,6 +10,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use crate::procstat;
 use crate::scratches::{Scratches, Stage};
 use crate::{BenchError, TeardownError};
 
@@ -154,7 +155,7 @@ impl CpuLimits {
         write(&procs, &pid.to_string())?;
         let mut moved = std::collections::BTreeSet::from([pid]);
         for _ in 0..2 {
-            for child in descendants(pid) {
+            for child in procstat::descendants(pid) {
                 // A backend may exit between the scan and the move: not an error.
                 if moved.insert(child) {
                     let _ = std::fs::write(&procs, child.to_string());
@@ -323,51 +324,12 @@ fn own_group(proc_cgroup: &str, version: Version) -> Option<String> {
     })
 }
 
-/// Every live descendant of `pid`, from the parent pids in `/proc/*/stat`.
-fn descendants(pid: u32) -> Vec<u32> {
-    let mut parents: Vec<(u32, u32)> = Vec::new();
-    if let Ok(dir) = std::fs::read_dir("/proc") {
-        for entry in dir.flatten() {
-            let Some(p) = entry
-                .file_name()
-                .to_str()
-                .and_then(|s| s.parse::<u32>().ok())
-            else {
-                continue;
-            };
-            let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
-            if let Some(ppid) = parent_of(&stat) {
-                parents.push((p, ppid));
-            }
-        }
-    }
-    let mut out = Vec::new();
-    let mut frontier = vec![pid];
-    while let Some(p) = frontier.pop() {
-        for &(child, _) in parents.iter().filter(|(_, pp)| *pp == p) {
-            out.push(child);
-            frontier.push(child);
-        }
-    }
-    out
-}
-
-/// The parent pid in a `/proc/PID/stat` line (the command, in parentheses, may hold spaces).
-fn parent_of(stat: &str) -> Option<u32> {
-    let (_, rest) = stat.rsplit_once(')')?;
-    rest.split_whitespace().nth(1)?.parse().ok()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn parses_proc_files() {
-        assert_eq!(
-            parent_of("123 (postgres: idle (x)) S 45 123 123 0 -1"),
-            Some(45)
-        );
         let own = "2:cpuacct:/\n1:cpu,cpuacct:/a/b\n0::/user.slice\n";
         assert_eq!(own_group(own, Version::V1).as_deref(), Some("/a/b"));
         assert_eq!(own_group(own, Version::V2).as_deref(), Some("/user.slice"));
@@ -433,17 +395,5 @@ mod tests {
         );
         assert!(matches!(e, TeardownError::CpuGroups { .. }), "{e}");
         assert!(e.to_string().contains("rmdir"), "{e}");
-    }
-
-    #[test]
-    fn descendants_of_this_process() {
-        let mut child = std::process::Command::new("sleep")
-            .arg("5")
-            .spawn()
-            .expect("sleep");
-        let found = descendants(std::process::id());
-        let _ = child.kill();
-        let _ = child.wait();
-        assert!(found.contains(&child.id()), "{found:?}");
     }
 }

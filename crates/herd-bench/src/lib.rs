@@ -7,6 +7,7 @@
 //! Dependencies are justified one per line in Cargo.toml; `herd-scram` (the newest) builds the
 //! low-iteration verifier of `proxy`'s connect-per-transaction role.
 
+mod affinity;
 mod cgroup;
 mod chart;
 mod cluster;

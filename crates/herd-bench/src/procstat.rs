@@ -117,6 +117,41 @@ fn status_field(status: &str, name: &str) -> Option<u64> {
         .ok()
 }
 
+/// Every live descendant of `pid`, from the parent pids in `/proc/*/stat`.
+pub fn descendants(pid: u32) -> Vec<u32> {
+    let mut parents: Vec<(u32, u32)> = Vec::new();
+    if let Ok(dir) = std::fs::read_dir("/proc") {
+        for entry in dir.flatten() {
+            let Some(p) = entry
+                .file_name()
+                .to_str()
+                .and_then(|s| s.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+            if let Some(ppid) = parent_of(&stat) {
+                parents.push((p, ppid));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    let mut frontier = vec![pid];
+    while let Some(p) = frontier.pop() {
+        for &(child, _) in parents.iter().filter(|(_, pp)| *pp == p) {
+            out.push(child);
+            frontier.push(child);
+        }
+    }
+    out
+}
+
+/// The parent pid in a `/proc/PID/stat` line (the command, in parentheses, may hold spaces).
+fn parent_of(stat: &str) -> Option<u32> {
+    let (_, rest) = stat.rsplit_once(')')?;
+    rest.split_whitespace().nth(1)?.parse().ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -161,5 +196,25 @@ mod tests {
         }
         let after = machine_busy_s().expect("/proc/stat");
         assert!(after > before, "machine busy {before} -> {after}");
+    }
+
+    #[test]
+    fn descendants_of_this_process() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .expect("sleep");
+        let found = descendants(std::process::id());
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(found.contains(&child.id()), "{found:?}");
+    }
+
+    #[test]
+    fn reads_the_parent() {
+        assert_eq!(
+            parent_of("123 (postgres: idle (x)) S 45 123 123 0 -1"),
+            Some(45)
+        );
     }
 }

@@ -1,6 +1,7 @@
 //! `herd bench proxy --quick`: a scratch cluster comes up, pgbench runs against the primary and
 //! through Herd (and PgBouncer when installed) in every mode — simple, extended, prepared, a
-//! connection per transaction, many clients — the proxies' CPU, context switches and memory
+//! connection per transaction, many clients, and 16 and many clients again with pgbench on
+//! cores of its own — the proxies' CPU, context switches and memory
 //! are read from /proc (and pgbench's own CPU from its parent's children's times), and the
 //! three report files are written. No speed is asserted: only that every run worked and every
 //! figure was taken.
@@ -39,6 +40,29 @@ fn quick_proxy_bench_writes_reports() {
     let herd = &many["herd-primary"];
     assert!(herd["median_tps"].as_f64().unwrap_or(0.0) > 0.0, "{text}");
     assert_eq!(herd["failed_transactions"], 0, "{text}");
+    // The generator apart (pgbench on cores of its own): both shapes through Herd, and the
+    // ratio of the two in a note; a machine with one core says why there is none.
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let report = std::fs::read_to_string(out.path().join("report.md")).expect("report.md");
+    if cores >= 2 {
+        for mode in [
+            "16 clients, generator apart",
+            "many clients, generator apart",
+        ] {
+            let herd = &results["modes"][mode]["herd-primary"];
+            assert!(
+                herd["median_tps"].as_f64().unwrap_or(0.0) > 0.0,
+                "{mode}: {text}"
+            );
+            assert_eq!(herd["failed_transactions"], 0, "{mode}: {text}");
+        }
+        assert!(
+            report.contains("With the load generator apart — pgbench on core(s)"),
+            "{report}"
+        );
+    } else {
+        assert!(report.contains("cannot be kept apart"), "{report}");
+    }
     // What the proxies cost, read from /proc: CPU and context switches per transaction.
     let costs = &results["process_costs"];
     for mode in [
@@ -74,7 +98,6 @@ fn quick_proxy_bench_writes_reports() {
             "{mode}: the machine's CPU per transaction {c}"
         );
     }
-    let report = std::fs::read_to_string(out.path().join("report.md")).expect("report.md");
     assert!(report.contains("CPU µs / transaction"), "{report}");
     assert!(report.contains("of which user space"), "{report}");
     // With PgBouncer in the run, the forwarder's ratio to it is printed as the floor of a hop.

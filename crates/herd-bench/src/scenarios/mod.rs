@@ -14,6 +14,8 @@ pub mod lag;
 pub mod lag_report;
 mod lag_sampler;
 pub mod proxy;
+mod proxy_apart;
+mod proxy_derived;
 mod proxy_login;
 pub mod read_scaling;
 pub mod read_scaling_report;

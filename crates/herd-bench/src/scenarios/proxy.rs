@@ -17,10 +17,17 @@ use crate::procstat;
 use crate::report::{Machine, ModeResult, ProcessCost, Results, Settings, TargetResult};
 use crate::{BenchError, BenchOptions};
 
+use super::proxy_apart::{self, is_apart, APART_FEW, APART_MANY, APART_TARGETS};
+use super::proxy_derived::{against_the_floor, generator_share};
 use super::proxy_login::{self, LOGIN_ITERATIONS, LOGIN_ROLE};
+use crate::affinity::Apart;
 
-/// Query modes measured, in order: pgbench's protocols, then the two pooler shapes.
-const MODES: [&str; 5] = ["simple", "extended", "prepared", CONNECT, MANY];
+/// Query modes measured, in order: pgbench's protocols, the two pooler shapes, then the
+/// many-clients shape again with the load generator apart (last: the pinning is undone once,
+/// after them).
+const MODES: [&str; 7] = [
+    "simple", "extended", "prepared", CONNECT, MANY, APART_FEW, APART_MANY,
+];
 /// A new connection for every transaction (`pgbench -C`, simple protocol).
 const CONNECT: &str = "connect per transaction (-C)";
 /// Many client connections at once (`-c MANY_CLIENTS`, simple protocol).
@@ -154,6 +161,7 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
             && (!pooler_shape || POOLER_TARGETS.contains(&target))
             // The forwarder opens a server connection per client: nothing to learn at 1,000.
             && !(mode == MANY && target == "forwarder")
+            && (!is_apart(mode) || APART_TARGETS.contains(&target))
     };
     // Whose /proc figures a target's runs are: Herd's supervisor (its proxy runs inside it),
     // PgBouncer, and this process for the forwarder (pgbench is a process of its own).
@@ -197,8 +205,26 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
 
     let mut tps: BTreeMap<(&str, &str), (Vec<f64>, u64)> = BTreeMap::new();
     let mut costs: BTreeMap<(&str, &str), Cost> = BTreeMap::new();
-    let mut refused: BTreeMap<&str, String> = BTreeMap::new();
+    let mut refused: BTreeMap<(&str, &str), String> = BTreeMap::new();
+    // The generator apart (the last modes): pinned at the first such run, undone after them.
+    let mut apart: Option<Result<Apart, String>> = None;
     for (mode, round, name, url) in jobs {
+        if is_apart(mode) {
+            let pinned = apart.get_or_insert_with(|| {
+                let proxies: Vec<u32> = ["herd-primary", "pgbouncer"]
+                    .into_iter()
+                    .filter_map(pid_of)
+                    .collect();
+                Apart::new(proxy_apart::server_roots(&cluster.data_dir(), &proxies))
+            });
+            // Again before every run: the proxies open connections, the servers fork backends.
+            if let Err(why) = pinned.as_ref().map_err(Clone::clone).and_then(|a| a.pin()) {
+                let why = format!("the load generator cannot be kept apart: {why}");
+                refused.insert((mode, name), why);
+                bar.inc(1);
+                continue;
+            }
+        }
         bar.set_message(format!(
             "{mode}: round {}/{} on {name}",
             round + 1,
@@ -207,14 +233,14 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
         let what = format!("pgbench -S ({mode}) on {name}");
         // Many clients take a while to log in (a SCRAM exchange each, and pgbench's clock
         // runs meanwhile): twice the duration, never less than 5 s (20 s in a full run).
-        let secs = match (mode == MANY, opts.quick) {
+        let secs = match (mode == MANY || mode == APART_MANY, opts.quick) {
             (true, true) => plan.duration.max(5),
             (true, false) => (plan.duration * 2).max(20),
             _ => plan.duration,
         };
         let args = bench_args(secs, mode, plan.many);
         // Both pooler shapes log in as the low-iteration role (why: proxy_login.rs).
-        let url = if mode == CONNECT || mode == MANY {
+        let url = if mode == CONNECT || mode == MANY || is_apart(mode) {
             proxy_login::url_as(url, LOGIN_ROLE)
         } else {
             url.to_string()
@@ -238,7 +264,7 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
             // PostgreSQL alone refuses clients beyond max_connections: that is the finding.
             // Many clients: PostgreSQL alone refuses those beyond max_connections, and a
             // proxy may not finish the logins in time; either is the finding, not a failure.
-            Err(e) if mode == MANY => {
+            Err(e) if mode == MANY || mode == APART_MANY => {
                 // PostgreSQL's own words, e.g. "FATAL:  sorry, too many clients already".
                 let text = e.to_string();
                 let why = match text.lines().find(|l| l.contains("FATAL")) {
@@ -249,7 +275,7 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
                     ),
                     None => text.lines().next().unwrap_or_default().to_string(),
                 };
-                refused.insert(name, why.trim().to_string());
+                refused.insert((mode, name), why.trim().to_string());
                 bar.inc(1);
                 continue;
             }
@@ -274,6 +300,11 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
         entry.1 += r.failed;
         bar.inc(1);
     }
+    let apart_cores = match &apart {
+        Some(Ok(a)) => Some((a.cores().0.to_vec(), a.cores().1.to_vec())),
+        _ => None,
+    };
+    drop(apart); // every core back to everyone
     drop(bouncer);
     drop(forwarder);
     drop(cluster);
@@ -302,11 +333,13 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
         }
         modes.insert(mode.to_string(), per_target);
     }
-    for (target, why) in &refused {
-        notes.push(format!(
-            "{MANY} ({} clients) on {target}: no figure — {why}",
-            plan.many
-        ));
+    for ((mode, target), why) in &refused {
+        let clients = if *mode == MANY || *mode == APART_MANY {
+            format!(" ({} clients)", plan.many)
+        } else {
+            String::new()
+        };
+        notes.push(format!("{mode}{clients} on {target}: no figure — {why}"));
     }
     let mut process_costs: BTreeMap<String, BTreeMap<String, ProcessCost>> = BTreeMap::new();
     for ((mode, target), c) in &costs {
@@ -360,6 +393,19 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
             }
             notes.push(note);
         }
+        if let (Some(many), Some(few), Some((servers, generator))) = (
+            median_of(APART_MANY, target),
+            median_of(APART_FEW, target),
+            &apart_cores,
+        ) {
+            notes.push(proxy_apart::note(
+                target,
+                few,
+                many,
+                plan.many,
+                (servers, generator),
+            ));
+        }
     }
     notes.push(format!(
         "Modes: `simple`, `extended` and `prepared` are `pgbench -S -c {CLIENTS} -j {THREADS} \
@@ -368,7 +414,9 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
          statements prepared once per connection); `{CONNECT}` adds `-C` (a new connection, with its authentication, for every \
          transaction: what a pooler saves the server); `{MANY}` is `-c {} -j {THREADS} -M simple` \
          (PostgreSQL alone refuses clients beyond `max_connections`; a pooler serves them all \
-         from its pool of {POOL_SIZE}). CPU and context switches are the proxy process's own \
+         from its pool of {POOL_SIZE}); `{APART_FEW}` and `{APART_MANY}` are the 16-client \
+         simple mode and `{MANY}` again through Herd and PgBouncer, logged in like the pooler \
+         shapes, with pgbench kept on cores of its own. CPU and context switches are the proxy process's own \
          (Herd: its supervisor, which runs the proxy and a few monitoring queries; the \
          forwarder: this harness, in which it runs).",
         plan.many
@@ -450,37 +498,6 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
     })
 }
 
-/// Where Herd's rate against PgBouncer stands against the floor of one hop: what the plain
-/// forwarder (no parsing, no pooling) ran against PgBouncer in the same rounds. A proxy that
-/// parses every statement to route it pays that floor and its own work on top, so the
-/// forwarder's ratio is about the most any proxy on tokio can reach on this machine.
-fn against_the_floor(modes: &BTreeMap<String, ModeResult>) -> Option<String> {
-    let ratio = |mode: &str, target: &str| {
-        let m = modes.get(mode)?;
-        let bouncer = m.get("pgbouncer")?.median_tps;
-        let t = m.get(target)?.median_tps;
-        (bouncer > 0.0 && t > 0.0).then(|| t / bouncer)
-    };
-    let parts: Vec<String> = ["simple", "extended", "prepared"]
-        .into_iter()
-        .filter_map(|mode| {
-            let floor = ratio(mode, "forwarder")?;
-            let herd = ratio(mode, "herd-primary")?;
-            Some(format!("{mode} {floor:.2}× (Herd {herd:.2}×)"))
-        })
-        .collect();
-    (!parts.is_empty()).then(|| {
-        format!(
-            "Against PgBouncer's rate, the plain forwarder — one hop on tokio that parses and \
-             pools nothing — ran: {}. Herd pays that hop and its own work (classifying every \
-             statement with PostgreSQL's grammar to route it, pooling): the forwarder's ratio is \
-             about the most a proxy on this event loop reaches here; the user-space column of \
-             the cost table shows the proxies' own work.",
-            parts.join("; ")
-        )
-    })
-}
-
 /// A proxy's accumulated cost over a mode's runs.
 #[derive(Default)]
 struct Cost {
@@ -520,11 +537,13 @@ fn memory_per_client(
         .collect()
 }
 
-/// `pgbench -S -c 16 -j 2 -T secs -M mode`, with `-C` or `many` clients for the pooler shapes.
+/// `pgbench -S -c 16 -j 2 -T secs -M mode`, with `-C` or `many` clients for the pooler shapes
+/// (simple protocol), the two shapes apart in simple protocol too.
 fn bench_args(secs: u64, mode: &str, many: u32) -> Vec<String> {
     let args = match mode {
         CONNECT => format!("-S -C -c {CLIENTS} -j {THREADS} -T {secs} -M simple"),
-        MANY => format!("-S -c {many} -j {THREADS} -T {secs} -M simple"),
+        MANY | APART_MANY => format!("-S -c {many} -j {THREADS} -T {secs} -M simple"),
+        APART_FEW => format!("-S -c {CLIENTS} -j {THREADS} -T {secs} -M simple"),
         _ => format!("-S -c {CLIENTS} -j {THREADS} -T {secs} -M {mode}"),
     };
     args.split(' ').map(String::from).collect()
@@ -535,96 +554,24 @@ fn limit(secs: u64) -> Duration {
     Duration::from_secs(secs + 60)
 }
 
-/// What the load generator's own growth with many clients leaves of the few-client rate.
-#[derive(Debug, PartialEq)]
-struct GeneratorShare {
-    /// pgbench's CPU per transaction with few clients and with many, µs.
-    generator_few: f64,
-    generator_many: f64,
-    /// The machine's busy CPU per transaction with few clients, µs.
-    machine_few: f64,
-    /// Cores busy with few clients (the machine's CPU per transaction times the rate).
-    busy_few: f64,
-    /// The many-client rate as a fraction of the few-client rate if only the generator's
-    /// cost changed and every core were busy.
-    ratio: f64,
-}
-
-/// An estimate of what pgbench's own growth with many clients leaves of the few-client rate
-/// (`few_tps`) on `cores` shared with the proxy and the servers: if the proxy and the servers
-/// cost per transaction what they did with few clients and every core were busy, a
-/// transaction would cost the machine `machine_few` + the generator's extra µs, and the rate
-/// would be the cores' time over that. Not a bound on what is measured: the others' costs
-/// change with many connections too, and the few-client run may leave cores idle. `None`
-/// without the figures, or when the generator cost no more with many clients.
-fn generator_share(
-    few: &ProcessCost,
-    many: &ProcessCost,
-    few_tps: f64,
-    cores: usize,
-) -> Option<GeneratorShare> {
-    let extra = many.pgbench_cpu_us_per_txn - few.pgbench_cpu_us_per_txn;
-    let machine = few.machine_cpu_us_per_txn;
-    let usable = machine > 0.0 && few.pgbench_cpu_us_per_txn > 0.0 && extra > 0.0;
-    (usable && few_tps > 0.0 && cores > 0).then(|| GeneratorShare {
-        generator_few: few.pgbench_cpu_us_per_txn,
-        generator_many: many.pgbench_cpu_us_per_txn,
-        machine_few: machine,
-        busy_few: machine * few_tps / 1e6,
-        ratio: cores as f64 * 1e6 / ((machine + extra) * few_tps),
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::Scratches;
 
-    fn cost(pgbench: f64, machine: f64) -> ProcessCost {
-        ProcessCost {
-            cpu_us_per_txn: 18.0,
-            user_us_per_txn: 3.0,
-            switches_per_txn: 0.5,
-            rss_mib: 10.0,
-            pgbench_cpu_us_per_txn: pgbench,
-            machine_cpu_us_per_txn: machine,
-        }
-    }
-
     #[test]
-    fn the_floor_of_one_hop_against_pgbouncer() {
-        let target = |tps: f64| TargetResult {
-            runs: vec![tps],
-            median_tps: tps,
-            ratio_to_direct: 0.0,
-            failed_transactions: 0,
-        };
-        let mode = |pairs: &[(&str, f64)]| -> ModeResult {
-            pairs
-                .iter()
-                .map(|(n, tps)| (n.to_string(), target(*tps)))
-                .collect()
-        };
-        let mut modes = BTreeMap::new();
-        modes.insert(
-            "simple".to_string(),
-            mode(&[
-                ("pgbouncer", 20_000.0),
-                ("forwarder", 19_800.0),
-                ("herd-primary", 19_200.0),
-            ]),
-        );
-        // No PgBouncer in prepared mode (older than 1.21): that mode is left out.
-        modes.insert(
-            "prepared".to_string(),
-            mode(&[("forwarder", 30_000.0), ("herd-primary", 29_000.0)]),
-        );
-        let note = against_the_floor(&modes).expect("simple has all three");
-        assert!(note.contains("simple 0.99× (Herd 0.96×)"), "{note}");
-        assert!(!note.contains("prepared"), "{note}");
-        // Without PgBouncer anywhere there is nothing to say.
-        modes.remove("simple");
-        assert_eq!(against_the_floor(&modes), None);
+    fn every_mode_gives_pgbench_a_query_mode_it_knows() {
+        for mode in MODES {
+            let args = bench_args(5, mode, 1000);
+            let m = args.iter().position(|a| a == "-M").expect("-M");
+            let protocol = args.get(m + 1).map(String::as_str);
+            assert!(
+                matches!(protocol, Some("simple" | "extended" | "prepared")),
+                "{mode}: {args:?}"
+            );
+            let many = args.iter().any(|a| a == "1000");
+            assert_eq!(many, mode == MANY || mode == APART_MANY, "{mode}: {args:?}");
+        }
     }
 
     #[test]
@@ -646,27 +593,5 @@ mod tests {
         assert_eq!(Plan::new(&opts(true, Some(3))).rounds, 3);
         // No round is no figure: at least one.
         assert_eq!(Plan::new(&opts(false, Some(0))).rounds, 1);
-    }
-
-    #[test]
-    fn the_generators_growth_and_the_idle_cores() {
-        let share = |few, many, tps| generator_share(&few, &many, tps, 2);
-        // 80 µs per transaction at 25,000 tps: both cores busy. 20 µs more of pgbench with
-        // many clients: 2 s of CPU per second over 100 µs, 20,000 tps, 0.8 of the rate.
-        let c = share(cost(14.0, 80.0), cost(34.0, 110.0), 25_000.0).expect("an estimate");
-        assert!((c.ratio - 0.8).abs() < 1e-9, "{c:?}");
-        assert!((c.busy_few - 2.0).abs() < 1e-9, "{c:?}");
-        assert_eq!((c.generator_few, c.generator_many), (14.0, 34.0));
-        // At 20,000 tps only 1.6 cores were busy: the idle 0.4 absorbs the generator's rise.
-        let c = share(cost(14.0, 80.0), cost(34.0, 110.0), 20_000.0).expect("an estimate");
-        assert!((c.ratio - 1.0).abs() < 1e-9, "{c:?}");
-        assert!((c.busy_few - 1.6).abs() < 1e-9, "{c:?}");
-        // The generator no dearer with many clients: nothing to estimate.
-        assert_eq!(share(cost(14.0, 80.0), cost(14.0, 80.0), 25_000.0), None);
-        assert_eq!(share(cost(14.0, 80.0), cost(12.0, 80.0), 25_000.0), None);
-        // Figures missing (an older report, a /proc that could not be read): none.
-        assert_eq!(share(cost(14.0, 0.0), cost(30.0, 100.0), 25_000.0), None);
-        assert_eq!(share(cost(0.0, 80.0), cost(30.0, 100.0), 25_000.0), None);
-        assert_eq!(share(cost(14.0, 80.0), cost(30.0, 100.0), 0.0), None);
     }
 }

@@ -1,0 +1,175 @@
+//! Keeping the load generator apart: the servers and proxies pinned to some of this machine's
+//! cores and the bench (so the pgbench it starts) to the others, as if pgbench ran on another
+//! machine. On a small machine pgbench shares the cores with what it measures, and where its own
+//! cost grows (a thousand connections) the rate it reports falls for that reason alone; apart,
+//! only the servers' and the proxies' costs set the rate.
+
+use nix::sched::{sched_getaffinity, sched_setaffinity, CpuSet};
+use nix::unistd::Pid;
+
+use crate::procstat;
+
+/// The cores this process may run on: the first half (rounded up) for the servers and the
+/// proxies, the rest for the load generator; `None` with fewer than two.
+pub fn split(allowed: &[usize]) -> Option<(Vec<usize>, Vec<usize>)> {
+    if allowed.len() < 2 {
+        return None;
+    }
+    let servers = allowed.len().div_ceil(2);
+    Some((allowed[..servers].to_vec(), allowed[servers..].to_vec()))
+}
+
+/// The cores this process may run on now.
+pub fn allowed() -> Result<Vec<usize>, String> {
+    let set = sched_getaffinity(Pid::from_raw(0)).map_err(|e| format!("sched_getaffinity: {e}"))?;
+    Ok((0..CpuSet::count())
+        .filter(|&c| set.is_set(c).unwrap_or(false))
+        .collect())
+}
+
+/// A run with the generator apart: while it lives, the processes it was given (and their
+/// descendants, every thread) run on the server cores and this process on the generator cores;
+/// dropping it gives everyone every allowed core back.
+pub struct Apart {
+    roots: Vec<u32>,
+    servers: Vec<usize>,
+    generator: Vec<usize>,
+    all: Vec<usize>,
+}
+
+impl Apart {
+    /// Pins `roots` (the servers' postmasters, the proxies) and their descendants to the first
+    /// half of the allowed cores and this process to the rest; why not, when it cannot.
+    pub fn new(roots: Vec<u32>) -> Result<Apart, String> {
+        let all = allowed()?;
+        let (servers, generator) = split(&all)
+            .ok_or_else(|| format!("{} core(s) allowed: none to keep apart", all.len()))?;
+        let apart = Apart {
+            roots,
+            servers,
+            generator,
+            all,
+        };
+        apart.pin()?;
+        Ok(apart)
+    }
+
+    /// Pins again: a proxy or a server may have started processes or threads since (a new
+    /// pooled connection's backend inherits its postmaster's cores, but a thread started
+    /// before the pinning does not).
+    pub fn pin(&self) -> Result<(), String> {
+        for &root in &self.roots {
+            pin_tree(root, &self.servers)?;
+        }
+        pin_threads(std::process::id(), &self.generator)
+    }
+
+    /// The cores given to the servers and the proxies, and to the load generator.
+    pub fn cores(&self) -> (&[usize], &[usize]) {
+        (&self.servers, &self.generator)
+    }
+}
+
+impl Drop for Apart {
+    fn drop(&mut self) {
+        for &root in &self.roots {
+            let _ = pin_tree(root, &self.all);
+        }
+        let _ = pin_threads(std::process::id(), &self.all);
+    }
+}
+
+/// Pins `root`, its descendants and all their threads to `cores`. A process that ended meanwhile
+/// is skipped; `root` itself must be there.
+fn pin_tree(root: u32, cores: &[usize]) -> Result<(), String> {
+    pin_threads(root, cores)?;
+    for pid in procstat::descendants(root) {
+        let _ = pin_threads(pid, cores);
+    }
+    Ok(())
+}
+
+/// Pins every thread of `pid` to `cores` (affinity is per thread; a thread started later
+/// inherits its creator's).
+fn pin_threads(pid: u32, cores: &[usize]) -> Result<(), String> {
+    let mut set = CpuSet::new();
+    for &c in cores {
+        set.set(c).map_err(|e| format!("core {c}: {e}"))?;
+    }
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map_err(|e| format!("reading the threads of process {pid}: {e}"))?;
+    for task in tasks.flatten() {
+        let Some(tid) = task
+            .file_name()
+            .to_str()
+            .and_then(|t| t.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        // A thread may end between the listing and here: not an error.
+        let _ = sched_setaffinity(Pid::from_raw(tid), &set);
+    }
+    // The process's main thread must have taken it, or nothing did.
+    let main = sched_getaffinity(Pid::from_raw(pid as i32))
+        .map_err(|e| format!("sched_getaffinity of process {pid}: {e}"))?;
+    if cores.iter().all(|&c| main.is_set(c).unwrap_or(false)) {
+        Ok(())
+    } else {
+        Err(format!(
+            "process {pid} could not be pinned to cores {cores:?}"
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_servers_get_the_first_half() {
+        assert_eq!(split(&[0]), None);
+        assert_eq!(split(&[]), None);
+        assert_eq!(split(&[0, 1]), Some((vec![0], vec![1])));
+        assert_eq!(split(&[0, 1, 2]), Some((vec![0, 1], vec![2])));
+        // A container's allowed set need not start at 0 nor be contiguous.
+        assert_eq!(split(&[2, 3, 6, 7]), Some((vec![2, 3], vec![6, 7])));
+    }
+
+    #[test]
+    fn pins_a_process_tree_and_gives_the_cores_back() {
+        let all = allowed().expect("own affinity");
+        if all.len() < 2 {
+            eprintln!("skipped: {} core(s) allowed here", all.len());
+            return;
+        }
+        let mut parent = std::process::Command::new("sh")
+            .args(["-c", "sleep 30 & wait"])
+            .spawn()
+            .expect("sh runs");
+        // The shell's child must exist before the pinning, to be a descendant it finds.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while procstat::descendants(parent.id()).is_empty() && std::time::Instant::now() < deadline
+        {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let cores_of = |pid: u32| -> Vec<usize> {
+            let set = sched_getaffinity(Pid::from_raw(pid as i32)).expect("affinity");
+            (0..CpuSet::count())
+                .filter(|&c| set.is_set(c).unwrap_or(false))
+                .collect()
+        };
+        let child = procstat::descendants(parent.id())[0];
+        {
+            let apart = Apart::new(vec![parent.id()]).expect("pinning");
+            let (servers, generator) = apart.cores();
+            assert_eq!(cores_of(parent.id()), servers);
+            assert_eq!(cores_of(child), servers, "the descendant too");
+            assert_eq!(cores_of(std::process::id()), generator);
+        }
+        assert_eq!(cores_of(parent.id()), all, "given back");
+        assert_eq!(cores_of(child), all);
+        assert_eq!(cores_of(std::process::id()), all);
+        let _ = parent.kill();
+        let _ = parent.wait();
+    }
+}
