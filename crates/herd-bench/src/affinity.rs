@@ -9,6 +9,27 @@ use nix::unistd::Pid;
 
 use crate::procstat;
 
+/// Why the load generator could not be kept apart. Crate-private: the report prints it as the
+/// reason the shapes apart have no figure.
+#[derive(Debug, thiserror::Error)]
+pub enum AffinityError {
+    /// The cores a process may run on could not be read.
+    #[error("reading the cores of process {pid}: {source}")]
+    Read { pid: u32, source: nix::Error },
+    /// Nothing to split.
+    #[error("{allowed} core(s) allowed: none to keep apart")]
+    TooFew { allowed: usize },
+    /// A core number this system's CPU sets cannot hold.
+    #[error("core {core}: {source}")]
+    Core { core: usize, source: nix::Error },
+    /// A process's threads could not be listed (it ended, or `/proc` is not there).
+    #[error("reading the threads of process {pid}: {source}")]
+    Threads { pid: u32, source: std::io::Error },
+    /// The pinning did not take (something else restricts which cores it may use).
+    #[error("process {pid} could not be pinned to cores {cores:?}")]
+    NotPinned { pid: u32, cores: Vec<usize> },
+}
+
 /// The cores this process may run on: the first half (rounded up) for the servers and the
 /// proxies, the rest for the load generator; `None` with fewer than two.
 pub fn split(allowed: &[usize]) -> Option<(Vec<usize>, Vec<usize>)> {
@@ -20,8 +41,14 @@ pub fn split(allowed: &[usize]) -> Option<(Vec<usize>, Vec<usize>)> {
 }
 
 /// The cores this process may run on now.
-pub fn allowed() -> Result<Vec<usize>, String> {
-    let set = sched_getaffinity(Pid::from_raw(0)).map_err(|e| format!("sched_getaffinity: {e}"))?;
+pub fn allowed() -> Result<Vec<usize>, AffinityError> {
+    cores_of(std::process::id())
+}
+
+/// The cores process `pid`'s main thread may run on, in ascending order.
+fn cores_of(pid: u32) -> Result<Vec<usize>, AffinityError> {
+    let set = sched_getaffinity(Pid::from_raw(pid as i32))
+        .map_err(|source| AffinityError::Read { pid, source })?;
     Ok((0..CpuSet::count())
         .filter(|&c| set.is_set(c).unwrap_or(false))
         .collect())
@@ -40,10 +67,10 @@ pub struct Apart {
 impl Apart {
     /// Pins `roots` (the servers' postmasters, the proxies) and their descendants to the first
     /// half of the allowed cores and this process to the rest; why not, when it cannot.
-    pub fn new(roots: Vec<u32>) -> Result<Apart, String> {
+    pub fn new(roots: Vec<u32>) -> Result<Apart, AffinityError> {
         let all = allowed()?;
-        let (servers, generator) = split(&all)
-            .ok_or_else(|| format!("{} core(s) allowed: none to keep apart", all.len()))?;
+        let (servers, generator) =
+            split(&all).ok_or(AffinityError::TooFew { allowed: all.len() })?;
         let apart = Apart {
             roots,
             servers,
@@ -57,7 +84,7 @@ impl Apart {
     /// Pins again: a proxy or a server may have started processes or threads since (a new
     /// pooled connection's backend inherits its postmaster's cores, but a thread started
     /// before the pinning does not).
-    pub fn pin(&self) -> Result<(), String> {
+    pub fn pin(&self) -> Result<(), AffinityError> {
         for &root in &self.roots {
             pin_tree(root, &self.servers)?;
         }
@@ -81,7 +108,7 @@ impl Drop for Apart {
 
 /// Pins `root`, its descendants and all their threads to `cores`. A process that ended meanwhile
 /// is skipped; `root` itself must be there.
-fn pin_tree(root: u32, cores: &[usize]) -> Result<(), String> {
+fn pin_tree(root: u32, cores: &[usize]) -> Result<(), AffinityError> {
     pin_threads(root, cores)?;
     for pid in procstat::descendants(root) {
         let _ = pin_threads(pid, cores);
@@ -91,13 +118,14 @@ fn pin_tree(root: u32, cores: &[usize]) -> Result<(), String> {
 
 /// Pins every thread of `pid` to `cores` (affinity is per thread; a thread started later
 /// inherits its creator's).
-fn pin_threads(pid: u32, cores: &[usize]) -> Result<(), String> {
+fn pin_threads(pid: u32, cores: &[usize]) -> Result<(), AffinityError> {
     let mut set = CpuSet::new();
-    for &c in cores {
-        set.set(c).map_err(|e| format!("core {c}: {e}"))?;
+    for &core in cores {
+        set.set(core)
+            .map_err(|source| AffinityError::Core { core, source })?;
     }
     let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))
-        .map_err(|e| format!("reading the threads of process {pid}: {e}"))?;
+        .map_err(|source| AffinityError::Threads { pid, source })?;
     for task in tasks.flatten() {
         let Some(tid) = task
             .file_name()
@@ -110,14 +138,13 @@ fn pin_threads(pid: u32, cores: &[usize]) -> Result<(), String> {
         let _ = sched_setaffinity(Pid::from_raw(tid), &set);
     }
     // The process's main thread must have taken it, or nothing did.
-    let main = sched_getaffinity(Pid::from_raw(pid as i32))
-        .map_err(|e| format!("sched_getaffinity of process {pid}: {e}"))?;
-    if cores.iter().all(|&c| main.is_set(c).unwrap_or(false)) {
+    if cores_of(pid)? == cores {
         Ok(())
     } else {
-        Err(format!(
-            "process {pid} could not be pinned to cores {cores:?}"
-        ))
+        Err(AffinityError::NotPinned {
+            pid,
+            cores: cores.to_vec(),
+        })
     }
 }
 
@@ -152,12 +179,7 @@ mod tests {
         {
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
-        let cores_of = |pid: u32| -> Vec<usize> {
-            let set = sched_getaffinity(Pid::from_raw(pid as i32)).expect("affinity");
-            (0..CpuSet::count())
-                .filter(|&c| set.is_set(c).unwrap_or(false))
-                .collect()
-        };
+        let cores_of = |pid: u32| cores_of(pid).expect("affinity");
         let child = procstat::descendants(parent.id())[0];
         {
             let apart = Apart::new(vec![parent.id()]).expect("pinning");

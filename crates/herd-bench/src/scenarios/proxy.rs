@@ -20,7 +20,7 @@ use crate::{BenchError, BenchOptions};
 use super::proxy_apart::{self, is_apart, APART_FEW, APART_MANY, APART_TARGETS};
 use super::proxy_derived::{against_the_floor, generator_share};
 use super::proxy_login::{self, LOGIN_ITERATIONS, LOGIN_ROLE};
-use crate::affinity::Apart;
+use crate::affinity::{AffinityError, Apart};
 
 /// Query modes measured, in order: pgbench's protocols, the two pooler shapes, then the
 /// many-clients shape again with the load generator apart (last: the pinning is undone once,
@@ -207,7 +207,7 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
     let mut costs: BTreeMap<(&str, &str), Cost> = BTreeMap::new();
     let mut refused: BTreeMap<(&str, &str), String> = BTreeMap::new();
     // The generator apart (the last modes): pinned at the first such run, undone after them.
-    let mut apart: Option<Result<Apart, String>> = None;
+    let mut apart: Option<Result<Apart, AffinityError>> = None;
     for (mode, round, name, url) in jobs {
         if is_apart(mode) {
             let pinned = apart.get_or_insert_with(|| {
@@ -218,7 +218,11 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
                 Apart::new(proxy_apart::server_roots(&cluster.data_dir(), &proxies))
             });
             // Again before every run: the proxies open connections, the servers fork backends.
-            if let Err(why) = pinned.as_ref().map_err(Clone::clone).and_then(|a| a.pin()) {
+            let failed = match pinned {
+                Ok(a) => a.pin().err().map(|e| e.to_string()),
+                Err(e) => Some(e.to_string()),
+            };
+            if let Some(why) = failed {
                 let why = format!("the load generator cannot be kept apart: {why}");
                 refused.insert((mode, name), why);
                 bar.inc(1);
