@@ -22,9 +22,8 @@ use super::proxy_derived::{against_the_floor, generator_share};
 use super::proxy_login::{self, LOGIN_ITERATIONS, LOGIN_ROLE};
 use crate::affinity::{AffinityError, Apart};
 
-/// Query modes measured, in order: pgbench's protocols, the two pooler shapes, then the
-/// many-clients shape again with the load generator apart (last: the pinning is undone once,
-/// after them).
+/// Query modes measured, in order: pgbench's protocols, the two pooler shapes, then 16 and many
+/// clients again with the load generator apart (last: the pinning is undone once, after them).
 const MODES: [&str; 7] = [
     "simple", "extended", "prepared", CONNECT, MANY, APART_FEW, APART_MANY,
 ];
