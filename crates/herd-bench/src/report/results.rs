@@ -216,6 +216,19 @@ pub struct TargetResult {
     pub failed_transactions: u64,
 }
 
+#[cfg(test)]
+impl TargetResult {
+    /// One run of `tps`, no baseline, no failures: a fixture for the report's tests.
+    pub(crate) fn single(tps: f64) -> TargetResult {
+        TargetResult {
+            runs: vec![tps],
+            median_tps: tps,
+            ratio_to_direct: 0.0,
+            failed_transactions: 0,
+        }
+    }
+}
+
 /// How a scenario's workload was run.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Settings {

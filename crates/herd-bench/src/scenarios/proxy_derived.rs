@@ -95,12 +95,7 @@ mod tests {
 
     #[test]
     fn the_floor_of_one_hop_against_pgbouncer() {
-        let target = |tps: f64| TargetResult {
-            runs: vec![tps],
-            median_tps: tps,
-            ratio_to_direct: 0.0,
-            failed_transactions: 0,
-        };
+        let target = TargetResult::single;
         let mode = |pairs: &[(&str, f64)]| -> ModeResult {
             pairs
                 .iter()

@@ -181,12 +181,7 @@ mod tests {
 
     #[test]
     fn table_has_both_ratios() {
-        let t = |tps: f64| TargetResult {
-            runs: vec![tps],
-            median_tps: tps,
-            ratio_to_direct: 0.0,
-            failed_transactions: 0,
-        };
+        let t = TargetResult::single;
         let mut point = ModeResult::new();
         point.insert(ONE_SERVER.into(), t(1000.0));
         point.insert("Herd 1 group".into(), t(800.0));
