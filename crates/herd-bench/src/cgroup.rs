@@ -22,6 +22,49 @@ const OWNER_LIMIT: Duration = Duration::from_secs(30);
 /// The pause between two attempts at removing a group.
 const RETRY_PAUSE: Duration = Duration::from_millis(100);
 
+/// Why CPU groups cannot be made here: printed by the scenarios that use them as the reason
+/// their nodes are not confined (the run goes on), except an interrupted run, which stops.
+#[derive(Debug, thiserror::Error)]
+pub enum CgroupError {
+    /// A file of `/proc` this needs could not be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: &'static str,
+        source: std::io::Error,
+    },
+    /// Neither cgroup interface offers the `cpu` controller.
+    #[error(
+        "no cgroup hierarchy with the cpu controller is mounted (neither cgroup v2 with `cpu` \
+         in cgroup.controllers nor cgroup v1 `cpu`)"
+    )]
+    NoCpuController,
+    /// `/proc/self/cgroup` names no group of the hierarchy found.
+    #[error("cannot find this process's cpu cgroup in /proc/self/cgroup")]
+    OwnGroupUnknown,
+    /// A group could not be made (a read-only cgroup file system, no permission, …).
+    #[error("cannot create {}: {source}", path.display())]
+    Create {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// The cpu controller could not be delegated to the groups.
+    #[error("cannot enable the cpu controller in {}: {source}", path.display())]
+    Enable {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// A control file refused its value.
+    #[error("cannot write {value} to {}: {source}", path.display())]
+    Write {
+        value: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// The run is being stopped: not a reason to go on unconfined.
+    #[error(transparent)]
+    Run(#[from] BenchError),
+}
+
 /// Which cgroup interface is in use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Version {
@@ -47,19 +90,18 @@ impl CpuLimits {
     /// Prepares groups limited to `quota_us` of CPU time per `period_us` each; the reason when
     /// this machine does not allow it (no cpu controller, read-only cgroup file system, …).
     /// Listed in `scratches` until dropped.
-    pub fn new(quota_us: u64, period_us: u64, scratches: &Scratches) -> Result<CpuLimits, String> {
-        let mounts = std::fs::read_to_string("/proc/mounts")
-            .map_err(|e| format!("cannot read /proc/mounts: {e}"))?;
-        let own = std::fs::read_to_string("/proc/self/cgroup")
-            .map_err(|e| format!("cannot read /proc/self/cgroup: {e}"))?;
-        let (version, mount) = find_cpu_hierarchy(&mounts).ok_or_else(|| {
-            "no cgroup hierarchy with the cpu controller is mounted (neither cgroup v2 with \
-             `cpu` in cgroup.controllers nor cgroup v1 `cpu`)"
-                .to_string()
-        })?;
-        let own_path = own_group(&own, version).ok_or_else(|| {
-            "cannot find this process's cpu cgroup in /proc/self/cgroup".to_string()
-        })?;
+    pub fn new(
+        quota_us: u64,
+        period_us: u64,
+        scratches: &Scratches,
+    ) -> Result<CpuLimits, CgroupError> {
+        let read = |path: &'static str| {
+            std::fs::read_to_string(path).map_err(|source| CgroupError::Read { path, source })
+        };
+        let mounts = read("/proc/mounts")?;
+        let own = read("/proc/self/cgroup")?;
+        let (version, mount) = find_cpu_hierarchy(&mounts).ok_or(CgroupError::NoCpuController)?;
+        let own_path = own_group(&own, version).ok_or(CgroupError::OwnGroupUnknown)?;
         let home = mount.join(own_path.trim_start_matches('/'));
         // v2 forbids processes in a group whose controllers are delegated to children ("no
         // internal processes"), so the base hangs off the hierarchy's root there; v1 nests it
@@ -69,7 +111,10 @@ impl CpuLimits {
             Version::V2 => mount.clone(),
         };
         let base = parent.join(format!("herd-bench-{}", std::process::id()));
-        std::fs::create_dir(&base).map_err(|e| format!("cannot create {}: {e}", base.display()))?;
+        std::fs::create_dir(&base).map_err(|source| CgroupError::Create {
+            path: base.clone(),
+            source,
+        })?;
         let stop = {
             let (base, home) = (base.clone(), home.clone());
             Box::new(move |deadline: Instant| remove_groups(&base, &home, deadline))
@@ -82,7 +127,7 @@ impl CpuLimits {
         );
         if let Err(e) = scratches.add_extra(&base, Stage::Last, remove, stop) {
             let _ = std::fs::remove_dir(&base);
-            return Err(e.to_string());
+            return Err(e.into());
         }
         // From here on, dropping `limits` removes the base.
         let limits = CpuLimits {
@@ -103,11 +148,9 @@ impl CpuLimits {
                 let control = dir.join("cgroup.subtree_control");
                 let enabled = std::fs::read_to_string(&control).unwrap_or_default();
                 if !enabled.split_whitespace().any(|c| c == "cpu") {
-                    std::fs::write(&control, "+cpu").map_err(|e| {
-                        format!(
-                            "cannot enable the cpu controller in {}: {e}",
-                            control.display()
-                        )
+                    std::fs::write(&control, "+cpu").map_err(|source| CgroupError::Enable {
+                        path: control,
+                        source,
                     })?;
                 }
             }
@@ -120,8 +163,11 @@ impl CpuLimits {
             Version::V2 => ("cpu.weight", "10000"),
         };
         let path = limits.base.join(file);
-        std::fs::write(&path, weight)
-            .map_err(|e| format!("cannot write {weight} to {}: {e}", path.display()))?;
+        std::fs::write(&path, weight).map_err(|source| CgroupError::Write {
+            value: weight,
+            path,
+            source,
+        })?;
         Ok(limits)
     }
 

@@ -12,7 +12,7 @@ use std::time::Duration;
 use indicatif::ProgressBar;
 
 use super::dataset::{load, METRICS, T0};
-use crate::cgroup::CpuLimits;
+use crate::cgroup::{CgroupError, CpuLimits};
 use crate::cluster::{url_with_options, ScratchCluster};
 use crate::pgbench::{median, Pgbench};
 use crate::process::write_script;
@@ -233,6 +233,7 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
     // Declared after the clusters, so dropped first: processes go home, then groups go.
     let mut limits = match CpuLimits::new(QUOTA_US, PERIOD_US, &opts.scratches) {
         Ok(l) => Some(l),
+        Err(CgroupError::Run(e)) => return Err(e),
         Err(why) => {
             notes.push(format!(
                 "**Nodes NOT confined**: {why}. Every PostgreSQL server could use all cores, so \

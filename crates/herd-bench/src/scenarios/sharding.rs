@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use indicatif::ProgressBar;
 
-use crate::cgroup::CpuLimits;
+use crate::cgroup::{CgroupError, CpuLimits};
 use crate::cluster::{ScratchCluster, UrlParts};
 use crate::pgbench::{median, Pgbench};
 use crate::process::write_script;
@@ -449,6 +449,7 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
 
     let mut limits = match CpuLimits::new(QUOTA_US, PERIOD_US, &opts.scratches) {
         Ok(l) => Some(l),
+        Err(CgroupError::Run(e)) => return Err(e),
         Err(why) => {
             notes.push(format!(
                 "**Nodes NOT confined**: {why}. Every server could use all cores, so the groups \
