@@ -59,20 +59,25 @@ fn cores_of(pid: u32) -> Result<Vec<usize>, AffinityError> {
 /// dropping it gives everyone every allowed core back.
 pub struct Apart {
     roots: Vec<u32>,
+    /// Threads of this process that serve rather than generate (the bench's own forwarder).
+    serving: Vec<u32>,
     servers: Vec<usize>,
     generator: Vec<usize>,
     all: Vec<usize>,
 }
 
 impl Apart {
-    /// Pins `roots` (the servers' postmasters, the proxies) and their descendants to the first
-    /// half of the allowed cores and this process to the rest; why not, when it cannot.
-    pub fn new(roots: Vec<u32>) -> Result<Apart, AffinityError> {
+    /// Pins `roots` (the servers' postmasters, the proxies) and their descendants, and
+    /// `serving` (threads of this process that are a proxy measured, such as the forwarder), to
+    /// the first half of the allowed cores and the rest of this process to the other half; why
+    /// not, when it cannot.
+    pub fn new(roots: Vec<u32>, serving: Vec<u32>) -> Result<Apart, AffinityError> {
         let all = allowed()?;
         let (servers, generator) =
             split(&all).ok_or(AffinityError::TooFew { allowed: all.len() })?;
         let apart = Apart {
             roots,
+            serving,
             servers,
             generator,
             all,
@@ -88,7 +93,11 @@ impl Apart {
         for &root in &self.roots {
             pin_tree(root, &self.servers)?;
         }
-        pin_threads(std::process::id(), &self.generator)
+        pin_threads(std::process::id(), &self.generator)?;
+        for &tid in &self.serving {
+            pin_thread(tid, &self.servers)?;
+        }
+        Ok(())
     }
 
     /// The cores given to the servers and the proxies, and to the load generator.
@@ -116,14 +125,33 @@ fn pin_tree(root: u32, cores: &[usize]) -> Result<(), AffinityError> {
     Ok(())
 }
 
-/// Pins every thread of `pid` to `cores` (affinity is per thread; a thread started later
-/// inherits its creator's).
-fn pin_threads(pid: u32, cores: &[usize]) -> Result<(), AffinityError> {
+/// Pins one thread (`tid`, a thread of this process) to `cores`; it must take.
+fn pin_thread(tid: u32, cores: &[usize]) -> Result<(), AffinityError> {
+    let _ = sched_setaffinity(Pid::from_raw(tid as i32), &cpu_set(cores)?);
+    if cores_of(tid)? == cores {
+        Ok(())
+    } else {
+        Err(AffinityError::NotPinned {
+            pid: tid,
+            cores: cores.to_vec(),
+        })
+    }
+}
+
+/// The CPU set of `cores`.
+fn cpu_set(cores: &[usize]) -> Result<CpuSet, AffinityError> {
     let mut set = CpuSet::new();
     for &core in cores {
         set.set(core)
             .map_err(|source| AffinityError::Core { core, source })?;
     }
+    Ok(set)
+}
+
+/// Pins every thread of `pid` to `cores` (affinity is per thread; a thread started later
+/// inherits its creator's).
+fn pin_threads(pid: u32, cores: &[usize]) -> Result<(), AffinityError> {
+    let set = cpu_set(cores)?;
     let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))
         .map_err(|source| AffinityError::Threads { pid, source })?;
     for task in tasks.flatten() {
@@ -181,16 +209,35 @@ mod tests {
         }
         let cores_of = |pid: u32| cores_of(pid).expect("affinity");
         let child = procstat::descendants(parent.id())[0];
+        // A thread of this process that serves (as the forwarder does), alive until told.
+        let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+        let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
+        let serving = std::thread::spawn(move || {
+            let _ = tid_tx.send(nix::unistd::gettid().as_raw() as u32);
+            let _ = stop_rx.recv();
+        });
+        let tid = tid_rx.recv().expect("the thread's id");
         {
-            let apart = Apart::new(vec![parent.id()]).expect("pinning");
+            let apart = Apart::new(vec![parent.id()], vec![tid]).expect("pinning");
             let (servers, generator) = apart.cores();
             assert_eq!(cores_of(parent.id()), servers);
             assert_eq!(cores_of(child), servers, "the descendant too");
             assert_eq!(cores_of(std::process::id()), generator);
+            assert_eq!(
+                cores_of(tid),
+                servers,
+                "the serving thread with the servers"
+            );
+            // Pinned again (as before every run), the serving thread stays with the servers.
+            apart.pin().expect("pinned again");
+            assert_eq!(cores_of(tid), servers);
         }
         assert_eq!(cores_of(parent.id()), all, "given back");
         assert_eq!(cores_of(child), all);
         assert_eq!(cores_of(std::process::id()), all);
+        assert_eq!(cores_of(tid), all);
+        let _ = stop_tx.send(());
+        let _ = serving.join();
         let _ = parent.kill();
         let _ = parent.wait();
     }

@@ -26,6 +26,9 @@ pub enum Upstream {
 pub struct Forwarder {
     /// The port it listens on (127.0.0.1).
     pub port: u16,
+    /// The thread it runs on (a thread of this process), to keep with the servers when the
+    /// load generator runs apart.
+    pub tid: u32,
     stop: Option<oneshot::Sender<()>>,
     thread: Option<JoinHandle<()>>,
 }
@@ -47,7 +50,9 @@ impl Forwarder {
             .build()
             .map_err(|e| BenchError::io("starting a runtime for", "the TCP forwarder", e))?;
         let (stop, stopped) = oneshot::channel::<()>();
+        let (tid_tx, tid_rx) = std::sync::mpsc::channel();
         let thread = std::thread::spawn(move || {
+            let _ = tid_tx.send(nix::unistd::gettid().as_raw() as u32);
             runtime.block_on(async move {
                 let Ok(listener) = TcpListener::from_std(std_listener) else {
                     return;
@@ -58,8 +63,12 @@ impl Forwarder {
                 }
             });
         });
+        let tid = tid_rx.recv().map_err(|_| {
+            BenchError::Missing("the TCP forwarder's thread ended as it started".into())
+        })?;
         Ok(Forwarder {
             port,
+            tid,
             stop: Some(stop),
             thread: Some(thread),
         })

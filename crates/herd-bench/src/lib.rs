@@ -56,6 +56,9 @@ pub struct BenchOptions {
     pub hosts: Option<u32>,
     /// `failover --hosts` only: the agents' lease TTL in milliseconds (their default otherwise).
     pub ttl_ms: Option<u64>,
+    /// `proxy` only: every mode with the load generator apart (pgbench on cores of its own, the
+    /// servers and the proxies on the others), as if pgbench ran on another machine.
+    pub generator_apart: bool,
     /// The scratch clusters and helpers this run has alive, for the caller to stop if the run
     /// is interrupted ([`Scratches::stop_all`]).
     pub scratches: Scratches,

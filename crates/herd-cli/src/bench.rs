@@ -36,12 +36,23 @@ pub struct BenchArgs {
     /// failover --hosts only: the agents' leader lease TTL (default: the agents' 10 000).
     #[arg(long, value_name = "MS", requires = "hosts")]
     pub ttl_ms: Option<u64>,
+    /// proxy only: run every mode with the load generator apart — pgbench pinned to half of the
+    /// cores, the servers and the proxies to the other half — as if pgbench ran on another
+    /// machine (by default pgbench shares the cores, and two shapes run apart at the end).
+    #[arg(long)]
+    pub generator_apart: bool,
 }
 
 /// Runs the scenario on a blocking thread and prints its table and files. SIGINT or SIGTERM
 /// meanwhile stops the scratch clusters, helpers, lab and CPU groups the run started and exits
 /// with 130 or 143 (`bench_interrupt`).
 pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
+    if args.generator_apart && args.scenario != "proxy" {
+        anyhow::bail!(
+            "--generator-apart applies to `herd bench proxy` only, not to `{}`",
+            args.scenario
+        );
+    }
     let scratches = herd_bench::Scratches::new();
     let mut signals = crate::bench_interrupt::Signals::install()?;
     let opts = herd_bench::BenchOptions {
@@ -52,6 +63,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         scale: args.scale,
         hosts: args.hosts,
         ttl_ms: args.ttl_ms,
+        generator_apart: args.generator_apart,
         herd_exe: std::env::current_exe().context("locating the herd binary")?,
         scratches: scratches.clone(),
     };

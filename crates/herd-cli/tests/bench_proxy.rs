@@ -120,3 +120,84 @@ fn quick_proxy_bench_writes_reports() {
         assert!(meta.len() > 0, "{file} is empty");
     }
 }
+
+/// `--generator-apart`: every mode runs with pgbench on cores of its own (the servers and every
+/// proxy, the bench's forwarder included, on the others), through every target, and the report
+/// says where each side ran; on a one-core machine the run stops with the reason.
+#[test]
+fn quick_proxy_bench_with_the_generator_apart() {
+    let herd = env!("CARGO_BIN_EXE_herd");
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if cores < 2 {
+        let out = herd_testkit::scratch_dir();
+        let run = herd_testkit::output_within(
+            std::process::Command::new(herd)
+                .args(["bench", "proxy", "--quick", "--generator-apart", "--out"])
+                .arg(out.path()),
+            herd_testkit::QUICK_BENCH_LIMIT,
+        )
+        .expect("finishes");
+        let stderr = String::from_utf8_lossy(&run.stderr);
+        assert!(!run.status.success(), "{stderr}");
+        assert!(stderr.contains("cannot be kept apart"), "{stderr}");
+        return;
+    }
+    let herd_testkit::QuickBench { out, results, text } =
+        herd_testkit::quick_bench_with(herd, "proxy", &["--generator-apart"], "proxy");
+    let modes = results["modes"].as_object().expect("modes");
+    let names: Vec<&str> = modes.keys().map(String::as_str).collect();
+    for mode in [
+        "simple",
+        "extended",
+        "prepared",
+        "connect per transaction (-C)",
+        "many clients",
+    ] {
+        assert!(names.contains(&mode), "{mode} missing: {names:?}");
+        let herd = &modes[mode]["herd-primary"];
+        assert!(
+            herd["median_tps"].as_f64().unwrap_or(0.0) > 0.0,
+            "{mode}: {text}"
+        );
+        assert_eq!(herd["failed_transactions"], 0, "{mode}: {text}");
+    }
+    // Every mode is apart: the default run's two shapes apart would repeat two of them.
+    assert_eq!(names.len(), 5, "{names:?}");
+    for mode in ["simple", "extended", "prepared"] {
+        // The forwarder runs in the bench's own process, on the servers' cores.
+        for name in ["direct", "forwarder"] {
+            let tps = modes[mode][name]["median_tps"].as_f64().unwrap_or(0.0);
+            assert!(tps > 0.0, "{mode}/{name}: {text}");
+        }
+    }
+    let report = std::fs::read_to_string(out.path().join("report.md")).expect("report.md");
+    assert!(
+        report.contains(
+            "Every mode ran with the load generator apart (--generator-apart): pgbench on core(s)"
+        ),
+        "{report}"
+    );
+    assert!(!report.contains("cannot be kept apart"), "{report}");
+}
+
+/// `--generator-apart` belongs to `herd bench proxy`: elsewhere it is refused before anything
+/// starts, with the reason.
+#[test]
+fn the_generator_apart_is_refused_elsewhere() {
+    let run = herd_testkit::output_within(
+        std::process::Command::new(env!("CARGO_BIN_EXE_herd")).args([
+            "bench",
+            "failover",
+            "--quick",
+            "--generator-apart",
+        ]),
+        std::time::Duration::from_secs(30),
+    )
+    .expect("finishes at once");
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(!run.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("--generator-apart applies to `herd bench proxy` only"),
+        "{stderr}"
+    );
+}

@@ -200,7 +200,7 @@ pub struct QuickBench {
 }
 
 /// How long a quick benchmark may run before its test fails (they take 1–2 minutes here).
-const QUICK_BENCH_LIMIT: Duration = Duration::from_secs(900);
+pub const QUICK_BENCH_LIMIT: Duration = Duration::from_secs(900);
 
 /// Runs `cmd` to completion like `Command::output`, but kills it (and gives `None`) once
 /// `limit` has passed, so a hung child cannot stall the test suite.

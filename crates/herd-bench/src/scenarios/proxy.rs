@@ -27,6 +27,9 @@ use crate::affinity::{AffinityError, Apart};
 const MODES: [&str; 7] = [
     "simple", "extended", "prepared", CONNECT, MANY, APART_FEW, APART_MANY,
 ];
+/// The modes of a run with `--generator-apart`: pgbench's protocols and the pooler shapes, all
+/// apart (the two shapes apart of the default run would repeat `simple` and `many clients`).
+const ALL_APART_MODES: [&str; 5] = ["simple", "extended", "prepared", CONNECT, MANY];
 /// A new connection for every transaction (`pgbench -C`, simple protocol).
 const CONNECT: &str = "connect per transaction (-C)";
 /// Many client connections at once (`-c MANY_CLIENTS`, simple protocol).
@@ -70,6 +73,13 @@ impl Plan {
 /// Runs the scenario; the figures for the report.
 pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError> {
     let plan = Plan::new(opts);
+    let mode_list: &[&str] = if opts.generator_apart {
+        &ALL_APART_MODES
+    } else {
+        &MODES
+    };
+    // Whether a mode's runs keep the load generator apart.
+    let runs_apart = |mode: &str| opts.generator_apart || is_apart(mode);
     let pgbench = Pgbench::locate()?;
     let bouncer_bin = Installed::find();
     let mut notes = Vec::new();
@@ -175,7 +185,7 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
     };
 
     let mut jobs = Vec::new();
-    for mode in MODES {
+    for &mode in mode_list {
         for round in 0..plan.rounds as usize {
             // Rotate the order every round so no target always runs first or last.
             for k in 0..targets.len() {
@@ -205,17 +215,33 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
     let mut tps: BTreeMap<(&str, &str), (Vec<f64>, u64)> = BTreeMap::new();
     let mut costs: BTreeMap<(&str, &str), Cost> = BTreeMap::new();
     let mut refused: BTreeMap<(&str, &str), String> = BTreeMap::new();
-    // The generator apart (the last modes): pinned at the first such run, undone after them.
-    let mut apart: Option<Result<Apart, AffinityError>> = None;
+    // The generator apart: the servers, Herd, PgBouncer and the forwarder's thread on some
+    // cores, this process (so pgbench) on the others.
+    let keep_apart = || {
+        let proxies: Vec<u32> = ["herd-primary", "pgbouncer"]
+            .into_iter()
+            .filter_map(pid_of)
+            .collect();
+        Apart::new(
+            proxy_apart::server_roots(&cluster.data_dir(), &proxies),
+            vec![forwarder.tid],
+        )
+    };
+    // Every run apart: pinned now, or the run stops with the reason. Otherwise pinned at the
+    // first run of the last modes; undone after them either way.
+    let mut apart: Option<Result<Apart, AffinityError>> = if opts.generator_apart {
+        let pinned = keep_apart().map_err(|e| {
+            BenchError::Missing(format!(
+                "--generator-apart: the load generator cannot be kept apart: {e}"
+            ))
+        })?;
+        Some(Ok(pinned))
+    } else {
+        None
+    };
     for (mode, round, name, url) in jobs {
-        if is_apart(mode) {
-            let pinned = apart.get_or_insert_with(|| {
-                let proxies: Vec<u32> = ["herd-primary", "pgbouncer"]
-                    .into_iter()
-                    .filter_map(pid_of)
-                    .collect();
-                Apart::new(proxy_apart::server_roots(&cluster.data_dir(), &proxies))
-            });
+        if runs_apart(mode) {
+            let pinned = apart.get_or_insert_with(keep_apart);
             // Again before every run: the proxies open connections, the servers fork backends.
             let failed = match pinned {
                 Ok(a) => a.pin().err().map(|e| e.to_string()),
@@ -313,7 +339,7 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
     drop(cluster);
 
     let mut modes = BTreeMap::new();
-    for mode in MODES {
+    for &mode in mode_list {
         let base = tps
             .get(&(mode, "direct"))
             .and_then(|(runs, _)| median(runs))
@@ -380,8 +406,10 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
                 many / few
             );
             let cost = |mode: &str| process_costs.get(mode).and_then(|m| m.get(target));
-            if let Some(c) = cost("simple")
-                .zip(cost(MANY))
+            // Apart, the generator's growth takes nothing from the servers' cores.
+            if let Some(c) = (!opts.generator_apart)
+                .then(|| cost("simple").zip(cost(MANY)))
+                .flatten()
                 .and_then(|(f, m)| generator_share(f, m, few, cores))
             {
                 note.push_str(&format!(
@@ -410,6 +438,15 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
             ));
         }
     }
+    let shapes_apart = if opts.generator_apart {
+        String::new()
+    } else {
+        format!(
+            " `{APART_FEW}` and `{APART_MANY}` are the 16-client simple mode and `{MANY}` again \
+             through Herd and PgBouncer, logged in like the pooler shapes, with pgbench kept on \
+             cores of its own."
+        )
+    };
     notes.push(format!(
         "Modes: `simple`, `extended` and `prepared` are `pgbench -S -c {CLIENTS} -j {THREADS} \
          -M simple|extended|prepared` (extended: Parse, Bind and Execute of an unnamed statement \
@@ -417,9 +454,8 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
          statements prepared once per connection); `{CONNECT}` adds `-C` (a new connection, with its authentication, for every \
          transaction: what a pooler saves the server); `{MANY}` is `-c {} -j {THREADS} -M simple` \
          (PostgreSQL alone refuses clients beyond `max_connections`; a pooler serves them all \
-         from its pool of {POOL_SIZE}); `{APART_FEW}` and `{APART_MANY}` are the 16-client \
-         simple mode and `{MANY}` again through Herd and PgBouncer, logged in like the pooler \
-         shapes, with pgbench kept on cores of its own. CPU and context switches are the proxy process's own \
+         from its pool of {POOL_SIZE}).{shapes_apart} CPU and context switches are the proxy \
+         process's own \
          (Herd: its supervisor, which runs the proxy and a few monitoring queries; the \
          forwarder: this harness, in which it runs).",
         plan.many
@@ -446,11 +482,12 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
          rate."
             .into(),
     );
-    notes.push(
-        "pgbench, the proxies and every PostgreSQL server share this machine's cores, so the \
-         ratios understate what a separate client machine would see."
-            .into(),
-    );
+    notes.push(proxy_apart::placement_note(
+        apart_cores
+            .as_ref()
+            .filter(|_| opts.generator_apart)
+            .map(|(s, g)| (s.as_slice(), g.as_slice())),
+    ));
     notes.push(
         "Herd runs its default cluster (1 primary + 2 replicas) and routes these reads to the \
          replicas (`herd`); `herd-primary` is the same endpoint with `herd.consistency=primary`, \
@@ -482,7 +519,7 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
             rounds: plan.rounds,
             duration_s: plan.duration,
             scale: plan.scale,
-            modes: MODES.iter().map(|m| m.to_string()).collect(),
+            modes: mode_list.iter().map(|m| m.to_string()).collect(),
             targets: targets.into_iter().map(|(n, _)| n).collect(),
             versions,
         },
@@ -588,6 +625,7 @@ mod tests {
             scale: None,
             hosts: None,
             ttl_ms: None,
+            generator_apart: false,
             scratches: Scratches::default(),
         };
         assert_eq!(Plan::new(&opts(false, None)).rounds, 5);

@@ -53,6 +53,25 @@ pub fn note(
     )
 }
 
+/// Where pgbench ran against what it measured: on the same cores (the default), or apart for
+/// every mode (`--generator-apart`, with the cores each side had).
+pub fn placement_note(all_apart: Option<(&[usize], &[usize])>) -> String {
+    match all_apart {
+        Some((servers, generator)) => format!(
+            "Every mode ran with the load generator apart (--generator-apart): pgbench on \
+             core(s) {generator:?}, the servers, Herd, PgBouncer and the forwarder on \
+             {servers:?}, as if pgbench ran on another machine. What is measured has half the \
+             cores, so every rate is lower than with the cores shared, but no target's rate \
+             depends on how pgbench's own work shares the cores with it."
+        ),
+        None => "pgbench, the proxies and every PostgreSQL server share this machine's cores \
+                 (the shapes apart excepted), so the ratios understate what a separate client \
+                 machine would see; `--generator-apart` runs every mode with pgbench on cores \
+                 of its own."
+            .into(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -76,6 +95,16 @@ mod tests {
         assert_eq!(roots, vec![7, 8, 4242, 4343]);
         // No nodes directory: the proxies alone.
         assert_eq!(server_roots(&dir.path().join("none"), &[7]), vec![7]);
+    }
+
+    #[test]
+    fn the_placement_is_stated() {
+        let apart = placement_note(Some((&[0], &[1])));
+        assert!(apart.contains("pgbench on core(s) [1]"), "{apart}");
+        assert!(apart.contains("forwarder on [0]"), "{apart}");
+        let shared = placement_note(None);
+        assert!(shared.contains("share this machine's cores"), "{shared}");
+        assert!(shared.contains("--generator-apart"), "{shared}");
     }
 
     #[test]
