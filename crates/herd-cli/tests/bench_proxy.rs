@@ -6,6 +6,15 @@
 //! three report files are written. No speed is asserted: only that every run worked and every
 //! figure was taken.
 
+/// The modes every run has: pgbench's three protocols and the two pooler shapes.
+const MODES: [&str; 5] = [
+    "simple",
+    "extended",
+    "prepared",
+    "connect per transaction (-C)",
+    "many clients",
+];
+
 #[test]
 fn quick_proxy_bench_writes_reports() {
     let herd_testkit::QuickBench { out, results, text } =
@@ -65,13 +74,7 @@ fn quick_proxy_bench_writes_reports() {
     }
     // What the proxies cost, read from /proc: CPU and context switches per transaction.
     let costs = &results["process_costs"];
-    for mode in [
-        "simple",
-        "extended",
-        "prepared",
-        "connect per transaction (-C)",
-        "many clients",
-    ] {
+    for mode in MODES {
         let c = &costs[mode]["herd-primary"];
         let cpu = c["cpu_us_per_txn"].as_f64().unwrap_or(0.0);
         assert!(cpu > 0.0, "{mode}: Herd's CPU per transaction {c}");
@@ -146,13 +149,7 @@ fn quick_proxy_bench_with_the_generator_apart() {
         herd_testkit::quick_bench_with(herd, "proxy", &["--generator-apart"], "proxy");
     let modes = results["modes"].as_object().expect("modes");
     let names: Vec<&str> = modes.keys().map(String::as_str).collect();
-    for mode in [
-        "simple",
-        "extended",
-        "prepared",
-        "connect per transaction (-C)",
-        "many clients",
-    ] {
+    for mode in MODES {
         assert!(names.contains(&mode), "{mode} missing: {names:?}");
         let herd = &modes[mode]["herd-primary"];
         assert!(
@@ -162,7 +159,7 @@ fn quick_proxy_bench_with_the_generator_apart() {
         assert_eq!(herd["failed_transactions"], 0, "{mode}: {text}");
     }
     // Every mode is apart: the default run's two shapes apart would repeat two of them.
-    assert_eq!(names.len(), 5, "{names:?}");
+    assert_eq!(names.len(), MODES.len(), "{names:?}");
     for mode in ["simple", "extended", "prepared"] {
         // The forwarder runs in the bench's own process, on the servers' cores.
         for name in ["direct", "forwarder"] {
