@@ -175,6 +175,15 @@ fn quick_proxy_bench_with_the_generator_apart() {
         "{report}"
     );
     assert!(!report.contains("cannot be kept apart"), "{report}");
+    // pgbench's CPU is explained as apart too, not as sharing the cores.
+    assert!(
+        report.contains("takes nothing from the proxies' and the servers' cores"),
+        "{report}"
+    );
+    assert!(
+        !report.contains("it shares the cores with the proxy"),
+        "{report}"
+    );
 }
 
 /// `--generator-apart` belongs to `herd bench proxy`: elsewhere it is refused before anything

@@ -471,17 +471,24 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
          PgBouncer).",
         plan.many
     ));
-    notes.push(
+    let generator_role = if opts.generator_apart {
+        "on cores of its own here, it takes nothing from the proxies' and the servers' cores, \
+         even where it grows (many clients: each pgbench thread polls all of its connections \
+         on every wait). The machine's CPU per transaction is every process's (`/proc/stat`, \
+         all cores, busy time but idle, iowait and steal, over the same runs)."
+    } else {
+        "on a small machine it shares the cores with the proxy and the servers, so where it \
+         grows (many clients: each pgbench thread polls all of its connections on every wait) \
+         the rate of every target falls with it. The machine's CPU per transaction is every \
+         process's (`/proc/stat`, all cores, busy time but idle, iowait and steal, over the \
+         same runs): with the generator's rise it estimates what that rise alone costs the \
+         many-client rate."
+    };
+    notes.push(format!(
         "pgbench's CPU per transaction is the load generator's own (user + system, its logins \
-         included), read from this process's children's times around each run: on a small \
-         machine it shares the cores with the proxy and the servers, so where it grows (many \
-         clients: each pgbench thread polls all of its connections on every wait) the rate of \
-         every target falls with it. The machine's CPU per transaction is every process's \
-         (`/proc/stat`, all cores, busy time but idle, iowait and steal, over the same runs): \
-         with the generator's rise it estimates what that rise alone costs the many-client \
-         rate."
-            .into(),
-    );
+         included), read from this process's children's times around each run: \
+         {generator_role}"
+    ));
     notes.push(proxy_apart::placement_note(
         apart_cores
             .as_ref()
