@@ -128,11 +128,16 @@ fn pin_tree(root: u32, cores: &[usize]) -> Result<(), AffinityError> {
 /// Pins one thread (`tid`, a thread of this process) to `cores`; it must take.
 fn pin_thread(tid: u32, cores: &[usize]) -> Result<(), AffinityError> {
     let _ = sched_setaffinity(Pid::from_raw(tid as i32), &cpu_set(cores)?);
-    if cores_of(tid)? == cores {
+    taken(tid, cores)
+}
+
+/// Whether thread or process `id` runs on `cores` now: the check after a pinning.
+fn taken(id: u32, cores: &[usize]) -> Result<(), AffinityError> {
+    if cores_of(id)? == cores {
         Ok(())
     } else {
         Err(AffinityError::NotPinned {
-            pid: tid,
+            pid: id,
             cores: cores.to_vec(),
         })
     }
@@ -166,14 +171,7 @@ fn pin_threads(pid: u32, cores: &[usize]) -> Result<(), AffinityError> {
         let _ = sched_setaffinity(Pid::from_raw(tid), &set);
     }
     // The process's main thread must have taken it, or nothing did.
-    if cores_of(pid)? == cores {
-        Ok(())
-    } else {
-        Err(AffinityError::NotPinned {
-            pid,
-            cores: cores.to_vec(),
-        })
-    }
+    taken(pid, cores)
 }
 
 #[cfg(test)]
