@@ -118,10 +118,53 @@ fn quick_proxy_bench_writes_reports() {
         report.contains("Memory per client connection on herd-primary"),
         "{report}"
     );
+    targets_checked(&results, &report, false, cores >= 2);
     for file in ["report.md", "proxy.svg"] {
         let meta = std::fs::metadata(out.path().join(file)).expect(file);
         assert!(meta.len() > 0, "{file} is empty");
     }
+}
+
+/// The targets' table: every row present, figures where the run has them, and the placement
+/// it was measured in. `apart_shapes`: the many- and 16-client runs apart have figures.
+fn targets_checked(
+    results: &serde_json::Value,
+    report: &str,
+    generator_apart: bool,
+    apart_shapes: bool,
+) {
+    let targets = &results["targets"];
+    assert_eq!(targets["generator_apart"], generator_apart, "{targets}");
+    let checks = targets["checks"].as_array().expect("checks");
+    // Three protocols, the forwarder as the floor, two -C rows, many clients, five CPU rows.
+    assert_eq!(checks.len(), 12, "{targets}");
+    let figure = |what: &str| {
+        let c = checks
+            .iter()
+            .find(|c| c["what"].as_str().is_some_and(|w| w.starts_with(what)))
+            .unwrap_or_else(|| panic!("{what}: {targets}"));
+        c["figure"].as_f64()
+    };
+    let direct = figure("connect per transaction (-C): Herd / direct").expect("-C figure");
+    assert!(direct > 0.0, "{targets}");
+    assert!(figure("prepared: Herd / the plain forwarder").is_some_and(|f| f > 0.0));
+    if apart_shapes {
+        assert!(figure("100 clients: Herd / Herd with 16").is_some_and(|f| f > 0.0));
+    }
+    if results["modes"]["simple"].get("pgbouncer").is_some() {
+        assert!(figure("simple: Herd / PgBouncer").is_some_and(|f| f > 0.0));
+        assert!(figure("simple: Herd's CPU per transaction").is_some_and(|f| f > 0.0));
+    }
+    assert!(
+        report.contains("The proxy's targets, checked against this run"),
+        "{report}"
+    );
+    let placement = if generator_apart {
+        "as the targets are judged"
+    } else {
+        "the targets are judged with `--generator-apart`"
+    };
+    assert!(report.contains(placement), "{report}");
 }
 
 /// `--generator-apart`: every mode runs with pgbench on cores of its own (the servers and every
@@ -184,6 +227,7 @@ fn quick_proxy_bench_with_the_generator_apart() {
         !report.contains("it shares the cores with the proxy"),
         "{report}"
     );
+    targets_checked(&results, &report, true, true);
 }
 
 /// `--generator-apart` belongs to `herd bench proxy`: elsewhere it is refused before anything

@@ -78,6 +78,9 @@ pub fn markdown(r: &Results) -> String {
     if !r.process_costs.is_empty() {
         body.push_str(&costs_table(r));
     }
+    if let Some(t) = &r.targets {
+        body.push_str(&crate::scenarios::proxy_targets::table(t));
+    }
     document(r, &how, &body)
 }
 

@@ -53,6 +53,10 @@ pub struct Results {
     /// JSON in other scenarios).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub process_costs: BTreeMap<String, BTreeMap<String, ProcessCost>>,
+    /// `herd bench proxy` only: the proxy's speed targets checked against the run (absent from
+    /// the JSON in other scenarios).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub targets: Option<crate::scenarios::proxy_targets::Targets>,
     /// `herd bench shard-move` only: the moves and the writes' waits (absent from the JSON in
     /// other scenarios).
     #[serde(default, skip_serializing_if = "Option::is_none")]

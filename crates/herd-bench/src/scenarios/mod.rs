@@ -17,6 +17,7 @@ pub mod proxy;
 mod proxy_apart;
 mod proxy_derived;
 mod proxy_login;
+pub mod proxy_targets;
 pub mod read_scaling;
 pub mod read_scaling_report;
 pub mod shard_move;
