@@ -45,7 +45,7 @@ fn main() -> std::process::ExitCode {
     raise_open_files_limit();
     // On 2 cores or fewer everything runs on one thread (tokio's current-thread scheduler):
     // the proxy's wake-ups then never cross threads, which measured 3-5 points better against
-    // direct connections in `herd bench proxy` (docs/benchmarks.md). Larger machines get 2
+    // direct connections in `herd bench proxy` (docs/proxy-speed.md). Larger machines get 2
     // workers. HERD_WORKER_THREADS overrides (0 = one thread), for measurements.
     let small = std::thread::available_parallelism().map_or(true, |n| n.get() <= 2);
     let workers: usize = std::env::var("HERD_WORKER_THREADS")

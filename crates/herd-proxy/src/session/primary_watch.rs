@@ -4,7 +4,7 @@
 //! The session registers once with its group's [`PrimaryBell`](crate::feed::PrimaryBell) and
 //! stays registered until it ends; a wait updates its waker and compares the bell's count of
 //! changes. Queueing a waiter on the topology's watch on every wait cost about 330
-//! instructions per transaction (docs/benchmarks.md, fourth pass).
+//! instructions per transaction (docs/proxy-speed.md, fourth pass).
 
 use std::sync::Arc;
 use std::task::{Context, Poll};
