@@ -1,7 +1,8 @@
 //! The proxy's speed targets, checked against a run's own figures: each target's figure (the
 //! median of the interleaved rounds' ratios, or the ratio of CPU per transaction), how many
-//! rounds met it on their own, and whether the figure does. Pure functions over the results, table-tested; the report
-//! prints them as a table so a reader sees at once where Herd stands on this machine.
+//! rounds met it on their own, and whether the figure does. Pure functions over the results,
+//! table-tested; the report prints them as a table, so a reader sees at once where Herd stands
+//! on this machine.
 //!
 //! The targets (docs/benchmarks.md, "Where the proxy's speed stands"): Herd's proxy alone at
 //! least as fast as PgBouncer in each protocol; with a connection per transaction at least 5×
@@ -156,10 +157,10 @@ pub fn checks(
 }
 
 /// `a` against `b` in tps: the median of the rounds' own ratios where both ran every round (a
-/// round's runs are seconds apart, so the machine's drift between rounds cancels out: on a
-/// noisy VM the rate of every target can move 15 % from one round to the next), else the ratio
-/// of the two medians; and the rounds whose own ratio meets `goal` (rounds pair up only when
-/// both sides ran every round: a refused run would shift the pairs).
+/// round's runs follow one another within a minute, so the machine's drift between rounds
+/// cancels out: on a noisy VM every target's rate can move 15 % from one round to the next),
+/// else the ratio of the two medians; and the rounds whose own ratio meets `goal` (rounds pair
+/// up only when both sides ran every round: a refused run would shift the pairs).
 fn tps_check(
     modes: &BTreeMap<String, ModeResult>,
     what: String,
