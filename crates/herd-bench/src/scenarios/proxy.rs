@@ -406,7 +406,13 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
     };
     let checked = Targets {
         generator_apart: opts.generator_apart,
-        checks: proxy_targets::checks(&modes, &process_costs, &names, plan.many),
+        checks: proxy_targets::checks(
+            &modes,
+            &process_costs,
+            &names,
+            plan.many,
+            plan.rounds as usize,
+        ),
     };
     notes.extend(memory_per_client(&process_costs, plan.many));
     notes.extend(against_the_floor(&modes));
