@@ -82,8 +82,11 @@ pub struct Targets {
 /// the 16- and many-client simple runs to compare (apart in a `--generator-apart` run, the
 /// default run's two shapes apart otherwise).
 pub struct ModeNames<'a> {
+    /// A connection per transaction (`pgbench -C`).
     pub connect: &'a str,
+    /// 16 clients, simple protocol.
     pub few: &'a str,
+    /// Many clients (1,000), simple protocol.
     pub many: &'a str,
 }
 
@@ -212,7 +215,7 @@ pub fn table(targets: &Targets) -> String {
     let placement = if targets.generator_apart {
         "with the load generator on cores of its own, as the targets are judged"
     } else {
-        "with pgbench sharing the cores in the protocols and `-C` (the 1,000-client row compares \
+        "with pgbench sharing the cores in the protocols and `-C` (the 1,000-client rows compare \
          the two shapes apart); the targets are judged with `--generator-apart`"
     };
     let mut md = format!(
