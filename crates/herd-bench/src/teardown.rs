@@ -106,10 +106,12 @@ mod tests {
             .arg(&marker)
             .spawn()
             .expect("sh");
-        // A vfork-style spawn returns before the kernel has set the new command line up.
+        // A vfork-style spawn returns before the kernel has set the new command line up, and
+        // the shell's fork for `sleep` names the marker too until it has exec'd: wait for the
+        // shell alone.
         let deadline = Instant::now() + Duration::from_secs(5);
         let mut found = processes_naming(&marker);
-        while found.is_empty() && Instant::now() < deadline {
+        while found != vec![child.id()] && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(20));
             found = processes_naming(&marker);
         }
