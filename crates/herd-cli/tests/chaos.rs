@@ -226,26 +226,12 @@ async fn frozen_primary_and_killed_supervisor() {
         for p in &frozen {
             let _ = kill(Pid::from_raw(*p), Signal::SIGSTOP);
         }
-        let thawer = frozen.clone();
         let (data_dir, old) = (c.data_dir(), name.clone());
+        // Thawed once another node is primary, at least 12 s (the hung timeout is 8 s).
         std::thread::spawn(move || {
-            // Thawed once another node is primary: a frozen primary is replaced, then thawed
-            // (a fixed wait raced the failover on a loaded machine: thawed before the hung
-            // timeout had run out, the old primary simply carried on). At least 12 s, longer
-            // than the hung timeout (8 s); at most 60 s, then thawed anyway and the test fails
-            // at its check of a new primary.
-            std::thread::sleep(Duration::from_secs(12));
-            let limit = Instant::now() + Duration::from_secs(48);
-            while primary_other_than(&data_dir, &old).is_none() {
-                if Instant::now() >= limit {
-                    eprintln!("no other primary within 60 s of freezing {old}: thawing it");
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(500));
-            }
-            for p in thawer {
-                let _ = kill(Pid::from_raw(p), Signal::SIGCONT);
-            }
+            common::thaw_once_replaced(&frozen, Duration::from_secs(12), || {
+                primary_other_than(&data_dir, &old).is_some()
+            })
         });
         Some(name)
     })

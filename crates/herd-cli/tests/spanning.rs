@@ -542,10 +542,18 @@ async fn bank_transfers_survive_failovers_and_crashes() {
         for p in &frozen {
             let _ = kill(Pid::from_raw(*p), Signal::SIGSTOP);
         }
-        std::thread::sleep(Duration::from_secs(12));
-        for p in &frozen {
-            let _ = kill(Pid::from_raw(*p), Signal::SIGCONT);
-        }
+        // Thawed once the group has another primary, at least 12 s (the hung timeout is 8 s):
+        // a fixed 12 s raced the failover on a loaded machine.
+        common::thaw_once_replaced(&frozen, Duration::from_secs(12), || {
+            c.try_status().is_some_and(|s| {
+                let nodes = group(&s, g)["nodes"].clone();
+                nodes.as_array().is_some_and(|nodes| {
+                    nodes
+                        .iter()
+                        .any(|n| n["role"] == "primary" && n["name"] != old.as_str())
+                })
+            })
+        });
         wait_healthy(&c, g, Some(&old));
         wait_progress(format!("round {round}: SIGSTOP of group {g}'s primary"));
         eprintln!("round {round}: {} transfers acknowledged so far", acked());

@@ -104,6 +104,28 @@ pub fn api_get_text(port: u16, path: &str) -> String {
         .expect("text body")
 }
 
+/// Keeps the SIGSTOPped processes `frozen` (a primary's postmaster and backends) stopped until
+/// `replaced` says another node is primary, at least `at_least` (longer than the hung timeout)
+/// and at most 60 s after the freeze, then thaws them. A fixed wait raced the failover on a
+/// loaded machine: thawed before the hung timeout had run out, the old primary simply carried
+/// on. After 60 s they are thawed anyway, and the caller's check of a new primary fails.
+pub fn thaw_once_replaced(frozen: &[i32], at_least: Duration, replaced: impl Fn() -> bool) {
+    use nix::sys::signal::{kill, Signal};
+    use nix::unistd::Pid;
+    std::thread::sleep(at_least);
+    let limit = std::time::Instant::now() + Duration::from_secs(60).saturating_sub(at_least);
+    while !replaced() {
+        if std::time::Instant::now() >= limit {
+            eprintln!("no other primary within 60 s of the freeze: thawing it");
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    for p in frozen {
+        let _ = kill(Pid::from_raw(*p), Signal::SIGCONT);
+    }
+}
+
 /// Direct children of `pid`, from /proc (PostgreSQL's backends lead process groups of their
 /// own, so a process group signal does not reach them).
 pub fn children(pid: i32) -> Vec<i32> {
