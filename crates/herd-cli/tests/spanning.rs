@@ -545,13 +545,11 @@ async fn bank_transfers_survive_failovers_and_crashes() {
         // Thawed once the group has another primary, at least 12 s (the hung timeout is 8 s):
         // a fixed 12 s raced the failover on a loaded machine.
         common::thaw_once_replaced(&frozen, Duration::from_secs(12), || {
+            let primary_other = |n: &serde_json::Value| n["role"] == "primary" && n["name"] != *old;
             c.try_status().is_some_and(|s| {
-                let nodes = group(&s, g)["nodes"].clone();
-                nodes.as_array().is_some_and(|nodes| {
-                    nodes
-                        .iter()
-                        .any(|n| n["role"] == "primary" && n["name"] != old.as_str())
-                })
+                group(&s, g)["nodes"]
+                    .as_array()
+                    .is_some_and(|nodes| nodes.iter().any(primary_other))
             })
         });
         wait_healthy(&c, g, Some(&old));

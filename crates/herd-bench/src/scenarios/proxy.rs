@@ -391,18 +391,15 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
     }
     // The 1,000-client target compares runs apart: every mode in a run apart, the two shapes
     // apart in the default run.
-    let names = if opts.generator_apart {
-        ModeNames {
-            connect: CONNECT,
-            few: "simple",
-            many: MANY,
-        }
+    let (few, many) = if opts.generator_apart {
+        ("simple", MANY)
     } else {
-        ModeNames {
-            connect: CONNECT,
-            few: APART_FEW,
-            many: APART_MANY,
-        }
+        (APART_FEW, APART_MANY)
+    };
+    let names = ModeNames {
+        connect: CONNECT,
+        few,
+        many,
     };
     let checked = Targets {
         generator_apart: opts.generator_apart,
