@@ -22,6 +22,10 @@ pub enum ParamValue {
     Text(Vec<u8>),
     /// Binary format.
     Binary(Vec<u8>),
+    /// A value the client declared of this type (OID), which compares with the key through a
+    /// conversion (`bpchar` drops trailing blanks, a float compares as a float): not read as
+    /// a key.
+    OtherType(u32),
 }
 
 /// Where a statement goes.
@@ -150,6 +154,21 @@ pub fn plan(
             Some(TableKind::Reference) => reference.push(r.as_str()),
             None => local.push(r.as_str()),
         }
+    }
+    // A data-modifying WITH writes rows of the tables it names, which no group holds all of
+    // (distributed) or every group holds a copy of (reference): run on one group, it would
+    // change that group's rows only.
+    if let Some(t) = facts.filter(|f| f.modifying_cte).and(
+        distributed
+            .first()
+            .map(|d| d.0)
+            .or(reference.first().copied()),
+    ) {
+        return Plan::Refuse(format!(
+            "a data-modifying WITH (INSERT, UPDATE or DELETE inside WITH) is not supported on a \
+             statement that reads or writes distributed or reference table {t}: run the \
+             INSERT, UPDATE or DELETE as a statement of its own (its RETURNING gives the rows)"
+        ));
     }
     // GRANT/REVOKE on every table, sequence or function of a schema: each group applies it to
     // what it holds (the distributed tables' copies, their sequences; group 0 its own tables
@@ -352,7 +371,14 @@ fn plan_insert_select(
     if facts.nested {
         return spans("a CTE is present");
     }
-    let read_group = match plan(Some(source), relations, map, param) {
+    // The relations the SELECT reads: the target is among the statement's relations as
+    // written to (a read of it by the SELECT is in the source's own facts).
+    let read: Vec<String> = relations
+        .iter()
+        .filter(|r| crate::qualified(r) != crate::qualified(table))
+        .cloned()
+        .collect();
+    let read_group = match plan(Some(source), &read, map, param) {
         Plan::Group {
             group,
             reason: "key",
@@ -405,6 +431,23 @@ fn plan_insert_select(
         group: key_group,
         reason: "key",
     }
+}
+
+/// A conversion to type `to` (as [`KeyExpr::Cast`] names it) leaves a value compared with a
+/// key of `key_type` as written: the key's own type, or an integer of another width.
+fn converts_alike(to: &str, key_type: KeyType) -> bool {
+    match key_type {
+        KeyType::Int2 | KeyType::Int4 | KeyType::Int8 => matches!(to, "int2" | "int4" | "int8"),
+        KeyType::Text => matches!(to, "text" | "varchar"),
+        KeyType::Uuid => to == "uuid",
+    }
+}
+
+/// Parameter types (OIDs) whose values are read as a key of `key_type` as they are sent:
+/// unspecified (the server gives it the key's type), `unknown`, or the key's own types.
+pub fn param_type_alike(oid: u32) -> bool {
+    // 0 unspecified, 705 unknown, 20/21/23 integers, 25 text, 1043 varchar, 2950 uuid.
+    matches!(oid, 0 | 705 | 20 | 21 | 23 | 25 | 1043 | 2950)
 }
 
 /// Key types whose equal values hash alike (PostgreSQL's integer hashes agree across widths).
@@ -527,6 +570,9 @@ fn plan_by_conditions(
     }
     let unresolved = resolved.iter().find(|r| r.3.is_none());
     if spans || unresolved.is_some() {
+        if let Some(why) = outer_join_spans(facts, map) {
+            return Plan::Refuse(why);
+        }
         return match not_colocated(facts, &resolved) {
             None if facts.kind == StmtKind::Select => Plan::AllGroups {
                 table: distributed[0].0.to_string(),
@@ -603,6 +649,32 @@ fn not_colocated<'a>(
         .map(|((t, ..), _)| t.name.as_str())
 }
 
+/// Why an outer join cannot run on every group and be concatenated: a preserved side that
+/// holds no distributed table (a reference table, a function, `VALUES`) has all its rows on
+/// every group, so each group would return its unmatched rows once. `None`: every preserved
+/// side is split over the groups with the rows it is joined to.
+fn outer_join_spans(facts: &KeyFacts, map: &ShardMap) -> Option<String> {
+    let distributed =
+        |t: &TableRef| matches!(map.table(&t.name), Some(TableKind::Distributed { .. }));
+    facts.outer_joins.iter().find_map(|side| {
+        if side.preserved.iter().any(distributed) {
+            return None;
+        }
+        let other = side.other.iter().find(|t| distributed(t))?;
+        let kept = side
+            .preserved
+            .first()
+            .map_or("a function or VALUES list".to_string(), |t| t.name.clone());
+        Some(format!(
+            "{kept} is on the preserved side of an outer join with distributed table {}, which \
+             every shard group would answer with {kept}'s unmatched rows: filter {} by its shard \
+             key to read one group, or write the join the other way round (the distributed \
+             table on the preserved side)",
+            other.name, other.name
+        ))
+    })
+}
+
 /// `qualifier` names the table reference `t` (its alias, or its name when it has none).
 fn names(t: &TableRef, qualifier: &str) -> bool {
     Some(qualifier) == t.alias.as_deref()
@@ -619,6 +691,16 @@ fn value_group(
     let value: Option<KeyValue> = match expr {
         KeyExpr::Const(None) => None,
         KeyExpr::Const(Some(text)) => Some(key_type.parse(text).map_err(|e| e.to_string())?),
+        KeyExpr::Cast(inner, to) if converts_alike(to, key_type) => {
+            return value_group(inner, key_type, map, param)
+        }
+        KeyExpr::Cast(_, to) => {
+            return Err(format!(
+                "the value compared with the shard key is converted to {to}, which may change \
+                 it or compare it otherwise than as a {key_type}: compare the key with a value \
+                 of its own type"
+            ))
+        }
         KeyExpr::Param(n) => match param(*n) {
             ParamValue::Null => None,
             ParamValue::Text(t) => {
@@ -628,6 +710,13 @@ fn value_group(
             }
             ParamValue::Binary(b) => Some(key_type.decode_binary(&b).map_err(|e| e.to_string())?),
             ParamValue::Missing => return Err(format!("parameter ${n} has no value")),
+            ParamValue::OtherType(oid) => {
+                return Err(format!(
+                    "parameter ${n} is declared of type OID {oid}, which compares with a \
+                     {key_type} key through a conversion: declare it as the key's type (or \
+                     leave its type to the server)"
+                ))
+            }
         },
         KeyExpr::Other => {
             return Err("the shard key must be compared with a constant or a parameter".into())

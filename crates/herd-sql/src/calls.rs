@@ -8,6 +8,15 @@ use crate::KeyExpr;
 /// function name and its arguments. Herd's own administrative functions are called this way
 /// through the endpoint.
 pub fn herd_call(sql: &str) -> Option<(String, Vec<String>)> {
+    let (function, args) = herd_call_args(sql)?;
+    let args = args.into_iter().map(literal).collect::<Option<Vec<_>>>()?;
+    Some((function, args))
+}
+
+/// `SELECT herd.<function>(…)` alone, with string literals or parameters (`$n`, also
+/// converted: `$1::regclass`) as arguments: the function name and its arguments as written.
+/// Drivers send such calls with bound parameters.
+pub fn herd_call_args(sql: &str) -> Option<(String, Vec<KeyExpr>)> {
     let parsed = std::panic::catch_unwind(|| pg_query::parse(sql, 0))
         .ok()?
         .ok()?;
@@ -42,11 +51,20 @@ pub fn herd_call(sql: &str) -> Option<(String, Vec<String>)> {
         .unwrap_or_default()
         .iter()
         .map(|a| match key_expr(a) {
-            KeyExpr::Const(Some(t)) => Some(t),
-            _ => None,
+            KeyExpr::Other => None,
+            e => Some(e),
         })
         .collect::<Option<Vec<_>>>()?;
     Some((function.to_string(), args))
+}
+
+/// A string literal, also converted (`'s.t'::regclass`).
+fn literal(e: KeyExpr) -> Option<String> {
+    match e {
+        KeyExpr::Const(t) => t,
+        KeyExpr::Cast(inner, _) => literal(*inner),
+        _ => None,
+    }
 }
 
 #[cfg(test)]
@@ -70,6 +88,21 @@ mod call_tests {
         assert_eq!(herd_call("select herd.f(x)"), None);
         assert_eq!(herd_call("select herd.f('x') from t"), None);
         assert_eq!(herd_call("select herd.f('x'); select 1"), None);
+        assert_eq!(
+            herd_call("select herd.f($1)"),
+            None,
+            "a parameter is no literal"
+        );
+        assert_eq!(
+            super::herd_call_args("select herd.create_distributed_table($1, $2::text)"),
+            Some((
+                "create_distributed_table".into(),
+                vec![
+                    crate::KeyExpr::Param(1),
+                    crate::KeyExpr::Cast(Box::new(crate::KeyExpr::Param(2)), "text".into())
+                ]
+            ))
+        );
     }
 }
 

@@ -28,6 +28,11 @@ pub enum KeyExpr {
     Const(Option<String>),
     /// A parameter, `$n` (1-based).
     Param(u32),
+    /// A value converted to a type before it is compared (`'k '::char(12)`): the value, and
+    /// the type as written (its last name, `(…)` when it has modifiers, `[]` for an array).
+    /// A conversion may change the value (`char` drops trailing blanks, `varchar(3)` cuts):
+    /// only one to the key's own type leaves it as written.
+    Cast(Box<KeyExpr>, String),
     /// Anything else (an expression, a column, a subquery).
     Other,
 }
@@ -115,6 +120,24 @@ pub struct KeyFacts {
     pub index_name: Option<String>,
     /// A `COPY` of a table.
     pub copy: Option<CopyFacts>,
+    /// A `WITH` query (at any depth) is an INSERT, UPDATE, DELETE or MERGE: the statement
+    /// writes rows beyond its top-level target.
+    pub modifying_cte: bool,
+    /// Each preserved side of an outer join (`LEFT`: the left, `RIGHT`: the right, `FULL`:
+    /// both), at any depth of the FROM clause: a row of that side appears in the answer even
+    /// when nothing on the other side matches it.
+    pub outer_joins: Vec<OuterSide>,
+}
+
+/// The preserved side of an outer join and the side it is joined to, each as every table
+/// reference under it (subqueries included). A side with no table (a function, `VALUES`)
+/// has an empty list.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OuterSide {
+    /// The side whose rows are kept without a match.
+    pub preserved: Vec<TableRef>,
+    /// The other side.
+    pub other: Vec<TableRef>,
 }
 
 /// What a `COPY table …` statement says.
@@ -177,6 +200,8 @@ fn facts_of(node: &Value) -> KeyFacts {
         all_in_schema: false,
         index_name: None,
         copy: None,
+        modifying_cte: modifying_cte(node),
+        outer_joins: Vec::new(),
     };
     if let Some(body) = ["SelectStmt", "InsertStmt", "UpdateStmt", "DeleteStmt"]
         .iter()
@@ -397,7 +422,24 @@ fn from_item(item: &Value, f: &mut KeyFacts) {
         from_item(&j["rarg"], f);
         f.nested |= contains_sublink(&j["quals"]);
         // An inner join's ON restricts both sides like WHERE.
-        let inner = j["jointype"].as_i64() == Some(pg_query::protobuf::JoinType::JoinInner as i64);
+        let kind = j["jointype"].as_i64();
+        let inner = kind == Some(pg_query::protobuf::JoinType::JoinInner as i64);
+        let side = |keep: &Value, other: &Value| {
+            let (mut preserved, mut joined) = (Vec::new(), Vec::new());
+            all_range_vars(keep, &mut preserved);
+            all_range_vars(other, &mut joined);
+            OuterSide {
+                preserved,
+                other: joined,
+            }
+        };
+        use pg_query::protobuf::JoinType;
+        if kind == Some(JoinType::JoinLeft as i64) || kind == Some(JoinType::JoinFull as i64) {
+            f.outer_joins.push(side(&j["larg"], &j["rarg"]));
+        }
+        if kind == Some(JoinType::JoinRight as i64) || kind == Some(JoinType::JoinFull as i64) {
+            f.outer_joins.push(side(&j["rarg"], &j["larg"]));
+        }
         if !j["quals"].is_null() {
             conjuncts(&j["quals"], f, inner);
         }
@@ -562,8 +604,22 @@ pub(crate) fn key_expr(v: &Value) -> KeyExpr {
         };
     }
     if let Some(cast) = node.get("TypeCast") {
-        // '42'::bigint — the literal's text; the planner parses it by the key's own type.
-        return key_expr(&cast["arg"]);
+        // '42'::bigint — the literal's text and the type; the planner reads it by the key's
+        // own type when that is the type it is converted to.
+        let t = &cast["type_name"];
+        let mut name = t["names"]
+            .as_array()
+            .and_then(|n| n.last())
+            .and_then(|n| n["node"]["String"]["sval"].as_str())
+            .unwrap_or("?")
+            .to_string();
+        if t["typmods"].as_array().is_some_and(|m| !m.is_empty()) {
+            name.push_str("(…)");
+        }
+        if t["array_bounds"].as_array().is_some_and(|b| !b.is_empty()) {
+            name.push_str("[]");
+        }
+        return KeyExpr::Cast(Box::new(key_expr(&cast["arg"])), name);
     }
     KeyExpr::Other
 }
@@ -590,6 +646,27 @@ fn target(v: &Value) -> Target {
 }
 
 /// Whether a subquery appears anywhere under `v`.
+/// A common table expression anywhere under `v` whose query writes (INSERT, UPDATE, DELETE,
+/// MERGE).
+fn modifying_cte(v: &Value) -> bool {
+    match v {
+        Value::Object(m) => {
+            if let Some(cte) = m.get("CommonTableExpr") {
+                let q = &cte["ctequery"]["node"];
+                if ["InsertStmt", "UpdateStmt", "DeleteStmt", "MergeStmt"]
+                    .iter()
+                    .any(|k| q.get(*k).is_some())
+                {
+                    return true;
+                }
+            }
+            m.values().any(modifying_cte)
+        }
+        Value::Array(a) => a.iter().any(modifying_cte),
+        _ => false,
+    }
+}
+
 fn contains_sublink(v: &Value) -> bool {
     match v {
         Value::Object(m) => m.contains_key("SubLink") || m.values().any(contains_sublink),

@@ -27,13 +27,14 @@ mod template;
 mod walk;
 
 pub use cache::{CacheStats, ClassifierCache};
-pub use calls::{dropped_roles, herd_call};
+pub use calls::{dropped_roles, herd_call, herd_call_args};
 pub use classify::classify;
 pub use explain::explained;
 pub use fanout::{fan_out, Bound, Combine, FanOut, SortColumn, SortKey};
 pub use hide::{hide_rows, Hidden};
 pub use keys::{
-    key_facts, ColumnName, Condition, CopyFacts, KeyExpr, KeyFacts, StmtKind, TableRef, Target,
+    key_facts, ColumnName, Condition, CopyFacts, KeyExpr, KeyFacts, OuterSide, StmtKind, TableRef,
+    Target,
 };
 pub use shape::shape_key;
 pub use split::{insert_rows, nondeterministic_syntax, statements};

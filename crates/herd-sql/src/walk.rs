@@ -87,10 +87,15 @@ pub(crate) fn scan(node: &Node) -> Facts {
     while let Some(v) = stack.pop() {
         match v {
             Value::Object(map) => {
+                // A RangeVar in a typed field (an INSERT, UPDATE or DELETE's target, also one
+                // inside WITH; `SELECT INTO`'s table) has no "RangeVar" key of its own: its
+                // fields sit in the parent's field directly.
+                if map.contains_key("relname") {
+                    on_range_var(v, &mut facts);
+                }
                 for (key, child) in map {
                     match key.as_str() {
                         "FuncCall" => on_func_call(child, &mut facts),
-                        "RangeVar" => on_range_var(child, &mut facts),
                         "String"
                             if child
                                 .get("sval")
@@ -290,6 +295,11 @@ mod tests {
         rels.sort();
         assert_eq!(rels, vec!["a", "pg_catalog.pg_locks", "s.b"]);
         assert_eq!(f.primary_only.as_deref(), Some("pg_catalog.pg_locks"));
+        // The targets of writes are relations too, also inside WITH.
+        let mut rels =
+            facts("with d as (delete from o where x = 1 returning *), i as (insert into s.p values (1) returning *) update q set y = 1 from d").relations;
+        rels.sort();
+        assert_eq!(rels, vec!["d", "o", "q", "s.p"]);
         assert_eq!(
             facts("with x as (select * from pg_prepared_xacts) select * from x").primary_only,
             Some("pg_prepared_xacts".into())

@@ -81,6 +81,9 @@ impl Session {
                 self.answer_herd_call(&unit, &function, &args).await?;
                 return Ok(true);
             }
+            if self.answer_extended_herd_call(&unit).await? {
+                return Ok(true);
+            }
             // Statements on no distributed table run on group 0, where such tables live.
             match self.unit_route(&unit).await {
                 Ok(super::shard::UnitRoute::Group(group)) => self.group = group.unwrap_or(0),

@@ -95,37 +95,56 @@ impl<'a> Stream<'a> {
     }
 }
 
-/// A LIMIT/OFFSET's value (NULL or a missing parameter: no bound).
+/// A LIMIT/OFFSET's value (NULL or a missing parameter: no bound), a parameter read by its
+/// type (`types`: the statement's parameter types, 0 where not known).
 fn bound_value(
+    what: &'static str,
     bound: Option<Bound>,
     params: &[herd_shard::ParamValue],
+    types: &[u32],
 ) -> Result<Option<u64>, ProxyError> {
     let n = match bound {
         None => return Ok(None),
         Some(Bound::Const(n)) => n,
-        Some(Bound::Param(p)) => match params.get(p as usize - 1) {
-            Some(herd_shard::ParamValue::Text(t)) => std::str::from_utf8(t)
-                .ok()
-                .and_then(|t| t.trim().parse().ok())
-                .ok_or_else(|| {
-                    not_supported("LIMIT or OFFSET parameter is not an integer".into())
-                })?,
-            Some(herd_shard::ParamValue::Binary(b)) if b.len() == 8 => {
-                i64::from_be_bytes(b.as_slice().try_into().unwrap_or_default())
+        Some(Bound::Param(p)) => {
+            let value = params
+                .get((p as usize).wrapping_sub(1))
+                .unwrap_or(&herd_shard::ParamValue::Missing);
+            let ty = types
+                .get((p as usize).wrapping_sub(1))
+                .copied()
+                .unwrap_or(0);
+            match super::bound::bound_param(what, p, value, ty) {
+                Ok(Some(n)) => n,
+                Ok(None) => return Ok(None),
+                Err(e) => {
+                    return Err(ProxyError::Server {
+                        code: e.code().into(),
+                        message: e.to_string(),
+                    })
+                }
             }
-            Some(herd_shard::ParamValue::Binary(b)) if b.len() == 4 => i64::from(
-                i32::from_be_bytes(b.as_slice().try_into().unwrap_or_default()),
-            ),
-            _ => return Ok(None),
-        },
+        }
     };
     if n < 0 {
         return Err(ProxyError::Server {
             code: "2201W".into(),
-            message: "LIMIT must not be negative".into(),
+            message: format!("{what} must not be negative"),
         });
     }
     Ok(Some(n as u64))
+}
+
+/// A binary parameter used as LIMIT or OFFSET whose type the client left to the server.
+fn untyped_binary_bound(plan: &FanOut, params: &[herd_shard::ParamValue], types: &[u32]) -> bool {
+    [plan.limit, plan.offset].iter().any(|b| match b {
+        Some(Bound::Param(p)) => {
+            let i = (*p as usize).wrapping_sub(1);
+            matches!(params.get(i), Some(herd_shard::ParamValue::Binary(_)))
+                && types.get(i).copied().unwrap_or(0) == 0
+        }
+        _ => false,
+    })
 }
 
 impl Session {
@@ -217,22 +236,24 @@ impl Session {
             .as_ref()
             .map(|(_, rest)| super::shard::bind_params(rest))
             .unwrap_or_default();
-        let limit = bound_value(plan.limit, &params)?;
-        let offset = bound_value(plan.offset, &params)?.unwrap_or(0);
         // A combined query's partial and final statements keep every parameter of the
         // client's, typed as PostgreSQL infers them for the client's statement (one used only
-        // in HAVING or LIMIT is not in the partial query).
+        // in HAVING or LIMIT is not in the partial query). A binary LIMIT or OFFSET whose type
+        // the client left open is read as the type the server gives it.
         let mut types = batch
             .bind
             .as_ref()
             .and_then(|(statement, _)| self.bound_types(statement))
             .unwrap_or_default();
-        if plan.combine.is_some() && !batch.simple {
+        if (plan.combine.is_some() || untyped_binary_bound(plan, &params, &types)) && !batch.simple
+        {
             if let Some(s) = streams.first_mut() {
                 let sql = self.batch_sql(batch);
                 types = super::batch::infer_param_types(s.lease, &sql, &types).await?;
             }
         }
+        let limit = bound_value("LIMIT", plan.limit, &params, &types)?;
+        let offset = bound_value("OFFSET", plan.offset, &params, &types)?.unwrap_or(0);
         // One statement for every group, unless a move makes some group hide rows.
         let requests = if self.hides_rows() {
             (0..streams.len() as u32)

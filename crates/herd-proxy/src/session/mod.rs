@@ -8,6 +8,7 @@
 
 mod attach;
 mod batch;
+mod bound;
 mod combine;
 mod copy;
 mod copy_out;
@@ -15,6 +16,7 @@ mod ddl;
 mod ending;
 mod explain;
 mod fan_out;
+mod herd_call;
 mod hidden;
 mod in_transaction;
 mod inbuf;

@@ -132,6 +132,7 @@ impl Session {
             return Ok(Some(UnitRoute::Group(None)));
         };
         let mut parsed: HashMap<Vec<u8>, Vec<u8>> = HashMap::new();
+        let mut parsed_types: HashMap<Vec<u8>, Vec<u32>> = HashMap::new();
         let mut group: Option<u32> = None;
         let mut rest = unit;
         while let Some((frame, used)) = split_frame(rest, usize::MAX)? {
@@ -150,6 +151,7 @@ impl Session {
                 tag::PARSE => {
                     let p = Parse::decode(frame.body)?;
                     parsed.insert(p.name.to_vec(), p.query.to_vec());
+                    parsed_types.insert(p.name.to_vec(), p.param_types);
                     continue;
                 }
                 tag::BIND => {
@@ -157,7 +159,11 @@ impl Session {
                     let Some(sql) = self.bound_sql(&parsed, b.statement) else {
                         continue;
                     };
-                    let plan = plan_sql(&self.ctx, &map, &sql, &bind_params(b.rest));
+                    let types = match parsed_types.get(b.statement) {
+                        Some(t) => t.clone(),
+                        None => self.bound_types(b.statement).unwrap_or_default(),
+                    };
+                    let plan = plan_sql(&self.ctx, &map, &sql, &typed_params(b.rest, &types));
                     text = std::borrow::Cow::Owned(sql);
                     plan
                 }
@@ -441,12 +447,7 @@ impl Session {
             };
             return self.reply_error(&e, unit).await;
         }
-        let database = self.database.clone();
-        let answer = match (function, args) {
-            ("explain", [sql]) => self.explain(sql).await,
-            _ => self.ctx.herd_call(&database, function, args).await,
-        };
-        match answer {
+        match self.run_herd_call(function, args).await {
             Ok(text) => {
                 let out = &mut self.out.buf;
                 encode::row_description_text(out, &[function])?;
@@ -608,6 +609,19 @@ pub(super) fn bind_params(rest: &[u8]) -> Vec<ParamValue> {
         });
     }
     out
+}
+
+/// The parameters of a Bind as the planner reads them: a value the client declared of a type
+/// other than a key's own ([`herd_shard::param_type_alike`]) is only its type, since its
+/// bytes compare with a key through a conversion (`types`: the statement's declared types).
+pub(super) fn typed_params(rest: &[u8], types: &[u32]) -> Vec<ParamValue> {
+    let mut params = bind_params(rest);
+    for (p, t) in params.iter_mut().zip(types) {
+        if !herd_shard::param_type_alike(*t) && !matches!(p, ParamValue::Null) {
+            *p = ParamValue::OtherType(*t);
+        }
+    }
+    params
 }
 
 /// SQL that fails with `message` and SQLSTATE 0A000 on the server itself, so the server's

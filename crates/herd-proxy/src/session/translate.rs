@@ -158,19 +158,22 @@ impl Translator<'_> {
             }
             tag::BIND => {
                 let b = Bind::decode(frame.body)?;
-                let sql = if b.statement.is_empty() {
-                    self.state.unnamed.as_ref().map(|u| u.stmt.query.clone())
+                let stmt = if b.statement.is_empty() {
+                    self.state.unnamed.as_ref().map(|u| &*u.stmt)
                 } else {
-                    self.state
-                        .statements
-                        .get(b.statement)
-                        .map(|s| s.query.clone())
+                    self.state.statements.get(b.statement).map(|s| &**s)
                 };
+                let types = stmt.map(|s| s.param_types.clone()).unwrap_or_default();
+                let sql = stmt.map(|s| s.query.clone());
                 let Some(sql) = sql.or_else(|| self.state.passed.get(b.statement).cloned()) else {
                     return Ok(None);
                 };
-                let plan =
-                    super::shard::plan_sql(self.ctx, map, &sql, &super::shard::bind_params(b.rest));
+                let plan = super::shard::plan_sql(
+                    self.ctx,
+                    map,
+                    &sql,
+                    &super::shard::typed_params(b.rest, &types),
+                );
                 sql_of_bind = Some(sql);
                 plan
             }

@@ -588,3 +588,108 @@ fn a_group_being_added_holds_what_every_group_runs() {
     assert!(!held("select * from orders"));
     assert!(!held("select * from countries"));
 }
+
+/// Issue 38's classes of wrong answers: each statement is refused, never run on a guess.
+#[test]
+fn wrong_answer_classes_are_refused() {
+    let (a, b) = split_keys();
+    let cases: Vec<(String, &str)> = vec![
+        // Data-modifying WITH: its target is a relation of the statement.
+        (
+            "with d as (delete from orders where v = 'x' returning *) select count(*) from d".into(),
+            "data-modifying WITH",
+        ),
+        (
+            format!("with d as (delete from orders where customer_id = {b} returning *) select count(*) from d"),
+            "data-modifying WITH",
+        ),
+        (
+            format!("with i as (insert into orders (customer_id, v) values ({a}, 'x') returning *) select * from i"),
+            "data-modifying WITH",
+        ),
+        (
+            "with d as (update countries set name = 'x' returning *) select count(*) from d".into(),
+            "data-modifying WITH",
+        ),
+        // A reference table (or a function) on the preserved side of an outer join.
+        (
+            "select * from countries c left join orders o on o.v = c.name".into(),
+            "preserved side of an outer join",
+        ),
+        (
+            "select * from orders o right join countries c on o.v = c.name".into(),
+            "preserved side of an outer join",
+        ),
+        (
+            "select * from orders o full join countries c on o.v = c.name".into(),
+            "preserved side of an outer join",
+        ),
+        (
+            "select * from generate_series(1, 3) g left join orders o on o.customer_id = g".into(),
+            "preserved side of an outer join",
+        ),
+        // A key compared through a conversion.
+        (
+            "select * from users where email = 'k  '::char(12)".into(),
+            "converted to bpchar",
+        ),
+        (
+            "select * from users where email = 'abcdef'::varchar(3)".into(),
+            "converted to varchar",
+        ),
+    ];
+    for (sql, needle) in cases {
+        let got = run(&sql, &[]);
+        assert!(refused(&got, needle), "{sql}: {got:?}");
+    }
+    // What stays answerable: the distributed table on the preserved side, a join filtered by
+    // key, a conversion to the key's own type, and a data-modifying WITH on local tables.
+    let fine: Vec<(String, Plan)> = vec![
+        (
+            "select * from orders o left join countries c on o.v = c.name".into(),
+            Plan::AllGroups {
+                table: "orders".into(),
+            },
+        ),
+        (
+            format!("select * from countries c left join orders o on o.v = c.name where o.customer_id = {a}"),
+            group(group_of(a)),
+        ),
+        (
+            format!("select * from orders where customer_id = '{a}'::int8"),
+            group(group_of(a)),
+        ),
+        (
+            format!("select * from orders where customer_id = {a}::int4"),
+            group(group_of(a)),
+        ),
+        (
+            "with d as (delete from plain returning *) select count(*) from d".into(),
+            Plan::Group {
+                group: 0,
+                reason: "local_table",
+            },
+        ),
+    ];
+    for (sql, want) in fine {
+        assert_eq!(run(&sql, &[]), want, "{sql}");
+    }
+}
+
+/// A parameter declared of another type than the key's is never read as a key.
+#[test]
+fn parameters_of_other_types_are_not_keys() {
+    let m = map();
+    let sql = "select * from users where email = $1";
+    let facts = key_facts(sql);
+    let relations = vec!["users".to_string()];
+    let typed = |_: u32| ParamValue::OtherType(1042);
+    let got = plan(facts.as_ref(), &relations, &m, &typed);
+    assert!(refused(&got, "declared of type OID 1042"), "{got:?}");
+    for oid in [0, 25, 1043, 705, 20, 23, 21, 2950] {
+        assert!(param_type_alike(oid), "{oid}");
+    }
+    for oid in [1042, 19, 700, 701, 1700] {
+        assert!(!param_type_alike(oid), "{oid}");
+    }
+}

@@ -178,6 +178,17 @@ pub fn close_complete(buf: &mut Vec<u8>) {
     fixed(buf, tag::CLOSE_COMPLETE, &[]);
 }
 
+/// ParameterDescription ('t'): the type OIDs of a statement's parameters.
+pub fn parameter_description(buf: &mut Vec<u8>, types: &[u32]) -> Result<(), WireError> {
+    message(buf, Some(tag::PARAMETER_DESCRIPTION), |b| {
+        put_count(b, types.len())?;
+        for t in types {
+            b.extend_from_slice(&t.to_be_bytes());
+        }
+        Ok(())
+    })
+}
+
 /// NoData ('n').
 pub fn no_data(buf: &mut Vec<u8>) {
     fixed(buf, tag::NO_DATA, &[]);
