@@ -17,6 +17,14 @@ pub enum Effect {
         /// Replay statement.
         sql: String,
     },
+    /// `SET LOCAL search_path …`: the path for the rest of the transaction (replayed never:
+    /// the transaction stays on its server).
+    SetLocalPath {
+        /// The statement.
+        sql: String,
+    },
+    /// `set_config('search_path', …)`: the session's path is no longer known to the proxy.
+    PathUnknown,
     /// `RESET name`.
     Reset {
         /// Setting name.
@@ -80,7 +88,8 @@ pub fn analyze(ctx: &ProxyContext, sql: &[u8], unsafe_encoding: bool) -> Analysi
                 a = not_routable(a);
             }
             if !a.effects.is_empty() {
-                a.effects.retain(|e| matches!(e, Effect::Consistency(_)));
+                a.effects
+                    .retain(|e| matches!(e, Effect::Consistency(_) | Effect::PathUnknown));
                 a.pin = true;
             }
             a.local = None;
@@ -120,9 +129,19 @@ fn analyze_text(ctx: &ProxyContext, sql: &str) -> Analysis {
             SessionEffect::ResetAll => effects.push(Effect::ResetAll),
             SessionEffect::Discard { all: true } => effects.push(Effect::DiscardAll),
             SessionEffect::Pin(_) => pin = true,
+            SessionEffect::SetLocal { name, sql, .. } if name == "search_path" => {
+                effects.push(Effect::SetLocalPath { sql: sql.clone() })
+            }
             SessionEffect::Discard { all: false }
             | SessionEffect::SetLocal { .. }
             | SessionEffect::None => {}
+        }
+        // Names in tables resolve by the path: one set where the proxy cannot read it makes
+        // every unqualified name uncertain.
+        if s.functions.iter().any(|f| f.ends_with("set_config"))
+            && sql.to_ascii_lowercase().contains("search_path")
+        {
+            effects.push(Effect::PathUnknown);
         }
     }
     let local = match (classification.statements.as_slice(), effects.as_slice()) {

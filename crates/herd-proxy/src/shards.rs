@@ -20,6 +20,7 @@ mod definitions;
 mod in_doubt;
 mod lookups;
 mod moves;
+mod names;
 mod new_group;
 
 pub use add_group::Admitted;
@@ -88,6 +89,8 @@ pub struct ShardMaps {
     /// (database, table) → every text column of the table has a byte-order collation (or
     /// the database's, checked separately): an expression over them sorts in byte order.
     tables_bytewise: Mutex<HashMap<(String, String), bool>>,
+    /// Per database, what names mean (schemas, views, function bodies), briefly kept.
+    names: names::NamesCache,
 }
 
 impl Default for ShardMaps {
@@ -101,6 +104,7 @@ impl Default for ShardMaps {
             preparing: tokio::sync::Mutex::default(),
             bytewise: Mutex::default(),
             tables_bytewise: Mutex::default(),
+            names: names::NamesCache::default(),
         }
     }
 }

@@ -12,6 +12,7 @@
 //! The crate is pure: no I/O, no threads, no async. [`ClassifierCache`]
 //! memoises classifications by statement text.
 
+mod bodies;
 mod cache;
 mod calls;
 mod classify;
@@ -26,6 +27,7 @@ mod split;
 mod template;
 mod walk;
 
+pub use bodies::{body_reads, BodyReads};
 pub use cache::{CacheStats, ClassifierCache};
 pub use calls::{dropped_roles, herd_call, herd_call_args};
 pub use classify::classify;
@@ -36,6 +38,7 @@ pub use keys::{
     key_facts, ColumnName, Condition, CopyFacts, KeyExpr, KeyFacts, OuterSide, StmtKind, TableRef,
     Target,
 };
+pub use session::{search_path_of, split_path};
 pub use shape::shape_key;
 pub use split::{insert_rows, nondeterministic_syntax, statements};
 

@@ -302,3 +302,97 @@ fn reparses_same(sql: &str, original: &VariableSetStmt) -> bool {
         && again.is_local == original.is_local
         && values(again) == values(original)
 }
+
+/// The schemas a `SET [LOCAL] search_path …` statement sets, as PostgreSQL reads them
+/// (unquoted names folded to lower case, each value one schema): `Some(None)`
+/// for `TO DEFAULT`, `None` when `sql` is no such statement or sets it in a way not read
+/// here (`FROM CURRENT`).
+pub fn search_path_of(sql: &str) -> Option<Option<Vec<String>>> {
+    let parsed = std::panic::catch_unwind(|| pg_query::parse(sql, 0))
+        .ok()?
+        .ok()?;
+    let stmt = parsed.protobuf.stmts.first()?.stmt.as_ref()?;
+    let Some(pg_query::NodeEnum::VariableSetStmt(set)) = stmt.node.as_ref() else {
+        return None;
+    };
+    if set.name != "search_path" {
+        return None;
+    }
+    use pg_query::protobuf::VariableSetKind as K;
+    match K::try_from(set.kind).ok()? {
+        K::VarSetDefault | K::VarReset => Some(None),
+        K::VarSetValue => {
+            let mut schemas = Vec::new();
+            for arg in &set.args {
+                let Some(pg_query::NodeEnum::AConst(c)) = arg.node.as_ref() else {
+                    return None;
+                };
+                // Each value is one schema as it stands (PostgreSQL quotes each item of this
+                // list setting): `'a, b'` is a schema named `a, b`.
+                match c.val.as_ref()? {
+                    pg_query::protobuf::a_const::Val::Sval(s) => schemas.push(s.sval.clone()),
+                    _ => return None,
+                }
+            }
+            Some(Some(schemas))
+        }
+        _ => None,
+    }
+}
+
+/// A `search_path` value given as one string (`s2, "My Schema"`, as `pg_db_role_setting` or
+/// a quoted `SET` value holds it): its schemas, unquoted names folded to lower case,
+/// `"$user"` kept as `$user`.
+pub fn split_path(value: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let (mut cur, mut quoted, mut was_quoted) = (String::new(), false, false);
+    let mut chars = value.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '"' if quoted && chars.peek() == Some(&'"') => {
+                cur.push('"');
+                chars.next();
+            }
+            '"' => {
+                quoted = !quoted;
+                was_quoted = true;
+            }
+            ',' if !quoted => {
+                let name = std::mem::take(&mut cur);
+                out.push(if was_quoted {
+                    name
+                } else {
+                    name.to_lowercase()
+                });
+                was_quoted = false;
+            }
+            c if !quoted && c.is_whitespace() => {}
+            c => cur.push(c),
+        }
+    }
+    if !cur.is_empty() || was_quoted {
+        out.push(if was_quoted { cur } else { cur.to_lowercase() });
+    }
+    out
+}
+
+#[cfg(test)]
+mod search_path_tests {
+    use super::search_path_of;
+
+    #[test]
+    fn search_path_statements() {
+        let set = |sql: &str| search_path_of(sql);
+        let list = |v: &[&str]| Some(Some(v.iter().map(|s| s.to_string()).collect()));
+        assert_eq!(set("SET search_path = s2, public"), list(&["s2", "public"]));
+        assert_eq!(
+            set("set search_path to S2, \"My S\""),
+            list(&["s2", "My S"])
+        );
+        assert_eq!(set("SET LOCAL search_path = \"$user\""), list(&["$user"]));
+        assert_eq!(set("SET search_path = 's2, public'"), list(&["s2, public"]));
+        assert_eq!(set("SET search_path TO DEFAULT"), Some(None));
+        assert_eq!(set("SET search_path FROM CURRENT"), None);
+        assert_eq!(set("SET work_mem = '4MB'"), None);
+    }
+}

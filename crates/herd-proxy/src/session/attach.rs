@@ -457,6 +457,8 @@ impl Session {
             at_pause: false,
             passthrough: self.ctx.config.pool_mode == herd_core::PoolMode::Session,
             map: self.map.as_deref(),
+            database: &self.database,
+            user: &self.user,
             spanning: !self.parked.is_empty(),
             known_query,
         };

@@ -16,7 +16,13 @@ impl Session {
         let Some(map) = self.active_map().await? else {
             return Ok("shard group 0: nothing is distributed in this database".into());
         };
-        Ok(match plan_sql(&self.ctx, &map, sql.as_bytes(), &[]) {
+        let names = self.ctx.names(&self.database).await?;
+        let resolver = super::shard::Resolver {
+            names: &names,
+            path: self.state.search_path(),
+            user: &self.user,
+        };
+        Ok(match plan_sql(&self.ctx, &map, Some(&resolver), sql.as_bytes(), &[]) {
             Plan::Anywhere => {
                 "any shard group (it names no table that lives on one group); outside a \
                  transaction it runs on group 0"

@@ -138,6 +138,9 @@ pub struct Session {
     group: u32,
     /// The shard map of the session's database while something is distributed there.
     map: Option<Arc<herd_shard::ShardMap>>,
+    /// DDL ran in this session's last unit: the database's names are read again before the
+    /// next one is planned (it may have changed what a name means).
+    names_dirty: bool,
     /// A transaction the client began that no server has seen yet.
     pending_begin: Option<PendingBegin>,
     /// The key this client proved at login (for new server connections).
@@ -249,6 +252,7 @@ pub async fn serve_client(tcp: TcpStream, ctx: Arc<ProxyContext>) {
         partial_since: None,
         group: 0,
         map: None,
+        names_dirty: false,
         pending_begin: None,
         pools: Vec::new(),
         routed: Vec::new(),

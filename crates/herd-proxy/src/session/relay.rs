@@ -535,6 +535,9 @@ fn apply_effects(
             Effect::Set { name, sql } => state.record_set(&name, Some(sql), in_transaction),
             Effect::Reset { name } => state.record_set(&name, None, in_transaction),
             Effect::ResetAll => state.reset_all(),
+            Effect::SetLocalPath { sql } if in_transaction => state.set_local_path(&sql),
+            Effect::SetLocalPath { .. } => {}
+            Effect::PathUnknown => state.path_unknown(),
             Effect::DiscardAll => {
                 state.reset_all();
                 state.statements.clear();

@@ -131,6 +131,16 @@ impl Session {
         let Some(map) = self.active_map().await? else {
             return Ok(Some(UnitRoute::Group(None)));
         };
+        if std::mem::take(&mut self.names_dirty) {
+            self.ctx.forget_names(&self.database);
+        }
+        let names = self.ctx.names(&self.database).await?;
+        let user = self.user.clone();
+        let resolver = Resolver {
+            names: &names,
+            path: self.state.search_path(),
+            user: &user,
+        };
         let mut parsed: HashMap<Vec<u8>, Vec<u8>> = HashMap::new();
         let mut parsed_types: HashMap<Vec<u8>, Vec<u32>> = HashMap::new();
         let mut group: Option<u32> = None;
@@ -142,14 +152,16 @@ impl Session {
             let plan = match frame.tag {
                 tag::QUERY => {
                     let sql = Query::decode(frame.body)?.sql;
+                    self.note_ddl(sql);
                     text = std::borrow::Cow::Borrowed(sql);
                     match self.drop_index_plan(&map, sql).await? {
                         Some(p) => p,
-                        None => plan_sql(&self.ctx, &map, sql, &[]),
+                        None => plan_sql(&self.ctx, &map, Some(&resolver), sql, &[]),
                     }
                 }
                 tag::PARSE => {
                     let p = Parse::decode(frame.body)?;
+                    self.note_ddl(p.query);
                     parsed.insert(p.name.to_vec(), p.query.to_vec());
                     parsed_types.insert(p.name.to_vec(), p.param_types);
                     continue;
@@ -163,7 +175,13 @@ impl Session {
                         Some(t) => t.clone(),
                         None => self.bound_types(b.statement).unwrap_or_default(),
                     };
-                    let plan = plan_sql(&self.ctx, &map, &sql, &typed_params(b.rest, &types));
+                    let plan = plan_sql(
+                        &self.ctx,
+                        &map,
+                        Some(&resolver),
+                        &sql,
+                        &typed_params(b.rest, &types),
+                    );
                     text = std::borrow::Cow::Owned(sql);
                     plan
                 }
@@ -285,6 +303,17 @@ impl Session {
             }
         }
         Ok(Some(UnitRoute::Group(group)))
+    }
+
+    /// `sql` may change what names mean (CREATE, ALTER, DROP …; also a function or procedure
+    /// call, which may run DDL): the database's names are forgotten now and again before
+    /// this session's next unit, so neither this session nor another plans with the old ones
+    /// for long (another session at most until they are read again).
+    fn note_ddl(&mut self, sql: &[u8]) {
+        if first_word_is(sql, &["create", "alter", "drop", "do", "call", "comment"]) {
+            self.ctx.forget_names(&self.database);
+            self.names_dirty = true;
+        }
     }
 
     /// Refuses a write to reference table `table` that could come out differently on each
@@ -524,10 +553,21 @@ fn single_bind(unit: &[u8]) -> bool {
     binds == 1
 }
 
-/// The plan of one statement's text with its parameters.
+/// What names mean for the session whose statement is planned: the database's catalog
+/// names, the session's `search_path` and role.
+pub(super) struct Resolver<'a> {
+    pub(super) names: &'a herd_shard::Names,
+    pub(super) path: herd_shard::SearchPath,
+    pub(super) user: &'a str,
+}
+
+/// The plan of one statement's text with its parameters; `names` (when known) resolves its
+/// table names through the session's `search_path` and finds what its views and functions
+/// read.
 pub(super) fn plan_sql(
     ctx: &ProxyContext,
     map: &ShardMap,
+    names: Option<&Resolver<'_>>,
     sql: &[u8],
     params: &[ParamValue],
 ) -> Plan {
@@ -539,7 +579,7 @@ pub(super) fn plan_sql(
             Some(parts) if parts.len() > 1 => herd_shard::plan_several(
                 parts
                     .iter()
-                    .map(|part| plan_sql(ctx, map, part.as_bytes(), params)),
+                    .map(|part| plan_sql(ctx, map, names, part.as_bytes(), params)),
             ),
             _ => Plan::Refuse(
                 "this query string could not be split into its statements to find their shard \
@@ -548,12 +588,22 @@ pub(super) fn plan_sql(
             ),
         };
     }
-    let relations: Vec<String> = classification
+    let mut relations: Vec<String> = classification
         .statements
         .iter()
         .flat_map(|s| s.relations.iter().cloned())
         .collect();
-    let facts = herd_sql::key_facts(&text);
+    let mut facts = herd_sql::key_facts(&text);
+    if let Some(r) = names {
+        let functions: Vec<String> = classification
+            .statements
+            .iter()
+            .flat_map(|s| s.functions.iter().cloned())
+            .collect();
+        if let Err(why) = resolve_names(r, map, facts.as_mut(), &mut relations, &functions) {
+            return Plan::Refuse(why);
+        }
+    }
     let param = |n: u32| {
         params
             .get((n as usize).wrapping_sub(1))
@@ -561,6 +611,56 @@ pub(super) fn plan_sql(
             .unwrap_or(ParamValue::Missing)
     };
     herd_shard::plan(facts.as_ref(), &relations, map, &param)
+}
+
+/// Resolves the statement's names in place and adds what its views and functions read to
+/// `relations`; `Err` with the reason to refuse it.
+fn resolve_names(
+    r: &Resolver<'_>,
+    map: &ShardMap,
+    facts: Option<&mut herd_sql::KeyFacts>,
+    relations: &mut Vec<String>,
+    functions: &[String],
+) -> Result<(), String> {
+    let Some(schemas) = r.names.schemas_for(&r.path, r.user) else {
+        // The path is not known: an unqualified name of a sharded table, or a function whose
+        // body names tables, could mean anything.
+        let ctes = facts.as_ref().map_or(&[][..], |f| f.ctes.as_slice());
+        let sharded = |n: &String| {
+            !n.contains('.')
+                && !ctes.contains(n)
+                && map
+                    .tables
+                    .keys()
+                    .any(|k| k.rsplit('.').next() == Some(n.as_str()))
+        };
+        if let Some(name) = relations.iter().find(|n| sharded(n)) {
+            return Err(format!(
+                "the session's search_path was changed with set_config(), which Herd does not \
+                 follow, so it cannot tell which table {name} names: write it with its schema \
+                 (or set search_path with SET)"
+            ));
+        }
+        if let Some(f) = functions
+            .iter()
+            .find(|f| r.names.functions.contains_key(*f))
+        {
+            return Err(format!(
+                "the session's search_path was changed with set_config(), which Herd does not \
+                 follow, so it cannot tell which tables function {f} reads: set search_path \
+                 with SET"
+            ));
+        }
+        return Ok(());
+    };
+    r.names.resolve_statement(facts, relations, &schemas);
+    let extra = r.names.hidden_reads(map, relations, functions, &schemas)?;
+    for e in extra {
+        if !relations.contains(&e) {
+            relations.push(e);
+        }
+    }
+    Ok(())
 }
 
 /// The parameters of a Bind (after its names): format codes, then values.

@@ -253,6 +253,9 @@ fn parse_options(options: &str, login: &mut Login) -> Result<(), ProxyError> {
 
 /// `SET "name" = 'value'` with both quoted.
 fn set_statement(name: &str, value: &str) -> String {
+    if LIST_QUOTED.iter().any(|l| name.eq_ignore_ascii_case(l)) {
+        return set_list_statement(name, value);
+    }
     // Pushes rather than `format!` and `replace`: this runs for every parameter of every login.
     let mut out = String::with_capacity(name.len() + value.len() + 12);
     out.push_str("SET \"");
@@ -260,6 +263,32 @@ fn set_statement(name: &str, value: &str) -> String {
     out.push_str("\" = '");
     push_doubling(&mut out, value, '\'');
     out.push('\'');
+    out
+}
+
+/// Settings whose `SET` takes each value as one quoted name (PostgreSQL's `GUC_LIST_QUOTE`):
+/// `SET search_path = 'a,b'` names one schema `a,b`, where a startup parameter
+/// `search_path=a,b` names two. Their startup value is replayed as a list of names.
+const LIST_QUOTED: [&str; 2] = ["search_path", "temp_tablespaces"];
+
+/// `SET "name" = "a", "b"` for a list setting's startup value `a, B` (unquoted names folded
+/// to lower case, as PostgreSQL reads the list).
+fn set_list_statement(name: &str, value: &str) -> String {
+    let mut out = String::from("SET \"");
+    push_doubling(&mut out, name, '"');
+    out.push_str("\" = ");
+    let items = herd_sql::split_path(value);
+    if items.is_empty() {
+        out.push_str("''");
+    }
+    for (i, item) in items.iter().enumerate() {
+        if i > 0 {
+            out.push_str(", ");
+        }
+        out.push('"');
+        push_doubling(&mut out, item, '"');
+        out.push('"');
+    }
     out
 }
 
@@ -416,5 +445,14 @@ mod tests {
         );
         assert_eq!(set_statement("a\"b", "x'y"), r#"SET "a""b" = 'x''y'"#);
         assert_eq!(set_statement("", ""), r#"SET "" = ''"#);
+        // A list setting from the startup packet names each of its items.
+        assert_eq!(
+            set_statement("search_path", "s2,Public, \"My S\""),
+            r#"SET "search_path" = "s2", "public", "My S""#
+        );
+        assert_eq!(
+            set_statement("search_path", "\"$user\", public"),
+            r#"SET "search_path" = "$user", "public""#
+        );
     }
 }

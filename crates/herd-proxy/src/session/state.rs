@@ -139,6 +139,10 @@ pub struct SessionState {
     /// The client's encoding may hide ASCII bytes inside multibyte characters (SJIS, BIG5,
     /// GBK, UHC, GB18030, JOHAB): SQL with non-ASCII bytes is then not classified.
     pub unsafe_encoding: bool,
+    /// `SET LOCAL search_path` in the current transaction: its statement.
+    local_path: Option<String>,
+    /// The path was changed where the proxy cannot read it (`set_config()`).
+    path_unknown: bool,
 }
 
 impl SessionState {
@@ -155,6 +159,8 @@ impl SessionState {
             recent_parse: None,
             passed: HashMap::new(),
             unsafe_encoding: false,
+            local_path: None,
+            path_unknown: false,
         }
     }
 
@@ -170,13 +176,50 @@ impl SessionState {
 
     /// `RESET ALL` / `DISCARD ALL`.
     pub fn reset_all(&mut self) {
+        self.path_unknown = false;
         self.sets.clear();
         self.pending_sets.clear();
         self.rehash();
     }
 
+    /// `SET LOCAL search_path …` ran in the current transaction.
+    pub fn set_local_path(&mut self, sql: &str) {
+        self.local_path = Some(sql.to_string());
+    }
+
+    /// The path changed where the proxy cannot read it: from now on, unknown.
+    pub fn path_unknown(&mut self) {
+        self.path_unknown = true;
+    }
+
+    /// The session's `search_path` as far as the proxy knows: `SET LOCAL`, then a `SET` in
+    /// the current transaction, then the session's own (also from its startup parameters).
+    pub fn search_path(&self) -> herd_shard::SearchPath {
+        use herd_shard::SearchPath;
+        if self.path_unknown {
+            return SearchPath::Unknown;
+        }
+        let pending = self
+            .pending_sets
+            .iter()
+            .rev()
+            .find(|(n, _)| n == "search_path")
+            .map(|(_, s)| s.as_deref());
+        let sql = match (&self.local_path, pending) {
+            (Some(local), _) => Some(local.as_str()),
+            (None, Some(pending)) => pending,
+            (None, None) => self.sets.get("search_path").map(String::as_str),
+        };
+        match sql.map(herd_sql::search_path_of) {
+            None | Some(Some(None)) => SearchPath::Default,
+            Some(Some(Some(schemas))) => SearchPath::Set(schemas),
+            Some(None) => SearchPath::Unknown,
+        }
+    }
+
     /// The transaction ended: keep its settings when it committed.
     pub fn end_transaction(&mut self, committed: bool) {
+        self.local_path = None;
         let pending = std::mem::take(&mut self.pending_sets);
         if committed {
             for (name, stmt) in pending {

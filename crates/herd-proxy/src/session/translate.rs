@@ -42,6 +42,10 @@ pub struct Translator<'a> {
     /// The shard map while something is distributed: statements are checked against the
     /// group of the attached server.
     pub map: Option<&'a herd_shard::ShardMap>,
+    /// The session's database and role (names resolve in them).
+    pub database: &'a str,
+    /// The session's role.
+    pub user: &'a str,
     /// The transaction spans shard groups: statements that would end or split one group's
     /// part only are refused.
     pub spanning: bool,
@@ -152,10 +156,21 @@ impl Translator<'_> {
             return Ok(None);
         };
         let mut sql_of_bind = None;
+        // The names as last read (this check runs inside a transaction, without awaiting).
+        let names = self.ctx.cached_names(self.database);
+        let resolver = names.as_deref().map(|names| super::shard::Resolver {
+            names,
+            path: self.state.search_path(),
+            user: self.user,
+        });
         let plan = match frame.tag {
-            tag::QUERY => {
-                super::shard::plan_sql(self.ctx, map, Query::decode(frame.body)?.sql, &[])
-            }
+            tag::QUERY => super::shard::plan_sql(
+                self.ctx,
+                map,
+                resolver.as_ref(),
+                Query::decode(frame.body)?.sql,
+                &[],
+            ),
             tag::BIND => {
                 let b = Bind::decode(frame.body)?;
                 let stmt = if b.statement.is_empty() {
@@ -171,6 +186,7 @@ impl Translator<'_> {
                 let plan = super::shard::plan_sql(
                     self.ctx,
                     map,
+                    resolver.as_ref(),
                     &sql,
                     &super::shard::typed_params(b.rest, &types),
                 );

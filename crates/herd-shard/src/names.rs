@@ -1,0 +1,469 @@
+//! What a name in a statement means, the way PostgreSQL decides it: an unqualified table is
+//! the first of the session's `search_path` schemas that has it (`"$user"` being the session's
+//! role; `pg_catalog` first unless listed), a view reads the tables of its definition, a
+//! function reads the tables its body reads. The planner sees a statement's top-level names
+//! only; without this, `customers` would always be `public.customers`, `SELECT f()` would
+//! read no table, and a view no distributed table, and each would run on one group on a
+//! guess. Pure: the catalog facts come from the caller (`Names`), read from group 0.
+
+use std::collections::{HashMap, HashSet};
+
+use crate::{ShardMap, TableKind};
+
+/// What a function's body reads, as far as Herd can read it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Body {
+    /// The relations (as written) and the functions it names.
+    Reads {
+        /// Relations read or written, as written in the body.
+        relations: Vec<String>,
+        /// Functions it calls, as written.
+        calls: Vec<String>,
+        /// The function's own `search_path` (`SET search_path` in its definition), by which
+        /// its unqualified names resolve instead of the caller's.
+        path: Option<String>,
+    },
+    /// Herd cannot tell what it reads; the reason (its language, dynamic SQL …).
+    Opaque(String),
+}
+
+/// The catalog facts of one database that name resolution needs.
+#[derive(Debug, Clone, Default)]
+pub struct Names {
+    /// Unqualified relation name → the schemas that have a relation of that name.
+    pub relations: HashMap<String, Vec<String>>,
+    /// View or materialized view (`schema.name`) → the relations (`schema.name`) it reads.
+    pub views: HashMap<String, Vec<String>>,
+    /// View or materialized view (`schema.name`) → the functions (`schema.name`) it calls.
+    pub view_calls: HashMap<String, Vec<String>>,
+    /// Function (`name` and `schema.name`, all overloads together) → what its bodies read.
+    /// Functions of `pg_catalog`, `information_schema` and `herd`, and functions in C or
+    /// internal code, are not listed: they read no table of the user's.
+    pub functions: HashMap<String, Vec<Body>>,
+    /// Every schema of the database.
+    pub schemas: HashSet<String>,
+    /// `search_path` defaults set by `ALTER ROLE … SET` / `ALTER DATABASE … SET`: by role
+    /// name (`""`: for every role), most specific first.
+    pub default_paths: HashMap<String, String>,
+}
+
+/// The session's `search_path`, as far as the proxy knows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SearchPath {
+    /// Never set in the session: the role's or database's default, else the server's.
+    Default,
+    /// Set to these schemas (`$user` for `"$user"`).
+    Set(Vec<String>),
+    /// Changed in a way the proxy does not follow (`set_config()`).
+    Unknown,
+}
+
+/// The schemas of a `search_path` value, in order (quotes removed; `"$user"` as `$user`).
+pub fn path_schemas(value: &str) -> Vec<String> {
+    herd_sql::split_path(value)
+}
+
+/// How deep function bodies and views are followed (a function calling itself ends there).
+const MAX_DEPTH: usize = 16;
+
+impl Names {
+    /// The schemas an unqualified name is looked up in, in order, for `user` under `path`.
+    pub fn schemas_for(&self, path: &SearchPath, user: &str) -> Option<Vec<String>> {
+        let value = match path {
+            SearchPath::Unknown => return None,
+            SearchPath::Set(v) => v.clone(),
+            SearchPath::Default => path_schemas(
+                self.default_paths
+                    .get(user)
+                    .or_else(|| self.default_paths.get(""))
+                    .map_or("\"$user\", public", String::as_str),
+            ),
+        };
+        let mut schemas: Vec<String> = value
+            .into_iter()
+            .map(|s| if s == "$user" { user.to_string() } else { s })
+            .filter(|s| self.schemas.contains(s))
+            .collect();
+        if !schemas.iter().any(|s| s == "pg_catalog") {
+            schemas.insert(0, "pg_catalog".into());
+        }
+        Some(schemas)
+    }
+
+    /// `name` as written → `schema.name` as PostgreSQL resolves it under `schemas` (from
+    /// [`Names::schemas_for`]); a name no schema of the path has is kept as written.
+    pub fn resolve(&self, name: &str, schemas: &[String]) -> String {
+        if name.contains('.') {
+            return name.to_string();
+        }
+        let Some(holders) = self.relations.get(name) else {
+            return name.to_string();
+        };
+        schemas
+            .iter()
+            .find(|s| holders.contains(s))
+            .map_or_else(|| name.to_string(), |s| format!("{s}.{name}"))
+    }
+
+    /// Rewrites the unqualified table names of a statement (`relations` read anywhere and its
+    /// key facts' tables) to the `schema.name` PostgreSQL resolves them to under `schemas`;
+    /// the names of its `WITH` queries are left alone.
+    pub fn resolve_statement(
+        &self,
+        facts: Option<&mut herd_sql::KeyFacts>,
+        relations: &mut [String],
+        schemas: &[String],
+    ) {
+        let ctes: Vec<String> = facts.as_ref().map_or(Vec::new(), |f| f.ctes.clone());
+        let resolve = |name: &mut String| {
+            if !ctes.contains(name) {
+                *name = self.resolve(name, schemas);
+            }
+        };
+        relations.iter_mut().for_each(resolve);
+        if let Some(f) = facts {
+            resolve_facts(f, &resolve);
+        }
+    }
+
+    /// The relations a statement reads beyond those it names, through the views it reads
+    /// and the functions it calls (`relations` already resolved, `functions` as written);
+    /// `Err` with the reason when one of them reads a distributed table (its rows are on
+    /// every group, while the view's or function's query would run on one), or when a
+    /// function's body cannot be read while distributed tables exist.
+    pub fn hidden_reads(
+        &self,
+        map: &ShardMap,
+        relations: &[String],
+        functions: &[String],
+        schemas: &[String],
+    ) -> Result<Vec<String>, String> {
+        let mut extra = Vec::new();
+        let mut seen: HashSet<String> = HashSet::new();
+        let mut seen_fns: HashSet<String> = HashSet::new();
+        for r in relations {
+            self.view_reads(
+                map,
+                r,
+                r,
+                schemas,
+                0,
+                (&mut seen, &mut seen_fns),
+                &mut extra,
+            )?;
+        }
+        for f in functions {
+            self.function_reads(map, f, f, schemas, 0, &mut seen_fns, &mut extra)?;
+        }
+        Ok(extra)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn view_reads(
+        &self,
+        map: &ShardMap,
+        top: &str,
+        view: &str,
+        schemas: &[String],
+        depth: usize,
+        (seen, seen_fns): (&mut HashSet<String>, &mut HashSet<String>),
+        out: &mut Vec<String>,
+    ) -> Result<(), String> {
+        let qualified = crate::qualified(view);
+        let Some(reads) = self.views.get(&qualified) else {
+            return Ok(());
+        };
+        if depth > MAX_DEPTH || !seen.insert(qualified.clone()) {
+            return Ok(());
+        }
+        for f in self.view_calls.get(&qualified).into_iter().flatten() {
+            self.function_reads(map, top, f, schemas, depth + 1, seen_fns, out)?;
+        }
+        for r in reads {
+            if let Some(TableKind::Distributed { .. }) = map.table(r) {
+                return Err(format!(
+                    "view {top} reads distributed table {r}, whose rows are spread over the \
+                     shard groups, while a view is answered by one group: query {r} itself \
+                     (filtered by its shard key, or a SELECT Herd merges across groups)"
+                ));
+            }
+            out.push(r.clone());
+            self.view_reads(map, top, r, schemas, depth + 1, (seen, seen_fns), out)?;
+        }
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn function_reads(
+        &self,
+        map: &ShardMap,
+        top: &str,
+        function: &str,
+        schemas: &[String],
+        depth: usize,
+        seen: &mut HashSet<String>,
+        out: &mut Vec<String>,
+    ) -> Result<(), String> {
+        let Some(bodies) = self.functions.get(function) else {
+            return Ok(());
+        };
+        if depth > MAX_DEPTH || !seen.insert(function.to_string()) {
+            return Ok(());
+        }
+        let distributed = !map.tables.is_empty();
+        for body in bodies {
+            match body {
+                Body::Opaque(why) if distributed => {
+                    return Err(format!(
+                        "function {top} {why}, so Herd cannot tell whether it reads distributed \
+                         tables (each shard group would run it on its own rows): call it \
+                         directly on a shard group, or rewrite it in SQL or PL/pgSQL without \
+                         dynamic SQL"
+                    ))
+                }
+                Body::Opaque(_) => {}
+                Body::Reads {
+                    relations,
+                    calls,
+                    path,
+                } => {
+                    let own = path.as_ref().map(|p| {
+                        let mut s: Vec<String> = path_schemas(p)
+                            .into_iter()
+                            .filter(|s| self.schemas.contains(s))
+                            .collect();
+                        if !s.iter().any(|x| x == "pg_catalog") {
+                            s.insert(0, "pg_catalog".into());
+                        }
+                        s
+                    });
+                    let schemas = own.as_deref().unwrap_or(schemas);
+                    for r in relations {
+                        let r = self.resolve(r, schemas);
+                        if let Some(TableKind::Distributed { .. }) = map.table(&r) {
+                            return Err(format!(
+                                "function {top} reads distributed table {r}, whose rows are \
+                                 spread over the shard groups, while a function runs on one \
+                                 group: read {r} in the statement itself"
+                            ));
+                        }
+                        let mut views_seen = HashSet::new();
+                        self.view_reads(
+                            map,
+                            top,
+                            &r,
+                            schemas,
+                            depth + 1,
+                            (&mut views_seen, seen),
+                            out,
+                        )?;
+                        out.push(r);
+                    }
+                    for c in calls {
+                        self.function_reads(map, top, c, schemas, depth + 1, seen, out)?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn resolve_facts(f: &mut herd_sql::KeyFacts, resolve: &dyn Fn(&mut String)) {
+    for t in f.tables.iter_mut().chain(f.inner_tables.iter_mut()) {
+        resolve(&mut t.name);
+    }
+    for side in f.outer_joins.iter_mut() {
+        for t in side.preserved.iter_mut().chain(side.other.iter_mut()) {
+            resolve(&mut t.name);
+        }
+    }
+    if let Some(source) = f.source.as_deref_mut() {
+        resolve_facts(source, resolve);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::KeyType;
+
+    fn names() -> Names {
+        let mut n = Names::default();
+        for s in ["public", "s2", "alice", "pg_catalog"] {
+            n.schemas.insert(s.into());
+        }
+        n.relations
+            .insert("customers".into(), vec!["public".into(), "s2".into()]);
+        n.relations.insert("orders".into(), vec!["alice".into()]);
+        n.relations.insert("v_all".into(), vec!["public".into()]);
+        n.relations.insert("v_ref".into(), vec!["public".into()]);
+        n.relations
+            .insert("pg_class".into(), vec!["pg_catalog".into()]);
+        n.views
+            .insert("public.v_all".into(), vec!["public.v_inner".into()]);
+        n.views
+            .insert("public.v_inner".into(), vec!["public.customers".into()]);
+        n.views
+            .insert("public.v_ref".into(), vec!["public.regions".into()]);
+        n.functions.insert(
+            "f_count".into(),
+            vec![Body::Reads {
+                relations: vec!["customers".into()],
+                calls: vec![],
+                path: None,
+            }],
+        );
+        n.functions.insert(
+            "f_outer".into(),
+            vec![Body::Reads {
+                relations: vec![],
+                calls: vec!["f_count".into()],
+                path: None,
+            }],
+        );
+        n.functions.insert(
+            "f_ref".into(),
+            vec![Body::Reads {
+                relations: vec!["regions".into()],
+                calls: vec!["f_ref".into()],
+                path: None,
+            }],
+        );
+        n.functions.insert(
+            "f_s2".into(),
+            vec![Body::Reads {
+                relations: vec!["customers".into()],
+                calls: vec![],
+                path: Some("s2".into()),
+            }],
+        );
+        n.functions.insert(
+            "f_py".into(),
+            vec![Body::Opaque("is written in plpython3u".into())],
+        );
+        n
+    }
+
+    fn map() -> ShardMap {
+        let mut m = ShardMap::new(2, 32);
+        m.tables.insert(
+            "public.customers".into(),
+            TableKind::Distributed {
+                column: "id".into(),
+                key_type: KeyType::Int8,
+            },
+        );
+        m.tables
+            .insert("public.regions".into(), TableKind::Reference);
+        m
+    }
+
+    #[test]
+    fn search_path_values() {
+        assert_eq!(path_schemas("s2, public"), vec!["s2", "public"]);
+        assert_eq!(path_schemas("\"$user\", public"), vec!["$user", "public"]);
+        assert_eq!(path_schemas("\"My Schema\",S2"), vec!["My Schema", "s2"]);
+        assert!(path_schemas("").is_empty());
+    }
+
+    #[test]
+    fn names_resolve_through_the_path() {
+        let n = names();
+        let path = |p: SearchPath, user: &str| n.schemas_for(&p, user).expect("known");
+        let default = path(SearchPath::Default, "postgres");
+        assert_eq!(default, vec!["pg_catalog", "public"]);
+        assert_eq!(n.resolve("customers", &default), "public.customers");
+        let s2 = path(
+            SearchPath::Set(vec!["s2".into(), "public".into()]),
+            "postgres",
+        );
+        assert_eq!(n.resolve("customers", &s2), "s2.customers");
+        assert_eq!(n.resolve("public.customers", &s2), "public.customers");
+        assert_eq!(n.resolve("pg_class", &s2), "pg_catalog.pg_class");
+        // "$user" is the session's role, when such a schema exists.
+        let alice = path(SearchPath::Default, "alice");
+        assert_eq!(alice, vec!["pg_catalog", "alice", "public"]);
+        assert_eq!(n.resolve("orders", &alice), "alice.orders");
+        assert_eq!(n.resolve("orders", &default), "orders", "not on the path");
+        assert_eq!(n.resolve("nothing", &default), "nothing");
+        // A role's default path.
+        let mut with_default = n.clone();
+        with_default
+            .default_paths
+            .insert("bob".into(), "s2, public".into());
+        assert_eq!(
+            with_default.schemas_for(&SearchPath::Default, "bob"),
+            Some(vec!["pg_catalog".into(), "s2".into(), "public".into()])
+        );
+        assert_eq!(n.schemas_for(&SearchPath::Unknown, "bob"), None);
+    }
+
+    #[test]
+    fn statements_resolve_but_not_their_ctes() {
+        let n = names();
+        let s2 = vec![
+            "pg_catalog".to_string(),
+            "s2".to_string(),
+            "public".to_string(),
+        ];
+        let mut facts =
+            herd_sql::key_facts("with customers as (select 1) select * from customers, pg_class")
+                .expect("facts");
+        let mut rels = vec!["customers".to_string(), "pg_class".to_string()];
+        n.resolve_statement(Some(&mut facts), &mut rels, &s2);
+        assert_eq!(rels, vec!["customers", "pg_catalog.pg_class"]);
+        let mut facts = herd_sql::key_facts("select * from customers c").expect("facts");
+        let mut rels = vec!["customers".to_string()];
+        n.resolve_statement(Some(&mut facts), &mut rels, &s2);
+        assert_eq!(rels, vec!["s2.customers"]);
+        assert_eq!(facts.tables[0].name, "s2.customers");
+    }
+
+    #[test]
+    fn views_and_functions_that_read_distributed_tables_are_refused() {
+        let (n, m) = (names(), map());
+        let schemas = vec!["pg_catalog".to_string(), "public".to_string()];
+        let refused = |rels: &[&str], fns: &[&str], needle: &str| {
+            let rels: Vec<String> = rels.iter().map(|s| s.to_string()).collect();
+            let fns: Vec<String> = fns.iter().map(|s| s.to_string()).collect();
+            let e = n
+                .hidden_reads(&m, &rels, &fns, &schemas)
+                .expect_err("refused");
+            assert!(e.contains(needle), "{e}");
+        };
+        refused(
+            &["public.v_all"],
+            &[],
+            "view public.v_all reads distributed table public.customers",
+        );
+        refused(
+            &[],
+            &["f_count"],
+            "function f_count reads distributed table public.customers",
+        );
+        refused(
+            &[],
+            &["f_outer"],
+            "function f_outer reads distributed table",
+        );
+        refused(&[], &["f_py"], "plpython3u");
+        // Reference tables are on every group: fine, and reported as read.
+        let extra = n
+            .hidden_reads(&m, &["public.v_ref".into()], &["f_ref".into()], &schemas)
+            .expect("answerable");
+        assert!(extra.contains(&"public.regions".to_string()), "{extra:?}");
+        // Under another path, the function's unqualified table is another one.
+        let s2 = vec!["pg_catalog".to_string(), "s2".to_string()];
+        let extra = n
+            .hidden_reads(&m, &[], &["f_count".into()], &s2)
+            .expect("s2.customers is not distributed");
+        assert_eq!(extra, vec!["s2.customers".to_string()]);
+        // A function with a search_path of its own resolves by it.
+        assert!(n.hidden_reads(&m, &[], &["f_s2".into()], &schemas).is_ok());
+        // Without distributed tables an opaque function runs where its statement goes.
+        assert!(n
+            .hidden_reads(&ShardMap::new(2, 32), &[], &["f_py".into()], &schemas)
+            .is_ok());
+    }
+}
