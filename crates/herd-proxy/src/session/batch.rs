@@ -28,6 +28,10 @@ pub(super) struct Batch {
     pub(super) bind: Option<(Vec<u8>, Vec<u8>)>,
     /// Describe of the statement before the Bind (ParameterDescription + RowDescription).
     pub(super) describe_statement: bool,
+    /// That Describe of the statement came after the Bind (tokio-postgres' `query_typed`
+    /// sends Parse, Bind, Describe statement, Execute): its answer is owed after
+    /// BindComplete.
+    pub(super) describe_statement_after_bind: bool,
     /// Describe of the portal (RowDescription).
     pub(super) describe_portal: bool,
     /// Ends with Sync (ReadyForQuery owed).
@@ -60,6 +64,7 @@ impl Session {
                 tag::DESCRIBE => {
                     if Describe::decode(frame.body)?.kind == KIND_STATEMENT {
                         batch.describe_statement = true;
+                        batch.describe_statement_after_bind = batch.bind.is_some();
                     } else {
                         batch.describe_portal = true;
                     }
@@ -76,24 +81,36 @@ impl Session {
             }
         }
         for (name, query, types) in &batch.parses {
-            let analysis = analyze(&self.ctx, query, self.state.unsafe_encoding);
-            let stmt = Arc::new(Statement::new(query, types.clone(), &analysis));
-            if name.is_empty() {
-                let token = self.ctx.next_token();
-                self.state.unnamed = Some(Unnamed { stmt, token });
-            } else if self.state.statements.contains_key(name) {
-                return Err(ProxyError::Server {
-                    code: "42P05".into(),
-                    message: format!(
-                        "prepared statement \"{}\" already exists",
-                        String::from_utf8_lossy(name)
-                    ),
-                });
-            } else {
-                self.state.statements.insert(name.clone(), stmt);
-            }
+            self.remember_parse(name, query, types.clone())?;
         }
         Ok(batch)
+    }
+
+    /// Records a Parse the proxy answers itself (no server prepares it now), as a server
+    /// would: a later Bind of it finds its text; a name in use is PostgreSQL's 42P05.
+    pub(super) fn remember_parse(
+        &mut self,
+        name: &[u8],
+        query: &[u8],
+        types: Vec<u32>,
+    ) -> Result<(), ProxyError> {
+        let analysis = analyze(&self.ctx, query, self.state.unsafe_encoding);
+        let stmt = Arc::new(Statement::new(query, types, &analysis));
+        if name.is_empty() {
+            let token = self.ctx.next_token();
+            self.state.unnamed = Some(Unnamed { stmt, token });
+        } else if self.state.statements.contains_key(name) {
+            return Err(ProxyError::Server {
+                code: "42P05".into(),
+                message: format!(
+                    "prepared statement \"{}\" already exists",
+                    String::from_utf8_lossy(name)
+                ),
+            });
+        } else {
+            self.state.statements.insert(name.to_vec(), stmt);
+        }
+        Ok(())
     }
 
     /// The SQL the batch runs: its simple query, or the statement its Bind names (parsed in

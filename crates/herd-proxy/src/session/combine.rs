@@ -210,11 +210,17 @@ impl Session {
         };
         let mut request = Vec::new();
         encode::parse(&mut request, b"", &final_sql, &declared)?;
-        if batch.describe_statement {
+        // Answers in the order the client asked (a Describe of the statement before or after
+        // its Bind).
+        let describe_first = batch.describe_statement && !batch.describe_statement_after_bind;
+        if describe_first {
             encode::describe(&mut request, KIND_STATEMENT, b"")?;
         }
         let bind = bind_with(&client_params, &values, &result_formats)?;
         encode::bind_renamed(&mut request, b"", b"", &bind)?;
+        if batch.describe_statement_after_bind {
+            encode::describe(&mut request, KIND_STATEMENT, b"")?;
+        }
         if batch.simple || batch.describe_portal {
             encode::describe(&mut request, b'P', b"")?;
         }

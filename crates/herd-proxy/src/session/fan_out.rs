@@ -320,10 +320,15 @@ impl Session {
             return Ok(out);
         }
         encode::parse(&mut out, b"", sql, types)?;
-        if batch.describe_statement {
+        // The groups answer in the order the client asked, which the client's answer keeps.
+        let describe_first = batch.describe_statement && !batch.describe_statement_after_bind;
+        if describe_first {
             encode::describe(&mut out, KIND_STATEMENT, b"")?;
         }
         encode::bind_renamed(&mut out, b"", b"", &rest)?;
+        if batch.describe_statement_after_bind {
+            encode::describe(&mut out, KIND_STATEMENT, b"")?;
+        }
         encode::describe(&mut out, b'P', b"")?;
         encode::execute(&mut out, b"", 0)?;
         encode::sync(&mut out);

@@ -5,16 +5,13 @@
 //! itself, and records the statements it parsed so a later `Bind` of them comes back here.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
 use herd_shard::ParamValue;
 use herd_sql::KeyExpr;
 use herd_wire::frontend::{tag, Bind, Describe, Parse, KIND_STATEMENT};
 use herd_wire::{encode, split_frame};
 
-use super::state::{Statement, Unnamed};
 use super::Session;
-use crate::analysis::analyze;
 use crate::ProxyError;
 
 /// Types (OIDs) whose binary form is the text itself: `text`, `varchar`, `name`, `bpchar`,
@@ -178,9 +175,8 @@ impl Session {
             let step: Result<(), ProxyError> = match frame.tag {
                 tag::PARSE => {
                     let p = Parse::decode(frame.body)?;
-                    self.record_parse(p.name, p.query, p.param_types);
-                    encode::parse_complete(&mut out);
-                    Ok(())
+                    self.remember_parse(p.name, p.query, p.param_types)
+                        .map(|()| encode::parse_complete(&mut out))
                 }
                 tag::BIND => {
                     let b = Bind::decode(frame.body)?;
@@ -257,19 +253,6 @@ impl Session {
         }
         self.out.buf.extend_from_slice(&out);
         Ok(())
-    }
-
-    /// Records the client's Parse of a call, so a later Bind of it finds its text (it is never
-    /// prepared on a server: no server has Herd's functions).
-    fn record_parse(&mut self, name: &[u8], query: &[u8], types: Vec<u32>) {
-        let analysis = analyze(&self.ctx, query, self.state.unsafe_encoding);
-        let stmt = Arc::new(Statement::new(query, types, &analysis));
-        if name.is_empty() {
-            let token = self.ctx.next_token();
-            self.state.unnamed = Some(Unnamed { stmt, token });
-        } else {
-            self.state.statements.insert(name.to_vec(), stmt);
-        }
     }
 
     /// Runs one of Herd's functions with its arguments' text; the one-value answer.
