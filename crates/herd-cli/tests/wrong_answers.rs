@@ -364,3 +364,72 @@ async fn herd_calls_with_parameters(client: &Client) {
         .expect_err("twice");
     assert_eq!(e.code().map(|c| c.code()), Some("42P07"), "{e}");
 }
+
+/// Triggers run on each group that runs the write: one that reads or writes a shared table
+/// (a reference table's copy, a distributed table's rows) would come out per group.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_with_triggers_on_shared_tables() {
+    let c = cluster();
+    c.up(&["--shards", "2", "--replicas", "0"]);
+    let url = c.url(&[]);
+    tokio::time::timeout(BOUND, async {
+        let client = connect(&url).await;
+        schema(&client).await;
+        // Functions and triggers made on each group's primary directly (the endpoint runs
+        // CREATE FUNCTION on group 0 only).
+        let on_each_group = |sql: &'static str| {
+            let urls = [
+                c.url(&["--primary", "--group", "0"]),
+                c.url(&["--primary", "--group", "1"]),
+            ];
+            async move {
+                for u in urls {
+                    connect(&u).await.batch_execute(sql).await.expect(sql);
+                }
+            }
+        };
+        on_each_group(
+            "create function bump() returns trigger language plpgsql as $$
+               begin update regions set name = name || '+'; return new; end $$;
+             create function stamp() returns trigger language plpgsql as $$
+               begin new.name := upper(new.name); return new; end $$;
+             create trigger t_stamp before insert on customers
+               for each row execute function stamp();",
+        )
+        .await;
+        // The names are read again within a few seconds of DDL made outside the endpoint.
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        // A trigger that touches only its own row still runs.
+        client
+            .execute(
+                "insert into customers (id, name, region) values (41, 'x', 1)",
+                &[],
+            )
+            .await
+            .expect("stamped insert");
+        let name: String = client
+            .query_one("select name from customers where id = 41", &[])
+            .await
+            .expect("read")
+            .get(0);
+        assert_eq!(name, "X");
+        on_each_group(
+            "create trigger t_bump after insert on customers \
+             for each row execute function bump()",
+        )
+        .await;
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        refused(
+            &client,
+            "insert into customers (id, name, region) values (42, 'y', 1)",
+            "a trigger calling public.bump, which reads or writes",
+        )
+        .await;
+        assert_eq!(
+            count(&client, "select count(*) from customers where id = 42").await,
+            0
+        );
+    })
+    .await
+    .expect("within the bound");
+}

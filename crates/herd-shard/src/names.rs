@@ -40,6 +40,9 @@ pub struct Names {
     /// Functions of `pg_catalog`, `information_schema` and `herd`, and functions in C or
     /// internal code, are not listed: they read no table of the user's.
     pub functions: HashMap<String, Vec<Body>>,
+    /// Table (`schema.name`) → what runs when it is written besides the statement: its
+    /// triggers' functions (`schema.name`; Herd's own left out) and its rules (`rule NAME`).
+    pub write_hooks: HashMap<String, Vec<String>>,
     /// Every schema of the database.
     pub schemas: HashSet<String>,
     /// `search_path` defaults set by `ALTER ROLE … SET` / `ALTER DATABASE … SET`: by role
@@ -124,6 +127,47 @@ impl Names {
         if let Some(f) = facts {
             resolve_facts(f, &resolve);
         }
+    }
+
+    /// Why a write to `table` (distributed or reference: every group runs it on its own
+    /// rows or copy) cannot run as one server would, if it cannot: a rule on it, or a
+    /// trigger whose function names a distributed or reference table (it would read one
+    /// group's rows, or write one group's copy) or cannot be read.
+    pub fn write_hooks_refusal(
+        &self,
+        map: &ShardMap,
+        table: &str,
+        schemas: &[String],
+    ) -> Option<String> {
+        let hooks = self.write_hooks.get(&crate::qualified(table))?;
+        for hook in hooks {
+            if let Some(rule) = hook.strip_prefix("rule ") {
+                return Some(format!(
+                    "table {table} has rule {rule}, which rewrites writes on each shard group \
+                     apart: drop the rule (or write what it does as statements of their own)"
+                ));
+            }
+            for body in self.functions.get(hook).into_iter().flatten() {
+                let Body::Reads { relations, .. } = body else {
+                    return Some(format!(
+                        "table {table} has a trigger calling {hook}, which Herd cannot read, \
+                         and each shard group would run it on its own rows"
+                    ));
+                };
+                if let Some(t) = relations
+                    .iter()
+                    .map(|r| self.resolve(r, schemas))
+                    .find(|r| map.table(r).is_some())
+                {
+                    return Some(format!(
+                        "table {table} has a trigger calling {hook}, which reads or writes \
+                         {t}, a distributed or reference table: each shard group would run it \
+                         on its own rows or copy"
+                    ));
+                }
+            }
+        }
+        None
     }
 
     /// The relations a statement reads beyond those it names, through the views it reads
@@ -397,6 +441,48 @@ mod tests {
             Some(vec!["pg_catalog".into(), "s2".into(), "public".into()])
         );
         assert_eq!(n.schemas_for(&SearchPath::Unknown, "bob"), None);
+    }
+
+    #[test]
+    fn triggers_and_rules_that_touch_shared_tables_are_refused() {
+        let (mut n, m) = (names(), map());
+        let schemas = vec!["pg_catalog".to_string(), "public".to_string()];
+        n.functions.insert(
+            "public.audit".into(),
+            vec![Body::Reads {
+                relations: vec!["regions".into()],
+                calls: vec![],
+                path: None,
+            }],
+        );
+        n.functions.insert(
+            "public.stamp".into(),
+            vec![Body::Reads {
+                relations: vec![],
+                calls: vec!["now".into()],
+                path: None,
+            }],
+        );
+        n.write_hooks
+            .insert("public.customers".into(), vec!["public.stamp".into()]);
+        assert_eq!(n.write_hooks_refusal(&m, "customers", &schemas), None);
+        n.write_hooks
+            .get_mut("public.customers")
+            .expect("hooks")
+            .push("public.audit".into());
+        let why = n
+            .write_hooks_refusal(&m, "customers", &schemas)
+            .expect("refused");
+        assert!(
+            why.contains("regions, a distributed or reference table"),
+            "{why}"
+        );
+        n.write_hooks
+            .insert("public.regions".into(), vec!["rule r_log".into()]);
+        assert!(n
+            .write_hooks_refusal(&m, "public.regions", &schemas)
+            .expect("rule")
+            .contains("has rule r_log"));
     }
 
     #[test]

@@ -38,7 +38,8 @@ pub fn body_reads(
         }
         "plpgsql" => {
             let def = definition.ok_or("has no definition to read")?;
-            let tree = std::panic::catch_unwind(|| pg_query::parse_plpgsql(def))
+            let def = as_plain_function(def);
+            let tree = std::panic::catch_unwind(|| pg_query::parse_plpgsql(&def))
                 .map_err(|_| "has a PL/pgSQL body Herd cannot parse".to_string())?
                 .map_err(|_| "has a PL/pgSQL body Herd cannot parse".to_string())?;
             if dynamic(&tree) {
@@ -68,6 +69,39 @@ pub fn body_reads(
         other => return Err(format!("is written in {other}")),
     }
     Ok(reads)
+}
+
+/// The variables PostgreSQL gives a trigger function.
+const TRIGGER_VARIABLES: &str = "DECLARE new record; old record; tg_op text; tg_name text; \
+     tg_when text; tg_level text; tg_table_name text; tg_table_schema text; tg_relname text; \
+     tg_relid oid; tg_nargs int; tg_argv text[]; tg_event text; tg_tag text;\n";
+
+/// A trigger function's definition as a function returning `record` that declares the
+/// trigger's variables itself: libpg_query's PL/pgSQL parser does not turn a trigger
+/// function into valid JSON, and reads this one the same way otherwise. Other functions are
+/// returned as they are.
+fn as_plain_function(def: &str) -> std::borrow::Cow<'_, str> {
+    let Some(returns) = ["RETURNS trigger", "RETURNS event_trigger"]
+        .iter()
+        .find(|r| def.contains(*r))
+    else {
+        return def.into();
+    };
+    // pg_get_functiondef writes `AS $function$` (or another dollar tag) before the body.
+    let Some(at) = def.find("AS $") else {
+        return def.into();
+    };
+    let tag_start = at + 3;
+    let Some(tag_len) = def[tag_start + 1..].find('$') else {
+        return def.into();
+    };
+    let body_start = tag_start + tag_len + 2;
+    let mut out = String::with_capacity(def.len() + TRIGGER_VARIABLES.len());
+    out.push_str(&def[..body_start].replacen(returns, "RETURNS record", 1));
+    out.push('\n');
+    out.push_str(TRIGGER_VARIABLES);
+    out.push_str(&def[body_start..]);
+    out.into()
 }
 
 /// Adds what `sql` names; false when it does not parse.
@@ -172,6 +206,12 @@ mod tests {
         let query_exec = "CREATE FUNCTION public.q() RETURNS SETOF int LANGUAGE plpgsql AS $$ \
                           begin return query execute 'select 1'; end $$";
         assert!(body_reads("plpgsql", "", Some(query_exec)).is_err());
+        let trigger = "CREATE OR REPLACE FUNCTION public.stamp()\n RETURNS trigger\n \
+                       LANGUAGE plpgsql\nAS $function$\n declare n int; begin \
+                       new.name := upper(new.name); select count(*) into n from audit; \
+                       return new; end $function$\n";
+        let r = body_reads("plpgsql", "", Some(trigger)).expect("a trigger function");
+        assert_eq!(r.relations, vec!["audit"]);
         assert!(body_reads("plpython3u", "return 1", None)
             .expect_err("opaque")
             .contains("plpython3u"));

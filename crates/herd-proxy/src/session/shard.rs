@@ -618,7 +618,7 @@ pub(super) fn plan_sql(
 fn resolve_names(
     r: &Resolver<'_>,
     map: &ShardMap,
-    facts: Option<&mut herd_sql::KeyFacts>,
+    mut facts: Option<&mut herd_sql::KeyFacts>,
     relations: &mut Vec<String>,
     functions: &[String],
 ) -> Result<(), String> {
@@ -653,7 +653,21 @@ fn resolve_names(
         }
         return Ok(());
     };
-    r.names.resolve_statement(facts, relations, &schemas);
+    r.names
+        .resolve_statement(facts.as_deref_mut(), relations, &schemas);
+    // A write runs its table's triggers and rules on each group that runs it.
+    let target = facts
+        .as_deref()
+        .filter(|f| {
+            use herd_sql::StmtKind::{Delete, Insert, Update};
+            matches!(f.kind, Insert | Update | Delete) || f.copy.as_ref().is_some_and(|c| c.from)
+        })
+        .and_then(|f| f.tables.first());
+    if let Some(t) = target.filter(|t| map.table(&t.name).is_some()) {
+        if let Some(why) = r.names.write_hooks_refusal(map, &t.name, &schemas) {
+            return Err(why);
+        }
+    }
     let extra = r.names.hidden_reads(map, relations, functions, &schemas)?;
     for e in extra {
         if !relations.contains(&e) {

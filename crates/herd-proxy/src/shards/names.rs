@@ -50,6 +50,19 @@ const FUNCTIONS: &str = "SELECT n.nspname::text, p.proname::text, l.lanname::tex
      WHERE n.nspname NOT IN ('pg_catalog', 'information_schema', 'herd') \
        AND l.lanname NOT IN ('c', 'internal') AND p.prokind IN ('f', 'p')";
 
+/// What runs on a write besides the statement: user triggers' functions (not Herd's own,
+/// not internal ones such as foreign keys') and rules other than a view's.
+const WRITE_HOOKS: &str = "SELECT n.nspname || '.' || c.relname, pn.nspname || '.' || p.proname \
+     FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid \
+     JOIN pg_namespace n ON n.oid = c.relnamespace \
+     JOIN pg_proc p ON p.oid = t.tgfoid JOIN pg_namespace pn ON pn.oid = p.pronamespace \
+     WHERE NOT t.tgisinternal AND pn.nspname <> 'herd' \
+     UNION ALL \
+     SELECT n.nspname || '.' || c.relname, 'rule ' || r.rulename \
+     FROM pg_rewrite r JOIN pg_class c ON c.oid = r.ev_class \
+     JOIN pg_namespace n ON n.oid = c.relnamespace \
+     WHERE r.rulename <> '_RETURN' AND c.relkind IN ('r', 'p')";
+
 /// `search_path` set by `ALTER ROLE … [IN DATABASE …] SET` or `ALTER DATABASE … SET`, most
 /// specific first (role in this database, role, this database).
 const DEFAULT_PATHS: &str = "SELECT coalesce(r.rolname::text, ''), \
@@ -147,6 +160,10 @@ async fn load(client: &Client) -> Result<Names, ProxyError> {
         for key in [format!("{schema}.{name}"), name] {
             names.functions.entry(key).or_default().push(body.clone());
         }
+    }
+    for row in client.query(WRITE_HOOKS, &[]).await.map_err(read)? {
+        let (table, hook): (String, String) = (row.get(0), row.get(1));
+        names.write_hooks.entry(table).or_default().push(hook);
     }
     for row in client.query(DEFAULT_PATHS, &[]).await.map_err(read)? {
         let (role, path): (String, Option<String>) = (row.get(0), row.get(1));
