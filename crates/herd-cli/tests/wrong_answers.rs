@@ -84,6 +84,8 @@ async fn wrong_answers_are_refused_or_right() {
         search_path(&client, &url).await;
         conversions(&client).await;
         herd_calls_with_parameters(&client).await;
+        refusal_fails_its_transaction(&client).await;
+        portals_across_groups(&url).await;
     })
     .await
     .expect("within the bound");
@@ -133,6 +135,12 @@ async fn limit_parameters(client: &Client) {
         .await
         .expect("int8 typed");
     assert_eq!(rows.len(), 5);
+    // An OFFSET parameter whose type the server infers (no declared types).
+    let rows = client
+        .query("select id from customers order by id offset $1", &[&37i64])
+        .await
+        .expect("offset, server-typed");
+    assert_eq!(rows.len(), 3);
     // OFFSET, and a numeric limit (text format, as the simple protocol has it).
     let rows = client
         .query_typed(
@@ -432,4 +440,59 @@ async fn writes_with_triggers_on_shared_tables() {
     })
     .await
     .expect("within the bound");
+}
+
+/// A statement refused before the transaction reached any server fails the transaction, as
+/// any error fails a PostgreSQL transaction: later statements get 25P02, COMMIT rolls back.
+async fn refusal_fails_its_transaction(client: &Client) {
+    client.batch_execute("begin").await.expect("begin");
+    let e = client
+        .simple_query("select * from regions r left join customers c on c.region = r.id")
+        .await
+        .expect_err("refused");
+    assert_eq!(
+        e.code(),
+        Some(&tokio_postgres::error::SqlState::FEATURE_NOT_SUPPORTED)
+    );
+    let e = client
+        .simple_query("update customers set name = 'lost' where id = 9")
+        .await
+        .expect_err("aborted");
+    assert_eq!(e.code().map(|c| c.code()), Some("25P02"), "{e}");
+    let answer = client
+        .simple_query("commit")
+        .await
+        .expect("commit answered");
+    assert!(
+        answer
+            .iter()
+            .any(|m| matches!(m, tokio_postgres::SimpleQueryMessage::CommandComplete(_))),
+        "{answer:?}"
+    );
+    assert_eq!(
+        count(client, "select count(*) from customers where name = 'lost'").await,
+        0
+    );
+    // The session goes on as usual.
+    assert_eq!(count(client, "select count(*) from customers").await, 40);
+}
+
+/// A portal of a read across groups bound in one round trip and executed in another is
+/// refused as a fetch in parts (0A000), never left to fail as a missing portal.
+async fn portals_across_groups(url: &str) {
+    let mut client = connect(url).await;
+    let tx = client.transaction().await.expect("transaction");
+    let stmt = tx
+        .prepare("select id from customers where id = 15 or id = 16")
+        .await
+        .expect("prepare");
+    let e = match tx.bind(&stmt, &[]).await {
+        Err(e) => e,
+        Ok(portal) => tx.query_portal(&portal, 3).await.expect_err("refused"),
+    };
+    assert_eq!(
+        e.code(),
+        Some(&tokio_postgres::error::SqlState::FEATURE_NOT_SUPPORTED),
+        "{e}"
+    );
 }

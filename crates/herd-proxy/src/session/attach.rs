@@ -71,6 +71,9 @@ impl Session {
         unit: Bytes,
         mut facts: UnitFacts,
     ) -> Result<bool, ProxyError> {
+        if self.pending_failed {
+            return self.in_failed_transaction(&unit, facts.local.take()).await;
+        }
         if let Some(answer) = facts.local.take() {
             if self.answer_locally(answer, facts.sql.as_deref())? {
                 return Ok(true);
@@ -484,11 +487,43 @@ impl Session {
 
     /// Reports `e` for a unit that could not be placed (or was refused): ErrorResponse, then ReadyForQuery when
     /// the unit expected one (it ended with Sync or was a simple query).
+    /// A unit inside a transaction that failed before any server saw it: its end is
+    /// answered (COMMIT as ROLLBACK, as PostgreSQL answers it), anything else fails with
+    /// 25P02.
+    async fn in_failed_transaction(
+        &mut self,
+        unit: &[u8],
+        local: Option<LocalAnswer>,
+    ) -> Result<bool, ProxyError> {
+        if let Some(LocalAnswer::Commit | LocalAnswer::Rollback) = local {
+            self.pending_begin = None;
+            self.pending_failed = false;
+            let mut out = Vec::new();
+            encode::command_complete(&mut out, "ROLLBACK")?;
+            encode::ready_for_query(&mut out, b'I')?;
+            self.out.buf.extend_from_slice(&out);
+            return Ok(true);
+        }
+        let e = ProxyError::Server {
+            code: "25P02".into(),
+            message: "current transaction is aborted, commands ignored until end of \
+                      transaction block"
+                .into(),
+        };
+        self.reply_error(&e, unit).await?;
+        Ok(true)
+    }
+
     pub(super) async fn reply_error(
         &mut self,
         e: &ProxyError,
         unit: &[u8],
     ) -> Result<(), ProxyError> {
+        // A refusal inside a transaction no server has seen yet fails it, as any error fails
+        // a PostgreSQL transaction (its later statements must not commit).
+        if self.pending_begin.is_some() && self.parked.is_empty() {
+            self.pending_failed = true;
+        }
         self.ctx.metrics.inc(
             "herd_unit_errors_total",
             &format!("sqlstate=\"{}\"", e.sqlstate()),

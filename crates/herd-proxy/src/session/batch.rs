@@ -38,6 +38,28 @@ pub(super) struct Batch {
     pub(super) sync: bool,
 }
 
+/// `unit` binds a portal it does not execute (an extended-protocol batch with a Bind and no
+/// Execute): its rows would be fetched by a later batch.
+pub(super) fn binds_without_execute(unit: &[u8]) -> bool {
+    let (mut bind, mut execute) = (false, false);
+    let mut rest = unit;
+    while let Ok(Some((frame, used))) = split_frame(rest, usize::MAX) {
+        rest = &rest[used..];
+        match frame.tag {
+            tag::BIND => bind = true,
+            tag::EXECUTE => execute = true,
+            _ => {}
+        }
+    }
+    bind && !execute
+}
+
+/// Why a SELECT across groups is not read in parts.
+pub(super) const FETCHED_WHOLE: &str =
+    "a SELECT across shard groups is fetched whole, in the batch that \
+     binds it: a portal bound in one batch and executed in another, or an Execute with a row \
+     limit (a cursor-style fetch), is not supported";
+
 impl Session {
     /// Reads the client's batch: what it sent, and the Parses it brings (remembered, as a
     /// server would, for later Binds).
@@ -70,11 +92,7 @@ impl Session {
                     }
                 }
                 tag::EXECUTE if Execute::decode(frame.body)?.max_rows != 0 => {
-                    return Err(not_supported(
-                        "a SELECT across shard groups is fetched whole: Execute with a row \
-                         limit (a cursor-style fetch) is not supported"
-                            .into(),
-                    ));
+                    return Err(not_supported(FETCHED_WHOLE.into()));
                 }
                 tag::SYNC => batch.sync = true,
                 _ => {}
@@ -140,6 +158,8 @@ pub(super) async fn infer_param_types(
     encode::parse(&mut request, b"", sql, declared)?;
     encode::describe(&mut request, KIND_STATEMENT, b"")?;
     encode::sync(&mut request);
+    // The server's unnamed statement is this one now, no client's.
+    lease.conn.unnamed = None;
     lease.conn.send_own(&request).await?;
     let (mut types, mut error) = (declared.to_vec(), None);
     loop {

@@ -150,6 +150,12 @@ fn untyped_binary_bound(plan: &FanOut, params: &[herd_shard::ParamValue], types:
 impl Session {
     /// Runs the SELECT of `unit` on every group and answers with the merged rows.
     pub(super) async fn fan_out(&mut self, unit: &[u8], plan: FanOut) -> Result<(), ProxyError> {
+        // A portal bound now and executed by a later batch would be read in parts (or not at
+        // all): the merge needs the whole answer in this one.
+        if super::batch::binds_without_execute(unit) {
+            let e = not_supported(super::batch::FETCHED_WHOLE.into());
+            return self.reply_error(&e, unit).await;
+        }
         let batch = match self.fan_out_batch(unit) {
             Ok(b) => b,
             Err(e) => return self.reply_error(&e, unit).await,
@@ -245,7 +251,11 @@ impl Session {
             .as_ref()
             .and_then(|(statement, _)| self.bound_types(statement))
             .unwrap_or_default();
-        if (plan.combine.is_some() || untyped_binary_bound(plan, &params, &types)) && !batch.simple
+        // An OFFSET parameter is left out of the groups' statement: its type must be declared
+        // there, or the Bind's parameters would outnumber the statement's.
+        let offset_param = matches!(plan.offset, Some(Bound::Param(_)));
+        if (plan.combine.is_some() || offset_param || untyped_binary_bound(plan, &params, &types))
+            && !batch.simple
         {
             if let Some(s) = streams.first_mut() {
                 let sql = self.batch_sql(batch);

@@ -19,6 +19,11 @@ impl Session {
         unit: &[u8],
         plan: herd_sql::FanOut,
     ) -> Result<(), ProxyError> {
+        // Bound here, executed by a later batch: the merge would never see the rows whole.
+        if super::batch::binds_without_execute(unit) {
+            let e = super::fan_out::not_supported(super::batch::FETCHED_WHOLE.into());
+            return self.fail_transaction(unit, &e).await;
+        }
         let Some((batch, mut parts)) = self.batch_and_parts(unit).await? else {
             return Ok(());
         };

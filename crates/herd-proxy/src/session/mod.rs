@@ -143,6 +143,9 @@ pub struct Session {
     names_dirty: bool,
     /// A transaction the client began that no server has seen yet.
     pending_begin: Option<PendingBegin>,
+    /// That transaction failed (a statement was refused before any server saw it): as in
+    /// PostgreSQL, everything but its end fails with 25P02, and COMMIT rolls it back.
+    pending_failed: bool,
     /// The key this client proved at login (for new server connections).
     creds: Option<Arc<crate::pool::Credentials>>,
     /// The other groups' parts of a transaction that spans shard groups: servers idle in
@@ -254,6 +257,7 @@ pub async fn serve_client(tcp: TcpStream, ctx: Arc<ProxyContext>) {
         map: None,
         names_dirty: false,
         pending_begin: None,
+        pending_failed: false,
         pools: Vec::new(),
         routed: Vec::new(),
         primary_watch: None,
