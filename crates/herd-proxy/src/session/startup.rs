@@ -427,7 +427,7 @@ mod tests {
                 ),
                 (
                     "search_path".to_string(),
-                    "SET \"search_path\" = 'a'".to_string()
+                    "SET \"search_path\" = \"a\"".to_string()
                 )
             ]
         );
