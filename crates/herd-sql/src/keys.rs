@@ -115,6 +115,8 @@ pub struct KeyFacts {
     pub index_name: Option<String>,
     /// A `COPY` of a table.
     pub copy: Option<CopyFacts>,
+    /// DDL facts (uniqueness, renames, VACUUM, databases) of a utility statement.
+    pub ddl: Option<Box<crate::DdlFacts>>,
 }
 
 /// What a `COPY table …` statement says.
@@ -147,7 +149,9 @@ pub fn key_facts(sql: &str) -> Option<KeyFacts> {
     }
     let node: &Node = stmts[0].stmt.as_ref()?;
     let value = serde_json::to_value(node).ok()?;
-    Some(facts_of(value.get("node")?))
+    let mut facts = facts_of(value.get("node")?);
+    facts.ddl = crate::ddl::ddl_facts(node).map(Box::new);
+    Some(facts)
 }
 
 fn facts_of(node: &Value) -> KeyFacts {
@@ -177,6 +181,7 @@ fn facts_of(node: &Value) -> KeyFacts {
         all_in_schema: false,
         index_name: None,
         copy: None,
+        ddl: None,
     };
     if let Some(body) = ["SelectStmt", "InsertStmt", "UpdateStmt", "DeleteStmt"]
         .iter()

@@ -15,6 +15,7 @@
 mod cache;
 mod calls;
 mod classify;
+mod ddl;
 mod explain;
 mod fanout;
 mod hide;
@@ -29,6 +30,7 @@ mod walk;
 pub use cache::{CacheStats, ClassifierCache};
 pub use calls::{dropped_roles, herd_call};
 pub use classify::classify;
+pub use ddl::{DatabaseStmt, DdlFacts, Uniqueness};
 pub use explain::explained;
 pub use fanout::{fan_out, Bound, Combine, FanOut, SortColumn, SortKey};
 pub use hide::{hide_rows, Hidden};
