@@ -296,6 +296,8 @@ impl ProxyContext {
             ("create_distributed_table", [table, column]) => {
                 let (name, key_type) = describe_key(&clients[0], table, column).await?;
                 check_new(&current, &name)?;
+                check_key_collation(&clients[0], &name, column).await?;
+                check_uniqueness(&clients[0], &name, column).await?;
                 check_empty(&clients, &name).await?;
                 next.tables.insert(
                     name.clone(),
@@ -549,6 +551,70 @@ async fn describe_key(
         )
     })?;
     Ok((name, key_type))
+}
+
+/// A shard key whose collation is nondeterministic (case- or accent-insensitive) is refused:
+/// values it holds equal ('a' and 'A') hash differently and would live on different groups.
+async fn check_key_collation(client: &Client, name: &str, column: &str) -> Result<(), ProxyError> {
+    let row = client
+        .query_opt(
+            "SELECT c.collname::text FROM pg_attribute a JOIN pg_collation c ON c.oid = a.attcollation \
+             WHERE a.attrelid = to_regclass($1) AND a.attname = $2 AND NOT c.collisdeterministic",
+            &[&name, &column],
+        )
+        .await
+        .map_err(|e| failed("looking up the key column's collation", e))?;
+    match row {
+        None => Ok(()),
+        Some(r) => Err(refused(
+            "0A000",
+            format!(
+                "{name}.{column} has the nondeterministic collation {}: values it holds equal \
+                 (such as 'a' and 'A') hash differently, so they would live on different shard \
+                 groups; distribute by a column with a deterministic collation (for instance \
+                 one that stores lower({column})), or make {name} a reference table",
+                r.get::<_, String>(0)
+            ),
+        )),
+    }
+}
+
+/// Every UNIQUE, PRIMARY KEY and EXCLUDE constraint and unique index of the table must compare
+/// the shard key for equality: otherwise each group enforces it over its own rows only (the
+/// same value could be stored once per group, where one server raises 23505).
+async fn check_uniqueness(client: &Client, name: &str, column: &str) -> Result<(), ProxyError> {
+    let row = client
+        .query_opt(
+            "WITH k AS (SELECT attnum FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = $2)
+             SELECT CASE c.contype WHEN 'p' THEN 'PRIMARY KEY' WHEN 'u' THEN 'UNIQUE'
+                                   WHEN 'x' THEN 'EXCLUDE' ELSE 'CREATE UNIQUE INDEX' END,
+                    coalesce(c.conname::text, ir.relname::text)
+             FROM pg_index i JOIN pg_class ir ON ir.oid = i.indexrelid
+             LEFT JOIN pg_constraint c ON c.conindid = i.indexrelid AND c.conrelid = i.indrelid
+                                      AND c.contype IN ('p', 'u', 'x')
+             WHERE i.indrelid = to_regclass($1) AND (i.indisunique OR c.contype = 'x')
+               AND NOT CASE WHEN c.contype = 'x' THEN EXISTS (
+                       SELECT 1 FROM unnest(c.conkey, c.conexclop) AS e(att, op)
+                       JOIN pg_operator o ON o.oid = e.op
+                       WHERE e.att = (SELECT attnum FROM k) AND o.oprname = '=')
+                   ELSE EXISTS (
+                       SELECT 1 FROM unnest(i.indkey::int2[]) WITH ORDINALITY AS e(att, n)
+                       WHERE e.att = (SELECT attnum FROM k) AND e.n <= i.indnkeyatts) END
+             LIMIT 1",
+            &[&name, &column],
+        )
+        .await
+        .map_err(|e| failed("reading the table's unique constraints", e))?;
+    match row {
+        None => Ok(()),
+        Some(r) => {
+            let (what, constraint): (String, String) = (r.get(0), r.get(1));
+            Err(refused(
+                "0A000",
+                herd_shard::uniqueness_message(&what, Some(&constraint), name, column, false),
+            ))
+        }
+    }
 }
 
 fn check_new(map: &ShardMap, name: &str) -> Result<(), ProxyError> {

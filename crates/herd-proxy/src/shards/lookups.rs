@@ -6,7 +6,9 @@ use super::failed;
 use crate::{ProxyContext, ProxyError};
 
 /// Collations whose order is byte order (PostgreSQL's "C" and "POSIX"; glibc's C.UTF-8
-/// compares code points, which is UTF-8's byte order).
+/// compares code points, which is UTF-8's byte order). A database whose default is an ICU
+/// locale is described as `ICU <locale>` (its `datcollate` only serves libc functions such as
+/// `lower`, and may well be "C"), which no ICU collation is.
 fn bytewise_collation(name: &str, collate: &str) -> bool {
     matches!(name, "C" | "POSIX" | "ucs_basic")
         || matches!(collate, "C" | "POSIX" | "C.UTF-8" | "C.utf8")
@@ -43,7 +45,10 @@ impl ProxyContext {
             let rows = client
                 .query(
                     "SELECT x.rel, x.att, coalesce(c.collname::text, ''), coalesce(c.collcollate, ''), \
-                            (SELECT datcollate::text FROM pg_database WHERE datname = current_database()) \
+                            (SELECT CASE WHEN d.datlocprovider = 'i' \
+                                         THEN 'ICU ' || coalesce(to_jsonb(d)->>'daticulocale', to_jsonb(d)->>'datlocale', '') \
+                                         ELSE d.datcollate::text END \
+                             FROM pg_database d WHERE d.datname = current_database()) \
                      FROM unnest($1::oid[], $2::int2[]) AS x(rel, att) \
                      LEFT JOIN pg_attribute a ON a.attrelid = x.rel AND a.attnum = x.att \
                      LEFT JOIN pg_collation c ON c.oid = a.attcollation AND c.collname <> 'default'",
@@ -164,5 +169,22 @@ impl ProxyContext {
             .await
             .map_err(|e| failed("reading the table's column defaults", e))?;
         Ok(rows.iter().map(|r| r.get(0)).collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::bytewise_collation;
+
+    #[test]
+    fn byte_order_collations() {
+        assert!(bytewise_collation("", "C"));
+        assert!(bytewise_collation("", "C.UTF-8"));
+        assert!(bytewise_collation("C", ""));
+        assert!(!bytewise_collation("", "en_US.UTF-8"));
+        // An ICU default, whatever its datcollate: never byte order.
+        assert!(!bytewise_collation("", "ICU und"));
+        assert!(!bytewise_collation("", "ICU en-US"));
+        assert!(!bytewise_collation("ci", ""));
     }
 }

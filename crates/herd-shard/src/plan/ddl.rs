@@ -151,18 +151,33 @@ fn uniqueness_refusal(d: &herd_sql::DdlFacts, f: &KeyFacts, map: &ShardMap) -> O
         u.name.as_deref(),
         target,
         column,
+        true,
     )))
 }
 
-/// Why a uniqueness without the shard key is refused, and what to do instead.
-pub fn uniqueness_message(what: &str, name: Option<&str>, table: &str, column: &str) -> String {
+/// Why a uniqueness without the shard key is refused, and what to do instead; `distributed`:
+/// the table is distributed already (else it is being distributed).
+pub fn uniqueness_message(
+    what: &str,
+    name: Option<&str>,
+    table: &str,
+    column: &str,
+    distributed: bool,
+) -> String {
     let named = name.map(|n| format!(" {n}")).unwrap_or_default();
+    let reference = if distributed {
+        format!(
+            "herd.undistribute_table('{table}') while it is empty, then \
+             herd.create_reference_table('{table}')"
+        )
+    } else {
+        format!("herd.create_reference_table('{table}')")
+    };
     format!(
         "{what}{named} on distributed table {table} does not include its shard key {column}: \
          each shard group would enforce it over its own rows only, so the same value could be \
          stored once per group; include {column} in it (with = for EXCLUDE), or keep the table \
-         whole on every group as a reference table (herd.undistribute_table('{table}') while \
-         it is empty, then herd.create_reference_table('{table}'))"
+         whole on every group as a reference table ({reference})"
     )
 }
 
