@@ -109,6 +109,8 @@ struct Partial {
     params: Option<Vec<u8>>,
     /// Column type OIDs.
     types: Vec<u32>,
+    /// Each column's source (table OID, column number; 0, 0 for an expression).
+    sources: Vec<(u32, i16)>,
     /// Rows, values in text.
     rows: Vec<Vec<Option<Vec<u8>>>>,
 }
@@ -119,7 +121,11 @@ async fn read_partial(s: &mut Stream<'_>) -> Result<Partial, ProxyError> {
     while let Some((t, body)) = s.next().await? {
         match t {
             b't' => p.params = Some(body),
-            b'T' => p.types = fields(&body)?.iter().map(|f| f.type_oid).collect(),
+            b'T' => {
+                let described = fields(&body)?;
+                p.types = described.iter().map(|f| f.type_oid).collect();
+                p.sources = described.iter().map(|f| (f.table, f.column)).collect();
+            }
             b'D' if error.is_none() => p.rows.push(
                 row_values(&body)?
                     .into_iter()
@@ -151,6 +157,7 @@ impl Session {
         streams: &mut [Stream<'_>],
         batch: &Batch,
         combine: &Combine,
+        partial_sql: &str,
         status: u8,
         out: &mut Vec<u8>,
     ) -> Result<(), ProxyError> {
@@ -161,6 +168,7 @@ impl Session {
         let Some(first) = partials.first() else {
             return Ok(());
         };
+        self.default_collations_only(first, partial_sql).await?;
         let types = first.types.clone();
         let client_types = first.params.as_deref().map(param_types).unwrap_or_default();
         let rows: Vec<&Vec<Option<Vec<u8>>>> = partials.iter().flat_map(|p| &p.rows).collect();
@@ -254,6 +262,44 @@ impl Session {
             }
         }
         error.map_or(Ok(()), Err)
+    }
+}
+
+impl Session {
+    /// Refuses combining text whose collation is not the database's default (see
+    /// [`crate::ProxyContext::non_default_collation`]): the final query would group, compare
+    /// and order it by the default collation instead.
+    async fn default_collations_only(
+        &self,
+        partial: &Partial,
+        partial_sql: &str,
+    ) -> Result<(), ProxyError> {
+        let text: Vec<(u32, i16)> = partial
+            .types
+            .iter()
+            .zip(&partial.sources)
+            .filter(|(t, _)| crate::merge::is_text(**t))
+            .map(|(_, s)| *s)
+            .collect();
+        if text.is_empty() {
+            return Ok(());
+        }
+        let tables: Vec<String> = herd_sql::key_facts(partial_sql)
+            .map(|f| f.tables.into_iter().map(|t| t.name).collect())
+            .unwrap_or_default();
+        match self
+            .ctx
+            .non_default_collation(&self.database, &text, &tables)
+            .await?
+        {
+            None => Ok(()),
+            Some(collation) => Err(not_supported(format!(
+                "GROUP BY, DISTINCT and aggregates over text across shard groups are combined \
+                 under the database's default collation; this text has collation {collation}, \
+                 under which equal values and order differ: add a condition on the shard key to \
+                 read one group (or group and aggregate the rows of a SELECT without them)"
+            ))),
+        }
     }
 }
 
