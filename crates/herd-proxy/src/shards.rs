@@ -170,6 +170,13 @@ impl ProxyContext {
         Ok(map)
     }
 
+    /// Forgets the cached map of `database` (dropped, or created again).
+    pub(crate) fn forget_map(&self, database: &str) {
+        if let Ok(mut m) = self.shard_maps.maps.lock() {
+            m.remove(database);
+        }
+    }
+
     /// Admin connections to every group's primary and the map they hold, with any change left
     /// in doubt resolved first (the caller holds the `changing` lock).
     async fn current_map(&self, database: &str) -> Result<(Vec<Client>, ShardMap), ProxyError> {

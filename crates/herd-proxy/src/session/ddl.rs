@@ -57,7 +57,7 @@ impl Session {
     }
 
     /// Answers DDL run on every group: its tag, or its failure.
-    async fn ddl_done(
+    pub(super) async fn ddl_done(
         &mut self,
         unit: &[u8],
         tag_text: &str,

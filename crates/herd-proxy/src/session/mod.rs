@@ -11,6 +11,7 @@ mod batch;
 mod combine;
 mod copy;
 mod copy_out;
+mod database;
 mod ddl;
 mod ending;
 mod explain;
