@@ -76,7 +76,12 @@ impl Session {
         failure.map_or(Ok(()), Err)
     }
 
-    async fn drop_database(&mut self, sql: &str, name: &str, force: bool) -> Result<(), ProxyError> {
+    async fn drop_database(
+        &mut self,
+        sql: &str,
+        name: &str,
+        force: bool,
+    ) -> Result<(), ProxyError> {
         // The proxy's own idle connections to it would count as other sessions.
         self.ctx.pools.clear_idle_of_database(name);
         let mut leases = self.primary_leases().await?;

@@ -210,7 +210,9 @@ fn collation_sql(
             literal(ctype)
         )
     };
-    format!("CREATE COLLATION IF NOT EXISTS {collation} ({locale}, deterministic = {deterministic})")
+    format!(
+        "CREATE COLLATION IF NOT EXISTS {collation} ({locale}, deterministic = {deterministic})"
+    )
 }
 
 #[cfg(test)]
