@@ -49,6 +49,9 @@ pub struct DdlFacts {
     pub rename_type: Option<String>,
     /// `VACUUM` (`Some(true)`, which cannot run in a transaction) or `ANALYZE` (`Some(false)`).
     pub vacuum: Option<bool>,
+    /// `ALTER TABLE … ALTER COLUMN c TYPE …` and `… DROP COLUMN c`: the columns whose type
+    /// changes or that go.
+    pub retyped_or_dropped: Vec<String>,
     /// `CREATE TABLE … PARTITION OF parent` or `… INHERITS (parent)`.
     pub inherits: bool,
     /// CREATE or DROP DATABASE.
@@ -74,6 +77,13 @@ pub(crate) fn ddl_facts(stmt: &Node) -> Option<DdlFacts> {
                 let Some(node::Node::AlterTableCmd(c)) = cmd.node.as_ref() else {
                     continue;
                 };
+                if matches!(
+                    protobuf::AlterTableType::try_from(c.subtype),
+                    Ok(protobuf::AlterTableType::AtAlterColumnType
+                        | protobuf::AlterTableType::AtDropColumn)
+                ) {
+                    f.retyped_or_dropped.push(c.name.clone());
+                }
                 match c.def.as_ref().and_then(|d| d.node.as_ref()) {
                     Some(node::Node::Constraint(k)) => f.uniqueness.extend(constraint(k, None)),
                     Some(node::Node::ColumnDef(col)) => column_def(col, &mut f.uniqueness),
@@ -271,6 +281,11 @@ mod tests {
                 .rename_type
                 .as_deref(),
             Some("OBJECT_TABLE")
+        );
+        assert_eq!(
+            facts("alter table users alter column k type int8, drop column x, add column y int")
+                .retyped_or_dropped,
+            vec!["k".to_string(), "x".to_string()]
         );
         assert_eq!(facts("vacuum users").vacuum, Some(true));
         assert_eq!(facts("vacuum (analyze) users").vacuum, Some(true));

@@ -55,9 +55,10 @@ pub(super) async fn sequence_strides(
 
 /// Statements that create `name` as group 0 has it (the collations its columns and indexes use
 /// that the user created; columns with types, collations, defaults, NOT NULL, identity; its
-/// sequences; primary key, unique and check constraints; other indexes), each guarded so a
-/// group that already has the table keeps it. A column's collation decides its equality and
-/// order (a case-insensitive one makes 'a' = 'A'): every group must compare as group 0 does.
+/// sequences; primary key, unique, check and exclusion constraints; other indexes), each
+/// guarded so a group that already has the table keeps it. A column's collation decides its
+/// equality and order (a case-insensitive one makes 'a' = 'A'): every group must compare as
+/// group 0 does.
 pub(super) async fn table_ddl(client: &Client, name: &str) -> Result<Vec<String>, ProxyError> {
     let q = |e| failed("reading the table's definition", e);
     let qualified = quote_qualified(name);
@@ -92,7 +93,7 @@ pub(super) async fn table_ddl(client: &Client, name: &str) -> Result<Vec<String>
     let constraints = client
         .query(
             "SELECT quote_ident(conname) || ' ' || pg_get_constraintdef(oid) FROM pg_constraint
-             WHERE conrelid = to_regclass($1) AND contype IN ('p', 'u', 'c') ORDER BY conname",
+             WHERE conrelid = to_regclass($1) AND contype IN ('p', 'u', 'c', 'x') ORDER BY conname",
             &[&name],
         )
         .await

@@ -81,6 +81,9 @@ pub(super) fn ddl_plan(f: &KeyFacts, table: &str, map: &ShardMap) -> Plan {
     if let Some(refusal) = ddl.and_then(|d| uniqueness_refusal(d, f, map)) {
         return refusal;
     }
+    if let Some(refusal) = ddl.and_then(|d| key_change_refusal(d, f, map)) {
+        return refusal;
+    }
     if f.concurrent && kind == "IndexStmt" {
         let Some(index) = &f.index_name else {
             return Plan::Refuse(format!(
@@ -153,6 +156,23 @@ fn uniqueness_refusal(d: &herd_sql::DdlFacts, f: &KeyFacts, map: &ShardMap) -> O
         column,
         true,
     )))
+}
+
+/// `ALTER COLUMN key TYPE` or `DROP COLUMN key` on a distributed table: rows are placed by
+/// the hash of the key's type, and the map names the column.
+fn key_change_refusal(d: &herd_sql::DdlFacts, f: &KeyFacts, map: &ShardMap) -> Option<Plan> {
+    let (table, column) = f.tables.iter().find_map(|t| match map.table(&t.name) {
+        Some(TableKind::Distributed { column, .. }) => Some((t.name.as_str(), column)),
+        _ => None,
+    })?;
+    d.retyped_or_dropped.iter().any(|c| c == column).then(|| {
+        Plan::Refuse(format!(
+            "changing the type of, or dropping, the shard key column {table}.{column} is not \
+             supported: each row's shard group follows from the key's value hashed by its \
+             type, and the shard map names the column; add a new column instead (or, while \
+             the table is empty, herd.undistribute_table('{table}') first)"
+        ))
+    })
 }
 
 /// Why a uniqueness without the shard key is refused, and what to do instead; `distributed`:

@@ -703,6 +703,14 @@ fn ddl_refusals_name_the_construct_and_maintenance_runs_on_every_group() {
             "PARTITION OF",
         ),
         ("vacuum orders, plain_table", "separate statements"),
+        (
+            "alter table orders alter column customer_id type text",
+            "shard key column orders.customer_id",
+        ),
+        (
+            "alter table orders drop column customer_id",
+            "shard key column orders.customer_id",
+        ),
     ] {
         let got = run(sql, &[]);
         assert!(refused(&got, needle), "{sql}: {got:?}");
