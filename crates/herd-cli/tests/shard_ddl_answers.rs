@@ -461,3 +461,53 @@ async fn other_ddl(c: &TestCluster, endpoint: &Client) {
         let _ = endpoint.batch_execute("rollback").await;
     }
 }
+
+/// A group added later gets the user's collations with the tables that use them, and group
+/// 0's databases with their ICU default.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_group_gets_collations_and_icu_databases() {
+    let c = cluster();
+    c.up(&["--shards", "2", "--replicas", "0"]);
+    tokio::time::timeout(LIMIT, async {
+        let endpoint = connect(&c.url(&[])).await;
+        endpoint
+            .batch_execute(
+                "create database icu_words template template0 locale_provider icu \
+                 icu_locale 'en' lc_collate 'C' lc_ctype 'C.UTF-8'",
+            )
+            .await
+            .expect("an ICU database");
+        let words = connect(&with_db(&c.url(&[]), "icu_words")).await;
+        run_all(
+            &words,
+            &["create collation ci (provider = icu, locale = 'und-u-ks-level2', deterministic = false)",
+              "create table people (k bigint, name text collate ci)",
+              "select herd.create_distributed_table('people', 'k')"],
+        )
+        .await;
+        drop(words);
+        tokio::task::block_in_place(|| c.herd_ok(&["group", "add"]));
+        let added = group(&c, 2, "icu_words").await;
+        let row = added
+            .query_one(
+                "select d.datlocprovider::text, d.daticulocale, c.collname::text, c.collisdeterministic \
+                 from pg_database d, pg_attribute a join pg_collation c on c.oid = a.attcollation \
+                 where d.datname = current_database() \
+                   and a.attrelid = 'people'::regclass and a.attname = 'name'",
+                &[],
+            )
+            .await
+            .expect("the new group's database and column");
+        assert_eq!(
+            (
+                row.get::<_, String>(0),
+                row.get::<_, Option<String>>(1),
+                row.get::<_, String>(2),
+                row.get::<_, bool>(3)
+            ),
+            ("i".to_string(), Some("en".to_string()), "ci".to_string(), false)
+        );
+    })
+    .await
+    .expect("the checks finish in time");
+}
