@@ -212,7 +212,10 @@ mod tests {
             .unwrap_or_default()
     }
 
-    fn uniq(sql: &str) -> Vec<(&'static str, Vec<String>, bool)> {
+    /// What a uniqueness is, its equality columns, and whether it takes an existing index.
+    type Seen = (&'static str, Vec<String>, bool);
+
+    fn uniq(sql: &str) -> Vec<Seen> {
         facts(sql)
             .uniqueness
             .into_iter()
@@ -226,7 +229,7 @@ mod tests {
 
     #[test]
     fn uniqueness_and_its_columns() {
-        let cases: Vec<(&str, Vec<(&str, Vec<String>, bool)>)> = vec![
+        let cases: Vec<(&str, Vec<Seen>)> = vec![
             (
                 "create unique index on users (email)",
                 vec![("CREATE UNIQUE INDEX", cols(&["email"]), false)],
