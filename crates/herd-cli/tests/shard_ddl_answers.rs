@@ -382,17 +382,21 @@ async fn other_ddl(c: &TestCluster, endpoint: &Client) {
         "{e:?}"
     );
     assert!(!has_database(c, 0, "half").await, "taken back on group 0");
-    // DROP while a session uses it: refused on every group.
+    // DROP while a session uses it on group 1: refused, and dropped on no group (group 0,
+    // checked first, could have dropped its copy).
+    drop(shop);
+    let user = group(c, 1, "shop").await;
     let e = endpoint
         .batch_execute("drop database shop")
         .await
         .expect_err("in use");
     assert_eq!(e.code(), Some(&SqlState::OBJECT_IN_USE), "{e}");
+    assert!(format!("{e:?}").contains("dropped on no group"), "{e:?}");
     for g in 0..2 {
         assert!(has_database(c, g, "shop").await, "group {g} still has shop");
     }
-    drop(shop);
-    // The proxy's own connections to it close as the session ends.
+    drop(user);
+    // Once that session has ended (and the proxy's own connections to shop closed).
     common::eventually(Duration::from_secs(15), "DROP DATABASE shop", || async {
         endpoint.batch_execute("drop database shop").await.is_ok()
     })
@@ -400,6 +404,34 @@ async fn other_ddl(c: &TestCluster, endpoint: &Client) {
     for g in 0..2 {
         assert!(!has_database(c, g, "shop").await, "group {g} dropped shop");
     }
+
+    // A database made on group 0 only (directly): its statements run there, as on one
+    // server; distributing in it is refused naming the cause.
+    group(c, 0, "postgres")
+        .await
+        .batch_execute("create database legacy")
+        .await
+        .expect("legacy on group 0");
+    let legacy = connect(&with_db(&c.url(&[]), "legacy")).await;
+    run_all(
+        &legacy,
+        &[
+            "create table t (k bigint, v text)",
+            "insert into t values (1, 'one')",
+        ],
+    )
+    .await;
+    assert_eq!(
+        column(&legacy, "select v from t").await,
+        vec![Some("one".into())]
+    );
+    refused(
+        &legacy,
+        "select herd.create_distributed_table('t', 'k')",
+        "database legacy is missing on shard group(s) 1",
+    )
+    .await;
+    drop(legacy);
 
     // RENAME COLUMN, VACUUM and ANALYZE on every group.
     run_all(

@@ -137,7 +137,18 @@ impl ProxyContext {
             if let Err(e) = self.sync_roles(database, &[]).await {
                 tracing::warn!(error = %e, "copying roles to the other shard groups");
             }
-            let clients = self.group_clients(database).await?;
+            let clients = match self.each_group_client(database).await {
+                Ok(c) => c,
+                Err(e) => match self.missing_database(database, e).await {
+                    // On group 0 only, nothing distributed: everything runs there, as before
+                    // sharding (one server's answers).
+                    Err(e) if self.nothing_distributed(database).await => {
+                        tracing::warn!(database, error = %e, "a database of shard group 0 only");
+                        return Ok(self.install_empty_map(database));
+                    }
+                    Err(e) | Ok(e) => return Err(e),
+                },
+            };
             recover(self, &clients).await?;
             if !self.adding_group() && add_group::guards_left(&clients[0]).await {
                 // A group addition stopped in the middle (its supervisor with it): its
@@ -188,8 +199,85 @@ impl ProxyContext {
         Ok((clients, current))
     }
 
-    /// Admin connections to every group's primary, on `database`.
+    /// Admin connections to every group's primary, on `database`; a database that exists on
+    /// some groups only is named as such.
     async fn group_clients(&self, database: &str) -> Result<Vec<Client>, ProxyError> {
+        match self.each_group_client(database).await {
+            Ok(c) => Ok(c),
+            Err(e) => Err(self
+                .missing_database(database, e)
+                .await
+                .unwrap_or_else(|e| e)),
+        }
+    }
+
+    /// `e` (a failure to reach a group on `database`) as the refusal it is when the database
+    /// is missing on some groups (`Err`), or `e` itself (`Ok`): a database created directly on
+    /// group 0 (or through an endpoint that did not create databases on every group yet)
+    /// otherwise fails with an unreachable group's 57P03.
+    async fn missing_database(
+        &self,
+        database: &str,
+        e: ProxyError,
+    ) -> Result<ProxyError, ProxyError> {
+        let mut missing = Vec::new();
+        for g in 1..self.groups() {
+            let Ok(c) = self
+                .group_client(g, "postgres", "to list its databases")
+                .await
+            else {
+                continue;
+            };
+            let absent = c
+                .query_one(
+                    "SELECT NOT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)",
+                    &[&database],
+                )
+                .await
+                .is_ok_and(|r| r.get::<_, bool>(0));
+            if absent {
+                missing.push(g.to_string());
+            }
+        }
+        if missing.is_empty() {
+            return Ok(e);
+        }
+        Err(refused(
+            "0A000",
+            format!(
+                "database {database} is missing on shard group(s) {} (it was created directly on \
+                 group 0, or through an endpoint that created databases on group 0 only), so no \
+                 table can be distributed in it: create it on those groups too (CREATE DATABASE \
+                 through `herd url --group G --primary`, with group 0's owner and locale)",
+                missing.join(", ")
+            ),
+        ))
+    }
+
+    /// `database` has no distributed or reference table (read on group 0).
+    async fn nothing_distributed(&self, database: &str) -> bool {
+        match self
+            .group_client(0, database, "to read the shard map")
+            .await
+        {
+            Ok(c) => read_map(&c)
+                .await
+                .is_ok_and(|m| m.is_none_or(|m| m.tables.is_empty())),
+            Err(_) => false,
+        }
+    }
+
+    /// Caches and returns an empty map for `database`.
+    fn install_empty_map(&self, database: &str) -> Arc<ShardMap> {
+        let map = Arc::new(ShardMap::new(self.groups(), DEFAULT_SHARD_COUNT));
+        if let Ok(mut m) = self.shard_maps.maps.lock() {
+            m.insert(database.to_string(), map.clone());
+        }
+        map
+    }
+
+    /// Admin connections to every group's primary, on `database`.
+    async fn each_group_client(&self, database: &str) -> Result<Vec<Client>, ProxyError> {
         let mut clients = Vec::new();
         for g in 0..self.groups() {
             clients.push(
