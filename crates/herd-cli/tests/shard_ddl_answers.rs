@@ -266,6 +266,23 @@ async fn collations(c: &TestCluster, endpoint: &Client, one_server: &Client) {
         (coll.get::<_, String>(0), coll.get::<_, bool>(1)),
         ("ci".to_string(), false)
     );
+    // A collation created once tables are distributed reaches every group, so a column of a
+    // distributed table can use it (ALTER TABLE runs on every group).
+    run_all(
+        endpoint,
+        &["create collation ci2 (provider = icu, locale = 'und-u-ks-level1', deterministic = false)",
+          "alter table people add column nick text collate ci2"],
+    )
+    .await;
+    let nick = on_1
+        .query_one(
+            "select c.collname::text from pg_attribute a join pg_collation c on c.oid = a.attcollation \
+             where a.attrelid = 'people'::regclass and a.attname = 'nick'",
+            &[],
+        )
+        .await
+        .expect("group 1's nick");
+    assert_eq!(nick.get::<_, String>(0), "ci2");
     run_all(
         one_server,
         &["create table plain_people (k bigint, name text collate ci)"],

@@ -14,4 +14,6 @@ mod plan;
 pub use copy::{CopyError, CopyFormat, CopySplitter, Routed};
 pub use hash::{partition_hash, shard_sql, virtual_shard, KeyType, KeyValue, ParseKeyError};
 pub use map::{qualified, rebalance, ShardMap, ShardMove, TableKind, DEFAULT_SHARD_COUNT, PAUSED};
-pub use plan::{plan, plan_several, uniqueness_message, CopyIn, CopyOut, ParamValue, Plan};
+pub use plan::{
+    plan, plan_several, shared_object_plan, uniqueness_message, CopyIn, CopyOut, ParamValue, Plan,
+};

@@ -56,6 +56,8 @@ pub struct DdlFacts {
     pub inherits: bool,
     /// CREATE or DROP DATABASE.
     pub database: Option<DatabaseStmt>,
+    /// `CREATE COLLATION`.
+    pub creates_collation: bool,
 }
 
 /// DDL facts of a parsed statement (`None` for statements with none of them).
@@ -117,6 +119,9 @@ pub(crate) fn ddl_facts(stmt: &Node) -> Option<DdlFacts> {
             }
         }
         node::Node::VacuumStmt(v) => f.vacuum = Some(v.is_vacuumcmd),
+        node::Node::DefineStmt(d) => {
+            f.creates_collation = d.kind == protobuf::ObjectType::ObjectCollation as i32
+        }
         node::Node::CreatedbStmt(c) => {
             f.database = Some(DatabaseStmt::Create {
                 name: c.dbname.clone(),
@@ -309,6 +314,8 @@ mod tests {
                 force: true
             })
         );
+        assert!(facts("create collation ci (provider = icu, locale = 'und')").creates_collation);
+        assert!(!facts("create aggregate a (int) (sfunc = int4pl, stype = int)").creates_collation);
         assert_eq!(facts("select 1"), DdlFacts::default());
     }
 }

@@ -589,6 +589,9 @@ pub(super) fn plan_sql(
         .flat_map(|s| s.relations.iter().cloned())
         .collect();
     let facts = herd_sql::key_facts(&text);
+    if let Some(shared) = herd_shard::shared_object_plan(facts.as_ref(), map) {
+        return shared;
+    }
     let param = |n: u32| {
         params
             .get((n as usize).wrapping_sub(1))

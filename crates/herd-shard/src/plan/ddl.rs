@@ -135,6 +135,23 @@ pub(super) fn ddl_plan(f: &KeyFacts, table: &str, map: &ShardMap) -> Plan {
     }
 }
 
+/// Statements on objects every group must share that name no table: `CREATE COLLATION` and
+/// `DROP COLLATION` in a database with distributed or reference tables run on every group
+/// (all or none), so a column of such a table can be given the collation later (`ALTER
+/// TABLE … TYPE … COLLATE`, which runs on every group). `None`: plan the statement as usual.
+pub fn shared_object_plan(facts: Option<&KeyFacts>, map: &ShardMap) -> Option<Plan> {
+    let f = facts?;
+    if map.tables.is_empty() {
+        // Nothing is on the other groups yet; distributing a table copies its collations.
+        return None;
+    }
+    if f.ddl.as_deref().is_some_and(|d| d.creates_collation) {
+        return Some(Plan::Everywhere("CREATE COLLATION"));
+    }
+    (f.utility.as_deref() == Some("DropStmt") && f.drop_type.as_deref() == Some("OBJECT_COLLATION"))
+        .then_some(Plan::Everywhere("DROP COLLATION"))
+}
+
 /// A UNIQUE, PRIMARY KEY or EXCLUDE constraint, or a unique index, on a distributed table
 /// that does not compare its shard key for equality: each group would enforce it over its
 /// own rows only, so two groups could each accept the same value (one server raises 23505).

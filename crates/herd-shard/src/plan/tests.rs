@@ -761,3 +761,22 @@ fn ddl_refusals_name_the_construct_and_maintenance_runs_on_every_group() {
         assert_eq!(run(sql, &[]), want, "{sql}");
     }
 }
+
+#[test]
+fn collations_are_shared_once_tables_are() {
+    let shared = |sql: &str, m: &ShardMap| shared_object_plan(key_facts(sql).as_ref(), m);
+    let m = map();
+    assert_eq!(
+        shared("create collation ci (provider = icu, locale = 'und-u-ks-level2', deterministic = false)", &m),
+        Some(Plan::Everywhere("CREATE COLLATION"))
+    );
+    assert_eq!(
+        shared("drop collation if exists public.ci", &m),
+        Some(Plan::Everywhere("DROP COLLATION"))
+    );
+    assert_eq!(shared("drop table orders", &m), None);
+    assert_eq!(shared("create table t (a int)", &m), None);
+    // Nothing distributed yet: group 0 keeps it until a table using it is distributed.
+    let empty = ShardMap::new(2, 32);
+    assert_eq!(shared("create collation ci (locale = 'C')", &empty), None);
+}
