@@ -481,6 +481,16 @@ async fn other_ddl(c: &TestCluster, endpoint: &Client) {
         })
         .await;
     }
+    // A view over a reference table only lives on group 0, which holds every row of it.
+    run_all(
+        endpoint,
+        &["create view user_emails as select email from users"],
+    )
+    .await;
+    assert_eq!(
+        column(endpoint, "select email from user_emails").await,
+        vec![Some("a@x".into())]
+    );
     // Refusals that name the construct and what to do.
     for (sql, needle) in [
         (
@@ -489,7 +499,7 @@ async fn other_ddl(c: &TestCluster, endpoint: &Client) {
         ),
         (
             "create view v as select * from members",
-            "CREATE VIEW over members",
+            "CREATE VIEW over distributed table members",
         ),
         (
             "create table copy_of as select * from members",

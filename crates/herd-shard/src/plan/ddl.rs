@@ -126,6 +126,14 @@ pub(super) fn ddl_plan(f: &KeyFacts, table: &str, map: &ShardMap) -> Plan {
              while it is empty, create them, then distribute it again)"
         ));
     }
+    if matches!(kind, "ViewStmt" | "CreateTableAsStmt") && !reads_distributed(f, map) {
+        // Over reference tables only: group 0 holds every row, so a view or table made there
+        // (which lives on group 0, like every table not distributed) answers as one server.
+        return Plan::Group {
+            group: 0,
+            reason: "local_table",
+        };
+    }
     match BROADCAST_DDL.iter().find(|(k, _)| *k == kind) {
         Some(_) if kind == "GrantStmt" && f.revoke && grant_on_tables_only(f) => {
             Plan::Everywhere("REVOKE")
@@ -263,12 +271,13 @@ fn rename_plan(ddl: Option<&herd_sql::DdlFacts>, table: &str, map: &ShardMap) ->
 fn refusal(kind: &str, table: &str) -> String {
     match kind {
         "ViewStmt" => format!(
-            "CREATE VIEW over {table} is not supported: the view would exist on shard group 0 \
+            "CREATE VIEW over distributed table {table} is not supported: the view would exist on shard group 0 \
              only and read group 0's rows only; query {table} directly (the endpoint answers a \
              SELECT across shard groups)"
         ),
         "CreateTableAsStmt" => format!(
-            "CREATE TABLE … AS (or CREATE MATERIALIZED VIEW) reading {table} is not supported: \
+            "CREATE TABLE … AS (or CREATE MATERIALIZED VIEW) reading distributed table {table} is \
+             not supported: \
              it would run on one shard group and keep that group's rows only; create the table, \
              then fill it with INSERT … SELECT (filtered by the shard key), or read the rows \
              with a SELECT and insert them"
@@ -311,6 +320,13 @@ fn refusal(kind: &str, table: &str) -> String {
              group"
         ),
     }
+}
+
+/// The statement names a distributed table.
+fn reads_distributed(f: &KeyFacts, map: &ShardMap) -> bool {
+    f.tables
+        .iter()
+        .any(|t| matches!(map.table(&t.name), Some(TableKind::Distributed { .. })))
 }
 
 /// A GRANT/REVOKE whose every named object is a table (no mix with other objects).

@@ -673,7 +673,11 @@ fn ddl_refusals_name_the_construct_and_maintenance_runs_on_every_group() {
     for (sql, needle) in [
         (
             "create view v as select * from orders",
-            "CREATE VIEW over orders",
+            "CREATE VIEW over distributed table orders",
+        ),
+        (
+            "create view v as select * from countries c join orders o on o.v = c.name",
+            "CREATE VIEW over distributed table orders",
         ),
         (
             "create table t2 as select * from orders",
@@ -735,6 +739,20 @@ fn ddl_refusals_name_the_construct_and_maintenance_runs_on_every_group() {
         (
             "alter table orders rename constraint c1 to c2",
             Plan::Everywhere("ALTER TABLE"),
+        ),
+        (
+            "create view v as select * from countries",
+            Plan::Group {
+                group: 0,
+                reason: "local_table",
+            },
+        ),
+        (
+            "create table c2 as select * from countries",
+            Plan::Group {
+                group: 0,
+                reason: "local_table",
+            },
         ),
         (
             "vacuum orders",
