@@ -41,6 +41,10 @@ pub enum DatabaseStmt {
 /// DDL facts of one statement (see the module documentation).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DdlFacts {
+    /// The table an `ALTER TABLE` or `CREATE INDEX` changes (`schema.name` as written): what
+    /// its uniqueness and column changes are about (other tables it names, such as a foreign
+    /// key's, are not).
+    pub target: Option<String>,
     /// Constraints and indexes that enforce uniqueness, in the order written.
     pub uniqueness: Vec<Uniqueness>,
     /// `ALTER TABLE … RENAME [COLUMN] old TO new`: (old, new).
@@ -63,6 +67,11 @@ pub struct DdlFacts {
 /// DDL facts of a parsed statement (`None` for statements with none of them).
 pub(crate) fn ddl_facts(stmt: &Node) -> Option<DdlFacts> {
     let mut f = DdlFacts::default();
+    match stmt.node.as_ref()? {
+        node::Node::IndexStmt(i) => f.target = i.relation.as_ref().map(relation_name),
+        node::Node::AlterTableStmt(a) => f.target = a.relation.as_ref().map(relation_name),
+        _ => {}
+    }
     match stmt.node.as_ref()? {
         node::Node::IndexStmt(i) if i.unique || i.primary => f.uniqueness.push(Uniqueness {
             what: if i.primary {
@@ -118,6 +127,7 @@ pub(crate) fn ddl_facts(stmt: &Node) -> Option<DdlFacts> {
                 f.rename_column = Some((r.subname.clone(), r.newname.clone()));
             }
         }
+        node::Node::IndexStmt(_) => {}
         node::Node::VacuumStmt(v) => f.vacuum = Some(v.is_vacuumcmd),
         node::Node::DefineStmt(d) => {
             f.creates_collation = d.kind == protobuf::ObjectType::ObjectCollation as i32
@@ -137,6 +147,15 @@ pub(crate) fn ddl_facts(stmt: &Node) -> Option<DdlFacts> {
         _ => return None,
     }
     Some(f)
+}
+
+/// `schema.name`, or `name`, as written.
+fn relation_name(r: &protobuf::RangeVar) -> String {
+    if r.schemaname.is_empty() {
+        r.relname.clone()
+    } else {
+        format!("{}.{}", r.schemaname, r.relname)
+    }
 }
 
 /// A column definition's own UNIQUE / PRIMARY KEY constraints (on that column).
@@ -295,6 +314,15 @@ mod tests {
                 .retyped_or_dropped,
             vec!["k".to_string(), "x".to_string()]
         );
+        assert_eq!(
+            facts("alter table s.t add foreign key (a) references orders (id)").target,
+            Some("s.t".into())
+        );
+        assert_eq!(
+            facts("create unique index on users (email)").target,
+            Some("users".into())
+        );
+        assert_eq!(facts("create table t (a int)").target, None);
         assert_eq!(facts("vacuum users").vacuum, Some(true));
         assert_eq!(facts("vacuum (analyze) users").vacuum, Some(true));
         assert_eq!(facts("analyze users").vacuum, Some(false));

@@ -78,10 +78,10 @@ pub(super) fn ddl_plan(f: &KeyFacts, table: &str, map: &ShardMap) -> Plan {
     }
     let kind = f.utility.as_deref().unwrap_or("");
     let ddl = f.ddl.as_deref();
-    if let Some(refusal) = ddl.and_then(|d| uniqueness_refusal(d, f, map)) {
+    if let Some(refusal) = ddl.and_then(|d| uniqueness_refusal(d, map)) {
         return refusal;
     }
-    if let Some(refusal) = ddl.and_then(|d| key_change_refusal(d, f, map)) {
+    if let Some(refusal) = ddl.and_then(|d| key_change_refusal(d, map)) {
         return refusal;
     }
     if f.concurrent && kind == "IndexStmt" {
@@ -165,11 +165,8 @@ pub fn shared_object_plan(facts: Option<&KeyFacts>, map: &ShardMap) -> Option<Pl
 /// own rows only, so two groups could each accept the same value (one server raises 23505).
 /// Refused, as Citus does. (`… USING INDEX` takes an existing unique index's columns, and
 /// that index was checked when it was created.)
-fn uniqueness_refusal(d: &herd_sql::DdlFacts, f: &KeyFacts, map: &ShardMap) -> Option<Plan> {
-    let (target, column) = f.tables.iter().find_map(|t| match map.table(&t.name) {
-        Some(TableKind::Distributed { column, .. }) => Some((t.name.as_str(), column)),
-        _ => None,
-    })?;
+fn uniqueness_refusal(d: &herd_sql::DdlFacts, map: &ShardMap) -> Option<Plan> {
+    let (target, column) = distributed_target(d, map)?;
     let u = d
         .uniqueness
         .iter()
@@ -183,13 +180,23 @@ fn uniqueness_refusal(d: &herd_sql::DdlFacts, f: &KeyFacts, map: &ShardMap) -> O
     )))
 }
 
+/// The table an ALTER TABLE or CREATE INDEX changes, and its shard key, when it is
+/// distributed.
+fn distributed_target<'a>(
+    d: &'a herd_sql::DdlFacts,
+    map: &'a ShardMap,
+) -> Option<(&'a str, &'a str)> {
+    let target = d.target.as_deref()?;
+    match map.table(target) {
+        Some(TableKind::Distributed { column, .. }) => Some((target, column.as_str())),
+        _ => None,
+    }
+}
+
 /// `ALTER COLUMN key TYPE` or `DROP COLUMN key` on a distributed table: rows are placed by
 /// the hash of the key's type, and the map names the column.
-fn key_change_refusal(d: &herd_sql::DdlFacts, f: &KeyFacts, map: &ShardMap) -> Option<Plan> {
-    let (table, column) = f.tables.iter().find_map(|t| match map.table(&t.name) {
-        Some(TableKind::Distributed { column, .. }) => Some((t.name.as_str(), column)),
-        _ => None,
-    })?;
+fn key_change_refusal(d: &herd_sql::DdlFacts, map: &ShardMap) -> Option<Plan> {
+    let (table, column) = distributed_target(d, map)?;
     d.retyped_or_dropped.iter().any(|c| c == column).then(|| {
         Plan::Refuse(format!(
             "changing the type of, or dropping, the shard key column {table}.{column} is not \

@@ -629,6 +629,13 @@ fn uniqueness_without_the_shard_key_is_refused_on_distributed_tables() {
         );
         assert!(refused(&got, "reference table"), "{sql}: {got:?}");
     }
+    // A uniqueness of another table that names a distributed one (a foreign key) is not that
+    // table's.
+    let got = run(
+        "alter table plain_table add unique (x), add foreign key (y) references orders (id)",
+        &[],
+    );
+    assert!(!refused(&got, "does not include its shard key"), "{got:?}");
     // With the key, on a reference table, or on an existing (checked) unique index: as before.
     for (sql, want) in [
         (
@@ -662,6 +669,11 @@ fn uniqueness_without_the_shard_key_is_refused_on_distributed_tables() {
         (
             "create index on orders (id)",
             Plan::Everywhere("CREATE INDEX"),
+        ),
+        // About another table: a foreign key to a distributed table is not its uniqueness.
+        (
+            "alter table items add unique (customer_id, v), add foreign key (v) references countries (name)",
+            Plan::Everywhere("ALTER TABLE"),
         ),
     ] {
         assert_eq!(run(sql, &[]), want, "{sql}");
