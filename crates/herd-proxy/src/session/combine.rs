@@ -168,7 +168,7 @@ impl Session {
         let Some(first) = partials.first() else {
             return Ok(());
         };
-        self.default_collations_only(first, partial_sql).await?;
+        let collations = self.partial_collations(first, partial_sql).await?;
         let types = first.types.clone();
         let client_types = first.params.as_deref().map(param_types).unwrap_or_default();
         let rows: Vec<&Vec<Option<Vec<u8>>>> = partials.iter().flat_map(|p| &p.rows).collect();
@@ -184,7 +184,7 @@ impl Session {
             )));
         }
         let final_sql = combine
-            .final_sql(&types, client_types.len() + 1, rows.len())
+            .final_sql_collated(&types, &collations, client_types.len() + 1, rows.len())
             .map_err(not_supported)?;
         // The partial values (and herd_keep), typed like the partial columns.
         let mut value_types = Vec::new();
@@ -266,40 +266,52 @@ impl Session {
 }
 
 impl Session {
-    /// Refuses combining text whose collation is not the database's default (see
-    /// [`crate::ProxyContext::non_default_collation`]): the final query would group, compare
-    /// and order it by the default collation instead.
-    async fn default_collations_only(
+    /// The collation each partial column's values take in the final query (`None`: the
+    /// database's default, which parameters have). A column of a table keeps its own (see
+    /// [`crate::ProxyContext::column_collations`]); text computed by an expression
+    /// (`min(name)`, `upper(name)`) over a table with a column of another collation is
+    /// refused, since the RowDescription does not say which collation it has.
+    async fn partial_collations(
         &self,
         partial: &Partial,
         partial_sql: &str,
-    ) -> Result<(), ProxyError> {
-        let text: Vec<(u32, i16)> = partial
+    ) -> Result<Vec<Option<String>>, ProxyError> {
+        let text: Vec<bool> = partial
             .types
             .iter()
-            .zip(&partial.sources)
-            .filter(|(t, _)| crate::merge::is_text(**t))
-            .map(|(_, s)| *s)
+            .map(|t| crate::merge::is_text(*t))
             .collect();
-        if text.is_empty() {
-            return Ok(());
+        if !text.contains(&true) {
+            return Ok(Vec::new());
         }
-        let tables: Vec<String> = herd_sql::key_facts(partial_sql)
-            .map(|f| f.tables.into_iter().map(|t| t.name).collect())
-            .unwrap_or_default();
-        match self
-            .ctx
-            .non_default_collation(&self.database, &text, &tables)
-            .await?
+        if text
+            .iter()
+            .zip(&partial.sources)
+            .any(|(t, s)| *t && s.0 == 0)
         {
-            None => Ok(()),
-            Some(collation) => Err(not_supported(format!(
-                "GROUP BY, DISTINCT and aggregates over text across shard groups are combined \
-                 under the database's default collation; this text has collation {collation}, \
-                 under which equal values and order differ: add a condition on the shard key to \
-                 read one group (or group and aggregate the rows of a SELECT without them)"
-            ))),
+            let tables: Vec<String> = herd_sql::key_facts(partial_sql)
+                .map(|f| f.tables.into_iter().map(|t| t.name).collect())
+                .unwrap_or_default();
+            if let Some(collation) = self
+                .ctx
+                .non_default_collation_in(&self.database, &tables)
+                .await?
+            {
+                return Err(not_supported(format!(
+                    "text computed across shard groups (min, max, or an expression over a \
+                     column) is combined under the database's default collation; the table \
+                     has collation {collation}, under which equal values and order may differ: \
+                     group or aggregate the column itself, or add a condition on the shard key \
+                     to read one group"
+                )));
+            }
         }
+        let columns: Vec<(u32, i16)> = text
+            .iter()
+            .zip(&partial.sources)
+            .map(|(t, s)| if *t && s.0 != 0 { *s } else { (0, 0) })
+            .collect();
+        self.ctx.column_collations(&self.database, &columns).await
     }
 }
 

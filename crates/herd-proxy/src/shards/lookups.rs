@@ -145,41 +145,58 @@ impl ProxyContext {
         Ok(found)
     }
 
-    /// For the text columns of a cross-group aggregate's partial rows, given as (table OID,
-    /// column number) from the RowDescription (0, 0 for an expression, whose collation comes
-    /// from the columns of `tables` it reads): a collation other than the database's default,
-    /// if any. The final query combines the partial values as parameters, which have the
-    /// default collation; under another one (case-insensitive, or another order) GROUP BY,
-    /// DISTINCT, count(DISTINCT …), min and max would answer differently from one server.
-    /// Not cached: asked only for such aggregates, which make a second round trip anyway.
-    pub async fn non_default_collation(
+    /// For the columns of a cross-group aggregate's partial rows, given as (table OID, column
+    /// number) from the RowDescription: each column's collation (quoted, qualified) when it is
+    /// not the database's default, so the final query — whose parameters have the default —
+    /// can give their values the column's own. Not cached: asked only for such aggregates,
+    /// which make a second round trip anyway.
+    pub async fn column_collations(
         &self,
         database: &str,
         columns: &[(u32, i16)],
-        tables: &[String],
-    ) -> Result<Option<String>, ProxyError> {
+    ) -> Result<Vec<Option<String>>, ProxyError> {
         let client = self
             .group_client(0, database, "to read the columns' collations")
             .await?;
         let rels: Vec<u32> = columns.iter().map(|c| c.0).collect();
         let atts: Vec<i16> = columns.iter().map(|c| c.1).collect();
-        let expressions: Vec<String> = if columns.iter().any(|c| c.0 == 0) {
-            tables.to_vec()
-        } else {
-            Vec::new()
-        };
+        let rows = client
+            .query(
+                "SELECT (SELECT quote_ident(n.nspname) || '.' || quote_ident(c.collname) \
+                         FROM pg_attribute a JOIN pg_collation c ON c.oid = a.attcollation \
+                         JOIN pg_namespace n ON n.oid = c.collnamespace \
+                         WHERE a.attrelid = x.rel AND a.attnum = x.att \
+                           AND a.attcollation NOT IN (0, 100)) \
+                 FROM unnest($1::oid[], $2::int2[]) WITH ORDINALITY AS x(rel, att, n) ORDER BY x.n",
+                &[&rels, &atts],
+            )
+            .await
+            .map_err(|e| failed("reading the columns' collations", e))?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
+    }
+
+    /// A text column of `tables` whose collation is not the database's default, if any: an
+    /// expression over the tables' columns (`min(name)`, `upper(name)`) may have it, and the
+    /// RowDescription does not say which.
+    pub async fn non_default_collation_in(
+        &self,
+        database: &str,
+        tables: &[String],
+    ) -> Result<Option<String>, ProxyError> {
+        let client = self
+            .group_client(0, database, "to read the tables' collations")
+            .await?;
         let row = client
             .query_opt(
                 "SELECT c.collname::text || ' (column ' || a.attname || ' of ' || a.attrelid::regclass::text || ')' \
                  FROM pg_attribute a JOIN pg_collation c ON c.oid = a.attcollation \
                  WHERE a.attcollation NOT IN (0, 100) AND a.attnum > 0 AND NOT a.attisdropped \
-                   AND ((a.attrelid, a.attnum) IN (SELECT * FROM unnest($1::oid[], $2::int2[])) \
-                        OR a.attrelid IN (SELECT to_regclass(t) FROM unnest($3::text[]) t)) \
+                   AND a.attrelid IN (SELECT to_regclass(t) FROM unnest($1::text[]) t) \
                  LIMIT 1",
-                &[&rels, &atts, &expressions],
+                &[&tables],
             )
             .await
-            .map_err(|e| failed("reading the columns' collations", e))?;
+            .map_err(|e| failed("reading the tables' collations", e))?;
         Ok(row.map(|r| r.get(0)))
     }
 
