@@ -51,29 +51,34 @@ impl Session {
     async fn create_database(&mut self, sql: &str, name: &str) -> Result<(), ProxyError> {
         let mut leases = self.primary_leases().await?;
         let mut failure = None;
-        let mut created = 0;
         for (g, lease) in leases.iter_mut().enumerate() {
             if let Err(e) = lease.conn.internal_query(sql).await {
-                failure = Some(on_group(e, g, "it was created on no group"));
+                failure = Some((g, e));
                 break;
             }
-            created += 1;
         }
-        if failure.is_some() {
-            // Taken back where it ran, so no group keeps a database the others lack.
-            let undo = format!("DROP DATABASE IF EXISTS {}", crate::roles::ident(name));
-            for (g, lease) in leases[..created].iter_mut().enumerate() {
-                if let Err(u) = lease.conn.internal_query(&undo).await {
-                    tracing::warn!(group = g, error = %u, database = name,
-                        "dropping a database created on some shard groups only failed");
-                }
+        let outcome = match failure {
+            None => {
+                // A database of this name dropped earlier may have left a map behind.
+                self.ctx.forget_map(name);
+                Ok(())
             }
-        } else {
-            // A database of this name dropped earlier may have left a map behind.
-            self.ctx.forget_map(name);
-        }
+            Some((g, e)) => {
+                let left = take_back(&mut leases[..g], name).await;
+                let what_else = if left.is_empty() {
+                    "it was created on no group".to_string()
+                } else {
+                    format!(
+                        "it could not be dropped again on group(s) {}: DROP DATABASE {name} \
+                         through the endpoint",
+                        left.join(", ")
+                    )
+                };
+                Err(on_group(e, g, &what_else))
+            }
+        };
         release(leases);
-        failure.map_or(Ok(()), Err)
+        outcome
     }
 
     async fn drop_database(
@@ -89,6 +94,21 @@ impl Session {
         release(leases);
         outcome
     }
+}
+
+/// Drops database `name` again on the groups of `leases` (those where a CREATE ran, so no
+/// group keeps a database the others lack); the groups where that failed.
+async fn take_back(leases: &mut [Lease], name: &str) -> Vec<String> {
+    let undo = format!("DROP DATABASE IF EXISTS {}", crate::roles::ident(name));
+    let mut left = Vec::new();
+    for (g, lease) in leases.iter_mut().enumerate() {
+        if let Err(e) = lease.conn.internal_query(&undo).await {
+            tracing::warn!(group = g, error = %e, database = name,
+                "dropping a database created on some shard groups only failed");
+            left.push(g.to_string());
+        }
+    }
+    left
 }
 
 /// Checks every group, then drops the database on each that has it.
