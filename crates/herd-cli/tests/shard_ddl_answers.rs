@@ -217,6 +217,30 @@ async fn uniqueness(c: &TestCluster, endpoint: &Client, one_server: &Client) {
         .await
         .expect_err("(k, email) twice");
     assert_eq!(e.code(), Some(&SqlState::UNIQUE_VIOLATION), "{e}");
+    // An exclusion constraint on the key reaches every group with the table.
+    run_all(
+        endpoint,
+        &[
+            "create table slots (k bigint, at int, exclude using btree (k with =))",
+            "select herd.create_distributed_table('slots', 'k')",
+        ],
+    )
+    .await;
+    for key in [a, b] {
+        endpoint
+            .batch_execute(&format!("insert into slots (k, at) values ({key}, 1)"))
+            .await
+            .expect("first slot");
+        let e = endpoint
+            .batch_execute(&format!("insert into slots (k, at) values ({key}, 2)"))
+            .await
+            .expect_err("the key again");
+        assert_eq!(
+            e.code(),
+            Some(&SqlState::EXCLUSION_VIOLATION),
+            "key {key}: {e}"
+        );
+    }
     // No group kept a refused index.
     for g in 0..2 {
         let n = group(c, g, "postgres")
