@@ -472,6 +472,41 @@ async fn other_ddl(c: &TestCluster, endpoint: &Client) {
         assert!(!has_database(c, g, "shop").await, "group {g} dropped shop");
     }
 
+    // ALTER DATABASE: the same settings and name on every group (all or none).
+    run_all(
+        endpoint,
+        &[
+            "create database store",
+            "alter database store set datestyle = 'SQL, DMY'",
+            "alter database store rename to store2",
+        ],
+    )
+    .await;
+    for g in 0..2 {
+        let on = group(c, g, "postgres").await;
+        let setting = on
+            .query_one(
+                "select array_to_string(s.setconfig, ',') from pg_db_role_setting s \
+                 join pg_database d on d.oid = s.setdatabase where d.datname = 'store2'",
+                &[],
+            )
+            .await
+            .expect("store2's settings");
+        assert_eq!(
+            setting.get::<_, String>(0),
+            "DateStyle=SQL, DMY",
+            "group {g}"
+        );
+        assert!(!has_database(c, g, "store").await, "group {g}: renamed");
+    }
+    let e = endpoint
+        .batch_execute("alter database store2 rename to half")
+        .await
+        .expect_err("half exists on group 1");
+    assert_eq!(e.code(), Some(&SqlState::DUPLICATE_DATABASE), "{e}");
+    assert!(has_database(c, 0, "store2").await, "group 0 kept the name");
+    run_all(endpoint, &["drop database store2"]).await;
+
     // A database made on group 0 only (directly): its statements run there, as on one
     // server; distributing in it is refused naming the cause.
     group(c, 0, "postgres")

@@ -36,6 +36,13 @@ pub enum DatabaseStmt {
         /// `WITH (FORCE)`: other sessions are terminated.
         force: bool,
     },
+    /// `ALTER DATABASE name …` (SET, RESET, RENAME TO, OWNER TO, options).
+    Alter {
+        /// The database.
+        name: String,
+        /// `RENAME TO`'s new name.
+        new_name: Option<String>,
+    },
 }
 
 /// DDL facts of one statement (see the module documentation).
@@ -120,6 +127,19 @@ pub(crate) fn ddl_facts(stmt: &Node) -> Option<DdlFacts> {
                 }
             }
         }
+        node::Node::AlterDatabaseStmt(a) => f.database = Some(alter_database(&a.dbname, None)),
+        node::Node::AlterDatabaseSetStmt(a) => f.database = Some(alter_database(&a.dbname, None)),
+        node::Node::AlterOwnerStmt(o)
+            if o.object_type == protobuf::ObjectType::ObjectDatabase as i32 =>
+        {
+            let name = o.object.as_deref().and_then(string)?;
+            f.database = Some(alter_database(&name, None));
+        }
+        node::Node::RenameStmt(r)
+            if r.rename_type == protobuf::ObjectType::ObjectDatabase as i32 =>
+        {
+            f.database = Some(alter_database(&r.subname, Some(&r.newname)));
+        }
         node::Node::RenameStmt(r) => {
             let kind = protobuf::ObjectType::try_from(r.rename_type).ok()?;
             f.rename_type = Some(kind.as_str_name().to_string());
@@ -147,6 +167,13 @@ pub(crate) fn ddl_facts(stmt: &Node) -> Option<DdlFacts> {
         _ => return None,
     }
     Some(f)
+}
+
+fn alter_database(name: &str, new_name: Option<&str>) -> DatabaseStmt {
+    DatabaseStmt::Alter {
+        name: name.to_string(),
+        new_name: new_name.map(str::to_string),
+    }
 }
 
 /// `schema.name`, or `name`, as written.
@@ -344,6 +371,27 @@ mod tests {
         );
         assert!(facts("create collation ci (provider = icu, locale = 'und')").creates_collation);
         assert!(!facts("create aggregate a (int) (sfunc = int4pl, stype = int)").creates_collation);
+        for (sql, name, new_name) in [
+            ("alter database shop set timezone = 'UTC'", "shop", None),
+            ("alter database shop reset all", "shop", None),
+            ("alter database shop connection limit 5", "shop", None),
+            ("alter database shop owner to bob", "shop", None),
+            (
+                "alter database shop rename to store",
+                "shop",
+                Some("store".to_string()),
+            ),
+        ] {
+            assert_eq!(
+                facts(sql).database,
+                Some(DatabaseStmt::Alter {
+                    name: name.into(),
+                    new_name
+                }),
+                "{sql}"
+            );
+        }
+        assert_eq!(facts("alter table t owner to bob").database, None);
         assert_eq!(facts("select 1"), DdlFacts::default());
     }
 }

@@ -1,7 +1,8 @@
-//! `CREATE DATABASE` and `DROP DATABASE` through the endpoint of a cluster with several shard
-//! groups: every group must hold the same databases (a session's statements may run on any
-//! group, and distributing a table there needs every group), so both reach every group's
-//! primary, as the client's role. Neither can run inside a transaction, so they run group
+//! `CREATE`, `ALTER` and `DROP DATABASE` through the endpoint of a cluster with several shard
+//! groups: every group must hold the same databases with the same settings (a session's
+//! statements may run on any group, and distributing a table there needs every group), so all
+//! three reach every group's primary, as the client's role. ALTER runs in the two-phase commit
+//! of DDL. Neither can run inside a transaction, so they run group
 //! after group: a CREATE that fails on one group is dropped again where it ran; a DROP is
 //! checked on every group first (the database exists there, the role may drop it, nobody else
 //! is connected, unless `WITH (FORCE)`), then dropped group after group. The residual window:
@@ -43,6 +44,18 @@ impl Session {
                 let outcome = self.drop_database(&sql, name, *force).await;
                 self.ctx.forget_map(name);
                 ("DROP DATABASE", outcome)
+            }
+            DatabaseStmt::Alter { name, new_name } => {
+                // Settings (time zone, search_path …) and names must be the same on every
+                // group, or each would answer its statements differently: all or none, in
+                // the two-phase commit of DDL (SET TABLESPACE, which cannot run in a
+                // transaction, fails there as it would in one).
+                let outcome = self.ddl_two_phase(&sql).await;
+                self.ctx.forget_map(name);
+                if let Some(new_name) = new_name {
+                    self.ctx.forget_map(new_name);
+                }
+                ("ALTER DATABASE", outcome)
             }
         };
         self.ddl_done(unit, tag, outcome).await

@@ -42,7 +42,7 @@ pub(super) enum UnitRoute {
     Role(&'static str),
     /// DDL outside a transaction, group after group (and its undo where it ran, on failure).
     EachGroup(&'static str, String),
-    /// CREATE or DROP DATABASE: every group, one after the other.
+    /// CREATE, ALTER or DROP DATABASE: every group.
     Database(herd_sql::DatabaseStmt),
     /// A SELECT every group answers, merged.
     FanOut(herd_sql::FanOut),
@@ -505,9 +505,9 @@ fn role_statement(sql: &[u8]) -> Option<&'static str> {
     })
 }
 
-/// CREATE or DROP DATABASE, `None` for anything else.
+/// CREATE, ALTER or DROP DATABASE, `None` for anything else.
 fn database_statement(sql: &[u8]) -> Option<herd_sql::DatabaseStmt> {
-    if !first_word_is(sql, &["create", "drop"]) {
+    if !first_word_is(sql, &["create", "drop", "alter"]) {
         return None;
     }
     herd_sql::key_facts(&String::from_utf8_lossy(sql))?
@@ -515,8 +515,8 @@ fn database_statement(sql: &[u8]) -> Option<herd_sql::DatabaseStmt> {
         .database
 }
 
-/// CREATE or DROP DATABASE through the extended protocol is refused: it must reach every
-/// group, one after the other, which the endpoint does for a simple query.
+/// CREATE, ALTER or DROP DATABASE through the extended protocol is refused: it must reach
+/// every group, which the endpoint does for a simple query.
 fn refuse_extended_database_statement(unit: &[u8]) -> Result<(), ProxyError> {
     let mut rest = unit;
     while let Some((frame, used)) = split_frame(rest, usize::MAX)? {
@@ -524,8 +524,8 @@ fn refuse_extended_database_statement(unit: &[u8]) -> Result<(), ProxyError> {
         if frame.tag == tag::PARSE && database_statement(Parse::decode(frame.body)?.query).is_some()
         {
             return Err(not_supported(
-                "CREATE DATABASE and DROP DATABASE run on every shard group, one after the \
-                 other: send them as a simple query (not prepared), outside a transaction block"
+                "CREATE, ALTER and DROP DATABASE run on every shard group: send them as a simple \
+                 query (not prepared), outside a transaction block"
                     .into(),
             ));
         }
