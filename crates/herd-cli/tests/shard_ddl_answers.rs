@@ -1,11 +1,13 @@
 //! Issue #38 on a 2-group cluster: DDL and collations never give an answer one PostgreSQL
 //! server would not. Uniqueness that leaves out the shard key is refused (at distribution and
 //! at later DDL) where one server would raise 23505; column collations (a user-created,
-//! case-insensitive ICU one) reach every group, a nondeterministic shard key is refused, and
-//! what the proxy would merge or combine under another collation is refused; an ICU database
-//! default counts as non-byte order; CREATE/DROP DATABASE reach every group; VACUUM, ANALYZE
-//! and RENAME COLUMN run on every group; other DDL is refused naming the construct. "One
-//! server" is group 0's primary, reached directly, holding a plain copy of the same rows.
+//! case-insensitive ICU one) reach every group, a nondeterministic shard key is refused,
+//! GROUP BY / DISTINCT / count(DISTINCT) across groups answer under the column's collation and
+//! what the proxy cannot (min/max, ORDER BY) is refused; an ICU database default counts as
+//! non-byte order; CREATE/ALTER/DROP DATABASE reach every group, and a group added later gets
+//! the collations and ICU databases; VACUUM, ANALYZE and RENAME COLUMN run on every group;
+//! other DDL is refused naming the construct. "One server" is group 0's primary, reached
+//! directly, holding a plain copy of the same rows.
 
 mod common;
 
