@@ -596,7 +596,9 @@ async fn distributed_table_routed_by_key() {
         .await
         .expect("duplicates on one group");
     let e = client
-        .batch_execute("create unique index concurrently orders_unique_note on orders (note)")
+        .batch_execute(
+            "create unique index concurrently orders_unique_note on orders (customer_id, note)",
+        )
         .await
         .expect_err("duplicates on one group");
     assert_eq!(e.code(), Some(&SqlState::UNIQUE_VIOLATION), "{e}");

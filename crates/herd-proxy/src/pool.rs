@@ -329,6 +329,18 @@ impl Pools {
         pool
     }
 
+    /// Closes the idle connections of every pool to `database` (on any node): a database
+    /// cannot be dropped while the proxy keeps sessions open on it.
+    pub fn clear_idle_of_database(&self, database: &str) {
+        let pools = match self.pools.lock() {
+            Ok(p) => p,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        for p in pools.values().filter(|p| p.key.database == database) {
+            p.clear_idle();
+        }
+    }
+
     /// Every pool's figures, for metrics.
     pub fn snapshot(&self) -> Vec<PoolStats> {
         let pools = match self.pools.lock() {

@@ -141,7 +141,18 @@ impl ProxyContext {
             if let Err(e) = self.sync_roles(database, &[]).await {
                 tracing::warn!(error = %e, "copying roles to the other shard groups");
             }
-            let clients = self.group_clients(database).await?;
+            let clients = match self.each_group_client(database).await {
+                Ok(c) => c,
+                Err(e) => match self.missing_database(database, e).await {
+                    // On group 0 only, nothing distributed: everything runs there, as before
+                    // sharding (one server's answers).
+                    Err(e) if self.nothing_distributed(database).await => {
+                        tracing::warn!(database, error = %e, "a database of shard group 0 only");
+                        return Ok(self.install_empty_map(database));
+                    }
+                    Err(e) | Ok(e) => return Err(e),
+                },
+            };
             recover(self, &clients).await?;
             if !self.adding_group() && add_group::guards_left(&clients[0]).await {
                 // A group addition stopped in the middle (its supervisor with it): its
@@ -174,6 +185,13 @@ impl ProxyContext {
         Ok(map)
     }
 
+    /// Forgets the cached map of `database` (dropped, or created again).
+    pub(crate) fn forget_map(&self, database: &str) {
+        if let Ok(mut m) = self.shard_maps.maps.lock() {
+            m.remove(database);
+        }
+    }
+
     /// Admin connections to every group's primary and the map they hold, with any change left
     /// in doubt resolved first (the caller holds the `changing` lock).
     async fn current_map(&self, database: &str) -> Result<(Vec<Client>, ShardMap), ProxyError> {
@@ -185,8 +203,85 @@ impl ProxyContext {
         Ok((clients, current))
     }
 
-    /// Admin connections to every group's primary, on `database`.
+    /// Admin connections to every group's primary, on `database`; a database that exists on
+    /// some groups only is named as such.
     async fn group_clients(&self, database: &str) -> Result<Vec<Client>, ProxyError> {
+        match self.each_group_client(database).await {
+            Ok(c) => Ok(c),
+            Err(e) => Err(self
+                .missing_database(database, e)
+                .await
+                .unwrap_or_else(|e| e)),
+        }
+    }
+
+    /// `e` (a failure to reach a group on `database`) as the refusal it is when the database
+    /// is missing on some groups (`Err`), or `e` itself (`Ok`): a database created directly on
+    /// group 0 (or through an endpoint that did not create databases on every group yet)
+    /// otherwise fails with an unreachable group's 57P03.
+    async fn missing_database(
+        &self,
+        database: &str,
+        e: ProxyError,
+    ) -> Result<ProxyError, ProxyError> {
+        let mut missing = Vec::new();
+        for g in 1..self.groups() {
+            let Ok(c) = self
+                .group_client(g, "postgres", "to list its databases")
+                .await
+            else {
+                continue;
+            };
+            let absent = c
+                .query_one(
+                    "SELECT NOT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)",
+                    &[&database],
+                )
+                .await
+                .is_ok_and(|r| r.get::<_, bool>(0));
+            if absent {
+                missing.push(g.to_string());
+            }
+        }
+        if missing.is_empty() {
+            return Ok(e);
+        }
+        Err(refused(
+            "0A000",
+            format!(
+                "database {database} is missing on shard group(s) {} (it was created directly on \
+                 group 0, or through an endpoint that created databases on group 0 only), so no \
+                 table can be distributed in it: create it on those groups too (CREATE DATABASE \
+                 through `herd url --group G --primary`, with group 0's owner and locale)",
+                missing.join(", ")
+            ),
+        ))
+    }
+
+    /// `database` has no distributed or reference table (read on group 0).
+    async fn nothing_distributed(&self, database: &str) -> bool {
+        match self
+            .group_client(0, database, "to read the shard map")
+            .await
+        {
+            Ok(c) => read_map(&c)
+                .await
+                .is_ok_and(|m| m.is_none_or(|m| m.tables.is_empty())),
+            Err(_) => false,
+        }
+    }
+
+    /// Caches and returns an empty map for `database`.
+    fn install_empty_map(&self, database: &str) -> Arc<ShardMap> {
+        let map = Arc::new(ShardMap::new(self.groups(), DEFAULT_SHARD_COUNT));
+        if let Ok(mut m) = self.shard_maps.maps.lock() {
+            m.insert(database.to_string(), map.clone());
+        }
+        map
+    }
+
+    /// Admin connections to every group's primary, on `database`.
+    async fn each_group_client(&self, database: &str) -> Result<Vec<Client>, ProxyError> {
         let mut clients = Vec::new();
         for g in 0..self.groups() {
             clients.push(
@@ -300,6 +395,8 @@ impl ProxyContext {
             ("create_distributed_table", [table, column]) => {
                 let (name, key_type) = describe_key(&clients[0], table, column).await?;
                 check_new(&current, &name)?;
+                check_key_collation(&clients[0], &name, column).await?;
+                check_uniqueness(&clients[0], &name, column).await?;
                 check_empty(&clients, &name).await?;
                 next.tables.insert(
                     name.clone(),
@@ -553,6 +650,70 @@ async fn describe_key(
         )
     })?;
     Ok((name, key_type))
+}
+
+/// A shard key whose collation is nondeterministic (case- or accent-insensitive) is refused:
+/// values it holds equal ('a' and 'A') hash differently and would live on different groups.
+async fn check_key_collation(client: &Client, name: &str, column: &str) -> Result<(), ProxyError> {
+    let row = client
+        .query_opt(
+            "SELECT c.collname::text FROM pg_attribute a JOIN pg_collation c ON c.oid = a.attcollation \
+             WHERE a.attrelid = to_regclass($1) AND a.attname = $2 AND NOT c.collisdeterministic",
+            &[&name, &column],
+        )
+        .await
+        .map_err(|e| failed("looking up the key column's collation", e))?;
+    match row {
+        None => Ok(()),
+        Some(r) => Err(refused(
+            "0A000",
+            format!(
+                "{name}.{column} has the nondeterministic collation {}: values it holds equal \
+                 (such as 'a' and 'A') hash differently, so they would live on different shard \
+                 groups; distribute by a column with a deterministic collation (for instance \
+                 one that stores lower({column})), or make {name} a reference table",
+                r.get::<_, String>(0)
+            ),
+        )),
+    }
+}
+
+/// Every UNIQUE, PRIMARY KEY and EXCLUDE constraint and unique index of the table must compare
+/// the shard key for equality: otherwise each group enforces it over its own rows only (the
+/// same value could be stored once per group, where one server raises 23505).
+async fn check_uniqueness(client: &Client, name: &str, column: &str) -> Result<(), ProxyError> {
+    let row = client
+        .query_opt(
+            "WITH k AS (SELECT attnum FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = $2)
+             SELECT CASE c.contype WHEN 'p' THEN 'PRIMARY KEY' WHEN 'u' THEN 'UNIQUE'
+                                   WHEN 'x' THEN 'EXCLUDE' ELSE 'CREATE UNIQUE INDEX' END,
+                    coalesce(c.conname::text, ir.relname::text)
+             FROM pg_index i JOIN pg_class ir ON ir.oid = i.indexrelid
+             LEFT JOIN pg_constraint c ON c.conindid = i.indexrelid AND c.conrelid = i.indrelid
+                                      AND c.contype IN ('p', 'u', 'x')
+             WHERE i.indrelid = to_regclass($1) AND (i.indisunique OR c.contype = 'x')
+               AND NOT CASE WHEN c.contype = 'x' THEN EXISTS (
+                       SELECT 1 FROM unnest(c.conkey, c.conexclop) AS e(att, op)
+                       JOIN pg_operator o ON o.oid = e.op
+                       WHERE e.att = (SELECT attnum FROM k) AND o.oprname = '=')
+                   ELSE EXISTS (
+                       SELECT 1 FROM unnest(i.indkey::int2[]) WITH ORDINALITY AS e(att, n)
+                       WHERE e.att = (SELECT attnum FROM k) AND e.n <= i.indnkeyatts) END
+             LIMIT 1",
+            &[&name, &column],
+        )
+        .await
+        .map_err(|e| failed("reading the table's unique constraints", e))?;
+    match row {
+        None => Ok(()),
+        Some(r) => {
+            let (what, constraint): (String, String) = (r.get(0), r.get(1));
+            Err(refused(
+                "0A000",
+                herd_shard::uniqueness_message(&what, Some(&constraint), name, column, false),
+            ))
+        }
+    }
 }
 
 fn check_new(map: &ShardMap, name: &str) -> Result<(), ProxyError> {

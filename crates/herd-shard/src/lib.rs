@@ -16,4 +16,7 @@ pub use copy::{CopyError, CopyFormat, CopySplitter, Routed};
 pub use hash::{partition_hash, shard_sql, virtual_shard, KeyType, KeyValue, ParseKeyError};
 pub use map::{qualified, rebalance, ShardMap, ShardMove, TableKind, DEFAULT_SHARD_COUNT, PAUSED};
 pub use names::{path_schemas, Body, Names, SearchPath};
-pub use plan::{param_type_alike, plan, plan_several, CopyIn, CopyOut, ParamValue, Plan};
+pub use plan::{
+    param_type_alike, plan, plan_several, shared_object_plan, uniqueness_message, CopyIn, CopyOut,
+    ParamValue, Plan,
+};

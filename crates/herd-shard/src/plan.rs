@@ -10,6 +10,7 @@ use crate::{KeyType, KeyValue, ShardMap, TableKind};
 mod ddl;
 
 use ddl::ddl_plan;
+pub use ddl::{shared_object_plan, uniqueness_message};
 
 /// A parameter's value as a Bind carries it.
 #[derive(Debug, Clone, PartialEq, Eq)]

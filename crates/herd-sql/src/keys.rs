@@ -127,6 +127,8 @@ pub struct KeyFacts {
     /// both), at any depth of the FROM clause: a row of that side appears in the answer even
     /// when nothing on the other side matches it.
     pub outer_joins: Vec<OuterSide>,
+    /// DDL facts (uniqueness, renames, VACUUM, databases) of a utility statement.
+    pub ddl: Option<Box<crate::DdlFacts>>,
 }
 
 /// The preserved side of an outer join and the side it is joined to, each as every table
@@ -170,7 +172,9 @@ pub fn key_facts(sql: &str) -> Option<KeyFacts> {
     }
     let node: &Node = stmts[0].stmt.as_ref()?;
     let value = serde_json::to_value(node).ok()?;
-    Some(facts_of(value.get("node")?))
+    let mut facts = facts_of(value.get("node")?);
+    facts.ddl = crate::ddl::ddl_facts(node).map(Box::new);
+    Some(facts)
 }
 
 fn facts_of(node: &Value) -> KeyFacts {
@@ -202,6 +206,7 @@ fn facts_of(node: &Value) -> KeyFacts {
         copy: None,
         modifying_cte: modifying_cte(node),
         outer_joins: Vec::new(),
+        ddl: None,
     };
     if let Some(body) = ["SelectStmt", "InsertStmt", "UpdateStmt", "DeleteStmt"]
         .iter()

@@ -102,6 +102,10 @@ impl Session {
                     self.run_each_group(&unit, tag, &undo).await?;
                     return Ok(true);
                 }
+                Ok(super::shard::UnitRoute::Database(stmt)) => {
+                    self.run_database_statement(&unit, stmt).await?;
+                    return Ok(true);
+                }
                 Ok(super::shard::UnitRoute::Role(tag)) => {
                     self.run_role_statement(&unit, tag).await?;
                     return Ok(true);

@@ -109,6 +109,8 @@ struct Partial {
     params: Option<Vec<u8>>,
     /// Column type OIDs.
     types: Vec<u32>,
+    /// Each column's source (table OID, column number; 0, 0 for an expression).
+    sources: Vec<(u32, i16)>,
     /// Rows, values in text.
     rows: Vec<Vec<Option<Vec<u8>>>>,
 }
@@ -119,7 +121,11 @@ async fn read_partial(s: &mut Stream<'_>) -> Result<Partial, ProxyError> {
     while let Some((t, body)) = s.next().await? {
         match t {
             b't' => p.params = Some(body),
-            b'T' => p.types = fields(&body)?.iter().map(|f| f.type_oid).collect(),
+            b'T' => {
+                let described = fields(&body)?;
+                p.types = described.iter().map(|f| f.type_oid).collect();
+                p.sources = described.iter().map(|f| (f.table, f.column)).collect();
+            }
             b'D' if error.is_none() => p.rows.push(
                 row_values(&body)?
                     .into_iter()
@@ -151,6 +157,7 @@ impl Session {
         streams: &mut [Stream<'_>],
         batch: &Batch,
         combine: &Combine,
+        partial_sql: &str,
         status: u8,
         out: &mut Vec<u8>,
     ) -> Result<(), ProxyError> {
@@ -161,6 +168,7 @@ impl Session {
         let Some(first) = partials.first() else {
             return Ok(());
         };
+        let collations = self.partial_collations(first, partial_sql).await?;
         let types = first.types.clone();
         let client_types = first.params.as_deref().map(param_types).unwrap_or_default();
         let rows: Vec<&Vec<Option<Vec<u8>>>> = partials.iter().flat_map(|p| &p.rows).collect();
@@ -176,7 +184,7 @@ impl Session {
             )));
         }
         let final_sql = combine
-            .final_sql(&types, client_types.len() + 1, rows.len())
+            .final_sql_collated(&types, &collations, client_types.len() + 1, rows.len())
             .map_err(not_supported)?;
         // The partial values (and herd_keep), typed like the partial columns.
         let mut value_types = Vec::new();
@@ -260,6 +268,56 @@ impl Session {
             }
         }
         error.map_or(Ok(()), Err)
+    }
+}
+
+impl Session {
+    /// The collation each partial column's values take in the final query (`None`: the
+    /// database's default, which parameters have). A column of a table keeps its own (see
+    /// [`crate::ProxyContext::column_collations`]); text computed by an expression
+    /// (`min(name)`, `upper(name)`) over a table with a column of another collation is
+    /// refused, since the RowDescription does not say which collation it has.
+    async fn partial_collations(
+        &self,
+        partial: &Partial,
+        partial_sql: &str,
+    ) -> Result<Vec<Option<String>>, ProxyError> {
+        let text: Vec<bool> = partial
+            .types
+            .iter()
+            .map(|t| crate::merge::is_text(*t))
+            .collect();
+        if !text.contains(&true) {
+            return Ok(Vec::new());
+        }
+        if text
+            .iter()
+            .zip(&partial.sources)
+            .any(|(t, s)| *t && s.0 == 0)
+        {
+            let tables: Vec<String> = herd_sql::key_facts(partial_sql)
+                .map(|f| f.tables.into_iter().map(|t| t.name).collect())
+                .unwrap_or_default();
+            if let Some(collation) = self
+                .ctx
+                .non_default_collation_in(&self.database, &tables)
+                .await?
+            {
+                return Err(not_supported(format!(
+                    "text computed across shard groups (min, max, or an expression over a \
+                     column) is combined under the database's default collation; the table \
+                     has collation {collation}, under which equal values and order may differ: \
+                     group or aggregate the column itself, or add a condition on the shard key \
+                     to read one group"
+                )));
+            }
+        }
+        let columns: Vec<(u32, i16)> = text
+            .iter()
+            .zip(&partial.sources)
+            .map(|(t, s)| if *t && s.0 != 0 { *s } else { (0, 0) })
+            .collect();
+        self.ctx.column_collations(&self.database, &columns).await
     }
 }
 

@@ -57,7 +57,7 @@ impl Session {
     }
 
     /// Answers DDL run on every group: its tag, or its failure.
-    async fn ddl_done(
+    pub(super) async fn ddl_done(
         &mut self,
         unit: &[u8],
         tag_text: &str,
@@ -121,7 +121,7 @@ impl Session {
         Ok(())
     }
 
-    async fn ddl_two_phase(&mut self, sql: &str) -> Result<(), ProxyError> {
+    pub(super) async fn ddl_two_phase(&mut self, sql: &str) -> Result<(), ProxyError> {
         let gid = super::two_phase::ddl_gid("");
         let mut leases = self.primary_leases().await?;
         let body = sql.trim().trim_end_matches(';');

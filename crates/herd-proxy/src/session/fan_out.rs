@@ -285,7 +285,10 @@ impl Session {
             s.lease.conn.send_own(request).await?;
         }
         match &plan.combine {
-            Some(combine) => self.combine(streams, batch, combine, status, out).await,
+            Some(combine) => {
+                self.combine(streams, batch, combine, &plan.sql, status, out)
+                    .await
+            }
             None => {
                 let rows = self
                     .merge(streams, batch, plan, (limit, offset), out)

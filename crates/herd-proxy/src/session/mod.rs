@@ -12,6 +12,7 @@ mod bound;
 mod combine;
 mod copy;
 mod copy_out;
+mod database;
 mod ddl;
 mod ending;
 mod explain;

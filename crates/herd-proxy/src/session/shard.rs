@@ -42,6 +42,8 @@ pub(super) enum UnitRoute {
     Role(&'static str),
     /// DDL outside a transaction, group after group (and its undo where it ran, on failure).
     EachGroup(&'static str, String),
+    /// CREATE, ALTER or DROP DATABASE: every group.
+    Database(herd_sql::DatabaseStmt),
     /// A SELECT every group answers, merged.
     FanOut(herd_sql::FanOut),
     /// EXPLAIN (its options) of such a SELECT: the merge step, then a group's plan.
@@ -118,16 +120,22 @@ impl Session {
     /// Where `unit` must run, by the map as it is now; `None` while a shard it touches is
     /// switching groups.
     async fn unit_route_once(&mut self, unit: &[u8]) -> Result<Option<UnitRoute>, ProxyError> {
-        // Role statements alone outside a transaction, whether or not anything is distributed.
+        // Role and database statements alone outside a transaction, whether or not anything
+        // is distributed.
         if !self.in_transaction() {
             if let Some((frame, used)) = split_frame(unit, usize::MAX)? {
                 if used == unit.len() && frame.tag == tag::QUERY {
-                    if let Some(tag) = role_statement(Query::decode(frame.body)?.sql) {
+                    let sql = Query::decode(frame.body)?.sql;
+                    if let Some(tag) = role_statement(sql) {
                         return Ok(Some(UnitRoute::Role(tag)));
+                    }
+                    if let Some(stmt) = database_statement(sql) {
+                        return Ok(Some(UnitRoute::Database(stmt)));
                     }
                 }
             }
         }
+        refuse_extended_database_statement(unit)?;
         let Some(map) = self.active_map().await? else {
             return Ok(Some(UnitRoute::Group(None)));
         };
@@ -527,6 +535,34 @@ fn role_statement(sql: &[u8]) -> Option<&'static str> {
     })
 }
 
+/// CREATE, ALTER or DROP DATABASE, `None` for anything else.
+fn database_statement(sql: &[u8]) -> Option<herd_sql::DatabaseStmt> {
+    if !first_word_is(sql, &["create", "drop", "alter"]) {
+        return None;
+    }
+    herd_sql::key_facts(&String::from_utf8_lossy(sql))?
+        .ddl?
+        .database
+}
+
+/// CREATE, ALTER or DROP DATABASE through the extended protocol is refused: it must reach
+/// every group, which the endpoint does for a simple query.
+fn refuse_extended_database_statement(unit: &[u8]) -> Result<(), ProxyError> {
+    let mut rest = unit;
+    while let Some((frame, used)) = split_frame(rest, usize::MAX)? {
+        rest = &rest[used..];
+        if frame.tag == tag::PARSE && database_statement(Parse::decode(frame.body)?.query).is_some()
+        {
+            return Err(not_supported(
+                "CREATE, ALTER and DROP DATABASE run on every shard group: send them as a simple \
+                 query (not prepared), outside a transaction block"
+                    .into(),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// The SQL of `unit`'s first message, a simple query.
 pub(super) fn lone_query(unit: &[u8]) -> Result<Option<String>, ProxyError> {
     Ok(match split_frame(unit, usize::MAX)? {
@@ -594,6 +630,9 @@ pub(super) fn plan_sql(
         .flat_map(|s| s.relations.iter().cloned())
         .collect();
     let mut facts = herd_sql::key_facts(&text);
+    if let Some(shared) = herd_shard::shared_object_plan(facts.as_ref(), map) {
+        return shared;
+    }
     if let Some(r) = names {
         let functions: Vec<String> = classification
             .statements

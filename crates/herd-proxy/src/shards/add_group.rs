@@ -234,7 +234,7 @@ impl ProxyContext {
     }
 
     /// Creates on group `group` every database of group 0 it lacks (same owner, encoding and
-    /// locale); group 0's databases, and those created.
+    /// locale, ICU's included); group 0's databases, and those created.
     async fn copy_databases(&self, group: u32) -> Result<(Vec<String>, Vec<String>), ProxyError> {
         let source = self
             .group_client(0, "postgres", "to read its databases")
@@ -246,8 +246,9 @@ impl ProxyContext {
         let rows = source
             .query(
                 "SELECT datname, pg_get_userbyid(datdba)::text, pg_encoding_to_char(encoding)::text, \
-                 datcollate::text, datctype::text FROM pg_database \
-                 WHERE datallowconn AND NOT datistemplate ORDER BY datname",
+                 datcollate::text, datctype::text, datlocprovider::text, \
+                 coalesce(to_jsonb(d)->>'daticulocale', to_jsonb(d)->>'datlocale', '') \
+                 FROM pg_database d WHERE datallowconn AND NOT datistemplate ORDER BY datname",
                 &[],
             )
             .await
@@ -261,8 +262,15 @@ impl ProxyContext {
             }
             let (owner, encoding, collate, ctype): (String, String, String, String) =
                 (r.get(1), r.get(2), r.get(3), r.get(4));
+            let (provider, icu_locale): (String, String) = (r.get(5), r.get(6));
+            // An ICU default collation too: text compares and sorts the same on every group.
+            let icu = if provider == "i" {
+                format!(" LOCALE_PROVIDER icu ICU_LOCALE {}", literal(&icu_locale))
+            } else {
+                String::new()
+            };
             let sql = format!(
-                "CREATE DATABASE {} OWNER {} TEMPLATE template0 ENCODING {} LC_COLLATE {} LC_CTYPE {}",
+                "CREATE DATABASE {} OWNER {} TEMPLATE template0 ENCODING {} LC_COLLATE {} LC_CTYPE {}{icu}",
                 ident(&name),
                 ident(&owner),
                 literal(&encoding),

@@ -6,7 +6,9 @@ use super::failed;
 use crate::{ProxyContext, ProxyError};
 
 /// Collations whose order is byte order (PostgreSQL's "C" and "POSIX"; glibc's C.UTF-8
-/// compares code points, which is UTF-8's byte order).
+/// compares code points, which is UTF-8's byte order). A database whose default is an ICU
+/// locale is described as `ICU <locale>` (its `datcollate` only serves libc functions such as
+/// `lower`, and may well be "C"), which no ICU collation is.
 fn bytewise_collation(name: &str, collate: &str) -> bool {
     matches!(name, "C" | "POSIX" | "ucs_basic")
         || matches!(collate, "C" | "POSIX" | "C.UTF-8" | "C.utf8")
@@ -43,7 +45,10 @@ impl ProxyContext {
             let rows = client
                 .query(
                     "SELECT x.rel, x.att, coalesce(c.collname::text, ''), coalesce(c.collcollate, ''), \
-                            (SELECT datcollate::text FROM pg_database WHERE datname = current_database()) \
+                            (SELECT CASE WHEN d.datlocprovider = 'i' \
+                                         THEN 'ICU ' || coalesce(to_jsonb(d)->>'daticulocale', to_jsonb(d)->>'datlocale', '') \
+                                         ELSE d.datcollate::text END \
+                             FROM pg_database d WHERE d.datname = current_database()) \
                      FROM unnest($1::oid[], $2::int2[]) AS x(rel, att) \
                      LEFT JOIN pg_attribute a ON a.attrelid = x.rel AND a.attnum = x.att \
                      LEFT JOIN pg_collation c ON c.oid = a.attcollation AND c.collname <> 'default'",
@@ -140,6 +145,61 @@ impl ProxyContext {
         Ok(found)
     }
 
+    /// For the columns of a cross-group aggregate's partial rows, given as (table OID, column
+    /// number) from the RowDescription: each column's collation (quoted, qualified) when it is
+    /// not the database's default, so the final query — whose parameters have the default —
+    /// can give their values the column's own. Not cached: asked only for such aggregates,
+    /// which make a second round trip anyway.
+    pub async fn column_collations(
+        &self,
+        database: &str,
+        columns: &[(u32, i16)],
+    ) -> Result<Vec<Option<String>>, ProxyError> {
+        let client = self
+            .group_client(0, database, "to read the columns' collations")
+            .await?;
+        let rels: Vec<u32> = columns.iter().map(|c| c.0).collect();
+        let atts: Vec<i16> = columns.iter().map(|c| c.1).collect();
+        let rows = client
+            .query(
+                "SELECT (SELECT quote_ident(n.nspname) || '.' || quote_ident(c.collname) \
+                         FROM pg_attribute a JOIN pg_collation c ON c.oid = a.attcollation \
+                         JOIN pg_namespace n ON n.oid = c.collnamespace \
+                         WHERE a.attrelid = x.rel AND a.attnum = x.att \
+                           AND a.attcollation NOT IN (0, 100)) \
+                 FROM unnest($1::oid[], $2::int2[]) WITH ORDINALITY AS x(rel, att, n) ORDER BY x.n",
+                &[&rels, &atts],
+            )
+            .await
+            .map_err(|e| failed("reading the columns' collations", e))?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
+    }
+
+    /// A text column of `tables` whose collation is not the database's default, if any: an
+    /// expression over the tables' columns (`min(name)`, `upper(name)`) may have it, and the
+    /// RowDescription does not say which.
+    pub async fn non_default_collation_in(
+        &self,
+        database: &str,
+        tables: &[String],
+    ) -> Result<Option<String>, ProxyError> {
+        let client = self
+            .group_client(0, database, "to read the tables' collations")
+            .await?;
+        let row = client
+            .query_opt(
+                "SELECT c.collname::text || ' (column ' || a.attname || ' of ' || a.attrelid::regclass::text || ')' \
+                 FROM pg_attribute a JOIN pg_collation c ON c.oid = a.attcollation \
+                 WHERE a.attcollation NOT IN (0, 100) AND a.attnum > 0 AND NOT a.attisdropped \
+                   AND a.attrelid IN (SELECT to_regclass(t) FROM unnest($1::text[]) t) \
+                 LIMIT 1",
+                &[&tables],
+            )
+            .await
+            .map_err(|e| failed("reading the tables' collations", e))?;
+        Ok(row.map(|r| r.get(0)))
+    }
+
     /// The columns of `table` whose value an INSERT that leaves them out computes (identity,
     /// or a default that is not a constant: `nextval`, `now()` …).
     pub async fn computed_defaults(
@@ -164,5 +224,22 @@ impl ProxyContext {
             .await
             .map_err(|e| failed("reading the table's column defaults", e))?;
         Ok(rows.iter().map(|r| r.get(0)).collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::bytewise_collation;
+
+    #[test]
+    fn byte_order_collations() {
+        assert!(bytewise_collation("", "C"));
+        assert!(bytewise_collation("", "C.UTF-8"));
+        assert!(bytewise_collation("C", ""));
+        assert!(!bytewise_collation("", "en_US.UTF-8"));
+        // An ICU default, whatever its datcollate: never byte order.
+        assert!(!bytewise_collation("", "ICU und"));
+        assert!(!bytewise_collation("", "ICU en-US"));
+        assert!(!bytewise_collation("ci", ""));
     }
 }

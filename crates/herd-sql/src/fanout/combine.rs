@@ -52,6 +52,20 @@ impl Combine {
         first_param: usize,
         rows: usize,
     ) -> Result<String, String> {
+        self.final_sql_collated(types, &[], first_param, rows)
+    }
+
+    /// [`Combine::final_sql`], the values of partial column i given collation
+    /// `collations[i]` (a quoted name) where it is `Some`: a parameter has the database's
+    /// default collation, and the final query must group, compare and order a column's values
+    /// as the column's own collation does (a case-insensitive one groups 'a' with 'A').
+    pub fn final_sql_collated(
+        &self,
+        types: &[u32],
+        collations: &[Option<String>],
+        first_param: usize,
+        rows: usize,
+    ) -> Result<String, String> {
         if types.len() != self.columns {
             return Err("a shard group answered the partial query with other columns".into());
         }
@@ -85,7 +99,13 @@ impl Combine {
         let mut values = Vec::new();
         for r in 0..rows.max(1) {
             let cells: Vec<String> = (0..width)
-                .map(|c| format!("${}", first_param + r * width + c))
+                .map(|c| {
+                    let param = format!("${}", first_param + r * width + c);
+                    match collations.get(c).and_then(Option::as_deref) {
+                        Some(collation) => format!("{param} COLLATE {collation}"),
+                        None => param,
+                    }
+                })
                 .collect();
             values.push(format!("({})", cells.join(", ")));
         }

@@ -193,6 +193,16 @@ fn distinct_and_expressions_over_keys_and_aggregates() {
         "SELECT DISTINCT c0 AS grp, c1 AS name FROM (VALUES ($1, $2, $3)) AS herd_partial(c0, c1, herd_keep) \
          WHERE herd_keep GROUP BY c0, c1 ORDER BY name"
     );
+    // A column of another collation keeps it in the final query.
+    let sql = c
+        .final_sql_collated(&[23, 25], &[None, Some("\"public\".\"ci\"".into())], 1, 2)
+        .expect("final");
+    assert!(
+        sql.contains(
+            "(VALUES ($1, $2 COLLATE \"public\".\"ci\", $3), ($4, $5 COLLATE \"public\".\"ci\", $6))"
+        ),
+        "{sql}"
+    );
     let f = plan(
         "select upper(name), coalesce(sum(balance), 0) * 2 + count(*) filter (where flag) \
          from accounts group by upper(name)",
