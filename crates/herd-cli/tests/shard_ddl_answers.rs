@@ -586,7 +586,7 @@ async fn other_ddl(c: &TestCluster, endpoint: &Client) {
         ),
         (
             "create view v as select * from members",
-            "CREATE VIEW over distributed table members",
+            "CREATE VIEW over distributed table public.members",
         ),
         (
             "create table copy_of as select * from members",

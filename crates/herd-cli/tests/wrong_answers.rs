@@ -204,20 +204,36 @@ async fn outer_joins(client: &Client) {
 }
 
 async fn functions_and_views(client: &Client) {
-    client
-        .batch_execute(
-            "create function f_count() returns bigint language sql \
-               as 'select count(*) from customers';
-             create function f_name(k bigint) returns text language plpgsql as $$
-               begin return (select name from customers where id = k); end $$;
-             create function f_regions() returns bigint language plpgsql as $$
-               begin return (select count(*) from regions); end $$;
-             create function f_dynamic() returns bigint language plpgsql as $$
-               declare n bigint; begin
-                 execute 'select count(*) from ' || 'regions' into n; return n; end $$;",
+    // Each alone: a function is created on every group (DDL on every group comes alone).
+    for f in [
+        "create function f_count() returns bigint language sql \
+           as 'select count(*) from customers'",
+        "create function f_name(k bigint) returns text language plpgsql as $$
+           begin return (select name from customers where id = k); end $$",
+        "create function f_regions() returns bigint language plpgsql as $$
+           begin return (select count(*) from regions); end $$",
+        "create function f_dynamic() returns bigint language plpgsql as $$
+           declare n bigint; begin
+             execute 'select count(*) from ' || 'regions' into n; return n; end $$",
+        "create function plus1(bigint) returns bigint language sql immutable \
+           as 'select $1 + 1'",
+        // Its body names a table of group 0 only: created everywhere all the same.
+        "create function f_local() returns bigint language sql \
+           as 'select count(*) from s2.customers'",
+    ] {
+        client.batch_execute(f).await.expect(f);
+    }
+    // A function that reads no table, in a read across groups: every group has it.
+    assert_eq!(
+        count(
+            client,
+            "select count(*) from customers c where plus1(c.id) > 35"
         )
-        .await
-        .expect("functions");
+        .await,
+        6
+    );
+    // One that reads a group-0 table runs on group 0.
+    assert_eq!(count(client, "select f_local()").await, 1);
     refused(
         client,
         "select f_count()",

@@ -129,6 +129,9 @@ pub struct KeyFacts {
     pub outer_joins: Vec<OuterSide>,
     /// DDL facts (uniqueness, renames, VACUUM, databases) of a utility statement.
     pub ddl: Option<Box<crate::DdlFacts>>,
+    /// The command tag of a statement that creates, changes or drops a function, procedure,
+    /// aggregate, type, domain, schema or extension: objects statements on any group may use.
+    pub shared_object: Option<&'static str>,
 }
 
 /// The preserved side of an outer join and the side it is joined to, each as every table
@@ -207,6 +210,7 @@ fn facts_of(node: &Value) -> KeyFacts {
         modifying_cte: modifying_cte(node),
         outer_joins: Vec::new(),
         ddl: None,
+        shared_object: None,
     };
     if let Some(body) = ["SelectStmt", "InsertStmt", "UpdateStmt", "DeleteStmt"]
         .iter()
@@ -288,6 +292,7 @@ fn facts_of(node: &Value) -> KeyFacts {
     } else {
         if let Some((kind, body)) = node.as_object().and_then(|m| m.iter().next()) {
             f.utility = Some(kind.clone());
+            f.shared_object = shared_object_tag(kind, body);
             f.concurrent = body["concurrent"].as_bool() == Some(true);
             f.drop_type = (kind == "DropStmt")
                 .then(|| body["remove_type"].as_i64())
@@ -651,6 +656,56 @@ fn target(v: &Value) -> Target {
 }
 
 /// Whether a subquery appears anywhere under `v`.
+/// The command tag of a statement of kind `kind` (its parse node `body`) that makes, changes
+/// or drops an object other statements use by name and that no table holds: functions,
+/// procedures, aggregates, types, domains, schemas (without elements), extensions.
+fn shared_object_tag(kind: &str, body: &Value) -> Option<&'static str> {
+    use pg_query::protobuf::ObjectType as O;
+    let object = |field: &str| {
+        body[field]
+            .as_i64()
+            .and_then(|t| i32::try_from(t).ok())
+            .and_then(|t| O::try_from(t).ok())
+    };
+    Some(match kind {
+        "CreateFunctionStmt" if body["is_procedure"].as_bool() == Some(true) => "CREATE PROCEDURE",
+        "CreateFunctionStmt" => "CREATE FUNCTION",
+        "AlterFunctionStmt" => match object("objtype")? {
+            O::ObjectProcedure => "ALTER PROCEDURE",
+            O::ObjectRoutine => "ALTER ROUTINE",
+            _ => "ALTER FUNCTION",
+        },
+        "CompositeTypeStmt" | "CreateEnumStmt" | "CreateRangeStmt" => "CREATE TYPE",
+        "AlterEnumStmt" => "ALTER TYPE",
+        "CreateDomainStmt" => "CREATE DOMAIN",
+        "AlterDomainStmt" => "ALTER DOMAIN",
+        "CreateSchemaStmt"
+            if body["schemaElts"].as_array().is_none_or(|e| e.is_empty())
+                && body["schema_elts"].as_array().is_none_or(|e| e.is_empty()) =>
+        {
+            "CREATE SCHEMA"
+        }
+        "CreateExtensionStmt" => "CREATE EXTENSION",
+        "AlterExtensionStmt" => "ALTER EXTENSION",
+        "DefineStmt" => match object("kind")? {
+            O::ObjectAggregate => "CREATE AGGREGATE",
+            O::ObjectType => "CREATE TYPE",
+            _ => return None,
+        },
+        "DropStmt" => match object("remove_type")? {
+            O::ObjectFunction => "DROP FUNCTION",
+            O::ObjectProcedure => "DROP PROCEDURE",
+            O::ObjectRoutine => "DROP ROUTINE",
+            O::ObjectAggregate => "DROP AGGREGATE",
+            O::ObjectType => "DROP TYPE",
+            O::ObjectDomain => "DROP DOMAIN",
+            O::ObjectExtension => "DROP EXTENSION",
+            _ => return None,
+        },
+        _ => return None,
+    })
+}
+
 /// A common table expression anywhere under `v` whose query writes (INSERT, UPDATE, DELETE,
 /// MERGE).
 fn modifying_cte(v: &Value) -> bool {

@@ -20,7 +20,11 @@ impl Session {
         let Some(sql) = lone_query(unit)? else {
             return Ok(());
         };
-        let mut outcome = self.ddl_two_phase(&sql).await;
+        // A function's body is checked on group 0, which holds every table (tables never
+        // distributed live there only); on the others it is taken as it is, as a dump
+        // restores it, so a body naming a group-0 table does not fail the whole creation.
+        let unchecked = matches!(tag_text, "CREATE FUNCTION" | "CREATE PROCEDURE");
+        let mut outcome = self.ddl_two_phase_with(&sql, unchecked).await;
         if outcome.is_ok() && tag_text == "DROP TABLE" {
             // The dropped tables leave the shard map (if this fails, the next load of the map
             // removes them).
@@ -122,16 +126,27 @@ impl Session {
     }
 
     pub(super) async fn ddl_two_phase(&mut self, sql: &str) -> Result<(), ProxyError> {
+        self.ddl_two_phase_with(sql, false).await
+    }
+
+    /// [`Session::ddl_two_phase`]; `unchecked_elsewhere`: groups other than 0 run it with
+    /// `check_function_bodies` off.
+    async fn ddl_two_phase_with(
+        &mut self,
+        sql: &str,
+        unchecked_elsewhere: bool,
+    ) -> Result<(), ProxyError> {
         let gid = super::two_phase::ddl_gid("");
         let mut leases = self.primary_leases().await?;
         let body = sql.trim().trim_end_matches(';');
-        let outcome = match super::two_phase::prepare_all(
-            &mut leases,
-            &gid,
-            &format!("BEGIN; {body};"),
-        )
-        .await
-        {
+        let before = |i: usize| {
+            if unchecked_elsewhere && i > 0 {
+                format!("BEGIN; SET LOCAL check_function_bodies = off; {body};")
+            } else {
+                format!("BEGIN; {body};")
+            }
+        };
+        let outcome = match super::two_phase::prepare_each(&mut leases, &gid, &before).await {
             Ok(()) => super::two_phase::commit_all(&mut leases, &gid, "the change").await,
             Err(e) => Err(e),
         };

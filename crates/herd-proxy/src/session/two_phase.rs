@@ -25,10 +25,19 @@ pub(super) async fn prepare_all<L: BorrowMut<Lease>>(
     gid: &str,
     before: &str,
 ) -> Result<(), ProxyError> {
+    prepare_each(leases, gid, &|_| before.to_string()).await
+}
+
+/// [`prepare_all`] with each lease's own work before the PREPARE (`before(i)` for lease i).
+pub(super) async fn prepare_each<L: BorrowMut<Lease>>(
+    leases: &mut [L],
+    gid: &str,
+    before: &(dyn Fn(usize) -> String + Sync),
+) -> Result<(), ProxyError> {
     for i in 0..leases.len() {
         // Group 0's part carries the decision: committing it commits the whole.
         let decision = if i == 0 { decision(gid) } else { String::new() };
-        let prepare = format!("{before} {decision} PREPARE TRANSACTION '{gid}'");
+        let prepare = format!("{} {decision} PREPARE TRANSACTION '{gid}'", before(i));
         if let Err(e) = leases[i].borrow_mut().conn.internal_query(&prepare).await {
             abort(leases, i, gid).await;
             return Err(e);

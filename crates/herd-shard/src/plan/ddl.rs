@@ -144,8 +144,9 @@ pub(super) fn ddl_plan(f: &KeyFacts, table: &str, map: &ShardMap) -> Plan {
 }
 
 /// Statements on objects every group must share that name no table: `CREATE COLLATION` and
-/// `DROP COLLATION` in a database with distributed or reference tables run on every group
-/// (all or none), so a column of such a table can be given the collation later (`ALTER
+/// `DROP COLLATION`, and functions, procedures, aggregates, types, domains, schemas and
+/// extensions (created, changed, dropped), in a database with distributed or reference
+/// tables run on every group (all or none), so a column of such a table can be given the collation later (`ALTER
 /// TABLE … TYPE … COLLATE`, which runs on every group). `None`: plan the statement as usual.
 pub fn shared_object_plan(facts: Option<&KeyFacts>, map: &ShardMap) -> Option<Plan> {
     let f = facts?;
@@ -155,6 +156,11 @@ pub fn shared_object_plan(facts: Option<&KeyFacts>, map: &ShardMap) -> Option<Pl
     }
     if f.ddl.as_deref().is_some_and(|d| d.creates_collation) {
         return Some(Plan::Everywhere("CREATE COLLATION"));
+    }
+    // Functions, types, domains, schemas and extensions: a statement on every group may use
+    // them (a function in a read across groups), so every group has them.
+    if let Some(tag) = f.shared_object {
+        return Some(Plan::Everywhere(tag));
     }
     (f.utility.as_deref() == Some("DropStmt") && f.drop_type.as_deref() == Some("OBJECT_COLLATION"))
         .then_some(Plan::Everywhere("DROP COLLATION"))
