@@ -171,6 +171,18 @@ pub fn plan(
              INSERT, UPDATE or DELETE as a statement of its own (its RETURNING gives the rows)"
         ));
     }
+    // SELECT … INTO makes a table from rows of distributed tables: the new table would be
+    // made on the one group that answered.
+    if let Some(t) = facts
+        .filter(|f| f.select_into)
+        .and(distributed.first().map(|d| d.0))
+    {
+        return Plan::Refuse(format!(
+            "SELECT … INTO reading distributed table {t} is not supported: the new table would \
+             be made on one shard group from that group's rows; create the table, then \
+             INSERT … SELECT (or distribute it and INSERT … SELECT by key)"
+        ));
+    }
     // GRANT/REVOKE on every table, sequence or function of a schema: each group applies it to
     // what it holds (the distributed tables' copies, their sequences; group 0 its own tables
     // too), so it runs everywhere.

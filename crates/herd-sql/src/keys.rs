@@ -129,6 +129,8 @@ pub struct KeyFacts {
     pub outer_joins: Vec<OuterSide>,
     /// DDL facts (uniqueness, renames, VACUUM, databases) of a utility statement.
     pub ddl: Option<Box<crate::DdlFacts>>,
+    /// A `SELECT … INTO new_table`: it creates a table from its rows.
+    pub select_into: bool,
     /// The command tag of a statement that creates, changes or drops a function, procedure,
     /// aggregate, type, domain, schema or extension: objects statements on any group may use.
     pub shared_object: Option<&'static str>,
@@ -211,6 +213,7 @@ fn facts_of(node: &Value) -> KeyFacts {
         outer_joins: Vec::new(),
         ddl: None,
         shared_object: None,
+        select_into: false,
     };
     if let Some(body) = ["SelectStmt", "InsertStmt", "UpdateStmt", "DeleteStmt"]
         .iter()
@@ -234,6 +237,7 @@ fn facts_of(node: &Value) -> KeyFacts {
     }
     if let Some(s) = node.get("SelectStmt") {
         f.kind = StmtKind::Select;
+        f.select_into = !s["into_clause"].is_null();
         select(s, &mut f);
         f.inner_tables = inner_tables(s, &f.tables);
     } else if let Some(s) = node.get("InsertStmt") {

@@ -628,6 +628,11 @@ fn wrong_answer_classes_are_refused() {
             "select * from generate_series(1, 3) g left join orders o on o.customer_id = g".into(),
             "preserved side of an outer join",
         ),
+        // SELECT … INTO from a distributed table, even by key.
+        (
+            format!("select * into newt from orders where customer_id = {a}"),
+            "SELECT … INTO reading distributed table",
+        ),
         // A key compared through a conversion.
         (
             "select * from users where email = 'k  '::char(12)".into(),
