@@ -1,0 +1,119 @@
+//! The differential test (issue #38, "never a wrong answer across shard groups"): generated
+//! statements run through Herd's endpoint on a 2-group cluster and on one plain PostgreSQL 15
+//! server loaded with the same rows, and the answers are compared. Herd's 0A000 counts as
+//! "refused"; any other difference is "wrong", and the test fails on any wrong answer.
+//!
+//! Statements come from a seeded grammar (`differential/gen.rs`) over distributed, co-located,
+//! reference and local tables (`differential/schema.rs`); each runs in the simple protocol
+//! (parameters inlined as literals, text results) and in the extended one (named prepared
+//! statement with server-inferred types; unnamed statement with declared int2/int4/int8/text
+//! parameter types in binary format; the same in text format; binary results throughout), see
+//! `differential/compare.rs`.
+//!
+//! Bounded by default (seed 38, at most 2000 cases or 150 s). For longer runs set
+//! `HERD_DIFF_MINUTES` (then the case limit is lifted unless `HERD_DIFF_CASES` is set) and
+//! `HERD_DIFF_SEED`, or use `scripts/differential --minutes N --seed S`. `HERD_DIFF_REPORT`
+//! names a file the full report is also written to.
+
+#[path = "common/mod.rs"]
+mod common;
+#[path = "differential/compare.rs"]
+mod compare;
+#[path = "differential/gen.rs"]
+mod gen;
+#[path = "differential/plain.rs"]
+mod plain;
+#[path = "differential/run.rs"]
+mod run;
+#[path = "differential/schema.rs"]
+mod schema;
+
+use std::time::{Duration, Instant};
+
+use common::cluster;
+use compare::Tally;
+use run::{Pair, Side};
+
+/// How long and from which seed to generate.
+struct Budget {
+    seed: u64,
+    cases: u64,
+    time: Duration,
+}
+
+impl Budget {
+    /// From `HERD_DIFF_SEED`, `HERD_DIFF_MINUTES`, `HERD_DIFF_CASES` (bad values are a test
+    /// failure, not silently ignored).
+    fn from_env() -> Budget {
+        let var = |name: &str| -> Option<u64> {
+            std::env::var(name).ok().map(|v| {
+                v.trim()
+                    .parse()
+                    .unwrap_or_else(|_| panic!("{name}={v} is not a whole number"))
+            })
+        };
+        let minutes = var("HERD_DIFF_MINUTES");
+        Budget {
+            seed: var("HERD_DIFF_SEED").unwrap_or(38),
+            cases: var("HERD_DIFF_CASES").unwrap_or(if minutes.is_some() {
+                u64::MAX
+            } else {
+                2000
+            }),
+            time: minutes.map_or(Duration::from_secs(150), |m| Duration::from_secs(m * 60)),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_as_one_server() {
+    let budget = Budget::from_env();
+    let c = cluster();
+    c.up(&["--shards", "2", "--replicas", "0"]);
+    let reference = plain::Plain::start().await;
+    let mut pair = Pair {
+        herd: Side::connect(c.url(&[])).await,
+        plain: Side::connect(reference.url()).await,
+    };
+    let mut tally = Tally::default();
+    run::setup(&mut pair, &mut tally).await;
+    let groups = [
+        c.url(&["--group", "0", "--primary"]),
+        c.url(&["--group", "1", "--primary"]),
+    ];
+    run::probes(&mut pair, &groups, &mut tally).await;
+
+    let mut generator = gen::Gen::new(budget.seed);
+    let started = Instant::now();
+    while tally.cases < budget.cases && started.elapsed() < budget.time {
+        let case = generator.case();
+        tally.cases += 1;
+        for mode in run::modes(&case) {
+            run::run_case(&mut pair, &case, mode, &mut tally).await;
+        }
+        if tally.cases % 200 == 0 {
+            eprintln!(
+                "differential: {} after {:?}",
+                tally.summary(),
+                started.elapsed()
+            );
+        }
+    }
+    let report = format!(
+        "seed {}, {:.0} s of generation\n{}",
+        budget.seed,
+        started.elapsed().as_secs_f64(),
+        tally.report(60)
+    );
+    println!("{report}");
+    if let Ok(path) = std::env::var("HERD_DIFF_REPORT") {
+        std::fs::write(&path, &report).unwrap_or_else(|e| panic!("writing {path}: {e}"));
+    }
+    assert!(tally.cases > 0, "no case generated");
+    assert_eq!(
+        tally.wrong,
+        0,
+        "wrong answers through the endpoint: {}",
+        tally.summary()
+    );
+}

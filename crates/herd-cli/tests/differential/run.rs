@@ -1,0 +1,247 @@
+//! Driving the comparison: the two connections (reconnected when one breaks), the set-up, each
+//! case in its protocol modes, and the probes that read every group's catalog directly.
+
+use tokio_postgres::Client;
+
+use crate::common::try_connect;
+use crate::compare::{judge, simple, statement, Mode, Outcome, Tally, Verdict, Wrong};
+use crate::gen::Case;
+use crate::schema::{self, Where};
+
+/// Wrong answers kept for the report.
+const KEEP_WRONG: usize = 400;
+
+/// One server's connection, remade when it has been closed (a proxy error may end it).
+pub struct Side {
+    url: String,
+    client: Client,
+}
+
+impl Side {
+    /// Connects to `url`; panics when the server cannot be reached at all.
+    pub async fn connect(url: String) -> Side {
+        let client = try_connect(&url)
+            .await
+            .unwrap_or_else(|| panic!("cannot connect to {url}"));
+        Side { url, client }
+    }
+
+    /// The client, reconnected first if its connection has ended.
+    pub async fn client(&mut self) -> &Client {
+        if self.client.is_closed() {
+            eprintln!("differential: reconnecting to {}", self.url);
+            if let Some(c) = try_connect(&self.url).await {
+                self.client = c;
+            }
+        }
+        &self.client
+    }
+}
+
+/// Both connections.
+pub struct Pair {
+    /// Herd's endpoint.
+    pub herd: Side,
+    /// The plain server.
+    pub plain: Side,
+}
+
+impl Pair {
+    async fn simple_both(&mut self, sql: &str, command: bool) -> (Outcome, Outcome) {
+        let h = simple(self.herd.client().await, sql, command).await;
+        let p = simple(self.plain.client().await, sql, command).await;
+        (h, p)
+    }
+}
+
+/// Records a comparison, keeping the wrong answer for the report.
+#[allow(clippy::too_many_arguments)]
+fn note(
+    tally: &mut Tally,
+    case: &Case,
+    mode: Mode,
+    step: &str,
+    herd: Outcome,
+    plain: Outcome,
+    ordered: bool,
+) -> Verdict {
+    let v = judge(&herd, &plain, ordered);
+    tally.record(case.class, v);
+    if v == Verdict::Wrong && tally.wrongs.len() < KEEP_WRONG {
+        tally.wrongs.push(Wrong {
+            class: case.class,
+            mode,
+            script: case.script(),
+            step: step.to_string(),
+            herd,
+            plain,
+        });
+    }
+    v
+}
+
+/// Loads the schema on both servers. Set-up statements whose outcomes differ are counted as
+/// wrong (class "setup"); statements for Herd alone must succeed.
+pub async fn setup(pair: &mut Pair, tally: &mut Tally) {
+    for (sql, place) in schema::setup() {
+        match place {
+            Where::HerdOnly => {
+                let h = simple(pair.herd.client().await, &sql, false).await;
+                assert!(
+                    matches!(h, Outcome::Rows(_)),
+                    "set-up on Herd: {sql}: {h:?}"
+                );
+            }
+            Where::Both => {
+                let (h, p) = pair.simple_both(&sql, true).await;
+                // A refused load would make every later answer meaningless.
+                assert!(
+                    judge(&h, &p, false) != Verdict::Refused,
+                    "set-up refused by Herd: {sql}: {h:?}"
+                );
+                let case = Case {
+                    class: "setup",
+                    sql: sql.clone(),
+                    ..Case::default()
+                };
+                note(tally, &case, Mode::Simple, &sql, h, p, false);
+            }
+        }
+    }
+}
+
+/// The modes a case runs in: always simple; with parameters, every extended mode; without,
+/// the prepared one.
+pub fn modes(case: &Case) -> Vec<Mode> {
+    if case.params.is_empty() {
+        vec![Mode::Simple, Mode::Prepared]
+    } else {
+        vec![
+            Mode::Simple,
+            Mode::Prepared,
+            Mode::TypedBinary,
+            Mode::TypedText,
+            Mode::Unnamed,
+        ]
+    }
+}
+
+/// Runs one case in `mode` on both servers and records the verdicts. A divergence of the
+/// ledger (persistent writes) is repaired by reloading it on both.
+pub async fn run_case(pair: &mut Pair, case: &Case, mode: Mode, tally: &mut Tally) {
+    let mut diverged = false;
+    for sql in &case.before {
+        let (h, p) = pair.simple_both(sql, true).await;
+        if judge(&h, &p, false) != Verdict::Same {
+            note(tally, case, mode, sql, h, p, false);
+        }
+    }
+    let h = statement(pair.herd.client().await, case, mode).await;
+    let p = statement(pair.plain.client().await, case, mode).await;
+    let main = note(tally, case, mode, &case.sql, h, p, case.ordered);
+    diverged |= main == Verdict::Wrong;
+    // After a refusal the checks would only show that the write did not happen.
+    let checks: &[String] = if main == Verdict::Refused {
+        &[]
+    } else {
+        &case.check
+    };
+    for sql in checks {
+        let (h, p) = pair.simple_both(sql, false).await;
+        diverged |= note(tally, case, mode, sql, h, p, false) == Verdict::Wrong;
+    }
+    for sql in &case.cleanup {
+        let _ = pair.simple_both(sql, true).await;
+    }
+    if diverged && case.sql.contains("ledger") {
+        let _ = pair.simple_both("delete from ledger", true).await;
+        for row in schema::ledger_rows() {
+            let _ = pair.simple_both(&row, true).await;
+        }
+    }
+}
+
+/// Cluster-wide objects made through the endpoint exist on every group: each group's catalog,
+/// read directly, must answer as the plain server's does. Also `create_distributed_table`
+/// with bound parameters must distribute as the simple call does.
+pub async fn probes(pair: &mut Pair, groups: &[String], tally: &mut Tally) {
+    let made = [
+        "create database diffdb",
+        "create table bound_t (id bigint primary key, v int)",
+    ];
+    for sql in made {
+        let (h, p) = pair.simple_both(sql, true).await;
+        let case = Case {
+            class: "probe: setup",
+            sql: sql.into(),
+            ..Case::default()
+        };
+        note(tally, &case, Mode::Simple, sql, h, p, false);
+    }
+    let catalog = [
+        (
+            "create database",
+            "select datname from pg_database where datname = 'diffdb'",
+        ),
+        (
+            "create collation",
+            "select collname from pg_collation where collname = 'ci'",
+        ),
+        (
+            "create function",
+            "select proname from pg_proc where proname in ('cust_orders', 'all_orders')",
+        ),
+        (
+            "create schema",
+            "select nspname from pg_namespace where nspname = 'alt'",
+        ),
+    ];
+    for (class, sql) in catalog {
+        let p = simple(pair.plain.client().await, sql, false).await;
+        for (g, url) in groups.iter().enumerate() {
+            let Some(direct) = try_connect(url).await else {
+                panic!("cannot connect to group {g} at {url}");
+            };
+            let h = simple(&direct, sql, false).await;
+            let case = Case {
+                class: "probe: catalog on every group",
+                sql: format!("{sql}   -- on group {g} directly ({class} through the endpoint)"),
+                ..Case::default()
+            };
+            note(tally, &case, Mode::Simple, &case.sql, h, p.clone(), false);
+        }
+    }
+    // Herd alone: the bound call distributes, as the literal one does.
+    let herd = pair.herd.client().await;
+    let call = herd
+        .query(
+            "select herd.create_distributed_table($1, $2)",
+            &[&"bound_t", &"id"],
+        )
+        .await;
+    let kind = simple(
+        herd,
+        "select kind from herd.tables where table_name = 'public.bound_t'",
+        false,
+    )
+    .await;
+    let case = Case {
+        class: "probe: create_distributed_table($1,$2)",
+        sql: "select herd.create_distributed_table($1, $2)   -- params ('bound_t', 'id')".into(),
+        check: vec!["select kind from herd.tables where table_name = 'public.bound_t'".into()],
+        ..Case::default()
+    };
+    let call = match call {
+        Ok(rows) => format!("{} row(s)", rows.len()),
+        Err(e) => crate::compare::error_text(&e).show(1),
+    };
+    note(
+        tally,
+        &case,
+        Mode::Prepared,
+        &format!("the call gave {call}; then the check"),
+        kind,
+        Outcome::Rows(vec![vec!["distributed".into()]]),
+        false,
+    );
+}
