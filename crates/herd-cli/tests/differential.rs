@@ -13,7 +13,8 @@
 //! Bounded by default (seed 38, at most 2000 cases or 150 s). For longer runs set
 //! `HERD_DIFF_MINUTES` (then the case limit is lifted unless `HERD_DIFF_CASES` is set) and
 //! `HERD_DIFF_SEED`, or use `scripts/differential --minutes N --seed S`. `HERD_DIFF_REPORT`
-//! names a file the full report is also written to.
+//! names a file the full report is also written to; `HERD_DIFF_SHOW` how many wrong answers it
+//! shows (60; the first of each class and mode first).
 
 #[path = "common/mod.rs"]
 mod common;
@@ -99,11 +100,15 @@ async fn answers_as_one_server() {
             );
         }
     }
+    let shown = std::env::var("HERD_DIFF_SHOW")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(60);
     let report = format!(
         "seed {}, {:.0} s of generation\n{}",
         budget.seed,
         started.elapsed().as_secs_f64(),
-        tally.report(60)
+        tally.report(shown)
     );
     println!("{report}");
     if let Ok(path) = std::env::var("HERD_DIFF_REPORT") {
