@@ -20,6 +20,8 @@
 mod common;
 #[path = "differential/compare.rs"]
 mod compare;
+#[path = "differential/edges.rs"]
+mod edges;
 #[path = "differential/gen.rs"]
 mod gen;
 #[path = "differential/plain.rs"]
