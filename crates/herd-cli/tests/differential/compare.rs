@@ -32,6 +32,9 @@ pub enum Mode {
     /// Extended protocol, unnamed statement in one pipeline (`query_typed_raw`: Parse with
     /// declared types, Bind, Describe statement, Execute, Sync), binary parameters.
     Unnamed,
+    /// Extended protocol inside a transaction: a portal bound once and read 3 rows per
+    /// Execute (PortalSuspended in between), binary parameters (reads only).
+    Portal,
 }
 
 /// What a statement gave.
@@ -301,10 +304,52 @@ async fn extended(client: &Client, case: &Case, mode: Mode) -> Outcome {
     }
 }
 
+/// Runs the case's statement through a portal read 3 rows at a time, in a transaction that
+/// is rolled back.
+async fn portal(client: &mut Client, case: &Case) -> Outcome {
+    let flex: Vec<Flex> = case
+        .params
+        .iter()
+        .map(|p| Flex {
+            param: p,
+            text: false,
+        })
+        .collect();
+    let refs: Vec<&(dyn ToSql + Sync)> = flex.iter().map(|f| f as &(dyn ToSql + Sync)).collect();
+    let run = async {
+        let tx = client.transaction().await?;
+        let stmt = tx.prepare(&case.sql).await?;
+        let portal = tx.bind(&stmt, &refs).await?;
+        let mut rows = Vec::new();
+        loop {
+            let part = tx.query_portal(&portal, 3).await?;
+            if part.is_empty() {
+                break;
+            }
+            for row in part {
+                let mut out = Vec::new();
+                for (i, col) in row.columns().iter().enumerate() {
+                    let v: Option<Raw> = row.try_get(i)?;
+                    out.push(v.map_or("NULL".into(), |r| render(col.type_(), &r.0)));
+                }
+                rows.push(out);
+            }
+        }
+        tx.rollback().await?;
+        Ok::<_, tokio_postgres::Error>(rows)
+    };
+    match tokio::time::timeout(STATEMENT_TIMEOUT, run).await {
+        Err(_) => Outcome::Error("timeout".into(), case.sql.clone()),
+        Ok(Err(e)) => error_text(&e),
+        Ok(Ok(rows)) => Outcome::Rows(rows),
+    }
+}
+
 /// The statement of `case` in `mode`.
-pub async fn statement(client: &Client, case: &Case, mode: Mode) -> Outcome {
+pub async fn statement(client: &mut Client, case: &Case, mode: Mode) -> Outcome {
     match mode {
         Mode::Simple => simple(client, &case.inline(), case.command).await,
+        Mode::Portal => portal(client, case).await,
         _ => extended(client, case, mode).await,
     }
 }

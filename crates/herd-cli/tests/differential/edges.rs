@@ -54,8 +54,39 @@ impl Gen {
             8 | 9 => self.aggregates_more(),
             10 => self.ties_distinct_on(),
             11 => self.joins_more(),
+            12 if self.rng.chance(50) => self.refusal_in_transaction(),
             12 => self.empty_inputs(),
             _ => self.text_and_nulls(),
+        }
+    }
+
+    /// A statement Herd refuses (0A000) and PostgreSQL fails on (division by zero), first in a
+    /// transaction block: PostgreSQL's transaction is aborted (25P02 on the next statement,
+    /// COMMIT rolls back), so the write after it must not happen.
+    fn refusal_in_transaction(&mut self) -> Case {
+        let k = self.rng.range(1, 12);
+        let failing = *self.rng.pick(&[
+            "select string_agg(c.name, ',') from customers c where 1 / 0 = 1",
+            "select c.id from customers c where c.id in (select 1 / 0)",
+            "select c.id, row_number() over (order by c.id) from customers c where 1 / 0 = 1",
+            "select c.id from customers c union select 1 / 0",
+        ]);
+        let first_write = self.rng.chance(30);
+        let mut before = vec!["begin".to_string()];
+        if first_write {
+            before.push(format!(
+                "update ledger set v = v + 100 where customer_id = {k}"
+            ));
+        }
+        before.push(failing.to_string());
+        Case {
+            class: "refusal in transaction",
+            before,
+            sql: format!("update ledger set v = v + 1 where customer_id = {k}"),
+            command: true,
+            check: vec!["commit".into(), "select * from ledger".into()],
+            cleanup: vec!["rollback".into()],
+            ..Case::default()
         }
     }
 

@@ -27,14 +27,14 @@ impl Side {
     }
 
     /// The client, reconnected first if its connection has ended.
-    pub async fn client(&mut self) -> &Client {
+    pub async fn client(&mut self) -> &mut Client {
         if self.client.is_closed() {
             eprintln!("differential: reconnecting to {}", self.url);
             if let Some(c) = try_connect(&self.url).await {
                 self.client = c;
             }
         }
-        &self.client
+        &mut self.client
     }
 }
 
@@ -111,9 +111,9 @@ pub async fn setup(pair: &mut Pair, tally: &mut Tally) {
 }
 
 /// The modes a case runs in: always simple; with parameters, every extended mode; without,
-/// the prepared one.
+/// the prepared one; plain reads (no steps around them) also through a portal read in parts.
 pub fn modes(case: &Case) -> Vec<Mode> {
-    if case.params.is_empty() {
+    let mut modes = if case.params.is_empty() {
         vec![Mode::Simple, Mode::Prepared]
     } else {
         vec![
@@ -123,7 +123,12 @@ pub fn modes(case: &Case) -> Vec<Mode> {
             Mode::TypedText,
             Mode::Unnamed,
         ]
+    };
+    let read = case.sql.starts_with("select") || case.sql.starts_with("with x");
+    if read && !case.command && case.before.is_empty() && case.check.is_empty() {
+        modes.push(Mode::Portal);
     }
+    modes
 }
 
 /// Runs one case in `mode` on both servers and records the verdicts. The case stops at the
