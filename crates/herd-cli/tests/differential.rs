@@ -10,7 +10,7 @@
 //! parameter types in binary format; the same in text format; binary results throughout), see
 //! `differential/compare.rs`.
 //!
-//! Bounded by default (seed 38, at most 2000 cases or 150 s). For longer runs set
+//! Bounded by default (seed 38, at most 3000 cases or 120 s of generation). For longer runs set
 //! `HERD_DIFF_MINUTES` (then the case limit is lifted unless `HERD_DIFF_CASES` is set) and
 //! `HERD_DIFF_SEED`, or use `scripts/differential --minutes N --seed S`. `HERD_DIFF_REPORT`
 //! names a file the full report is also written to; `HERD_DIFF_SHOW` how many wrong answers it
@@ -61,9 +61,9 @@ impl Budget {
             cases: var("HERD_DIFF_CASES").unwrap_or(if minutes.is_some() {
                 u64::MAX
             } else {
-                2000
+                3000
             }),
-            time: minutes.map_or(Duration::from_secs(150), |m| Duration::from_secs(m * 60)),
+            time: minutes.map_or(Duration::from_secs(120), |m| Duration::from_secs(m * 60)),
         }
     }
 }

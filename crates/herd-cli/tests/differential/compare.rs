@@ -35,6 +35,9 @@ pub enum Mode {
     /// Extended protocol inside a transaction: a portal bound once and read 3 rows per
     /// Execute (PortalSuspended in between), binary parameters (reads only).
     Portal,
+    /// Extended protocol, three statements pipelined before their answers are read (the case's
+    /// statement, a read of one key, the case's statement again), binary parameters.
+    Pipelined,
 }
 
 /// What a statement gave.
@@ -345,11 +348,71 @@ async fn portal(client: &mut Client, case: &Case) -> Outcome {
     }
 }
 
+/// The case's statement pipelined with a read of one key and itself again; the three answers
+/// (or the first error) as one outcome.
+async fn pipelined(client: &Client, case: &Case) -> Outcome {
+    let mut key = case.clone();
+    key.sql = "select c.id, c.name from customers c where c.id = 3".into();
+    key.params = Vec::new();
+    key.command = false;
+    let (a, b, c) = futures_util::join!(
+        extended(client, case, Mode::Prepared),
+        extended(client, &key, Mode::Prepared),
+        extended(client, case, Mode::Prepared)
+    );
+    let mut rows = Vec::new();
+    for (i, o) in [a, b, c].into_iter().enumerate() {
+        match o {
+            Outcome::Error(code, msg) => {
+                return Outcome::Error(code, format!("statement {} of 3: {msg}", i + 1))
+            }
+            Outcome::Rows(r) => {
+                rows.push(vec![format!("-- statement {} of 3", i + 1)]);
+                rows.extend(r);
+            }
+        }
+    }
+    Outcome::Rows(rows)
+}
+
+/// `COPY … TO STDOUT` (lines as one-column rows), or with `data` `COPY … FROM STDIN` (the
+/// affected-row count).
+pub async fn copy(client: &Client, sql: &str, data: Option<&str>) -> Outcome {
+    use futures_util::SinkExt;
+    let run = async {
+        if let Some(data) = data {
+            let sink = client.copy_in(sql).await?;
+            pin_mut!(sink);
+            sink.send(bytes::Bytes::from(data.to_string())).await?;
+            let n = sink.finish().await?;
+            return Ok(vec![vec![format!("affected {n}")]]);
+        }
+        let stream = client.copy_out(sql).await?;
+        pin_mut!(stream);
+        let mut text = Vec::new();
+        while let Some(chunk) = stream.try_next().await? {
+            text.extend_from_slice(&chunk);
+        }
+        Ok::<_, tokio_postgres::Error>(
+            String::from_utf8_lossy(&text)
+                .lines()
+                .map(|l| vec![l.to_string()])
+                .collect(),
+        )
+    };
+    match tokio::time::timeout(STATEMENT_TIMEOUT, run).await {
+        Err(_) => Outcome::Error("timeout".into(), sql.into()),
+        Ok(Err(e)) => error_text(&e),
+        Ok(Ok(rows)) => Outcome::Rows(rows),
+    }
+}
+
 /// The statement of `case` in `mode`.
 pub async fn statement(client: &mut Client, case: &Case, mode: Mode) -> Outcome {
     match mode {
         Mode::Simple => simple(client, &case.inline(), case.command).await,
         Mode::Portal => portal(client, case).await,
+        Mode::Pipelined => pipelined(client, case).await,
         _ => extended(client, case, mode).await,
     }
 }
@@ -422,6 +485,8 @@ pub struct Tally {
     pub by_class: BTreeMap<(String, String), u64>,
     /// The wrong answers (the first ones kept for the report).
     pub wrongs: Vec<Wrong>,
+    /// "class / mode / what Herd did" → count of wrong answers.
+    pub symptoms: BTreeMap<String, u64>,
 }
 
 impl Tally {
@@ -436,6 +501,19 @@ impl Tally {
         *self
             .by_class
             .entry((class.to_string(), format!("{verdict:?}")))
+            .or_default() += 1;
+    }
+
+    /// Counts a wrong answer under its symptom.
+    pub fn symptom(&mut self, class: &str, mode: Mode, herd: &Outcome, plain: &Outcome) {
+        let what = match (herd, plain) {
+            (Outcome::Error(code, _), _) => format!("Herd error {code}"),
+            (Outcome::Rows(_), Outcome::Error(code, _)) => format!("Herd answers, plain {code}"),
+            (Outcome::Rows(_), Outcome::Rows(_)) => "rows differ".to_string(),
+        };
+        *self
+            .symptoms
+            .entry(format!("{class} / {mode:?} / {what}"))
             .or_default() += 1;
     }
 
@@ -477,6 +555,12 @@ impl Tally {
         out.push_str("per class (same / refused / wrong):\n");
         for (class, [s, r, w]) in &classes {
             out.push_str(&format!("  {class:<28} {s:>6} {r:>6} {w:>6}\n"));
+        }
+        if !self.symptoms.is_empty() {
+            out.push_str("wrong answers by class / mode / symptom:\n");
+            for (symptom, n) in &self.symptoms {
+                out.push_str(&format!("  {n:>6}  {symptom}\n"));
+            }
         }
         let mut seen = std::collections::BTreeSet::new();
         let mut shown: Vec<&Wrong> = Vec::new();

@@ -55,6 +55,7 @@ impl Gen {
             10 => self.ties_distinct_on(),
             11 => self.joins_more(),
             12 if self.rng.chance(50) => self.refusal_in_transaction(),
+            12 if self.rng.chance(50) => self.batch(),
             12 => self.empty_inputs(),
             _ => self.text_and_nulls(),
         }
@@ -86,6 +87,41 @@ impl Gen {
             command: true,
             check: vec!["commit".into(), "select * from ledger".into()],
             cleanup: vec!["rollback".into()],
+            ..Case::default()
+        }
+    }
+
+    /// Several statements in one simple query string (one implicit transaction in PostgreSQL:
+    /// a failure rolls back the statements before it).
+    fn batch(&mut self) -> Case {
+        let a = self.rng.range(1, 12);
+        let b = self.rng.range(1, 12);
+        let seq = self.rng.range(5000, 9000);
+        let sql = match self.rng.below(6) {
+            0 => format!(
+                "update ledger set v = v + 1 where customer_id = {a}; select * from ledger where customer_id = {a}"
+            ),
+            1 => format!(
+                "update ledger set v = v + 1 where customer_id = {a}; update ledger set v = v + 1 where customer_id = {b}"
+            ),
+            2 => format!(
+                "insert into ledger (customer_id, seq, v, tag) values ({a}, {seq}, 0, null); select 1 / 0"
+            ),
+            3 => format!(
+                "insert into ledger (customer_id, seq, v, tag) values ({a}, {seq}, 0, null); \
+                 insert into ledger (customer_id, seq, v, tag) values ({a}, {seq}, 0, null)"
+            ),
+            4 => format!("select count(*) from orders; select c.id from customers c where c.id = {a}"),
+            _ => format!(
+                "select c.id from customers c where c.id = {a}; select c.id from customers c where c.id = {b}"
+            ),
+        };
+        Case {
+            class: "batch",
+            sql,
+            command: true,
+            simple_only: true,
+            check: vec!["select * from ledger".into()],
             ..Case::default()
         }
     }

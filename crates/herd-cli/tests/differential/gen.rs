@@ -87,6 +87,8 @@ pub struct Case {
     pub check: Vec<String>,
     /// Always run at the end, outcome ignored (ROLLBACK, RESET).
     pub cleanup: Vec<String>,
+    /// Several statements in one query string: the simple protocol only.
+    pub simple_only: bool,
 }
 
 impl Case {
@@ -657,7 +659,7 @@ impl Gen {
             ),
             _ => format!(
                 "with x as (select * from customers c where c.active) select x.tier, count(*) from x join orders o on o.customer_id = x.id{} group by x.tier",
-                wh.replacen(" where ", " where ", 1)
+                wh
             ),
         };
         Case {

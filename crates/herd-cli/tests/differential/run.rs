@@ -67,6 +67,9 @@ fn note(
 ) -> Verdict {
     let v = judge(&herd, &plain, ordered);
     tally.record(case.class, v);
+    if v == Verdict::Wrong {
+        tally.symptom(case.class, mode, &herd, &plain);
+    }
     if v == Verdict::Wrong && tally.wrongs.len() < KEEP_WRONG {
         tally.wrongs.push(Wrong {
             class: case.class,
@@ -127,6 +130,10 @@ pub fn modes(case: &Case) -> Vec<Mode> {
     let read = case.sql.starts_with("select") || case.sql.starts_with("with x");
     if read && !case.command && case.before.is_empty() && case.check.is_empty() {
         modes.push(Mode::Portal);
+        modes.push(Mode::Pipelined);
+    }
+    if case.simple_only {
+        modes.truncate(1);
     }
     modes
 }
@@ -217,6 +224,33 @@ pub async fn probes(pair: &mut Pair, groups: &[String], tally: &mut Tally) {
             };
             note(tally, &case, Mode::Simple, &case.sql, h, p.clone(), false);
         }
+    }
+    // COPY out of distributed tables, and COPY into one (rows of every group), checked by a read.
+    let copy_in = "copy ledger (customer_id, seq, v, tag) from stdin";
+    let rows: String = (1..=12)
+        .map(|k| format!("{k}\t{}\t7\t\\N\n", 9000 + k))
+        .collect();
+    for (sql, data) in [
+        ("copy orders to stdout", None),
+        (
+            "copy (select id, amount from orders where qty = 3) to stdout",
+            None,
+        ),
+        (
+            "copy customers (id, name) to stdout with (format csv)",
+            None,
+        ),
+        (copy_in, Some(rows.as_str())),
+        ("copy ledger to stdout", None),
+    ] {
+        let h = crate::compare::copy(pair.herd.client().await, sql, data).await;
+        let p = crate::compare::copy(pair.plain.client().await, sql, data).await;
+        let case = Case {
+            class: "probe: copy",
+            sql: sql.into(),
+            ..Case::default()
+        };
+        note(tally, &case, Mode::Simple, sql, h, p, false);
     }
     // Herd alone: the bound call distributes, as the literal one does.
     let herd = pair.herd.client().await;
