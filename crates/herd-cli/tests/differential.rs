@@ -26,6 +26,8 @@ mod edges;
 mod gen;
 #[path = "differential/plain.rs"]
 mod plain;
+#[path = "differential/rawtext.rs"]
+mod rawtext;
 #[path = "differential/run.rs"]
 mod run;
 #[path = "differential/schema.rs"]

@@ -38,6 +38,9 @@ pub enum Mode {
     /// Extended protocol, three statements pipelined before their answers are read (the case's
     /// statement, a read of one key, the case's statement again), binary parameters.
     Pipelined,
+    /// Extended protocol with text parameters and text results, server-inferred types, on a
+    /// bare protocol connection (`rawtext.rs`).
+    RawText,
 }
 
 /// What a statement gave.
@@ -413,6 +416,7 @@ pub async fn statement(client: &mut Client, case: &Case, mode: Mode) -> Outcome 
         Mode::Simple => simple(client, &case.inline(), case.command).await,
         Mode::Portal => portal(client, case).await,
         Mode::Pipelined => pipelined(client, case).await,
+        Mode::RawText => unreachable!("RawText runs on its own connection (run.rs)"),
         _ => extended(client, case, mode).await,
     }
 }

@@ -47,10 +47,10 @@ impl Plain {
         Plain { dir, pg, port }
     }
 
-    /// A connection URL for tokio-postgres.
+    /// A connection URL (the form `herd url` prints, which `common::raw` reads too).
     pub fn url(&self) -> String {
         format!(
-            "postgres://postgres:{PASSWORD}@127.0.0.1:{}/postgres",
+            "postgresql://postgres:{PASSWORD}@127.0.0.1:{}/postgres",
             self.port
         )
     }

@@ -15,6 +15,8 @@ const KEEP_WRONG: usize = 400;
 pub struct Side {
     url: String,
     client: Client,
+    /// A bare protocol connection for the text-format mode, made when first needed.
+    raw: Option<crate::common::raw::Raw>,
 }
 
 impl Side {
@@ -23,7 +25,20 @@ impl Side {
         let client = try_connect(&url)
             .await
             .unwrap_or_else(|| panic!("cannot connect to {url}"));
-        Side { url, client }
+        Side {
+            url,
+            client,
+            raw: None,
+        }
+    }
+
+    /// Runs the case on the bare text-format connection (blocking this worker briefly).
+    pub fn raw_text(&mut self, case: &Case) -> Outcome {
+        let url = self.url.clone();
+        let raw = self
+            .raw
+            .get_or_insert_with(|| crate::common::raw::Raw::connect(&url, &[]));
+        tokio::task::block_in_place(|| crate::rawtext::run(raw, case))
     }
 
     /// The client, reconnected first if its connection has ended.
@@ -131,6 +146,7 @@ pub fn modes(case: &Case) -> Vec<Mode> {
     if read && !case.command && case.before.is_empty() && case.check.is_empty() {
         modes.push(Mode::Portal);
         modes.push(Mode::Pipelined);
+        modes.push(Mode::RawText);
     }
     if case.simple_only {
         modes.truncate(1);
@@ -163,8 +179,14 @@ async fn steps(pair: &mut Pair, case: &Case, mode: Mode, tally: &mut Tally) -> V
             return note(tally, case, mode, sql, h, p, false);
         }
     }
-    let h = statement(pair.herd.client().await, case, mode).await;
-    let p = statement(pair.plain.client().await, case, mode).await;
+    let (h, p) = if mode == Mode::RawText {
+        (pair.herd.raw_text(case), pair.plain.raw_text(case))
+    } else {
+        (
+            statement(pair.herd.client().await, case, mode).await,
+            statement(pair.plain.client().await, case, mode).await,
+        )
+    };
     let main = note(tally, case, mode, &case.sql, h, p, case.ordered);
     if main != Verdict::Same {
         return main;
