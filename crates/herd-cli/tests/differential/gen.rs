@@ -828,13 +828,13 @@ impl Gen {
             }
             1 => {
                 case.class = "sql function";
-                case.sql = if self.rng.chance(50) {
-                    "select all_orders()".into()
-                } else {
-                    format!(
-                        "select c.id, cust_orders(c.id) from customers c where c.id <= {}",
-                        self.rng.range(1, 60)
-                    )
+                let n = self.rng.range(1, 60);
+                case.sql = match self.rng.below(3) {
+                    0 => "select all_orders()".into(),
+                    1 => {
+                        format!("select c.id, cust_orders(c.id) from customers c where c.id <= {n}")
+                    }
+                    _ => format!("select count(*) from customers c where plus1(c.id) > {n}"),
                 };
             }
             2 => {

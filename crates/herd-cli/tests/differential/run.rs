@@ -229,7 +229,7 @@ pub async fn probes(pair: &mut Pair, groups: &[String], tally: &mut Tally) {
         ),
         (
             "create function",
-            "select proname from pg_proc where proname in ('cust_orders', 'all_orders')",
+            "select proname from pg_proc where proname in ('cust_orders', 'all_orders', 'plus1')",
         ),
     ];
     for (class, sql) in catalog {

@@ -9,7 +9,8 @@
 //! * `ledger (customer_id int8 key, unique (tag))`: distributed, the target of the persistent
 //!   INSERT/UPDATE/DELETE; its UNIQUE does not include the key.
 //! * `alt.customers`: a plain table that `search_path = alt, public` should name instead.
-//! * `cust_orders(int8)`, `all_orders()`: SQL functions reading `orders`.
+//! * `cust_orders(int8)`, `all_orders()`: SQL functions reading `orders`; `plus1(int8)`: one
+//!   reading no table.
 
 /// Where a set-up statement runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -83,6 +84,8 @@ pub fn setup() -> Vec<(String, Where)> {
          as $$ select count(*) from orders where customer_id = $1 $$",
         "create function all_orders() returns bigint language sql stable \
          as $$ select count(*) from orders $$",
+        "create function plus1(bigint) returns bigint language sql immutable \
+         as $$ select $1 + 1 $$",
     ] {
         out.push((sql.to_string(), Where::Both));
     }
