@@ -840,9 +840,13 @@ impl Gen {
             2 => {
                 case.class = "collation";
                 let v = self.rng.pick(&["'alpha'", "'BETA'", "'ÄBC'", "'Gamma'"]);
-                case.sql = match self.rng.below(3) {
+                case.sql = match self.rng.below(4) {
                     0 => format!("select id from people where nick = {v}"),
-                    1 => "select nick, count(*) from people group by nick".into(),
+                    1 => format!(
+                        "select code from codes where code collate ci = upper('k{}')",
+                        self.rng.range(1, 40)
+                    ),
+                    2 => "select nick, count(*) from people group by nick".into(),
                     _ => "select count(distinct nick) from people".into(),
                 };
             }
