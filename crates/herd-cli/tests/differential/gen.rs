@@ -1,7 +1,10 @@
-//! The query generator: a seeded xorshift PRNG (hand-written, no dependency) and a small grammar
-//! of statements over the schema of `schema.rs`. Every case says whether its ORDER BY fully
-//! determines the order of its rows (then answers are compared in order), and LIMIT/OFFSET is
-//! only generated under such an order (else any subset would be a right answer).
+//! The query generator's core: a seeded xorshift PRNG (hand-written, no dependency) and a
+//! small grammar of statements over the schema of `schema.rs`. Every case says whether its
+//! ORDER BY fully determines the order of its rows (then answers are compared in order), and
+//! LIMIT/OFFSET is only generated under such an order (else any subset would be a right
+//! answer). Here: the
+//! cases, the tables, predicates and expressions, single-table reads, aggregates and joins;
+//! the other shapes are in `shapes.rs`, `known.rs` and `edges.rs`.
 
 /// xorshift64* — deterministic for a seed, good enough to pick grammar branches.
 pub struct Rng(u64);
@@ -117,13 +120,15 @@ impl Case {
 
 /// A column: SQL name (qualified), kind, whether unique in its table.
 #[derive(Clone, Copy)]
-struct Col {
-    name: &'static str,
-    kind: Kind,
+pub(crate) struct Col {
+    /// The qualified name (`c.id`).
+    pub(crate) name: &'static str,
+    /// Its kind of values.
+    pub(crate) kind: Kind,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Kind {
+pub(crate) enum Kind {
     Int,
     Num,
     Text,
@@ -132,17 +137,20 @@ enum Kind {
 }
 
 /// A table under an alias: its columns, its unique column, and its key (if distributed).
-struct Table {
-    from: &'static str,
-    cols: &'static [Col],
-    unique: &'static str,
+pub(crate) struct Table {
+    /// `name alias` as written in FROM.
+    pub(crate) from: &'static str,
+    /// Its columns.
+    pub(crate) cols: &'static [Col],
+    /// A column unique in the table (ends an ORDER BY to make it total).
+    pub(crate) unique: &'static str,
 }
 
 const fn c(name: &'static str, kind: Kind) -> Col {
     Col { name, kind }
 }
 
-const CUSTOMERS: Table = Table {
+pub(crate) const CUSTOMERS: Table = Table {
     from: "customers c",
     cols: &[
         c("c.id", Kind::Int),
@@ -155,7 +163,7 @@ const CUSTOMERS: Table = Table {
     ],
     unique: "c.id",
 };
-const ORDERS: Table = Table {
+pub(crate) const ORDERS: Table = Table {
     from: "orders o",
     cols: &[
         c("o.id", Kind::Int),
@@ -167,7 +175,7 @@ const ORDERS: Table = Table {
     ],
     unique: "o.id",
 };
-const REGIONS: Table = Table {
+pub(crate) const REGIONS: Table = Table {
     from: "regions r",
     cols: &[
         c("r.id", Kind::Int),
@@ -176,7 +184,7 @@ const REGIONS: Table = Table {
     ],
     unique: "r.id",
 };
-const TAGS: Table = Table {
+pub(crate) const TAGS: Table = Table {
     from: "tags t",
     cols: &[
         c("t.id", Kind::Int),
@@ -185,7 +193,7 @@ const TAGS: Table = Table {
     ],
     unique: "t.id",
 };
-const CODES: Table = Table {
+pub(crate) const CODES: Table = Table {
     from: "codes k",
     cols: &[
         c("k.code", Kind::Text),
@@ -229,7 +237,7 @@ impl Gen {
     }
 
     /// A literal of `kind` near the data's values.
-    fn value(&mut self, kind: Kind, col: &str) -> String {
+    pub(crate) fn value(&mut self, kind: Kind, col: &str) -> String {
         let r = &mut self.rng;
         match kind {
             Kind::Int if col.ends_with("id") => r.range(0, 72).to_string(),
@@ -260,7 +268,7 @@ impl Gen {
     }
 
     /// A predicate on a column of `t`; may add parameters to `params`.
-    fn pred(&mut self, t: &Table, params: &mut Vec<Param>) -> String {
+    pub(crate) fn pred(&mut self, t: &Table, params: &mut Vec<Param>) -> String {
         let col = *self.rng.pick(t.cols);
         let n = col.name;
         match self.rng.below(10) {
@@ -303,7 +311,7 @@ impl Gen {
     }
 
     /// A WHERE clause of 0..=2 predicates (with an `and`/`or`), or "".
-    fn where_(&mut self, tables: &[&Table], params: &mut Vec<Param>) -> String {
+    pub(crate) fn where_(&mut self, tables: &[&Table], params: &mut Vec<Param>) -> String {
         let k = self.rng.below(3);
         if k == 0 {
             return String::new();
@@ -318,7 +326,7 @@ impl Gen {
     }
 
     /// An expression over a column of `t` (or the column itself), with its output name.
-    fn expr(&mut self, t: &Table) -> String {
+    pub(crate) fn expr(&mut self, t: &Table) -> String {
         let col = *self.rng.pick(t.cols);
         let n = col.name;
         if self.rng.chance(55) {
@@ -359,7 +367,7 @@ impl Gen {
 
     /// ORDER BY the given columns then `uniques`, with random directions; plus maybe a LIMIT
     /// and OFFSET (literal or an int2/int4/int8 parameter).
-    fn order_limit(
+    pub(crate) fn order_limit(
         &mut self,
         lead: &[String],
         uniques: &[&str],
@@ -387,7 +395,7 @@ impl Gen {
     }
 
     /// A LIMIT/OFFSET count: a literal or a parameter of a random integer type.
-    fn limit_arg(&mut self, params: &mut Vec<Param>, lo: i64, hi: i64) -> String {
+    pub(crate) fn limit_arg(&mut self, params: &mut Vec<Param>, lo: i64, hi: i64) -> String {
         let v = self.rng.range(lo, hi);
         match self.rng.below(4) {
             0 => v.to_string(),
@@ -441,7 +449,7 @@ impl Gen {
     }
 
     /// An aggregate over `tables`' columns.
-    fn agg(&mut self, tables: &[&Table]) -> String {
+    pub(crate) fn agg(&mut self, tables: &[&Table]) -> String {
         let t = *self.rng.pick(tables);
         let col = *self.rng.pick(t.cols);
         let n = col.name;
@@ -602,305 +610,5 @@ impl Gen {
             ordered,
             ..Case::default()
         }
-    }
-
-    fn subquery(&mut self) -> Case {
-        let mut params = Vec::new();
-        let inner = self.where_(&[&ORDERS], &mut params);
-        let and_inner = inner.replacen(" where ", " and ", 1);
-        let (sql, class) = match self.rng.below(7) {
-            0 => (
-                format!("select c.id, c.name from customers c where c.id in (select o.customer_id from orders o{inner})"),
-                "subquery in",
-            ),
-            1 => (
-                format!("select c.id, c.tier from customers c where exists (select 1 from orders o where o.customer_id = c.id{and_inner})"),
-                "subquery exists",
-            ),
-            2 => (
-                format!("select c.id from customers c where not exists (select 1 from orders o where o.customer_id = c.id{and_inner})"),
-                "subquery exists",
-            ),
-            3 => (
-                "select c.id, (select count(*) from orders o where o.customer_id = c.id) from customers c".to_string(),
-                "subquery scalar",
-            ),
-            4 => (
-                format!("select x.customer_id, x.s from (select o.customer_id, sum(o.amount) as s from orders o{inner} group by o.customer_id) x where x.s > {}", self.rng.range(0, 600)),
-                "subquery derived",
-            ),
-            5 => (
-                format!("select c.id, c.region_id from customers c where c.region_id in (select r.id from regions r where r.zone = {})", self.rng.pick(&["'eu'", "'us'", "'apac'"])),
-                "subquery reference",
-            ),
-            _ => (
-                format!("select c.id from customers c where c.credit > (select avg(o.amount) from orders o{inner})"),
-                "subquery uncorrelated",
-            ),
-        };
-        Case {
-            class,
-            sql,
-            params,
-            ..Case::default()
-        }
-    }
-
-    fn cte(&mut self) -> Case {
-        let mut params = Vec::new();
-        let wh = self.where_(&[&ORDERS], &mut params);
-        let sql = match self.rng.below(3) {
-            0 => format!(
-                "with x as (select o.customer_id, count(*) as n, sum(o.amount) as s from orders o{wh} group by o.customer_id) \
-                 select c.id, c.name, x.n, x.s from customers c join x on x.customer_id = c.id"
-            ),
-            1 => format!(
-                "with x as (select o.id, o.customer_id, o.amount from orders o{wh}) select count(*), max(x.amount) from x"
-            ),
-            _ => format!(
-                "with x as (select * from customers c where c.active) select x.tier, count(*) from x join orders o on o.customer_id = x.id{} group by x.tier",
-                wh
-            ),
-        };
-        Case {
-            class: "cte",
-            sql,
-            params,
-            ..Case::default()
-        }
-    }
-
-    fn setop(&mut self) -> Case {
-        let op = *self
-            .rng
-            .pick(&["union", "union all", "intersect", "except", "except all"]);
-        let mut params = Vec::new();
-        let a = self.where_(&[&CUSTOMERS], &mut params);
-        let b = self.where_(&[&ORDERS], &mut params);
-        let sql = match self.rng.below(3) {
-            0 => format!(
-                "select c.id from customers c{a} {op} select o.customer_id from orders o{b}"
-            ),
-            1 => format!("select c.tier from customers c{a} {op} select o.status from orders o{b}"),
-            _ => format!("select c.region_id from customers c{a} {op} select r.id from regions r"),
-        };
-        Case {
-            class: "setop",
-            sql,
-            params,
-            ..Case::default()
-        }
-    }
-
-    fn window(&mut self) -> Case {
-        let f = *self.rng.pick(&[
-            "row_number() over (partition by o.customer_id order by o.id)",
-            "sum(o.amount) over (partition by o.customer_id)",
-            "count(*) over (partition by o.customer_id)",
-            "rank() over (order by o.amount, o.id)",
-            "lag(o.id) over (partition by o.customer_id order by o.id)",
-            "max(o.qty) over ()",
-        ]);
-        let mut params = Vec::new();
-        let wh = self.where_(&[&ORDERS], &mut params);
-        Case {
-            class: "window",
-            sql: format!("select o.id, o.customer_id, {f} from orders o{wh}"),
-            params,
-            ..Case::default()
-        }
-    }
-
-    /// A data-modifying CTE (or a plain write) inside a transaction that is rolled back, with
-    /// the tables read back inside it.
-    fn modifying_cte(&mut self) -> Case {
-        let mut params = Vec::new();
-        let (t, verb) = if self.rng.chance(50) {
-            (&ORDERS, "orders")
-        } else {
-            (&CUSTOMERS, "customers")
-        };
-        let wh = self.where_(&[t], &mut params);
-        let write = match self.rng.below(3) {
-            0 => format!("delete from {} {wh} returning *", t.from),
-            1 => {
-                let set = if verb == "orders" {
-                    "qty = coalesce(o.qty, 0) + 1"
-                } else {
-                    "credit = coalesce(c.credit, 0) + 1"
-                };
-                format!("update {} set {set}{wh} returning *", t.from)
-            }
-            _ => {
-                if verb == "orders" {
-                    format!("insert into orders (id, customer_id, amount, qty, status, placed) select o.id + 1000, o.customer_id, o.amount, o.qty, 'copy', o.placed from orders o{wh} returning *")
-                } else {
-                    format!("insert into customers (id, name, region_id, tier, credit, since, active) select c.id + 1000, c.name, c.region_id, c.tier, c.credit, c.since, c.active from customers c{wh} returning *")
-                }
-            }
-        };
-        let plain_write = !self.rng.chance(70);
-        let sql = if plain_write {
-            write.replace(" returning *", "")
-        } else {
-            format!("with d as ({write}) select count(*) from d")
-        };
-        Case {
-            class: if plain_write {
-                "write in rolled-back tx"
-            } else {
-                "modifying cte"
-            },
-            before: vec!["begin".into()],
-            sql,
-            params,
-            command: plain_write,
-            check: vec![
-                format!("select count(*), sum(id) from {verb}"),
-                "select count(*) from orders where qty is not distinct from 1 or status = 'copy'"
-                    .into(),
-            ],
-            cleanup: vec!["rollback".into()],
-            ..Case::default()
-        }
-    }
-
-    /// A persistent write on the ledger, verified by reading the whole table.
-    fn dml(&mut self) -> Case {
-        let mut params = Vec::new();
-        let sql = match self.rng.below(6) {
-            0 | 1 => {
-                let n = self.rng.range(1, 3);
-                let rows: Vec<String> = (0..n)
-                    .map(|_| {
-                        let (k, seq) = (self.rng.range(1, 12), self.rng.range(21, 400));
-                        // A tag unique with the primary key (unique-without-key is `special`).
-                        format!("({k}, {seq}, {}, 'u{k}-{seq}')", self.rng.range(-5, 50))
-                    })
-                    .collect();
-                format!(
-                    "insert into ledger (customer_id, seq, v, tag) values {}{}",
-                    rows.join(", "),
-                    if self.rng.chance(30) {
-                        " on conflict do nothing"
-                    } else {
-                        ""
-                    }
-                )
-            }
-            2 => {
-                params.push(Param::I8(self.rng.range(1, 12)));
-                "update ledger set v = v + 1 where customer_id = $1".into()
-            }
-            3 => format!(
-                "update ledger set v = v * 2 where v > {}",
-                self.rng.range(0, 60)
-            ),
-            4 => format!(
-                "delete from ledger where customer_id in ({}, {})",
-                self.rng.range(1, 12),
-                self.rng.range(1, 12)
-            ),
-            _ => format!(
-                "delete from ledger where seq % 7 = {}",
-                self.rng.range(0, 6)
-            ),
-        };
-        Case {
-            class: "dml",
-            sql,
-            params,
-            command: true,
-            check: vec!["select * from ledger".into()],
-            ..Case::default()
-        }
-    }
-
-    /// Constructs of the known wrong-answer classes, generated with random parts.
-    fn special(&mut self) -> Case {
-        let mut case = Case::default();
-        match self.rng.below(8) {
-            0 => {
-                case.class = "search_path";
-                case.before = vec!["set search_path = alt, public".into()];
-                case.sql = "select count(*) from customers".into();
-                case.cleanup = vec!["reset search_path".into()];
-            }
-            1 => {
-                case.class = "sql function";
-                let n = self.rng.range(1, 60);
-                case.sql = match self.rng.below(3) {
-                    0 => "select all_orders()".into(),
-                    1 => {
-                        format!("select c.id, cust_orders(c.id) from customers c where c.id <= {n}")
-                    }
-                    _ => format!("select count(*) from customers c where plus1(c.id) > {n}"),
-                };
-            }
-            2 => {
-                case.class = "collation";
-                let v = self.rng.pick(&["'alpha'", "'BETA'", "'ÄBC'", "'Gamma'"]);
-                case.sql = match self.rng.below(4) {
-                    0 => format!("select id from people where nick = {v}"),
-                    1 => format!(
-                        "select code from codes where code collate ci = upper('k{}')",
-                        self.rng.range(1, 40)
-                    ),
-                    2 => "select nick, count(*) from people group by nick".into(),
-                    _ => "select count(distinct nick) from people".into(),
-                };
-            }
-            3 => {
-                case.class = "key through another type";
-                let n = self.rng.range(1, 40);
-                case.sql = match self.rng.below(3) {
-                    0 => format!("select code, label from codes where code = 'k{n}  '::char(12)"),
-                    1 => format!("select code from codes where code = 'k{n}'::varchar"),
-                    _ => format!("select code from codes where code::char(8) = 'k{n}'"),
-                };
-            }
-            4 => {
-                case.class = "unique without key";
-                case.sql = format!(
-                    "insert into ledger (customer_id, seq, v, tag) values ({}, {}, 0, 't{}')",
-                    self.rng.range(1, 12),
-                    self.rng.range(500, 900),
-                    self.rng.range(1, 20)
-                );
-                case.command = true;
-                case.check = vec!["select * from ledger".into()];
-            }
-            5 => {
-                case.class = "limit param";
-                let l = self.rng.range(0, 8);
-                case.params = vec![match self.rng.below(3) {
-                    0 => Param::I2(l as i16),
-                    1 => Param::I4(l as i32),
-                    _ => Param::I8(l),
-                }];
-                case.sql = if self.rng.chance(50) {
-                    "select id from orders order by id limit $1".into()
-                } else {
-                    "select id from customers order by id offset $1".into()
-                };
-                case.ordered = true;
-            }
-            6 => {
-                case.class = "key in params";
-                let k = self.rng.range(1, 4) as usize;
-                case.params = (0..k).map(|_| Param::I8(self.rng.range(1, 70))).collect();
-                let list: Vec<String> = (1..=k).map(|i| format!("${i}")).collect();
-                case.sql = format!(
-                    "select o.id, o.amount from orders o where o.customer_id in ({})",
-                    list.join(", ")
-                );
-            }
-            _ => {
-                case.class = "text key param";
-                case.params = vec![Param::Text(format!("k{}", self.rng.range(1, 45)))];
-                case.sql = "select code, customer_id from codes where code = $1".into();
-            }
-        }
-        case
     }
 }

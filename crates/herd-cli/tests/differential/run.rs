@@ -4,9 +4,10 @@
 use tokio_postgres::Client;
 
 use crate::common::try_connect;
-use crate::compare::{judge, simple, statement, Mode, Outcome, Tally, Verdict, Wrong};
+use crate::compare::{judge, Outcome, Tally, Verdict, Wrong};
 use crate::gen::Case;
 use crate::schema::{self, Where};
+use crate::send::{copy, error_text, simple, statement, Mode};
 
 /// Wrong answers kept for the report.
 const KEEP_WRONG: usize = 400;
@@ -265,8 +266,8 @@ pub async fn probes(pair: &mut Pair, groups: &[String], tally: &mut Tally) {
         (copy_in, Some(rows.as_str())),
         ("copy ledger to stdout", None),
     ] {
-        let h = crate::compare::copy(pair.herd.client().await, sql, data).await;
-        let p = crate::compare::copy(pair.plain.client().await, sql, data).await;
+        let h = copy(pair.herd.client().await, sql, data).await;
+        let p = copy(pair.plain.client().await, sql, data).await;
         let case = Case {
             class: "probe: copy",
             sql: sql.into(),
@@ -296,7 +297,7 @@ pub async fn probes(pair: &mut Pair, groups: &[String], tally: &mut Tally) {
     };
     let call = match call {
         Ok(rows) => format!("{} row(s)", rows.len()),
-        Err(e) => crate::compare::error_text(&e).show(1),
+        Err(e) => error_text(&e).show(1),
     };
     note(
         tally,
