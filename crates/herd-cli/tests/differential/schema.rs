@@ -6,8 +6,9 @@
 //!   absent; `tags`: a local table (group 0 only).
 //! * `codes (code text key)`: distributed on a text key (comparisons through char/varchar).
 //! * `people (nick text collate ci)`: distributed, with a nondeterministic ICU collation.
-//! * `ledger (customer_id int8 key, unique (tag))`: distributed, the target of the persistent
-//!   INSERT/UPDATE/DELETE; its UNIQUE does not include the key.
+//! * `ledger (customer_id int8 key, unique (customer_id, tag))`: distributed, the target of the
+//!   persistent INSERT/UPDATE/DELETE (a UNIQUE without the key is refused at distribution; the
+//!   generator asks for one later, which must be refused too).
 //! * `alt.customers`: a plain table that `search_path = alt, public` should name instead.
 //! * `cust_orders(int8)`, `all_orders()`: SQL functions reading `orders`; `plus1(int8)`: one
 //!   reading no table.
@@ -58,7 +59,7 @@ const TABLES: &[(&str, &str, Option<&str>)] = &[
     (
         "ledger",
         "create table ledger (customer_id bigint not null, seq int not null, v int, tag text, \
-         primary key (customer_id, seq), unique (tag))",
+         primary key (customer_id, seq), unique (customer_id, tag))",
         Some("select herd.create_distributed_table('ledger', 'customer_id')"),
     ),
 ];

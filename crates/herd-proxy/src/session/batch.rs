@@ -185,13 +185,20 @@ pub(super) fn answer_command(
         for _ in &batch.parses {
             encode::parse_complete(out);
         }
-        if batch.describe_statement {
-            // ParameterDescription of no parameters, and no rows.
+        // ParameterDescription of no parameters, and no rows: before or after the Bind, as
+        // the client asked.
+        let describe = |out: &mut Vec<u8>| {
             out.extend_from_slice(&[b't', 0, 0, 0, 6, 0, 0]);
             encode::no_data(out);
+        };
+        if batch.describe_statement && !batch.describe_statement_after_bind {
+            describe(out);
         }
         if batch.bind.is_some() {
             encode::bind_complete(out);
+        }
+        if batch.describe_statement_after_bind {
+            describe(out);
         }
         if batch.describe_portal {
             encode::no_data(out);

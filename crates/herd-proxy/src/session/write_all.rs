@@ -160,18 +160,26 @@ impl Session {
             for _ in &batch.parses {
                 encode::parse_complete(&mut out);
             }
-            if batch.describe_statement {
+            // The statement's description where the client asked for it: before or after
+            // its Bind.
+            let describe = |out: &mut Vec<u8>| {
                 let params = first
                     .and_then(|d| d.params.clone())
                     .unwrap_or_else(|| vec![0, 0]);
-                push(&mut out, &(b't', params));
+                push(out, &(b't', params));
                 push(
-                    &mut out,
+                    out,
                     first.and_then(|d| d.statement.as_ref()).unwrap_or(&no_data),
                 );
+            };
+            if batch.describe_statement && !batch.describe_statement_after_bind {
+                describe(&mut out);
             }
             if batch.bind.is_some() {
                 encode::bind_complete(&mut out);
+            }
+            if batch.describe_statement_after_bind {
+                describe(&mut out);
             }
             if batch.describe_portal {
                 push(
@@ -261,10 +269,13 @@ fn request(batch: &Batch, sql: &[u8], types: &[u32], rest: &[u8]) -> Result<Vec<
         return Ok(out);
     }
     encode::parse(&mut out, b"", sql, types)?;
-    if batch.describe_statement {
+    if batch.describe_statement && !batch.describe_statement_after_bind {
         encode::describe(&mut out, KIND_STATEMENT, b"")?;
     }
     encode::bind_renamed(&mut out, b"", b"", rest)?;
+    if batch.describe_statement_after_bind {
+        encode::describe(&mut out, KIND_STATEMENT, b"")?;
+    }
     // The portal's description: a RETURNING list's RowDescription, else NoData.
     encode::describe(&mut out, b'P', b"")?;
     encode::execute(&mut out, b"", 0)?;
