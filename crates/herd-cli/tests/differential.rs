@@ -14,7 +14,7 @@
 //! and text results on a bare protocol connection (`differential/send.rs`, `rawtext.rs`). The
 //! verdicts and the report are in `differential/compare.rs`, the driving of cases and the
 //! catalog/COPY probes in `differential/run.rs`, the plain server in `differential/plain.rs`.
-//! The wrong-answer classes found so far are written up in `DIFF-FINDINGS.md`. No new
+//! The wrong-answer classes found so far are written up in `docs/differential-findings.md`. No new
 //! dependency: the PRNG is a hand-written xorshift.
 //!
 //! Bounded by default (seed 38, at most 3000 cases or 120 s of generation). For longer runs set
