@@ -101,12 +101,18 @@ async fn answers_as_one_server() {
     ];
     run::probes(&mut pair, &groups, &mut tally).await;
 
+    // HERD_DIFF_TRACE=1 prints every case before it runs (to find what came before a
+    // wrong answer that shows up later, as a divergent ledger does).
+    let trace = std::env::var("HERD_DIFF_TRACE").is_ok_and(|v| v == "1");
     let mut generator = gen::Gen::new(budget.seed);
     let started = Instant::now();
     while tally.cases < budget.cases && started.elapsed() < budget.time {
         let case = generator.case();
         tally.cases += 1;
         for mode in run::modes(&case) {
+            if trace {
+                eprintln!("case {} {mode:?}: {}", tally.cases, case.script());
+            }
             run::run_case(&mut pair, &case, mode, &mut tally).await;
         }
         if tally.cases % 200 == 0 {

@@ -313,12 +313,14 @@ impl Session {
         Ok(Some(UnitRoute::Group(group)))
     }
 
-    /// `sql` may change what names mean (CREATE, ALTER, DROP …; also a function or procedure
-    /// call, which may run DDL): the database's names are forgotten now and again before
-    /// this session's next unit, so neither this session nor another plans with the old ones
-    /// for long (another session at most until they are read again).
+    /// `sql` may change what names mean (CREATE, ALTER, DROP): the database's names are
+    /// forgotten now and again before this session's next unit, so neither this session nor
+    /// another plans with the old ones for long (another session at most until they are read
+    /// again). DDL inside `DO` or a procedure is seen within the names' lifetime
+    /// (3 s), as DDL made directly on a server is: forgetting at
+    /// every call would read the catalog at every call.
     fn note_ddl(&mut self, sql: &[u8]) {
-        if first_word_is(sql, &["create", "alter", "drop", "do", "call", "comment"]) {
+        if first_word_is(sql, &["create", "alter", "drop"]) {
             self.ctx.forget_names(&self.database);
             self.names_dirty = true;
         }
