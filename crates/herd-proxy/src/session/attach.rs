@@ -379,6 +379,7 @@ impl Session {
             group,
             tracker: spare.tracker,
             bound: spare.bound,
+            schema: crate::analysis::SchemaChange::None,
             lease,
             replica,
             wrote: false,

@@ -77,7 +77,12 @@ impl Session {
         }
         for (name, query, types) in &batch.parses {
             let analysis = analyze(&self.ctx, query, self.state.unsafe_encoding);
-            let stmt = Arc::new(Statement::new(query, types.clone(), &analysis));
+            let stmt = Arc::new(Statement::new(
+                query,
+                types.clone(),
+                &analysis,
+                self.state.path,
+            ));
             if name.is_empty() {
                 let token = self.ctx.next_token();
                 self.state.unnamed = Some(Unnamed { stmt, token });

@@ -69,8 +69,12 @@ struct Attached {
     rolled_back: bool,
     /// What to undo should a message in flight fail, by tracker id.
     undo: Vec<(u64, undo::Undo)>,
-    /// The statements bound since the last ReadyForQuery.
+    /// The kept statements bound or described since the last ReadyForQuery (a server's error
+    /// saying one is out of date applies to them).
     bound: Vec<Arc<state::Statement>>,
+    /// The schema change of the statements run since the transaction began, applied at each
+    /// ReadyForQuery (and so again at the commit, when other servers see it).
+    schema: crate::analysis::SchemaChange,
     /// The server sent a FATAL error: it is closing the connection.
     fatal: bool,
     /// The deferred BEGIN sent ahead of `unit`, restored should the unit be retried.
