@@ -693,7 +693,7 @@ fn kept_statements_follow_schema_changes(c: &herd_testkit::TestCluster) {
     let primary = c.url(&["--primary"]);
     let mut direct = Raw::connect(&primary, &[]);
     for case in &SCHEMA_CASES {
-        for (variant, through_endpoint) in [("e", true)] {
+        for (variant, through_endpoint) in [("e", true), ("o", false)] {
             let sql = |text: &str| text.replace("{v}", variant);
             let what = format!(
                 "{} ({})",
@@ -750,7 +750,51 @@ fn one_connection_cluster(mode: &str) -> herd_testkit::TestCluster {
 
 #[test]
 fn kept_statements_follow_schema_changes_in_transaction_pooling() {
-    kept_statements_follow_schema_changes(&one_connection_cluster("transaction"));
+    let c = one_connection_cluster("transaction");
+    kept_statements_follow_schema_changes(&c);
+    // A change outside the endpoint is learnt from the server's refusal of the old
+    // statement: the unit ran again, the client none the wiser.
+    let metrics = api_get_text(c.api_port(), "/metrics");
+    let reruns: u64 = metrics
+        .lines()
+        .filter(|l| l.starts_with("herd_stale_retries_total"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum();
+    assert!(reruns >= 3, "{metrics}");
+
+    // A unit that executed something before the refusal is not run again (it may have had
+    // effects outside its transaction): the client gets the server's error, once, and the
+    // transaction's write is rolled back, not made twice.
+    let url = c.url(&[]);
+    let mut direct = Raw::connect(&c.url(&["--primary"]), &[]);
+    direct.query("create table written(i int); create type once as enum ('a')");
+    let mut early = Raw::connect(&url, &[]);
+    prepare_and_run(&mut early, "select 'a'::once");
+    drop(early);
+    direct.query("drop type once; create type once as enum ('a')");
+    let mut r = Raw::connect(&url, &[]);
+    let mut out = Vec::new();
+    parse(&mut out, "w", "insert into written values (1)");
+    bind(&mut out, "w", &[]);
+    execute(&mut out);
+    parse(&mut out, "s", "select 'a'::once");
+    encode::describe(&mut out, b'S', "s").expect("describe");
+    sync(&mut out);
+    r.send(&out);
+    let msgs = r.until_ready();
+    assert_eq!(tags(&msgs), "12C1tEZ", "{:?}", error_code(&msgs));
+    let count = direct.query("select count(*) from written");
+    assert_eq!(count[1].text(), "0", "rolled back with the batch");
+    let metrics = api_get_text(c.api_port(), "/metrics");
+    assert!(
+        metrics.contains(&format!("herd_stale_retries_total {reruns}")),
+        "not run again: {metrics}"
+    );
+    // The next prepare is fresh.
+    assert_eq!(
+        prepare_and_run(&mut Raw::connect(&url, &[]), "select 'a'::once"),
+        prepare_and_run(&mut direct, "select 'a'::once")
+    );
 }
 
 #[test]

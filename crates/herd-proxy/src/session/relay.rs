@@ -436,7 +436,11 @@ impl Session {
                     }
                     if let Some(outdated) = outdated_statement(code, message) {
                         if !att.bound.is_empty() {
+                            let rerun = (!self.rerunning).then(|| rerun_point(att)).flatten();
                             kept_statement_outdated(&self.ctx, att, outdated);
+                            if let Some(given) = rerun {
+                                return Box::pin(self.rerun_outdated(given, code)).await;
+                            }
                         }
                     }
                 }
@@ -473,6 +477,7 @@ impl Session {
         };
         undo_failed(&d.failed, att, &mut self.state);
         if let Some(status) = d.ready {
+            self.rerunning = false;
             att.status = status;
             att.undo.clear();
             att.bound.clear();
@@ -532,6 +537,25 @@ fn kept_statement_outdated(ctx: &crate::ProxyContext, att: &mut super::Attached,
         }
         Outdated::Missing => conn.expired = true,
     }
+}
+
+/// What the client was given of the answers of the unit on `att`, when a server refused one
+/// of its kept statements as out of date and running the unit again is as if it had run once
+/// on a new connection: the client parsed every statement in use in this very unit (directly,
+/// it would have been prepared afresh: a statement parsed earlier answers as PostgreSQL's
+/// own would, error included), the unit began outside a transaction block, ended with its
+/// Sync, and nothing in it was executed (see [`crate::router::track::Tracker::stopped_at`]).
+fn rerun_point(att: &super::Attached) -> Option<crate::router::track::Given> {
+    let parsed_here = |stmt: &std::sync::Arc<super::state::Statement>| {
+        att.undo.iter().any(|(_, u)| {
+            matches!(u, super::undo::Undo::Parse { client: Some((_, s)), .. }
+                if std::sync::Arc::ptr_eq(s, stmt))
+        })
+    };
+    if att.status != b'I' || att.retry_unit.is_none() || !att.bound.iter().all(parsed_here) {
+        return None;
+    }
+    att.tracker.stopped_at()
 }
 
 /// How a server says a statement the proxy kept prepared there is out of date.
