@@ -478,6 +478,9 @@ impl Session {
         undo_failed(&d.failed, att, &mut self.state);
         if let Some(status) = d.ready {
             self.rerunning = false;
+            // Only the unit that caused the attach may run again (a pinned server's later
+            // units are not kept).
+            att.retry_unit = None;
             att.status = status;
             att.undo.clear();
             att.bound.clear();
