@@ -648,7 +648,7 @@ fn complete_frames_len(buf: &[u8], max: usize) -> Result<Option<usize>, ProxyErr
 
 #[cfg(test)]
 mod tests {
-    use super::{completes_rollback, refused_by_standby};
+    use super::{completes_rollback, outdated_statement, refused_by_standby, Outdated};
 
     #[test]
     fn rollback_completions() {
@@ -665,6 +665,31 @@ mod tests {
         let mut notice = complete("ROLLBACK");
         notice[0] = b'N';
         assert!(!completes_rollback(&notice), "only a CommandComplete");
+    }
+
+    #[test]
+    fn refusals_of_outdated_statements() {
+        assert_eq!(
+            outdated_statement("XX000", "cache lookup failed for type 18134"),
+            Some(Outdated::Schema)
+        );
+        assert_eq!(
+            outdated_statement("0A000", "cached plan must not change result type"),
+            Some(Outdated::Schema)
+        );
+        assert_eq!(
+            outdated_statement("26000", "prepared statement \"herd_1\" does not exist"),
+            Some(Outdated::Missing)
+        );
+        assert_eq!(outdated_statement("XX000", "could not open file"), None);
+        assert_eq!(
+            outdated_statement(
+                "0A000",
+                "cannot access temporary or unlogged relations during recovery"
+            ),
+            None
+        );
+        assert_eq!(outdated_statement("42P01", "relation does not exist"), None);
     }
 
     #[test]
