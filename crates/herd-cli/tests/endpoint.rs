@@ -801,3 +801,62 @@ fn kept_statements_follow_schema_changes_in_transaction_pooling() {
 fn kept_statements_follow_schema_changes_in_session_pooling() {
     kept_statements_follow_schema_changes(&one_connection_cluster("session"));
 }
+
+/// DDL inside a transaction block through the endpoint: the transaction's own statements after
+/// it are prepared against the new schema, and once it rolls back, the next client's against
+/// the old one again, as directly (each read bounded by the bare client's timeout).
+#[test]
+fn kept_statements_inside_a_ddl_transaction() {
+    let c = one_connection_cluster("transaction");
+    let url = c.url(&[]);
+    let primary = c.url(&["--primary"]);
+    Raw::connect(&primary, &[]).query("create type mood as enum ('ok')");
+    let sql = "select 'ok'::mood";
+    let change = "drop type mood; create type mood as enum ('ok', 'bad')";
+    // What a client sees: the statement prepared and run inside a transaction that changed
+    // the type, then after it ended (`end`: commit or rollback).
+    let run = |target: &str, end: &str| {
+        let mut r = Raw::connect(target, &[]);
+        let mut seen = Vec::new();
+        for step in ["begin", change] {
+            assert_eq!(error_code(&r.query(step)), None, "{step}");
+        }
+        // The type made inside is a new one each run: OIDs are not compared.
+        seen.push(without_type_oids(prepare_and_run(&mut r, sql)));
+        assert_eq!(error_code(&r.query(end)), None, "{end}");
+        seen.push(without_type_oids(prepare_and_run(
+            &mut Raw::connect(target, &[]),
+            sql,
+        )));
+        seen
+    };
+    for end in ["rollback", "commit"] {
+        // An earlier client leaves the statement prepared on the pooled server.
+        prepare_and_run(&mut Raw::connect(&url, &[]), sql);
+        let got = run(&url, end);
+        let want = run(&primary, end);
+        assert!(
+            want.iter().flatten().all(|(tag, _)| *tag != 'E'),
+            "{end}: {want:?}"
+        );
+        assert_eq!(got, want, "{end}");
+    }
+}
+
+/// `msgs` with the type OIDs of their RowDescriptions zeroed.
+fn without_type_oids(mut msgs: Vec<(char, Vec<u8>)>) -> Vec<(char, Vec<u8>)> {
+    for (tag, body) in &mut msgs {
+        if *tag != 'T' {
+            continue;
+        }
+        let fields = u16::from_be_bytes([body[0], body[1]]);
+        let mut at = 2;
+        for _ in 0..fields {
+            at += body[at..].iter().position(|b| *b == 0).expect("name") + 1;
+            // Table OID (4) and column number (2), then the type OID.
+            body[at + 6..at + 10].fill(0);
+            at += 18;
+        }
+    }
+    msgs
+}
