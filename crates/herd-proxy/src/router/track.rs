@@ -75,6 +75,9 @@ pub struct Tracker {
     /// An `Execute` or a simple query got an answer since the tracker was emptied: something
     /// may have run.
     executed: bool,
+    /// The client was given a result description (RowDescription or NoData of a `Describe`)
+    /// since the tracker was emptied: a rerun could describe the result otherwise.
+    described: bool,
     /// Client requests still to come whose answers the client already has (a unit run again,
     /// see [`Tracker::given`]), and whether the first after them is a `Describe` of a statement
     /// whose `ParameterDescription` it has too.
@@ -158,8 +161,9 @@ impl Tracker {
     /// What the client was given of the unit's answers, when the server has just failed
     /// the request at the head (its ErrorResponse not yet handled) and running the unit again
     /// from its start could do no harm: nothing was executed (no `Execute` or simple query
-    /// answered, the failed request is none), and nothing was sent after the unit's one
-    /// `Sync`. `None` otherwise.
+    /// answered, the failed request is none), no result was described to the client (a
+    /// schema change could describe it otherwise the second time), and nothing was sent after
+    /// the unit's one `Sync`. `None` otherwise.
     pub fn stopped_at(&self) -> Option<Given> {
         let head = self.queue.front()?;
         let harmless = matches!(
@@ -172,7 +176,7 @@ impl Tracker {
             .filter(|p| matches!(p.expect, Expect::Sync | Expect::Query))
             .count();
         let last_is_sync = self.queue.back().is_some_and(|p| p.expect == Expect::Sync);
-        if self.executed || !harmless || ends != 1 || !last_is_sync {
+        if self.executed || self.described || !harmless || ends != 1 || !last_is_sync {
             return None;
         }
         Some(Given {
@@ -192,6 +196,7 @@ impl Tracker {
         self.skipping = false;
         self.answered = 0;
         self.executed = false;
+        self.described = false;
         self.given = (0, false);
     }
 
@@ -265,6 +270,7 @@ impl Tracker {
             return false;
         }
         self.executed |= head.expect == Expect::Execute;
+        self.described |= head.expect == Expect::DescribePortal;
         self.answered += 1;
         self.queue.pop_front();
         true
@@ -338,6 +344,12 @@ impl Tracker {
         }
         let client_request = !head.swallow;
         self.executed |= matches!(head.expect, Expect::Execute | Expect::Query);
+        self.described |= d.forward
+            && matches!(tag, b'T' | b'n')
+            && matches!(
+                head.expect,
+                Expect::DescribeStatement | Expect::DescribePortal
+            );
         let completes = match head.expect {
             Expect::Parse => tag == b'1',
             Expect::Bind => tag == b'2',
@@ -719,5 +731,18 @@ mod tests {
         more.sent(Expect::Parse, false, None);
         more.sent(Expect::Sync, false, None);
         assert_eq!(more.stopped_at(), None, "more than the unit was sent");
+        let mut described = Tracker::default();
+        let mut to_client = Vec::new();
+        described.sent(Expect::DescribeStatement, false, None);
+        described.sent(Expect::Bind, false, None);
+        described.sent(Expect::Sync, false, None);
+        for tag in [b't', b'T'] {
+            described.on_server_message(&msg(tag), &mut to_client);
+        }
+        assert_eq!(
+            described.stopped_at(),
+            None,
+            "the client has a result description"
+        );
     }
 }

@@ -436,7 +436,10 @@ impl Session {
                     }
                     if let Some(outdated) = outdated_statement(code, message) {
                         if !att.bound.is_empty() {
-                            let rerun = (!self.rerunning).then(|| rerun_point(att)).flatten();
+                            // Not on a sharded cluster: a rerun there may take other paths.
+                            let rerun = (!self.rerunning && self.map.is_none())
+                                .then(|| rerun_point(att))
+                                .flatten();
                             kept_statement_outdated(&self.ctx, att, outdated);
                             if let Some(given) = rerun {
                                 return Box::pin(self.rerun_outdated(given, code)).await;
