@@ -69,6 +69,25 @@ pub struct Analysis {
     pub effects: Vec<Effect>,
     /// Answered by the proxy alone.
     pub local: Option<LocalAnswer>,
+    /// What running it may change in the schema that statements kept prepared on servers
+    /// refer to.
+    pub schema: SchemaChange,
+}
+
+/// How far a statement's schema change reaches: statements Herd keeps prepared on servers
+/// were analysed against the old schema, and PostgreSQL does not always notice (a dropped and
+/// recreated type leaves plans naming the old type's OID: XX000 "cache lookup failed").
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub enum SchemaChange {
+    /// Changes no schema object.
+    #[default]
+    None,
+    /// Changes objects of this server's session only (a temporary table or type): the
+    /// statements kept on this server connection are prepared again, no others.
+    ThisServer,
+    /// May change objects every server sees (CREATE, ALTER, DROP, a DO block): every server
+    /// connection prepares its kept statements again.
+    Everywhere,
 }
 
 /// Classifies `sql`, bytes in the client's encoding (cached by text), and combines it with the
@@ -168,7 +187,42 @@ fn analyze_text(ctx: &ProxyContext, sql: &str) -> Analysis {
         pin,
         effects,
         local,
+        schema: schema_change(sql, &classification.statements),
     }
+}
+
+/// What `statements` (classified from `sql`) may change in the schema. Errs on the side of a
+/// change: DDL of any kind (GRANT, VACUUM and ANALYZE included: rare through the endpoint, and
+/// a needless change costs one prepare per kept statement), and DO blocks, which migrations
+/// use to run DDL. Functions and procedures that run DDL are not seen here: the server's
+/// errors about outdated statements catch those (see `session::relay`).
+fn schema_change(sql: &str, statements: &[herd_sql::Statement]) -> SchemaChange {
+    statements
+        .iter()
+        .map(|s| match (&s.reason, &s.session) {
+            (Reason::Ddl, SessionEffect::Pin(herd_sql::PinReason::TempTable)) => {
+                SchemaChange::ThisServer
+            }
+            (Reason::Ddl, _) => SchemaChange::Everywhere,
+            (Reason::Utility, _) if s.may_write && starts_with_do(sql.get(s.span.clone())) => {
+                SchemaChange::Everywhere
+            }
+            _ => SchemaChange::None,
+        })
+        .max()
+        .unwrap_or_default()
+}
+
+/// Whether a statement's text is a DO block.
+fn starts_with_do(text: Option<&str>) -> bool {
+    let Some(text) = text else {
+        return true; // no text to tell by: assume the worst
+    };
+    let word: String = text
+        .chars()
+        .take_while(|c| c.is_ascii_alphabetic())
+        .collect();
+    word.eq_ignore_ascii_case("do")
 }
 
 /// A short label of a reason, for metrics.
@@ -192,5 +246,42 @@ pub fn reason_label(reason: &Reason) -> &'static str {
         Reason::Unparseable => "unparseable",
         Reason::TooComplex => "too_complex",
         Reason::Empty => "empty",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{schema_change, SchemaChange};
+
+    fn change(sql: &str) -> SchemaChange {
+        schema_change(sql, &herd_sql::classify(sql).statements)
+    }
+
+    #[test]
+    fn schema_changes_by_statement() {
+        assert_eq!(change("select 1"), SchemaChange::None);
+        assert_eq!(change("insert into t values (1)"), SchemaChange::None);
+        assert_eq!(change("set search_path = a"), SchemaChange::None);
+        assert_eq!(change("call p()"), SchemaChange::None);
+        for ddl in [
+            "drop type e",
+            "create type e as enum ('a')",
+            "alter table t add column b int",
+            "create or replace function f() returns int language sql as 'select 1'",
+            "drop schema s cascade",
+            "select 1; alter table t drop column b",
+            "DO $$ begin execute 'drop table t'; end $$",
+            "grant select on t to public",
+        ] {
+            assert_eq!(change(ddl), SchemaChange::Everywhere, "{ddl}");
+        }
+        assert_eq!(
+            change("create temporary table tt(a int)"),
+            SchemaChange::ThisServer
+        );
+        assert_eq!(
+            change("create temp table tt(a int); drop table t"),
+            SchemaChange::Everywhere
+        );
     }
 }

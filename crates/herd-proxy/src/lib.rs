@@ -92,6 +92,9 @@ pub struct ProxyContext {
     tokens: std::sync::atomic::AtomicU64,
     /// Server-side statement name → generation of the last client Close of it.
     closed: Mutex<HashMap<String, u64>>,
+    /// The schema generation: raised whenever what statements kept prepared on servers refer
+    /// to may have changed (see [`ProxyContext::schema_changed`]).
+    schema: std::sync::atomic::AtomicU64,
     /// The superuser login of the proxy's own connections (shard map changes).
     admin: AdminLogin,
     /// TLS for clients, when configured.
@@ -387,6 +390,27 @@ impl ProxyContext {
             .unwrap_or(0)
     }
 
+    /// The schema generation now (a value of [`ProxyContext::next_token`]'s sequence, like
+    /// a statement's generation after a client's Close of it). A named statement a client
+    /// parses gets it, and a server's copy prepared before it is not used for that statement:
+    /// the client gets what a fresh prepare gives, as on a new connection. Statements the
+    /// client parsed before the change keep their server's copy, which PostgreSQL revalidates
+    /// as it would the client's own (0A000 when the result type changed).
+    pub fn schema_generation(&self) -> u64 {
+        self.schema.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Something may have changed what statements kept prepared on servers refer to: DDL
+    /// through the endpoint (raised when the server confirms it, and again when its
+    /// transaction ends), or a server's error saying a kept statement is out of date (DDL from
+    /// elsewhere). Every server connection prepares its kept statements again on demand.
+    pub fn schema_changed(&self) {
+        let generation = self.next_token();
+        self.schema
+            .fetch_max(generation, std::sync::atomic::Ordering::AcqRel);
+        self.metrics.inc("herd_schema_changes_total", "");
+    }
+
     /// A client closed statement `server_name`.
     pub fn note_closed(&self, server_name: &str) {
         let generation = self.next_token();
@@ -537,6 +561,7 @@ impl Proxy {
             paused: watch::channel(false).0,
             tokens: std::sync::atomic::AtomicU64::new(0),
             closed: Mutex::new(HashMap::new()),
+            schema: std::sync::atomic::AtomicU64::new(0),
             admin: login.clone(),
             tls,
             shard_maps: shards::ShardMaps::default(),

@@ -28,6 +28,14 @@ pub fn help(name: &str) -> &'static str {
             "Statements a standby refused (e.g. a write on a replica), by node and SQLSTATE."
         }
         "herd_unit_errors_total" => "Units of work that ended in an error, by SQLSTATE.",
+        "herd_schema_changes_total" => {
+            "Schema changes after which servers prepare kept statements again (DDL through the \
+             endpoint, or a server saying a kept statement was out of date)."
+        }
+        "herd_stale_retries_total" => {
+            "Units run again after a server refused a kept statement as out of date, before \
+             the client saw anything."
+        }
         "herd_replication_connections_total" => "Replication connections relayed to the primary.",
         "herd_ha_decisions_total" => {
             "Decisions of the high-availability supervisor, by shard group and action."

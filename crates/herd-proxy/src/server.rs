@@ -121,6 +121,10 @@ pub struct ServerConn {
     /// Server-side statements whose plan PostgreSQL refuses to reuse after a schema change
     /// (0A000 "cached plan must not change result type"): closed before they are prepared again.
     pub stale: Vec<String>,
+    /// Every statement in `prepared` is out of date (a temporary object they may refer to
+    /// changed, a DDL transaction ended here, or the server lost one): they are all closed
+    /// before the next statement is used here, and prepared again on demand.
+    pub expired: bool,
     /// ParameterStatus values the server reported during the last internal query (also
     /// folded into `params`).
     pub reported: Vec<(String, String)>,
@@ -185,6 +189,7 @@ impl ServerConn {
             state_hash: 0,
             unnamed: None,
             stale: Vec::new(),
+            expired: false,
             reported: Vec::new(),
             spare: Default::default(),
         };
@@ -469,21 +474,23 @@ pub fn server_error(body: &[u8]) -> ProxyError {
 /// The statements prepared on one server connection, with least-recently-used eviction. Each
 /// carries the generation of the client statement it was prepared for: a client that closed and
 /// parsed a statement again (after a schema change, drivers do) must not get the server's older
-/// analysis of the same text.
+/// analysis of the same text. And the `search_path` it was analysed under (a hash, 0 for the
+/// default): under another the same text may name other objects.
 #[derive(Debug, Default)]
 pub struct PreparedSet {
-    /// Name → (last use, generation).
-    names: HashMap<String, (u64, u64), foldhash::fast::RandomState>,
+    /// Name → (last use, generation, path).
+    names: HashMap<String, (u64, u64, u64), foldhash::fast::RandomState>,
     clock: u64,
 }
 
 impl PreparedSet {
-    /// Whether `name` is prepared here at `generation` or later; marks it used. A copy from an
-    /// older generation is forgotten and reported `Stale` (close it before preparing it again).
-    pub fn lookup(&mut self, name: &str, generation: u64) -> Lookup {
+    /// Whether `name` is prepared here at `generation` or later, under `path`; marks it used.
+    /// A copy from an older generation or another path is forgotten and reported `Stale`
+    /// (close it before preparing it again).
+    pub fn lookup(&mut self, name: &str, generation: u64, path: u64) -> Lookup {
         self.clock += 1;
         match self.names.get_mut(name) {
-            Some((used, gen)) if *gen >= generation => {
+            Some((used, gen, p)) if *gen >= generation && *p == path => {
                 *used = self.clock;
                 Lookup::Fresh
             }
@@ -495,10 +502,15 @@ impl PreparedSet {
         }
     }
 
-    /// Records `name` as prepared for `generation`.
-    pub fn insert(&mut self, name: String, generation: u64) {
+    /// Records `name` as prepared for `generation` under `path`.
+    pub fn insert(&mut self, name: String, generation: u64, path: u64) {
         self.clock += 1;
-        self.names.insert(name, (self.clock, generation));
+        self.names.insert(name, (self.clock, generation, path));
+    }
+
+    /// Forgets every statement, returning their names (to close them).
+    pub fn take_all(&mut self) -> Vec<String> {
+        self.names.drain().map(|(name, _)| name).collect()
     }
 
     /// Forgets `name`.
@@ -526,7 +538,7 @@ impl PreparedSet {
         let oldest = self
             .names
             .iter()
-            .min_by_key(|(_, (used, _))| *used)
+            .min_by_key(|(_, (used, _, _))| *used)
             .map(|(n, _)| n.clone())?;
         self.names.remove(&oldest);
         Some(oldest)
@@ -551,18 +563,33 @@ mod tests {
     #[test]
     fn generations_make_older_copies_stale() {
         let mut p = PreparedSet::default();
-        p.insert("herd_a".into(), 0);
-        assert_eq!(p.lookup("herd_a", 0), Lookup::Fresh);
+        p.insert("herd_a".into(), 0, 0);
+        assert_eq!(p.lookup("herd_a", 0, 0), Lookup::Fresh);
         assert_eq!(
-            p.lookup("herd_a", 7),
+            p.lookup("herd_a", 7, 0),
             Lookup::Stale,
             "closed and parsed again since"
         );
-        assert_eq!(p.lookup("herd_a", 7), Lookup::Absent);
-        p.insert("herd_a".into(), 7);
-        assert_eq!(p.lookup("herd_a", 3), Lookup::Fresh);
-        p.insert("herd_b".into(), 0);
-        p.lookup("herd_a", 0);
+        assert_eq!(p.lookup("herd_a", 7, 0), Lookup::Absent);
+        p.insert("herd_a".into(), 7, 0);
+        assert_eq!(p.lookup("herd_a", 3, 0), Lookup::Fresh);
+        p.insert("herd_b".into(), 0, 0);
+        p.lookup("herd_a", 0, 0);
         assert_eq!(p.pop_oldest().as_deref(), Some("herd_b"));
+    }
+
+    #[test]
+    fn another_search_path_makes_copies_stale() {
+        let mut p = PreparedSet::default();
+        p.insert("herd_a".into(), 0, 5);
+        assert_eq!(p.lookup("herd_a", 0, 5), Lookup::Fresh);
+        assert_eq!(p.lookup("herd_a", 0, 0), Lookup::Stale, "prepared under 5");
+        assert_eq!(p.lookup("herd_a", 0, 0), Lookup::Absent);
+        p.insert("herd_a".into(), 0, 0);
+        p.insert("herd_b".into(), 0, 0);
+        let mut all = p.take_all();
+        all.sort();
+        assert_eq!(all, ["herd_a", "herd_b"]);
+        assert!(p.is_empty());
     }
 }

@@ -43,6 +43,9 @@ struct Pending {
     error_override: Option<Vec<u8>>,
     /// Caller's tag to learn about failures (e.g. a `Parse` whose statement must be forgotten).
     id: Option<u64>,
+    /// A `Describe` of a statement whose `ParameterDescription` the client already has (from
+    /// an attempt of the same unit that failed after it): that part is swallowed.
+    parameters_given: bool,
 }
 
 /// What to do with one server message.
@@ -67,6 +70,29 @@ pub struct Tracker {
     /// An extended-protocol error arrived and no `Sync` was sent after the failed message:
     /// the server discards everything up to the next `Sync`, answering nothing.
     skipping: bool,
+    /// Client requests answered (to the client) since the tracker was emptied.
+    answered: usize,
+    /// An `Execute` or a simple query got an answer since the tracker was emptied: something
+    /// may have run.
+    executed: bool,
+    /// The client was given a result description (RowDescription or NoData of a `Describe`)
+    /// since the tracker was emptied: a rerun could describe the result otherwise.
+    described: bool,
+    /// Client requests still to come whose answers the client already has (a unit run again,
+    /// see [`Tracker::given`]), and whether the first after them is a `Describe` of a statement
+    /// whose `ParameterDescription` it has too.
+    given: (usize, bool),
+}
+
+/// Where a unit's answers stopped when a server failed one of its requests: what the client
+/// was given of them (see [`Tracker::stopped_at`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Given {
+    /// Client requests answered in full.
+    pub answered: usize,
+    /// The failed request is a `Describe` of a statement whose `ParameterDescription` the
+    /// client has.
+    pub parameters: bool,
 }
 
 impl Tracker {
@@ -80,6 +106,7 @@ impl Tracker {
             synthetic: None,
             error_override: None,
             id,
+            parameters_given: false,
         })
     }
 
@@ -92,18 +119,73 @@ impl Tracker {
             synthetic: None,
             error_override: Some(error),
             id: None,
+            parameters_given: false,
         })
     }
 
-    fn push(&mut self, p: Pending) -> bool {
+    fn push(&mut self, mut p: Pending) -> bool {
         if self.skipping {
             if p.expect != Expect::Sync && p.expect != Expect::Query {
                 return false;
             }
             self.skipping = false;
         }
+        if !p.swallow && !matches!(p.expect, Expect::Sync | Expect::Query) {
+            match self.given {
+                (0, false) => {}
+                (0, true) => {
+                    p.parameters_given = p.expect == Expect::DescribeStatement;
+                    self.given.1 = false;
+                }
+                (n, _) => {
+                    // Answered in the attempt that failed: the client has it already.
+                    p.swallow = true;
+                    if p.synthetic.is_some() {
+                        p.synthetic = Some(Vec::new());
+                    }
+                    self.given.0 = n - 1;
+                }
+            }
+        }
         self.queue.push_back(p);
         true
+    }
+
+    /// The unit about to be sent was sent before, and failed after the client was given
+    /// `given` of its answers: those are swallowed this time, so that the client sees each
+    /// answer once.
+    pub fn given(&mut self, given: Given) {
+        self.given = (given.answered, given.parameters);
+    }
+
+    /// What the client was given of the unit's answers, when the server has just failed
+    /// the request at the head (its ErrorResponse not yet handled) and running the unit again
+    /// from its start could do no harm: nothing was executed (no `Execute` or simple query
+    /// answered, the failed request is none), no result was described to the client (a
+    /// schema change could describe it otherwise the second time), and nothing was sent after
+    /// the unit's one `Sync`. `None` otherwise.
+    pub fn stopped_at(&self) -> Option<Given> {
+        let head = self.queue.front()?;
+        let harmless = matches!(
+            head.expect,
+            Expect::Parse | Expect::Bind | Expect::DescribeStatement | Expect::DescribePortal
+        );
+        let ends = self
+            .queue
+            .iter()
+            .filter(|p| matches!(p.expect, Expect::Sync | Expect::Query))
+            .count();
+        let last_is_sync = self.queue.back().is_some_and(|p| p.expect == Expect::Sync);
+        if self.executed || self.described || !harmless || ends != 1 || !last_is_sync {
+            return None;
+        }
+        Some(Given {
+            answered: self.answered,
+            parameters: head.expect == Expect::DescribeStatement
+                && self.seen_parameter_description
+                && !head.swallow
+                && !head.parameters_given,
+        })
     }
 
     /// Empties the tracker for another unit on the same server connection, keeping the
@@ -112,6 +194,10 @@ impl Tracker {
         self.queue.clear();
         self.seen_parameter_description = false;
         self.skipping = false;
+        self.answered = 0;
+        self.executed = false;
+        self.described = false;
+        self.given = (0, false);
     }
 
     /// True while the server discards extended-protocol messages after an error (until the
@@ -136,6 +222,7 @@ impl Tracker {
             synthetic: Some(answer),
             error_override: None,
             id,
+            parameters_given: false,
         }) {
             return false;
         }
@@ -163,8 +250,14 @@ impl Tracker {
             return false;
         }
         let completes = match head.expect {
-            Expect::Query | Expect::Sync => return true,
-            Expect::Execute if !matches!(tag, b'C' | b'I' | b's') => return true,
+            Expect::Query | Expect::Sync => {
+                self.executed |= head.expect == Expect::Query;
+                return true;
+            }
+            Expect::Execute if !matches!(tag, b'C' | b'I' | b's') => {
+                self.executed = true;
+                return true;
+            }
             Expect::Execute => true,
             Expect::Parse => tag == b'1',
             Expect::Bind => tag == b'2',
@@ -176,6 +269,9 @@ impl Tracker {
         if !completes || self.queue.get(1).is_some_and(|p| p.synthetic.is_some()) {
             return false;
         }
+        self.executed |= head.expect == Expect::Execute;
+        self.described |= head.expect == Expect::DescribePortal;
+        self.answered += 1;
         self.queue.pop_front();
         true
     }
@@ -239,12 +335,21 @@ impl Tracker {
             return d;
         }
         let d = Disposition {
-            forward: !head.swallow,
+            // The ParameterDescription of a rerun's Describe the client already has, too.
+            forward: !(head.swallow || (tag == b't' && head.parameters_given)),
             ..Default::default()
         };
         if d.forward {
             to_client.extend_from_slice(raw);
         }
+        let client_request = !head.swallow;
+        self.executed |= matches!(head.expect, Expect::Execute | Expect::Query);
+        self.described |= d.forward
+            && matches!(tag, b'T' | b'n')
+            && matches!(
+                head.expect,
+                Expect::DescribeStatement | Expect::DescribePortal
+            );
         let completes = match head.expect {
             Expect::Parse => tag == b'1',
             Expect::Bind => tag == b'2',
@@ -263,6 +368,7 @@ impl Tracker {
             Expect::Sync | Expect::Query => false,
         };
         if completes {
+            self.answered += usize::from(client_request);
             self.queue.pop_front();
             self.emit_synthetic(to_client);
         }
@@ -300,7 +406,9 @@ impl Tracker {
     fn emit_synthetic(&mut self, to_client: &mut Vec<u8>) {
         while let Some(answer) = self.queue.front().and_then(|p| p.synthetic.clone()) {
             to_client.extend_from_slice(&answer);
-            self.queue.pop_front();
+            if let Some(p) = self.queue.pop_front() {
+                self.answered += usize::from(!p.swallow);
+            }
         }
     }
 }
@@ -569,5 +677,72 @@ mod tests {
         let d = t.on_server_message(&rfq(b'I'), &mut out);
         assert_eq!(d.failed, vec![5]);
         assert!(t.is_idle());
+    }
+
+    /// A unit that failed after the client was given some answers runs again without giving
+    /// them twice; one that executed something does not run again.
+    #[test]
+    fn a_rerun_gives_each_answer_once() {
+        let mut first = Tracker::default();
+        let mut to_client = Vec::new();
+        first.answered_by_proxy(Expect::Parse, msg(b'1'), None, &mut to_client);
+        first.sent(Expect::DescribeStatement, false, None);
+        first.sent(Expect::Sync, false, None);
+        assert_eq!(to_client, msg(b'1'));
+        first.on_server_message(&msg(b't'), &mut to_client);
+        let given = first.stopped_at().expect("nothing ran");
+        assert_eq!(
+            given,
+            Given {
+                answered: 1,
+                parameters: true
+            }
+        );
+
+        let mut again = Tracker::default();
+        again.given(given);
+        let mut to_client = Vec::new();
+        again.sent(Expect::Close, true, None);
+        again.sent(Expect::Parse, false, None);
+        again.sent(Expect::DescribeStatement, false, None);
+        again.sent(Expect::Sync, false, None);
+        for tag in [b'3', b'1', b't', b'T'] {
+            again.on_server_message(&msg(tag), &mut to_client);
+        }
+        again.on_server_message(&rfq(b'I'), &mut to_client);
+        let mut want = msg(b'T');
+        want.extend_from_slice(&rfq(b'I'));
+        assert_eq!(to_client, want, "only what the client did not have");
+        assert!(again.is_idle());
+
+        let mut ran = Tracker::default();
+        let mut to_client = Vec::new();
+        ran.sent(Expect::Bind, false, None);
+        ran.sent(Expect::Execute, false, None);
+        ran.sent(Expect::DescribeStatement, false, None);
+        ran.sent(Expect::Sync, false, None);
+        for tag in [b'2', b'C'] {
+            ran.on_server_message(&msg(tag), &mut to_client);
+        }
+        assert_eq!(ran.stopped_at(), None, "an Execute ran");
+        let mut more = Tracker::default();
+        more.sent(Expect::DescribeStatement, false, None);
+        more.sent(Expect::Sync, false, None);
+        more.sent(Expect::Parse, false, None);
+        more.sent(Expect::Sync, false, None);
+        assert_eq!(more.stopped_at(), None, "more than the unit was sent");
+        let mut described = Tracker::default();
+        let mut to_client = Vec::new();
+        described.sent(Expect::DescribeStatement, false, None);
+        described.sent(Expect::Bind, false, None);
+        described.sent(Expect::Sync, false, None);
+        for tag in [b't', b'T'] {
+            described.on_server_message(&msg(tag), &mut to_client);
+        }
+        assert_eq!(
+            described.stopped_at(),
+            None,
+            "the client has a result description"
+        );
     }
 }

@@ -362,7 +362,17 @@ impl Session {
                 .sent(crate::router::track::Expect::Query, true, None);
             att.begin = Some(begin);
         }
-        self.forward_analyzed(&unit, known)
+        if let (Some(given), Some(att)) = (self.rerun.take(), self.attached.as_mut()) {
+            att.tracker.given(given);
+        }
+        let go_on = self.forward_analyzed(&unit, known)?;
+        if let Some(att) = self.attached.as_mut() {
+            if !att.bound.is_empty() && !att.batch_open {
+                // A shared handle, not a copy: only kept for units that use kept statements.
+                att.retry_unit = Some(unit);
+            }
+        }
+        Ok(go_on)
     }
 
     /// Makes `lease` the session's server; `unit` is kept for a retry elsewhere.
@@ -389,6 +399,8 @@ impl Session {
             group,
             tracker: spare.tracker,
             bound: spare.bound,
+            schema: crate::analysis::SchemaChange::None,
+            retry_unit: None,
             lease,
             replica,
             wrote: false,

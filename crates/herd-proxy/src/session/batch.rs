@@ -113,7 +113,7 @@ impl Session {
         types: Vec<u32>,
     ) -> Result<(), ProxyError> {
         let analysis = analyze(&self.ctx, query, self.state.unsafe_encoding);
-        let stmt = Arc::new(Statement::new(query, types, &analysis));
+        let stmt = Arc::new(Statement::new(query, types, &analysis, self.state.path));
         if name.is_empty() {
             let token = self.ctx.next_token();
             self.state.unnamed = Some(Unnamed { stmt, token });

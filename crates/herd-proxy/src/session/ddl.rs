@@ -67,6 +67,9 @@ impl Session {
         tag_text: &str,
         outcome: Result<(), ProxyError>,
     ) -> Result<(), ProxyError> {
+        // Even a failure may have changed some groups before it was undone: kept statements
+        // are prepared again either way.
+        self.ctx.schema_changed();
         match outcome {
             Ok(()) => {
                 encode::command_complete(&mut self.out.buf, tag_text)?;

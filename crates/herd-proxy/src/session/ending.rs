@@ -56,6 +56,41 @@ impl Session {
         Ok(())
     }
 
+    /// A server refused a statement kept prepared there as out of date (SQLSTATE `code`) when
+    /// the unit could run again as on a new connection (see `relay::rerun_point`): the
+    /// connection is dropped (the server skips to the Sync; nothing ran) and the unit runs
+    /// again from its start, its statements prepared afresh, the answers the client was given
+    /// (`given`) not given twice. Once per unit.
+    pub(super) async fn rerun_outdated(
+        &mut self,
+        given: crate::router::track::Given,
+        code: &str,
+    ) -> Result<(), ProxyError> {
+        let Some(mut att) = self.attached.take() else {
+            return Ok(());
+        };
+        self.cancel.detach();
+        self.sout.clear();
+        // What the unit did to the session (statements named, the unnamed one replaced, a
+        // Close answered) is done again by the rerun.
+        let ids: Vec<u64> = att.undo.iter().map(|(id, _)| *id).collect();
+        super::undo::undo_failed(&ids, &mut att, &mut self.state);
+        let node = att.lease.conn.endpoint.name.clone();
+        tracing::debug!(node = %node, code, "a kept statement was out of date; running the unit again");
+        self.ctx.metrics.inc("herd_stale_retries_total", "");
+        drop(att.lease); // mid-unit: closed, not returned
+        self.pending_begin = att.begin;
+        if let Some(unit) = att.retry_unit {
+            self.rerun = Some(given);
+            self.rerunning = true;
+            Box::pin(self.start_unit(unit)).await?;
+            // Answered without a server after all: nothing is owed to a later unit.
+            self.rerun = None;
+            self.rerunning &= self.attached.is_some();
+        }
+        Ok(())
+    }
+
     /// The attached server is idle outside a transaction: update the read-your-writes token
     /// after a write, settle settings, and give the server back unless pinned.
     pub(super) async fn end_transaction(&mut self) -> Result<(), ProxyError> {

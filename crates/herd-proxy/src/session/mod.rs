@@ -38,7 +38,7 @@ mod write_all;
 
 use std::sync::Arc;
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use herd_wire::encode;
 use tokio::net::TcpStream;
 
@@ -72,8 +72,15 @@ struct Attached {
     rolled_back: bool,
     /// What to undo should a message in flight fail, by tracker id.
     undo: Vec<(u64, undo::Undo)>,
-    /// The statements bound since the last ReadyForQuery.
+    /// The kept statements bound or described since the last ReadyForQuery (a server's error
+    /// saying one is out of date applies to them).
     bound: Vec<Arc<state::Statement>>,
+    /// The unit that caused the attach when it used kept statements and ended with its Sync:
+    /// run again (once) should a server refuse one of them as out of date before anything ran.
+    retry_unit: Option<Bytes>,
+    /// The schema change of the statements run since the transaction began, applied at each
+    /// ReadyForQuery (and so again at the commit, when other servers see it).
+    schema: crate::analysis::SchemaChange,
     /// The server sent a FATAL error: it is closing the connection.
     fatal: bool,
     /// The deferred BEGIN sent ahead of `unit`, restored should the unit be retried.
@@ -159,6 +166,11 @@ pub struct Session {
     /// Set at the first attach to a primary: notices another node's promotion while the
     /// session waits on the old one.
     primary_watch: Option<primary_watch::PrimaryWatch>,
+    /// What the client was given of the answers of a unit about to run again after a kept
+    /// statement was refused as out of date (taken when it is attached).
+    rerun: Option<crate::router::track::Given>,
+    /// A unit runs again (see `rerun`): until its end it is not run a third time.
+    rerunning: bool,
 }
 
 /// `BEGIN` answered by the proxy: the server is chosen by the transaction's first statement,
@@ -264,6 +276,8 @@ pub async fn serve_client(tcp: TcpStream, ctx: Arc<ProxyContext>) {
         primary_watch: None,
         parked: Vec::new(),
         creds: None,
+        rerun: None,
+        rerunning: false,
     };
     if let Err(e) = Box::pin(session.greet(read_only_session, authenticated)).await {
         return fatal(&mut session.client, &e).await;

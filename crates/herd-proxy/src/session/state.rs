@@ -7,7 +7,7 @@ use std::sync::{Arc, Weak};
 
 use herd_core::{Consistency, Lsn};
 
-use crate::analysis::{Analysis, Effect};
+use crate::analysis::{Analysis, Effect, SchemaChange};
 use crate::catalog::ProcCatalog;
 
 /// A protocol-level prepared statement of the client.
@@ -28,14 +28,26 @@ pub struct Statement {
     pub effects: Vec<Effect>,
     /// Servers holding an older generation of the same text prepare it again.
     pub generation: u64,
+    /// What running it may change in the schema kept statements refer to.
+    pub schema: SchemaChange,
+    /// The session's `search_path` when it was parsed ([`SessionState::path`]): a server's
+    /// copy prepared under another is not used for it.
+    pub path: u64,
 }
 
 impl Statement {
     /// A statement with its server-side name computed, and what analysis found about it.
-    pub fn new(query: &[u8], param_types: Vec<u32>, analysis: &Analysis) -> Statement {
+    /// `path` is the session's [`SessionState::path`]: the same text under another
+    /// `search_path` may name other tables, so it gets a server-side statement of its own
+    /// (clients of a schema each do not take turns re-preparing one shared statement).
+    pub fn new(query: &[u8], param_types: Vec<u32>, analysis: &Analysis, path: u64) -> Statement {
         let mut h = std::collections::hash_map::DefaultHasher::new();
         query.hash(&mut h);
         param_types.hash(&mut h);
+        if path != 0 {
+            // The default path leaves names as they were.
+            path.hash(&mut h);
+        }
         Statement {
             server_name: format!("herd_{:016x}", h.finish()),
             query: query.to_vec(),
@@ -44,6 +56,8 @@ impl Statement {
             pin: analysis.pin,
             effects: analysis.effects.clone(),
             generation: 0,
+            schema: analysis.schema,
+            path,
         }
     }
 }
@@ -143,6 +157,11 @@ pub struct SessionState {
     local_path: Option<String>,
     /// The path was changed where the proxy cannot read it (`set_config()`).
     path_unknown: bool,
+    /// Hash of the `search_path` the session's statements are analysed under now (its
+    /// setting, pending ones of the open transaction included; 0: the server's default).
+    /// A statement kept on a server is reused only under the path it was prepared with:
+    /// PostgreSQL would analyse it again under another and may refuse to (0A000).
+    pub path: u64,
 }
 
 impl SessionState {
@@ -161,6 +180,7 @@ impl SessionState {
             unsafe_encoding: false,
             local_path: None,
             path_unknown: false,
+            path: 0,
         }
     }
 
@@ -172,6 +192,7 @@ impl SessionState {
         } else {
             self.apply(name, stmt);
         }
+        self.refresh_path();
     }
 
     /// `RESET ALL` / `DISCARD ALL`.
@@ -180,6 +201,7 @@ impl SessionState {
         self.sets.clear();
         self.pending_sets.clear();
         self.rehash();
+        self.refresh_path();
     }
 
     /// `SET LOCAL search_path …` ran in the current transaction.
@@ -226,6 +248,32 @@ impl SessionState {
                 self.apply(&name, stmt);
             }
         }
+        self.refresh_path();
+    }
+
+    /// Recomputes `path` from the `search_path` in force: the transaction's own latest
+    /// setting, else the session's.
+    fn refresh_path(&mut self) {
+        let pending = self
+            .pending_sets
+            .iter()
+            .rev()
+            .find(|(name, _)| name.eq_ignore_ascii_case("search_path"))
+            .map(|(_, stmt)| stmt.as_ref());
+        let stmt = match pending {
+            Some(stmt) => stmt,
+            None => self
+                .sets
+                .iter()
+                .find(|(name, _)| name.eq_ignore_ascii_case("search_path"))
+                .map(|(_, stmt)| stmt),
+        };
+        self.path = stmt.map_or(0, |s| {
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            s.hash(&mut h);
+            // 0 means the default path; a setting must never collide with it.
+            h.finish() | 1
+        });
     }
 
     fn apply(&mut self, name: &str, stmt: Option<String>) {
@@ -379,6 +427,7 @@ mod tests {
             pin: false,
             effects: vec![],
             local: None,
+            schema: SchemaChange::None,
         }
     }
 
@@ -386,7 +435,7 @@ mod tests {
     fn a_recent_parse_answers_for_its_text_encoding_and_catalog_only() {
         let read = read_only();
         let old = Arc::new(ProcCatalog::default());
-        let stmt = Arc::new(Statement::new(b"select $1", vec![], &read));
+        let stmt = Arc::new(Statement::new(b"select $1", vec![], &read, 0));
         let recent = RecentParse::new(stmt, "read", &old, false);
         assert!(recent.answers(b"select $1", false, Arc::as_ptr(&old)));
         assert!(!recent.answers(b"select $2", false, Arc::as_ptr(&old)));
@@ -407,10 +456,35 @@ mod tests {
     #[test]
     fn statement_names_are_shared_by_text() {
         let read = read_only();
-        let a = Statement::new(b"select 1", vec![], &read);
-        let b = Statement::new(b"select 1", vec![], &read);
-        let c = Statement::new(b"select 1", vec![23], &read);
+        let a = Statement::new(b"select 1", vec![], &read, 0);
+        let b = Statement::new(b"select 1", vec![], &read, 0);
+        let c = Statement::new(b"select 1", vec![23], &read, 0);
+        let d = Statement::new(b"select 1", vec![], &read, 7);
         assert_eq!(a.server_name, b.server_name);
         assert_ne!(a.server_name, c.server_name);
+        assert_ne!(a.server_name, d.server_name, "another search_path");
+    }
+
+    #[test]
+    fn search_path_in_force() {
+        let mut s = SessionState::new(Consistency::Session);
+        assert_eq!(s.path, 0);
+        s.record_set("search_path", Some("SET search_path = a".into()), false);
+        let a = s.path;
+        assert_ne!(a, 0);
+        s.record_set("search_path", Some("SET search_path = b".into()), true);
+        let b = s.path;
+        assert_ne!(b, a, "the transaction's own setting is in force in it");
+        s.end_transaction(false);
+        assert_eq!(s.path, a, "rolled back");
+        s.record_set("work_mem", Some("SET work_mem = '8MB'".into()), false);
+        assert_eq!(s.path, a, "other settings do not count");
+        s.record_set("search_path", None, false);
+        assert_eq!(s.path, 0);
+        s.record_set("search_path", Some("SET search_path = b".into()), true);
+        s.end_transaction(true);
+        assert_eq!(s.path, b);
+        s.reset_all();
+        assert_eq!(s.path, 0);
     }
 }

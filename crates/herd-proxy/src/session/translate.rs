@@ -80,6 +80,12 @@ impl Translator<'_> {
                 return Ok(flow);
             }
         }
+        if matches!(
+            frame.tag,
+            tag::PARSE | tag::BIND | tag::DESCRIBE | tag::QUERY
+        ) {
+            self.expire_kept(to_server)?;
+        }
         match frame.tag {
             tag::QUERY => {
                 // A query analysed when it was routed was decoded then (its text, one NUL).
@@ -109,6 +115,7 @@ impl Translator<'_> {
                     } else if let Some(stmt) = self.state.statements.get(d.name).cloned() {
                         self.ensure_prepared(&stmt, to_server)?;
                         encode::describe(to_server, KIND_STATEMENT, &stmt.server_name)?;
+                        self.att.bound.push(stmt);
                     } else {
                         to_server.extend_from_slice(frame.raw);
                     }
@@ -316,9 +323,14 @@ impl Translator<'_> {
             self.att.tracker.sent(Expect::Parse, false, None);
             return Ok(());
         }
-        let mut stmt = Statement::new(p.query, p.param_types.clone(), &analysis);
+        let mut stmt = Statement::new(p.query, p.param_types.clone(), &analysis, self.state.path);
         if !p.name.is_empty() {
-            stmt.generation = self.ctx.closed_generation(&stmt.server_name);
+            // Newer than every server's copy from before the client's last Close of it, and
+            // before the last schema change: those are not what a fresh prepare gives now.
+            stmt.generation = self
+                .ctx
+                .closed_generation(&stmt.server_name)
+                .max(self.ctx.schema_generation());
         }
         let stmt = Arc::new(stmt);
         if let Some(catalog) = catalog {
@@ -486,6 +498,23 @@ impl Translator<'_> {
         Ok(())
     }
 
+    /// Closes every statement kept on the server once they are all out of date
+    /// (`ServerConn::expired`): they are prepared again on demand. The Closes go ahead of the
+    /// client's message, their answers swallowed.
+    fn expire_kept(&mut self, to_server: &mut Vec<u8>) -> Result<(), ProxyError> {
+        let conn = &mut self.att.lease.conn;
+        if !std::mem::take(&mut conn.expired) {
+            return Ok(());
+        }
+        let mut names = conn.prepared.take_all();
+        names.append(&mut conn.stale);
+        for name in names {
+            encode::close(to_server, KIND_STATEMENT, &name)?;
+            self.att.tracker.sent(Expect::Close, true, None);
+        }
+        Ok(())
+    }
+
     /// Prepares `stmt` on the server first if it lacks it; the answer is swallowed.
     fn ensure_prepared(
         &mut self,
@@ -502,7 +531,10 @@ impl Translator<'_> {
     /// closing.
     fn fresh_here(&mut self, stmt: &Statement) -> bool {
         let conn = &mut self.att.lease.conn;
-        match conn.prepared.lookup(&stmt.server_name, stmt.generation) {
+        match conn
+            .prepared
+            .lookup(&stmt.server_name, stmt.generation, stmt.path)
+        {
             Lookup::Fresh => true,
             Lookup::Stale => {
                 if !conn.stale.contains(&stmt.server_name) {
@@ -531,11 +563,14 @@ impl Translator<'_> {
             self.att.tracker.sent(Expect::Close, true, None);
         }
         encode::parse(to_server, &stmt.server_name, &stmt.query, &stmt.param_types)?;
+        // Read before the Parse reaches the server: a copy prepared while a schema change
+        // commits counts as older than it.
+        let generation = stmt.generation.max(self.ctx.schema_generation());
         self.att
             .lease
             .conn
             .prepared
-            .insert(stmt.server_name.clone(), stmt.generation);
+            .insert(stmt.server_name.clone(), generation, self.state.path);
         let id = self.record(Undo::Parse {
             server: Some(stmt.server_name.clone()),
             client,
@@ -602,6 +637,7 @@ impl Translator<'_> {
     fn note(&mut self, a: &Analysis) {
         self.att.wrote |= !a.read_only;
         self.att.pinned |= a.pin;
+        self.att.schema = self.att.schema.max(a.schema);
         self.att.effects.extend(a.effects.iter().cloned());
     }
 
@@ -610,6 +646,7 @@ impl Translator<'_> {
     fn note_statement(&mut self, stmt: &Statement) {
         self.att.wrote |= !stmt.read_only;
         self.att.pinned |= stmt.pin;
+        self.att.schema = self.att.schema.max(stmt.schema);
         self.att.effects.extend(stmt.effects.iter().cloned());
     }
 }
