@@ -107,7 +107,8 @@ pub fn check(dcs: &dyn Dcs, advance: &dyn Fn(Duration)) {
         "a renewed value outlives its first TTL, an unrenewed one does not"
     );
 
-    // A reader may ignore one key: its own heartbeat does not wake it, anyone else's does.
+    // A reader may ignore keys under a prefix (here one key): its own heartbeat does not wake
+    // it, anyone else's does.
     let wait_for = |rx: &mut tokio::sync::watch::Receiver<u64>, what: &str| {
         let mut waited = Duration::ZERO;
         while !rx.has_changed().unwrap_or(false) {

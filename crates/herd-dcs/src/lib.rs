@@ -73,14 +73,16 @@ pub trait Dcs: Send + Sync {
     /// polling. The value itself means nothing.
     fn changes(&self) -> tokio::sync::watch::Receiver<u64>;
 
-    /// Like [`Dcs::changes`], except that writes of `key` alone (and its expiry) do not change
-    /// it: an agent that rewrites its own heartbeat every round must not be woken by that
-    /// write, or it would run its next round at once instead of after its loop wait.
-    fn changes_ignoring(&self, key: &str) -> tokio::sync::watch::Receiver<u64>;
+    /// Like [`Dcs::changes`], except that writes of keys starting with `prefix` alone (and
+    /// their expiry) do not change it. An agent writes its heartbeat every round: woken by
+    /// heartbeats (its own, or the other members', each written in a round some heartbeat
+    /// started), the agents of a cluster would run rounds back to back instead of once per
+    /// loop wait.
+    fn changes_ignoring(&self, prefix: &str) -> tokio::sync::watch::Receiver<u64>;
 }
 
 /// The receivers of a backend's change announcements: one for every change, and one per key
-/// some reader ignores.
+/// prefix some reader ignores.
 pub(crate) struct Watchers {
     all: tokio::sync::watch::Sender<u64>,
     ignoring: std::sync::Mutex<Vec<(String, tokio::sync::watch::Sender<u64>)>>,
@@ -105,15 +107,15 @@ impl Watchers {
         self.all.subscribe()
     }
 
-    /// A receiver not changed by announcements that name `key` alone.
-    pub(crate) fn subscribe_ignoring(&self, key: &str) -> tokio::sync::watch::Receiver<u64> {
+    /// A receiver not changed by announcements that name only keys under `prefix`.
+    pub(crate) fn subscribe_ignoring(&self, prefix: &str) -> tokio::sync::watch::Receiver<u64> {
         let mut list = self.ignoring.lock().unwrap_or_else(|p| p.into_inner());
         list.retain(|(_, s)| s.receiver_count() > 0);
-        if let Some((_, s)) = list.iter().find(|(k, _)| k == key) {
+        if let Some((_, s)) = list.iter().find(|(p, _)| p == prefix) {
             return s.subscribe();
         }
         let (tx, rx) = tokio::sync::watch::channel(0);
-        list.push((key.to_string(), tx));
+        list.push((prefix.to_string(), tx));
         rx
     }
 
@@ -123,7 +125,7 @@ impl Watchers {
         bump(&self.all);
         let list = self.ignoring.lock().unwrap_or_else(|p| p.into_inner());
         for (ignored, sender) in list.iter() {
-            if keys.is_empty() || keys.iter().any(|k| k != ignored) {
+            if keys.is_empty() || keys.iter().any(|k| !k.starts_with(ignored.as_str())) {
                 bump(sender);
             }
         }

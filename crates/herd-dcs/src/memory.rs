@@ -169,8 +169,8 @@ impl Dcs for MemoryDcs {
         self.changed.subscribe()
     }
 
-    fn changes_ignoring(&self, key: &str) -> tokio::sync::watch::Receiver<u64> {
-        self.changed.subscribe_ignoring(key)
+    fn changes_ignoring(&self, prefix: &str) -> tokio::sync::watch::Receiver<u64> {
+        self.changed.subscribe_ignoring(prefix)
     }
 }
 
