@@ -248,6 +248,23 @@ fn bad_starts_fail_clearly() {
     assert!(!out.status.success());
     assert!(err.contains("copy the secrets directory"), "{err}");
 
+    // A proxy without the cluster's secrets names where it looked and the copy to make.
+    let mut cmd = Command::new(HERD);
+    cmd.args(["proxy", "--dcs", &hosts.dcs(), "--cluster", &hosts.cluster])
+        .arg("--data-dir")
+        .arg(&fresh)
+        .args(["--listen", "127.0.0.1:0"]);
+    let out = herd_testkit::output_within(&mut cmd, Duration::from_secs(60)).expect("exits");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains(&format!(
+            "looked for them in {}",
+            fresh.join("secrets").display()
+        )) && err.contains("scp -rp"),
+        "{err}"
+    );
+
     // A second proxy, with session pooling from a herd.toml, serves the same cluster.
     let toml = hosts.dir.path().join("proxy.toml");
     std::fs::write(&toml, "[proxy]\npool_mode = \"session\"\npool_size = 2\n").expect("toml");
