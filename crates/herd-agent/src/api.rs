@@ -22,6 +22,8 @@ pub struct Shared {
     pub promised_until: Option<Instant>,
     /// The lease TTL (the length of a promise).
     pub ttl: Duration,
+    /// Rounds the loop has run since the agent started.
+    pub rounds: u64,
 }
 
 /// The state shared between the loop and the API.
@@ -48,6 +50,7 @@ pub fn router(api: Api) -> Router {
         .route("/primary", get(primary))
         .route("/replica", get(replica))
         .route("/failsafe", post(failsafe))
+        .route("/metrics", get(metrics))
         .with_state(api)
 }
 
@@ -57,6 +60,17 @@ async fn member(State(api): State<Api>) -> Result<Json<Member>, StatusCode> {
         .clone()
         .map(Json)
         .ok_or(StatusCode::SERVICE_UNAVAILABLE)
+}
+
+/// Prometheus text: how many rounds ran (about one per `--loop-wait-ms` in a steady cluster;
+/// many more means something wakes the loop that should not).
+async fn metrics(State(api): State<Api>) -> String {
+    let rounds = lock(&api.state).rounds;
+    format!(
+        "# HELP herd_agent_rounds_total Rounds the agent's loop has run since it started.\n\
+         # TYPE herd_agent_rounds_total counter\n\
+         herd_agent_rounds_total {rounds}\n"
+    )
 }
 
 fn role_is(state: &SharedState, role: &str) -> StatusCode {

@@ -1,6 +1,7 @@
 //! What a stateless `herd proxy` routes by: the leader lease's holder as the primary (never
 //! a node whose agent does not hold it), the other members in recovery as replicas. It
-//! re-reads the store on every change the store's watch reports, and at least every second.
+//! re-reads the store on every change the store's watch reports (at most once per 100 ms: each
+//! member's heartbeat is one), and at least every second.
 
 use std::time::Duration;
 
@@ -51,6 +52,9 @@ pub fn assignment(store: &Store, previous: Option<&Assignment>) -> Option<Assign
     }
 }
 
+/// The shortest time between two reads of the store by [`follow`].
+pub const COALESCE: Duration = Duration::from_millis(100);
+
 /// Waits for the first leader (the proxy has nothing to route to before).
 pub async fn first_assignment(store: &StoreClient) -> Assignment {
     loop {
@@ -75,6 +79,7 @@ pub async fn follow(
 ) {
     let mut changes = store.dcs().changes();
     loop {
+        let read_at = tokio::time::Instant::now();
         let previous = tx.borrow().clone();
         let next = match store.read().await {
             Ok(r) => assignment(&r.store, Some(&previous)),
@@ -104,7 +109,14 @@ pub async fn follow(
             });
         }
         tokio::select! {
-            _ = changes.changed() => {}
+            _ = changes.changed() => {
+                // Every member's heartbeat is a change: at most one read per COALESCE, however
+                // many arrive (a lease change still shows within COALESCE).
+                tokio::select! {
+                    _ = tokio::time::sleep_until(read_at + COALESCE) => {}
+                    _ = shutdown.changed() => {}
+                }
+            }
             _ = tokio::time::sleep(Duration::from_secs(1)) => {}
             _ = shutdown.changed() => {}
         }
@@ -167,5 +179,96 @@ mod tests {
         assert!(assignment(&s, None).is_none());
         let c = assignment(&s, Some(&a)).expect("previous kept");
         assert!(c.primary_down);
+    }
+
+    /// A store that counts reads of the leader lease (one per [`StoreClient::read`]).
+    struct Counting {
+        inner: herd_dcs::MemoryDcs,
+        reads: std::sync::atomic::AtomicU64,
+    }
+
+    impl herd_dcs::Dcs for Counting {
+        fn get(&self, key: &str) -> Result<Option<herd_dcs::Versioned>, herd_dcs::DcsError> {
+            self.inner.get(key)
+        }
+        fn compare_and_set(
+            &self,
+            key: &str,
+            expected: u64,
+            value: Vec<u8>,
+        ) -> Result<u64, herd_dcs::DcsError> {
+            self.inner.compare_and_set(key, expected, value)
+        }
+        fn acquire_lease(
+            &self,
+            key: &str,
+            owner: &str,
+            ttl: Duration,
+        ) -> Result<bool, herd_dcs::DcsError> {
+            self.inner.acquire_lease(key, owner, ttl)
+        }
+        fn release_lease(&self, key: &str, owner: &str) -> Result<(), herd_dcs::DcsError> {
+            self.inner.release_lease(key, owner)
+        }
+        fn lease_holder(&self, key: &str) -> Result<Option<String>, herd_dcs::DcsError> {
+            self.reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            self.inner.lease_holder(key)
+        }
+        fn put_expiring(
+            &self,
+            key: &str,
+            value: Vec<u8>,
+            ttl: Duration,
+        ) -> Result<(), herd_dcs::DcsError> {
+            self.inner.put_expiring(key, value, ttl)
+        }
+        fn list(
+            &self,
+            prefix: &str,
+        ) -> Result<Vec<(String, herd_dcs::Versioned)>, herd_dcs::DcsError> {
+            self.inner.list(prefix)
+        }
+        fn changes(&self) -> watch::Receiver<u64> {
+            self.inner.changes()
+        }
+        fn changes_ignoring(&self, prefix: &str) -> watch::Receiver<u64> {
+            self.inner.changes_ignoring(prefix)
+        }
+    }
+
+    /// Heartbeats every 5 ms (200 changes a second) cost the proxy about ten reads a second.
+    #[tokio::test]
+    async fn wake_ups_are_coalesced() {
+        let dcs = std::sync::Arc::new(Counting {
+            inner: herd_dcs::MemoryDcs::default(),
+            reads: std::sync::atomic::AtomicU64::new(0),
+        });
+        let first = assignment(&store(Some("a"), vec![m("a", "primary")]), None).expect("a");
+        let client = StoreClient::new(dcs.clone());
+        let (tx, _rx) = watch::channel(first);
+        let (stop, shutdown) = watch::channel(false);
+        let follower = tokio::spawn(follow(client, tx, shutdown));
+        let span = Duration::from_secs(1);
+        let started = std::time::Instant::now();
+        let mut writes = 0;
+        while started.elapsed() < span {
+            herd_dcs::Dcs::put_expiring(
+                dcs.as_ref(),
+                "members/a",
+                format!("{writes}").into_bytes(),
+                Duration::from_secs(10),
+            )
+            .expect("write");
+            writes += 1;
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let _ = stop.send(true);
+        follower.await.expect("follower");
+        let reads = dcs.reads.load(std::sync::atomic::Ordering::SeqCst);
+        assert!(writes > 50, "{writes} writes");
+        assert!(
+            (5..=13).contains(&reads),
+            "{reads} reads for {writes} changes in {span:?}"
+        );
     }
 }

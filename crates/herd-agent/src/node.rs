@@ -137,12 +137,12 @@ impl Node {
             synchronous_commit: commit,
             synchronous_standby_names: names,
             upstream: upstream.map(|m| Upstream {
-                conninfo: format!(
-                    "host={} port={} user={REPLICATION_USER} passfile='{}' application_name={} connect_timeout=5",
-                    m.pg_host,
+                conninfo: herd_pg::replication_conninfo(
+                    &m.pg_host,
                     m.pg_port,
-                    Secrets::pgpass(&self.layout).display(),
-                    self.cfg.name,
+                    REPLICATION_USER,
+                    &Secrets::pgpass(&self.layout),
+                    &self.cfg.name,
                 ),
                 slot: self.cfg.name.clone(),
             }),

@@ -10,12 +10,78 @@ use crate::api::{self, SharedState};
 use crate::decide::{decide, Local, Step, View};
 use crate::member::{
     encode, ClusterSettings, Handover, Initialized, Member, SyncRecord, CONFIG, HANDOVER,
-    INITIALIZE, SYNC,
+    INITIALIZE, MEMBERS, SYNC,
 };
 use crate::node::{Node, Observed};
 use crate::store::{Read, StoreClient};
 use crate::watchdog::Deadline;
 use crate::AgentError;
+
+/// The name of a step's kind, without its arguments: logging compares kinds, not texts (a
+/// wait's reason carries changing numbers).
+pub fn kind(step: &Step) -> &'static str {
+    match step {
+        Step::Initialize => "Initialize",
+        Step::Clone(_) => "Clone",
+        Step::StartPrimary => "StartPrimary",
+        Step::StartReplica => "StartReplica",
+        Step::Renew => "Renew",
+        Step::Take => "Take",
+        Step::Promote => "Promote",
+        Step::Follow(_) => "Follow",
+        Step::Rejoin(_) => "Rejoin",
+        Step::Reclone(_) => "Reclone",
+        Step::Fence(_) => "Fence",
+        Step::StepDown { .. } => "StepDown",
+        Step::FinishHandover => "FinishHandover",
+        Step::Wait(_) => "Wait",
+    }
+}
+
+/// The level a round's step is logged at, given the previous round's step kind and whether
+/// acting on it failed. A steady member renews or waits every round: those are debug, so the
+/// log at info shows only what changed; what loses a server or data (fencing, stepping down,
+/// a re-clone) and failures are warnings every time.
+pub fn log_level(step: &Step, previous: Option<&'static str>, failed: bool) -> tracing::Level {
+    if failed {
+        return tracing::Level::WARN;
+    }
+    match step {
+        Step::Fence(_) | Step::StepDown { .. } | Step::Reclone(_) => tracing::Level::WARN,
+        _ if previous != Some(kind(step)) => tracing::Level::INFO,
+        Step::Renew | Step::Wait(_) => tracing::Level::DEBUG,
+        // Another action of the same kind (a second clone attempt, a new upstream): still news.
+        _ => tracing::Level::INFO,
+    }
+}
+
+/// Logs `text` at `level` (tracing's macros take the level as a constant).
+fn emit(level: tracing::Level, text: &str) {
+    match level {
+        tracing::Level::ERROR => tracing::error!("{text}"),
+        tracing::Level::WARN => tracing::warn!("{text}"),
+        tracing::Level::INFO => tracing::info!("{text}"),
+        tracing::Level::DEBUG => tracing::debug!("{text}"),
+        tracing::Level::TRACE => tracing::trace!("{text}"),
+    }
+}
+
+/// Waits between rounds: `wait`, or less when the store announces a change (a lease gone, a
+/// new leader), which is acted on at once after a short pause that lets a burst of writes
+/// settle, or until shutdown.
+pub async fn pause(
+    changes: &mut watch::Receiver<u64>,
+    wait: Duration,
+    shutdown: &mut watch::Receiver<bool>,
+) {
+    tokio::select! {
+        _ = tokio::time::sleep(wait) => {}
+        _ = changes.changed() => {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        _ = shutdown.changed() => {}
+    }
+}
 
 /// The members' answer to a failsafe question.
 struct FailsafeAnswer {
@@ -59,8 +125,10 @@ pub struct Agent {
     identity_checked: bool,
     /// The last step logged (each is logged when it changes).
     last_logged: String,
-    /// When it was logged.
-    last_logged_at: Instant,
+    /// The kind of the last round's step: a change of kind is logged at info.
+    last_kind: Option<&'static str>,
+    /// Rounds run since start (`herd_agent_rounds_total` on the API's `/metrics`).
+    rounds: u64,
 }
 
 impl Agent {
@@ -87,14 +155,19 @@ impl Agent {
             applied: None,
             identity_checked: false,
             last_logged: String::new(),
-            last_logged_at: Instant::now(),
+            last_kind: None,
+            rounds: 0,
         }
     }
 
     /// Runs rounds until `shutdown` turns true; fails only on conditions an operator must fix
     /// (another cluster's data directory).
     pub async fn run(&mut self, mut shutdown: watch::Receiver<bool>) -> Result<(), AgentError> {
-        let mut changes = self.store.dcs().changes();
+        // Not woken by heartbeats: each agent writes its own every round, so waking on them
+        // chains the members' rounds back to back (~20 ms apart instead of the loop wait). What
+        // must be acted on at once — the lease, the sync record, a handover, the settings — are
+        // other keys; a member record's change waits at most one loop wait.
+        let mut changes = self.store.dcs().changes_ignoring(MEMBERS);
         loop {
             self.round().await?;
             let mut wait = self.node.cfg.loop_wait;
@@ -102,15 +175,7 @@ impl Agent {
                 // Never sleep past the fencing instant.
                 wait = wait.min(at.saturating_duration_since(Instant::now()));
             }
-            tokio::select! {
-                _ = tokio::time::sleep(wait) => {}
-                _ = changes.changed() => {
-                    // A change (a lease gone, a new leader) is acted on at once, after a short
-                    // pause that lets a burst of writes settle.
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                }
-                _ = shutdown.changed() => {}
-            }
+            pause(&mut changes, wait, &mut shutdown).await;
             if *shutdown.borrow() {
                 return Ok(());
             }
@@ -118,6 +183,8 @@ impl Agent {
     }
 
     async fn round(&mut self) -> Result<(), AgentError> {
+        self.rounds += 1;
+        api::lock(&self.shared).rounds = self.rounds;
         // The probe and the read run side by side; while this member leads with the store
         // unreachable since the last round, so does the failsafe question: a round during an
         // outage then lasts the longest of them, not their sum, and fits in the lease's slack.
@@ -228,25 +295,29 @@ impl Agent {
                 self.node.layout.secrets().display()
             )));
         }
+        let (what, failed) = (format!("{step:?}"), log_level(&step, None, true));
         if let Err(e) = self.act(step, &observed, read.ok()).await {
-            tracing::error!("{e}");
+            emit(failed, &format!("{what} failed: {e}"));
+            // The same step is logged again when it is retried.
+            self.last_logged.clear();
         }
         Ok(())
     }
 
-    /// Logs a step when it differs from the last one logged, or the same again after 30 s
-    /// (a long wait stays visible in the log).
+    /// Logs the round's step at the level [`log_level`] picks for it; repeats of the same
+    /// text are not logged again (a steady member's log stays quiet at every level).
     fn log(&mut self, step: &Step) {
-        let text = format!("{step:?}");
-        let stale = self.last_logged_at.elapsed() >= Duration::from_secs(30);
-        if text != self.last_logged || stale {
-            match step {
-                Step::Wait(why) => tracing::info!("waiting: {why}"),
-                other => tracing::warn!("{other:?}"),
-            }
-            self.last_logged = text;
-            self.last_logged_at = Instant::now();
+        let level = log_level(step, self.last_kind, false);
+        self.last_kind = Some(kind(step));
+        let text = match step {
+            Step::Wait(why) => format!("waiting: {why}"),
+            other => format!("{other:?}"),
+        };
+        if text == self.last_logged {
+            return;
         }
+        emit(level, &text);
+        self.last_logged = text;
     }
 
     /// This agent's heartbeat record.
@@ -650,5 +721,149 @@ impl Agent {
             self.applied = Some((plan.names, probe.current_lsn));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tracing::Level;
+
+    use super::*;
+
+    #[test]
+    fn steps_are_logged_by_kind() {
+        let wait = || Step::Wait("following h1".into());
+        let follow = || Step::Follow("h1".into());
+        let fence = || Step::Fence("lease gone".into());
+        #[rustfmt::skip]
+        let table: Vec<(Step, Option<&'static str>, bool, Level)> = vec![
+            // A steady primary and a steady replica: nothing above debug.
+            (Step::Renew, Some("Renew"), false, Level::DEBUG),
+            (wait(), Some("Wait"), false, Level::DEBUG),
+            // Another wait reason is the same kind.
+            (Step::Wait("h2 is the candidate".into()), Some("Wait"), false, Level::DEBUG),
+            // A change of kind, into or out of the steady ones.
+            (Step::Renew, Some("Take"), false, Level::INFO),
+            (Step::Renew, None, false, Level::INFO),
+            (wait(), Some("Follow"), false, Level::INFO),
+            (follow(), Some("Wait"), false, Level::INFO),
+            (Step::Take, Some("Wait"), false, Level::INFO),
+            // An action repeated is still news, not a warning.
+            (follow(), Some("Follow"), false, Level::INFO),
+            (Step::Clone("h1".into()), Some("Clone"), false, Level::INFO),
+            // Losing a server or a lead: warnings every time.
+            (fence(), Some("Renew"), false, Level::WARN),
+            (fence(), Some("Fence"), false, Level::WARN),
+            (Step::StepDown { immediate: false }, Some("Renew"), false, Level::WARN),
+            (Step::Reclone("h1".into()), Some("Wait"), false, Level::WARN),
+            // A failed action, whatever it was.
+            (Step::Renew, Some("Renew"), true, Level::WARN),
+            (follow(), Some("Follow"), true, Level::WARN),
+            (wait(), None, true, Level::WARN),
+        ];
+        for (step, previous, failed, want) in table {
+            assert_eq!(
+                log_level(&step, previous, failed),
+                want,
+                "{step:?} after {previous:?} (failed: {failed})"
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod rounds {
+    use std::sync::Arc;
+
+    use herd_dcs::{Dcs, MemoryDcs};
+
+    use super::*;
+    use crate::member::{member_key, LEADER};
+
+    /// How the simulated agents listen for changes.
+    #[derive(Clone, Copy)]
+    enum Wake {
+        /// On every write (as the agent did before).
+        Every,
+        /// Not on heartbeats, as [`Agent::run`] does.
+        NotOnHeartbeats,
+    }
+
+    /// Rounds each of `members` simulated agents runs in `span` over one memory store: like
+    /// [`Agent::run`], each writes its heartbeat every round and then waits in [`pause`].
+    async fn rounds(members: usize, wake: Wake, loop_wait: Duration, span: Duration) -> Vec<u64> {
+        let dcs: Arc<dyn Dcs> = Arc::new(MemoryDcs::default());
+        let (_stop, shutdown) = watch::channel(false);
+        let tasks: Vec<_> = (0..members)
+            .map(|i| {
+                let (dcs, mut shutdown) = (dcs.clone(), shutdown.clone());
+                tokio::spawn(async move {
+                    let key = member_key(&format!("m{i}"));
+                    let mut changes = match wake {
+                        Wake::Every => dcs.changes(),
+                        Wake::NotOnHeartbeats => dcs.changes_ignoring(MEMBERS),
+                    };
+                    let started = Instant::now();
+                    let mut n = 0;
+                    while started.elapsed() < span {
+                        n += 1;
+                        dcs.put_expiring(&key, n.to_string().into_bytes(), Duration::from_secs(10))
+                            .expect("memory store");
+                        pause(&mut changes, loop_wait, &mut shutdown).await;
+                    }
+                    n
+                })
+            })
+            .collect();
+        let mut out = Vec::new();
+        for t in tasks {
+            out.push(t.await.expect("task"));
+        }
+        out
+    }
+
+    /// A steady cluster runs about one round per loop wait and member; before, every heartbeat
+    /// woke the writer and the other members, and rounds followed each other every ~20 ms.
+    #[tokio::test]
+    async fn a_steady_cluster_runs_one_round_per_loop_wait() {
+        let (wait, span) = (Duration::from_millis(200), Duration::from_secs(2));
+        let expected = 10; // span / wait
+                           // What the test tells apart: woken by heartbeats, a member runs many times more.
+        let before = rounds(1, Wake::Every, wait, span).await;
+        assert!(before[0] > 3 * expected, "{before:?}");
+        for members in [1, 3] {
+            let now = rounds(members, Wake::NotOnHeartbeats, wait, span).await;
+            for n in &now {
+                assert!(
+                    (expected / 2..=expected + expected / 2).contains(n),
+                    "{members} member(s): {now:?} rounds in {span:?} with a {wait:?} loop wait"
+                );
+            }
+        }
+    }
+
+    /// What is acted on at once still wakes the loop: the leader lease given up.
+    #[tokio::test]
+    async fn a_lease_change_still_wakes_the_loop() {
+        let dcs = MemoryDcs::default();
+        let (_stop, mut shutdown) = watch::channel(false);
+        let mut changes = dcs.changes_ignoring(MEMBERS);
+        dcs.acquire_lease(LEADER, "m1", Duration::from_secs(10))
+            .expect("lease");
+        changes.borrow_and_update();
+        let started = Instant::now();
+        let release = async {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            dcs.release_lease(LEADER, "m1").expect("release");
+        };
+        tokio::join!(
+            pause(&mut changes, Duration::from_secs(5), &mut shutdown),
+            release
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "{:?}",
+            started.elapsed()
+        );
     }
 }

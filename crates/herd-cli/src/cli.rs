@@ -353,3 +353,103 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Proxy(args) => crate::hosts::proxy(args).await,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The shell lines of the README's "Several hosts" block: comments dropped, continued
+    /// lines (a trailing `\`) joined.
+    fn several_hosts_block() -> Vec<String> {
+        let readme = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md"));
+        let section = readme
+            .split("\n## ")
+            .find(|s| s.starts_with("Several hosts"))
+            .expect("README has a \"Several hosts\" section");
+        let block = section
+            .split("```sh\n")
+            .nth(1)
+            .and_then(|b| b.split("\n```").next())
+            .expect("the section has a sh block");
+        let mut lines = Vec::new();
+        let mut current = String::new();
+        for raw in block.lines() {
+            let line = raw.split(" # ").next().unwrap_or_default().trim();
+            if line.starts_with('#') || line.is_empty() {
+                continue;
+            }
+            match line.strip_suffix('\\') {
+                Some(head) => {
+                    current.push_str(head);
+                    current.push(' ');
+                }
+                None => {
+                    current.push_str(line);
+                    lines.push(std::mem::take(&mut current));
+                }
+            }
+        }
+        lines
+    }
+
+    /// Each `herd …` line of the README's multi-host block parses with the CLI's definitions
+    /// and names its store itself: pasted into a fresh shell (no HERD_* variables), every
+    /// command reaches the cluster in etcd, not a `herd up` data directory.
+    #[test]
+    fn readme_commands_parse() {
+        // An empty environment as far as the CLI reads it (clap's `env = "HERD_…"`).
+        for (key, _) in std::env::vars_os() {
+            if key.to_string_lossy().starts_with("HERD_") {
+                std::env::remove_var(key);
+            }
+        }
+        let lines = several_hosts_block();
+        let mut kinds = Vec::new();
+        for line in lines.iter().filter(|l| l.starts_with("herd ")) {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            let cli = Cli::try_parse_from(&words)
+                .unwrap_or_else(|e| panic!("README line does not parse: {line}\n{e}"));
+            let (kind, store) = match &cli.command {
+                Command::Agent(a) => ("agent", Some(&a.store)),
+                Command::Proxy(a) => ("proxy", Some(&a.store)),
+                Command::Status(a) => ("status", Some(&a.store)),
+                Command::Switchover(a) => ("switchover", Some(&a.store)),
+                Command::Failover(a) => ("failover", Some(&a.store)),
+                Command::Config {
+                    command: ConfigCommand::Set { store, .. },
+                } => ("config", Some(store)),
+                _ => ("other", None),
+            };
+            let store = store.unwrap_or_else(|| panic!("not a multi-host command: {line}"));
+            assert!(
+                store.dcs.is_some() && store.cluster.is_some(),
+                "{line}: without --dcs and --cluster it needs an earlier export"
+            );
+            kinds.push(kind);
+        }
+        for wanted in ["agent", "proxy", "status", "switchover", "config"] {
+            assert!(
+                kinds.contains(&wanted),
+                "no `herd {wanted}` line found in the block"
+            );
+        }
+        // scp -r into a directory that does not exist yet copies `secrets` as that directory
+        // (or fails): each copy follows the `install -d` of its target.
+        for (i, line) in lines.iter().enumerate() {
+            if let Some(target) = line
+                .strip_prefix("scp ")
+                .and_then(|l| l.split_whitespace().last())
+            {
+                let dir = target.trim_end_matches('/');
+                assert!(
+                    lines[..i]
+                        .iter()
+                        .rev()
+                        .take_while(|l| !l.starts_with("herd "))
+                        .any(|l| l.starts_with("install -d -m 0700 ") && l.ends_with(dir)),
+                    "`{line}` is not preceded by `install -d -m 0700 {dir}`"
+                );
+            }
+        }
+    }
+}

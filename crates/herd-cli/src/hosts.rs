@@ -235,16 +235,24 @@ pub struct ProxyArgs {
     pub tls_required: bool,
 }
 
+/// What `herd proxy` says when it cannot load the cluster's passwords: the directory it looked
+/// in and the commands that put them there (the proxy's host is often not an agent's).
+fn missing_secrets(layout: &Layout) -> String {
+    let root = layout.root().display();
+    format!(
+        "herd proxy needs the cluster's passwords and looked for them in {} (from --data-dir {root}); \
+         copy the secrets directory of the host whose agent created the cluster, e.g. \
+         `install -d -m 0700 {root} && scp -rp HOST:AGENT_DATA_DIR/secrets {root}/`, \
+         or point --data-dir at a directory holding secrets/",
+        layout.secrets().display()
+    )
+}
+
 /// `herd proxy`: the endpoint as its own process, following the leader lease in etcd.
 pub async fn proxy(args: ProxyArgs) -> anyhow::Result<()> {
     crate::up::init_logging();
     let layout = Layout::new(absolute(&args.data_dir)?);
-    let secrets = Secrets::load(&layout).with_context(|| {
-        format!(
-            "herd proxy needs the cluster's passwords in {}; copy the secrets directory from an agent's host",
-            layout.secrets().display()
-        )
-    })?;
+    let secrets = Secrets::load(&layout).with_context(|| missing_secrets(&layout))?;
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("cannot listen on {}; choose another --listen", args.listen))?;
@@ -283,4 +291,21 @@ pub async fn proxy(args: ProxyArgs) -> anyhow::Result<()> {
     crate::up::wait_for_signal().await?;
     let _ = shutdown_tx.send(true);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_secrets_names_the_directory_and_the_copy() {
+        let text = missing_secrets(&Layout::new("/srv/proxy"));
+        assert!(text.contains("/srv/proxy/secrets"), "{text}");
+        assert!(
+            text.contains(
+                "install -d -m 0700 /srv/proxy && scp -rp HOST:AGENT_DATA_DIR/secrets /srv/proxy/"
+            ),
+            "{text}"
+        );
+    }
 }

@@ -71,6 +71,44 @@ async fn agents_fail_over_fence_and_rejoin_without_losing_writes() {
     finish(&hosts, &stop, threads, &record).await;
 }
 
+/// A steady cluster is quiet: about one round per loop wait on each agent (each woke at every
+/// heartbeat of every member before: rounds ~20 ms apart), and nothing logged at WARN or above
+/// (every non-waiting step, a renewal included, was a warning before).
+#[test]
+fn a_steady_cluster_is_quiet() {
+    let hosts = Hosts::start();
+    // Settled: the sync set recorded, slots made.
+    std::thread::sleep(Duration::from_secs(5));
+    let logs = |i: usize| {
+        std::fs::read_to_string(hosts.dir.path().join(format!("{}.log", Hosts::name(i))))
+            .expect("agent log")
+    };
+    let rounds = |i: usize| {
+        herd_testkit::agents::agent_metric(&hosts.api(i), "herd_agent_rounds_total")
+            .expect("herd_agent_rounds_total")
+    };
+    let before: Vec<(usize, u64)> = (0..3).map(|i| (logs(i).len(), rounds(i))).collect();
+    let span = Duration::from_secs(10);
+    std::thread::sleep(span);
+    // --loop-wait-ms 500: 20 rounds in 10 s, a few more for changes that wake a round.
+    for (i, (log_len, count)) in before.into_iter().enumerate() {
+        let ran = rounds(i) - count;
+        eprintln!("{} ran {ran} rounds in {span:?}", Hosts::name(i));
+        assert!(
+            (10..=40).contains(&ran),
+            "{} ran {ran} rounds in {span:?}; logs:\n{}",
+            Hosts::name(i),
+            hosts.logs()
+        );
+        let text = logs(i);
+        let loud: Vec<&str> = text[log_len..]
+            .lines()
+            .filter(|l| l.contains(" WARN ") || l.contains(" ERROR "))
+            .collect();
+        assert!(loud.is_empty(), "{}: {loud:#?}", Hosts::name(i));
+    }
+}
+
 /// Clocks that disagree by hours between hosts change nothing: leases live in etcd (its own
 /// TTLs) and every agent measures durations on its own monotonic clock. Two agents restarted
 /// under libfaketime, one hour ahead and one hour behind (their watchdogs and, once restarted,
@@ -209,6 +247,23 @@ fn bad_starts_fail_clearly() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(err.contains("copy the secrets directory"), "{err}");
+
+    // A proxy without the cluster's secrets names where it looked and the copy to make.
+    let mut cmd = Command::new(HERD);
+    cmd.args(["proxy", "--dcs", &hosts.dcs(), "--cluster", &hosts.cluster])
+        .arg("--data-dir")
+        .arg(&fresh)
+        .args(["--listen", "127.0.0.1:0"]);
+    let out = herd_testkit::output_within(&mut cmd, Duration::from_secs(60)).expect("exits");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains(&format!(
+            "looked for them in {}",
+            fresh.join("secrets").display()
+        )) && err.contains("scp -rp"),
+        "{err}"
+    );
 
     // A second proxy, with session pooling from a herd.toml, serves the same cluster.
     let toml = hosts.dir.path().join("proxy.toml");

@@ -60,6 +60,29 @@ async fn up_replicate_status_restart_down_up() {
             .expect("q")
             .get(0);
         assert!(in_recovery, "replica {i} must be a hot standby");
+        // Connections die within seconds of a dead link, both ends of replication included.
+        for (name, value) in [
+            ("tcp_keepalives_idle", "5"),
+            ("tcp_user_timeout", "10000"),
+            ("wal_sender_timeout", "10s"),
+            ("wal_receiver_timeout", "10s"),
+        ] {
+            let shown: String = replica
+                .query_one(&format!("show {name}"), &[])
+                .await
+                .expect("show")
+                .get(0);
+            assert_eq!(shown, value, "{name} on replica {i}");
+        }
+        let conninfo: String = replica
+            .query_one("show primary_conninfo", &[])
+            .await
+            .expect("show primary_conninfo")
+            .get(0);
+        assert!(
+            conninfo.contains("keepalives=1") && conninfo.contains("tcp_user_timeout=10000"),
+            "{conninfo}"
+        );
         eventually(Duration::from_secs(30), "rows on the replica", || async {
             count(&replica, "items").await == Some(500)
         })

@@ -106,6 +106,28 @@ async fn partitions_never_make_two_primaries_nor_lose_writes() {
     finish(&hosts, &stop, threads, &record).await;
 }
 
+/// The asymmetric cut alone (the primary cut from its peers and the proxy, not from the
+/// store), to measure how soon commits resume after it heals without running every fault.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commits_resume_within_seconds_of_a_database_cut_healing() {
+    let lab = match Lab::build(3) {
+        Ok(lab) => lab,
+        Err(e) if !Lab::available() => {
+            eprintln!("SKIPPED: network namespaces need root and `ip netns` ({e})");
+            return;
+        }
+        Err(e) => panic!("building the network namespaces: {e}"),
+    };
+    let hosts = Hosts::start_in(lab);
+    let (stop, record, threads) = start_checker(&hosts).await;
+    let acked = || record.lock().expect("record").acknowledged.len();
+    hosts.wait_writes(&acked, "at first");
+    for round in 1..=fault_rounds(2) {
+        database_cut(&hosts, &acked, round);
+    }
+    finish(&hosts, &stop, threads, &record).await;
+}
+
 /// The primary's host cut off (both links down, i.e. {primary} against {the others}): it
 /// stops accepting writes before its lease could expire; another member leads; healed, the
 /// old primary rejoins as a replica.
@@ -172,7 +194,26 @@ fn database_cut(hosts: &Hosts, acked: &dyn Fn() -> usize, round: u32) {
         Hosts::name(p).as_str(),
         "round {round}: the lease holder reaching the store keeps it: {status}"
     );
+    let before = acked();
     lab.set_link(p, Link::Database, true);
+    let healed = Instant::now();
+    // The next acknowledged write comes once the walsender's, the walreceiver's and the
+    // proxy's connections that outlived the cut are gone and made again: keep-alives and
+    // TCP_USER_TIMEOUT (10 s) end them during the cut, so it is not TCP's retransmission
+    // back-off after the heal (the next retry ~13 s after a 12 s cut) that decides.
+    let bound = Duration::from_secs(10);
+    while acked() <= before {
+        assert!(
+            healed.elapsed() < bound,
+            "round {round}: no write acknowledged {bound:?} after the database link came back\n{}",
+            hosts.logs()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    eprintln!(
+        "database link down #{round}: first write acknowledged {:.1} s after healing",
+        healed.elapsed().as_secs_f64()
+    );
     hosts.wait_writes(acked, "after the database link came back");
 }
 

@@ -164,11 +164,12 @@ impl Cluster {
     pub fn server_settings(&self, node: &NodeName) -> ServerSettings {
         let pg = &self.config.postgres;
         let upstream = (self.role(node) == Role::Replica).then(|| Upstream {
-            conninfo: format!(
-                "host={} port={} user={REPLICATION_USER} passfile='{}' application_name={node} connect_timeout=5",
-                self.host(),
+            conninfo: herd_pg::replication_conninfo(
+                &self.host().to_string(),
                 self.port(&self.state.primary),
-                Secrets::pgpass(&self.layout).display(),
+                REPLICATION_USER,
+                &Secrets::pgpass(&self.layout),
+                node.as_str(),
             ),
             slot: node.to_string(),
         });

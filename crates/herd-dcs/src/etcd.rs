@@ -23,7 +23,7 @@ use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, GetOptions, PutOptions, Txn, TxnOp, TxnOpResponse,
 };
 
-use crate::{Dcs, DcsError, Versioned};
+use crate::{Dcs, DcsError, Versioned, Watchers};
 
 /// Where the etcd cluster is and how to authenticate to it.
 #[derive(Clone, Debug, Default)]
@@ -100,7 +100,7 @@ pub struct EtcdDcs {
     trouble_since: std::sync::Mutex<Option<std::time::Instant>>,
     prefix: String,
     timeout: Duration,
-    changed: tokio::sync::watch::Sender<u64>,
+    changed: std::sync::Arc<Watchers>,
 }
 
 fn unavailable(e: impl std::fmt::Display) -> DcsError {
@@ -170,7 +170,7 @@ impl EtcdDcs {
         )?;
         let client: Shared = std::sync::Arc::new(std::sync::Mutex::new(client));
         let prefix = format!("/herd/{}/", config.cluster);
-        let changed = tokio::sync::watch::channel(0).0;
+        let changed = std::sync::Arc::new(Watchers::default());
         runtime.spawn(watch_prefix(
             client.clone(),
             prefix.clone(),
@@ -336,13 +336,11 @@ async fn connect(endpoints: Vec<String>, options: ConnectOptions) -> Result<Clie
         .map_err(|e| unavailable(format!("cannot connect to etcd: {e}")))
 }
 
-/// Follows every change under `prefix` with an etcd watch and announces each on `changed`;
-/// reconnects (announcing once, as changes may have been missed) after the stream breaks.
-/// Runs until the store (and its runtime) is dropped.
-async fn watch_prefix(client: Shared, prefix: String, changed: tokio::sync::watch::Sender<u64>) {
-    let bump = |changed: &tokio::sync::watch::Sender<u64>| {
-        changed.send_modify(|n| *n = n.wrapping_add(1));
-    };
+/// Follows every change under `prefix` with an etcd watch and announces each on `changed`,
+/// naming the keys written (without the prefix, as callers name them); reconnects (announcing
+/// once to everyone, as changes may have been missed) after the stream breaks. Runs until the
+/// store (and its runtime) is dropped.
+async fn watch_prefix(client: Shared, prefix: String, changed: std::sync::Arc<Watchers>) {
     loop {
         let mut watcher = current(&client).watch_client();
         if let Ok((_handle, mut stream)) = watcher
@@ -352,10 +350,24 @@ async fn watch_prefix(client: Shared, prefix: String, changed: tokio::sync::watc
             )
             .await
         {
-            bump(&changed);
+            changed.notify(&[]);
             while let Ok(Some(event)) = stream.message().await {
-                if !event.events().is_empty() {
-                    bump(&changed);
+                let keys: Vec<String> = event
+                    .events()
+                    .iter()
+                    .filter_map(|e| e.kv())
+                    .map(|kv| {
+                        String::from_utf8_lossy(kv.key())
+                            .trim_start_matches(prefix.as_str())
+                            .to_string()
+                    })
+                    .collect();
+                if keys.len() < event.events().len() {
+                    // An event without its key: whom it concerns is unknown.
+                    changed.notify(&[]);
+                } else if !keys.is_empty() {
+                    let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+                    changed.notify(&keys);
                 }
             }
         }
@@ -571,6 +583,10 @@ impl Dcs for EtcdDcs {
 
     fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
         self.changed.subscribe()
+    }
+
+    fn changes_ignoring(&self, prefix: &str) -> tokio::sync::watch::Receiver<u64> {
+        self.changed.subscribe_ignoring(prefix)
     }
 }
 

@@ -72,4 +72,62 @@ pub trait Dcs: Send + Sync {
     /// included, as far as the backend sees them): readers re-read on each change instead of
     /// polling. The value itself means nothing.
     fn changes(&self) -> tokio::sync::watch::Receiver<u64>;
+
+    /// Like [`Dcs::changes`], except that writes of keys starting with `prefix` alone (and
+    /// their expiry) do not change it. An agent writes its heartbeat every round: woken by
+    /// heartbeats (its own, or the other members', each written in a round some heartbeat
+    /// started), the agents of a cluster would run rounds back to back instead of once per
+    /// loop wait.
+    fn changes_ignoring(&self, prefix: &str) -> tokio::sync::watch::Receiver<u64>;
+}
+
+/// The receivers of a backend's change announcements: one for every change, and one per key
+/// prefix some reader ignores.
+pub(crate) struct Watchers {
+    all: tokio::sync::watch::Sender<u64>,
+    ignoring: std::sync::Mutex<Vec<(String, tokio::sync::watch::Sender<u64>)>>,
+}
+
+impl Default for Watchers {
+    fn default() -> Self {
+        Watchers {
+            all: tokio::sync::watch::channel(0).0,
+            ignoring: std::sync::Mutex::new(Vec::new()),
+        }
+    }
+}
+
+fn bump(sender: &tokio::sync::watch::Sender<u64>) {
+    sender.send_modify(|n| *n = n.wrapping_add(1));
+}
+
+impl Watchers {
+    /// A receiver changed by every announcement.
+    pub(crate) fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.all.subscribe()
+    }
+
+    /// A receiver not changed by announcements that name only keys under `prefix`.
+    pub(crate) fn subscribe_ignoring(&self, prefix: &str) -> tokio::sync::watch::Receiver<u64> {
+        let mut list = self.ignoring.lock().unwrap_or_else(|p| p.into_inner());
+        list.retain(|(_, s)| s.receiver_count() > 0);
+        if let Some((_, s)) = list.iter().find(|(p, _)| p == prefix) {
+            return s.subscribe();
+        }
+        let (tx, rx) = tokio::sync::watch::channel(0);
+        list.push((prefix.to_string(), tx));
+        rx
+    }
+
+    /// Announces writes of `keys`; an empty list means "something, not known what" (a
+    /// reconnected watch may have missed changes) and reaches every receiver.
+    pub(crate) fn notify(&self, keys: &[&str]) {
+        bump(&self.all);
+        let list = self.ignoring.lock().unwrap_or_else(|p| p.into_inner());
+        for (ignored, sender) in list.iter() {
+            if keys.is_empty() || keys.iter().any(|k| !k.starts_with(ignored.as_str())) {
+                bump(sender);
+            }
+        }
+    }
 }

@@ -4,14 +4,14 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::{Dcs, DcsError, Versioned};
+use crate::{Dcs, DcsError, Versioned, Watchers};
 
 /// A [`Dcs`] in this process's memory. Its clock is injectable so tests can expire leases
 /// without sleeping.
 pub struct MemoryDcs {
     state: Mutex<State>,
     clock: Box<dyn Fn() -> Instant + Send + Sync>,
-    changed: tokio::sync::watch::Sender<u64>,
+    changed: Watchers,
 }
 
 #[derive(Default)]
@@ -51,13 +51,14 @@ impl MemoryDcs {
         MemoryDcs {
             state: Mutex::new(State::default()),
             clock,
-            changed: tokio::sync::watch::channel(0).0,
+            changed: Watchers::default(),
         }
     }
 
-    /// Tells watchers that something changed.
-    fn notify(&self) {
-        self.changed.send_modify(|n| *n = n.wrapping_add(1));
+    /// Tells watchers that `key` was written (a lease: its name under `leases/`, as etcd
+    /// keeps it).
+    fn notify(&self, key: &str) {
+        self.changed.notify(&[key]);
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -94,7 +95,7 @@ impl Dcs for MemoryDcs {
             .insert(key.to_string(), Versioned { value, revision });
         s.expiry.remove(key);
         drop(s);
-        self.notify();
+        self.notify(key);
         Ok(revision)
     }
 
@@ -112,7 +113,7 @@ impl Dcs for MemoryDcs {
         }
         drop(s);
         if taken {
-            self.notify();
+            self.notify(&format!("leases/{key}"));
         }
         Ok(free)
     }
@@ -122,7 +123,7 @@ impl Dcs for MemoryDcs {
         if s.leases.get(key).is_some_and(|(holder, _)| holder == owner) {
             s.leases.remove(key);
             drop(s);
-            self.notify();
+            self.notify(&format!("leases/{key}"));
         }
         Ok(())
     }
@@ -146,7 +147,7 @@ impl Dcs for MemoryDcs {
             .insert(key.to_string(), Versioned { value, revision });
         s.expiry.insert(key.to_string(), now + ttl);
         drop(s);
-        self.notify();
+        self.notify(key);
         Ok(())
     }
 
@@ -166,6 +167,10 @@ impl Dcs for MemoryDcs {
 
     fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
         self.changed.subscribe()
+    }
+
+    fn changes_ignoring(&self, prefix: &str) -> tokio::sync::watch::Receiver<u64> {
+        self.changed.subscribe_ignoring(prefix)
     }
 }
 

@@ -65,6 +65,33 @@ pub struct Upstream {
     pub slot: String,
 }
 
+/// A replica's `primary_conninfo`: the primary at `host:port` as the replication `user`, the
+/// password from `passfile`, `application_name` naming the standby in
+/// `synchronous_standby_names`. libpq's keep-alives and TCP_USER_TIMEOUT end the walreceiver's
+/// connection within ~11 s of a dead link (as [`render_server_conf`] bounds the walsender's),
+/// so it reconnects within `wal_retrieve_retry_interval` of the link healing instead of
+/// waiting out TCP's retransmission back-off.
+pub fn replication_conninfo(
+    host: &str,
+    port: u16,
+    user: &str,
+    passfile: &Path,
+    application_name: &str,
+) -> String {
+    // libpq's quoting inside single quotes: backslash before ' and \.
+    let passfile = passfile
+        .display()
+        .to_string()
+        .replace('\\', "\\\\")
+        .replace('\'', "\\'");
+    format!(
+        "host={host} port={port} user={user} passfile='{passfile}' \
+         application_name={application_name} connect_timeout=5 \
+         keepalives=1 keepalives_idle=5 keepalives_interval=2 keepalives_count=3 \
+         tcp_user_timeout=10000"
+    )
+}
+
 /// Renders `herd.conf`.
 pub fn render_server_conf(s: &ServerSettings) -> String {
     let mut out =
@@ -118,6 +145,21 @@ pub fn render_server_conf(s: &ServerSettings) -> String {
     // After a failover a replica is pointed at the new primary: retry streaming every second
     // rather than PostgreSQL's 5 s, so sync commits resume sooner.
     set("wal_retrieve_retry_interval", "1s");
+    // A connection whose peer went away behind a cut link (no reset ever arrives) must die
+    // within seconds, not linger under TCP's retransmission back-off (doubling from 0.2 s:
+    // after a 12 s cut the next retry can come ~13 s after the link heals, and the sync
+    // commits waiting on a walsender wait that long). Keep-alives probe an idle socket after
+    // 5 s, every 2 s, 3 times; TCP_USER_TIMEOUT closes one with data unacknowledged for 10 s.
+    // The replica's side of the same connection is bounded by `replication_conninfo`.
+    set("tcp_keepalives_idle", "5");
+    set("tcp_keepalives_interval", "2");
+    set("tcp_keepalives_count", "3");
+    set("tcp_user_timeout", "10000");
+    // The walsender and walreceiver give up on a silent peer after 10 s (PostgreSQL: 60 s);
+    // replicas report every second (wal_receiver_status_interval), so only a dead link is
+    // silent that long.
+    set("wal_sender_timeout", "10s");
+    set("wal_receiver_timeout", "10s");
     set("synchronous_commit", &s.synchronous_commit);
     set("synchronous_standby_names", &s.synchronous_standby_names);
     set("log_line_prefix", "%m [%p] %q%u@%d ");
@@ -297,6 +339,52 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("primary_slot_name = 'node1'"));
+    }
+
+    #[test]
+    fn connections_die_within_seconds_of_a_dead_link() {
+        let text = render_server_conf(&settings());
+        for line in [
+            "tcp_keepalives_idle = '5'",
+            "tcp_keepalives_interval = '2'",
+            "tcp_keepalives_count = '3'",
+            "tcp_user_timeout = '10000'",
+            "wal_sender_timeout = '10s'",
+            "wal_receiver_timeout = '10s'",
+        ] {
+            assert!(text.lines().any(|l| l == line), "missing {line} in\n{text}");
+        }
+    }
+
+    #[test]
+    fn replication_conninfo_bounds_a_dead_link() {
+        let c = replication_conninfo(
+            "10.0.0.1",
+            5432,
+            "replicator",
+            Path::new("/var/lib/herd/secrets/pgpass"),
+            "h2",
+        );
+        assert_eq!(
+            c,
+            "host=10.0.0.1 port=5432 user=replicator passfile='/var/lib/herd/secrets/pgpass' \
+             application_name=h2 connect_timeout=5 keepalives=1 keepalives_idle=5 \
+             keepalives_interval=2 keepalives_count=3 tcp_user_timeout=10000"
+        );
+        // A quote in the path stays inside the value (libpq's backslash escapes).
+        let odd = replication_conninfo("h", 1, "r", Path::new("/a'b\\c/pgpass"), "n");
+        assert!(odd.contains("passfile='/a\\'b\\\\c/pgpass'"), "{odd}");
+        // And the whole string survives postgresql.conf's quoting.
+        let mut s = settings();
+        s.upstream = Some(Upstream {
+            conninfo: c.clone(),
+            slot: "h2".into(),
+        });
+        let text = render_server_conf(&s);
+        assert!(
+            text.contains(&format!("primary_conninfo = '{}'", c.replace('\'', "''"))),
+            "{text}"
+        );
     }
 
     #[test]

@@ -14,8 +14,8 @@ mod slotfile;
 
 pub use bin::{PgBinaries, PG_MAJOR};
 pub use conf::{
-    render_hba, render_server_conf, socket_dir_fits, socket_path, write_node_conf, ServerSettings,
-    Upstream, HERD_CONF,
+    render_hba, render_server_conf, replication_conninfo, socket_dir_fits, socket_path,
+    write_node_conf, ServerSettings, Upstream, HERD_CONF,
 };
 pub use ctl::log_tail;
 pub use ctl::{Pg, StopMode};

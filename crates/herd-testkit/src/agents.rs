@@ -15,6 +15,22 @@ pub fn member(api: &str) -> Option<serde_json::Value> {
     r.into_json().ok()
 }
 
+/// The value of counter `name` in the Prometheus text the agent at `api` serves on `/metrics`.
+pub fn agent_metric(api: &str, name: &str) -> Option<u64> {
+    let agent = ureq::AgentBuilder::new()
+        .timeout_connect(Duration::from_millis(500))
+        .timeout(Duration::from_secs(2))
+        .build();
+    let text = agent
+        .get(&format!("http://{api}/metrics"))
+        .call()
+        .ok()?
+        .into_string()
+        .ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
 /// Whether the server at `url` accepts writes now (`not pg_is_in_recovery()`), over the
 /// connection kept in `client` (opened when missing, dropped when it fails; 1 s to connect,
 /// 0.5 s to answer). A server that does not answer does not accept writes.
