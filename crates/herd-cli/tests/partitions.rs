@@ -106,31 +106,6 @@ async fn partitions_never_make_two_primaries_nor_lose_writes() {
     finish(&hosts, &stop, threads, &record).await;
 }
 
-/// The asymmetric cut alone (the primary cut from its peers and the proxy, not from the
-/// store), to measure how soon commits resume after it heals without running every fault.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn commits_resume_within_seconds_of_a_database_cut_healing() {
-    let lab = match Lab::build(3) {
-        Ok(lab) => lab,
-        Err(e) if !Lab::available() => {
-            eprintln!("SKIPPED: network namespaces need root and `ip netns` ({e})");
-            return;
-        }
-        Err(e) => panic!("building the network namespaces: {e}"),
-    };
-    let hosts = Hosts::start_in(lab);
-    let (stop, record, threads) = start_checker(&hosts).await;
-    let acked = || record.lock().expect("record").acknowledged.len();
-    hosts.wait_writes(&acked, "at first");
-    for round in 1..=fault_rounds(2) {
-        database_cut(&hosts, &acked, round);
-    }
-    finish(&hosts, &stop, threads, &record).await;
-}
-
-/// The primary's host cut off (both links down, i.e. {primary} against {the others}): it
-/// stops accepting writes before its lease could expire; another member leads; healed, the
-/// old primary rejoins as a replica.
 fn host_cut(hosts: &Hosts, acked: &dyn Fn() -> usize, round: u32) {
     let ttl = Duration::from_millis(TTL_MS);
     let lab = hosts.lab.as_ref().expect("lab");

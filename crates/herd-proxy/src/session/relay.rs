@@ -140,6 +140,14 @@ impl Session {
         // Such a unit is forwarded alone: the next one may belong to another group.
         let mut unit_only = None;
         if self.map.is_some() && transaction_pooling && att.status != b'I' && !att.batch_open {
+            // The server still owes answers to the previous unit (a ROLLBACK or COMMIT the
+            // client pipelined with what follows, tokio-postgres' drop of a transaction): the
+            // status that decides where this unit goes is the one after them, so it waits.
+            // Planned against the transaction that is ending, a read across groups was
+            // refused on this server, or sent to it.
+            if !att.tracker.is_idle() && unit_len(&self.cbuf, max)?.is_some() {
+                return Ok(Step::Blocked);
+            }
             if let Some(n) = unit_len(&self.cbuf, max)? {
                 match Box::pin(self.transaction_boundary(n)).await? {
                     super::spanning::Boundary::Forward => unit_only = Some(n),
