@@ -69,11 +69,17 @@ async fn count(client: &Client, sql: &str) -> i64 {
     client.query_one(sql, &[]).await.expect(sql).get(0)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn wrong_answers_are_refused_or_right() {
+/// A 2-group cluster without replicas, its endpoint's URL.
+fn two_groups() -> (herd_testkit::TestCluster, String) {
     let c = cluster();
     c.up(&["--shards", "2", "--replicas", "0"]);
     let url = c.url(&[]);
+    (c, url)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_answers_are_refused_or_right() {
+    let (_c, url) = two_groups();
     tokio::time::timeout(BOUND, async {
         let client = connect(&url).await;
         schema(&client).await;
@@ -393,14 +399,12 @@ async fn herd_calls_with_parameters(client: &Client) {
 /// (a reference table's copy, a distributed table's rows) would come out per group.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn writes_with_triggers_on_shared_tables() {
-    let c = cluster();
-    c.up(&["--shards", "2", "--replicas", "0"]);
-    let url = c.url(&[]);
+    let (c, url) = two_groups();
     tokio::time::timeout(BOUND, async {
         let client = connect(&url).await;
         schema(&client).await;
-        // Functions and triggers made on each group's primary directly (the endpoint runs
-        // CREATE FUNCTION on group 0 only).
+        // Triggers on distributed tables are refused through the endpoint: made on each
+        // group's primary directly, as a user could, with their functions.
         let on_each_group = |sql: &'static str| {
             let urls = [
                 c.url(&["--primary", "--group", "0"]),
