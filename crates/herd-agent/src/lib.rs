@@ -22,6 +22,7 @@ pub mod launch;
 pub mod node;
 pub mod pglog;
 pub mod run;
+pub mod steplog;
 pub mod store;
 pub mod watchdog;
 
