@@ -82,6 +82,11 @@ impl Session {
             let (name, sql, types) = match frame.tag {
                 tag::PARSE => {
                     let p = Parse::decode(frame.body)?;
+                    if !mentions_herd(p.query) {
+                        parsed_others.push(p.name.to_vec());
+                        others = true;
+                        continue;
+                    }
                     (p.name.to_vec(), p.query.to_vec(), p.param_types)
                 }
                 tag::BIND => {
@@ -145,14 +150,17 @@ impl Session {
         })
     }
 
-    /// The text and parameter types of the client's statement `name` parsed earlier.
+    /// The text and parameter types of the client's statement `name` parsed earlier, when
+    /// its text may call Herd's functions: checked on the borrowed text first, since this runs
+    /// for every Bind on a sharded cluster and almost none are such calls.
     fn known_statement(&self, name: &[u8]) -> Option<(Vec<u8>, Vec<u8>, Vec<u32>)> {
         let stmt = if name.is_empty() {
             self.state.unnamed.as_ref().map(|u| &*u.stmt)
         } else {
             self.state.statements.get(name).map(|s| &**s)
         }?;
-        Some((name.to_vec(), stmt.query.clone(), stmt.param_types.clone()))
+        mentions_herd(&stmt.query)
+            .then(|| (name.to_vec(), stmt.query.clone(), stmt.param_types.clone()))
     }
 
     /// Answers every message of the batch, in order, as PostgreSQL would: after an error,
