@@ -22,6 +22,7 @@ mod hidden;
 mod in_transaction;
 mod inbuf;
 mod lease;
+mod outdated;
 mod place_now;
 mod primary_watch;
 mod relay;
