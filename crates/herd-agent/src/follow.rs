@@ -2,6 +2,9 @@
 //! a node whose agent does not hold it), the other members in recovery as replicas. It
 //! re-reads the store on every change the store's watch reports (at most once per 100 ms: each
 //! member's heartbeat is one), and at least every second.
+//!
+//! It also holds new work at the proxy while a planned switchover runs ([`switchover_pending`]),
+//! so clients see a pause rather than the old primary's "shutting down" errors.
 
 use std::time::Duration;
 
@@ -55,6 +58,66 @@ pub fn assignment(store: &Store, previous: Option<&Assignment>) -> Option<Assign
 /// The shortest time between two reads of the store by [`follow`].
 pub const COALESCE: Duration = Duration::from_millis(100);
 
+/// Longest hold of new work for one switchover: a handover that has not finished by then is
+/// let through (its clients then see what the servers say), so a stuck request never stalls
+/// the endpoint. A switchover normally takes one to three seconds; clients commonly time out
+/// statements after 10 s or more.
+pub const HOLD_LIMIT: Duration = Duration::from_secs(8);
+
+/// Whether new work should wait at the proxy: a planned switchover (not a failover, whose
+/// old leader is fenced at once) was asked for, and no member other than the one stepping
+/// down leads and serves as primary yet.
+pub fn switchover_pending(store: &Store) -> bool {
+    let Some(h) = store.handover.as_ref().filter(|h| !h.immediate) else {
+        return false;
+    };
+    let new_leader_serves = store
+        .leader
+        .as_deref()
+        .filter(|l| *l != h.from)
+        .and_then(|l| store.members.iter().find(|m| m.name == l))
+        .is_some_and(|m| m.role == "primary");
+    !new_leader_serves
+}
+
+/// The proxy's hold of new work during switchovers: on while one is pending, off when it
+/// finished or after [`HOLD_LIMIT`] (and then not on again for the same request).
+#[derive(Debug, Default)]
+struct Hold {
+    since: Option<tokio::time::Instant>,
+    gave_up: bool,
+}
+
+impl Hold {
+    /// The hold for this read: `Some(on)` when it changes.
+    fn next(&mut self, pending: bool, now: tokio::time::Instant) -> Option<bool> {
+        match (pending, self.since) {
+            (false, since) => {
+                self.gave_up = false;
+                self.since = None;
+                since.map(|_| false)
+            }
+            (true, None) if !self.gave_up => {
+                self.since = Some(now);
+                Some(true)
+            }
+            (true, Some(t)) if now.duration_since(t) >= HOLD_LIMIT => {
+                tracing::warn!(
+                    "a switchover has not finished after {} s; letting new work through",
+                    HOLD_LIMIT.as_secs()
+                );
+                self.since = None;
+                self.gave_up = true;
+                Some(false)
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Called with `true` to hold new work at the proxy, `false` to let it through.
+pub type HoldGate = Box<dyn Fn(bool) + Send + Sync>;
+
 /// Waits for the first leader (the proxy has nothing to route to before).
 pub async fn first_assignment(store: &StoreClient) -> Assignment {
     loop {
@@ -71,18 +134,33 @@ pub async fn first_assignment(store: &StoreClient) -> Assignment {
     }
 }
 
-/// Follows the store into `tx` until `shutdown` turns true.
+/// Follows the store into `tx` until `shutdown` turns true; `gate` (if any) holds new work
+/// during switchovers.
 pub async fn follow(
     store: StoreClient,
     tx: watch::Sender<Assignment>,
+    gate: Option<HoldGate>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let mut changes = store.dcs().changes();
+    let mut hold = Hold::default();
     loop {
         let read_at = tokio::time::Instant::now();
         let previous = tx.borrow().clone();
         let next = match store.read().await {
-            Ok(r) => assignment(&r.store, Some(&previous)),
+            Ok(r) => {
+                if let (Some(gate), Some(on)) = (
+                    &gate,
+                    hold.next(switchover_pending(&r.store), tokio::time::Instant::now()),
+                ) {
+                    tracing::info!(
+                        "{} new work for a switchover",
+                        if on { "holding" } else { "releasing" }
+                    );
+                    gate(on);
+                }
+                assignment(&r.store, Some(&previous))
+            }
             // The last known leader stays: it fences itself before its lease could pass to
             // another member, so routing to it can at worst fail, never reach a second
             // primary (and in failsafe mode it goes on serving).
@@ -121,6 +199,9 @@ pub async fn follow(
             _ = shutdown.changed() => {}
         }
         if *shutdown.borrow() {
+            if let Some(gate) = &gate {
+                gate(false);
+            }
             return;
         }
     }
@@ -129,7 +210,7 @@ pub async fn follow(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::member::ClusterSettings;
+    use crate::member::{ClusterSettings, Handover};
 
     fn m(name: &str, role: &str) -> Member {
         Member {
@@ -179,6 +260,54 @@ mod tests {
         assert!(assignment(&s, None).is_none());
         let c = assignment(&s, Some(&a)).expect("previous kept");
         assert!(c.primary_down);
+    }
+
+    fn handover(from: &str, immediate: bool) -> Option<Handover> {
+        Some(Handover {
+            from: from.into(),
+            immediate,
+            ..Handover::default()
+        })
+    }
+
+    #[test]
+    fn a_switchover_holds_new_work_until_the_new_leader_serves() {
+        let mut s = store(Some("a"), vec![m("a", "primary"), m("bb", "replica")]);
+        assert!(!switchover_pending(&s), "no request");
+        s.handover = handover("a", false);
+        assert!(switchover_pending(&s), "asked, the old leader still leads");
+        s.leader = None;
+        s.members[0].role = "stopped".into();
+        assert!(switchover_pending(&s), "lease released, nobody took it");
+        s.leader = Some("bb".into());
+        assert!(switchover_pending(&s), "taken, not promoted yet");
+        s.members[1].role = "primary".into();
+        assert!(!switchover_pending(&s), "the new leader serves");
+        // A failover fences the old leader at once: nothing to wait for.
+        let mut f = store(Some("a"), vec![m("a", "primary"), m("bb", "replica")]);
+        f.handover = handover("a", true);
+        assert!(!switchover_pending(&f));
+    }
+
+    #[test]
+    fn a_hold_ends_when_done_or_after_its_limit_and_not_again_for_the_same_request() {
+        let t0 = tokio::time::Instant::now();
+        let mut h = Hold::default();
+        assert_eq!(h.next(false, t0), None, "nothing to release");
+        assert_eq!(h.next(true, t0), Some(true));
+        assert_eq!(h.next(true, t0 + Duration::from_secs(1)), None, "held");
+        assert_eq!(h.next(false, t0 + Duration::from_secs(2)), Some(false));
+        // A request that never finishes is let through after HOLD_LIMIT, once.
+        let t1 = t0 + Duration::from_secs(10);
+        assert_eq!(h.next(true, t1), Some(true));
+        assert_eq!(h.next(true, t1 + HOLD_LIMIT), Some(false));
+        assert_eq!(h.next(true, t1 + HOLD_LIMIT * 2), None, "not again");
+        assert_eq!(h.next(false, t1 + HOLD_LIMIT * 3), None);
+        assert_eq!(
+            h.next(true, t1 + HOLD_LIMIT * 4),
+            Some(true),
+            "a new request"
+        );
     }
 
     /// A store that counts reads of the leader lease (one per [`StoreClient::read`]).
@@ -247,7 +376,7 @@ mod tests {
         let client = StoreClient::new(dcs.clone());
         let (tx, _rx) = watch::channel(first);
         let (stop, shutdown) = watch::channel(false);
-        let follower = tokio::spawn(follow(client, tx, shutdown));
+        let follower = tokio::spawn(follow(client, tx, None, shutdown));
         let span = Duration::from_secs(1);
         let started = std::time::Instant::now();
         let mut writes = 0;

@@ -354,6 +354,27 @@ impl Node {
         Ok(())
     }
 
+    /// Before a planned stop: waits (at most `bound`) until no client's statement or
+    /// transaction is under way, so work the proxies let through just before they held new
+    /// work finishes instead of being cut by the stop. Best effort: any error ends the wait.
+    pub async fn quiesce(&self, bound: std::time::Duration) {
+        let Ok(client) = herd_pg::connect(&self.spec()).await else {
+            return;
+        };
+        let deadline = tokio::time::Instant::now() + bound;
+        // Idle-in-transaction sessions count too: their COMMIT may be on its way.
+        let busy = "select count(*) from pg_stat_activity \
+                    where backend_type = 'client backend' and pid <> pg_backend_pid() \
+                    and state in ('active', 'idle in transaction')";
+        while tokio::time::Instant::now() < deadline {
+            match client.query_one(busy, &[]).await {
+                Ok(row) if row.get::<_, i64>(0) == 0 => return,
+                Ok(_) => tokio::time::sleep(std::time::Duration::from_millis(20)).await,
+                Err(_) => return,
+            }
+        }
+    }
+
     /// The running server's system identifier.
     pub async fn system_identifier(&self) -> Result<String, AgentError> {
         let client = herd_pg::connect(&self.spec()).await?;

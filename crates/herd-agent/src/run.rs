@@ -18,6 +18,14 @@ use crate::store::{Read, StoreClient};
 use crate::watchdog::Deadline;
 use crate::AgentError;
 
+/// A planned switchover's first wait: the proxies hold new work once they read the request
+/// (within `follow::COALESCE` of its write).
+const SWITCHOVER_SETTLE: Duration = Duration::from_millis(300);
+/// Longest wait for the statements and transactions already under way before a planned stop.
+const SWITCHOVER_DRAIN: Duration = Duration::from_secs(1);
+/// Time kept for the clean stop itself before the lease's fencing deadline.
+const STOP_ALLOWANCE: Duration = Duration::from_secs(2);
+
 /// Waits between rounds: `wait`, or less when the store announces a change (a lease gone, a
 /// new leader), which is acted on at once after a short pause that lets a burst of writes
 /// settle, or until shutdown.
@@ -473,6 +481,17 @@ impl Agent {
                     }
                 );
                 let dir = self.node.cfg.pgdata();
+                if !immediate {
+                    // The proxies read the request within COALESCE of its write and hold new
+                    // work; give them that long, then let what they had sent finish.
+                    tokio::time::sleep(SWITCHOVER_SETTLE).await;
+                    // Never so long that the watchdog's deadline could fall inside the stop.
+                    let left = self.fence_at.map_or(Duration::ZERO, |t| {
+                        t.saturating_duration_since(Instant::now())
+                    });
+                    let drain = SWITCHOVER_DRAIN.min(left.saturating_sub(STOP_ALLOWANCE));
+                    self.node.quiesce(drain).await;
+                }
                 // A clean stop waits until the walsenders have sent everything: the standbys
                 // then hold every commit and the target need not wait for WAL.
                 if immediate

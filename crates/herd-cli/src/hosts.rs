@@ -281,12 +281,21 @@ pub async fn proxy(args: ProxyArgs) -> anyhow::Result<()> {
     let first = herd_agent::follow::first_assignment(&store).await;
     let (tx, rx) = watch::channel(first);
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
-    tokio::spawn(herd_agent::follow::follow(store, tx, shutdown_rx.clone()));
     let login = herd_proxy::monitor::AdminLogin {
         user: herd_cluster::SUPERUSER.into(),
         password: secrets.superuser.clone(),
     };
-    let _proxy = herd_proxy::Proxy::start(config, vec![rx], login, listener, tls, shutdown_rx);
+    let proxy =
+        herd_proxy::Proxy::start(config, vec![rx], login, listener, tls, shutdown_rx.clone());
+    // A planned switchover holds new work here instead of sending it to a stopping primary.
+    let ctx = proxy.ctx.clone();
+    let gate: herd_agent::follow::HoldGate = Box::new(move |on| ctx.set_paused(on));
+    tokio::spawn(herd_agent::follow::follow(
+        store,
+        tx,
+        Some(gate),
+        shutdown_rx,
+    ));
     eprintln!("Serving the cluster on {}", args.listen);
     crate::up::wait_for_signal().await?;
     let _ = shutdown_tx.send(true);

@@ -37,12 +37,24 @@ async fn agents_fail_over_fence_and_rejoin_without_losing_writes() {
     //    named replica, a commit mode change, the status.
     let leader = hosts.wait_primary("now");
     let target = (0..3).find(|&i| i != leader).expect("a replica");
+    hosts.wait_writes(&acked, "before the switchover");
+    let errors = || record.lock().expect("record").write_errors.clone();
+    let before = errors().len();
     let out = hosts.herd_store(&["switchover", "--to", &Hosts::name(target)]);
     assert!(
         out.contains(&format!("switchover to {} done", Hosts::name(target))),
         "{out}"
     );
     hosts.wait_role(target, "primary", Duration::from_secs(30));
+    hosts.wait_writes(&acked, "through the new primary");
+    // The proxy held new writes while the leader stepped down: a pause, not errors.
+    let during = errors();
+    assert_eq!(
+        during.len(),
+        before,
+        "writes failed during the switchover: {:?}",
+        &during[before..]
+    );
     hosts.wait_role(leader, "replica", Duration::from_secs(90));
     let out = hosts.herd_store(&["config", "set", "commit-mode", "remote_apply"]);
     assert!(out.contains("recorded"), "{out}");
