@@ -145,7 +145,7 @@ impl MemoryDcs {
     /// [`Dcs::release_lease`], telling whether `owner` held it (the holder changed).
     pub(crate) fn give_up_lease(&self, key: &str, owner: &str) -> bool {
         let mut s = self.lock();
-        if !s.leases.get(key).is_some_and(|l| l.holder == owner) {
+        if s.leases.get(key).is_none_or(|l| l.holder != owner) {
             return false;
         }
         s.leases.remove(key);
