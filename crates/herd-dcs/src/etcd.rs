@@ -199,8 +199,10 @@ impl EtcdDcs {
         format!("{}{key}", self.prefix)
     }
 
+    /// Where lease `key` lives: `leases/<name>` beside the other keys of its group (see
+    /// [`crate::lease_path`]).
     fn lease_key(&self, key: &str) -> String {
-        format!("{}leases/{key}", self.prefix)
+        format!("{}{}", self.prefix, crate::lease_path(key))
     }
 
     /// Runs `f` with a client on the etcd runtime, again while the member it reached refuses
@@ -552,18 +554,18 @@ impl Dcs for EtcdDcs {
     fn list(&self, prefix: &str) -> Result<Vec<(String, Versioned)>, DcsError> {
         let base = self.prefix.clone();
         let wanted = self.key(prefix);
-        let leases = self.lease_key("");
         self.read(move |mut client| {
-            let (base, wanted, leases) = (base.clone(), wanted.clone(), leases.clone());
+            let (base, wanted) = (base.clone(), wanted.clone());
             async move {
                 let r = client
                     .get(wanted, Some(GetOptions::new().with_prefix()))
                     .await
                     .map_err(unavailable)?;
+                // Leases are kept as keys, beside their group's values (`groups/2/leases/…`),
+                // not only at the top: skipped at any depth.
                 let mut out: Vec<(String, Versioned)> = r
                     .kvs()
                     .iter()
-                    .filter(|kv| !kv.key().starts_with(leases.as_bytes()))
                     .map(|kv| {
                         let key = String::from_utf8_lossy(kv.key());
                         (
@@ -574,6 +576,7 @@ impl Dcs for EtcdDcs {
                             },
                         )
                     })
+                    .filter(|(key, _)| !crate::is_lease_path(key))
                     .collect();
                 out.sort_by(|a, b| a.0.cmp(&b.0));
                 Ok(out)
@@ -587,6 +590,10 @@ impl Dcs for EtcdDcs {
 
     fn changes_ignoring(&self, prefix: &str) -> tokio::sync::watch::Receiver<u64> {
         self.changed.subscribe_ignoring(prefix)
+    }
+
+    fn changes_under(&self, within: &str, ignoring: &[&str]) -> tokio::sync::watch::Receiver<u64> {
+        self.changed.subscribe_under(within, ignoring)
     }
 }
 

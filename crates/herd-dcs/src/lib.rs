@@ -1,17 +1,23 @@
 //! The store the control plane keeps its facts in: who leads, which standbys are in the sync
-//! set. `herd up` uses [`MemoryDcs`] (one supervisor, one process); several hosts use
-//! [`EtcdDcs`], an etcd cluster behind the same [`Dcs`] trait, so the HA logic is one code path.
-//! Every backend passes [`contract::check`] (the etcd one against a real etcd cluster).
+//! set. `herd up` uses [`MemoryDcs`] (one supervisor, one process), or [`EmbeddedDcs`] (the
+//! same, kept in a file across restarts); several hosts use [`EtcdDcs`], an etcd cluster behind
+//! the same [`Dcs`] trait, so the HA logic is one code path. [`Scoped`] is one shard group's
+//! view of any of them. Every backend passes [`contract::check`] (the etcd one against a real
+//! etcd cluster).
 
+mod embedded;
 mod etcd;
 mod memory;
+mod scoped;
 
 pub mod contract;
 
 use std::time::Duration;
 
+pub use embedded::{EmbeddedDcs, EmbeddedError};
 pub use etcd::{EtcdConfig, EtcdDcs};
 pub use memory::MemoryDcs;
+pub use scoped::Scoped;
 
 /// A value and the revision it was written at.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -79,20 +85,64 @@ pub trait Dcs: Send + Sync {
     /// started), the agents of a cluster would run rounds back to back instead of once per
     /// loop wait.
     fn changes_ignoring(&self, prefix: &str) -> tokio::sync::watch::Receiver<u64>;
+
+    /// Like [`Dcs::changes`], limited to writes of keys starting with `within` and not with
+    /// any of `ignoring`: one shard group's view ([`Scoped`]) is not woken by another group's
+    /// writes. A backend that cannot tell keys apart may announce more, never less; this
+    /// default does (it only narrows what [`Dcs::changes_ignoring`] can).
+    fn changes_under(&self, within: &str, ignoring: &[&str]) -> tokio::sync::watch::Receiver<u64> {
+        match ignoring {
+            [one] if within.is_empty() => self.changes_ignoring(one),
+            _ => self.changes(),
+        }
+    }
 }
 
-/// The receivers of a backend's change announcements: one for every change, and one per key
-/// prefix some reader ignores.
+/// Where the lease named `name` is kept as a key: a lease `a/b/name` lives at
+/// `a/b/leases/name`, so a shard group's leases stay under its prefix and group 0's
+/// `leader` stays at `leases/leader`, where running clusters have it.
+pub(crate) fn lease_path(name: &str) -> String {
+    match name.rsplit_once('/') {
+        Some((dir, last)) => format!("{dir}/leases/{last}"),
+        None => format!("leases/{name}"),
+    }
+}
+
+/// Whether `key` is where [`lease_path`] keeps a lease (its next-to-last segment is
+/// `leases`), at any depth: such keys are not listed as values.
+pub(crate) fn is_lease_path(key: &str) -> bool {
+    let mut segments = key.rsplit('/');
+    segments.next();
+    segments.next() == Some("leases")
+}
+
+/// Which keys' writes a receiver is told of: those starting with `within` and with none of
+/// `ignoring`.
+#[derive(PartialEq, Eq)]
+struct Interest {
+    within: String,
+    ignoring: Vec<String>,
+}
+
+impl Interest {
+    fn covers(&self, key: &str) -> bool {
+        key.starts_with(self.within.as_str())
+            && !self.ignoring.iter().any(|i| key.starts_with(i.as_str()))
+    }
+}
+
+/// The receivers of a backend's change announcements: one for every change, and one per
+/// [`Interest`] some reader has.
 pub(crate) struct Watchers {
     all: tokio::sync::watch::Sender<u64>,
-    ignoring: std::sync::Mutex<Vec<(String, tokio::sync::watch::Sender<u64>)>>,
+    narrower: std::sync::Mutex<Vec<(Interest, tokio::sync::watch::Sender<u64>)>>,
 }
 
 impl Default for Watchers {
     fn default() -> Self {
         Watchers {
             all: tokio::sync::watch::channel(0).0,
-            ignoring: std::sync::Mutex::new(Vec::new()),
+            narrower: std::sync::Mutex::new(Vec::new()),
         }
     }
 }
@@ -109,13 +159,30 @@ impl Watchers {
 
     /// A receiver not changed by announcements that name only keys under `prefix`.
     pub(crate) fn subscribe_ignoring(&self, prefix: &str) -> tokio::sync::watch::Receiver<u64> {
-        let mut list = self.ignoring.lock().unwrap_or_else(|p| p.into_inner());
+        self.subscribe_under("", &[prefix])
+    }
+
+    /// A receiver changed only by announcements naming some key under `within` and under
+    /// none of `ignoring`.
+    pub(crate) fn subscribe_under(
+        &self,
+        within: &str,
+        ignoring: &[&str],
+    ) -> tokio::sync::watch::Receiver<u64> {
+        let interest = Interest {
+            within: within.to_string(),
+            ignoring: ignoring.iter().map(|i| i.to_string()).collect(),
+        };
+        if interest.within.is_empty() && interest.ignoring.is_empty() {
+            return self.subscribe();
+        }
+        let mut list = self.narrower.lock().unwrap_or_else(|p| p.into_inner());
         list.retain(|(_, s)| s.receiver_count() > 0);
-        if let Some((_, s)) = list.iter().find(|(p, _)| p == prefix) {
+        if let Some((_, s)) = list.iter().find(|(i, _)| *i == interest) {
             return s.subscribe();
         }
         let (tx, rx) = tokio::sync::watch::channel(0);
-        list.push((prefix.to_string(), tx));
+        list.push((interest, tx));
         rx
     }
 
@@ -123,11 +190,54 @@ impl Watchers {
     /// reconnected watch may have missed changes) and reaches every receiver.
     pub(crate) fn notify(&self, keys: &[&str]) {
         bump(&self.all);
-        let list = self.ignoring.lock().unwrap_or_else(|p| p.into_inner());
-        for (ignored, sender) in list.iter() {
-            if keys.is_empty() || keys.iter().any(|k| !k.starts_with(ignored.as_str())) {
+        let list = self.narrower.lock().unwrap_or_else(|p| p.into_inner());
+        for (interest, sender) in list.iter() {
+            if keys.is_empty() || keys.iter().any(|k| interest.covers(k)) {
                 bump(sender);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn leases_live_next_to_their_group() {
+        assert_eq!(lease_path("leader"), "leases/leader");
+        assert_eq!(lease_path("groups/2/leader"), "groups/2/leases/leader");
+        assert_eq!(lease_path("a/b/name"), "a/b/leases/name");
+        for lease in ["leases/leader", "groups/2/leases/leader", "a/b/leases/x"] {
+            assert!(is_lease_path(lease), "{lease}");
+        }
+        // A member or request named "leases" is a value, not a lease.
+        for value in [
+            "leases",
+            "members/leases",
+            "groups/2/members/leases",
+            "leasesx/a",
+        ] {
+            assert!(!is_lease_path(value), "{value}");
+        }
+    }
+
+    #[test]
+    fn narrowed_receivers_hear_only_their_keys() {
+        let w = Watchers::default();
+        let group0 = w.subscribe_under("", &["groups/"]);
+        let mut group1 = w.subscribe_under("groups/1/", &["groups/1/members/"]);
+        w.notify(&["groups/1/config"]);
+        assert!(!group0.has_changed().expect("open"));
+        assert!(group1.has_changed().expect("open"));
+        group1.borrow_and_update();
+        w.notify(&["groups/1/members/a"]);
+        assert!(!group1.has_changed().expect("open"));
+        w.notify(&["leases/leader"]);
+        assert!(group0.has_changed().expect("open"));
+        assert!(!group1.has_changed().expect("open"));
+        // Not known what: everyone re-reads.
+        w.notify(&[]);
+        assert!(group1.has_changed().expect("open"));
     }
 }

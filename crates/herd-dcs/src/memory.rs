@@ -1,6 +1,6 @@
 //! The in-memory backend of the embedded mode (one supervisor process).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -14,13 +14,30 @@ pub struct MemoryDcs {
     changed: Watchers,
 }
 
+/// A lease as held: by whom, until when, and for how long each take or renewal lasts.
+struct Lease {
+    holder: String,
+    until: Instant,
+    ttl: Duration,
+}
+
 #[derive(Default)]
 struct State {
     keys: HashMap<String, Versioned>,
     /// When keys written by `put_expiring` disappear.
     expiry: HashMap<String, Instant>,
-    leases: HashMap<String, (String, Instant)>,
+    leases: HashMap<String, Lease>,
     revision: u64,
+}
+
+/// What outlives a restart of the embedded store ([`crate::EmbeddedDcs`]): the keys written by
+/// compare-and-set, the revision counter, and each unexpired lease's holder and TTL.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Durable {
+    pub(crate) revision: u64,
+    pub(crate) keys: BTreeMap<String, Versioned>,
+    /// Lease name → (holder, TTL).
+    pub(crate) leases: BTreeMap<String, (String, Duration)>,
 }
 
 impl State {
@@ -55,8 +72,124 @@ impl MemoryDcs {
         }
     }
 
-    /// Tells watchers that `key` was written (a lease: its name under `leases/`, as etcd
-    /// keeps it).
+    /// A store holding `durable`'s keys and revisions, each lease held by its holder for one
+    /// TTL from now (its holder, if still alive, renews it in its next round).
+    pub(crate) fn restored(
+        durable: Durable,
+        clock: Box<dyn Fn() -> Instant + Send + Sync>,
+    ) -> Self {
+        let now = clock();
+        let store = MemoryDcs::with_clock(clock);
+        {
+            let mut s = store.lock();
+            s.revision = durable.revision;
+            s.keys = durable.keys.into_iter().collect();
+            s.leases = durable
+                .leases
+                .into_iter()
+                .map(|(name, (holder, ttl))| {
+                    let until = now + ttl;
+                    (name, Lease { holder, until, ttl })
+                })
+                .collect();
+        }
+        store
+    }
+
+    /// What a restart must keep (see [`Durable`]).
+    pub(crate) fn durable(&self) -> Durable {
+        let now = (self.clock)();
+        let s = self.lock();
+        Durable {
+            revision: s.revision,
+            keys: s
+                .keys
+                .iter()
+                .filter(|(k, _)| !s.expiry.contains_key(*k))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+            leases: s
+                .leases
+                .iter()
+                .filter(|(_, l)| l.until > now)
+                .map(|(name, l)| (name.clone(), (l.holder.clone(), l.ttl)))
+                .collect(),
+        }
+    }
+
+    /// [`Dcs::acquire_lease`], also telling whether the holder changed (taken from nobody or
+    /// from an expired holder), which a renewal does not.
+    pub(crate) fn take_lease(&self, key: &str, owner: &str, ttl: Duration) -> (bool, bool) {
+        let now = (self.clock)();
+        let mut s = self.lock();
+        let (free, changed) = match s.leases.get(key) {
+            None => (true, true),
+            Some(l) if l.until <= now => (true, true),
+            Some(l) => (l.holder == owner, false),
+        };
+        if free {
+            let lease = Lease {
+                holder: owner.to_string(),
+                until: now + ttl,
+                ttl,
+            };
+            s.leases.insert(key.to_string(), lease);
+        }
+        drop(s);
+        if changed {
+            self.notify(&crate::lease_path(key));
+        }
+        (free, changed)
+    }
+
+    /// [`Dcs::release_lease`], telling whether `owner` held it (the holder changed).
+    pub(crate) fn give_up_lease(&self, key: &str, owner: &str) -> bool {
+        let mut s = self.lock();
+        if s.leases.get(key).is_none_or(|l| l.holder != owner) {
+            return false;
+        }
+        s.leases.remove(key);
+        drop(s);
+        self.notify(&crate::lease_path(key));
+        true
+    }
+
+    /// [`Dcs::lease_holder`], also telling whether an expired lease was found (and dropped:
+    /// its holder changed to nobody).
+    pub(crate) fn holder(&self, key: &str) -> (Option<String>, bool) {
+        let now = (self.clock)();
+        let mut s = self.lock();
+        match s.leases.get(key) {
+            None => (None, false),
+            Some(l) if l.until > now => (Some(l.holder.clone()), false),
+            Some(_) => {
+                s.leases.remove(key);
+                drop(s);
+                self.notify(&crate::lease_path(key));
+                (None, true)
+            }
+        }
+    }
+
+    /// [`Dcs::put_expiring`], telling whether it replaced a key written by compare-and-set
+    /// (which then stops being durable).
+    pub(crate) fn put_expiring_over(&self, key: &str, value: Vec<u8>, ttl: Duration) -> bool {
+        let now = (self.clock)();
+        let mut s = self.lock();
+        s.expire(now);
+        let was_durable = s.keys.contains_key(key) && !s.expiry.contains_key(key);
+        s.revision += 1;
+        let revision = s.revision;
+        s.keys
+            .insert(key.to_string(), Versioned { value, revision });
+        s.expiry.insert(key.to_string(), now + ttl);
+        drop(s);
+        self.notify(key);
+        was_durable
+    }
+
+    /// Tells watchers that `key` was written (a lease: where etcd keeps it, see
+    /// [`crate::lease_path`]).
     fn notify(&self, key: &str) {
         self.changed.notify(&[key]);
     }
@@ -100,54 +233,20 @@ impl Dcs for MemoryDcs {
     }
 
     fn acquire_lease(&self, key: &str, owner: &str, ttl: Duration) -> Result<bool, DcsError> {
-        let now = (self.clock)();
-        let mut s = self.lock();
-        let free = match s.leases.get(key) {
-            None => true,
-            Some((holder, until)) => holder == owner || *until <= now,
-        };
-        let taken = free && s.leases.get(key).is_none_or(|(h, _)| h != owner);
-        if free {
-            s.leases
-                .insert(key.to_string(), (owner.to_string(), now + ttl));
-        }
-        drop(s);
-        if taken {
-            self.notify(&format!("leases/{key}"));
-        }
-        Ok(free)
+        Ok(self.take_lease(key, owner, ttl).0)
     }
 
     fn release_lease(&self, key: &str, owner: &str) -> Result<(), DcsError> {
-        let mut s = self.lock();
-        if s.leases.get(key).is_some_and(|(holder, _)| holder == owner) {
-            s.leases.remove(key);
-            drop(s);
-            self.notify(&format!("leases/{key}"));
-        }
+        self.give_up_lease(key, owner);
         Ok(())
     }
 
     fn lease_holder(&self, key: &str) -> Result<Option<String>, DcsError> {
-        let now = (self.clock)();
-        Ok(self
-            .lock()
-            .leases
-            .get(key)
-            .filter(|(_, until)| *until > now)
-            .map(|(h, _)| h.clone()))
+        Ok(self.holder(key).0)
     }
 
     fn put_expiring(&self, key: &str, value: Vec<u8>, ttl: Duration) -> Result<(), DcsError> {
-        let now = (self.clock)();
-        let mut s = self.lock();
-        s.revision += 1;
-        let revision = s.revision;
-        s.keys
-            .insert(key.to_string(), Versioned { value, revision });
-        s.expiry.insert(key.to_string(), now + ttl);
-        drop(s);
-        self.notify(key);
+        self.put_expiring_over(key, value, ttl);
         Ok(())
     }
 
@@ -171,6 +270,10 @@ impl Dcs for MemoryDcs {
 
     fn changes_ignoring(&self, prefix: &str) -> tokio::sync::watch::Receiver<u64> {
         self.changed.subscribe_ignoring(prefix)
+    }
+
+    fn changes_under(&self, within: &str, ignoring: &[&str]) -> tokio::sync::watch::Receiver<u64> {
+        self.changed.subscribe_under(within, ignoring)
     }
 }
 
