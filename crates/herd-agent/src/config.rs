@@ -13,6 +13,10 @@ use crate::member::ClusterSettings;
 pub struct AgentConfig {
     /// The member name: unique in the cluster, a valid replication slot name.
     pub name: String,
+    /// The shard group this agent's node belongs to (0 for an unsharded cluster).
+    pub group: u32,
+    /// When this agent creates the cluster (group 0): how many shard groups it has.
+    pub shard_groups: u32,
     /// The agent's directory: `pgdata/`, `secrets/`, `logs/`, `run/`.
     pub data_dir: PathBuf,
     /// The address PostgreSQL listens on.
@@ -59,6 +63,13 @@ impl AgentConfig {
             return Err(ConfigError(format!(
                 "member name {:?} must be lower-case letters, digits and '_' (it names a replication slot)",
                 self.name
+            )));
+        }
+        if self.shard_groups == 0 || self.shard_groups > herd_config::MAX_SHARDS {
+            return Err(ConfigError(format!(
+                "--shard-groups must be between 1 and {} (got {})",
+                herd_config::MAX_SHARDS,
+                self.shard_groups
             )));
         }
         if self.ttl < Duration::from_secs(2) {

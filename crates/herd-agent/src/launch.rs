@@ -43,6 +43,15 @@ pub async fn run(
             .map_err(|e| setup(format!("cannot create {}: {e}", dir.display())))?;
     }
     let _lock = SupervisorLock::acquire(&layout).map_err(setup)?;
+    // Cluster-wide keys live at the root; the group's own under groups/<g>/ (group 0: the root).
+    let root = StoreClient::new(dcs.clone());
+    if cfg.group > 0 {
+        let mut waiting = shutdown.clone();
+        if !crate::groups::wait_for_group_zero(&root, cfg.group, &mut waiting).await? {
+            return Ok(());
+        }
+    }
+    let dcs = crate::groups::scoped(dcs, cfg.group);
     let store = StoreClient::new(dcs.clone());
     let instance = Alphanumeric.sample_string(&mut rand::thread_rng(), 12);
     check_name(&cfg, &store, &instance).await?;
@@ -102,7 +111,14 @@ pub async fn run(
         log_watch: crate::pglog::LogWatch::new(cfg.pg_log()),
         prober: tokio::sync::Mutex::new(None),
     };
-    let mut agent = Agent::new(node, store.clone(), deadline.clone(), shared, instance);
+    let mut agent = Agent::new(
+        node,
+        store.clone(),
+        deadline.clone(),
+        shared,
+        instance,
+        root,
+    );
     let result = agent.run(shutdown).await;
     // Leaving: stop the server, then give the lease up so a replica takes over at once.
     tracing::info!("stopping PostgreSQL");
@@ -170,7 +186,8 @@ fn secrets(
         .get(INITIALIZE)
         .map_err(|e| setup(format!("{e}; start etcd or check --dcs")))?
         .is_some();
-    if initialized {
+    // Every shard group shares group 0's passwords (group 0 exists: waited for above).
+    if initialized || cfg.group > 0 {
         return Err(setup(format!(
             "this cluster exists but {} is missing: copy the secrets directory (mode 0700, files 0600) \
              from the host that created it, e.g. `scp -rp host1:{} {}`",

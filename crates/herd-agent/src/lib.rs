@@ -13,6 +13,7 @@
 
 pub mod decide;
 pub mod follow;
+pub mod groups;
 pub mod member;
 pub mod sync;
 

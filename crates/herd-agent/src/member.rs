@@ -13,6 +13,9 @@ pub const CONFIG: &str = "config";
 pub const SYNC: &str = "sync";
 /// An operator's switchover or failover request ([`Handover`]).
 pub const HANDOVER: &str = "handover";
+/// Cluster-wide, at the store's root: how many shard groups the cluster has ([`ShardGroups`]),
+/// written once by the agent that creates group 0.
+pub const SHARD_GROUPS: &str = "shard_groups";
 /// Prefix of the members' heartbeats.
 pub const MEMBERS: &str = "members/";
 
@@ -52,6 +55,14 @@ pub struct Initialized {
     pub system_identifier: String,
     /// The member that created it.
     pub by: String,
+}
+
+/// The cluster's shard groups, fixed when it is created: group `g` (0 ≤ g < `count`) keeps its
+/// keys under `groups/<g>/` (group 0 at the root).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShardGroups {
+    /// How many groups.
+    pub count: u32,
 }
 
 /// Settings every member follows, changed with `herd config set --dcs …`.

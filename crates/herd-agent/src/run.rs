@@ -23,6 +23,8 @@ use crate::AgentError;
 const SWITCHOVER_SETTLE: Duration = Duration::from_millis(300);
 /// Longest wait for the statements and transactions already under way before a planned stop.
 const SWITCHOVER_DRAIN: Duration = Duration::from_secs(1);
+/// How long a new group ≥ 1 waits for group 0's primary to copy its superuser's verifier.
+const VERIFIER_WAIT: Duration = Duration::from_secs(60);
 /// Time kept for the clean stop itself before the lease's fencing deadline.
 const STOP_ALLOWANCE: Duration = Duration::from_secs(2);
 
@@ -89,6 +91,8 @@ pub struct Agent {
     last_kind: Option<&'static str>,
     /// Rounds run since start (`herd_agent_rounds_total` on the API's `/metrics`).
     rounds: u64,
+    /// The store's root, for cluster-wide keys (the group's own keys go through `store`).
+    root: StoreClient,
 }
 
 impl Agent {
@@ -99,6 +103,7 @@ impl Agent {
         deadline: Deadline,
         shared: SharedState,
         instance: String,
+        root: StoreClient,
     ) -> Self {
         Agent {
             node,
@@ -117,6 +122,7 @@ impl Agent {
             last_logged: String::new(),
             last_kind: None,
             rounds: 0,
+            root,
         }
     }
 
@@ -591,10 +597,27 @@ impl Agent {
             .store
             .write(CONFIG, 0, encode(&self.node.cfg.bootstrap))
             .await;
-        tracing::warn!("creating the cluster (initdb on {me})");
+        let group = self.node.cfg.group;
+        if group == 0 {
+            crate::groups::record_count(&self.root, self.node.cfg.shard_groups)
+                .await
+                .map_err(AgentError::Store)?;
+            tracing::warn!("creating the cluster (initdb on {me})");
+        } else {
+            tracing::warn!("creating shard group {group} (initdb on {me})");
+        }
         // Its passwords are now the cluster's.
         self.node.fresh_secrets = false;
         self.node.initialize().await?;
+        if group > 0 {
+            crate::groups::copy_superuser_verifier(
+                &self.root,
+                &self.node.secrets.superuser,
+                &self.node.spec(),
+                VERIFIER_WAIT,
+            )
+            .await?;
+        }
         let done = Initialized {
             system_identifier: self.node.system_identifier().await?,
             by: me,

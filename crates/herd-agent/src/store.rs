@@ -125,6 +125,17 @@ impl StoreClient {
         .map_err(text)
     }
 
+    /// One record, decoded: `None` when absent.
+    pub async fn get<T: for<'de> serde::Deserialize<'de> + Send + 'static>(
+        &self,
+        key: &'static str,
+    ) -> Result<Option<T>, String> {
+        match self.call(move |dcs| dcs.get(key)).await.map_err(text)? {
+            Some(v) => decode::<T>(key, &v.value).map(Some),
+            None => Ok(None),
+        }
+    }
+
     /// Whether the store answers a read now.
     pub async fn reachable(&self) -> bool {
         self.call(|dcs| dcs.get(LEADER)).await.is_ok()

@@ -88,6 +88,12 @@ pub struct AgentArgs {
     /// This member's name, unique in the cluster (lower-case letters, digits, '_').
     #[arg(long)]
     pub name: String,
+    /// The shard group this node belongs to (0 to --shard-groups − 1).
+    #[arg(long, default_value_t = 0, value_name = "G")]
+    pub group: u32,
+    /// When the cluster is created (by a group 0 agent): how many shard groups it has.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub shard_groups: u32,
     /// The agent's directory (PostgreSQL's data, secrets, logs).
     #[arg(long, env = "HERD_DATA_DIR", default_value = "herd-agent")]
     pub data_dir: PathBuf,
@@ -155,6 +161,8 @@ pub async fn agent(args: AgentArgs) -> anyhow::Result<()> {
     }
     let cfg = AgentConfig {
         name: args.name.clone(),
+        group: args.group,
+        shard_groups: args.shard_groups,
         data_dir: absolute(&args.data_dir)?,
         pg_listen: args.pg_listen,
         pg_port: args.pg_port,
