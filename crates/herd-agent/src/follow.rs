@@ -55,26 +55,12 @@ pub fn assignment(store: &Store, previous: Option<&Assignment>) -> Option<Assign
 /// The shortest time between two reads of the store by [`follow`].
 pub const COALESCE: Duration = Duration::from_millis(100);
 
-/// Waits for the first leader (the proxy has nothing to route to before).
-pub async fn first_assignment(store: &StoreClient) -> Assignment {
-    loop {
-        match store.read().await {
-            Ok(r) => {
-                if let Some(a) = assignment(&r.store, None).filter(|a| !a.primary_down) {
-                    return a;
-                }
-                tracing::info!("waiting for a member to hold the leader lease");
-            }
-            Err(e) => tracing::warn!("cannot read the store: {e}"),
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-}
-
-/// Follows the store into `tx` until `shutdown` turns true.
+/// Follows the store into `tx` until `shutdown` turns true. `tx` holds `None` until a member
+/// first leads: the proxy serves from its start and tells clients that an election is under
+/// way, rather than waiting for one before it listens.
 pub async fn follow(
     store: StoreClient,
-    tx: watch::Sender<Assignment>,
+    tx: watch::Sender<Option<Assignment>>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let mut changes = store.dcs().changes();
@@ -82,7 +68,7 @@ pub async fn follow(
         let read_at = tokio::time::Instant::now();
         let previous = tx.borrow().clone();
         let next = match store.read().await {
-            Ok(r) => assignment(&r.store, Some(&previous)),
+            Ok(r) => assignment(&r.store, previous.as_ref()),
             // The last known leader stays: it fences itself before its lease could pass to
             // another member, so routing to it can at worst fail, never reach a second
             // primary (and in failsafe mode it goes on serving).
@@ -93,17 +79,19 @@ pub async fn follow(
         };
         if let Some(next) = next {
             tx.send_if_modified(|current| {
-                let changed = *current != next;
+                let changed = current.as_ref() != Some(&next);
                 if changed {
-                    if current.primary != next.primary || current.primary_down != next.primary_down
-                    {
+                    let moved = current.as_ref().is_none_or(|c| {
+                        c.primary != next.primary || c.primary_down != next.primary_down
+                    });
+                    if moved {
                         tracing::warn!(
                             "primary: {}{}",
                             next.primary.name,
                             if next.primary_down { " (down)" } else { "" }
                         );
                     }
-                    *current = next;
+                    *current = Some(next);
                 }
                 changed
             });
@@ -245,7 +233,7 @@ mod tests {
         });
         let first = assignment(&store(Some("a"), vec![m("a", "primary")]), None).expect("a");
         let client = StoreClient::new(dcs.clone());
-        let (tx, _rx) = watch::channel(first);
+        let (tx, _rx) = watch::channel(Some(first));
         let (stop, shutdown) = watch::channel(false);
         let follower = tokio::spawn(follow(client, tx, shutdown));
         let span = Duration::from_secs(1);

@@ -277,9 +277,9 @@ pub async fn proxy(args: ProxyArgs) -> anyhow::Result<()> {
     config.tls_required |= args.tls_required;
     let tls = crate::client_tls::load(&config, &base)?;
     let store = args.store.open().await?;
-    eprintln!("Waiting for the cluster's leader in the store …");
-    let first = herd_agent::follow::first_assignment(&store).await;
-    let (tx, rx) = watch::channel(first);
+    // Serve at once: until a member leads, logins are refused with 57P03 and a message saying
+    // so (a client's connect timeout is shorter than an election).
+    let (tx, rx) = watch::channel(None);
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     tokio::spawn(herd_agent::follow::follow(store, tx, shutdown_rx.clone()));
     let login = herd_proxy::monitor::AdminLogin {

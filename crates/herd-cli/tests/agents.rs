@@ -163,6 +163,62 @@ async fn clock_offset(hosts: &Hosts, i: usize) -> f64 {
     theirs - ours
 }
 
+/// `herd proxy` started before any agent serves at once: while no member leads, a login is
+/// refused with 57P03 and says why well within a client's 2 s connect timeout (it used to
+/// accept TCP and answer nothing until a leader appeared); once the agents elected one, logins
+/// work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_proxy_started_before_its_agents_refuses_logins_at_once_then_serves() {
+    let mut hosts = Hosts::prepare(None, None);
+    // The cluster's passwords made up front (as the first agent would), so the proxy can start
+    // first; the first agent then uses them.
+    let layout = herd_cluster::Layout::new(hosts.agent_dir(0));
+    herd_cluster::Secrets::generate()
+        .save(&layout, herd_cluster::REPLICATION_USER)
+        .expect("secrets");
+    copy_dir(&layout.secrets(), &hosts.dir.path().join("proxy/secrets"));
+    hosts.start_proxy();
+    hosts.wait_proxy_listening();
+    for attempt in 0..3 {
+        let started = Instant::now();
+        let refused = tokio::time::timeout(
+            Duration::from_secs(10),
+            tokio_postgres::connect(&hosts.proxy_url(), tokio_postgres::NoTls),
+        )
+        .await
+        .expect("the proxy answers");
+        let took = started.elapsed();
+        let Err(e) = refused else {
+            panic!("a login succeeded with no member running\n{}", hosts.logs());
+        };
+        eprintln!("login #{attempt} before any agent: refused in {took:?}: {e}");
+        assert_eq!(
+            e.code(),
+            Some(&tokio_postgres::error::SqlState::CANNOT_CONNECT_NOW),
+            "{e}"
+        );
+        let message = e
+            .as_db_error()
+            .map(|d| d.message().to_string())
+            .unwrap_or_default();
+        assert!(message.contains("no member leads group 0 yet"), "{message}");
+        assert!(took < Duration::from_millis(2500), "refused after {took:?}");
+    }
+    hosts.start_members();
+    let url = hosts.proxy_url();
+    common::eventually(
+        Duration::from_secs(30),
+        "a login after the election",
+        || async {
+            match common::try_connect(&url).await {
+                Some(c) => c.query_one("select 1", &[]).await.is_ok(),
+                None => false,
+            }
+        },
+    )
+    .await;
+}
+
 /// kill -9 of the primary's agent and its PostgreSQL: another member takes over; the old one
 /// comes back as a replica (pg_rewind).
 fn kill_primary(hosts: &mut Hosts, acked: &dyn Fn() -> usize, round: u32) {
