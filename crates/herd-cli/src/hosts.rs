@@ -60,6 +60,15 @@ impl StoreArgs {
 
     /// Connects to the store (blocking; call off the async threads or before serving).
     pub fn connect(&self) -> anyhow::Result<Arc<dyn Dcs>> {
+        let config = self.etcd_config()?;
+        let url = self.dcs.as_deref().unwrap_or_default();
+        let dcs = EtcdDcs::connect(&config)
+            .with_context(|| format!("cannot reach etcd at {url}; start it or correct --dcs"))?;
+        Ok(Arc::new(dcs))
+    }
+
+    /// The etcd client's settings these options name.
+    pub fn etcd_config(&self) -> anyhow::Result<EtcdConfig> {
         let (Some(url), Some(cluster)) = (&self.dcs, &self.cluster) else {
             anyhow::bail!(
                 "--dcs etcd://host:port[,host:port…] and --cluster NAME are required (or HERD_DCS and HERD_CLUSTER)"
@@ -74,9 +83,7 @@ impl StoreArgs {
             config.credentials = Some((user.clone(), password.trim().to_string()));
         }
         config.timeout = Duration::from_millis(self.etcd_timeout_ms);
-        let dcs = EtcdDcs::connect(&config)
-            .with_context(|| format!("cannot reach etcd at {url}; start it or correct --dcs"))?;
-        Ok(Arc::new(dcs))
+        Ok(config)
     }
 }
 

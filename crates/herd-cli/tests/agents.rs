@@ -219,6 +219,88 @@ async fn a_proxy_started_before_its_agents_refuses_logins_at_once_then_serves() 
     .await;
 }
 
+/// `herd status` while etcd's quorum is lost (2 of its 3 members killed): it says which etcd
+/// endpoints answer, asks each agent's API instead (at the addresses kept by the last good
+/// `herd status`, or named with `--agent-api`), marks those rows and exits with code 2.
+#[test]
+fn status_answers_from_the_agents_while_the_store_is_down() {
+    let mut hosts = Hosts::start();
+    let leader = hosts.wait_primary("before the outage");
+    let (dcs, cluster) = (hosts.dcs(), hosts.cluster.clone());
+    let status = move |state: &std::path::Path, extra: &[String]| {
+        let mut cmd = Command::new(HERD);
+        cmd.arg("status")
+            .args(extra)
+            .args(["--dcs", &dcs, "--cluster", &cluster])
+            .args(["--etcd-timeout-ms", "1000"])
+            .env("XDG_STATE_HOME", state);
+        let out = herd_testkit::output_within(&mut cmd, Duration::from_secs(60)).expect("exits");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            herd_testkit::describe(&out),
+        )
+    };
+    let state = hosts.dir.path().join("state");
+    let (code, _, all) = status(&state, &[]);
+    assert_eq!(code, Some(0), "{all}");
+    assert!(
+        state.join(format!("herd/{}.json", hosts.cluster)).exists(),
+        "the agents' addresses are kept"
+    );
+
+    hosts.etcd.kill(1);
+    hosts.etcd.kill(2);
+    let marked = "from the agent; store unreachable";
+    let leader_row = |out: &str| {
+        out.lines().any(|l| {
+            l.starts_with(&format!("{} ", Hosts::name(leader)))
+                && l.contains(" primary ")
+                && l.ends_with(marked)
+        })
+    };
+    let started = Instant::now();
+    let (code, out, all) = status(&state, &[]);
+    eprintln!(
+        "herd status during the outage took {:?}:\n{out}",
+        started.elapsed()
+    );
+    assert_eq!(code, Some(2), "{all}\n{}", hosts.logs());
+    assert!(
+        out.contains(&format!("leader: {} ({marked})", Hosts::name(leader))),
+        "{all}"
+    );
+    assert!(leader_row(&out), "{all}");
+    assert!(
+        out.contains("does not answer"),
+        "the killed etcd members: {all}"
+    );
+
+    // Nothing kept (another machine): the agents named on the command line.
+    let elsewhere = hosts.dir.path().join("elsewhere");
+    let named: Vec<String> = (0..3)
+        .flat_map(|i| {
+            [
+                "--agent-api".to_string(),
+                format!("http://{}", hosts.api(i)),
+            ]
+        })
+        .collect();
+    let (code, out, all) = status(&elsewhere, &named);
+    assert_eq!(code, Some(2), "{all}");
+    assert!(leader_row(&out), "{all}");
+    // Neither: a clear error naming the flag.
+    let (code, _, all) = status(&elsewhere, &[]);
+    assert_eq!(code, Some(1), "{all}");
+    assert!(all.contains("--agent-api"), "{all}");
+
+    hosts.etcd.restart(1);
+    hosts.etcd.restart(2);
+    herd_testkit::wait_until(Duration::from_secs(60), "the store back", || {
+        (status(&state, &[]).0 == Some(0)).then_some(())
+    });
+}
+
 /// kill -9 of the primary's agent and its PostgreSQL: another member takes over; the old one
 /// comes back as a replica (pg_rewind).
 fn kill_primary(hosts: &mut Hosts, acked: &dyn Fn() -> usize, round: u32) {

@@ -4,6 +4,7 @@
 //! Every backend passes [`contract::check`] (the etcd one against a real etcd cluster).
 
 mod etcd;
+mod etcd_probe;
 mod memory;
 
 pub mod contract;
@@ -11,6 +12,7 @@ pub mod contract;
 use std::time::Duration;
 
 pub use etcd::{EtcdConfig, EtcdDcs};
+pub use etcd_probe::{probe_endpoints, EndpointProbe, EndpointState};
 pub use memory::MemoryDcs;
 
 /// A value and the revision it was written at.
