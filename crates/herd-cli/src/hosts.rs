@@ -285,8 +285,13 @@ pub async fn proxy(args: ProxyArgs) -> anyhow::Result<()> {
     let tls = crate::client_tls::load(&config, &base)?;
     let store = args.store.open().await?;
     // Serve at once: until a member leads, logins are refused with 57P03 and a message saying
-    // so (a client's connect timeout is shorter than an election).
-    let (tx, rx) = watch::channel(None);
+    // so (a client's connect timeout is shorter than an election). One bounded read first, so a
+    // proxy (re)started under a running cluster routes from its first poll.
+    let first = match tokio::time::timeout(Duration::from_secs(1), store.read()).await {
+        Ok(Ok(read)) => herd_agent::follow::assignment(&read.store, None),
+        _ => None,
+    };
+    let (tx, rx) = watch::channel(first);
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     tokio::spawn(herd_agent::follow::follow(store, tx, shutdown_rx.clone()));
     let login = herd_proxy::monitor::AdminLogin {

@@ -284,18 +284,16 @@ impl ProxyContext {
     }
 
     /// Where a login's password can be checked: group 0's primary first (waited for up to
-    /// [`LOGIN_PRIMARY_WAIT`]: the proxy's first poll, a restart), then the replicas that
-    /// answered the last poll. Empty when no server answers; an error at once while no member
-    /// has ever led (a `herd proxy` started before its agents elected one).
+    /// [`LOGIN_PRIMARY_WAIT`]: the proxy's first read of the store and first poll, a restart),
+    /// then the replicas that answered the last poll. Empty when no server answers; an error
+    /// after that wait while no member has ever led (a `herd proxy` started before its agents
+    /// elected one).
     pub async fn login_servers(&self) -> Result<Vec<Endpoint>, ProxyError> {
         let mut views = self.view_rx(0);
         let wait = async {
             loop {
-                {
-                    let view = views.borrow_and_update();
-                    if view.primary.is_some() || view.electing {
-                        return;
-                    }
+                if views.borrow_and_update().primary.is_some() {
+                    return;
                 }
                 if views.changed().await.is_err() {
                     return;
