@@ -118,27 +118,13 @@ impl Hold {
 /// Called with `true` to hold new work at the proxy, `false` to let it through.
 pub type HoldGate = Box<dyn Fn(bool) + Send + Sync>;
 
-/// Waits for the first leader (the proxy has nothing to route to before).
-pub async fn first_assignment(store: &StoreClient) -> Assignment {
-    loop {
-        match store.read().await {
-            Ok(r) => {
-                if let Some(a) = assignment(&r.store, None).filter(|a| !a.primary_down) {
-                    return a;
-                }
-                tracing::info!("waiting for a member to hold the leader lease");
-            }
-            Err(e) => tracing::warn!("cannot read the store: {e}"),
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-}
-
-/// Follows the store into `tx` until `shutdown` turns true; `gate` (if any) holds new work
-/// during switchovers.
+/// Follows the store into `tx` until `shutdown` turns true. `tx` holds `None` until a member
+/// first leads: the proxy serves from its start and tells clients that an election is under
+/// way, rather than waiting for one before it listens. `gate` (if any) holds new work during
+/// switchovers.
 pub async fn follow(
     store: StoreClient,
-    tx: watch::Sender<Assignment>,
+    tx: watch::Sender<Option<Assignment>>,
     gate: Option<HoldGate>,
     mut shutdown: watch::Receiver<bool>,
 ) {
@@ -159,7 +145,7 @@ pub async fn follow(
                     );
                     gate(on);
                 }
-                assignment(&r.store, Some(&previous))
+                assignment(&r.store, previous.as_ref())
             }
             // The last known leader stays: it fences itself before its lease could pass to
             // another member, so routing to it can at worst fail, never reach a second
@@ -171,17 +157,19 @@ pub async fn follow(
         };
         if let Some(next) = next {
             tx.send_if_modified(|current| {
-                let changed = *current != next;
+                let changed = current.as_ref() != Some(&next);
                 if changed {
-                    if current.primary != next.primary || current.primary_down != next.primary_down
-                    {
+                    let moved = current.as_ref().is_none_or(|c| {
+                        c.primary != next.primary || c.primary_down != next.primary_down
+                    });
+                    if moved {
                         tracing::warn!(
                             "primary: {}{}",
                             next.primary.name,
                             if next.primary_down { " (down)" } else { "" }
                         );
                     }
-                    *current = next;
+                    *current = Some(next);
                 }
                 changed
             });
@@ -374,7 +362,7 @@ mod tests {
         });
         let first = assignment(&store(Some("a"), vec![m("a", "primary")]), None).expect("a");
         let client = StoreClient::new(dcs.clone());
-        let (tx, _rx) = watch::channel(first);
+        let (tx, _rx) = watch::channel(Some(first));
         let (stop, shutdown) = watch::channel(false);
         let follower = tokio::spawn(follow(client, tx, None, shutdown));
         let span = Duration::from_secs(1);

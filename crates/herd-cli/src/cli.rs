@@ -216,6 +216,11 @@ pub struct StatusArgs {
     /// Print the status document as JSON (documented in docs/status-json.md).
     #[arg(long)]
     pub json: bool,
+    /// A multi-host cluster's agent API (http://HOST:PORT or HOST:PORT), asked for its member
+    /// when the store is unreachable; repeat for each agent. Without it, the addresses of the
+    /// last successful `herd status` are used.
+    #[arg(long = "agent-api", value_name = "URL", requires = "dcs")]
+    pub agent_api: Vec<String>,
 }
 
 /// Options of `herd url`.
@@ -259,7 +264,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Up(args) => crate::up::run(args).await,
         Command::Down(dir) => crate::down::run(&dir.layout()?).await,
         Command::Status(args) if args.store.given() => {
-            crate::hosts_admin::status(&args.store.open().await?, args.json).await
+            crate::hosts_status::status(&args.store, args.json, &args.agent_api).await
         }
         Command::Status(args) => crate::status::run(&args.dir.layout()?, args.json).await,
         Command::Switchover(a) if a.store.given() => {

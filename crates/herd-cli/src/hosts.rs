@@ -60,6 +60,15 @@ impl StoreArgs {
 
     /// Connects to the store (blocking; call off the async threads or before serving).
     pub fn connect(&self) -> anyhow::Result<Arc<dyn Dcs>> {
+        let config = self.etcd_config()?;
+        let url = self.dcs.as_deref().unwrap_or_default();
+        let dcs = EtcdDcs::connect(&config)
+            .with_context(|| format!("cannot reach etcd at {url}; start it or correct --dcs"))?;
+        Ok(Arc::new(dcs))
+    }
+
+    /// The etcd client's settings these options name.
+    pub fn etcd_config(&self) -> anyhow::Result<EtcdConfig> {
         let (Some(url), Some(cluster)) = (&self.dcs, &self.cluster) else {
             anyhow::bail!(
                 "--dcs etcd://host:port[,host:port…] and --cluster NAME are required (or HERD_DCS and HERD_CLUSTER)"
@@ -74,9 +83,7 @@ impl StoreArgs {
             config.credentials = Some((user.clone(), password.trim().to_string()));
         }
         config.timeout = Duration::from_millis(self.etcd_timeout_ms);
-        let dcs = EtcdDcs::connect(&config)
-            .with_context(|| format!("cannot reach etcd at {url}; start it or correct --dcs"))?;
-        Ok(Arc::new(dcs))
+        Ok(config)
     }
 }
 
@@ -285,8 +292,13 @@ pub async fn proxy(args: ProxyArgs) -> anyhow::Result<()> {
     config.tls_required |= args.tls_required;
     let tls = crate::client_tls::load(&config, &base)?;
     let store = args.store.open().await?;
-    eprintln!("Waiting for the cluster's leader in the store …");
-    let first = herd_agent::follow::first_assignment(&store).await;
+    // Serve at once: until a member leads, logins are refused with 57P03 and a message saying
+    // so (a client's connect timeout is shorter than an election). One bounded read first, so a
+    // proxy (re)started under a running cluster routes from its first poll.
+    let first = match tokio::time::timeout(Duration::from_secs(1), store.read()).await {
+        Ok(Ok(read)) => herd_agent::follow::assignment(&read.store, None),
+        _ => None,
+    };
     let (tx, rx) = watch::channel(first);
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let login = herd_proxy::monitor::AdminLogin {

@@ -1,59 +1,10 @@
-//! `herd status`, `herd config set`, `herd switchover` and `herd failover` against a
-//! multi-host cluster, through its store (`--dcs … --cluster …`).
+//! `herd config set`, `herd switchover` and `herd failover` against a multi-host cluster,
+//! through its store (`--dcs … --cluster …`); `herd status` is in `hosts_status.rs`.
 
 use std::time::{Duration, Instant};
 
 use herd_agent::member::{encode, ClusterSettings, Handover, CONFIG, HANDOVER};
 use herd_agent::store::{Read, StoreClient};
-
-/// `herd status --dcs …`: the members as their agents last published them.
-pub async fn status(store: &StoreClient, json: bool) -> anyhow::Result<()> {
-    let read = store.read().await.map_err(anyhow::Error::msg)?;
-    let s = &read.store;
-    if json {
-        let doc = serde_json::json!({
-            "leader": s.leader,
-            "members": s.members,
-            "sync_set": s.sync_set,
-            "settings": s.settings,
-            "handover": s.handover,
-        });
-        crate::output::emitln!("{}", serde_json::to_string_pretty(&doc)?);
-        return Ok(());
-    }
-    crate::output::emitln!(
-        "leader: {}   commit mode: {} ({})   recorded sync set: [{}]",
-        s.leader.as_deref().unwrap_or("none"),
-        s.settings.commit_mode.as_str(),
-        s.settings.sync_standbys,
-        s.sync_set.join(", ")
-    );
-    crate::output::emitln!(
-        "{:<12} {:<12} {:<22} {:<14} {:<14} {}",
-        "MEMBER",
-        "ROLE",
-        "POSTGRES",
-        "LSN",
-        "REPLAYED",
-        "STREAMS FROM"
-    );
-    for m in &s.members {
-        let lsn = |l: Option<herd_core::Lsn>| l.map_or("-".to_string(), |l| l.to_string());
-        crate::output::emitln!(
-            "{:<12} {:<12} {:<22} {:<14} {:<14} {}",
-            m.name,
-            m.role,
-            format!("{}:{}", m.pg_host, m.pg_port),
-            lsn(m.lsn),
-            lsn(m.replayed),
-            m.streaming_from.as_deref().unwrap_or("-")
-        );
-    }
-    if s.members.is_empty() {
-        crate::output::emitln!("(no member has published a heartbeat; are the agents running?)");
-    }
-    Ok(())
-}
 
 /// `herd config set --dcs … commit-mode|sync-standbys VALUE`: written with compare-and-set;
 /// the primary's agent applies it on its next round.

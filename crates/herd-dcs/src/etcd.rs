@@ -87,6 +87,36 @@ impl EtcdConfig {
     }
 }
 
+impl EtcdConfig {
+    /// How long one call may take (5 s when not set).
+    pub(crate) fn call_timeout(&self) -> Duration {
+        if self.timeout.is_zero() {
+            Duration::from_secs(5)
+        } else {
+            self.timeout
+        }
+    }
+}
+
+/// The client options of `config`: timeouts, credentials, TLS.
+pub(crate) fn connect_options(config: &EtcdConfig) -> Result<ConnectOptions, DcsError> {
+    let timeout = config.call_timeout();
+    // HTTP/2 keep-alive pings find a member behind a dead link (no reset ever comes) within
+    // about a second, so requests stop being balanced onto it.
+    let mut options = ConnectOptions::new()
+        .with_connect_timeout(timeout)
+        .with_timeout(timeout)
+        .with_keep_alive(Duration::from_millis(300), Duration::from_millis(700))
+        .with_keep_alive_while_idle(true);
+    if let Some((user, password)) = &config.credentials {
+        options = options.with_user(user.clone(), password.clone());
+    }
+    if let Some(tls) = tls_options(config)? {
+        options = options.with_tls(tls);
+    }
+    Ok(options)
+}
+
 /// A [`Dcs`] kept by an etcd cluster.
 pub struct EtcdDcs {
     /// Always `Some` until dropped (taken to shut it down without blocking).
@@ -109,7 +139,7 @@ fn unavailable(e: impl std::fmt::Display) -> DcsError {
 
 /// Runs `f` on `runtime` and waits at most `timeout` for it, from any thread (also from inside
 /// another tokio runtime, where `block_on` is not allowed).
-fn run_on<T: Send + 'static>(
+pub(crate) fn run_on<T: Send + 'static>(
     runtime: &tokio::runtime::Runtime,
     timeout: Duration,
     f: impl Future<Output = Result<T, DcsError>> + Send + 'static,
@@ -144,24 +174,8 @@ impl EtcdDcs {
             .enable_all()
             .build()
             .map_err(|e| unavailable(format!("cannot start the etcd client's runtime: {e}")))?;
-        let timeout = if config.timeout.is_zero() {
-            Duration::from_secs(5)
-        } else {
-            config.timeout
-        };
-        // HTTP/2 keep-alive pings find a member behind a dead link (no reset ever comes) within
-        // about a second, so requests stop being balanced onto it.
-        let mut options = ConnectOptions::new()
-            .with_connect_timeout(timeout)
-            .with_timeout(timeout)
-            .with_keep_alive(Duration::from_millis(300), Duration::from_millis(700))
-            .with_keep_alive_while_idle(true);
-        if let Some((user, password)) = &config.credentials {
-            options = options.with_user(user.clone(), password.clone());
-        }
-        if let Some(tls) = tls_options(config)? {
-            options = options.with_tls(tls);
-        }
+        let timeout = config.call_timeout();
+        let options = connect_options(config)?;
         let endpoints = config.endpoints.clone();
         let client = run_on(
             &runtime,

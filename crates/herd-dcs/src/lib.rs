@@ -7,6 +7,7 @@
 
 mod embedded;
 mod etcd;
+mod etcd_probe;
 mod memory;
 mod scoped;
 
@@ -16,6 +17,7 @@ use std::time::Duration;
 
 pub use embedded::{EmbeddedDcs, EmbeddedError};
 pub use etcd::{EtcdConfig, EtcdDcs};
+pub use etcd_probe::{probe_endpoints, EndpointProbe, EndpointState};
 pub use memory::MemoryDcs;
 pub use scoped::Scoped;
 

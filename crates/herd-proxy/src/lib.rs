@@ -54,6 +54,18 @@ const PAUSE_LIMIT: Duration = Duration::from_secs(30);
 /// How long a client waits for a primary to appear before its write fails.
 const PRIMARY_WAIT: Duration = Duration::from_secs(10);
 
+/// How long a login waits for a primary before checking its password on a replica (or
+/// failing at once when none answers): short, so a client's 2 s connect timeout still sees the
+/// proxy's answer.
+const LOGIN_PRIMARY_WAIT: Duration = Duration::from_millis(500);
+
+/// The error while no member has ever led `group` (its agents are still electing one).
+fn no_leader_yet(group: u32) -> ProxyError {
+    ProxyError::Unavailable(format!(
+        "no member leads group {group} yet; the agents are electing one, retry in a few seconds"
+    ))
+}
+
 /// ParameterStatus name/value pairs.
 type ServerParams = Vec<(String, String)>;
 
@@ -236,13 +248,21 @@ impl ProxyContext {
         self.current_primary_of(0).await
     }
 
-    /// Shard group `group`'s primary, waiting a little for one to appear (restart, failover).
+    /// Shard group `group`'s primary, waiting a little for one to appear (restart, failover);
+    /// at once an error while no member has ever led the group (nothing to wait for yet: an
+    /// election takes seconds, longer than a client's connect timeout).
     pub async fn current_primary_of(&self, group: u32) -> Result<Endpoint, ProxyError> {
         let mut views = self.view_rx(group);
         let wait = async {
             loop {
-                if let Some(p) = views.borrow_and_update().primary.clone() {
-                    return Some(p);
+                {
+                    let view = views.borrow_and_update();
+                    if let Some(p) = view.primary.clone() {
+                        return Some(Ok(p));
+                    }
+                    if view.electing {
+                        return Some(Err(no_leader_yet(group)));
+                    }
                 }
                 if views.changed().await.is_err() {
                     return None;
@@ -250,7 +270,7 @@ impl ProxyContext {
             }
         };
         match tokio::time::timeout(PRIMARY_WAIT, wait).await {
-            Ok(Some(p)) => Ok(p),
+            Ok(Some(found)) => found,
             _ => Err(ProxyError::Unavailable(format!(
                 "no primary is available{} (waited {} s); retry shortly",
                 if self.known_groups() > 1 {
@@ -261,6 +281,38 @@ impl ProxyContext {
                 PRIMARY_WAIT.as_secs()
             ))),
         }
+    }
+
+    /// Where a login's password can be checked: group 0's primary first (waited for up to
+    /// [`LOGIN_PRIMARY_WAIT`]: the proxy's first read of the store and first poll, a restart),
+    /// then the replicas that answered the last poll. Empty when no server answers; an error
+    /// after that wait while no member has ever led (a `herd proxy` started before its agents
+    /// elected one).
+    pub async fn login_servers(&self) -> Result<Vec<Endpoint>, ProxyError> {
+        let mut views = self.view_rx(0);
+        let wait = async {
+            loop {
+                if views.borrow_and_update().primary.is_some() {
+                    return;
+                }
+                if views.changed().await.is_err() {
+                    return;
+                }
+            }
+        };
+        let _ = tokio::time::timeout(LOGIN_PRIMARY_WAIT, wait).await;
+        let view = self.view_of(0);
+        if view.electing {
+            return Err(no_leader_yet(0));
+        }
+        let mut servers: Vec<Endpoint> = view.primary.iter().cloned().collect();
+        servers.extend(
+            view.replicas
+                .iter()
+                .filter(|r| r.healthy)
+                .map(|r| r.endpoint.clone()),
+        );
+        Ok(servers)
     }
 
     /// The function catalog in use.
@@ -516,15 +568,19 @@ pub struct Proxy {
 impl Proxy {
     /// Starts the monitors (one per shard group: `assignments[g]` is group g's roles), the
     /// catalog loader and the accept loop on `listener`; everything stops when `shutdown`
-    /// turns true.
-    pub fn start(
+    /// turns true. A group's roles are an [`Assignment`], or an `Option<Assignment>` that is
+    /// `None` until a member first leads (`herd proxy` serves at once, before any election).
+    pub fn start<A>(
         config: ProxyConfig,
-        assignments: Vec<watch::Receiver<Assignment>>,
+        assignments: Vec<watch::Receiver<A>>,
         login: AdminLogin,
         listener: TcpListener,
         tls: Option<tls::ServerTls>,
         shutdown: watch::Receiver<bool>,
-    ) -> Proxy {
+    ) -> Proxy
+    where
+        A: Clone + Into<Option<Assignment>> + Send + Sync + 'static,
+    {
         let limits = lag_limits(&config);
         let interval = Duration::from_millis(config.poll_interval_ms);
         let mut views = Vec::new();

@@ -96,14 +96,20 @@ async fn poll(polled: &Polled, timeout: Duration) -> Poll {
 }
 
 /// Runs until `shutdown` turns true, publishing a new view on `views` after every poll.
-pub async fn run(
-    mut assignment: watch::Receiver<Assignment>,
+///
+/// `assignment` holds the group's roles: an [`Assignment`] (a supervisor always has one) or an
+/// `Option<Assignment>`, `None` while no member has ever led (a `herd proxy` started before its
+/// agents elected one): nothing is polled then and the view says [`TopologyView::electing`].
+pub async fn run<A>(
+    mut assignment: watch::Receiver<A>,
     login: AdminLogin,
     interval: Duration,
     limits: LagLimits,
     views: watch::Sender<Arc<TopologyView>>,
     mut shutdown: watch::Receiver<bool>,
-) {
+) where
+    A: Clone + Into<Option<Assignment>>,
+{
     let timeout = (interval * 5).max(Duration::from_millis(500));
     let mut clients: HashMap<Endpoint, Polled> = HashMap::new();
     let mut history = LsnHistory::default();
@@ -118,7 +124,22 @@ pub async fn run(
         if *shutdown.borrow() {
             return;
         }
-        let assign = assignment.borrow_and_update().clone();
+        let assign: Option<Assignment> = assignment.borrow_and_update().clone().into();
+        let Some(assign) = assign else {
+            clients.clear();
+            views.send_if_modified(|v| {
+                let electing = TopologyView {
+                    electing: true,
+                    ..TopologyView::default()
+                };
+                let changed = **v != electing;
+                if changed {
+                    *v = Arc::new(electing);
+                }
+                changed
+            });
+            continue;
+        };
         let mut nodes = vec![assign.primary.clone()];
         nodes.extend(assign.replicas.iter().cloned());
         clients.retain(|ep, c| nodes.contains(ep) && !c.client.is_closed());
@@ -180,6 +201,7 @@ pub async fn run(
             primary_lsn,
             replicas,
             durable_replicas: assign.durable_replicas,
+            electing: false,
         }));
     }
 }

@@ -35,6 +35,10 @@ pub struct TopologyView {
     pub replicas: Vec<ReplicaView>,
     /// Replicas that hold every acknowledged commit ([`Assignment::durable_replicas`]).
     pub durable_replicas: u32,
+    /// No member was ever assigned the primary role: a `herd proxy` started before its agents
+    /// elected a leader. Logins are refused at once then (there is nobody to wait for yet),
+    /// where a primary that is merely down is waited for.
+    pub electing: bool,
 }
 
 impl TopologyView {
@@ -148,6 +152,7 @@ mod tests {
             primary: None,
             primary_lsn: Lsn(500),
             replicas,
+            electing: false,
             durable_replicas: k,
         };
         assert_eq!(

@@ -1,5 +1,5 @@
-//! Herd's users are the cluster's login roles: their SCRAM verifiers are read from the primary's
-//! `pg_authid` (cached briefly), and the key each user proves at login is kept, in memory only,
+//! Herd's users are the cluster's login roles: their SCRAM verifiers are read from `pg_authid`
+//! (the primary's, or a replica's while there is no primary; cached briefly), and the key each user proves at login is kept, in memory only,
 //! so the pools can log in to the servers as that user.
 
 use std::collections::HashMap;
@@ -19,7 +19,7 @@ const VERIFIER_TTL: Duration = Duration::from_secs(5);
 /// hangs must not hold logins up: a failover takes over within seconds.
 const FETCH_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// The primary could not be asked for a role's verifier (down, hung, or failing over).
+/// No server could be asked for a role's verifier (down, hung, or failing over).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Unreachable;
 
@@ -43,14 +43,16 @@ impl Users {
     }
 
     /// The verifier of a login role, `Ok(None)` when the role does not exist, cannot log in,
-    /// has expired or has no SCRAM password. When the primary cannot be asked, the last
-    /// verifier read (however old) is used: a failover must not lock out users who logged in
-    /// before it; `Err` only when there is none.
-    /// `fresh`: read it from the primary even if a recent one is kept (a copy's role is made
-    /// with a new password just before its subscription logs in).
+    /// has expired or has no SCRAM password. `servers` are asked in order, all within
+    /// [`FETCH_TIMEOUT`]: the primary first, then replicas (a standby serves `pg_authid` too, so
+    /// logins go on while no member leads; a password changed a moment ago may not have reached
+    /// it yet). When none answers, the last verifier read (however old) is used: a failover must
+    /// not lock out users who logged in before it; `Err` only when there is none.
+    /// `fresh`: read it again even if a recent one is kept (a copy's role is made with a new
+    /// password just before its subscription logs in).
     pub async fn verifier(
         &self,
-        primary: &Endpoint,
+        servers: &[Endpoint],
         user: &str,
         fresh: bool,
     ) -> Result<Option<Verifier>, Unreachable> {
@@ -64,9 +66,26 @@ impl Users {
                 return Ok(v.clone());
             }
         }
-        let fetched = tokio::time::timeout(FETCH_TIMEOUT, self.fetch(primary, user))
-            .await
-            .unwrap_or(Err(Unreachable));
+        let deadline = Instant::now() + FETCH_TIMEOUT;
+        let mut fetched = Err(Unreachable);
+        for (i, server) in servers.iter().enumerate() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            // A hung server (a frozen primary) must leave time for the next one.
+            let bound = if i + 1 < servers.len() {
+                left / 2
+            } else {
+                left
+            };
+            if bound.is_zero() {
+                break;
+            }
+            fetched = tokio::time::timeout(bound, self.fetch(server, user))
+                .await
+                .unwrap_or(Err(Unreachable));
+            if fetched.is_ok() {
+                break;
+            }
+        }
         match fetched {
             Ok(v) => {
                 if let Ok(mut m) = self.verifiers.lock() {
@@ -75,22 +94,22 @@ impl Users {
                 Ok(v)
             }
             Err(Unreachable) => {
-                tracing::debug!(user, "primary unreachable; using the last verifier read");
+                tracing::debug!(user, "no server answered; using the last verifier read");
                 cached.map(|(_, v)| v).ok_or(Unreachable)
             }
         }
     }
 
-    async fn fetch(&self, primary: &Endpoint, user: &str) -> Result<Option<Verifier>, Unreachable> {
+    async fn fetch(&self, server: &Endpoint, user: &str) -> Result<Option<Verifier>, Unreachable> {
         let mut admin = self.admin.lock().await;
         let stale = match admin.as_ref() {
-            Some((ep, c)) => ep != primary || c.is_closed(),
+            Some((ep, c)) => ep != server || c.is_closed(),
             None => true,
         };
         if stale {
-            *admin = admin_connect(primary, &self.login, FETCH_TIMEOUT)
+            *admin = admin_connect(server, &self.login, FETCH_TIMEOUT)
                 .await
-                .map(|c| (primary.clone(), c));
+                .map(|c| (server.clone(), c));
         }
         let Some((_, client)) = admin.as_ref() else {
             return Err(Unreachable);
@@ -176,8 +195,27 @@ mod tests {
     async fn hung_primary_without_cached_verifier_is_reported_within_the_bound() {
         let (_listener, ep) = hung_node().await;
         let started = Instant::now();
-        assert_eq!(users().verifier(&ep, "app", false).await, Err(Unreachable));
+        assert_eq!(
+            users().verifier(&[ep], "app", false).await,
+            Err(Unreachable)
+        );
         assert!(started.elapsed() < FETCH_TIMEOUT + Duration::from_secs(5));
+    }
+
+    #[tokio::test]
+    async fn every_server_hung_is_reported_within_one_bound() {
+        let (_primary, p) = hung_node().await;
+        let (_replica, r) = hung_node().await;
+        let started = Instant::now();
+        assert_eq!(
+            users().verifier(&[p, r], "app", false).await,
+            Err(Unreachable)
+        );
+        assert!(started.elapsed() < FETCH_TIMEOUT + Duration::from_millis(500));
+        // Nothing to ask at all: at once.
+        let started = Instant::now();
+        assert_eq!(users().verifier(&[], "app", false).await, Err(Unreachable));
+        assert!(started.elapsed() < Duration::from_millis(100));
     }
 
     #[tokio::test]
@@ -192,13 +230,16 @@ mod tests {
             .lock()
             .expect("lock")
             .insert("app".into(), (old, Some(v.clone())));
-        assert_eq!(u.verifier(&ep, "app", false).await, Ok(Some(v)));
+        assert_eq!(
+            u.verifier(std::slice::from_ref(&ep), "app", false).await,
+            Ok(Some(v))
+        );
         // A role known not to exist stays unknown.
         u.verifiers
             .lock()
             .expect("lock")
             .insert("ghost".into(), (old, None));
-        assert_eq!(u.verifier(&ep, "ghost", false).await, Ok(None));
+        assert_eq!(u.verifier(&[ep], "ghost", false).await, Ok(None));
     }
 
     #[test]

@@ -62,6 +62,15 @@ impl Hosts {
     }
 
     fn start_with(lab: Option<Lab>, herd_toml: Option<&str>) -> Hosts {
+        let mut hosts = Self::prepare(lab, herd_toml);
+        hosts.start_members();
+        hosts.start_proxy();
+        hosts.wait_proxy_listening();
+        hosts
+    }
+
+    /// The etcd cluster and the directories, with no agent nor proxy running yet.
+    pub fn prepare(lab: Option<Lab>, herd_toml: Option<&str>) -> Hosts {
         let placements: Vec<Placement> = (0..3)
             .map(|i| match &lab {
                 Some(lab) => Placement {
@@ -82,7 +91,7 @@ impl Hosts {
             std::fs::write(&path, text).expect("agent.toml");
             path
         });
-        let mut hosts = Hosts {
+        Hosts {
             etcd,
             dir,
             base,
@@ -92,31 +101,38 @@ impl Hosts {
             clock: vec![None, None, None],
             agent_config,
             lab,
-        };
-        hosts.start_agent(0);
-        hosts.wait_role(0, "primary", Duration::from_secs(60));
+        }
+    }
+
+    /// Starts the first agent (it creates the cluster), then the others with its secrets
+    /// (also copied for the proxy), and waits until they replicate.
+    pub fn start_members(&mut self) {
+        self.start_agent(0);
+        self.wait_role(0, "primary", Duration::from_secs(60));
         for i in 1..3 {
             copy_dir(
-                &hosts.agent_dir(0).join("secrets"),
-                &hosts.agent_dir(i).join("secrets"),
+                &self.agent_dir(0).join("secrets"),
+                &self.agent_dir(i).join("secrets"),
             );
-            hosts.start_agent(i);
+            self.start_agent(i);
         }
         copy_dir(
-            &hosts.agent_dir(0).join("secrets"),
-            &hosts.dir.path().join("proxy/secrets"),
+            &self.agent_dir(0).join("secrets"),
+            &self.dir.path().join("proxy/secrets"),
         );
         for i in 1..3 {
-            hosts.wait_role(i, "replica", Duration::from_secs(60));
+            self.wait_role(i, "replica", Duration::from_secs(60));
         }
-        hosts.start_proxy();
-        let port = hosts.proxy_port();
+    }
+
+    /// Waits (30 s at most) until the proxy accepts TCP connections.
+    pub fn wait_proxy_listening(&self) {
+        let port = self.proxy_port();
         herd_testkit::wait_until(Duration::from_secs(30), "herd proxy to listen", || {
             std::net::TcpStream::connect(("127.0.0.1", port))
                 .ok()
                 .map(drop)
         });
-        hosts
     }
 
     pub fn dcs(&self) -> String {

@@ -180,6 +180,7 @@ mod tests {
                 replica(4, true, false, 100, 0),
             ],
             durable_replicas: 1,
+            electing: false,
         };
         use Consistency::*;
         let rep = |c: Vec<usize>, confirm: Option<u64>| Target::Replica {

@@ -323,17 +323,24 @@ pub async fn authenticate(
     ctx: &ProxyContext,
     login: &Login,
 ) -> Result<Vec<u8>, ProxyError> {
-    let primary = ctx.current_primary().await?;
+    let servers = ctx.login_servers().await?;
     let verifier = ctx
         .users
-        .verifier(&primary, &login.user, login.replication)
+        .verifier(&servers, &login.user, login.replication)
         .await
         .map_err(|crate::users::Unreachable| {
-            ProxyError::Unavailable(format!(
-                "cannot check the password of \"{}\" now: the primary {} did not answer \
-                 (it may be failing over); retry shortly",
-                login.user, primary.name
-            ))
+            ProxyError::Unavailable(match servers.first() {
+                Some(first) => format!(
+                    "cannot check the password of \"{}\" now: {} did not answer \
+                     (it may be failing over); retry shortly",
+                    login.user, first.name
+                ),
+                None => format!(
+                    "cannot check the password of \"{}\" now: no server answers (no primary, \
+                     no replica in service); retry shortly",
+                    login.user
+                ),
+            })
         })?;
     let mut exchange = match &verifier {
         Some(v) => ServerExchange::new(v.clone()),
