@@ -43,8 +43,11 @@ pub fn assignment(store: &Store, previous: Option<&Assignment>) -> Option<Assign
             primary: endpoint(l),
             replicas,
             primary_down: l.role != "primary",
-            // The agents' store does not carry the quorum: one replica, the default ANY 1.
-            durable_replicas: 1,
+            // The group's commit settings: ANY k's k in the synchronous modes, 0 in async.
+            durable_replicas: match store.settings.commit_mode {
+                herd_core::CommitMode::Async => 0,
+                _ => store.settings.sync_standbys.count,
+            },
         }),
         None => previous.map(|p| Assignment {
             primary: p.primary.clone(),

@@ -363,22 +363,24 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
 mod tests {
     use super::*;
 
-    /// The shell lines of the README's "Several hosts" block: comments dropped, continued
-    /// lines (a trailing `\`) joined.
+    /// The shell lines of the README's "Several hosts" section (every sh block in it): comments
+    /// dropped, continued lines (a trailing `\`) joined.
     fn several_hosts_block() -> Vec<String> {
         let readme = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md"));
         let section = readme
             .split("\n## ")
             .find(|s| s.starts_with("Several hosts"))
             .expect("README has a \"Several hosts\" section");
-        let block = section
+        // Every sh block of the section, in order.
+        let blocks: Vec<&str> = section
             .split("```sh\n")
-            .nth(1)
-            .and_then(|b| b.split("\n```").next())
-            .expect("the section has a sh block");
+            .skip(1)
+            .filter_map(|b| b.split("\n```").next())
+            .collect();
+        assert!(!blocks.is_empty(), "the section has a sh block");
         let mut lines = Vec::new();
         let mut current = String::new();
-        for raw in block.lines() {
+        for raw in blocks.iter().flat_map(|b| b.lines()) {
             let line = raw.split(" # ").next().unwrap_or_default().trim();
             if line.starts_with('#') || line.is_empty() {
                 continue;

@@ -291,35 +291,58 @@ pub async fn proxy(args: ProxyArgs) -> anyhow::Result<()> {
     }
     config.tls_required |= args.tls_required;
     let tls = crate::client_tls::load(&config, &base)?;
-    let store = args.store.open().await?;
+    let root = args.store.open().await?;
     // Serve at once: until a member leads, logins are refused with 57P03 and a message saying
-    // so (a client's connect timeout is shorter than an election). One bounded read first, so a
-    // proxy (re)started under a running cluster routes from its first poll.
-    let first = match tokio::time::timeout(Duration::from_secs(1), store.read()).await {
-        Ok(Ok(read)) => herd_agent::follow::assignment(&read.store, None),
-        _ => None,
-    };
-    let (tx, rx) = watch::channel(first);
+    // so (a client's connect timeout is shorter than an election). One bounded read of each
+    // group first, so a proxy (re)started under a running cluster routes from its first poll.
+    let known = crate::proxy_groups::groups_at_start(&root).await;
+    let mut receivers = Vec::new();
+    let mut followers = Vec::new();
+    for g in 0..known.unwrap_or(1) {
+        let (rx, follower) = crate::proxy_groups::group(&root, g).await;
+        receivers.push(rx);
+        followers.push(follower);
+    }
+    let group0 = receivers[0].clone();
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let login = herd_proxy::monitor::AdminLogin {
         user: herd_cluster::SUPERUSER.into(),
         password: secrets.superuser.clone(),
     };
     let proxy =
-        herd_proxy::Proxy::start(config, vec![rx], login, listener, tls, shutdown_rx.clone());
-    // A planned switchover holds new work here instead of sending it to a stopping primary.
-    let ctx = proxy.ctx.clone();
-    let gate: herd_agent::follow::HoldGate = Box::new(move |on| ctx.set_paused(on));
-    tokio::spawn(herd_agent::follow::follow(
-        store,
-        tx,
-        Some(gate),
-        shutdown_rx,
-    ));
+        herd_proxy::Proxy::start(config, receivers, login, listener, tls, shutdown_rx.clone());
+    // A planned switchover of any group holds new work here instead of sending it to a
+    // stopping primary.
+    let holds = crate::proxy_groups::Holds::new(proxy.ctx.clone());
+    for follower in followers {
+        crate::proxy_groups::spawn(follower, &holds, shutdown_rx.clone());
+    }
+    let learning = match known {
+        Some(_) => None,
+        None => Some(tokio::spawn(crate::proxy_groups::learn(
+            root,
+            proxy.ctx.clone(),
+            group0,
+            holds,
+            shutdown_rx,
+        ))),
+    };
     eprintln!("Serving the cluster on {}", args.listen);
-    crate::up::wait_for_signal().await?;
+    let outcome = match learning {
+        Some(learning) => {
+            tokio::select! {
+                signal = crate::up::wait_for_signal() => signal,
+                learnt = learning => match learnt {
+                    Ok(Err(e)) => Err(anyhow::anyhow!(e)),
+                    // Learnt (or nothing to learn): serve until a signal.
+                    _ => crate::up::wait_for_signal().await,
+                },
+            }
+        }
+        None => crate::up::wait_for_signal().await,
+    };
     let _ = shutdown_tx.send(true);
-    Ok(())
+    outcome
 }
 
 #[cfg(test)]

@@ -325,7 +325,7 @@ pub(crate) fn save_config(layout: &Layout, config: &Config) -> anyhow::Result<()
 
 pub(crate) fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("HERD_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,tokio_postgres=warn"));
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)

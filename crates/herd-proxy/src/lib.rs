@@ -149,11 +149,14 @@ impl ProxyContext {
     /// Starts following a shard group added while the proxy runs (its roles in `assignment`);
     /// its number. Sessions do not use it until [`ProxyContext::admit_group`] made it hold what
     /// every group shares.
-    pub fn add_group(
+    pub fn add_group<A>(
         &self,
-        assignment: watch::Receiver<Assignment>,
+        assignment: watch::Receiver<A>,
         shutdown: watch::Receiver<bool>,
-    ) -> u32 {
+    ) -> u32
+    where
+        A: Clone + Into<Option<Assignment>> + Send + Sync + 'static,
+    {
         let (views_tx, views_rx) = watch::channel(Arc::new(TopologyView::default()));
         tokio::spawn(monitor::run(
             assignment,
@@ -167,6 +170,15 @@ impl ProxyContext {
         let mut views = self.views.write().unwrap_or_else(|e| e.into_inner());
         views.push(feed);
         views.len() as u32 - 1
+    }
+
+    /// Serves every group followed, without [`ProxyContext::admit_group`]'s copying: only for
+    /// groups created together with the cluster (a multi-host proxy started before the cluster
+    /// existed learns its groups once group 0's creator records them, before any member leads,
+    /// so no group holds anything the others lack).
+    pub fn serve_groups_created_with_the_cluster(&self) {
+        self.visible
+            .store(self.known_groups(), std::sync::atomic::Ordering::Release);
     }
 
     /// How many groups the proxy follows, counting those still being added.

@@ -6,31 +6,49 @@ pub mod agents;
 pub mod etcd;
 pub mod netns;
 
+use std::collections::BTreeSet;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Mutex;
 
 use herd_core::ports::{scratch_port_base, API_PORT_OFFSET};
 use std::time::{Duration, Instant};
 
-/// Blocks handed out so far in this process; each block is checked free before use.
+/// Candidates tried so far in this process; each block is checked free before use.
 static NEXT_BLOCK: AtomicU32 = AtomicU32::new(0);
 
+/// Every port handed out in this process. Candidates of different sizes are `step` apart by
+/// index, so a block of 10 could cover part of an earlier block of 8 (or its API port) that
+/// was free when checked only because its cluster had not bound it yet: two tests of one
+/// binary then started PostgreSQL on the same port.
+static HANDED_OUT: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
+
 /// A base port `p` such that `p..p + span` and `p + 100` (Herd's default API port) are free,
-/// all below the kernel's ephemeral range (see [`herd_core::ports`]).
+/// all below the kernel's ephemeral range (see [`herd_core::ports`]), and none handed out
+/// before in this process.
 pub fn free_port_block(span: u16) -> u16 {
     let step = span.max(8);
-    loop {
+    for _ in 0..100_000 {
         let index = NEXT_BLOCK.fetch_add(1, Ordering::SeqCst);
         let base = scratch_port_base(std::process::id(), index, step);
-        let all_free = (base..base + span)
+        let ports: Vec<u16> = (base..base + span)
             .chain([base + API_PORT_OFFSET])
-            .all(|p| TcpListener::bind(("127.0.0.1", p)).is_ok());
-        if all_free {
+            .collect();
+        let mut taken = HANDED_OUT.lock().unwrap_or_else(|e| e.into_inner());
+        if ports.iter().any(|p| taken.contains(p)) {
+            continue;
+        }
+        if ports
+            .iter()
+            .all(|&p| TcpListener::bind(("127.0.0.1", p)).is_ok())
+        {
+            taken.extend(ports);
             return base;
         }
     }
+    panic!("no free block of {span} ports in the scratch range")
 }
 
 /// A temporary directory that PostgreSQL's unprivileged OS user can enter (mode 0755), removed

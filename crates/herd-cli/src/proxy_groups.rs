@@ -1,0 +1,131 @@
+//! What `herd proxy` follows in a multi-host cluster: one assignment per shard group, each read
+//! from that group's view of the store (`herd_agent::groups::scoped`), with the switchover hold
+//! of every group. A proxy started before the cluster existed learns its groups when group 0's
+//! creator records them.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use herd_agent::store::StoreClient;
+use herd_core::Assignment;
+use herd_proxy::ProxyContext;
+use tokio::sync::watch;
+
+/// How long `herd proxy` waits for each first read of the store before it serves.
+const FIRST_READ: Duration = Duration::from_secs(1);
+/// How often a proxy started before its cluster looks for the cluster's groups.
+const LEARN_STEP: Duration = Duration::from_millis(300);
+
+/// One group's store and the sender its follower keeps current.
+pub struct Follower {
+    store: StoreClient,
+    tx: watch::Sender<Option<Assignment>>,
+}
+
+/// The cluster's number of shard groups, if it exists and the store answers within a second.
+pub async fn groups_at_start(root: &StoreClient) -> Option<u32> {
+    match tokio::time::timeout(FIRST_READ, herd_agent::groups::count(root)).await {
+        Ok(Ok(count)) => count,
+        _ => None,
+    }
+}
+
+/// Group `group`'s store, read once (bounded) so a proxy started under a running cluster
+/// routes from its first poll: the receiver for the proxy and the follower to spawn.
+pub async fn group(
+    root: &StoreClient,
+    group: u32,
+) -> (watch::Receiver<Option<Assignment>>, Follower) {
+    let store = StoreClient::new(herd_agent::groups::scoped(root.dcs(), group));
+    let first = match tokio::time::timeout(FIRST_READ, store.read()).await {
+        Ok(Ok(read)) => herd_agent::follow::assignment(&read.store, None),
+        _ => None,
+    };
+    let (tx, rx) = watch::channel(first);
+    (rx, Follower { store, tx })
+}
+
+/// Holds new work while any group's switchover is pending (each group's follower turns its
+/// own hold on and off; the proxy pauses while at least one is on).
+pub struct Holds {
+    ctx: Arc<ProxyContext>,
+    on: AtomicU32,
+}
+
+impl Holds {
+    /// Holds for the proxy of `ctx`.
+    pub fn new(ctx: Arc<ProxyContext>) -> Arc<Holds> {
+        Arc::new(Holds {
+            ctx,
+            on: AtomicU32::new(0),
+        })
+    }
+
+    fn gate(self: &Arc<Self>) -> herd_agent::follow::HoldGate {
+        let holds = self.clone();
+        Box::new(move |on| {
+            let now = if on {
+                holds.on.fetch_add(1, Ordering::SeqCst) + 1
+            } else {
+                holds
+                    .on
+                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                    .map_or(0, |n| n - 1)
+            };
+            holds.ctx.set_paused(now > 0);
+        })
+    }
+}
+
+/// Follows `follower`'s group until `shutdown`.
+pub fn spawn(follower: Follower, holds: &Arc<Holds>, shutdown: watch::Receiver<bool>) {
+    tokio::spawn(herd_agent::follow::follow(
+        follower.store,
+        follower.tx,
+        Some(holds.gate()),
+        shutdown,
+    ));
+}
+
+/// For a proxy started before its cluster existed (serving group 0 alone): waits until group
+/// 0's creator records the groups, then follows and serves the others. Group 0's creator
+/// records them before its initdb, so no member leads yet and nothing was written through this
+/// proxy; if group 0 already had a leader when the groups are first seen, the proxy cannot know
+/// that the groups hold the same databases and roles, and says so (`Err`) instead of serving.
+pub async fn learn(
+    root: StoreClient,
+    ctx: Arc<ProxyContext>,
+    group0: watch::Receiver<Option<Assignment>>,
+    holds: Arc<Holds>,
+    mut shutdown: watch::Receiver<bool>,
+) -> Result<(), String> {
+    loop {
+        let led_before = group0.borrow().is_some();
+        match herd_agent::groups::count(&root).await {
+            Ok(Some(1)) => return Ok(()),
+            Ok(Some(n)) if led_before => {
+                return Err(format!(
+                    "this cluster has {n} shard groups, but herd proxy started before it was created and \
+                     served group 0 alone meanwhile; restart herd proxy (it reads the groups when it starts)"
+                ))
+            }
+            Ok(Some(n)) => {
+                for g in 1..n {
+                    let (rx, follower) = group(&root, g).await;
+                    ctx.add_group(rx, shutdown.clone());
+                    spawn(follower, &holds, shutdown.clone());
+                }
+                ctx.serve_groups_created_with_the_cluster();
+                tracing::info!("serving the cluster's {n} shard groups");
+                return Ok(());
+            }
+            Ok(None) => {}
+            Err(e) => tracing::debug!("cannot read the cluster's groups yet: {e}"),
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(LEARN_STEP) => {}
+            _ = shutdown.changed() => return Ok(()),
+        }
+    }
+}

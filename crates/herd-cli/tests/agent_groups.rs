@@ -1,0 +1,368 @@
+//! Shard groups over hosts, modelled on loopback: one etcd, two shard groups of two `herd
+//! agent`s each (`--group 0|1`, the cluster created with `--shard-groups 2`) and one `herd
+//! proxy` serving both. A distributed table written through the proxy has rows on both
+//! groups; kill -9 of group 1's primary (agent and server) fails group 1 over while group 0
+//! keeps its primary and serves writes; the killed member rejoins group 1, and every
+//! acknowledged row is read back through the proxy.
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::hosts::{copy_dir, HERD};
+use herd_testkit::etcd::EtcdCluster;
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
+/// Agents: (name, group).
+const AGENTS: [(&str, u32); 4] = [("a0", 0), ("a1", 0), ("b0", 1), ("b1", 1)];
+
+struct Groups {
+    etcd: EtcdCluster,
+    dir: tempfile::TempDir,
+    base: u16,
+    agents: Vec<Option<Child>>,
+    proxy: Option<Child>,
+    cluster: String,
+}
+
+impl Groups {
+    fn dcs(&self) -> String {
+        let hosts: Vec<String> = self
+            .etcd
+            .endpoints()
+            .iter()
+            .map(|e| e.trim_start_matches("http://").to_string())
+            .collect();
+        format!("etcd://{}", hosts.join(","))
+    }
+
+    fn agent_dir(&self, i: usize) -> PathBuf {
+        self.dir.path().join(AGENTS[i].0)
+    }
+
+    fn pg_port(&self, i: usize) -> u16 {
+        self.base + i as u16
+    }
+
+    fn api(&self, i: usize) -> String {
+        format!("127.0.0.1:{}", self.base + 4 + i as u16)
+    }
+
+    fn proxy_port(&self) -> u16 {
+        self.base + 8
+    }
+
+    fn password(&self) -> String {
+        std::fs::read_to_string(self.agent_dir(0).join("secrets/superuser.password"))
+            .expect("password")
+            .trim()
+            .to_string()
+    }
+
+    fn url(&self, port: u16) -> String {
+        format!(
+            "postgresql://postgres:{}@127.0.0.1:{port}/postgres?connect_timeout=2",
+            self.password()
+        )
+    }
+
+    /// A session through the proxy, waited for (30 s at most: the proxy may still be
+    /// starting, and a connect that never completes must not hang the test).
+    async fn connect_proxy(&self) -> tokio_postgres::Client {
+        let url = self.url(self.proxy_port());
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(c) = common::try_connect(&url).await {
+                return c;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no session through the proxy within 30 s; logs:\n{}",
+                self.logs()
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    fn start_agent(&mut self, i: usize) {
+        let (name, group) = AGENTS[i];
+        std::fs::create_dir_all(self.agent_dir(i)).expect("agent dir");
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join(format!("{name}.log")))
+            .expect("agent log");
+        let child = Command::new(HERD)
+            .arg("agent")
+            .args(["--dcs", &self.dcs(), "--cluster", &self.cluster])
+            .args(["--name", name, "--group", &group.to_string()])
+            .args(["--shard-groups", "2"])
+            .arg("--data-dir")
+            .arg(self.agent_dir(i))
+            .args(["--pg-port", &self.pg_port(i).to_string()])
+            .args(["--api-listen", &self.api(i)])
+            .args(["--ttl-ms", "6000", "--loop-wait-ms", "500"])
+            .args(["--safety-margin-ms", "2000", "--etcd-timeout-ms", "1000"])
+            .env("HERD_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .spawn()
+            .expect("starting herd agent");
+        self.agents[i] = Some(child);
+    }
+
+    fn start_proxy(&mut self) {
+        let log = std::fs::File::create(self.dir.path().join("proxy.log")).expect("proxy log");
+        let child = Command::new(HERD)
+            .args(["proxy", "--dcs", &self.dcs(), "--cluster", &self.cluster])
+            .args(["--listen", &format!("127.0.0.1:{}", self.proxy_port())])
+            .arg("--data-dir")
+            .arg(self.dir.path().join("proxy"))
+            .env(
+                "HERD_LOG",
+                std::env::var("HERD_TEST_PROXY_LOG").unwrap_or_else(|_| "info".into()),
+            )
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .spawn()
+            .expect("starting herd proxy");
+        self.proxy = Some(child);
+    }
+
+    fn role(&self, i: usize) -> Option<String> {
+        herd_testkit::agents::member(&self.api(i))
+            .and_then(|m| m["role"].as_str().map(str::to_string))
+    }
+
+    fn logs(&self) -> String {
+        let names: Vec<&str> = AGENTS.iter().map(|a| a.0).chain(["proxy"]).collect();
+        herd_testkit::agents::log_tails(self.dir.path(), &names, 60)
+    }
+
+    fn wait_role(&self, i: usize, role: &str, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        while self.role(i).as_deref() != Some(role) {
+            assert!(
+                Instant::now() < deadline,
+                "{} is not {role} after {timeout:?} (it is {:?}); logs:\n{}",
+                AGENTS[i].0,
+                self.role(i),
+                self.logs()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// The primary among `members`, waited for.
+    fn wait_primary_of(&self, members: &[usize], timeout: Duration) -> usize {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(&p) = members
+                .iter()
+                .find(|&&i| self.role(i).as_deref() == Some("primary"))
+            {
+                return p;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no primary among {members:?} after {timeout:?}; logs:\n{}",
+                self.logs()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Groups {
+    fn drop(&mut self) {
+        if let Some(mut p) = self.proxy.take() {
+            let _ = p.kill();
+            let _ = p.wait();
+        }
+        for i in 0..AGENTS.len() {
+            if let Some(mut a) = self.agents[i].take() {
+                let _ = kill(Pid::from_raw(a.id() as i32), Signal::SIGTERM);
+                let deadline = Instant::now() + Duration::from_secs(20);
+                while a.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                let _ = a.kill();
+                let _ = a.wait();
+            }
+            let _ = herd_pg::kill_server(&self.agent_dir(i).join("pgdata"));
+        }
+    }
+}
+
+/// Writes rows `from..to` through the proxy, one statement each: the ids acknowledged, and
+/// what the failed ones were told.
+async fn write_rows(
+    client: &tokio_postgres::Client,
+    from: i64,
+    to: i64,
+) -> (Vec<i64>, Vec<String>) {
+    let mut acked = Vec::new();
+    let mut errors = Vec::new();
+    for id in from..to {
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&id, &"x"];
+        let write = client.execute("insert into items (id, v) values ($1, $2)", &params);
+        match tokio::time::timeout(Duration::from_secs(10), write).await {
+            Ok(Ok(_)) => acked.push(id),
+            Ok(Err(e)) => errors.push(
+                e.as_db_error()
+                    .map_or_else(|| e.to_string(), |d| d.message().to_string()),
+            ),
+            Err(_) => errors.push("timed out".into()),
+        }
+    }
+    (acked, errors)
+}
+
+/// Rows of `items` on the server at `url`.
+async fn count_on(url: &str) -> i64 {
+    common::connect(url)
+        .await
+        .query_one("select count(*) from items", &[])
+        .await
+        .expect("count")
+        .get(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_shard_groups_over_agents_fail_over_apart() {
+    // etcd first: its ports are taken before the agents' block is chosen.
+    let etcd = EtcdCluster::start(1);
+    let base = herd_testkit::free_port_block(10);
+    let mut g = Groups {
+        etcd,
+        dir: herd_testkit::scratch_dir(),
+        base,
+        agents: (0..AGENTS.len()).map(|_| None).collect(),
+        proxy: None,
+        cluster: format!("g{base}"),
+    };
+    g.start_agent(0);
+    g.wait_role(0, "primary", Duration::from_secs(60));
+    for i in 1..AGENTS.len() {
+        copy_dir(
+            &g.agent_dir(0).join("secrets"),
+            &g.agent_dir(i).join("secrets"),
+        );
+        g.start_agent(i);
+    }
+    copy_dir(
+        &g.agent_dir(0).join("secrets"),
+        &g.dir.path().join("proxy/secrets"),
+    );
+    g.wait_role(1, "replica", Duration::from_secs(60));
+    let first = g.wait_primary_of(&[2, 3], Duration::from_secs(90));
+    let other = if first == 2 { 3 } else { 2 };
+    g.wait_role(other, "replica", Duration::from_secs(90));
+    // Each group is its own PostgreSQL cluster.
+    let sysid = |i: usize| {
+        let url = g.url(g.pg_port(i));
+        async move {
+            let c = common::connect(&url).await;
+            c.query_one(
+                "select system_identifier::text from pg_control_system()",
+                &[],
+            )
+            .await
+            .expect("sysid")
+            .get::<_, String>(0)
+        }
+    };
+    assert_ne!(
+        sysid(0).await,
+        sysid(first).await,
+        "two groups, two clusters"
+    );
+
+    g.start_proxy();
+    let proxy = g.connect_proxy().await;
+    proxy
+        .batch_execute("create table items (id bigint primary key, v text)")
+        .await
+        .expect("create through the proxy");
+    proxy
+        .simple_query("select herd.create_distributed_table('items', 'id')")
+        .await
+        .expect("distribute");
+    let (mut acked, errors) = write_rows(&proxy, 0, 200).await;
+    assert_eq!(
+        acked.len(),
+        200,
+        "every write before the fault: {:?}",
+        &errors[..errors.len().min(3)]
+    );
+    // Rows on both groups, none on both.
+    let (on0, on1) = (
+        count_on(&g.url(g.pg_port(0))).await,
+        count_on(&g.url(g.pg_port(first))).await,
+    );
+    assert!(on0 > 0 && on1 > 0, "rows on both groups: {on0} and {on1}");
+    assert_eq!(on0 + on1, 200, "each row on one group");
+
+    // kill -9 of group 1's primary, agent and server: group 1 fails over, group 0 stays.
+    let pid = g.agents[first].as_ref().expect("agent").id();
+    kill(Pid::from_raw(pid as i32), Signal::SIGKILL).expect("kill agent");
+    let _ = herd_pg::kill_server(&g.agent_dir(first).join("pgdata"));
+    if let Some(mut a) = g.agents[first].take() {
+        let _ = a.wait();
+    }
+    g.wait_role(other, "primary", Duration::from_secs(60));
+    assert_eq!(g.role(0).as_deref(), Some("primary"), "group 0 untouched");
+    // Group 0 serves writes while group 1 has no standby (group 1's commits wait for one: the
+    // commit mode is synchronous, and a commit no standby confirmed is never acknowledged).
+    let on_group0: i64 = common::connect(&g.url(g.pg_port(0)))
+        .await
+        .query_one("select min(id) from items", &[])
+        .await
+        .expect("a row on group 0")
+        .get(0);
+    let proxy = g.connect_proxy().await;
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&on_group0];
+    let update = proxy.execute("update items set v = 'during' where id = $1", &params);
+    let updated = tokio::time::timeout(Duration::from_secs(20), update).await;
+    assert!(
+        matches!(updated, Ok(Ok(1))),
+        "a write to group 0 during group 1's failover: {updated:?}"
+    );
+    // The killed member comes back as group 1's replica (rewound or cloned), and writes to
+    // both groups go on.
+    g.start_agent(first);
+    g.wait_role(first, "replica", Duration::from_secs(90));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut next = 200;
+    let mut told = Vec::new();
+    while acked.len() < 300 {
+        assert!(
+            Instant::now() < deadline,
+            "writes after group 1's failover: {} acknowledged, last errors {:?}; logs:\n{}",
+            acked.len(),
+            &told[told.len().saturating_sub(3)..],
+            g.logs()
+        );
+        let (ok, errors) = write_rows(&proxy, next, next + 20).await;
+        acked.extend(ok);
+        told.extend(errors);
+        next += 20;
+    }
+    let rows = proxy
+        .query("select id from items", &[])
+        .await
+        .expect("read back");
+    let present: std::collections::HashSet<i64> = rows.iter().map(|r| r.get(0)).collect();
+    let lost: Vec<&i64> = acked.iter().filter(|id| !present.contains(id)).collect();
+    assert!(lost.is_empty(), "acknowledged rows lost: {lost:?}");
+    let (on0, on1) = (
+        count_on(&g.url(g.pg_port(0))).await,
+        count_on(&g.url(g.pg_port(other))).await,
+    );
+    assert_eq!(on0 + on1, present.len() as i64, "each row on one group");
+}
