@@ -268,11 +268,13 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Status(args) => crate::status::run(&args.dir.layout()?, args.json).await,
         Command::Switchover(a) if a.store.given() => {
-            crate::hosts_admin::hand_over(&a.store.open().await?, a.to, false, false).await
+            let g = a.store.verb_group(a.group, a.to.as_deref()).await?;
+            crate::hosts_admin::hand_over(&a.store.open_group(g).await?, a.to, false, false).await
         }
         Command::Failover(a) if a.store.given() => {
-            crate::hosts_admin::hand_over(&a.store.open().await?, a.to, true, a.allow_data_loss)
-                .await
+            let g = a.store.verb_group(a.group, a.to.as_deref()).await?;
+            let store = a.store.open_group(g).await?;
+            crate::hosts_admin::hand_over(&store, a.to, true, a.allow_data_loss).await
         }
         Command::Url(args) => crate::url::run(&args),
         Command::Bench(args) => crate::bench::run(args).await,
@@ -298,11 +300,24 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             crate::admin::request(&a.dir.layout()?, path).await
         }
         Command::Config {
-            command: ConfigCommand::Set {
-                store, key, value, ..
-            },
+            command:
+                ConfigCommand::Set {
+                    store,
+                    group,
+                    key,
+                    value,
+                    ..
+                },
         } if store.given() => {
-            crate::hosts_admin::config_set(&store.open().await?, &key, &value).await
+            // As on one host: one group when named, else every group.
+            let groups = match group {
+                Some(g) => vec![g],
+                None => (0..store.groups().await?).collect(),
+            };
+            for g in groups {
+                crate::hosts_admin::config_set(&store.open_group(g).await?, &key, &value).await?;
+            }
+            Ok(())
         }
         Command::Config {
             command:

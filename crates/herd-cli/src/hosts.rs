@@ -58,6 +58,47 @@ impl StoreArgs {
         Ok(StoreClient::new(dcs))
     }
 
+    /// Connects to the store and takes shard group `group`'s view of it (group 0: the root).
+    pub async fn open_group(&self, group: u32) -> anyhow::Result<StoreClient> {
+        let root = self.open().await?;
+        Ok(StoreClient::new(herd_agent::groups::scoped(
+            root.dcs(),
+            group,
+        )))
+    }
+
+    /// How many shard groups the cluster has (1 before it is created).
+    pub async fn groups(&self) -> anyhow::Result<u32> {
+        let root = self.open().await?;
+        Ok(herd_agent::groups::count(&root)
+            .await
+            .map_err(anyhow::Error::msg)?
+            .unwrap_or(1))
+    }
+
+    /// The shard group whose member `name` is (searched in every group), for operator verbs
+    /// given `--to NAME` without `--group`; group 0 when no group has it.
+    pub async fn group_of(&self, name: &str) -> anyhow::Result<u32> {
+        let root = self.open().await?;
+        for g in 0..self.groups().await? {
+            let store = StoreClient::new(herd_agent::groups::scoped(root.dcs(), g));
+            let read = store.read().await.map_err(anyhow::Error::msg)?;
+            if read.store.members.iter().any(|m| m.name == name) {
+                return Ok(g);
+            }
+        }
+        Ok(0)
+    }
+
+    /// The shard group an operator verb acts on: `--group`, else the group of `--to`, else 0.
+    pub async fn verb_group(&self, group: Option<u32>, to: Option<&str>) -> anyhow::Result<u32> {
+        match (group, to) {
+            (Some(g), _) => Ok(g),
+            (None, Some(name)) => self.group_of(name).await,
+            (None, None) => Ok(0),
+        }
+    }
+
     /// Connects to the store (blocking; call off the async threads or before serving).
     pub fn connect(&self) -> anyhow::Result<Arc<dyn Dcs>> {
         let config = self.etcd_config()?;

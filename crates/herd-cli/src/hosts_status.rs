@@ -36,34 +36,73 @@ impl std::error::Error for StoreUnreachable {}
 
 /// `herd status --dcs …`.
 pub async fn status(store: &StoreArgs, json: bool, agent_apis: &[String]) -> anyhow::Result<()> {
-    let read = match store.open().await {
-        Ok(client) => client.read().await.map_err(anyhow::Error::msg),
-        Err(e) => Err(e),
-    };
-    match read {
-        Ok(read) => {
+    match read_groups(store).await {
+        Ok(reads) => {
             if let Some(cluster) = &store.cluster {
-                remember_agents(cluster, &read.store.members);
+                let members: Vec<Member> = reads
+                    .iter()
+                    .flat_map(|r| r.store.members.iter().cloned())
+                    .collect();
+                remember_agents(cluster, &members);
             }
-            print_store(&read, json)
+            print_groups(&reads, json)
         }
         Err(e) => from_agents(store, json, agent_apis, e).await,
     }
 }
 
-fn print_store(read: &Read, json: bool) -> anyhow::Result<()> {
+/// Every shard group's keys, group 0 first.
+async fn read_groups(store: &StoreArgs) -> anyhow::Result<Vec<Read>> {
+    let root = store.open().await?;
+    let count = herd_agent::groups::count(&root)
+        .await
+        .map_err(anyhow::Error::msg)?
+        .unwrap_or(1);
+    let mut reads = Vec::new();
+    for g in 0..count {
+        let client = herd_agent::store::StoreClient::new(herd_agent::groups::scoped(root.dcs(), g));
+        reads.push(client.read().await.map_err(anyhow::Error::msg)?);
+    }
+    Ok(reads)
+}
+
+/// One group's JSON document.
+fn group_doc(read: &Read) -> serde_json::Value {
     let s = &read.store;
+    serde_json::json!({
+        "leader": s.leader,
+        "members": s.members,
+        "sync_set": s.sync_set,
+        "settings": s.settings,
+        "handover": s.handover,
+    })
+}
+
+/// Group 0 as the document always was (its fields at the top), and with several groups a
+/// `groups` list of every group's; in text, one block per group.
+fn print_groups(reads: &[Read], json: bool) -> anyhow::Result<()> {
     if json {
-        let doc = serde_json::json!({
-            "leader": s.leader,
-            "members": s.members,
-            "sync_set": s.sync_set,
-            "settings": s.settings,
-            "handover": s.handover,
-        });
+        let mut doc = reads.first().map(group_doc).unwrap_or_default();
+        if reads.len() > 1 {
+            doc["groups"] = reads.iter().map(group_doc).collect();
+        }
         crate::output::emitln!("{}", serde_json::to_string_pretty(&doc)?);
         return Ok(());
     }
+    for (g, read) in reads.iter().enumerate() {
+        if reads.len() > 1 {
+            if g > 0 {
+                crate::output::emitln!("");
+            }
+            crate::output::emitln!("shard group {g}");
+        }
+        print_store(read)?;
+    }
+    Ok(())
+}
+
+fn print_store(read: &Read) -> anyhow::Result<()> {
+    let s = &read.store;
     crate::output::emitln!(
         "leader: {}   commit mode: {} ({})   recorded sync set: [{}]",
         s.leader.as_deref().unwrap_or("none"),

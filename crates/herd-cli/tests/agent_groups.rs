@@ -134,6 +134,21 @@ impl Groups {
         self.proxy = Some(child);
     }
 
+    /// Runs `herd ARGS --dcs … --cluster …`; its standard output (it must succeed).
+    fn herd_store(&self, args: &[&str]) -> String {
+        let mut cmd = Command::new(HERD);
+        cmd.args(args)
+            .args(["--dcs", &self.dcs(), "--cluster", &self.cluster]);
+        let out =
+            herd_testkit::output_within(&mut cmd, Duration::from_secs(90)).expect("herd exits");
+        assert!(
+            out.status.success(),
+            "herd {args:?}: {}",
+            herd_testkit::describe(&out)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
     fn role(&self, i: usize) -> Option<String> {
         herd_testkit::agents::member(&self.api(i))
             .and_then(|m| m["role"].as_str().map(str::to_string))
@@ -365,4 +380,24 @@ async fn two_shard_groups_over_agents_fail_over_apart() {
         count_on(&g.url(g.pg_port(other))).await,
     );
     assert_eq!(on0 + on1, present.len() as i64, "each row on one group");
+
+    // Operator verbs per group: the status shows both groups; a switchover named by a group 1
+    // member moves group 1's primary only.
+    let status: serde_json::Value =
+        serde_json::from_str(&g.herd_store(&["status", "--json"])).expect("status json");
+    assert_eq!(status["leader"], "a0", "group 0 at the top: {status}");
+    assert_eq!(status["groups"][1]["leader"], AGENTS[other].0, "{status}");
+    let out = g.herd_store(&["switchover", "--to", AGENTS[first].0]);
+    assert!(
+        out.contains(&format!("switchover to {} done", AGENTS[first].0)),
+        "{out}"
+    );
+    g.wait_role(first, "primary", Duration::from_secs(30));
+    assert_eq!(g.role(0).as_deref(), Some("primary"), "group 0 untouched");
+    let (ok, errors) = write_rows(&proxy, 10_000, 10_020).await;
+    assert_eq!(
+        ok.len(),
+        20,
+        "writes after group 1's switchover: {errors:?}"
+    );
 }
