@@ -15,6 +15,7 @@ pub mod decide;
 pub mod follow;
 pub mod groups;
 pub mod member;
+pub mod status;
 pub mod sync;
 
 pub mod api;

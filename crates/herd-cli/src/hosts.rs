@@ -289,6 +289,11 @@ pub struct ProxyArgs {
     /// Refuse clients that do not use TLS.
     #[arg(long)]
     pub tls_required: bool,
+    /// Serve the HTTP API and live dashboard here (status of every group from the store,
+    /// this proxy's metrics, switchover/failover/config); beyond 127.0.0.1 requests need the
+    /// token kept in --data-dir's secrets.
+    #[arg(long, value_name = "ADDR")]
+    pub api_listen: Option<SocketAddr>,
 }
 
 /// What `herd proxy` says when it cannot load the cluster's passwords: the directory it looked
@@ -354,6 +359,18 @@ pub async fn proxy(args: ProxyArgs) -> anyhow::Result<()> {
         herd_proxy::Proxy::start(config, receivers, login, listener, tls, shutdown_rx.clone());
     // A planned switchover of any group holds new work here instead of sending it to a
     // stopping primary.
+    if let Some(api) = args.api_listen {
+        let endpoint = format!("postgresql://postgres@{}/postgres", args.listen);
+        crate::proxy_api::serve(
+            api,
+            &layout,
+            root.clone(),
+            proxy.ctx.clone(),
+            endpoint,
+            shutdown_rx.clone(),
+        )
+        .await?;
+    }
     let holds = crate::proxy_groups::Holds::new(proxy.ctx.clone());
     for follower in followers {
         crate::proxy_groups::spawn(follower, &holds, shutdown_rx.clone());

@@ -19,6 +19,7 @@ mod hosts_admin;
 mod hosts_status;
 mod output;
 mod progress;
+mod proxy_api;
 mod proxy_groups;
 mod shard_move;
 mod shards;

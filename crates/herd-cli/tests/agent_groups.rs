@@ -55,6 +55,41 @@ impl Groups {
         self.base + 8
     }
 
+    /// The proxy's HTTP API and dashboard (`host:port`).
+    fn proxy_api(&self) -> String {
+        format!("127.0.0.1:{}", self.base + 9)
+    }
+
+    /// `GET path` on the proxy's API: status code and body.
+    fn api_get(&self, path: &str) -> (u16, String) {
+        let agent = ureq::AgentBuilder::new()
+            .timeout(Duration::from_secs(10))
+            .build();
+        match agent
+            .get(&format!("http://{}{path}", self.proxy_api()))
+            .call()
+        {
+            Ok(r) => (r.status(), r.into_string().unwrap_or_default()),
+            Err(ureq::Error::Status(code, r)) => (code, r.into_string().unwrap_or_default()),
+            Err(e) => (0, e.to_string()),
+        }
+    }
+
+    /// `POST path` on the proxy's API: status code and body (90 s: a switchover waits).
+    fn api_post(&self, path: &str) -> (u16, String) {
+        let agent = ureq::AgentBuilder::new()
+            .timeout(Duration::from_secs(90))
+            .build();
+        match agent
+            .post(&format!("http://{}{path}", self.proxy_api()))
+            .call()
+        {
+            Ok(r) => (r.status(), r.into_string().unwrap_or_default()),
+            Err(ureq::Error::Status(code, r)) => (code, r.into_string().unwrap_or_default()),
+            Err(e) => (0, e.to_string()),
+        }
+    }
+
     fn password(&self) -> String {
         std::fs::read_to_string(self.agent_dir(0).join("secrets/superuser.password"))
             .expect("password")
@@ -120,6 +155,7 @@ impl Groups {
         let child = Command::new(HERD)
             .args(["proxy", "--dcs", &self.dcs(), "--cluster", &self.cluster])
             .args(["--listen", &format!("127.0.0.1:{}", self.proxy_port())])
+            .args(["--api-listen", &self.proxy_api()])
             .arg("--data-dir")
             .arg(self.dir.path().join("proxy"))
             .env(
@@ -399,5 +435,48 @@ async fn two_shard_groups_over_agents_fail_over_apart() {
         ok.len(),
         20,
         "writes after group 1's switchover: {errors:?}"
+    );
+
+    // The proxy's HTTP API and dashboard: both groups' topology from the store, the switchover
+    // on the timeline, the proxy's counters, and a switchover asked over HTTP.
+    herd_testkit::wait_until(
+        Duration::from_secs(10),
+        "the switchover on the timeline",
+        || {
+            let (code, body) = g.api_get("/dashboard/snapshot");
+            (code == 200 && body.contains(&format!("{} leads shard group 1", AGENTS[first].0)))
+                .then_some(())
+        },
+    );
+    let (code, body) = g.api_get("/status");
+    assert_eq!(code, 200, "{body}");
+    let status: serde_json::Value = serde_json::from_str(&body).expect("status json");
+    assert_eq!(
+        status["nodes"][0]["name"], "a0",
+        "group 0's primary first: {status}"
+    );
+    assert_eq!(status["nodes"][0]["role"], "primary", "{status}");
+    assert_eq!(status["groups"][0]["group"], 1, "{status}");
+    assert_eq!(
+        status["groups"][0]["nodes"][0]["name"], AGENTS[first].0,
+        "{status}"
+    );
+    let (code, body) = g.api_get("/metrics");
+    assert!(
+        code == 200 && body.contains("herd_routed_total"),
+        "{code}: {body}"
+    );
+    let (code, body) = g.api_get("/");
+    assert!(
+        code == 200 && body.contains("<html"),
+        "the dashboard page: {code}"
+    );
+    let (code, body) = g.api_post(&format!("/switchover?to={}", AGENTS[other].0));
+    assert_eq!(code, 200, "switchover over HTTP: {body}");
+    g.wait_role(other, "primary", Duration::from_secs(30));
+    let (code, body) = g.api_post("/restart?group=1");
+    assert_eq!(
+        code, 409,
+        "restarts are not offered across hosts yet: {body}"
     );
 }

@@ -1,0 +1,225 @@
+//! The status document (`herd_core::ClusterStatus`, the one `herd status --json`, `/status`
+//! and the dashboard use) built from what the agents publish in the store: one [`Store`] per
+//! shard group, group 0 first. Pure, so every mapping is a table row.
+//!
+//! What a member record does not carry is left out rather than guessed: no postmaster pid, no
+//! lag in seconds, and the synchronous standing is the recorded sync set (who must confirm),
+//! not `pg_stat_replication`'s live `sync_state`.
+
+use herd_core::{
+    ClusterStatus, LagInfo, NodeName, NodeState, NodeStatus, Role, SyncMethod, SyncState,
+    STATUS_VERSION,
+};
+
+use crate::decide::Store;
+use crate::member::Member;
+
+/// One group's status from its store; `endpoint` is the proxy's URL (no password).
+pub fn group_status(group: u32, store: &Store, endpoint: &str) -> ClusterStatus {
+    let leader = store
+        .leader
+        .as_deref()
+        .and_then(|l| store.members.iter().find(|m| m.name == l));
+    let leader_lsn = leader.filter(|m| m.role == "primary").and_then(|m| m.lsn);
+    let mut nodes: Vec<NodeStatus> = store
+        .members
+        .iter()
+        .map(|m| node(m, store, leader_lsn))
+        .collect();
+    // Primary first, then by name: the order every status reader expects.
+    nodes.sort_by(|a, b| {
+        (a.role != Role::Primary, a.name.as_str()).cmp(&(b.role != Role::Primary, b.name.as_str()))
+    });
+    ClusterStatus {
+        version: STATUS_VERSION,
+        commit_mode: store.settings.commit_mode,
+        sync_standbys: store.settings.sync_standbys,
+        synchronous_standby_names: None,
+        endpoint: endpoint.to_string(),
+        supervisor: None,
+        nodes,
+        ha_note: store.handover.as_ref().map(|h| {
+            format!(
+                "{} asked of {}{}",
+                if h.immediate {
+                    "a failover"
+                } else {
+                    "a switchover"
+                },
+                h.from,
+                h.to.as_deref()
+                    .map(|t| format!(" for {t}"))
+                    .unwrap_or_default()
+            )
+        }),
+        group,
+        groups: Vec::new(),
+        copies: Vec::new(),
+    }
+}
+
+/// The whole cluster: group 0's fields at the top, the others in `groups`.
+pub fn cluster_status(groups: &[Store], endpoint: &str) -> ClusterStatus {
+    let mut all = groups
+        .iter()
+        .enumerate()
+        .map(|(g, s)| group_status(g as u32, s, endpoint));
+    let mut top = all
+        .next()
+        .unwrap_or_else(|| group_status(0, &empty_store(), endpoint));
+    top.groups = all.collect();
+    top
+}
+
+fn empty_store() -> Store {
+    Store {
+        initialized: false,
+        leader: None,
+        members: Vec::new(),
+        sync_set: Vec::new(),
+        last_sync: Vec::new(),
+        last_leader: None,
+        settings: Default::default(),
+        handover: None,
+    }
+}
+
+fn node(m: &Member, store: &Store, leader_lsn: Option<herd_core::Lsn>) -> NodeStatus {
+    let leads = store.leader.as_deref() == Some(m.name.as_str());
+    let (role, state) = match (leads, m.role.as_str()) {
+        (true, "primary") => (Role::Primary, NodeState::Running),
+        // The lease holder before its promotion finished, or a writable node without the
+        // lease (it fences itself): neither is the primary yet.
+        (true, _) | (false, "primary") => (Role::Replica, NodeState::WrongRole),
+        (false, "replica") if m.streaming_from.is_some() => (Role::Replica, NodeState::Streaming),
+        (false, "replica") => (Role::Replica, NodeState::Disconnected),
+        (false, "stopped") => (Role::Replica, NodeState::Stopped),
+        (false, _) => (Role::Replica, NodeState::Starting),
+    };
+    let replica = role == Role::Replica;
+    let lag = match (replica, leader_lsn, m.lsn, m.replayed) {
+        (true, Some(head), Some(received), replayed) => Some(LagInfo {
+            write_bytes: head.bytes_after(received),
+            flush_bytes: head.bytes_after(received),
+            replay_bytes: head.bytes_after(replayed.unwrap_or(received)),
+            write_seconds: None,
+            flush_seconds: None,
+            replay_seconds: None,
+        }),
+        _ => None,
+    };
+    let sync_state = replica.then(|| {
+        if !store.sync_set.contains(&m.name) {
+            SyncState::Async
+        } else if store.settings.sync_standbys.method == SyncMethod::Any {
+            SyncState::Quorum
+        } else if store.last_sync.contains(&m.name) {
+            SyncState::Sync
+        } else {
+            SyncState::Potential
+        }
+    });
+    NodeStatus {
+        name: NodeName::from_text(&m.name),
+        role,
+        pid: None,
+        port: m.pg_port,
+        state,
+        current_lsn: (!replica).then_some(m.lsn).flatten(),
+        received_lsn: replica.then_some(m.lsn).flatten(),
+        replayed_lsn: replica.then_some(m.replayed).flatten(),
+        lag,
+        sync_state,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use herd_core::Lsn;
+
+    fn m(name: &str, role: &str, lsn: u64, streaming: bool) -> Member {
+        Member {
+            name: name.into(),
+            instance: "i".into(),
+            role: role.into(),
+            pg_host: "10.0.0.1".into(),
+            pg_port: 5432,
+            api: String::new(),
+            lsn: Some(Lsn(lsn)),
+            replayed: (role == "replica").then_some(Lsn(lsn.saturating_sub(10))),
+            streaming_from: streaming.then(|| "a".to_string()),
+        }
+    }
+
+    fn store(leader: &str, members: Vec<Member>, sync: &[&str]) -> Store {
+        Store {
+            leader: Some(leader.into()),
+            members,
+            sync_set: sync.iter().map(|s| s.to_string()).collect(),
+            ..empty_store()
+        }
+    }
+
+    #[test]
+    fn members_map_to_roles_states_lag_and_sync_standing() {
+        let s = store(
+            "a",
+            vec![
+                m("c", "stopped", 0, false),
+                m("b", "replica", 900, true),
+                m("a", "primary", 1000, false),
+                m("d", "replica", 500, false),
+            ],
+            &["b"],
+        );
+        let st = group_status(1, &s, "postgresql://x");
+        let names: Vec<&str> = st.nodes.iter().map(|n| n.name.as_str()).collect();
+        assert_eq!(names, ["a", "b", "c", "d"], "primary first, then by name");
+        let a = &st.nodes[0];
+        assert_eq!((a.role, a.state), (Role::Primary, NodeState::Running));
+        assert_eq!(a.current_lsn, Some(Lsn(1000)));
+        assert!(a.lag.is_none() && a.sync_state.is_none());
+        let b = &st.nodes[1];
+        assert_eq!((b.role, b.state), (Role::Replica, NodeState::Streaming));
+        let lag = b.lag.as_ref().expect("lag");
+        assert_eq!((lag.write_bytes, lag.replay_bytes), (100, 110));
+        assert_eq!(
+            b.sync_state,
+            Some(SyncState::Quorum),
+            "ANY k: a quorum member"
+        );
+        assert_eq!(st.nodes[2].state, NodeState::Stopped);
+        assert_eq!(st.nodes[3].state, NodeState::Disconnected);
+        assert_eq!(st.nodes[3].sync_state, Some(SyncState::Async));
+        assert_eq!(st.group, 1);
+        assert_eq!(st.primary().map(|p| p.name.as_str()), Some("a"));
+    }
+
+    #[test]
+    fn a_lease_holder_not_yet_promoted_is_no_primary() {
+        let s = store(
+            "b",
+            vec![m("a", "primary", 10, false), m("b", "replica", 10, true)],
+            &[],
+        );
+        let st = group_status(0, &s, "");
+        assert!(st.primary().is_none(), "{:?}", st.nodes);
+        assert!(st
+            .nodes
+            .iter()
+            .all(|n| n.role == Role::Replica && n.state != NodeState::Running));
+    }
+
+    #[test]
+    fn groups_nest_under_group_zero() {
+        let g0 = store("a", vec![m("a", "primary", 1, false)], &[]);
+        let g1 = store("x", vec![m("x", "primary", 1, false)], &[]);
+        let st = cluster_status(&[g0, g1], "e");
+        assert_eq!(st.group, 0);
+        assert_eq!(st.groups.len(), 1);
+        assert_eq!(st.groups[0].group, 1);
+        assert_eq!(st.groups[0].nodes[0].name.as_str(), "x");
+        assert!(cluster_status(&[], "e").nodes.is_empty());
+    }
+}
