@@ -15,9 +15,11 @@ pub mod decide;
 pub mod follow;
 pub mod groups;
 pub mod member;
+pub mod policy;
 pub mod sync;
 
 pub mod api;
+pub mod book;
 pub mod config;
 pub mod launch;
 pub mod node;

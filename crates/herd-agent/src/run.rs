@@ -7,7 +7,8 @@ use herd_core::Lsn;
 use tokio::sync::watch;
 
 use crate::api::{self, SharedState};
-use crate::decide::{decide, Local, Step, View};
+use crate::book::Book;
+use crate::decide::{decide, Local, Policy, Step, View};
 use crate::member::{
     encode, ClusterSettings, Handover, Initialized, Member, SyncRecord, CONFIG, HANDOVER,
     INITIALIZE, MEMBERS, SYNC,
@@ -69,8 +70,10 @@ pub struct Agent {
     pub instance: String,
     /// When the lease (or a failsafe confirmation) stops covering writes.
     fence_at: Option<Instant>,
-    /// Since when the replica has not streamed.
-    not_streaming_since: Option<Instant>,
+    /// Downtime, streaming and start attempts, remembered between rounds.
+    book: Book,
+    /// Timeouts and back-off, from the lease timings.
+    policy: Policy,
     /// The leader's last published position.
     last_leader_lsn: Lsn,
     /// Every member seen in a good read since this agent started, name → API address: failsafe
@@ -105,6 +108,7 @@ impl Agent {
         instance: String,
         root: StoreClient,
     ) -> Self {
+        let policy = Policy::for_agent(node.cfg.ttl, node.cfg.loop_wait, node.cfg.safety_margin);
         Agent {
             node,
             store,
@@ -112,7 +116,8 @@ impl Agent {
             shared,
             instance,
             fence_at: None,
-            not_streaming_since: None,
+            book: Book::default(),
+            policy,
             last_leader_lsn: Lsn(0),
             known: std::collections::BTreeMap::new(),
             last_sync: Vec::new(),
@@ -203,13 +208,19 @@ impl Agent {
             // member that leads again creates them again.
             self.slotted.clear();
         }
-        match &observed.local {
-            Local::Replica {
-                streaming: false, ..
-            } => {
-                self.not_streaming_since.get_or_insert_with(Instant::now);
-            }
-            _ => self.not_streaming_since = None,
+        let leads = read
+            .as_ref()
+            .ok()
+            .map(|r| r.store.leader.as_deref() == Some(self.node.cfg.name.as_str()));
+        if self.book.observe(&observed.local, leads, Instant::now()) {
+            tracing::warn!(
+                "PostgreSQL stopped serving while this member leads ({:?}); another member takes \
+                 over after {:.1} s (no postmaster) or {:.1} s (not answering) unless it is back, \
+                 and it is restarted in place if no other member can",
+                observed.local,
+                self.policy.failover_timeout.as_secs_f64(),
+                self.policy.hung_timeout.as_secs_f64()
+            );
         }
         match &observed.local {
             Local::NotAnswering
@@ -243,17 +254,26 @@ impl Agent {
             store: read.as_ref().map(|r| r.store.clone()).map_err(Clone::clone),
             was_primary: self.node.was_primary(),
             lease_left: self.fence_at.map(|at| at.saturating_duration_since(now)),
-            not_streaming_for: self
-                .not_streaming_since
-                .map_or(Duration::ZERO, |t| t.elapsed()),
+            not_streaming_for: self.book.not_streaming_for(now),
             promised: api::lock(&self.shared)
                 .promised_until
                 .is_some_and(|t| t > now),
             last_leader_lsn: self.last_leader_lsn,
             upstream_lacks_wal: self.node.log_watch.upstream_lacks_wal(),
+            down_for: self.book.down_for(now),
+            failed_starts: self.book.failed_starts(),
+            since_last_start: self.book.since_last_start(now),
+            policy: self.policy,
         };
         let step = decide(&view);
         self.log(&step);
+        self.count(&step);
+        if matches!(
+            step,
+            Step::StartPrimary | Step::StartReplica | Step::Rejoin(_)
+        ) {
+            self.book.start_attempted(Instant::now());
+        }
         if matches!(step, Step::Clone(_)) && self.node.fresh_secrets {
             return Err(AgentError::Setup(format!(
                 "another member created the cluster, but this host made its own passwords in {}; \
@@ -284,6 +304,18 @@ impl Agent {
         }
         emit(level, &text);
         self.last_logged = text;
+    }
+
+    /// Counts the step in `herd_ha_decisions_total` (the one-host supervisor's metric): every
+    /// step but the steady ones (renewing, waiting), which would only count rounds.
+    fn count(&self, step: &Step) {
+        if matches!(step, Step::Renew | Step::Wait(_)) {
+            return;
+        }
+        *api::lock(&self.shared)
+            .decisions
+            .entry(crate::steplog::label(step))
+            .or_default() += 1;
     }
 
     /// This agent's heartbeat record.
@@ -452,10 +484,20 @@ impl Agent {
                 self.disarm();
                 Ok(())
             }
+            Step::Abdicate(_) => {
+                // The marker file stays: the node rejoins through pg_rewind as any former
+                // primary. Fenced first, so nothing it might still do counts after the release.
+                self.node.fence()?;
+                self.disarm();
+                self.store
+                    .release(&self.node.cfg.name)
+                    .await
+                    .map_err(AgentError::Store)
+            }
             Step::Follow(leader) => match member(&leader) {
                 Some(m) => {
                     // A new upstream gets its own time to start streaming.
-                    self.not_streaming_since = None;
+                    self.book.streaming_restarts();
                     self.node.follow(&m).await
                 }
                 None => Ok(()),
@@ -472,7 +514,7 @@ impl Agent {
                     tracing::warn!(
                         "{leader} no longer has the WAL this standby needs; cloning it afresh"
                     );
-                    self.not_streaming_since = None;
+                    self.book.streaming_restarts();
                     self.node.reclone(&m).await
                 }
                 None => Ok(()),
