@@ -6,6 +6,7 @@ use std::time::Duration;
 use herd_core::{Lsn, NodeName};
 use herd_ha::{Candidate, FailoverRules};
 
+use crate::jobs::JobKind;
 use crate::member::{ClusterSettings, Handover, Member};
 pub use crate::policy::Policy;
 
@@ -29,6 +30,8 @@ pub enum Local {
     },
     /// A postmaster runs but does not answer.
     NotAnswering,
+    /// A long action runs on the node (see [`crate::jobs`]): not probed, no new step.
+    Busy(JobKind),
 }
 
 /// What the store said this round.
@@ -143,6 +146,8 @@ pub fn decide(view: &View) -> Step {
     let me = view.me.as_str();
     let other_leader = leader.filter(|l| *l != me);
     match &view.local {
+        // Its result is an input of the round after it ends.
+        Local::Busy(kind) => Step::Wait(format!("a {} job runs", kind.role())),
         Local::Empty if !store.initialized => Step::Initialize,
         Local::Empty => match other_leader {
             Some(l) if store.members.iter().any(|m| m.name == l) => Step::Clone(l.into()),

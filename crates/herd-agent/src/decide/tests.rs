@@ -543,3 +543,32 @@ fn starts_and_rejoins_back_off() {
     v.since_last_start = secs(0.6);
     assert_eq!(decide(&v), Step::Rejoin("a".into()));
 }
+
+/// A long action under way (`jobs.rs`): the round publishes the heartbeat and takes no step,
+/// whatever the store says.
+#[test]
+fn a_busy_node_takes_no_step() {
+    use crate::jobs::JobKind;
+    let led = store(
+        Some("a"),
+        vec![member("a", "primary", 10), member("b", "cloning", 0)],
+        &["b"],
+    );
+    let leaderless = store(None, vec![member("b", "rewinding", 0)], &["b"]);
+    for kind in [JobKind::Clone, JobKind::Rejoin, JobKind::Reclone] {
+        for s in [led.clone(), leaderless.clone()] {
+            let mut v = view("b", Local::Busy(kind), Ok(s));
+            v.was_primary = true;
+            v.upstream_lacks_wal = true;
+            v.not_streaming_for = STUCK_REPLICA;
+            assert!(
+                matches!(decide(&v), Step::Wait(w) if w.contains(kind.role())),
+                "{kind:?}"
+            );
+        }
+        assert!(matches!(
+            decide(&view("b", Local::Busy(kind), Err("timeout".into()))),
+            Step::Wait(_)
+        ));
+    }
+}
