@@ -24,6 +24,10 @@ pub struct Shared {
     pub ttl: Duration,
     /// Rounds the loop has run since the agent started.
     pub rounds: u64,
+    /// The agent's shard group (the `group` label of its metrics).
+    pub group: u32,
+    /// Steps taken since the agent started, by kind (renewals and waits not counted).
+    pub decisions: std::collections::BTreeMap<&'static str, u64>,
 }
 
 /// The state shared between the loop and the API.
@@ -64,13 +68,25 @@ async fn member(State(api): State<Api>) -> Result<Json<Member>, StatusCode> {
 
 /// Prometheus text: how many rounds ran (about one per `--loop-wait-ms` in a steady cluster;
 /// many more means something wakes the loop that should not).
+/// Decisions as `herd_ha_decisions_total{group,action}`, the name and labels `herd up`'s
+/// supervisor uses.
 async fn metrics(State(api): State<Api>) -> String {
-    let rounds = lock(&api.state).rounds;
-    format!(
+    let state = lock(&api.state);
+    let mut out = format!(
         "# HELP herd_agent_rounds_total Rounds the agent's loop has run since it started.\n\
          # TYPE herd_agent_rounds_total counter\n\
-         herd_agent_rounds_total {rounds}\n"
-    )
+         herd_agent_rounds_total {}\n\
+         # HELP herd_ha_decisions_total Steps the agent took, by kind (renewals and waits are not counted).\n\
+         # TYPE herd_ha_decisions_total counter\n",
+        state.rounds
+    );
+    for (action, n) in &state.decisions {
+        out.push_str(&format!(
+            "herd_ha_decisions_total{{group=\"{}\",action=\"{action}\"}} {n}\n",
+            state.group
+        ));
+    }
+    out
 }
 
 fn role_is(state: &SharedState, role: &str) -> StatusCode {

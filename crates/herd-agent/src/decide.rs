@@ -6,7 +6,9 @@ use std::time::Duration;
 use herd_core::{Lsn, NodeName};
 use herd_ha::{Candidate, FailoverRules};
 
+use crate::jobs::JobKind;
 use crate::member::{ClusterSettings, Handover, Member};
+pub use crate::policy::Policy;
 
 /// The agent's own PostgreSQL as probed this round.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -28,6 +30,8 @@ pub enum Local {
     },
     /// A postmaster runs but does not answer.
     NotAnswering,
+    /// A long action runs on the node (see [`crate::jobs`]): not probed, no new step.
+    Busy(JobKind),
 }
 
 /// What the store said this round.
@@ -74,6 +78,17 @@ pub struct View {
     /// PostgreSQL's log said lately that the upstream no longer has the WAL this standby
     /// needs: it cannot catch up by streaming.
     pub upstream_lacks_wal: bool,
+    /// While this member holds the lease: how long its server has not served (no postmaster,
+    /// or one that does not answer). `None` when it serves or another member leads. Whether
+    /// the postmaster is alive is the difference between [`Local::Stopped`] and
+    /// [`Local::NotAnswering`].
+    pub down_for: Option<Duration>,
+    /// Start attempts (start, rejoin) since the server last served: the back-off's exponent.
+    pub failed_starts: u32,
+    /// Time since the last start attempt (`None`: none since the agent started).
+    pub since_last_start: Option<Duration>,
+    /// Timeouts and back-off.
+    pub policy: Policy,
 }
 
 /// The step an agent takes.
@@ -102,6 +117,10 @@ pub enum Step {
     Reclone(String),
     /// Stop the server immediately: it must not accept another write.
     Fence(String),
+    /// The leader's server is dead or hung and another member can take over: fence it, keep
+    /// the was-primary marker (it rejoins through pg_rewind) and release the lease, so the
+    /// quorum race runs at once.
+    Abdicate(String),
     /// Switchover or failover: stop (cleanly, or fence when `immediate`) and give the lease up.
     StepDown {
         /// Fence rather than stop cleanly.
@@ -127,15 +146,17 @@ pub fn decide(view: &View) -> Step {
     let me = view.me.as_str();
     let other_leader = leader.filter(|l| *l != me);
     match &view.local {
+        // Its result is an input of the round after it ends.
+        Local::Busy(kind) => Step::Wait(format!("a {} job runs", kind.role())),
         Local::Empty if !store.initialized => Step::Initialize,
         Local::Empty => match other_leader {
             Some(l) if store.members.iter().any(|m| m.name == l) => Step::Clone(l.into()),
             _ => Step::Wait("no leader to clone from yet".into()),
         },
-        Local::Stopped => match (leader, other_leader) {
-            (Some(_), None) if view.was_primary => Step::StartPrimary,
-            (_, Some(l)) if view.was_primary => Step::Rejoin(l.into()),
-            _ => Step::StartReplica,
+        Local::Stopped | Local::NotAnswering if leader == Some(me) => leader_down(view, store),
+        Local::Stopped => match other_leader {
+            Some(l) if view.was_primary => backed_off(view, Step::Rejoin(l.into())),
+            _ => backed_off(view, Step::StartReplica),
         },
         // A standby still starting (not yet consistent) whose upstream lost the WAL it needs
         // never gets there.
@@ -162,11 +183,11 @@ pub fn decide(view: &View) -> Step {
             lsn,
         } => match leader {
             Some(l) if l == me => Step::Promote,
-            Some(l) if view.was_primary => Step::Rejoin(l.into()),
+            Some(l) if view.was_primary => backed_off(view, Step::Rejoin(l.into())),
             Some(l) if upstream.as_deref() != Some(l) => Step::Follow(l.into()),
             Some(l) if !streaming && view.upstream_lacks_wal => Step::Reclone(l.into()),
             Some(l) if !streaming && view.not_streaming_for >= STUCK_REPLICA => {
-                Step::Rejoin(l.into())
+                backed_off(view, Step::Rejoin(l.into()))
             }
             Some(l) => Step::Wait(format!("following {l}")),
             None if view.promised => {
@@ -181,6 +202,68 @@ pub fn decide(view: &View) -> Step {
                 },
             },
         },
+    }
+}
+
+/// This member holds the lease and its server does not serve (rules 1–3 of herd-ha's
+/// supervisor, for one node). With another member able to take over, a dead server (no
+/// postmaster) is given `failover_timeout`, a hung one (running, silent) `hung_timeout`; the
+/// leader renews meanwhile, then abdicates so the quorum race runs. A crashed primary is no
+/// longer restarted in place then: restarting it would keep a server whose crash nobody
+/// understood, while a standby holding every acknowledged commit is ready. Alone (no other
+/// member could prove it holds every acknowledged commit), the leader keeps the lease and
+/// restarts its server in place, with back-off; it never abdicates, which would leave the
+/// group without a leader.
+fn leader_down(view: &View, store: &Store) -> Step {
+    let down_for = view.down_for.unwrap_or(Duration::ZERO);
+    let dead = view.local == Local::Stopped;
+    let successor = {
+        let mut others = store.clone();
+        others.members.retain(|m| m.name != view.me);
+        candidate(view, &others, None)
+    };
+    match successor {
+        Ok(next) => {
+            let (timeout, what) = if dead {
+                (view.policy.failover_timeout, "has no postmaster")
+            } else {
+                (view.policy.hung_timeout, "runs but does not answer")
+            };
+            if down_for < timeout {
+                // Renewing keeps the quorum race from starting while the server may still come
+                // back (a probe that failed once) and keeps the watchdog from firing early.
+                Step::Renew
+            } else {
+                Step::Abdicate(format!(
+                    "PostgreSQL {what} for {:.1} s (limit {:.1} s); {next} can take over",
+                    down_for.as_secs_f64(),
+                    timeout.as_secs_f64()
+                ))
+            }
+        }
+        // Alone: a silent server is waited for, a dead one restarted in place.
+        Err(_) if !dead => Step::Renew,
+        Err(_) => match backed_off(view, Step::StartPrimary) {
+            Step::Wait(_) => Step::Renew,
+            start if view.was_primary => start,
+            // Holds the lease without having been primary (it won the race, then its server
+            // stopped before the promotion): start in recovery, then promote.
+            _ => Step::StartReplica,
+        },
+    }
+}
+
+/// A start or rejoin once the back-off since the last attempt has passed (herd-ha's
+/// `Policy::backoff`, per node): a server that fails to start is not hammered every round.
+fn backed_off(view: &View, step: Step) -> Step {
+    let wait = view.policy.backoff(view.failed_starts);
+    match view.since_last_start {
+        Some(since) if since < wait => Step::Wait(format!(
+            "restart back-off: {} attempt(s) since the server last served; next in {:.1} s",
+            view.failed_starts,
+            (wait - since).as_secs_f64()
+        )),
+        _ => step,
     }
 }
 

@@ -83,6 +83,7 @@ pub async fn run(
     tracing::info!("fencing watchdog running (pid {})", child.id());
     let shared = Arc::new(std::sync::Mutex::new(Shared {
         ttl: cfg.ttl,
+        group: cfg.group,
         ..Shared::default()
     }));
     let mut api_shutdown = shutdown.clone();

@@ -14,11 +14,14 @@
 pub mod decide;
 pub mod follow;
 pub mod groups;
+pub mod jobs;
 pub mod member;
+pub mod policy;
 pub mod status;
 pub mod sync;
 
 pub mod api;
+pub mod book;
 pub mod config;
 pub mod launch;
 pub mod node;

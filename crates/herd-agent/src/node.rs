@@ -66,6 +66,23 @@ impl Node {
         }
     }
 
+    /// A copy for a long action off the round ([`crate::jobs`]): the same paths, programs,
+    /// passwords and settings; its own log watch and no kept probe connection. The agent's node
+    /// takes back the upstream the job configured.
+    pub fn detached(&self) -> Node {
+        Node {
+            cfg: self.cfg.clone(),
+            pg: self.pg.clone(),
+            layout: self.layout.clone(),
+            secrets: self.secrets.clone(),
+            upstream: self.upstream.clone(),
+            primary_settings: self.primary_settings.clone(),
+            fresh_secrets: self.fresh_secrets,
+            log_watch: LogWatch::new(self.cfg.pg_log()),
+            prober: tokio::sync::Mutex::new(None),
+        }
+    }
+
     /// Probes the local server.
     pub async fn observe(&self) -> Observed {
         let dir = self.cfg.pgdata();

@@ -7,7 +7,9 @@ use herd_core::Lsn;
 use tokio::sync::watch;
 
 use crate::api::{self, SharedState};
-use crate::decide::{decide, Local, Step, View};
+use crate::book::Book;
+use crate::decide::{decide, Local, Policy, Step, View};
+use crate::jobs::{Done, JobKind, Jobs};
 use crate::member::{
     encode, ClusterSettings, Handover, Initialized, Member, SyncRecord, CONFIG, HANDOVER,
     INITIALIZE, MEMBERS, SYNC,
@@ -69,8 +71,12 @@ pub struct Agent {
     pub instance: String,
     /// When the lease (or a failsafe confirmation) stops covering writes.
     fence_at: Option<Instant>,
-    /// Since when the replica has not streamed.
-    not_streaming_since: Option<Instant>,
+    /// Downtime, streaming and start attempts, remembered between rounds.
+    book: Book,
+    /// Timeouts and back-off, from the lease timings.
+    policy: Policy,
+    /// The long action under way (clone, rejoin, re-clone), if any.
+    jobs: Jobs,
     /// The leader's last published position.
     last_leader_lsn: Lsn,
     /// Every member seen in a good read since this agent started, name → API address: failsafe
@@ -105,6 +111,7 @@ impl Agent {
         instance: String,
         root: StoreClient,
     ) -> Self {
+        let policy = Policy::for_agent(node.cfg.ttl, node.cfg.loop_wait, node.cfg.safety_margin);
         Agent {
             node,
             store,
@@ -112,7 +119,9 @@ impl Agent {
             shared,
             instance,
             fence_at: None,
-            not_streaming_since: None,
+            book: Book::default(),
+            policy,
+            jobs: Jobs::default(),
             last_leader_lsn: Lsn(0),
             known: std::collections::BTreeMap::new(),
             last_sync: Vec::new(),
@@ -141,8 +150,17 @@ impl Agent {
                 // Never sleep past the fencing instant.
                 wait = wait.min(at.saturating_duration_since(Instant::now()));
             }
-            pause(&mut changes, wait, &mut shutdown).await;
+            // A job's end wakes the next round at once: its result is that round's input.
+            tokio::select! {
+                _ = pause(&mut changes, wait, &mut shutdown) => {}
+                _ = self.jobs.finished() => {}
+            }
             if *shutdown.borrow() {
+                if let Some(kind) = self.jobs.busy() {
+                    // As before jobs: a clone or rewind is not cut off half-way.
+                    tracing::info!("waiting for the running {kind:?} to end before stopping");
+                    self.jobs.finished().await;
+                }
                 return Ok(());
             }
         }
@@ -159,13 +177,27 @@ impl Agent {
         } else {
             None
         };
-        let (observed, mut read, answer) =
-            tokio::join!(self.node.observe(), self.store.read(), async move {
-                match question {
-                    Some(q) => Some(q.await),
-                    None => None,
-                }
-            });
+        if let Some(done) = self.jobs.take_done().await {
+            self.job_ended(done);
+        }
+        let busy = self.jobs.busy();
+        let observe = async {
+            match busy {
+                // The job owns the server meanwhile.
+                Some(kind) => Observed {
+                    local: Local::Busy(kind),
+                    primary: None,
+                    replayed: None,
+                },
+                None => self.node.observe().await,
+            }
+        };
+        let (observed, mut read, answer) = tokio::join!(observe, self.store.read(), async move {
+            match question {
+                Some(q) => Some(q.await),
+                None => None,
+            }
+        });
         if let Ok(r) = &mut read {
             // This member claimed the creation but never finished it (it died during initdb):
             // it tries again.
@@ -203,13 +235,19 @@ impl Agent {
             // member that leads again creates them again.
             self.slotted.clear();
         }
-        match &observed.local {
-            Local::Replica {
-                streaming: false, ..
-            } => {
-                self.not_streaming_since.get_or_insert_with(Instant::now);
-            }
-            _ => self.not_streaming_since = None,
+        let leads = read
+            .as_ref()
+            .ok()
+            .map(|r| r.store.leader.as_deref() == Some(self.node.cfg.name.as_str()));
+        if self.book.observe(&observed.local, leads, Instant::now()) {
+            tracing::warn!(
+                "PostgreSQL stopped serving while this member leads ({:?}); another member takes \
+                 over after {:.1} s (no postmaster) or {:.1} s (not answering) unless it is back, \
+                 and it is restarted in place if no other member can",
+                observed.local,
+                self.policy.failover_timeout.as_secs_f64(),
+                self.policy.hung_timeout.as_secs_f64()
+            );
         }
         match &observed.local {
             Local::NotAnswering
@@ -243,17 +281,26 @@ impl Agent {
             store: read.as_ref().map(|r| r.store.clone()).map_err(Clone::clone),
             was_primary: self.node.was_primary(),
             lease_left: self.fence_at.map(|at| at.saturating_duration_since(now)),
-            not_streaming_for: self
-                .not_streaming_since
-                .map_or(Duration::ZERO, |t| t.elapsed()),
+            not_streaming_for: self.book.not_streaming_for(now),
             promised: api::lock(&self.shared)
                 .promised_until
                 .is_some_and(|t| t > now),
             last_leader_lsn: self.last_leader_lsn,
             upstream_lacks_wal: self.node.log_watch.upstream_lacks_wal(),
+            down_for: self.book.down_for(now),
+            failed_starts: self.book.failed_starts(),
+            since_last_start: self.book.since_last_start(now),
+            policy: self.policy,
         };
         let step = decide(&view);
         self.log(&step);
+        self.count(&step);
+        if matches!(
+            step,
+            Step::StartPrimary | Step::StartReplica | Step::Rejoin(_)
+        ) {
+            self.book.start_attempted(Instant::now());
+        }
         if matches!(step, Step::Clone(_)) && self.node.fresh_secrets {
             return Err(AgentError::Setup(format!(
                 "another member created the cluster, but this host made its own passwords in {}; \
@@ -286,6 +333,48 @@ impl Agent {
         self.last_logged = text;
     }
 
+    /// Starts a long action on a copy of the node (see [`crate::jobs`]).
+    fn start_job(&mut self, kind: JobKind, leader: Member) -> Result<(), AgentError> {
+        let mut node = self.node.detached();
+        let name = leader.name.clone();
+        self.jobs.start(kind, name, async move {
+            let result = match kind {
+                JobKind::Clone => node.clone_from(&leader).await,
+                JobKind::Rejoin => node.rejoin(&leader).await,
+                JobKind::Reclone => node.reclone(&leader).await,
+            };
+            (node.upstream, result)
+        })
+    }
+
+    /// Takes a finished job's result over: the upstream it configured; a failure is logged
+    /// (the next rounds decide again from what the server is now).
+    fn job_ended(&mut self, done: Done) {
+        self.node.upstream = done.upstream;
+        // What the log said before the job is about the old data directory or upstream.
+        self.node.log_watch.reset();
+        match done.result {
+            Ok(()) => tracing::info!("{:?} from {} done", done.kind, done.leader),
+            Err(e) => {
+                tracing::warn!("{:?} from {} failed: {e}", done.kind, done.leader);
+                // The step that follows is logged even if it repeats the one before the job.
+                self.last_logged.clear();
+            }
+        }
+    }
+
+    /// Counts the step in `herd_ha_decisions_total` (the one-host supervisor's metric): every
+    /// step but the steady ones (renewing, waiting), which would only count rounds.
+    fn count(&self, step: &Step) {
+        if matches!(step, Step::Renew | Step::Wait(_)) {
+            return;
+        }
+        *api::lock(&self.shared)
+            .decisions
+            .entry(crate::steplog::label(step))
+            .or_default() += 1;
+    }
+
     /// This agent's heartbeat record.
     fn member(&self, observed: &Observed) -> Member {
         let cfg = &self.node.cfg;
@@ -303,6 +392,7 @@ impl Agent {
             Local::Empty => ("starting", None, None),
             Local::Stopped => ("stopped", None, None),
             Local::NotAnswering => ("unreachable", None, None),
+            Local::Busy(kind) => (kind.role(), None, None),
         };
         Member {
             name: cfg.name.clone(),
@@ -433,7 +523,7 @@ impl Agent {
             Step::Wait(_) => Ok(()),
             Step::Initialize => self.initialize(read.as_ref()).await,
             Step::Clone(leader) => match member(&leader) {
-                Some(m) => self.node.clone_from(&m).await,
+                Some(m) => self.start_job(JobKind::Clone, m),
                 None => Ok(()),
             },
             Step::StartPrimary => self.node.start_primary().await,
@@ -452,10 +542,20 @@ impl Agent {
                 self.disarm();
                 Ok(())
             }
+            Step::Abdicate(_) => {
+                // The marker file stays: the node rejoins through pg_rewind as any former
+                // primary. Fenced first, so nothing it might still do counts after the release.
+                self.node.fence()?;
+                self.disarm();
+                self.store
+                    .release(&self.node.cfg.name)
+                    .await
+                    .map_err(AgentError::Store)
+            }
             Step::Follow(leader) => match member(&leader) {
                 Some(m) => {
                     // A new upstream gets its own time to start streaming.
-                    self.not_streaming_since = None;
+                    self.book.streaming_restarts();
                     self.node.follow(&m).await
                 }
                 None => Ok(()),
@@ -463,7 +563,7 @@ impl Agent {
             Step::Rejoin(leader) => match member(&leader) {
                 Some(m) => {
                     self.disarm();
-                    self.node.rejoin(&m).await
+                    self.start_job(JobKind::Rejoin, m)
                 }
                 None => Ok(()),
             },
@@ -472,8 +572,8 @@ impl Agent {
                     tracing::warn!(
                         "{leader} no longer has the WAL this standby needs; cloning it afresh"
                     );
-                    self.not_streaming_since = None;
-                    self.node.reclone(&m).await
+                    self.book.streaming_restarts();
+                    self.start_job(JobKind::Reclone, m)
                 }
                 None => Ok(()),
             },
@@ -629,188 +729,9 @@ impl Agent {
         self.identity_checked = true;
         Ok(())
     }
-
-    /// The primary's sync set: recorded before `synchronous_standby_names` grows, shrunk
-    /// after the remaining standbys caught up (see [`crate::sync`]); slots for new members.
-    async fn keep_sync(
-        &mut self,
-        read: &Read,
-        probe: &herd_pg::PrimaryProbe,
-    ) -> Result<(), AgentError> {
-        let me = self.node.cfg.name.clone();
-        let present: Vec<String> = read
-            .store
-            .members
-            .iter()
-            .filter(|m| m.name != me)
-            .map(|m| m.name.clone())
-            .collect();
-        let missing: Vec<String> = present
-            .iter()
-            .filter(|m| !self.slotted.contains(*m))
-            .cloned()
-            .collect();
-        if !missing.is_empty() {
-            self.node.ensure_slots(&missing).await?;
-            self.slotted.extend(missing);
-        }
-        let flushed = |name: &str| {
-            probe
-                .replication
-                .iter()
-                .find(|r| r.application_name == name)
-                .and_then(|r| r.flush_lsn)
-        };
-        // The primary itself is no standby: every commit it acknowledged is on it, so it
-        // leaves the record at once (a new leader finds itself in its predecessor's set).
-        let mut recorded: Vec<String> = read
-            .sync
-            .members
-            .iter()
-            .filter(|m| **m != me)
-            .cloned()
-            .collect();
-        // The previous leader takes this member's place: it comes back as a standby, and until
-        // it or another one confirms, commits wait instead of being acknowledged by no standby.
-        let previous = &read.sync.leader;
-        if !read.sync.members.is_empty() && !previous.is_empty() && *previous != me {
-            recorded.push(previous.clone());
-            recorded.sort();
-            recorded.dedup();
-        }
-        let plan = crate::sync::plan(&recorded, &present, self.applied.as_ref(), &flushed);
-        let reported: Vec<String> = probe
-            .replication
-            .iter()
-            .filter(|r| r.sync_state == Some(herd_core::SyncState::Sync))
-            .map(|r| r.application_name.clone())
-            .collect();
-        let record = plan.record.clone().unwrap_or_else(|| recorded.clone());
-        if record != read.sync.members
-            || read.sync.leader != me
-            || (!reported.is_empty() && reported != read.sync.reported)
-        {
-            let value = SyncRecord {
-                members: record,
-                reported,
-                leader: me,
-            };
-            // Recorded first; the server's list changes only once the record is in.
-            self.store
-                .write(SYNC, read.sync_revision, encode(&value))
-                .await
-                .map_err(AgentError::Store)?;
-        }
-        let settings: &ClusterSettings = &read.store.settings;
-        let names_nodes: Vec<herd_core::NodeName> = plan
-            .names
-            .iter()
-            .map(|n| herd_core::NodeName::from_text(n))
-            .collect();
-        let names = settings.sync_standbys.standby_names(&names_nodes);
-        self.node
-            .apply_primary(names, settings.commit_mode.synchronous_commit())
-            .await?;
-        if self.applied.as_ref().is_none_or(|(n, _)| *n != plan.names) {
-            self.applied = Some((plan.names, probe.current_lsn));
-        }
-        Ok(())
-    }
 }
+
+mod keep_sync;
 
 #[cfg(test)]
-mod rounds {
-    use std::sync::Arc;
-
-    use herd_dcs::{Dcs, MemoryDcs};
-
-    use super::*;
-    use crate::member::{member_key, LEADER};
-
-    /// How the simulated agents listen for changes.
-    #[derive(Clone, Copy)]
-    enum Wake {
-        /// On every write (as the agent did before).
-        Every,
-        /// Not on heartbeats, as [`Agent::run`] does.
-        NotOnHeartbeats,
-    }
-
-    /// Rounds each of `members` simulated agents runs in `span` over one memory store: like
-    /// [`Agent::run`], each writes its heartbeat every round and then waits in [`pause`].
-    async fn rounds(members: usize, wake: Wake, loop_wait: Duration, span: Duration) -> Vec<u64> {
-        let dcs: Arc<dyn Dcs> = Arc::new(MemoryDcs::default());
-        let (_stop, shutdown) = watch::channel(false);
-        let tasks: Vec<_> = (0..members)
-            .map(|i| {
-                let (dcs, mut shutdown) = (dcs.clone(), shutdown.clone());
-                tokio::spawn(async move {
-                    let key = member_key(&format!("m{i}"));
-                    let mut changes = match wake {
-                        Wake::Every => dcs.changes(),
-                        Wake::NotOnHeartbeats => dcs.changes_ignoring(MEMBERS),
-                    };
-                    let started = Instant::now();
-                    let mut n = 0;
-                    while started.elapsed() < span {
-                        n += 1;
-                        dcs.put_expiring(&key, n.to_string().into_bytes(), Duration::from_secs(10))
-                            .expect("memory store");
-                        pause(&mut changes, loop_wait, &mut shutdown).await;
-                    }
-                    n
-                })
-            })
-            .collect();
-        let mut out = Vec::new();
-        for t in tasks {
-            out.push(t.await.expect("task"));
-        }
-        out
-    }
-
-    /// A steady cluster runs about one round per loop wait and member; before, every heartbeat
-    /// woke the writer and the other members, and rounds followed each other every ~20 ms.
-    #[tokio::test]
-    async fn a_steady_cluster_runs_one_round_per_loop_wait() {
-        let (wait, span) = (Duration::from_millis(200), Duration::from_secs(2));
-        let expected = 10; // span / wait
-                           // What the test tells apart: woken by heartbeats, a member runs many times more.
-        let before = rounds(1, Wake::Every, wait, span).await;
-        assert!(before[0] > 3 * expected, "{before:?}");
-        for members in [1, 3] {
-            let now = rounds(members, Wake::NotOnHeartbeats, wait, span).await;
-            for n in &now {
-                assert!(
-                    (expected / 2..=expected + expected / 2).contains(n),
-                    "{members} member(s): {now:?} rounds in {span:?} with a {wait:?} loop wait"
-                );
-            }
-        }
-    }
-
-    /// What is acted on at once still wakes the loop: the leader lease given up.
-    #[tokio::test]
-    async fn a_lease_change_still_wakes_the_loop() {
-        let dcs = MemoryDcs::default();
-        let (_stop, mut shutdown) = watch::channel(false);
-        let mut changes = dcs.changes_ignoring(MEMBERS);
-        dcs.acquire_lease(LEADER, "m1", Duration::from_secs(10))
-            .expect("lease");
-        changes.borrow_and_update();
-        let started = Instant::now();
-        let release = async {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            dcs.release_lease(LEADER, "m1").expect("release");
-        };
-        tokio::join!(
-            pause(&mut changes, Duration::from_secs(5), &mut shutdown),
-            release
-        );
-        assert!(
-            started.elapsed() < Duration::from_secs(1),
-            "{:?}",
-            started.elapsed()
-        );
-    }
-}
+mod rounds;

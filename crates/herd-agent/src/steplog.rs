@@ -18,9 +18,32 @@ pub fn kind(step: &Step) -> &'static str {
         Step::Rejoin(_) => "Rejoin",
         Step::Reclone(_) => "Reclone",
         Step::Fence(_) => "Fence",
+        Step::Abdicate(_) => "Abdicate",
         Step::StepDown { .. } => "StepDown",
         Step::FinishHandover => "FinishHandover",
         Step::Wait(_) => "Wait",
+    }
+}
+
+/// The step's kind as a metric label (`herd_ha_decisions_total{action}`): `start_replica`,
+/// `abdicate`, …
+pub fn label(step: &Step) -> &'static str {
+    match step {
+        Step::Initialize => "initialize",
+        Step::Clone(_) => "clone",
+        Step::StartPrimary => "start_primary",
+        Step::StartReplica => "start_replica",
+        Step::Renew => "renew",
+        Step::Take => "take",
+        Step::Promote => "promote",
+        Step::Follow(_) => "follow",
+        Step::Rejoin(_) => "rejoin",
+        Step::Reclone(_) => "reclone",
+        Step::Fence(_) => "fence",
+        Step::Abdicate(_) => "abdicate",
+        Step::StepDown { .. } => "step_down",
+        Step::FinishHandover => "finish_handover",
+        Step::Wait(_) => "wait",
     }
 }
 
@@ -33,7 +56,9 @@ pub fn log_level(step: &Step, previous: Option<&'static str>, failed: bool) -> t
         return tracing::Level::WARN;
     }
     match step {
-        Step::Fence(_) | Step::StepDown { .. } | Step::Reclone(_) => tracing::Level::WARN,
+        Step::Fence(_) | Step::Abdicate(_) | Step::StepDown { .. } | Step::Reclone(_) => {
+            tracing::Level::WARN
+        }
         _ if previous != Some(kind(step)) => tracing::Level::INFO,
         Step::Renew | Step::Wait(_) => tracing::Level::DEBUG,
         // Another action of the same kind (a second clone attempt, a new upstream): still news.
@@ -84,6 +109,7 @@ mod tests {
             (fence(), Some("Fence"), false, Level::WARN),
             (Step::StepDown { immediate: false }, Some("Renew"), false, Level::WARN),
             (Step::Reclone("h1".into()), Some("Wait"), false, Level::WARN),
+            (Step::Abdicate("dead".into()), Some("Renew"), false, Level::WARN),
             // A failed action, whatever it was.
             (Step::Renew, Some("Renew"), true, Level::WARN),
             (follow(), Some("Follow"), true, Level::WARN),

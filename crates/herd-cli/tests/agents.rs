@@ -83,6 +83,72 @@ async fn agents_fail_over_fence_and_rejoin_without_losing_writes() {
     finish(&hosts, &stop, threads, &record).await;
 }
 
+/// kill -9 of the primary's PostgreSQL postmaster only, its agent alive: the agent no longer
+/// restarts the server in place (it did before slice 8 of #39) while a replica can take over.
+/// It renews the lease for the failover timeout (2 s), then abdicates (fences, keeps the
+/// was-primary marker, releases the lease); a replica takes over at once and the old member
+/// rejoins as a replica through pg_rewind. No acknowledged write is lost, never two primaries.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_server_under_live_agent_fails_over() {
+    let hosts = Hosts::start();
+    let (stop, record, threads) = start_checker(&hosts).await;
+    let acked = || record.lock().expect("record").acknowledged.len();
+    hosts.wait_writes(&acked, "at first");
+    for round in 1..=fault_rounds(2) {
+        let old = hosts.wait_primary("now");
+        // Rejoined in the round before: its sync set settles before the next fault.
+        hosts.wait_writes(&acked, "before the kill");
+        let postmaster = hosts.postmaster(old).expect("postmaster pid");
+        let abdicated = |i: usize| {
+            herd_testkit::agents::agent_metric(
+                &hosts.api(i),
+                "herd_ha_decisions_total{group=\"0\",action=\"abdicate\"}",
+            )
+            .unwrap_or(0)
+        };
+        let before = abdicated(old);
+        kill(Pid::from_raw(postmaster), Signal::SIGKILL).expect("kill the postmaster");
+        let killed_at = Instant::now();
+        let new = herd_testkit::wait_until(
+            Duration::from_secs(60),
+            "another member primary after the server's kill -9",
+            || hosts.primary().filter(|p| *p != old),
+        );
+        let took = killed_at.elapsed();
+        eprintln!(
+            "server kill -9 #{round}: {} primary {:.1} s after the kill of {}'s postmaster",
+            Hosts::name(new),
+            took.as_secs_f64(),
+            Hosts::name(old)
+        );
+        // The failover timeout (2 s) passed first: the server was given that long to be back.
+        assert!(
+            took >= Duration::from_millis(1500),
+            "replaced after {took:?}"
+        );
+        hosts.wait_writes(&acked, "after the failover");
+        assert!(
+            hosts.agents[old]
+                .as_ref()
+                .is_some_and(|_| hosts.member(old).is_some()),
+            "{}'s agent is alive and answers",
+            Hosts::name(old)
+        );
+        assert_eq!(
+            abdicated(old),
+            before + 1,
+            "{} abdicated once",
+            Hosts::name(old)
+        );
+        hosts.wait_role(old, "replica", Duration::from_secs(90));
+        assert!(
+            !hosts.agent_dir(old).join("run/was-primary").exists(),
+            "rewound: the marker is gone"
+        );
+    }
+    finish(&hosts, &stop, threads, &record).await;
+}
+
 /// A steady cluster is quiet: about one round per loop wait on each agent (each woke at every
 /// heartbeat of every member before: rounds ~20 ms apart), and nothing logged at WARN or above
 /// (every non-waiting step, a renewal included, was a warning before).

@@ -43,6 +43,20 @@ fn view(me: &str, local: Local, store: Result<Store, String>) -> View {
         promised: false,
         last_leader_lsn: Lsn(0),
         upstream_lacks_wal: false,
+        down_for: None,
+        failed_starts: 0,
+        since_last_start: None,
+        policy: policy(),
+    }
+}
+
+/// herd-ha's test policy: 0.5 s back-off base, 30 s cap, 2 s dead, 8 s hung.
+fn policy() -> Policy {
+    Policy {
+        restart_backoff: Duration::from_millis(500),
+        max_restart_backoff: Duration::from_secs(30),
+        failover_timeout: Duration::from_secs(2),
+        hung_timeout: Duration::from_secs(8),
     }
 }
 
@@ -85,7 +99,11 @@ fn stopped_servers_start_in_the_safe_role() {
     let led_by_a = store(Some("a"), vec![member("a", "primary", 10)], &[]);
     let mut v = view("a", Local::Stopped, Ok(led_by_a.clone()));
     v.was_primary = true;
-    assert_eq!(decide(&v), Step::StartPrimary, "still the leader: restart");
+    assert_eq!(
+        decide(&v),
+        Step::StartPrimary,
+        "still the leader and alone: restart"
+    );
     let mut v = view("b", Local::Stopped, Ok(led_by_a.clone()));
     v.was_primary = true;
     assert_eq!(
@@ -327,7 +345,8 @@ fn a_standby_that_cannot_get_its_wal_is_cloned_afresh() {
     let mine = store(Some("b"), vec![member("b", "unreachable", 0)], &["b"]);
     let mut own = view("b", Local::NotAnswering, Ok(mine));
     own.upstream_lacks_wal = true;
-    assert!(matches!(decide(&own), Step::Wait(_)));
+    // (As the lease holder whose server is silent, it renews: rule 2, alone.)
+    assert_eq!(decide(&own), Step::Renew);
     // A streaming replica is never re-cloned, whatever the log said.
     let mut streaming = view(
         "b",
@@ -340,4 +359,216 @@ fn a_standby_that_cannot_get_its_wal_is_cloned_afresh() {
     );
     streaming.upstream_lacks_wal = true;
     assert!(matches!(decide(&streaming), Step::Wait(_)));
+}
+
+/// What a table row expects of a step.
+type Check = fn(&Step) -> bool;
+
+fn secs(s: f64) -> Option<Duration> {
+    Some(Duration::from_secs_f64(s))
+}
+
+/// The leader `a` with replicas `b`, `c` (both synchronous candidates: ANY 1 over {b, c}).
+fn led_with_replicas() -> Store {
+    store(
+        Some("a"),
+        vec![
+            member("a", "stopped", 0),
+            member("b", "replica", 100),
+            member("c", "replica", 100),
+        ],
+        &["b", "c"],
+    )
+}
+
+/// The leader `a` alone: no other member's heartbeat.
+fn led_alone() -> Store {
+    store(Some("a"), vec![member("a", "stopped", 0)], &["b"])
+}
+
+fn leader_view(local: Local, s: Store, down_for: Option<Duration>) -> View {
+    let mut v = view("a", local, Ok(s));
+    v.was_primary = true;
+    v.down_for = down_for;
+    v
+}
+
+/// Rule 1 (herd-ha `primary_dead`): a dead leader's server is not restarted while a replica
+/// can take over; the leader keeps the lease for `failover_timeout`, then abdicates.
+#[test]
+fn a_dead_leader_abdicates_after_the_failover_timeout() {
+    #[rustfmt::skip]
+    let rows: Vec<(Option<Duration>, Check)> = vec![
+        (None, |s| *s == Step::Renew),
+        (secs(0.0), |s| *s == Step::Renew),
+        (secs(1.9), |s| *s == Step::Renew),
+        (secs(2.0), |s| matches!(s, Step::Abdicate(w) if w.contains("no postmaster") && w.contains("can take over"))),
+        (secs(30.0), |s| matches!(s, Step::Abdicate(_))),
+    ];
+    for (down_for, want) in rows {
+        let step = decide(&leader_view(Local::Stopped, led_with_replicas(), down_for));
+        assert!(want(&step), "down for {down_for:?}: {step:?}");
+    }
+    // Never restarted in place meanwhile, whatever the back-off says.
+    let mut v = leader_view(Local::Stopped, led_with_replicas(), secs(1.0));
+    v.since_last_start = secs(100.0);
+    assert_eq!(decide(&v), Step::Renew);
+    // Another member that is no candidate (stopped, or outside the proven set) does not count:
+    // abdicating would leave the group without a leader.
+    let mut s = led_with_replicas();
+    s.members.retain(|m| m.name != "c");
+    assert_eq!(
+        decide(&leader_view(Local::Stopped, s, secs(5.0))),
+        Step::StartPrimary,
+        "ANY 1 over {{b, c}} with c gone: no proof, restart in place"
+    );
+    let mut s = led_with_replicas();
+    for m in &mut s.members {
+        m.role = "stopped".into();
+    }
+    assert_eq!(
+        decide(&leader_view(Local::Stopped, s, secs(5.0))),
+        Step::StartPrimary
+    );
+    // Async: a replica within the lag bound of the leader's last position takes over.
+    let mut s = led_with_replicas();
+    s.settings.commit_mode = CommitMode::Async;
+    let mut v = leader_view(Local::Stopped, s, secs(2.5));
+    v.last_leader_lsn = Lsn(150);
+    assert!(matches!(decide(&v), Step::Abdicate(_)));
+}
+
+/// Rule 2 (herd-ha `busy`/hung): a running server that does not answer gets `hung_timeout`.
+#[test]
+fn a_hung_leader_abdicates_after_the_hung_timeout() {
+    for (down_for, abdicates) in [
+        (None, false),
+        (secs(2.0), false),
+        (secs(7.9), false),
+        (secs(8.0), true),
+    ] {
+        let step = decide(&leader_view(
+            Local::NotAnswering,
+            led_with_replicas(),
+            down_for,
+        ));
+        if abdicates {
+            assert!(
+                matches!(&step, Step::Abdicate(w) if w.contains("does not answer")),
+                "{down_for:?}: {step:?}"
+            );
+        } else {
+            assert_eq!(step, Step::Renew, "{down_for:?}");
+        }
+    }
+    // Alone, a silent server is waited for: never abdicate, never restart a running one.
+    assert_eq!(
+        decide(&leader_view(Local::NotAnswering, led_alone(), secs(60.0))),
+        Step::Renew
+    );
+}
+
+/// Rule 3 (herd-ha `alone`): no other member could take over, so the leader restarts its
+/// server in place, with back-off, and keeps the lease meanwhile.
+#[test]
+fn a_leader_alone_restarts_in_place_with_back_off() {
+    let mut v = leader_view(Local::Stopped, led_alone(), secs(60.0));
+    assert_eq!(decide(&v), Step::StartPrimary);
+    v.failed_starts = 3; // 2 s after three failed attempts
+    v.since_last_start = secs(1.5);
+    assert_eq!(decide(&v), Step::Renew, "backing off: hold the lease");
+    v.since_last_start = secs(2.0);
+    assert_eq!(decide(&v), Step::StartPrimary);
+    // A lease holder that never ran as primary starts in recovery, then promotes.
+    v.was_primary = false;
+    assert_eq!(decide(&v), Step::StartReplica);
+    // The cluster never had a synchronous standby: only the last leader holds every
+    // acknowledged commit, so the others cannot take over.
+    let mut s = led_with_replicas();
+    s.sync_set.clear();
+    assert_eq!(
+        decide(&leader_view(Local::Stopped, s, secs(60.0))),
+        Step::StartPrimary
+    );
+}
+
+/// Rule 4 (herd-ha `restarts_back_off`): starts and rejoins wait `backoff(failed_starts)`
+/// since the last attempt: nothing before the first, then 0.5 s doubled per failure, at most
+/// 30 s.
+#[test]
+fn starts_and_rejoins_back_off() {
+    let led = store(
+        Some("a"),
+        vec![member("a", "primary", 10), member("b", "stopped", 0)],
+        &["b"],
+    );
+    let at = |failed: u32, since: Option<Duration>, was_primary: bool| {
+        let mut v = view("b", Local::Stopped, Ok(led.clone()));
+        v.failed_starts = failed;
+        v.since_last_start = since;
+        v.was_primary = was_primary;
+        decide(&v)
+    };
+    #[rustfmt::skip]
+    let rows: Vec<(u32, Option<Duration>, bool, Step)> = vec![
+        // The first attempt at once, even right after an earlier success.
+        (0, None, false, Step::StartReplica),
+        (0, secs(0.0), false, Step::StartReplica),
+        (1, secs(0.4), false, Step::Wait(String::new())),
+        (1, secs(0.5), false, Step::StartReplica),
+        (2, secs(0.9), false, Step::Wait(String::new())),
+        (2, secs(1.0), false, Step::StartReplica),
+        (10, secs(29.0), false, Step::Wait(String::new())),
+        (10, secs(30.0), false, Step::StartReplica),
+        // A former primary's rejoin backs off the same way.
+        (2, secs(0.9), true, Step::Wait(String::new())),
+        (2, secs(1.0), true, Step::Rejoin("a".into())),
+    ];
+    for (failed, since, was_primary, want) in rows {
+        let got = at(failed, since, was_primary);
+        match want {
+            Step::Wait(_) => assert!(
+                matches!(&got, Step::Wait(w) if w.contains("back-off")),
+                "{failed} failed, {since:?} since: {got:?}"
+            ),
+            want => assert_eq!(got, want, "{failed} failed, {since:?} since"),
+        }
+    }
+    // A running former primary and a stuck replica rejoin with the same back-off.
+    let mut v = view("b", replica(Some("a"), 9), Ok(led.clone()));
+    v.was_primary = true;
+    v.failed_starts = 1;
+    v.since_last_start = secs(0.1);
+    assert!(matches!(decide(&v), Step::Wait(_)));
+    v.since_last_start = secs(0.6);
+    assert_eq!(decide(&v), Step::Rejoin("a".into()));
+}
+
+/// A long action under way (`jobs.rs`): the round publishes the heartbeat and takes no step,
+/// whatever the store says.
+#[test]
+fn a_busy_node_takes_no_step() {
+    use crate::jobs::JobKind;
+    let led = store(
+        Some("a"),
+        vec![member("a", "primary", 10), member("b", "cloning", 0)],
+        &["b"],
+    );
+    let leaderless = store(None, vec![member("b", "rewinding", 0)], &["b"]);
+    for kind in [JobKind::Clone, JobKind::Rejoin, JobKind::Reclone] {
+        for s in [led.clone(), leaderless.clone()] {
+            let mut v = view("b", Local::Busy(kind), Ok(s));
+            v.was_primary = true;
+            v.upstream_lacks_wal = true;
+            v.not_streaming_for = STUCK_REPLICA;
+            assert!(
+                matches!(decide(&v), Step::Wait(w) if w.contains(kind.role())),
+                "{kind:?}"
+            );
+        }
+        assert!(matches!(
+            decide(&view("b", Local::Busy(kind), Err("timeout".into()))),
+            Step::Wait(_)
+        ));
+    }
 }
