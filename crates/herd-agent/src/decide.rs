@@ -54,6 +54,8 @@ pub struct Store {
     pub settings: ClusterSettings,
     /// A pending switchover or failover (requests marked done are not given here).
     pub handover: Option<Handover>,
+    /// Members asked to restart their server (requests not yet taken up).
+    pub restarts: Vec<String>,
 }
 
 /// Everything one round's decision depends on.
@@ -128,6 +130,9 @@ pub enum Step {
     },
     /// As the new leader after a handover: mark the request done.
     FinishHandover,
+    /// An operator asked this replica to restart: leave the read pool, then stop and start its
+    /// server (as a job), following `leader`.
+    Restart(String),
     /// Nothing to do (why, for the log).
     Wait(String),
 }
@@ -185,6 +190,7 @@ pub fn decide(view: &View) -> Step {
             Some(l) if l == me => Step::Promote,
             Some(l) if view.was_primary => backed_off(view, Step::Rejoin(l.into())),
             Some(l) if upstream.as_deref() != Some(l) => Step::Follow(l.into()),
+            Some(l) if store.restarts.iter().any(|r| r == me) => Step::Restart(l.into()),
             Some(l) if !streaming && view.upstream_lacks_wal => Step::Reclone(l.into()),
             Some(l) if !streaming && view.not_streaming_for >= STUCK_REPLICA => {
                 backed_off(view, Step::Rejoin(l.into()))

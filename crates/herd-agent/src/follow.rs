@@ -227,6 +227,7 @@ mod tests {
             last_leader: None,
             settings: ClusterSettings::default(),
             handover: None,
+            restarts: Vec::new(),
         }
     }
 

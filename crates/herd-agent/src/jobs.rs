@@ -21,6 +21,8 @@ pub enum JobKind {
     Rejoin,
     /// Clone the leader afresh, the old data directory kept aside.
     Reclone,
+    /// An operator's restart: out of the read pool first, then a stop and a start.
+    Restart,
 }
 
 impl JobKind {
@@ -29,6 +31,8 @@ impl JobKind {
         match self {
             JobKind::Clone | JobKind::Reclone => "cloning",
             JobKind::Rejoin => "rewinding",
+            // Not `replica`: the proxies take it out of the read pool while it restarts.
+            JobKind::Restart => "restarting",
         }
     }
 }

@@ -16,6 +16,8 @@ pub const HANDOVER: &str = "handover";
 /// Cluster-wide, at the store's root: how many shard groups the cluster has ([`ShardGroups`]),
 /// written once by the agent that creates group 0.
 pub const SHARD_GROUPS: &str = "shard_groups";
+/// Prefix of operator requests to one member (`requests/<name>`, a [`Request`]).
+pub const REQUESTS: &str = "requests/";
 /// Prefix of the members' heartbeats.
 pub const MEMBERS: &str = "members/";
 
@@ -63,6 +65,23 @@ pub struct Initialized {
 pub struct ShardGroups {
     /// How many groups.
     pub count: u32,
+}
+
+/// An operator's request to one member (`herd restart --dcs … --node N`): the member's agent
+/// leaves the read pool, restarts its server and marks the request done.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Request {
+    /// Tells one request from the next (the asker's choice, e.g. a time stamp).
+    pub id: String,
+    /// What to do: `restart`.
+    pub kind: String,
+    /// Taken up by the member (it restarts now or has restarted).
+    pub done: bool,
+}
+
+/// The key of member `name`'s request.
+pub fn request_key(name: &str) -> String {
+    format!("{REQUESTS}{name}")
 }
 
 /// Settings every member follows, changed with `herd config set --dcs …`.

@@ -269,6 +269,21 @@ impl Node {
         }
     }
 
+    /// An operator's restart of this standby, out of the read pool: waits `drain` (the
+    /// proxies read the member record saying `restarting` and stop sending reads), stops the
+    /// server (fast: sessions are cut, but none is routed here any more), starts it again
+    /// following `leader`.
+    pub async fn restart(
+        &mut self,
+        leader: &Member,
+        drain: std::time::Duration,
+    ) -> Result<(), AgentError> {
+        tokio::time::sleep(drain).await;
+        let dir = self.cfg.pgdata();
+        self.pg.stop(&dir, herd_pg::StopMode::Fast).await?;
+        self.start_replica(Some(leader)).await
+    }
+
     /// Promotes the replica (the agent holds the leader lease).
     pub async fn promote(&mut self) -> Result<(), AgentError> {
         self.mark_primary(true)?;

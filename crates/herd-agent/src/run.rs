@@ -20,6 +20,13 @@ use crate::store::{Read, StoreClient};
 use crate::watchdog::Deadline;
 use crate::AgentError;
 
+/// How long a restarting standby waits, out of the read pool, before it stops: the proxies read
+/// its record within `follow::COALESCE` of its change, or at the latest on their one-second
+/// re-read; sessions that had just been sent a read finish it.
+fn restart_drain(loop_wait: Duration) -> Duration {
+    (Duration::from_secs(1) + crate::follow::COALESCE * 2).max(loop_wait)
+}
+
 /// A planned switchover's first wait: the proxies hold new work once they read the request
 /// (within `follow::COALESCE` of its write).
 const SWITCHOVER_SETTLE: Duration = Duration::from_millis(300);
@@ -337,11 +344,13 @@ impl Agent {
     fn start_job(&mut self, kind: JobKind, leader: Member) -> Result<(), AgentError> {
         let mut node = self.node.detached();
         let name = leader.name.clone();
+        let drain = restart_drain(self.node.cfg.loop_wait);
         self.jobs.start(kind, name, async move {
             let result = match kind {
                 JobKind::Clone => node.clone_from(&leader).await,
                 JobKind::Rejoin => node.rejoin(&leader).await,
                 JobKind::Reclone => node.reclone(&leader).await,
+                JobKind::Restart => node.restart(&leader, drain).await,
             };
             (node.upstream, result)
         })
@@ -552,6 +561,27 @@ impl Agent {
                     .await
                     .map_err(AgentError::Store)
             }
+            Step::Restart(leader) => match member(&leader) {
+                Some(m) => {
+                    // Taken up first: a request is carried out once, even if this agent dies
+                    // during the restart (the operator sees it done and the member back).
+                    if !self
+                        .store
+                        .take_request(&self.node.cfg.name)
+                        .await
+                        .map_err(AgentError::Store)?
+                    {
+                        return Ok(());
+                    }
+                    tracing::warn!("restarting PostgreSQL as asked (out of the read pool first)");
+                    // Out of the read pool now, not a round later.
+                    let mut leaving = self.member(observed);
+                    leaving.role = JobKind::Restart.role().into();
+                    let _ = self.store.publish(&leaving, self.node.cfg.ttl).await;
+                    self.start_job(JobKind::Restart, m)
+                }
+                None => Ok(()),
+            },
             Step::Follow(leader) => match member(&leader) {
                 Some(m) => {
                     // A new upstream gets its own time to start streaming.

@@ -81,6 +81,7 @@ fn empty_store() -> Store {
         last_leader: None,
         settings: Default::default(),
         handover: None,
+        restarts: Vec::new(),
     }
 }
 

@@ -21,6 +21,7 @@ pub fn kind(step: &Step) -> &'static str {
         Step::Abdicate(_) => "Abdicate",
         Step::StepDown { .. } => "StepDown",
         Step::FinishHandover => "FinishHandover",
+        Step::Restart(_) => "Restart",
         Step::Wait(_) => "Wait",
     }
 }
@@ -43,6 +44,7 @@ pub fn label(step: &Step) -> &'static str {
         Step::Abdicate(_) => "abdicate",
         Step::StepDown { .. } => "step_down",
         Step::FinishHandover => "finish_handover",
+        Step::Restart(_) => "restart",
         Step::Wait(_) => "wait",
     }
 }

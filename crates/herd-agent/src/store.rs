@@ -7,8 +7,8 @@ use herd_dcs::{Dcs, DcsError};
 
 use crate::decide::Store;
 use crate::member::{
-    decode, encode, member_key, ClusterSettings, Handover, Initialized, Member, SyncRecord, CONFIG,
-    HANDOVER, INITIALIZE, LEADER, MEMBERS, SYNC,
+    decode, encode, member_key, request_key, ClusterSettings, Handover, Initialized, Member,
+    Request, SyncRecord, CONFIG, HANDOVER, INITIALIZE, LEADER, MEMBERS, REQUESTS, SYNC,
 };
 
 /// The store as this agent uses it: every call runs off the async threads (the etcd backend
@@ -102,10 +102,21 @@ impl StoreClient {
                     0,
                 ),
             };
+            let mut restarts = Vec::new();
+            for (key, v) in dcs.list(REQUESTS)? {
+                match decode::<Request>(&key, &v.value) {
+                    Ok(r) if !r.done && r.kind == "restart" => {
+                        restarts.push(key.trim_start_matches(REQUESTS).to_string());
+                    }
+                    Ok(_) => {}
+                    Err(e) => tracing::warn!("{e}"),
+                }
+            }
             Ok(Read {
                 handover_revision,
                 store: Store {
                     handover: (!handover.done).then_some(handover),
+                    restarts,
                     initialized: initialized.is_some(),
                     leader,
                     members,
@@ -134,6 +145,28 @@ impl StoreClient {
             Some(v) => decode::<T>(key, &v.value).map(Some),
             None => Ok(None),
         }
+    }
+
+    /// Marks this member's pending request taken up (compare-and-set: a newer request written
+    /// meanwhile stays pending). `false` when there was none to mark.
+    pub async fn take_request(&self, me: &str) -> Result<bool, String> {
+        let key = request_key(me);
+        self.call(move |dcs| {
+            let Some(v) = dcs.get(&key)? else {
+                return Ok(false);
+            };
+            let Ok(mut r) = decode::<Request>(&key, &v.value) else {
+                return Ok(false);
+            };
+            if r.done {
+                return Ok(false);
+            }
+            r.done = true;
+            dcs.compare_and_set(&key, v.revision, encode(&r))?;
+            Ok(true)
+        })
+        .await
+        .map_err(text)
     }
 
     /// Whether the store answers a read now.

@@ -27,6 +27,9 @@ enum Command {
     Switchover(SwitchArgs),
     /// Promote a replica now, fencing the current primary.
     Failover(FailoverArgs),
+    /// Restart a replica's server out of the read pool, or every server of a shard group (the
+    /// primary last, through a switchover).
+    Restart(RestartArgs),
     /// Reproduce the reference measurements on this machine (results.json, report.md, SVG).
     /// Ctrl-C stops and removes what the run started (scratch clusters, helpers, the lab of
     /// `failover --hosts 3`, CPU groups) before exiting.
@@ -205,6 +208,22 @@ pub struct FailoverArgs {
     pub group: Option<u32>,
 }
 
+/// Options of `herd restart`.
+#[derive(Debug, Args)]
+pub struct RestartArgs {
+    #[command(flatten)]
+    pub dir: DataDirArg,
+    /// A multi-host cluster: act through its store instead of a data directory.
+    #[command(flatten)]
+    pub store: crate::hosts::StoreArgs,
+    /// The replica to restart (default: every server of the group, the primary last).
+    #[arg(long, value_name = "NODE")]
+    pub node: Option<String>,
+    /// The shard group (default: the group of --node, else 0).
+    #[arg(long, value_name = "G")]
+    pub group: Option<u32>,
+}
+
 /// Options of `herd status`.
 #[derive(Debug, Args)]
 pub struct StatusArgs {
@@ -275,6 +294,23 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             let g = a.store.verb_group(a.group, a.to.as_deref()).await?;
             let store = a.store.open_group(g).await?;
             crate::hosts_admin::hand_over(&store, a.to, true, a.allow_data_loss).await
+        }
+        Command::Restart(a) if a.store.given() => {
+            let g = a.store.verb_group(a.group, a.node.as_deref()).await?;
+            let done = crate::hosts_restart::restart(&a.store.open_group(g).await?, a.node).await?;
+            crate::output::emitln!("{done}");
+            Ok(())
+        }
+        Command::Restart(a) => {
+            let mut query = Vec::new();
+            if let Some(n) = &a.node {
+                query.push(format!("node={n}"));
+            }
+            if let Some(g) = a.group {
+                query.push(format!("group={g}"));
+            }
+            let path = format!("/restart?{}", query.join("&"));
+            crate::admin::request(&a.dir.layout()?, path).await
         }
         Command::Url(args) => crate::url::run(&args),
         Command::Bench(args) => crate::bench::run(args).await,

@@ -16,6 +16,7 @@ mod group_add;
 mod groups;
 mod hosts;
 mod hosts_admin;
+mod hosts_restart;
 mod hosts_status;
 mod output;
 mod progress;

@@ -3,7 +3,8 @@
 //! topology) is `herd_agent::status::cluster_status` over every shard group, re-read every
 //! second; leader changes seen between reads become timeline events; `/metrics` is this
 //! proxy's counters; switchover, failover and `config set` go through the store like the CLI's
-//! `--dcs` verbs. Restarts and adding groups are not offered across hosts yet (409 says so).
+//! `--dcs` verbs, restarts too (`hosts_restart`). Adding groups is not offered across hosts yet
+//! (409 says so).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -89,9 +90,15 @@ async fn dispatch(root: StoreClient, action: AdminAction) -> Result<String, Stri
                 groups.len()
             ))
         }
-        AdminAction::Restart { .. } | AdminAction::AddGroup => Err(
-            "not offered by a multi-host proxy yet: restart servers through their agents' hosts, \
-             and create every shard group with the cluster (--shard-groups)"
+        AdminAction::Restart { node, group } => {
+            let g = verb_group(&root, group, node.as_deref()).await?;
+            crate::hosts_restart::restart(&group_store(&root, g), node)
+                .await
+                .map_err(text)
+        }
+        AdminAction::AddGroup => Err(
+            "not offered by a multi-host proxy yet: create every shard group with the cluster \
+             (--shard-groups)"
                 .into(),
         ),
     }
@@ -237,6 +244,7 @@ mod tests {
                 last_leader: None,
                 settings: Default::default(),
                 handover,
+                restarts: Vec::new(),
             },
             initialized: None,
             sync_revision: 0,

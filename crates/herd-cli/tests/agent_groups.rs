@@ -448,9 +448,18 @@ async fn two_shard_groups_over_agents_fail_over_apart() {
                 .then_some(())
         },
     );
-    let (code, body) = g.api_get("/status");
-    assert_eq!(code, 200, "{body}");
-    let status: serde_json::Value = serde_json::from_str(&body).expect("status json");
+    // The document is rebuilt from the store every second: wait for the new primary in it.
+    let status: serde_json::Value = herd_testkit::wait_until(
+        Duration::from_secs(10),
+        "the new primary in /status",
+        || {
+            let (code, body) = g.api_get("/status");
+            let doc: serde_json::Value = serde_json::from_str(&body).ok()?;
+            let top = &doc["groups"][0]["nodes"][0];
+            (code == 200 && top["name"] == AGENTS[first].0 && top["role"] == "primary")
+                .then_some(doc)
+        },
+    );
     assert_eq!(
         status["nodes"][0]["name"], "a0",
         "group 0's primary first: {status}"
@@ -474,9 +483,43 @@ async fn two_shard_groups_over_agents_fail_over_apart() {
     let (code, body) = g.api_post(&format!("/switchover?to={}", AGENTS[other].0));
     assert_eq!(code, 200, "switchover over HTTP: {body}");
     g.wait_role(other, "primary", Duration::from_secs(30));
-    let (code, body) = g.api_post("/restart?group=1");
-    assert_eq!(
-        code, 409,
-        "restarts are not offered across hosts yet: {body}"
+    // Restarts through the store: one replica out of the read pool (a new postmaster), then
+    // the whole group over HTTP (replicas first, the primary last through a switchover).
+    let pid = |i: usize| {
+        std::fs::read_to_string(g.agent_dir(i).join("pgdata/postmaster.pid"))
+            .ok()
+            .and_then(|t| t.lines().next().map(str::to_string))
+    };
+    // The former primary rewinds after the switchover first.
+    g.wait_role(first, "replica", Duration::from_secs(60));
+    let before = pid(first);
+    let out = g.herd_store(&["restart", "--node", AGENTS[first].0]);
+    assert!(
+        out.contains(&format!("{} restarted", AGENTS[first].0)),
+        "{out}"
     );
+    assert_ne!(pid(first), before, "a new postmaster");
+    g.wait_role(first, "replica", Duration::from_secs(30));
+    let refused = Command::new(HERD)
+        .args(["restart", "--node", AGENTS[other].0])
+        .args(["--dcs", &g.dcs(), "--cluster", &g.cluster])
+        .output()
+        .expect("herd restart");
+    assert!(
+        !refused.status.success()
+            && String::from_utf8_lossy(&refused.stderr).contains("is the primary"),
+        "the primary is not restarted in place: {}",
+        herd_testkit::describe(&refused)
+    );
+    let (before_first, before_other) = (pid(first), pid(other));
+    let (code, body) = g.api_post("/restart?group=1");
+    assert_eq!(code, 200, "restart of group 1 over HTTP: {body}");
+    assert!(
+        pid(first) != before_first && pid(other) != before_other,
+        "{body}"
+    );
+    g.wait_role(first, "primary", Duration::from_secs(30));
+    assert_eq!(g.role(0).as_deref(), Some("primary"), "group 0 untouched");
+    let (ok, errors) = write_rows(&proxy, 20_000, 20_020).await;
+    assert_eq!(ok.len(), 20, "writes after the restarts: {errors:?}");
 }

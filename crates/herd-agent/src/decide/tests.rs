@@ -29,6 +29,7 @@ fn store(leader: Option<&str>, members: Vec<Member>, sync: &[&str]) -> Store {
         last_leader: Some("a".into()),
         settings: ClusterSettings::default(),
         handover: None,
+        restarts: Vec::new(),
     }
 }
 
@@ -571,4 +572,34 @@ fn a_busy_node_takes_no_step() {
             Step::Wait(_)
         ));
     }
+}
+
+#[test]
+fn a_restart_request_is_carried_out_by_a_following_replica_only() {
+    let mut asked = store(
+        Some("a"),
+        vec![member("a", "primary", 10), member("b", "replica", 9)],
+        &["b"],
+    );
+    asked.restarts = vec!["b".into()];
+    assert_eq!(
+        decide(&view("b", replica(Some("a"), 9), Ok(asked.clone()))),
+        Step::Restart("a".into())
+    );
+    // Pointed elsewhere first: following the leader comes before the restart.
+    assert_eq!(
+        decide(&view("b", replica(Some("c"), 9), Ok(asked.clone()))),
+        Step::Follow("a".into())
+    );
+    // Another member's request, or the leader's own: nothing for this round.
+    assert!(matches!(
+        decide(&view("c", replica(Some("a"), 9), Ok(asked.clone()))),
+        Step::Wait(_)
+    ));
+    asked.restarts = vec!["a".into()];
+    assert_eq!(
+        decide(&view("a", Local::Primary, Ok(asked))),
+        Step::Renew,
+        "a leader is restarted through a switchover, never in place"
+    );
 }
