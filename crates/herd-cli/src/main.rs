@@ -1,6 +1,7 @@
 //! `herd`: one command for a highly available PostgreSQL cluster on this machine.
 
 mod admin;
+mod backup_setup;
 mod bench;
 mod bench_interrupt;
 mod cli;
