@@ -17,6 +17,6 @@ mod time;
 pub use error::BackupError;
 pub use info::{parse_info, BackupInfo};
 pub use run::{BackupKind, Event, Runner};
-pub use setup::{archive_command, stanza, Paths, Setup, Stanza};
+pub use setup::{archive_command, restore_command, stanza, Paths, Setup, Stanza};
 pub use target::{choose_set, Target};
 pub use time::{format_utc, parse_timestamp};

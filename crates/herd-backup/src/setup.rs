@@ -64,6 +64,15 @@ pub fn archive_command(config: &Path, group: u32) -> String {
     )
 }
 
+/// PostgreSQL's `restore_command` during a restore from the repository named in `config`.
+pub fn restore_command(config: &Path, group: u32) -> String {
+    format!(
+        "pgbackrest --config={} --stanza={} archive-get %f \"%p\"",
+        sh_quote(&config.display().to_string()),
+        stanza(group)
+    )
+}
+
 /// One shard group's current primary, as pgBackRest reaches it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Stanza {
@@ -115,6 +124,7 @@ impl Setup {
             if let Some(dir) = &s.socket_dir {
                 let _ = writeln!(out, "pg1-socket-path={}", dir.display());
             }
+            // Herd's superuser (herd-cluster's SUPERUSER), whom initdb created.
             let _ = writeln!(out, "pg1-user=postgres");
         }
         out
@@ -124,6 +134,12 @@ impl Setup {
     /// `pgbackrest.conf`, everything owned by `owner` (the servers' OS user) when Herd runs as
     /// root. Fails naming the repository when it cannot be created or written.
     pub fn write(&self, owner: Option<&OsUser>) -> Result<(), BackupError> {
+        self.write_to(&self.paths.config(), owner)
+    }
+
+    /// As [`Setup::write`], the configuration written to `path` (a restore reads its source
+    /// repository through a configuration of its own).
+    pub fn write_to(&self, path: &Path, owner: Option<&OsUser>) -> Result<(), BackupError> {
         for dir in [self.paths.dir(), self.paths.logs(), self.paths.locks()] {
             create_private_dir(&dir)?;
             hand_over(owner, &dir)?;
@@ -150,10 +166,9 @@ impl Setup {
                 "give it to that user (chown -R), or choose another backup.repository".into(),
             ));
         }
-        let path = self.paths.config();
-        herd_pg::write_private(&path, &self.render())
-            .map_err(|e| BackupError::io("writing", &path, e))?;
-        hand_over(owner, &path)
+        herd_pg::write_private(path, &self.render())
+            .map_err(|e| BackupError::io("writing", path, e))?;
+        hand_over(owner, path)
     }
 }
 
