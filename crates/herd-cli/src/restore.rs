@@ -68,7 +68,7 @@ pub async fn run(args: RestoreArgs) -> anyhow::Result<()> {
     let layout = args.dir.layout()?;
     let target: Target = args.to.parse()?;
     refuse_used_dir(&layout)?;
-    let (mut config, repository) = source(&args, &layout)?;
+    let (mut config, repository, old) = source(&args, &layout)?;
     if config.cluster.shards > 1 {
         bail!(
             "the backed-up cluster has {} shard groups: restoring several groups to one \
@@ -102,6 +102,18 @@ pub async fn run(args: RestoreArgs) -> anyhow::Result<()> {
         owner.clone(),
     );
 
+    if let Some(old) = old.filter(herd_cluster::supervisor_running) {
+        // The source still runs: its current WAL segment (holding, say, the DROP TABLE just
+        // made) is archived now, not up to archive_timeout later, so the moments just before
+        // it can be reached.
+        eprintln!("  … archiving the running source's current WAL (pgbackrest check)");
+        let stanza = herd_backup::stanza(GROUP);
+        let checked = crate::backup_setup::runner(&old, owner.as_ref())
+            .and_then(|r| Ok(r.run(Some(&stanza), "check", &[], &mut |_| {})?));
+        if let Err(e) = checked {
+            eprintln!("warning: {e:#}\n(restoring from what is archived already)");
+        }
+    }
     // Checked before anything is written: a target the repository cannot reach changes nothing.
     let set = choose_backup(&repository, owner.as_ref(), target)?;
     let progress = TermProgress::new();
@@ -162,8 +174,12 @@ fn refuse_used_dir(layout: &Layout) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The restored cluster's settings and the repository to restore from.
-fn source(args: &RestoreArgs, layout: &Layout) -> anyhow::Result<(Config, PathBuf)> {
+/// The restored cluster's settings, the repository to restore from, and the backed-up
+/// cluster's data directory when given.
+fn source(
+    args: &RestoreArgs,
+    layout: &Layout,
+) -> anyhow::Result<(Config, PathBuf, Option<Layout>)> {
     if let Some(old) = &args.from_data_dir {
         let old = Layout::new(
             std::path::absolute(old)
@@ -179,12 +195,12 @@ fn source(args: &RestoreArgs, layout: &Layout) -> anyhow::Result<(Config, PathBu
             return Err(herd_backup::BackupError::NotConfigured(old.config()).into());
         }
         let repository = config.backup.repository_path(old.root());
-        return Ok((config, repository));
+        return Ok((config, repository, Some(old)));
     }
     let repository = args.repository.as_deref().unwrap_or(Path::new(""));
     let repository = std::path::absolute(repository)
         .with_context(|| format!("invalid repository {}", repository.display()))?;
-    Ok((Config::default(), repository))
+    Ok((Config::default(), repository, None))
 }
 
 /// The backup a restore to `target` starts from, read from the repository.
