@@ -163,6 +163,8 @@ impl Node {
                 ),
                 slot: self.cfg.name.clone(),
             }),
+            // Archiving across hosts is a later slice of backups (docs/backup-status.md).
+            archive_command: None,
         }
     }
 

@@ -55,6 +55,12 @@ enum Command {
         #[command(subcommand)]
         command: crate::copy::CopyCommand,
     },
+    /// Back up shard group 0 with pgBackRest (needs `[backup]` in herd.toml): a full,
+    /// differential or incremental backup taken from the primary; `herd backup list` lists them.
+    Backup(BackupArgs),
+    /// Restore a backed-up cluster into a new data directory, to a moment (point-in-time
+    /// recovery) or to the end of its archived WAL; `herd up --data-dir NEW` then runs it.
+    Restore(crate::restore::RestoreArgs),
     /// Run this host's PostgreSQL node of a multi-host cluster kept in etcd.
     Agent(crate::hosts::AgentArgs),
     /// The fencing watchdog `herd agent` starts (not for direct use).
@@ -121,6 +127,26 @@ enum GroupCommand {
     /// tables' rows and the shard map, then the endpoint uses it. It holds no shard until
     /// `herd shards rebalance`.
     Add(DataDirArg),
+}
+
+/// Options of `herd backup`.
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct BackupArgs {
+    #[command(subcommand)]
+    command: Option<BackupCommand>,
+    #[command(flatten)]
+    dir: DataDirArg,
+    /// full (every file), diff (changed since the last full) or incr (changed since the last
+    /// backup of any type).
+    #[arg(long = "type", value_name = "TYPE", default_value = "full")]
+    kind: herd_backup::BackupKind,
+}
+
+#[derive(Debug, Subcommand)]
+enum BackupCommand {
+    /// The backups in the repository: label, type, start and stop times, sizes.
+    List(DataDirArg),
 }
 
 /// `--data-dir`, shared by every command.
@@ -404,6 +430,12 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             command: GroupCommand::Add(dir),
         } => crate::group_add::run(&dir.layout()?).await,
         Command::Copy { command } => crate::copy::run(command).await,
+        Command::Backup(BackupArgs {
+            command: Some(BackupCommand::List(dir)),
+            ..
+        }) => crate::backup::list(&dir.layout()?),
+        Command::Backup(args) => crate::backup::run(&args.dir.layout()?, args.kind),
+        Command::Restore(args) => crate::restore::run(args).await,
         Command::Agent(args) => crate::hosts::agent(args).await,
         Command::AgentWatchdog(args) => crate::hosts::watchdog(args),
         Command::Proxy(args) => crate::hosts::proxy(args).await,

@@ -1,6 +1,8 @@
 //! `herd`: one command for a highly available PostgreSQL cluster on this machine.
 
 mod admin;
+mod backup;
+mod backup_setup;
 mod bench;
 mod bench_interrupt;
 mod cli;
@@ -22,6 +24,7 @@ mod output;
 mod progress;
 mod proxy_api;
 mod proxy_groups;
+mod restore;
 mod shard_move;
 mod shards;
 mod status;

@@ -138,12 +138,25 @@ async fn supervise_foreground(layout: Layout, config: Config) -> anyhow::Result<
     } else {
         herd_cluster::existing_groups(&layout).min(config.cluster.shards)
     };
+    if config.backup.is_enabled() {
+        // Before the servers start: their archive_command reads this configuration.
+        crate::backup_setup::write_config(&layout, &config, pg.os_user())?;
+    }
     let groups = start_groups(&layout, &config, &pg, &progress, existing).await?;
     let timeout = Duration::from_secs(config.supervisor.ready_timeout_s);
     for cluster in &groups {
         if let Err(e) = cluster.wait_ready(timeout, &progress).await {
             let _ = herd_cluster::stop_groups(&groups, &pg, &progress).await;
             return Err(e).context("the servers were stopped again");
+        }
+    }
+    if config.backup.is_enabled() {
+        use herd_cluster::Progress;
+        progress.phase("creating the pgBackRest stanzas (WAL archiving)");
+        match crate::backup_setup::create_stanzas(&layout, &config, pg.os_user()) {
+            Ok(()) => progress.done("WAL archiving to the backup repository is on"),
+            // The cluster serves without it; `herd backup` creates the stanzas again.
+            Err(e) => eprintln!("warning: {e:#}\n(WAL archiving fails until this is fixed; `herd backup` tries again)"),
         }
     }
     let cluster = groups[0].clone();

@@ -108,7 +108,7 @@ impl Cluster {
             self.port(primary)
         ));
 
-        progress.phase("creating the replication role and one slot per replica");
+        progress.phase("creating the replication role");
         let client = herd_pg::connect(&self.conn_spec(primary)).await?;
         herd_pg::ensure_role(&client, REPLICATION_USER, &self.secrets.replication, true).await?;
         if self.group() > 0 {
@@ -125,12 +125,27 @@ impl Cluster {
             let source = herd_pg::connect(&group0.conn_spec(&group0.state.primary)).await?;
             herd_pg::copy_verifier(&source, &client, SUPERUSER).await?;
         }
+        drop(client);
+        progress.done("replication role created");
+        self.clone_replicas(pg, progress).await
+    }
+
+    /// Makes every replica of the recorded topology from the running primary: a slot each,
+    /// then pg_basebackup and start, one after the other. Used by bootstrap and by
+    /// `herd restore` (whose restored primary needs its replicas again).
+    pub async fn clone_replicas(
+        &self,
+        pg: &Pg,
+        progress: &dyn Progress,
+    ) -> Result<(), ClusterError> {
+        let primary = &self.state.primary;
+        progress.phase("creating one replication slot per replica");
+        let client = herd_pg::connect(&self.conn_spec(primary)).await?;
         for replica in self.state.replicas() {
             herd_pg::create_physical_slot(&client, replica.as_str()).await?;
         }
         drop(client);
-        progress.done("replication role and slots created");
-
+        progress.done("replication slots created");
         for replica in self.state.replicas() {
             progress.phase(&format!(
                 "cloning replica {replica} from {primary} (pg_basebackup)"

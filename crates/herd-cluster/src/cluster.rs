@@ -187,6 +187,22 @@ impl Cluster {
             synchronous_commit: self.config.cluster.commit_mode.synchronous_commit().into(),
             synchronous_standby_names: self.synchronous_standby_names(),
             upstream,
+            archive_command: self.config.backup.is_enabled().then(|| {
+                herd_backup::archive_command(
+                    &herd_backup::Paths::new(self.layout.root()).config(),
+                    self.group(),
+                )
+            }),
+        }
+    }
+
+    /// The group's current primary as pgBackRest reaches it (its stanza in pgbackrest.conf).
+    pub fn backup_stanza(&self) -> herd_backup::Stanza {
+        herd_backup::Stanza {
+            group: self.group(),
+            pg_path: self.layout.node(&self.state.primary),
+            port: self.port(&self.state.primary),
+            socket_dir: self.socket_dir(),
         }
     }
 

@@ -15,6 +15,8 @@ use herd_core::NodeName;
 /// logs/<node>.log      server logs; logs/herd.log for a detached supervisor
 /// run/                 supervisor pid, lock and API port; ha-note.txt (ha-note-g<N>.txt) per group
 /// sockets/             the servers' Unix-domain sockets (mode 0700, the servers' OS user)
+/// backup/              pgbackrest.conf when [backup] is on (see herd-backup's Paths)
+/// backup-repo/         the default pgBackRest repository
 /// ```
 ///
 /// A layout is seen from one shard group (group 0 unless [`Layout::for_group`] says otherwise):

@@ -6,8 +6,8 @@ mod schema;
 
 pub use render::render;
 pub use schema::{
-    Changed, ClusterConfig, Config, DashboardConfig, GroupConfig, NetworkConfig, PostgresConfig,
-    ProxyConfig, SupervisorConfig, MAX_SHARDS,
+    BackupConfig, Changed, ClusterConfig, Config, DashboardConfig, GroupConfig, NetworkConfig,
+    PostgresConfig, ProxyConfig, SupervisorConfig, MAX_SHARDS,
 };
 
 /// Why a configuration was rejected.

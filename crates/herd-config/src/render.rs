@@ -107,6 +107,14 @@ pub fn render(config: &Config) -> String {
             opt(&c.proxy.tls_key_file), q("")),
         ("proxy", "tls_required", "Refuse clients that do not use TLS (true | false).",
             c.proxy.tls_required.to_string(), d.proxy.tls_required.to_string()),
+        ("backup", "enabled",
+            "Continuous WAL archiving and backups with pgBackRest (`herd backup`, `herd restore`); true | false.",
+            c.backup.enabled.to_string(), d.backup.enabled.to_string()),
+        ("backup", "repository",
+            "pgBackRest repository directory, relative to this file's directory; empty: <data-dir>/backup-repo. Setting it enables backups. (An S3-compatible repository is planned.)",
+            opt(&c.backup.repository), q("")),
+        ("backup", "retention_full", "Full backups kept; older ones and the WAL only they need expire after each backup.",
+            c.backup.retention_full.to_string(), d.backup.retention_full.to_string()),
         ("dashboard", "bench_results",
             "A `herd bench --out` directory whose latest reports the dashboard shows, relative to this file's directory; empty: none.",
             opt(&c.dashboard.bench_results), q("")),
@@ -164,6 +172,8 @@ mod tests {
         c.postgres.wal_level = "logical".into();
         c.postgres.wal_compression = "lz4".into();
         c.cluster.shards = 3;
+        c.backup.repository = "/srv/herd-backups".into();
+        c.backup.retention_full = 4;
         c.set_for_group(2, "commit-mode", "async")
             .expect("per group");
         c.set_for_group(1, "sync-standbys", "ANY 2")
@@ -195,6 +205,10 @@ mod tests {
         assert!(text.contains("(default: \"off\")"), "{text}");
         assert!(text.contains("(default: \"on\")"), "{text}");
         assert!(text.contains("replicas = 3"), "{text}");
+        assert!(
+            text.contains("[backup]\n") && text.contains("retention_full = 4"),
+            "{text}"
+        );
         let back = Config::parse(&text, Path::new("herd.toml")).expect("valid");
         assert_eq!(back, c);
         let defaults = render(&Config::default());

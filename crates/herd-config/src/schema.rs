@@ -30,6 +30,8 @@ pub struct Config {
     pub proxy: ProxyConfig,
     /// The live page the HTTP API serves.
     pub dashboard: DashboardConfig,
+    /// Backups and point-in-time recovery with pgBackRest (off unless configured).
+    pub backup: BackupConfig,
     /// Per shard group overrides of `[cluster]`'s commit settings: `[group.1]`,
     /// `commit_mode = "remote_apply"`. Keys are group numbers.
     #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
@@ -43,6 +45,48 @@ pub struct DashboardConfig {
     /// A `herd bench --out` directory whose latest reports the page shows, relative to
     /// herd.toml's directory; empty: none.
     pub bench_results: String,
+}
+
+/// `[backup]`: continuous WAL archiving and backups with pgBackRest. Off unless `enabled = true`
+/// or a `repository` is given, so clusters without the section run exactly as before (no
+/// `archive_mode`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct BackupConfig {
+    /// Archive WAL and allow `herd backup` / `herd restore`.
+    pub enabled: bool,
+    /// The pgBackRest repository (a directory; relative paths are from the data directory);
+    /// empty: `<data-dir>/backup-repo`. Setting it enables backups.
+    pub repository: String,
+    /// Full backups kept; older ones (and the WAL only they need) are expired after each backup.
+    pub retention_full: u32,
+}
+
+impl Default for BackupConfig {
+    fn default() -> Self {
+        BackupConfig {
+            enabled: false,
+            repository: String::new(),
+            retention_full: 2,
+        }
+    }
+}
+
+impl BackupConfig {
+    /// Whether backups are configured: `enabled = true` or a repository named.
+    pub fn is_enabled(&self) -> bool {
+        self.enabled || !self.repository.is_empty()
+    }
+
+    /// The repository directory of the cluster whose data directory is `root`.
+    pub fn repository_path(&self, root: &Path) -> PathBuf {
+        if self.repository.is_empty() {
+            root.join("backup-repo")
+        } else {
+            // An absolute path replaces `root` in `join`.
+            root.join(&self.repository)
+        }
+    }
 }
 
 /// `[group.N]`: what shard group N does differently from `[cluster]`.
@@ -423,6 +467,23 @@ impl Config {
                 "false unless proxy.tls_cert_file and proxy.tls_key_file are set",
             ));
         }
+        let b = &self.backup;
+        if b.retention_full == 0 || b.retention_full > 9_999_999 {
+            // pgBackRest's own bounds for repo1-retention-full.
+            return Err(ConfigError::invalid(
+                "backup.retention_full",
+                b.retention_full,
+                "1 to 9999999 full backups",
+            ));
+        }
+        if b.repository.contains('\n') || b.repository.contains('=') {
+            // It is written into pgbackrest.conf, one `key=value` a line.
+            return Err(ConfigError::invalid(
+                "backup.repository",
+                &b.repository,
+                "a directory path without newlines or '='",
+            ));
+        }
         let s = &self.supervisor;
         if s.probe_interval_ms == 0 || s.restart_backoff_ms == 0 || s.ready_timeout_s == 0 {
             return Err(ConfigError::invalid(
@@ -623,11 +684,37 @@ mod tests {
                 "[postgres]\nwal_compression = \"gzip\"\n",
                 "postgres.wal_compression",
             ),
+            ("[backup]\nretention_full = 0\n", "backup.retention_full"),
         ];
         for (text, key) in cases {
             let err = parse(text).expect_err(text).to_string();
             assert!(err.contains(key), "{key} missing from: {err}");
         }
+    }
+
+    #[test]
+    fn backup_is_off_unless_configured() {
+        let c = parse("").expect("valid");
+        assert!(!c.backup.is_enabled());
+        assert_eq!(c.backup.retention_full, 2);
+        let root = Path::new("/data/herd");
+        assert_eq!(
+            c.backup.repository_path(root),
+            PathBuf::from("/data/herd/backup-repo")
+        );
+        let on = parse("[backup]\nenabled = true\n").expect("valid");
+        assert!(on.backup.is_enabled());
+        let repo = parse("[backup]\nrepository = \"/srv/backups\"\n").expect("valid");
+        assert!(repo.backup.is_enabled(), "a repository enables backups");
+        assert_eq!(
+            repo.backup.repository_path(root),
+            PathBuf::from("/srv/backups")
+        );
+        let relative = parse("[backup]\nrepository = \"../repo\"\n").expect("valid");
+        assert_eq!(
+            relative.backup.repository_path(root),
+            PathBuf::from("/data/herd/../repo")
+        );
     }
 
     #[test]

@@ -54,6 +54,9 @@ pub struct ServerSettings {
     pub synchronous_standby_names: String,
     /// Replicas only: `primary_conninfo` and `primary_slot_name`.
     pub upstream: Option<Upstream>,
+    /// `archive_command` with `archive_mode = on` when WAL is archived (backups configured);
+    /// `None` leaves archiving off, as PostgreSQL's defaults have it.
+    pub archive_command: Option<String>,
 }
 
 /// Where a replica streams from.
@@ -163,6 +166,15 @@ pub fn render_server_conf(s: &ServerSettings) -> String {
     set("synchronous_commit", &s.synchronous_commit);
     set("synchronous_standby_names", &s.synchronous_standby_names);
     set("log_line_prefix", "%m [%p] %q%u@%d ");
+    if let Some(command) = &s.archive_command {
+        // Every node gets it, replicas too: with `on` (not `always`) only the primary runs
+        // the command, so a promoted replica starts archiving without a restart.
+        set("archive_mode", "on");
+        set("archive_command", command);
+        // A quiet primary still ships its WAL within a minute: it bounds how far back the
+        // newest restorable moment can lie.
+        set("archive_timeout", "60s");
+    }
     if let Some(up) = &s.upstream {
         set("primary_conninfo", &up.conninfo);
         set("primary_slot_name", &up.slot);
@@ -269,6 +281,7 @@ mod tests {
             synchronous_commit: "on".into(),
             synchronous_standby_names: "ANY 1 (\"node1\", \"node2\")".into(),
             upstream: None,
+            archive_command: None,
         }
     }
 
@@ -288,6 +301,20 @@ mod tests {
             assert!(text.lines().any(|l| l == line), "missing {line} in\n{text}");
         }
         assert!(!text.contains("primary_conninfo"));
+        assert!(!text.contains("archive_mode"), "no archiving unless asked");
+    }
+
+    #[test]
+    fn archiving_is_on_with_a_command() {
+        let mut s = settings();
+        s.archive_command = Some("pgbackrest --stanza=herd-g0 archive-push %p".into());
+        let text = render_server_conf(&s);
+        for line in [
+            "archive_mode = 'on'",
+            "archive_command = 'pgbackrest --stanza=herd-g0 archive-push %p'",
+        ] {
+            assert!(text.lines().any(|l| l == line), "missing {line} in\n{text}");
+        }
     }
 
     #[test]

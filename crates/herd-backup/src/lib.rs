@@ -1,0 +1,22 @@
+//! Backups and point-in-time recovery with pgBackRest: the configuration Herd writes for it
+//! (one stanza per shard group), running its commands as the servers' OS user with their
+//! progress, reading its backup list, and checking a restore target against that list.
+//!
+//! Why pgBackRest rather than a home-made archiver: it is the archiver PostgreSQL HA stacks
+//! rely on (parallel, checksummed, retention and WAL expiry, S3), packaged by Debian, and Herd
+//! only has to write its configuration and call it. This crate adds no dependency beyond
+//! serde_json (pgBackRest's JSON output) and herd-pg (the OS user).
+
+mod error;
+mod info;
+mod run;
+mod setup;
+mod target;
+mod time;
+
+pub use error::BackupError;
+pub use info::{parse_info, BackupInfo};
+pub use run::{BackupKind, Event, Runner};
+pub use setup::{archive_command, restore_command, stanza, Paths, Setup, Stanza};
+pub use target::{choose_set, Target};
+pub use time::{format_utc, parse_timestamp};

@@ -1,0 +1,196 @@
+//! `herd backup` (a full, differential or incremental backup of shard group 0 from its primary)
+//! and `herd backup list`.
+
+use std::time::Instant;
+
+use anyhow::{bail, Context};
+use herd_backup::{BackupError, BackupInfo, BackupKind, Event, Runner};
+use herd_cluster::{Layout, Progress};
+use herd_config::Config;
+use herd_pg::OsUser;
+
+use crate::progress::TermProgress;
+
+/// The shard group backed up: this slice backs up one group (docs/backup-status.md).
+const GROUP: u32 = 0;
+
+/// The configuration of the cluster in `layout`, which must have `[backup]`.
+fn backup_config(layout: &Layout) -> anyhow::Result<Config> {
+    if !layout.config().exists() {
+        bail!(
+            "{} holds no Herd cluster (no herd.toml); give its --data-dir",
+            layout.root().display()
+        );
+    }
+    let config = Config::load(&layout.config())?;
+    if !config.backup.is_enabled() {
+        return Err(BackupError::NotConfigured(layout.config()).into());
+    }
+    Ok(config)
+}
+
+/// `herd backup --type KIND`.
+pub fn run(layout: &Layout, kind: BackupKind) -> anyhow::Result<()> {
+    let config = backup_config(layout)?;
+    if !herd_cluster::supervisor_running(layout) {
+        bail!(
+            "the cluster in {} is not running: start it with `herd up` (backups are taken from its primary)",
+            layout.root().display()
+        );
+    }
+    let owner = OsUser::for_servers(&config.postgres.os_user)?;
+    let progress = TermProgress::new();
+    progress.phase("refreshing pgBackRest's configuration and stanza");
+    // The primary may have changed since `herd up` wrote the configuration.
+    crate::backup_setup::write_config(layout, &config, owner.as_ref())?;
+    crate::backup_setup::create_stanzas(layout, &config, owner.as_ref())?;
+    progress.done("configuration and stanza ready");
+    let runner = crate::backup_setup::runner(layout, owner.as_ref())?;
+    let stanza = herd_backup::stanza(GROUP);
+    let started = Instant::now();
+    progress.phase(&format!(
+        "{} backup of shard group {GROUP} from its primary",
+        kind.as_str()
+    ));
+    let args = vec![
+        format!("--type={}", kind.as_str()),
+        // Per-file lines carry the share copied so far: the progress shown.
+        "--log-level-console=detail".to_string(),
+    ];
+    let step = percent_step();
+    let mut shown = -1i64;
+    let mut on_event = |event: Event| match event {
+        Event::Step(text) => {
+            if let Some(phase) = phase_of(&text) {
+                progress.phase(&phase);
+            }
+        }
+        Event::Copied(percent) => {
+            if percent as i64 >= shown + step {
+                shown = percent as i64 / step * step;
+                progress.phase(&format!("copying files: {shown}%"));
+            }
+        }
+    };
+    // Blocking is fine: this command has nothing else to do meanwhile.
+    runner
+        .run(Some(&stanza), "backup", &args, &mut on_event)
+        .context("the backup failed; see the logs in logs/pgbackrest/")?;
+    let list = list_backups(&runner, &stanza)?;
+    let Some(newest) = list.last() else {
+        bail!("pgbackrest reported success but lists no backup");
+    };
+    progress.done(&format!(
+        "backup {} ({}) done in {:.1}s",
+        newest.label,
+        newest.kind,
+        started.elapsed().as_secs_f64()
+    ));
+    drop(progress);
+    crate::output::emitln!(
+        "Backup {} ({}, {} of database, {} in the repository {}).\n\
+         Restore with: herd restore --to latest --from-data-dir {} --data-dir NEW-DIR",
+        newest.label,
+        newest.kind,
+        human_bytes(newest.size),
+        human_bytes(newest.repo_size),
+        config.backup.repository_path(layout.root()).display(),
+        layout.root().display()
+    );
+    Ok(())
+}
+
+/// How many percent apart copy progress is shown: every percent on a terminal (a spinner
+/// line redrawn), every 10 % in a log, which keeps it readable.
+pub fn percent_step() -> i64 {
+    if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+        1
+    } else {
+        10
+    }
+}
+
+/// The phase shown for one of pgBackRest's INFO lines, or `None` for lines of no interest.
+fn phase_of(text: &str) -> Option<String> {
+    let phase = if text.starts_with("execute non-exclusive backup start") {
+        "checkpoint on the primary, backup start"
+    } else if text.starts_with("backup start archive") {
+        "copying files"
+    } else if text.starts_with("execute non-exclusive backup stop") {
+        "backup stop, waiting for its WAL to be archived"
+    } else if text.starts_with("check archive for segment") {
+        "checking the archive holds the backup's WAL"
+    } else if text.starts_with("expire command begin") {
+        "expiring backups beyond retention_full"
+    } else if text.starts_with("new backup label") {
+        return Some(text.replace(" = ", ": "));
+    } else {
+        return None;
+    };
+    Some(phase.to_string())
+}
+
+/// The stanza's backups, oldest first.
+pub fn list_backups(runner: &Runner, stanza: &str) -> anyhow::Result<Vec<BackupInfo>> {
+    let json = runner.run(
+        Some(stanza),
+        "info",
+        &["--output=json".to_string()],
+        &mut |_| {},
+    )?;
+    Ok(herd_backup::parse_info(&json, stanza)?)
+}
+
+/// `herd backup list`.
+pub fn list(layout: &Layout) -> anyhow::Result<()> {
+    let config = backup_config(layout)?;
+    let owner = OsUser::for_servers(&config.postgres.os_user)?;
+    let runner = crate::backup_setup::runner(layout, owner.as_ref())?;
+    let stanza = herd_backup::stanza(GROUP);
+    let list = list_backups(&runner, &stanza)?;
+    if list.is_empty() {
+        crate::output::emitln!(
+            "No backup of shard group {GROUP} yet in {}: take one with `herd backup`.",
+            config.backup.repository_path(layout.root()).display()
+        );
+        return Ok(());
+    }
+    let mut out = format!(
+        "{:<36} {:<5} {:<20} {:<20} {:>10} {:>10}\n",
+        "LABEL", "TYPE", "START (UTC)", "STOP (UTC)", "SIZE", "REPO"
+    );
+    for b in &list {
+        out.push_str(&format!(
+            "{:<36} {:<5} {:<20} {:<20} {:>10} {:>10}\n",
+            b.label,
+            b.kind,
+            seconds(b.start),
+            seconds(b.stop),
+            human_bytes(b.size),
+            human_bytes(b.repo_size)
+        ));
+    }
+    crate::output::emitln!("{}", out.trim_end());
+    Ok(())
+}
+
+/// `YYYY-MM-DD HH:MM:SS` (UTC) of seconds since the epoch.
+fn seconds(epoch: i64) -> String {
+    let full = herd_backup::format_utc(epoch * 1_000_000);
+    full.get(..19).unwrap_or(&full).to_string()
+}
+
+fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KB", "MB", "GB", "TB"];
+    let mut v = n as f64;
+    let mut unit = 0;
+    while v >= 1024.0 && unit < UNITS.len() - 1 {
+        v /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", UNITS[unit])
+    }
+}

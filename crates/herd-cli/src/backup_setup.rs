@@ -1,0 +1,80 @@
+//! pgBackRest's set-up for a one-host cluster with `[backup]`: its configuration (each shard
+//! group's current primary) and the stanzas, written by `herd up` and refreshed by
+//! `herd backup` (a failover may have moved a primary since).
+
+use anyhow::Context;
+use herd_backup::{Paths, Runner, Setup, Stanza};
+use herd_cluster::{ClusterState, Layout, Secrets};
+use herd_config::Config;
+use herd_pg::OsUser;
+
+/// The pgBackRest configuration of the cluster in `layout`, from each group's recorded
+/// topology (a group not created yet: its node 0, which bootstrap makes the primary).
+pub fn setup(layout: &Layout, config: &Config) -> anyhow::Result<Setup> {
+    let groups = herd_cluster::existing_groups(layout).max(config.cluster.shards);
+    let mut stanzas = Vec::new();
+    for g in 0..groups {
+        let state = ClusterState::load(&layout.for_group(g).state())?
+            .unwrap_or_else(|| ClusterState::new_group(g, config.cluster.replicas));
+        let sockets = layout.sockets();
+        stanzas.push(Stanza {
+            group: g,
+            pg_path: layout.node(&state.primary),
+            port: config.group_node_port(g, state.index(&state.primary).unwrap_or(0)),
+            socket_dir: herd_pg::socket_dir_fits(&sockets).then_some(sockets),
+        });
+    }
+    Ok(Setup {
+        paths: Paths::new(layout.root()),
+        repository: config.backup.repository_path(layout.root()),
+        retention_full: config.backup.retention_full,
+        stanzas,
+    })
+}
+
+/// Runs pgBackRest with the cluster's configuration as the servers' OS user, with the
+/// superuser's password for the commands that connect.
+pub fn runner(layout: &Layout, owner: Option<&OsUser>) -> anyhow::Result<Runner> {
+    let secrets = Secrets::load(layout)?;
+    Ok(Runner {
+        config: Paths::new(layout.root()).config(),
+        owner: owner.cloned(),
+        password: Some(secrets.superuser),
+    })
+}
+
+/// Writes pgbackrest.conf (before the servers start: their `archive_command` reads it).
+pub fn write_config(
+    layout: &Layout,
+    config: &Config,
+    owner: Option<&OsUser>,
+) -> anyhow::Result<()> {
+    setup(layout, config)?
+        .write(owner)
+        .context("writing pgBackRest's configuration")
+}
+
+/// `pgbackrest stanza-create` for each group: creates the stanza in the repository, or checks
+/// that the existing one belongs to this cluster (it is idempotent), so a cluster that turns
+/// [backup] on later gets its stanza at its next `herd up`.
+pub fn create_stanzas(
+    layout: &Layout,
+    config: &Config,
+    owner: Option<&OsUser>,
+) -> anyhow::Result<()> {
+    let setup = setup(layout, config)?;
+    let runner = runner(layout, owner)?;
+    for s in &setup.stanzas {
+        if s.socket_dir.is_none() {
+            anyhow::bail!(
+                "the data directory's path is too long for the servers' Unix-domain sockets, \
+                 which pgBackRest needs: choose a shorter --data-dir to use backups"
+            );
+        }
+        let name = herd_backup::stanza(s.group);
+        runner
+            .run(Some(&name), "stanza-create", &[], &mut |_| {})
+            .with_context(|| format!("creating the pgBackRest stanza {name}"))?;
+    }
+    Ok(())
+}
