@@ -153,6 +153,29 @@ async fn up_replicate_status_restart_down_up() {
     probe_connection_is_kept(&c.url(&["--replica", index])).await;
     drop((replica, primary, endpoint));
 
+    // `herd restart --node` restarts a replica on an operator's request (a new postmaster,
+    // streaming again); the primary is refused.
+    let before = restarted["pid"].as_u64();
+    c.herd_ok(&["restart", "--node", &victim]);
+    herd_testkit::wait_until(
+        Duration::from_secs(60),
+        "the replica restarted by herd restart",
+        || {
+            let s = c.status();
+            let n = s["nodes"]
+                .as_array()?
+                .iter()
+                .find(|n| n["name"] == victim.as_str())?
+                .clone();
+            (n["state"] == "streaming" && n["pid"].as_u64() != before).then_some(())
+        },
+    );
+    let refused = c.herd(&["restart", "--node", "node0"]);
+    assert!(
+        !refused.status.success(),
+        "the primary restarts through a switchover only"
+    );
+
     // down stops everything; up resumes the same cluster with its data.
     c.herd_ok(&["down"]);
     let stopped = c.status();
