@@ -17,7 +17,7 @@
 //! The wrong-answer classes found so far are written up in `docs/differential-findings.md`. No new
 //! dependency: the PRNG is a hand-written xorshift.
 //!
-//! Bounded by default (seed 38, at most 3000 cases or 120 s of generation). For longer runs set
+//! Bounded by default (seed 38, at most 3000 cases or 90 s of generation). For longer runs set
 //! `HERD_DIFF_MINUTES` (then the case limit is lifted unless `HERD_DIFF_CASES` is set) and
 //! `HERD_DIFF_SEED`, or use `scripts/differential --minutes N --seed S`. `HERD_DIFF_REPORT`
 //! names a file the full report is also written to; `HERD_DIFF_SHOW` how many wrong answers it
@@ -78,7 +78,7 @@ impl Budget {
             } else {
                 3000
             }),
-            time: minutes.map_or(Duration::from_secs(120), |m| Duration::from_secs(m * 60)),
+            time: minutes.map_or(Duration::from_secs(90), |m| Duration::from_secs(m * 60)),
         }
     }
 }
