@@ -340,6 +340,16 @@ impl Agent {
         self.last_logged = text;
     }
 
+    /// Disarms the fencing deadline and releases the leader lease (the server no longer
+    /// writes: it was fenced or stopped before).
+    async fn give_up_lease(&mut self) -> Result<(), AgentError> {
+        self.disarm();
+        self.store
+            .release(&self.node.cfg.name)
+            .await
+            .map_err(AgentError::Store)
+    }
+
     /// Starts a long action on a copy of the node (see [`crate::jobs`]).
     fn start_job(&mut self, kind: JobKind, leader: Member) -> Result<(), AgentError> {
         let mut node = self.node.detached();
@@ -555,11 +565,7 @@ impl Agent {
                 // The marker file stays: the node rejoins through pg_rewind as any former
                 // primary. Fenced first, so nothing it might still do counts after the release.
                 self.node.fence()?;
-                self.disarm();
-                self.store
-                    .release(&self.node.cfg.name)
-                    .await
-                    .map_err(AgentError::Store)
+                self.give_up_lease().await
             }
             Step::Restart(leader) => match member(&leader) {
                 Some(m) => {
@@ -640,11 +646,7 @@ impl Agent {
                 {
                     self.node.fence()?;
                 }
-                self.disarm();
-                self.store
-                    .release(&self.node.cfg.name)
-                    .await
-                    .map_err(AgentError::Store)
+                self.give_up_lease().await
             }
             Step::Take | Step::Renew | Step::Promote | Step::FinishHandover => {
                 let finish = step == Step::FinishHandover;

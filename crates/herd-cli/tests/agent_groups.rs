@@ -30,13 +30,7 @@ struct Groups {
 
 impl Groups {
     fn dcs(&self) -> String {
-        let hosts: Vec<String> = self
-            .etcd
-            .endpoints()
-            .iter()
-            .map(|e| e.trim_start_matches("http://").to_string())
-            .collect();
-        format!("etcd://{}", hosts.join(","))
+        common::hosts::etcd_url(&self.etcd)
     }
 
     fn agent_dir(&self, i: usize) -> PathBuf {
@@ -172,17 +166,7 @@ impl Groups {
 
     /// Runs `herd ARGS --dcs … --cluster …`; its standard output (it must succeed).
     fn herd_store(&self, args: &[&str]) -> String {
-        let mut cmd = Command::new(HERD);
-        cmd.args(args)
-            .args(["--dcs", &self.dcs(), "--cluster", &self.cluster]);
-        let out =
-            herd_testkit::output_within(&mut cmd, Duration::from_secs(90)).expect("herd exits");
-        assert!(
-            out.status.success(),
-            "herd {args:?}: {}",
-            herd_testkit::describe(&out)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        common::hosts::herd_with_store(&self.dcs(), &self.cluster, args)
     }
 
     fn role(&self, i: usize) -> Option<String> {

@@ -127,19 +127,7 @@ async fn up_replicate_status_restart_down_up() {
         .batch_execute("insert into items select g, 'late' from generate_series(501, 600) g")
         .await
         .expect("insert while a replica is down");
-    let restarted = herd_testkit::wait_until(
-        Duration::from_secs(60),
-        "the killed replica to stream again",
-        || {
-            let s = c.status();
-            let n = s["nodes"]
-                .as_array()?
-                .iter()
-                .find(|n| n["name"] == victim.as_str())?
-                .clone();
-            (n["state"] == "streaming" && n["pid"].as_u64() != Some(old_pid as u64)).then_some(n)
-        },
-    );
+    let restarted = streaming_again(&c, &victim, Some(old_pid as u64), "the killed replica");
     assert_ne!(restarted["pid"].as_u64(), Some(old_pid as u64));
     let index = if victim == "node1" { "1" } else { "2" };
     let replica = connect(&c.url(&["--replica", index])).await;
@@ -157,19 +145,7 @@ async fn up_replicate_status_restart_down_up() {
     // streaming again); the primary is refused.
     let before = restarted["pid"].as_u64();
     c.herd_ok(&["restart", "--node", &victim]);
-    herd_testkit::wait_until(
-        Duration::from_secs(60),
-        "the replica restarted by herd restart",
-        || {
-            let s = c.status();
-            let n = s["nodes"]
-                .as_array()?
-                .iter()
-                .find(|n| n["name"] == victim.as_str())?
-                .clone();
-            (n["state"] == "streaming" && n["pid"].as_u64() != before).then_some(())
-        },
-    );
+    streaming_again(&c, &victim, before, "the replica restarted by herd restart");
     let refused = c.herd(&["restart", "--node", "node0"]);
     assert!(
         !refused.status.success(),
@@ -193,6 +169,28 @@ async fn up_replicate_status_restart_down_up() {
         || async { count(&replica, "items").await == Some(600) },
     )
     .await;
+}
+
+/// Waits (60 s) until node `name` streams with another postmaster than `old_pid`; its status.
+fn streaming_again(
+    c: &herd_testkit::TestCluster,
+    name: &str,
+    old_pid: Option<u64>,
+    what: &str,
+) -> serde_json::Value {
+    herd_testkit::wait_until(
+        Duration::from_secs(60),
+        &format!("{what} to stream again"),
+        || {
+            let s = c.status();
+            let n = s["nodes"]
+                .as_array()?
+                .iter()
+                .find(|n| n["name"] == name)?
+                .clone();
+            (n["state"] == "streaming" && n["pid"].as_u64() != old_pid).then_some(n)
+        },
+    )
 }
 
 /// The supervisor's probe backend on `url`'s server outlives several probe rounds (500 ms

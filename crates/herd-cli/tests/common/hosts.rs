@@ -136,13 +136,7 @@ impl Hosts {
     }
 
     pub fn dcs(&self) -> String {
-        let hosts: Vec<String> = self
-            .etcd
-            .endpoints()
-            .iter()
-            .map(|e| e.trim_start_matches("http://").to_string())
-            .collect();
-        format!("etcd://{}", hosts.join(","))
+        etcd_url(&self.etcd)
     }
 
     pub fn name(i: usize) -> String {
@@ -280,17 +274,7 @@ impl Hosts {
 
     /// Runs `herd ARGS --dcs … --cluster …` and returns its standard output (it must succeed).
     pub fn herd_store(&self, args: &[&str]) -> String {
-        let mut cmd = Command::new(HERD);
-        cmd.args(args)
-            .args(["--dcs", &self.dcs(), "--cluster", &self.cluster]);
-        let out =
-            herd_testkit::output_within(&mut cmd, Duration::from_secs(90)).expect("herd exits");
-        assert!(
-            out.status.success(),
-            "herd {args:?}: {}",
-            herd_testkit::describe(&out)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        herd_with_store(&self.dcs(), &self.cluster, args)
     }
 
     pub fn password(&self) -> String {
@@ -418,6 +402,30 @@ impl Drop for Hosts {
             let _ = herd_pg::kill_server(&self.agent_dir(i).join("pgdata"));
         }
     }
+}
+
+/// The `--dcs` URL of `etcd`'s members.
+pub fn etcd_url(etcd: &EtcdCluster) -> String {
+    let hosts: Vec<String> = etcd
+        .endpoints()
+        .iter()
+        .map(|e| e.trim_start_matches("http://").to_string())
+        .collect();
+    format!("etcd://{}", hosts.join(","))
+}
+
+/// Runs `herd ARGS --dcs DCS --cluster CLUSTER` (90 s at most) and returns its standard
+/// output; it must succeed.
+pub fn herd_with_store(dcs: &str, cluster: &str, args: &[&str]) -> String {
+    let mut cmd = Command::new(HERD);
+    cmd.args(args).args(["--dcs", dcs, "--cluster", cluster]);
+    let out = herd_testkit::output_within(&mut cmd, Duration::from_secs(90)).expect("herd exits");
+    assert!(
+        out.status.success(),
+        "herd {args:?}: {}",
+        herd_testkit::describe(&out)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// libfaketime's thread-safe library (Debian's `faketime` package), for the clock-skew test.
