@@ -101,7 +101,7 @@ impl ProxyContext {
         }
         // No map changes (moves, new distributed tables) and no other preparation meanwhile.
         let _one_change = self.shard_maps.changing.lock().await;
-        let _one_preparation = self.shard_maps.preparing.lock().await;
+        let one_preparation = self.shard_maps.preparing.lock().await;
         self.sync_roles_upto("postgres", &[], group + 1).await?;
         let (databases, databases_created) = self.copy_databases(group).await?;
         let mut admitted = Admitted {
@@ -114,6 +114,12 @@ impl ProxyContext {
         let prepared = self
             .prepare_databases(group, &databases, &mut guarded, &mut admitted)
             .await;
+        // Released before the map is read again: a session that reloads it takes this lock
+        // (`shards.rs`), possibly inside a transaction holding a lock on a guarded table, and
+        // dropping the guards below waits for that table lock: holding both can deadlock (the
+        // likely cause of one `herd group add` that timed out after 180 s under load). The new
+        // group holds everything now; a session's own preparation finds nothing left to do.
+        drop(one_preparation);
         if prepared.is_ok() {
             self.visible
                 .store(group + 1, std::sync::atomic::Ordering::Release);
