@@ -32,10 +32,18 @@ pub fn assignment(store: &Store, previous: Option<&Assignment>) -> Option<Assign
         .leader
         .as_deref()
         .and_then(|l| store.members.iter().find(|m| m.name == l));
+    // Only standbys that stream serve reads: one in recovery that does not (a former primary
+    // started as a standby before it was rewound, whose WAL may hold commits nobody
+    // acknowledged; a standby cut from its upstream) cannot show that it holds the primary's
+    // history, and the proxy's lag check compares positions, not histories.
     let replicas: Vec<Endpoint> = store
         .members
         .iter()
-        .filter(|m| m.role == "replica" && Some(m.name.as_str()) != store.leader.as_deref())
+        .filter(|m| {
+            m.role == "replica"
+                && m.streaming_from.is_some()
+                && Some(m.name.as_str()) != store.leader.as_deref()
+        })
         .map(endpoint)
         .collect();
     match leader {
@@ -213,7 +221,7 @@ mod tests {
             api: String::new(),
             lsn: None,
             replayed: None,
-            streaming_from: None,
+            streaming_from: (role == "replica").then(|| "a".to_string()),
         }
     }
 
@@ -247,6 +255,16 @@ mod tests {
         assert_eq!(b.primary.name.as_str(), "bb");
         assert!(b.primary_down);
         assert!(b.replicas.is_empty(), "the holder is not a read replica");
+        // A standby that does not stream (a former primary before its rewind) serves no reads.
+        let mut unproven = m("dddd", "replica");
+        unproven.streaming_from = None;
+        let s = store(
+            Some("a"),
+            vec![m("a", "primary"), m("bb", "replica"), unproven],
+        );
+        let d = assignment(&s, None).expect("assignment");
+        let names: Vec<&str> = d.replicas.iter().map(|r| r.name.as_str()).collect();
+        assert_eq!(names, ["bb"]);
         // A node that writes but holds no lease is never the primary.
         let s = store(None, vec![m("a", "primary"), m("bb", "replica")]);
         assert!(assignment(&s, None).is_none());

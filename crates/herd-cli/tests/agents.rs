@@ -140,7 +140,13 @@ async fn killed_server_under_live_agent_fails_over() {
             "{} abdicated once",
             Hosts::name(old)
         );
-        hosts.wait_role(old, "replica", Duration::from_secs(90));
+        // Streaming from the new primary: rewound (it may be started as a standby before, while
+        // no member leads yet; it serves no reads then).
+        herd_testkit::wait_until(Duration::from_secs(90), "the old primary streaming", || {
+            hosts
+                .member(old)
+                .filter(|m| m["role"] == "replica" && m["streaming_from"].is_string())
+        });
         assert!(
             !hosts.agent_dir(old).join("run/was-primary").exists(),
             "rewound: the marker is gone"
