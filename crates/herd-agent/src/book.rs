@@ -26,9 +26,12 @@ impl Book {
     /// has just stopped serving (worth a line in the log: the rounds only renew meanwhile).
     pub fn observe(&mut self, local: &Local, leads: Option<bool>, now: Instant) -> bool {
         match local {
+            // A standby that does not answer (still starting, or never reaching a consistent
+            // point because its upstream's history moved on) does not stream either.
             Local::Replica {
                 streaming: false, ..
-            } => {
+            }
+            | Local::NotAnswering => {
                 self.not_streaming_since.get_or_insert(now);
             }
             _ => self.not_streaming_since = None,
@@ -133,9 +136,10 @@ mod tests {
         };
         book.observe(&replica, Some(false), t0 + Duration::from_secs(4));
         assert_eq!(book.failed_starts(), 0);
+        // Not answering at t0 already counted as not streaming.
         assert_eq!(
             book.not_streaming_for(t0 + Duration::from_secs(6)),
-            Duration::from_secs(2)
+            Duration::from_secs(6)
         );
         book.streaming_restarts();
         assert_eq!(

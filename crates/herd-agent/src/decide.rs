@@ -141,6 +141,11 @@ pub enum Step {
 /// may have passed the leader's fork point).
 pub const STUCK_REPLICA: Duration = Duration::from_secs(15);
 
+/// How long a standby may stay unable to answer (not yet consistent) before it rejoins the
+/// leader: longer than `STUCK_REPLICA`, as a standby replaying a long backlog is legitimately
+/// silent for a while.
+pub const STUCK_STARTING: Duration = Duration::from_secs(30);
+
 /// Decides this round's step.
 pub fn decide(view: &View) -> Step {
     let store = match &view.store {
@@ -168,6 +173,15 @@ pub fn decide(view: &View) -> Step {
         Local::NotAnswering => match other_leader {
             Some(l) if view.upstream_lacks_wal && store.members.iter().any(|m| m.name == l) => {
                 Step::Reclone(l.into())
+            }
+            // Never consistent for this long: typically rewound onto a member that lost the
+            // lead right after (its timeline is gone), so the WAL it waits for never comes.
+            // Rejoin the leader (pg_rewind, else a fresh clone).
+            Some(l)
+                if view.not_streaming_for >= STUCK_STARTING
+                    && store.members.iter().any(|m| m.name == l) =>
+            {
+                backed_off(view, Step::Rejoin(l.into()))
             }
             _ => Step::Wait("PostgreSQL runs but does not answer".into()),
         },

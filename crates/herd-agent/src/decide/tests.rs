@@ -603,3 +603,17 @@ fn a_restart_request_is_carried_out_by_a_following_replica_only() {
         "a leader is restarted through a switchover, never in place"
     );
 }
+
+#[test]
+fn a_standby_never_consistent_rejoins_the_leader() {
+    let led = store(
+        Some("a"),
+        vec![member("a", "primary", 10), member("b", "unreachable", 0)],
+        &[],
+    );
+    let mut v = view("b", Local::NotAnswering, Ok(led));
+    v.policy = policy();
+    assert!(matches!(decide(&v), Step::Wait(_)), "starting: waits");
+    v.not_streaming_for = STUCK_STARTING;
+    assert_eq!(decide(&v), Step::Rejoin("a".into()));
+}
