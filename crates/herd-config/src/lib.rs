@@ -3,6 +3,7 @@
 
 mod render;
 mod schema;
+mod validate;
 
 pub use render::render;
 pub use schema::{
