@@ -347,6 +347,17 @@ fn store_unreachable(view: &View, why: &str) -> Step {
 /// bound in async mode), applied to the members' published positions with this agent's own
 /// fresh one.
 fn candidate(view: &View, store: &Store, own: Option<Lsn>) -> Result<String, String> {
+    proven_candidate(store, Some((&view.me, own)), view.last_leader_lsn)
+}
+
+/// [`candidate`] for any caller: the replicas with a heartbeat, plus `me` at its own position
+/// when given, against the leader's last known position `primary_lsn`.
+pub(crate) fn proven_candidate(
+    store: &Store,
+    me: Option<(&str, Option<Lsn>)>,
+    primary_lsn: Lsn,
+) -> Result<String, String> {
+    let is_me = |name: &str| me.is_some_and(|(m, _)| m == name);
     if store.sync_set.is_empty() && store.settings.commit_mode != herd_core::CommitMode::Async {
         // No standby was ever recorded: commits were acknowledged by the leader alone, so only
         // that member (a restarted single node, say) may lead again.
@@ -361,11 +372,14 @@ fn candidate(view: &View, store: &Store, own: Option<Lsn>) -> Result<String, Str
     let candidates: Vec<Candidate> = store
         .members
         .iter()
-        .filter(|m| m.role == "replica" || m.name == view.me)
+        .filter(|m| m.role == "replica" || is_me(&m.name))
         .map(|m| Candidate {
             name: NodeName::from_text(&m.name),
             reachable: true,
-            flushed: if m.name == view.me { own } else { m.lsn },
+            flushed: match me {
+                Some((name, own)) if name == m.name => own,
+                _ => m.lsn,
+            },
         })
         .collect();
     let rules = FailoverRules {
@@ -381,7 +395,7 @@ fn candidate(view: &View, store: &Store, own: Option<Lsn>) -> Result<String, Str
             .iter()
             .map(|n| NodeName::from_text(n))
             .collect(),
-        primary_lsn: view.last_leader_lsn,
+        primary_lsn,
         max_lag_bytes: store.settings.max_lag_on_failover,
         allow_data_loss: false,
     };

@@ -19,6 +19,7 @@ pub mod member;
 pub mod policy;
 pub mod status;
 pub mod sync;
+pub mod verbs;
 
 pub mod api;
 pub mod book;

@@ -58,6 +58,12 @@ pub async fn hand_over(
             Some(_) if *t == from => anyhow::bail!("{t} already leads"),
             Some(_) => {}
         }
+        // A failover does not wait for the target to catch up (a switchover does): refuse at
+        // once a target the agents would not promote, rather than after their 60 s wait.
+        if immediate {
+            herd_agent::verbs::check_failover_target(&read.store, t, allow_data_loss)
+                .map_err(anyhow::Error::msg)?;
+        }
     } else if !read.store.members.iter().any(|m| m.role == "replica") {
         anyhow::bail!("no replica to hand over to");
     }

@@ -80,6 +80,52 @@ async fn agents_fail_over_fence_and_rejoin_without_losing_writes() {
     );
     hosts.wait_writes(&acked, "after the switchover");
 
+    // 4. A manual failover to a member behind the one the quorum proof names is refused at
+    //    once, in the one-host supervisor's words, and nothing changes.
+    let behind = (0..3)
+        .find(|&i| i != leader && i != target)
+        .expect("third member");
+    let frozen = common::connect(&hosts.node_url(behind)).await;
+    let receiver: i32 = frozen
+        .query_one("select pid from pg_stat_wal_receiver", &[])
+        .await
+        .expect("walreceiver")
+        .get(0);
+    let receiver = Pid::from_raw(receiver);
+    kill(receiver, Signal::SIGSTOP).expect("SIGSTOP walreceiver");
+    let position =
+        |i: usize| -> Option<herd_core::Lsn> { hosts.member(i)?["lsn"].as_str()?.parse().ok() };
+    herd_testkit::wait_until(Duration::from_secs(30), "a member behind", || {
+        hosts.wait_writes(&acked, "while a receiver is frozen");
+        (position(behind) < position(leader)).then_some(())
+    });
+    let mut cmd = std::process::Command::new(HERD);
+    cmd.args(["failover", "--to", &Hosts::name(behind)]).args([
+        "--dcs",
+        &hosts.dcs(),
+        "--cluster",
+        &hosts.cluster,
+    ]);
+    let started = std::time::Instant::now();
+    let out = herd_testkit::output_within(&mut cmd, Duration::from_secs(90)).expect("herd exits");
+    kill(receiver, Signal::SIGCONT).expect("SIGCONT walreceiver");
+    let said = herd_testkit::describe(&out);
+    assert!(!out.status.success(), "{said}");
+    assert!(
+        said.contains(&format!(
+            "{} may lack acknowledged commits; {} holds them all",
+            Hosts::name(behind),
+            Hosts::name(leader)
+        )),
+        "{said}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "refused at once: {said}"
+    );
+    assert_eq!(hosts.primary(), Some(target), "the leader stays");
+    hosts.wait_writes(&acked, "after the refused failover");
+
     finish(&hosts, &stop, threads, &record).await;
 }
 
