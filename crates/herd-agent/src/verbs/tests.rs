@@ -37,11 +37,20 @@ fn store(mode: CommitMode, replicas: &[(&str, u64)]) -> Store {
     }
 }
 
+/// (mode, replicas, to, allow_data_loss, accepted, words in the refusal)
+type Case<'a> = (
+    CommitMode,
+    &'a [(&'a str, u64)],
+    &'a str,
+    bool,
+    bool,
+    &'a str,
+);
+
 #[test]
 fn failover_targets_table() {
     use CommitMode::{Async, On};
-    // (mode, replicas, to, allow_data_loss, accepted, words in the refusal)
-    let cases: &[(CommitMode, &[(&str, u64)], &str, bool, bool, &str)] = &[
+    let cases: &[Case] = &[
         (On, &[("b", 100), ("c", 50)], "b", false, true, ""),
         (
             On,
