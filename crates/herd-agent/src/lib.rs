@@ -12,6 +12,7 @@
 //! decision depends on synchronized clocks between hosts.
 
 pub mod decide;
+pub mod events;
 pub mod follow;
 pub mod groups;
 pub mod jobs;

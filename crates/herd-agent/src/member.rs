@@ -20,6 +20,8 @@ pub const SHARD_GROUPS: &str = "shard_groups";
 pub const REQUESTS: &str = "requests/";
 /// Prefix of the members' heartbeats.
 pub const MEMBERS: &str = "members/";
+/// Prefix of the timeline's events (see [`crate::events`]).
+pub const EVENTS: &str = "events/";
 
 /// The key of member `name`.
 pub fn member_key(name: &str) -> String {

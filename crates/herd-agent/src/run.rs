@@ -3,7 +3,7 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use herd_core::Lsn;
+use herd_core::{ClusterEvent, EventKind, Lsn};
 use tokio::sync::watch;
 
 use crate::api::{self, SharedState};
@@ -372,14 +372,35 @@ impl Agent {
         self.node.upstream = done.upstream;
         // What the log said before the job is about the old data directory or upstream.
         self.node.log_watch.reset();
-        match done.result {
-            Ok(()) => tracing::info!("{:?} from {} done", done.kind, done.leader),
+        let (kind, what) = match done.kind {
+            JobKind::Clone => (None, "joined by a clone"),
+            JobKind::Rejoin => (Some(EventKind::Rejoin), "rejoined as a replica"),
+            JobKind::Reclone => (Some(EventKind::Rejoin), "rejoined by a fresh clone"),
+            JobKind::Restart => (Some(EventKind::Restart), "restarted its server"),
+        };
+        let (text, ok) = match &done.result {
+            Ok(()) => {
+                tracing::info!("{:?} from {} done", done.kind, done.leader);
+                (format!("{what} of {}", done.leader), true)
+            }
             Err(e) => {
                 tracing::warn!("{:?} from {} failed: {e}", done.kind, done.leader);
                 // The step that follows is logged even if it repeats the one before the job.
                 self.last_logged.clear();
+                (format!("{what} of {}: failed: {e}", done.leader), false)
             }
+        };
+        if let Some(kind) = kind {
+            self.note(kind, text, ok);
         }
+    }
+
+    /// Adds an event about this member to its group's timeline in the store.
+    fn note(&self, kind: EventKind, text: String, ok: bool) {
+        let cfg = &self.node.cfg;
+        let text = format!("{}: {text}", cfg.name);
+        let event = ClusterEvent::now(cfg.group, kind, Some(cfg.name.clone()), text, ok);
+        crate::events::record(&self.store, &cfg.name, event);
     }
 
     /// Counts the step in `herd_ha_decisions_total` (the one-host supervisor's metric): every

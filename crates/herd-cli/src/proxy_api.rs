@@ -1,11 +1,13 @@
 //! `herd proxy --api-listen ADDR`: the HTTP API and live dashboard of `herd up`, served by a
 //! multi-host proxy from what the agents publish in the store. `/status` (and the dashboard's
 //! topology) is `herd_agent::status::cluster_status` over every shard group, re-read every
-//! second; leader changes seen between reads become timeline events; `/metrics` is this
+//! second; the agents' events in the store (promotions, fences, rejoins, restarts) are its
+//! timeline; `/metrics` is this
 //! proxy's counters; switchover, failover and `config set` go through the store like the CLI's
 //! `--dcs` verbs, restarts too (`hosts_restart`). Adding groups is not offered across hosts yet
 //! (409 says so).
 
+use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,7 +16,7 @@ use anyhow::Context;
 use herd_agent::store::{Read, StoreClient};
 use herd_api::AdminAction;
 use herd_cluster::{Layout, Secrets};
-use herd_core::{ClusterEvent, ClusterStatus, EventKind};
+use herd_core::{ClusterEvent, ClusterStatus};
 use herd_proxy::ProxyContext;
 use tokio::sync::watch;
 
@@ -104,34 +106,34 @@ async fn dispatch(root: StoreClient, action: AdminAction) -> Result<String, Stri
     }
 }
 
-/// Leader changes between two reads, as timeline events.
-fn leader_events(before: &[Read], now: &[Read]) -> Vec<ClusterEvent> {
-    let mut events = Vec::new();
-    for (g, (b, n)) in before.iter().zip(now).enumerate() {
-        let (was, is) = (&b.store.leader, &n.store.leader);
-        if was == is {
-            continue;
-        }
-        if let Some(new) = is {
-            // A pending request in the previous read: the operator asked for it.
-            let kind = match &b.store.handover {
-                Some(h) if !h.immediate => EventKind::Switchover,
-                _ => EventKind::Failover,
-            };
-            let text = match was {
-                Some(old) => format!("{new} leads shard group {g} (was {old})"),
-                None => format!("{new} leads shard group {g}"),
-            };
-            events.push(ClusterEvent::now(
-                g as u32,
-                kind,
-                Some(new.clone()),
-                text,
-                true,
-            ));
-        }
+/// The events of `now` (one group's, keyed) not in `seen`, oldest first; `seen` becomes the
+/// keys of `now` (events expire from the store, so the set stays as small as the timeline).
+fn unseen(seen: &mut BTreeSet<String>, now: Vec<(String, ClusterEvent)>) -> Vec<ClusterEvent> {
+    let keys: BTreeSet<String> = now.iter().map(|(k, _)| k.clone()).collect();
+    let fresh = now
+        .into_iter()
+        .filter(|(k, _)| !seen.contains(k))
+        .map(|(_, e)| e)
+        .collect();
+    *seen = keys;
+    fresh
+}
+
+/// Every group's events in the store (`None` for a group whose read failed this time).
+async fn read_events(
+    root: &StoreClient,
+    groups: usize,
+) -> Vec<Option<Vec<(String, ClusterEvent)>>> {
+    let mut all = Vec::new();
+    for g in 0..groups {
+        let dcs = herd_agent::groups::scoped(root.dcs(), g as u32);
+        let events = tokio::task::spawn_blocking(move || herd_agent::events::read(dcs.as_ref()))
+            .await
+            .ok()
+            .and_then(Result::ok);
+        all.push(events);
     }
-    events
+    all
 }
 
 /// Keeps `tx` current from the store until `shutdown`, recording leader changes.
@@ -142,17 +144,24 @@ async fn follow_status(
     dashboard: herd_api::Dashboard,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let mut previous: Option<Vec<Read>> = None;
+    // The keys of each group's events already on the timeline.
+    let mut seen: Vec<BTreeSet<String>> = Vec::new();
     loop {
         if let Ok(reads) = read_groups(&root).await {
-            if let Some(before) = &previous {
-                for e in leader_events(before, &reads) {
+            let stores: Vec<_> = reads.iter().map(|r| r.store.clone()).collect();
+            tx.send_replace(herd_agent::status::cluster_status(&stores, &endpoint));
+            seen.resize_with(reads.len(), BTreeSet::new);
+            for (g, events) in read_events(&root, reads.len())
+                .await
+                .into_iter()
+                .enumerate()
+            {
+                // A failed read changes nothing: the next one shows what is new since.
+                let Some(events) = events else { continue };
+                for e in unseen(&mut seen[g], events) {
                     dashboard.record_event(e);
                 }
             }
-            let stores: Vec<_> = reads.iter().map(|r| r.store.clone()).collect();
-            tx.send_replace(herd_agent::status::cluster_status(&stores, &endpoint));
-            previous = Some(reads);
         }
         tokio::select! {
             _ = tokio::time::sleep(REFRESH) => {}
@@ -230,48 +239,31 @@ pub async fn serve(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use herd_agent::decide::Store;
-    use herd_agent::member::{Handover, SyncRecord};
+    use herd_core::EventKind;
 
-    fn read(leader: Option<&str>, handover: Option<Handover>) -> Read {
-        Read {
-            store: Store {
-                initialized: true,
-                leader: leader.map(str::to_string),
-                members: Vec::new(),
-                sync_set: Vec::new(),
-                last_sync: Vec::new(),
-                last_leader: None,
-                settings: Default::default(),
-                handover,
-                restarts: Vec::new(),
-            },
-            initialized: None,
-            sync_revision: 0,
-            sync: SyncRecord::default(),
-            handover_revision: 0,
-        }
+    fn event(ms: u64, text: &str) -> (String, ClusterEvent) {
+        let e = ClusterEvent {
+            unix_ms: ms,
+            group: 1,
+            kind: EventKind::Failover,
+            node: None,
+            text: text.into(),
+            ok: true,
+        };
+        (herd_agent::events::key(&e, "h1"), e)
     }
 
     #[test]
-    fn leader_changes_become_events_of_their_group() {
-        let before = [read(Some("a"), None), read(Some("x"), None)];
-        let same = [read(Some("a"), None), read(Some("x"), None)];
-        assert!(leader_events(&before, &same).is_empty());
-        let failed = [read(Some("a"), None), read(Some("y"), None)];
-        let e = leader_events(&before, &failed);
-        assert_eq!(e.len(), 1);
-        assert_eq!((e[0].group, e[0].kind), (1, EventKind::Failover));
-        assert_eq!(e[0].text, "y leads shard group 1 (was x)");
-        let asked = Handover {
-            from: "a".into(),
-            ..Handover::default()
-        };
-        let before = [read(Some("a"), Some(asked)), read(Some("x"), None)];
-        let switched = [read(Some("b"), None), read(Some("x"), None)];
-        let e = leader_events(&before, &switched);
-        assert_eq!((e[0].group, e[0].kind), (0, EventKind::Switchover));
-        // No leader now: nothing to say until one leads.
-        assert!(leader_events(&switched, &[read(None, None), read(Some("x"), None)]).is_empty());
+    fn each_stored_event_reaches_the_timeline_once() {
+        let mut seen = BTreeSet::new();
+        let texts = |v: Vec<ClusterEvent>| v.into_iter().map(|e| e.text).collect::<Vec<_>>();
+        // A proxy started after the events: the history is shown.
+        let first = unseen(&mut seen, vec![event(1, "a"), event(2, "b")]);
+        assert_eq!(texts(first), ["a", "b"]);
+        assert!(unseen(&mut seen, vec![event(1, "a"), event(2, "b")]).is_empty());
+        // "a" expired, "c" is new.
+        let next = unseen(&mut seen, vec![event(2, "b"), event(3, "c")]);
+        assert_eq!(texts(next), ["c"]);
+        assert_eq!(seen.len(), 2);
     }
 }

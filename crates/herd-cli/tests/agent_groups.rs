@@ -423,12 +423,31 @@ async fn two_shard_groups_over_agents_fail_over_apart() {
 
     // The proxy's HTTP API and dashboard: both groups' topology from the store, the switchover
     // on the timeline, the proxy's counters, and a switchover asked over HTTP.
+    // The timeline is the agents' events in the store: the failover of group 1, the killed
+    // member's rejoin and the switchover, each said by the member it concerns.
+    let has = |events: &[serde_json::Value], kind: &str, text: &str| {
+        events
+            .iter()
+            .any(|e| e["kind"] == kind && e["group"] == 1 && e["text"].as_str() == Some(text))
+    };
+    let promoted = |i: usize| format!("{}: promoted to primary of shard group 1", AGENTS[i].0);
     herd_testkit::wait_until(
         Duration::from_secs(10),
-        "the switchover on the timeline",
+        "the failover, the rejoin and the switchover on the timeline",
         || {
             let (code, body) = g.api_get("/dashboard/snapshot");
-            (code == 200 && body.contains(&format!("{} leads shard group 1", AGENTS[first].0)))
+            let doc: serde_json::Value = serde_json::from_str(&body).ok()?;
+            let events = doc["events"].as_array()?;
+            let rejoined = events.iter().any(|e| {
+                e["kind"] == "rejoin"
+                    && e["text"]
+                        .as_str()
+                        .is_some_and(|t| t.starts_with(&format!("{}: rejoined", AGENTS[first].0)))
+            });
+            (code == 200
+                && has(events, "failover", &promoted(other))
+                && has(events, "switchover", &promoted(first))
+                && rejoined)
                 .then_some(())
         },
     );

@@ -23,6 +23,9 @@ pub enum EventKind {
     JoinedReadPool,
     /// A shard group was added while the cluster ran (`herd group add`), or its admission failed.
     GroupAdded,
+    /// A primary was stopped at once so it cannot take another write (it lost its lease, or
+    /// it gave the lead up because its server died or hung).
+    Fenced,
 }
 
 /// One event, stamped when it happened.

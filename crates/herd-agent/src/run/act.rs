@@ -1,5 +1,7 @@
 //! Carrying out the step a round decided: the one place where a [`Step`] becomes actions.
 
+use herd_core::EventKind;
+
 use super::*;
 
 impl Agent {
@@ -34,12 +36,14 @@ impl Agent {
                 tracing::error!("fencing: {why}");
                 self.node.fence()?;
                 self.disarm();
+                self.note(EventKind::Fenced, format!("fenced: {why}"), true);
                 Ok(())
             }
-            Step::Abdicate(_) => {
+            Step::Abdicate(why) => {
                 // The marker file stays: the node rejoins through pg_rewind as any former
                 // primary. Fenced first, so nothing it might still do counts after the release.
                 self.node.fence()?;
+                self.note(EventKind::Fenced, format!("gave the lead up: {why}"), true);
                 self.give_up_lease().await
             }
             Step::Restart(leader) => match member(&leader) {
@@ -132,6 +136,11 @@ impl Agent {
                             tracing::error!("fencing: another member holds the leader lease");
                             self.node.fence()?;
                             self.disarm();
+                            self.note(
+                                EventKind::Fenced,
+                                "fenced: another member holds the leader lease".into(),
+                                true,
+                            );
                         }
                         return Ok(());
                     }
@@ -154,7 +163,25 @@ impl Agent {
                 }
                 if matches!(observed.local, Local::Replica { .. }) {
                     tracing::warn!("{} holds the leader lease; promoting", self.node.cfg.name);
-                    self.node.promote().await?;
+                    // A switchover the operator asked for, else a failover.
+                    let planned = read
+                        .as_ref()
+                        .and_then(|r| r.store.handover.as_ref())
+                        .is_some_and(|h| !h.immediate);
+                    let kind = if planned {
+                        EventKind::Switchover
+                    } else {
+                        EventKind::Failover
+                    };
+                    let text =
+                        format!("promoted to primary of shard group {}", self.node.cfg.group);
+                    match self.node.promote().await {
+                        Ok(()) => self.note(kind, text, true),
+                        Err(e) => {
+                            self.note(kind, format!("{text} failed: {e}"), false);
+                            return Err(e);
+                        }
+                    }
                     self.applied = None;
                     return Ok(());
                 }
