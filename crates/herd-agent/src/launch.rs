@@ -108,6 +108,7 @@ pub async fn run(
         layout,
         secrets,
         upstream: None,
+        wal_compression: None,
         fresh_secrets,
         log_watch: crate::pglog::LogWatch::new(cfg.pg_log()),
         prober: tokio::sync::Mutex::new(None),

@@ -95,6 +95,9 @@ pub struct ClusterSettings {
     pub sync_standbys: SyncStandbys,
     /// Async failover: how far (bytes) behind the lost primary a replica may be promoted.
     pub max_lag_on_failover: u64,
+    /// `wal_compression` of every member (`None`: each agent's `[postgres]` setting).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wal_compression: Option<String>,
 }
 
 impl Default for ClusterSettings {
@@ -103,6 +106,7 @@ impl Default for ClusterSettings {
             commit_mode: CommitMode::On,
             sync_standbys: SyncStandbys::default(),
             max_lag_on_failover: 1024 * 1024,
+            wal_compression: None,
         }
     }
 }

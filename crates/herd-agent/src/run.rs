@@ -237,6 +237,9 @@ impl Agent {
                 self.last_leader_lsn = l.lsn.unwrap_or(self.last_leader_lsn);
             }
         }
+        if let Ok(r) = &read {
+            self.follow_settings(r, &observed.local).await;
+        }
         if observed.local != Local::Primary {
             // Slots live in the primary's data directory; a rewind or clone drops them, so a
             // member that leads again creates them again.
@@ -392,6 +395,46 @@ impl Agent {
         };
         if let Some(kind) = kind {
             self.note(kind, text, ok);
+        }
+    }
+
+    /// Applies the store's reloadable settings that concern every member (today
+    /// `wal_compression`) to a running server; a failure is logged and tried again next round.
+    async fn follow_settings(&mut self, read: &Read, local: &Local) {
+        let wanted = read.store.settings.wal_compression.clone();
+        let upstream = match local {
+            Local::Primary => None,
+            Local::Replica { .. } => {
+                let following = self.node.upstream.clone();
+                match read
+                    .store
+                    .members
+                    .iter()
+                    .find(|m| Some(&m.name) == following.as_ref())
+                {
+                    Some(m) => Some(m.clone()),
+                    // Its upstream has no heartbeat now: the rewrite waits for a round that
+                    // knows where it streams from.
+                    None => return,
+                }
+            }
+            _ => return,
+        };
+        match self
+            .node
+            .apply_wal_compression(wanted, upstream.as_ref())
+            .await
+        {
+            Ok(true) => tracing::info!(
+                "wal_compression = {} from the store",
+                read.store
+                    .settings
+                    .wal_compression
+                    .as_deref()
+                    .unwrap_or_default()
+            ),
+            Ok(false) => {}
+            Err(e) => tracing::warn!("cannot apply wal_compression from the store: {e}"),
         }
     }
 

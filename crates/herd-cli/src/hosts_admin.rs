@@ -22,8 +22,18 @@ pub async fn config_set(store: &StoreClient, key: &str, value: &str) -> anyhow::
     match key {
         "commit-mode" => settings.commit_mode = value.parse()?,
         "sync-standbys" => settings.sync_standbys = value.parse()?,
+        "wal-compression" => {
+            if !herd_config::WAL_COMPRESSIONS.contains(&value) {
+                anyhow::bail!(
+                    "invalid value for wal-compression: '{value}' (one of {})",
+                    herd_config::WAL_COMPRESSIONS.join(", ")
+                );
+            }
+            settings.wal_compression = Some(value.to_string());
+        }
         other => anyhow::bail!(
-            "{other} cannot be set on a multi-host cluster (commit-mode or sync-standbys)"
+            "{other} cannot be set on a multi-host cluster (commit-mode, sync-standbys or \
+             wal-compression)"
         ),
     }
     store
@@ -31,7 +41,12 @@ pub async fn config_set(store: &StoreClient, key: &str, value: &str) -> anyhow::
         .await
         .map_err(|e| anyhow::anyhow!("{e} (changed concurrently? run the command again)"))?;
     crate::output::emitln!(
-        "{key} = {value} recorded; the primary's agent applies it within a round"
+        "{key} = {value} recorded; {} within a round",
+        if key == "wal-compression" {
+            "every member's agent applies it"
+        } else {
+            "the primary's agent applies it"
+        }
     );
     Ok(())
 }

@@ -70,6 +70,19 @@ async fn agents_fail_over_fence_and_rejoin_without_losing_writes() {
         },
     )
     .await;
+    // wal_compression through the store: every member's agent applies it (a reload).
+    let out = hosts.herd_store(&["config", "set", "wal-compression", "lz4"]);
+    assert!(out.contains("every member's agent applies it"), "{out}");
+    let replica = common::connect(&hosts.node_url(leader)).await;
+    for (who, client) in [("the primary", &direct), ("a replica", &replica)] {
+        common::eventually(Duration::from_secs(30), who, || async {
+            client
+                .query_one("show wal_compression", &[])
+                .await
+                .is_ok_and(|r| r.get::<_, String>(0) == "lz4")
+        })
+        .await;
+    }
     let status: serde_json::Value =
         serde_json::from_str(&hosts.herd_store(&["status", "--json"])).expect("status json");
     assert_eq!(status["leader"], Hosts::name(target).as_str(), "{status}");

@@ -8,7 +8,7 @@ mod validate;
 pub use render::render;
 pub use schema::{
     BackupConfig, Changed, ClusterConfig, Config, DashboardConfig, GroupConfig, NetworkConfig,
-    PostgresConfig, ProxyConfig, SupervisorConfig, MAX_SHARDS,
+    PostgresConfig, ProxyConfig, SupervisorConfig, MAX_SHARDS, WAL_COMPRESSIONS,
 };
 
 /// Why a configuration was rejected.
