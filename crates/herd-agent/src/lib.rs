@@ -11,6 +11,7 @@
 //! Only durations measured on one host's monotonic clock and TTLs kept by etcd are used: no
 //! decision depends on synchronized clocks between hosts.
 
+pub mod coordinator;
 pub mod decide;
 pub mod events;
 pub mod follow;

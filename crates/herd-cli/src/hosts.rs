@@ -241,6 +241,14 @@ pub async fn agent(args: AgentArgs) -> anyhow::Result<()> {
         let _ = crate::up::wait_for_signal().await;
         let _ = shutdown_tx.send(true);
     });
+    // Work done once for the whole cluster, by whichever agent holds the coordinator lease.
+    crate::coordinator_tasks::spawn(
+        dcs.clone(),
+        cfg.data_dir.clone(),
+        cfg.name.clone(),
+        cfg.ttl,
+        shutdown_rx.clone(),
+    );
     herd_agent::launch::run(cfg, dcs, watchdog, shutdown_rx).await?;
     Ok(())
 }
@@ -357,6 +365,9 @@ pub async fn proxy(args: ProxyArgs) -> anyhow::Result<()> {
     };
     let proxy =
         herd_proxy::Proxy::start(config, receivers, login, listener, tls, shutdown_rx.clone());
+    // The agents' elected coordinator resolves two-phase work left in doubt, once for the
+    // cluster, not each proxy.
+    proxy.ctx.leave_in_doubt_to_coordinator();
     // A planned switchover of any group holds new work here instead of sending it to a
     // stopping primary.
     if let Some(api) = args.api_listen {

@@ -37,7 +37,7 @@ impl std::error::Error for StoreUnreachable {}
 /// `herd status --dcs …`.
 pub async fn status(store: &StoreArgs, json: bool, agent_apis: &[String]) -> anyhow::Result<()> {
     match read_groups(store).await {
-        Ok(reads) => {
+        Ok((reads, coordinator)) => {
             if let Some(cluster) = &store.cluster {
                 let members: Vec<Member> = reads
                     .iter()
@@ -45,15 +45,19 @@ pub async fn status(store: &StoreArgs, json: bool, agent_apis: &[String]) -> any
                     .collect();
                 remember_agents(cluster, &members);
             }
-            print_groups(&reads, json)
+            print_groups(&reads, coordinator.as_deref(), json)
         }
         Err(e) => from_agents(store, json, agent_apis, e).await,
     }
 }
 
-/// Every shard group's keys, group 0 first.
-async fn read_groups(store: &StoreArgs) -> anyhow::Result<Vec<Read>> {
+/// Every shard group's keys, group 0 first, and the agent holding the coordinator lease.
+async fn read_groups(store: &StoreArgs) -> anyhow::Result<(Vec<Read>, Option<String>)> {
     let root = store.open().await?;
+    let dcs = root.dcs();
+    let coordinator =
+        tokio::task::spawn_blocking(move || dcs.lease_holder(herd_agent::coordinator::COORDINATOR))
+            .await??;
     let count = herd_agent::groups::count(&root)
         .await
         .map_err(anyhow::Error::msg)?
@@ -63,7 +67,7 @@ async fn read_groups(store: &StoreArgs) -> anyhow::Result<Vec<Read>> {
         let client = herd_agent::store::StoreClient::new(herd_agent::groups::scoped(root.dcs(), g));
         reads.push(client.read().await.map_err(anyhow::Error::msg)?);
     }
-    Ok(reads)
+    Ok((reads, coordinator))
 }
 
 /// One group's JSON document.
@@ -80,12 +84,13 @@ fn group_doc(read: &Read) -> serde_json::Value {
 
 /// Group 0 as the document always was (its fields at the top), and with several groups a
 /// `groups` list of every group's; in text, one block per group.
-fn print_groups(reads: &[Read], json: bool) -> anyhow::Result<()> {
+fn print_groups(reads: &[Read], coordinator: Option<&str>, json: bool) -> anyhow::Result<()> {
     if json {
         let mut doc = reads.first().map(group_doc).unwrap_or_default();
         if reads.len() > 1 {
             doc["groups"] = reads.iter().map(group_doc).collect();
         }
+        doc["coordinator"] = coordinator.into();
         crate::output::emitln!("{}", serde_json::to_string_pretty(&doc)?);
         return Ok(());
     }
@@ -97,6 +102,12 @@ fn print_groups(reads: &[Read], json: bool) -> anyhow::Result<()> {
             crate::output::emitln!("shard group {g}");
         }
         print_store(read)?;
+    }
+    if reads.len() > 1 {
+        crate::output::emitln!(
+            "\ncoordinator (two-phase work left in doubt): {}",
+            coordinator.unwrap_or("none yet")
+        );
     }
     Ok(())
 }

@@ -9,6 +9,7 @@ mod cli;
 mod client_tls;
 mod commit_waits;
 mod config_cmd;
+mod coordinator_tasks;
 mod copies_task;
 mod copy;
 mod copy_repair;

@@ -328,6 +328,30 @@ async fn two_shard_groups_over_agents_fail_over_apart() {
         .simple_query("select herd.create_distributed_table('items', 'id')")
         .await
         .expect("distribute");
+    // Two-phase DDL left in doubt on group 1 (as a proxy that died between the phases leaves
+    // it): one whose decision row group 0 holds (to be committed), one without (rolled back).
+    // The agents' coordinator resolves them once they are old enough (checked at the end).
+    let group1 = common::connect(&g.url(g.pg_port(first))).await;
+    for (table, gid) in [
+        ("doubt_committed", "herd_ddl_test_commit"),
+        ("doubt_rolled_back", "herd_ddl_test_rollback"),
+    ] {
+        group1
+            .batch_execute(&format!(
+                "BEGIN; CREATE TABLE {table} (x int); PREPARE TRANSACTION '{gid}'"
+            ))
+            .await
+            .expect("prepare");
+    }
+    common::connect(&g.url(g.pg_port(0)))
+        .await
+        .batch_execute(&format!(
+            "{}; INSERT INTO herd.txn_decisions (gid) VALUES ('herd_ddl_test_commit')",
+            herd_proxy::shards::TXN_DECISIONS_DDL
+        ))
+        .await
+        .expect("decision row");
+    let prepared_at = Instant::now();
     let (mut acked, errors) = write_rows(&proxy, 0, 200).await;
     assert_eq!(
         acked.len(),
@@ -525,4 +549,64 @@ async fn two_shard_groups_over_agents_fail_over_apart() {
     assert_eq!(g.role(0).as_deref(), Some("primary"), "group 0 untouched");
     let (ok, errors) = write_rows(&proxy, 20_000, 20_020).await;
     assert_eq!(ok.len(), 20, "writes after the restarts: {errors:?}");
+
+    // The work left in doubt was resolved by the coordinator (the proxy leaves it to the
+    // agents): committed where group 0 decided so, rolled back elsewhere. Prepared parts count
+    // as abandoned after 30 s; the coordinator looks every 10 s.
+    let group1 = common::connect(&g.url(g.pg_port(first))).await;
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let resolved = loop {
+        let row = group1
+            .query_one(
+                "select (select count(*) from pg_prepared_xacts where gid like 'herd_ddl_test_%'), \
+                 to_regclass('doubt_committed') is not null, \
+                 to_regclass('doubt_rolled_back') is not null",
+                &[],
+            )
+            .await
+            .expect("group 1's primary answers");
+        let (left, committed, rolled_back): (i64, bool, bool) =
+            (row.get(0), row.get(1), row.get(2));
+        if left == 0 {
+            break (committed, rolled_back);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the work in doubt is still prepared after {:?}; logs:\n{}",
+            prepared_at.elapsed(),
+            g.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    assert!(
+        prepared_at.elapsed() >= Duration::from_secs(30),
+        "resolved only once abandoned"
+    );
+    assert_eq!(
+        resolved,
+        (true, false),
+        "committed as decided, else rolled back"
+    );
+    // One coordinator for the cluster, shown by the status; another agent takes the lease
+    // over when its agent dies.
+    let status: serde_json::Value =
+        serde_json::from_str(&g.herd_store(&["status", "--json"])).expect("status json");
+    let holder = status["coordinator"]
+        .as_str()
+        .expect("a coordinator")
+        .to_string();
+    let i = AGENTS
+        .iter()
+        .position(|(name, _)| *name == holder)
+        .expect("an agent");
+    if let Some(mut a) = g.agents[i].take() {
+        let _ = kill(Pid::from_raw(a.id() as i32), Signal::SIGKILL);
+        let _ = a.wait();
+    }
+    herd_testkit::wait_until(Duration::from_secs(30), "another coordinator", || {
+        let status: serde_json::Value =
+            serde_json::from_str(&g.herd_store(&["status", "--json"])).ok()?;
+        let now = status["coordinator"].as_str()?.to_string();
+        (now != holder).then_some(())
+    });
 }

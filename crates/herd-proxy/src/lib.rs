@@ -114,9 +114,26 @@ pub struct ProxyContext {
     pub tls: Option<tls::ServerTls>,
     /// Shard maps by database.
     shard_maps: shards::ShardMaps,
+    /// Two-phase work left in doubt is resolved by the cluster's coordinator (multi-host), not
+    /// by this proxy: see [`ProxyContext::leave_in_doubt_to_coordinator`].
+    in_doubt_elsewhere: std::sync::atomic::AtomicBool,
 }
 
 impl ProxyContext {
+    /// Leaves the background resolution of two-phase work in doubt to the cluster's elected
+    /// coordinator (`herd agent`), so that a cluster with many proxies resolves it in one place.
+    /// Called right after [`Proxy::start`] (the resolver's first round comes seconds later).
+    pub fn leave_in_doubt_to_coordinator(&self) {
+        self.in_doubt_elsewhere
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether [`ProxyContext::leave_in_doubt_to_coordinator`] was called.
+    pub fn in_doubt_resolved_elsewhere(&self) -> bool {
+        self.in_doubt_elsewhere
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// The function catalog in use.
     pub fn catalog(&self) -> Arc<ProcCatalog> {
         self.catalog.read().map(|c| c.clone()).unwrap_or_default()
@@ -423,6 +440,7 @@ impl Proxy {
             admin: login.clone(),
             tls,
             shard_maps: shards::ShardMaps::default(),
+            in_doubt_elsewhere: std::sync::atomic::AtomicBool::new(false),
         });
         tokio::spawn(load_catalog(ctx.clone(), login, shutdown.clone()));
         tokio::spawn(shards::resolve_in_doubt(ctx.clone(), shutdown.clone()));

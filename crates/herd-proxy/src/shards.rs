@@ -26,7 +26,7 @@ mod new_group;
 pub use add_group::Admitted;
 use definitions::{sequence_strides, table_ddl};
 use in_doubt::recover_ddl;
-pub use in_doubt::{resolve_in_doubt, IN_DOUBT_AFTER_S, TXN_DECISIONS_DDL};
+pub use in_doubt::{resolve_database, resolve_in_doubt, IN_DOUBT_AFTER_S, TXN_DECISIONS_DDL};
 
 use crate::monitor::admin_connect_db;
 use crate::roles::literal;

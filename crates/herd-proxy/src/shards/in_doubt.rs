@@ -33,7 +33,7 @@ pub async fn resolve_in_doubt(
             _ = tokio::time::sleep(Duration::from_secs(IN_DOUBT_AFTER_S / 3)) => {}
             _ = shutdown.changed() => return,
         }
-        if ctx.groups() < 2 {
+        if ctx.groups() < 2 || ctx.in_doubt_resolved_elsewhere() {
             continue;
         }
         let databases: Vec<String> = match ctx.shard_maps.maps.lock() {
@@ -43,14 +43,26 @@ pub async fn resolve_in_doubt(
         for database in databases {
             let outcome = async {
                 let clients = ctx.group_clients(&database).await?;
-                count_resolved(&ctx, recover_ddl(&clients).await?);
-                forget_decisions(&clients).await
+                count_resolved(&ctx, resolve_database(&clients).await?);
+                Ok::<(), ProxyError>(())
             };
             if let Err(e) = outcome.await {
                 tracing::warn!(database = %database, error = %e, "resolving two-phase work in doubt");
             }
         }
     }
+}
+
+/// One database's two-phase work left in doubt, resolved over `clients` (one per shard group,
+/// group 0 first, each on that group's primary), and its decisions no group needs any more
+/// forgotten; returns how many parts were committed and rolled back. Run by every proxy of a
+/// one-host cluster and by the elected coordinator of a multi-host one; safe to run twice at
+/// once (both reach the same verdict from group 0's decision row; a second COMMIT/ROLLBACK
+/// PREPARED of a gid already resolved fails and is retried as a no-op next round).
+pub async fn resolve_database(clients: &[Client]) -> Result<(u64, u64), ProxyError> {
+    let resolved = recover_ddl(clients).await?;
+    forget_decisions(clients).await?;
+    Ok(resolved)
 }
 
 /// Deletes decisions no group needs any more: older than ten minutes, their gid prepared
