@@ -10,6 +10,7 @@ use herd_cluster::{Cluster, Layout, Progress};
 use herd_copy::{CopySpec, Store, TableSpec};
 
 use crate::cli::DataDirArg;
+use crate::hosts::StoreArgs;
 use crate::progress::TermProgress;
 
 /// `herd copy …`.
@@ -21,6 +22,8 @@ pub enum CopyCommand {
     List {
         #[command(flatten)]
         dir: DataDirArg,
+        #[command(flatten)]
+        store: StoreArgs,
         /// Print the copies' status as JSON.
         #[arg(long)]
         json: bool,
@@ -42,6 +45,10 @@ pub enum CopyCommand {
         /// then stays there; drop it by hand).
         #[arg(long)]
         force: bool,
+        /// With --dcs on a sharded cluster: the `herd proxy` endpoint (HOST:PORT) through
+        /// which the copy's role is dropped on every group.
+        #[arg(long, value_name = "HOST:PORT")]
+        endpoint: Option<String>,
     },
 }
 
@@ -50,6 +57,8 @@ pub enum CopyCommand {
 pub struct NameArgs {
     #[command(flatten)]
     dir: DataDirArg,
+    #[command(flatten)]
+    store: StoreArgs,
     /// The copy's name.
     name: String,
 }
@@ -57,8 +66,15 @@ pub struct NameArgs {
 /// Options of `herd copy create`.
 #[derive(Debug, Args)]
 pub struct CreateArgs {
+    /// The cluster's data directory; with --dcs, a directory holding the cluster's secrets/.
     #[command(flatten)]
     dir: DataDirArg,
+    #[command(flatten)]
+    store: StoreArgs,
+    /// With --dcs: the `herd proxy` endpoint (HOST:PORT, reachable from the target) the
+    /// target subscribes through.
+    #[arg(long, value_name = "HOST:PORT")]
+    endpoint: Option<String>,
     /// The copy's name (lower-case letters, digits, _).
     name: String,
     /// The target: a PostgreSQL URL (any PostgreSQL 15 server, or another Herd cluster's
@@ -91,13 +107,40 @@ pub struct CreateArgs {
 
 /// Runs a `herd copy` command.
 pub async fn run(command: CopyCommand) -> anyhow::Result<()> {
+    use crate::copy_hosts as hosts;
     match command {
+        CopyCommand::Create(args) if args.store.given() => {
+            let spec = spec_of(&args)?;
+            let wait = Duration::from_secs(args.wait_timeout);
+            let layout = args.dir.layout()?;
+            hosts::create(&args.store, &layout, spec, args.endpoint.as_deref(), wait).await
+        }
         CopyCommand::Create(args) => create(args).await,
-        CopyCommand::List { dir, json } => list(&dir.layout()?, json).await,
+        CopyCommand::List { dir, store, json } if store.given() => {
+            hosts::list(&store, &dir.layout()?, json).await
+        }
+        CopyCommand::List { dir, json, .. } => list(&dir.layout()?, json).await,
+        CopyCommand::Pause(a) if a.store.given() => {
+            hosts::set_enabled(&a.store, &a.name, false).await
+        }
+        CopyCommand::Resume(a) if a.store.given() => {
+            hosts::set_enabled(&a.store, &a.name, true).await
+        }
         CopyCommand::Pause(a) => set_enabled(&a, false).await,
         CopyCommand::Resume(a) => set_enabled(&a, true).await,
+        CopyCommand::Refresh(a) if a.store.given() => bail!(
+            "herd copy refresh is not offered across hosts yet: drop the copy and create it again"
+        ),
         CopyCommand::Refresh(a) => refresh(&a).await,
-        CopyCommand::Drop { name, force } => drop_copy(&name, force).await,
+        CopyCommand::Drop {
+            name,
+            force,
+            endpoint,
+        } if name.store.given() => {
+            let layout = name.dir.layout()?;
+            hosts::drop_copy(&name.store, &layout, &name.name, endpoint.as_deref(), force).await
+        }
+        CopyCommand::Drop { name, force, .. } => drop_copy(&name, force).await,
     }
 }
 
@@ -239,6 +282,9 @@ async fn create(args: CreateArgs) -> anyhow::Result<()> {
     let layout = args.dir.layout()?;
     let spec = spec_of(&args)?;
     let store = Store::new(layout.copies());
+    if store.load(&spec.name)?.is_some() {
+        return Err(herd_copy::manage::exists_already(&spec.name).into());
+    }
     let progress = TermProgress::new();
     ensure_logical(&layout, spec.group, &progress).await?;
     let group = source_group(&layout, spec.group)?;
@@ -246,8 +292,8 @@ async fn create(args: CreateArgs) -> anyhow::Result<()> {
     let host = group.host().to_string();
     let endpoint = (host.as_str(), group.config.network.port);
     let phase = |text: &str| progress.phase(text);
-    let created =
-        herd_copy::manage::create(&spec, &clients.source(), endpoint, &store, &phase).await?;
+    let created = herd_copy::manage::create(&spec, &clients.source(), endpoint, &phase).await?;
+    store.save(&spec)?;
     progress.done(&format!(
         "copy {} created: {} table(s){}",
         spec.name,
@@ -261,6 +307,24 @@ async fn create(args: CreateArgs) -> anyhow::Result<()> {
             )
         }
     ));
+    wait_initial_copy(&spec, Duration::from_secs(args.wait_timeout), &progress).await?;
+    drop(progress);
+    crate::output::emitln!(
+        "copy {} streams from shard group {}'s primary ({}) to {}; `herd copy list` shows its state and lag",
+        spec.name,
+        spec.group,
+        spec.database,
+        herd_copy::target::redacted(&spec.target)
+    );
+    Ok(())
+}
+
+/// Waits (at most `wait`) until the target has copied every table's rows, showing progress.
+pub(crate) async fn wait_initial_copy(
+    spec: &CopySpec,
+    wait: Duration,
+    progress: &TermProgress,
+) -> anyhow::Result<()> {
     let target = herd_copy::target::connect(&spec.target).await?;
     let last = std::sync::Mutex::new(String::new());
     let report = |text: &str| {
@@ -271,22 +335,8 @@ async fn create(args: CreateArgs) -> anyhow::Result<()> {
             }
         }
     };
-    herd_copy::manage::wait_copied(
-        &spec,
-        &target,
-        Duration::from_secs(args.wait_timeout),
-        &report,
-    )
-    .await?;
+    herd_copy::manage::wait_copied(spec, &target, wait, &report).await?;
     progress.done("initial copy done; changes stream");
-    drop(progress);
-    crate::output::emitln!(
-        "copy {} streams from shard group {}'s primary ({}) to {}; `herd copy list` shows its state and lag",
-        spec.name,
-        spec.group,
-        spec.database,
-        herd_copy::target::redacted(&spec.target)
-    );
     Ok(())
 }
 

@@ -241,6 +241,12 @@ pub async fn agent(args: AgentArgs) -> anyhow::Result<()> {
         let _ = crate::up::wait_for_signal().await;
         let _ = shutdown_tx.send(true);
     });
+    // Logical copies' slots carried to this member while it is a replica (failover-safe copies).
+    crate::agent_slots::spawn(
+        &cfg,
+        herd_agent::groups::scoped(dcs.clone(), cfg.group),
+        shutdown_rx.clone(),
+    )?;
     // Work done once for the whole cluster, by whichever agent holds the coordinator lease.
     crate::coordinator_tasks::spawn(
         dcs.clone(),

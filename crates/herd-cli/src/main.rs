@@ -1,6 +1,7 @@
 //! `herd`: one command for a highly available PostgreSQL cluster on this machine.
 
 mod admin;
+mod agent_slots;
 mod backup;
 mod backup_setup;
 mod bench;
@@ -12,6 +13,7 @@ mod config_cmd;
 mod coordinator_tasks;
 mod copies_task;
 mod copy;
+mod copy_hosts;
 mod copy_repair;
 mod detach;
 mod down;

@@ -230,7 +230,8 @@ async fn copy_rows(
         let host = source.host().to_string();
         let endpoint = (host.as_str(), source.config.network.port);
         let phase = |text: &str| progress.phase(&format!("copy: {text}"));
-        herd_copy::manage::create(spec, &clients.source(), endpoint, store, &phase).await?;
+        herd_copy::manage::create(spec, &clients.source(), endpoint, &phase).await?;
+        store.save(spec)?;
     }
     let target = herd_copy::target::connect(&spec.target).await?;
     let last = std::sync::Mutex::new(String::new());

@@ -11,7 +11,7 @@ use tokio_postgres::Client;
 use crate::schema::{prepare_target, read_table, tables_of_schema, TableDef};
 use crate::spec::{quote_ident, quote_literal, quote_qualified, source_conninfo};
 use crate::status::{read_target, table_state};
-use crate::{CopyError, CopySpec, Store};
+use crate::{CopyError, CopySpec};
 
 /// Where a copy's source objects are made.
 pub struct Source<'a> {
@@ -32,25 +32,27 @@ pub struct Created {
     pub created_on_target: Vec<String>,
 }
 
+/// The refusal of a second copy named `name`.
+pub fn exists_already(name: &str) -> CopyError {
+    CopyError::Invalid(format!(
+        "a copy named {name} exists already (`herd copy list`); drop it first or choose another name"
+    ))
+}
+
 /// Creates the copy `spec` from the source group's primary (`source`, superuser) to its
-/// target, which reaches the source through the cluster's `endpoint` (host, port); saves its
-/// definition in `store`.
+/// target, which reaches the source through the cluster's `endpoint` (host, port). The caller
+/// checks first that no copy of that name exists ([`exists_already`]) and keeps the definition
+/// once this returns: in the data directory's [`crate::Store`] on one host, in the store of the
+/// agents on several.
 /// `wal_level` must already be `logical` on the source.
 pub async fn create(
     spec: &CopySpec,
     sources: &Source<'_>,
     endpoint: (&str, u16),
-    store: &Store,
     progress: &dyn Fn(&str),
 ) -> Result<Created, CopyError> {
     spec.validate()?;
     let source = sources.primary;
-    if store.load(&spec.name)?.is_some() {
-        return Err(CopyError::Invalid(format!(
-            "a copy named {} exists already (`herd copy list`); drop it first or choose another name",
-            spec.name
-        )));
-    }
     let level: String = source
         .query_one("show wal_level", &[])
         .await
@@ -90,7 +92,6 @@ pub async fn create(
         let _ = drop_source_side(spec, sources).await;
         return Err(err);
     }
-    store.save(spec)?;
     Ok(Created {
         tables: defs.iter().map(|d| d.table.clone()).collect(),
         created_on_target,
