@@ -88,6 +88,14 @@ enum ShardsCommand {
     Move {
         #[command(flatten)]
         dir: DataDirArg,
+        /// A multi-host cluster's store (then --data-dir names a directory holding its
+        /// secrets/, and --endpoint the `herd proxy` the move goes through).
+        #[command(flatten)]
+        store: crate::hosts::StoreArgs,
+        /// With --dcs: the `herd proxy` endpoint (HOST:PORT) the move's statements and its
+        /// copy go through.
+        #[arg(long, value_name = "HOST:PORT")]
+        endpoint: Option<String>,
         /// The virtual shard (0 to the map's shard count − 1; `SELECT * FROM herd.shards`).
         shard: u32,
         /// The group it goes to.
@@ -108,6 +116,14 @@ enum ShardsCommand {
     Rebalance {
         #[command(flatten)]
         dir: DataDirArg,
+        /// A multi-host cluster's store (then --data-dir names a directory holding its
+        /// secrets/, and --endpoint the `herd proxy` the move goes through).
+        #[command(flatten)]
+        store: crate::hosts::StoreArgs,
+        /// With --dcs: the `herd proxy` endpoint (HOST:PORT) the move's statements and its
+        /// copy go through.
+        #[arg(long, value_name = "HOST:PORT")]
+        endpoint: Option<String>,
         /// The database whose distributed tables move.
         #[arg(long, default_value = "postgres")]
         database: String,
@@ -398,6 +414,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             command:
                 ShardsCommand::Move {
                     dir,
+                    store,
+                    endpoint,
                     shard,
                     to,
                     database,
@@ -412,19 +430,23 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 cancel,
                 wait: std::time::Duration::from_secs(wait_timeout),
             };
-            crate::shard_move::run(&dir.layout()?, args).await
+            let places = crate::shard_move::places(&store, &dir, endpoint.as_deref()).await?;
+            crate::shard_move::run(&places, args).await
         }
         Command::Shards {
             command:
                 ShardsCommand::Rebalance {
                     dir,
+                    store,
+                    endpoint,
                     database,
                     dry_run,
                     wait_timeout,
                 },
         } => {
             let wait = std::time::Duration::from_secs(wait_timeout);
-            crate::shard_move::rebalance(&dir.layout()?, &database, dry_run, wait).await
+            let places = crate::shard_move::places(&store, &dir, endpoint.as_deref()).await?;
+            crate::shard_move::rebalance(&places, &database, dry_run, wait).await
         }
         Command::Group {
             command: GroupCommand::Add(dir),

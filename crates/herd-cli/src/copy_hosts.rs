@@ -24,7 +24,7 @@ const COPIES: &str = "copies/";
 
 /// Retained WAL above which a copy's status warns: half of the default
 /// `max_slot_wal_keep_size` (2 GB); each agent may set its own, which the CLI does not see.
-const WARN_BYTES: u64 = 1 << 30;
+pub(crate) const WARN_BYTES: u64 = 1 << 30;
 
 fn key(name: &str) -> String {
     format!("{COPIES}{name}")
@@ -32,7 +32,10 @@ fn key(name: &str) -> String {
 
 /// The definition named `name` and its revision (0: none). A dropped copy leaves an empty
 /// value (the store has no delete), which counts as none.
-async fn load(root: &StoreClient, name: &str) -> anyhow::Result<(Option<CopySpec>, u64)> {
+pub(crate) async fn load(
+    root: &StoreClient,
+    name: &str,
+) -> anyhow::Result<(Option<CopySpec>, u64)> {
     herd_copy::validate_name(name)?;
     let (dcs, key) = (root.dcs(), key(name));
     let found = tokio::task::spawn_blocking(move || dcs.get(&key)).await??;
@@ -48,7 +51,7 @@ async fn load(root: &StoreClient, name: &str) -> anyhow::Result<(Option<CopySpec
 }
 
 /// Writes `value` (a definition, or empty for a dropped copy) if the key is still at `revision`.
-async fn write(
+pub(crate) async fn write(
     root: &StoreClient,
     name: &str,
     revision: u64,
@@ -78,7 +81,7 @@ async fn list_specs(root: &StoreClient) -> anyhow::Result<Vec<CopySpec>> {
 }
 
 /// The superuser's password from `layout`'s `secrets/`.
-fn password(layout: &Layout) -> anyhow::Result<String> {
+pub(crate) fn password(layout: &Layout) -> anyhow::Result<String> {
     Secrets::load(layout).map(|s| s.superuser).with_context(|| {
         format!(
             "with --dcs, --data-dir names a directory holding the cluster's secrets/ (copied from \
@@ -88,14 +91,11 @@ fn password(layout: &Layout) -> anyhow::Result<String> {
     })
 }
 
-/// A superuser connection to shard group `group`'s primary (the member leading it in the
-/// store), in `database`.
-async fn primary_client(
+/// The member leading shard group `group` as primary now.
+pub(crate) async fn leader_member(
     root: &StoreClient,
-    layout: &Layout,
     group: u32,
-    database: &str,
-) -> anyhow::Result<tokio_postgres::Client> {
+) -> anyhow::Result<herd_agent::member::Member> {
     let count = herd_agent::groups::count(root)
         .await
         .map_err(anyhow::Error::msg)?
@@ -105,23 +105,45 @@ async fn primary_client(
     }
     let store = StoreClient::new(herd_agent::groups::scoped(root.dcs(), group));
     let read = store.read().await.map_err(anyhow::Error::msg)?;
-    let s = &read.store;
-    let Some(primary) = s
-        .leader
+    let s = read.store;
+    s.leader
         .as_deref()
         .and_then(|l| s.members.iter().find(|m| m.name == l))
         .filter(|m| m.role == "primary")
-    else {
-        bail!("shard group {group} has no primary now (`herd status --dcs …`); try again once one leads");
-    };
-    let spec = ConnSpec {
-        host: primary.pg_host.clone(),
-        port: primary.pg_port,
+        .cloned()
+        .with_context(|| {
+            format!(
+                "shard group {group} has no primary now (`herd status --dcs …`); try again once one leads"
+            )
+        })
+}
+
+/// The superuser's connection settings for `member`'s server, in `database`.
+pub(crate) fn superuser_spec(
+    member: &herd_agent::member::Member,
+    layout: &Layout,
+    database: &str,
+) -> anyhow::Result<ConnSpec> {
+    Ok(ConnSpec {
+        host: member.pg_host.clone(),
+        port: member.pg_port,
         user: herd_cluster::SUPERUSER.into(),
         password: password(layout)?,
         dbname: database.into(),
         timeout: Duration::from_secs(5),
-    };
+    })
+}
+
+/// A superuser connection to shard group `group`'s primary (the member leading it in the
+/// store), in `database`.
+pub(crate) async fn primary_client(
+    root: &StoreClient,
+    layout: &Layout,
+    group: u32,
+    database: &str,
+) -> anyhow::Result<tokio_postgres::Client> {
+    let primary = leader_member(root, group).await?;
+    let spec = superuser_spec(&primary, layout, database)?;
     herd_pg::connect(&spec).await.with_context(|| {
         format!(
             "connecting to shard group {group}'s primary {} ({}:{})",
@@ -131,7 +153,7 @@ async fn primary_client(
 }
 
 /// `HOST:PORT` of the `herd proxy` the target subscribes through.
-fn endpoint_of(endpoint: Option<&str>) -> anyhow::Result<(String, u16)> {
+pub(crate) fn endpoint_of(endpoint: Option<&str>) -> anyhow::Result<(String, u16)> {
     let Some(text) = endpoint else {
         bail!(
             "with --dcs, name the `herd proxy` endpoint the target subscribes through: \
@@ -149,7 +171,7 @@ fn endpoint_of(endpoint: Option<&str>) -> anyhow::Result<(String, u16)> {
 
 /// Where the copy's role is made and dropped: the endpoint on a sharded cluster (it makes
 /// roles on every group), else the primary (`None`).
-async fn roles_client(
+pub(crate) async fn roles_client(
     root: &StoreClient,
     layout: &Layout,
     database: &str,

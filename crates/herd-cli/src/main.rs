@@ -23,6 +23,7 @@ mod hosts;
 mod hosts_admin;
 mod hosts_restart;
 mod hosts_status;
+mod move_places;
 mod output;
 mod progress;
 mod proxy_api;

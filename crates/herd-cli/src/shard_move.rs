@@ -18,12 +18,12 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use herd_cluster::{Cluster, Layout, Progress};
-use herd_copy::{CopySpec, Store, TableSpec};
+use herd_cluster::Progress;
+use herd_copy::{CopySpec, TableSpec};
 use herd_shard::ShardMap;
 use tokio_postgres::Client;
 
-use crate::copy::{endpoint_client, ensure_logical, primary_client, source_group, SourceClients};
+use crate::move_places::Places;
 use crate::progress::TermProgress;
 
 /// Copy lag under which the switch is tried (what is left arrives while statements wait).
@@ -46,18 +46,37 @@ pub struct MoveArgs<'a> {
     pub wait: Duration,
 }
 
+/// Where a move runs: the multi-host cluster of `store` when given (with the secrets in
+/// `dir` and the `endpoint`), else the one-host cluster in `dir`.
+pub async fn places(
+    store: &crate::hosts::StoreArgs,
+    dir: &crate::cli::DataDirArg,
+    endpoint: Option<&str>,
+) -> anyhow::Result<Places> {
+    if !store.given() {
+        return Ok(Places::Local {
+            layout: dir.layout()?,
+        });
+    }
+    Ok(Places::Hosts {
+        root: store.open().await?,
+        layout: dir.layout()?,
+        endpoint: crate::copy_hosts::endpoint_of(endpoint)?,
+    })
+}
+
 /// `herd shards move`.
-pub async fn run(layout: &Layout, args: MoveArgs<'_>) -> anyhow::Result<()> {
+pub async fn run(places: &Places, args: MoveArgs<'_>) -> anyhow::Result<()> {
     let started = Instant::now();
-    let groups = crate::status::open_all(layout)?;
-    if groups.len() < 2 {
+    let groups = places.groups().await?;
+    if groups < 2 {
         bail!("this cluster has one shard group: there is nowhere to move a shard (see `herd up --shards N`)");
     }
-    let endpoint = endpoint_client(&groups[0], args.database).await?;
-    let map = read_map(&primary_client(&groups[0], args.database).await?).await?;
+    let endpoint = places.endpoint(args.database).await?;
+    let map = read_map(&places.primary(0, args.database).await?).await?;
     let progress = TermProgress::new();
     if args.cancel {
-        return cancel(layout, &groups, &endpoint, &map, &args, &progress).await;
+        return cancel(places, &endpoint, &map, &args, &progress).await;
     }
     let shard = args.shard;
     let from = match map.moves.get(&shard) {
@@ -72,22 +91,18 @@ pub async fn run(layout: &Layout, args: MoveArgs<'_>) -> anyhow::Result<()> {
             .with_context(|| format!("there is no shard {shard}: the map has {}", map.shard_count))?,
     };
     let to = args.to;
-    if to as usize >= groups.len() {
-        bail!(
-            "there is no shard group {to}: the cluster has {}",
-            groups.len()
-        );
+    if to >= groups {
+        bail!("there is no shard group {to}: the cluster has {groups}");
     }
     let switched = map.switched(shard);
-    let spec = copy_spec(&map, &groups[to as usize], args.database, shard, from)?;
-    let store = Store::new(layout.copies());
+    let spec = copy_spec(&map, places, to, args.database, shard, from).await?;
     let mut pause = None;
     let mut restarted = false;
     if !switched {
         if from == to {
             bail!("shard {shard} is on group {to} already");
         }
-        ensure_logical(layout, from, &progress).await?;
+        places.ensure_logical(from, &progress).await?;
         progress.phase(&format!(
             "shard {shard}: recording the move from group {from} to {to}"
         ));
@@ -97,8 +112,9 @@ pub async fn run(layout: &Layout, args: MoveArgs<'_>) -> anyhow::Result<()> {
             &[&shard.to_string(), &to.to_string()],
         )
         .await?;
-        if store
-            .load(&spec.name)?
+        if places
+            .copy(&spec.name)
+            .await?
             .is_some_and(|stored| stored.target != spec.target)
         {
             // The target group changed primary since the copy began. The copy applies without
@@ -108,31 +124,16 @@ pub async fn run(layout: &Layout, args: MoveArgs<'_>) -> anyhow::Result<()> {
             progress.phase(&format!(
                 "shard {shard}: group {to} changed primary during the copy; copying again"
             ));
-            drop_copy(layout, &source_group(layout, from)?, &spec, &store).await?;
-            delete_rows(&groups[to as usize], &map, args.database, shard, &progress).await?;
+            places.drop_copy(&spec).await?;
+            delete_rows(places, to, &map, args.database, shard, &progress).await?;
             restarted = true;
         }
-        copy_rows(
-            layout,
-            &source_group(layout, from)?,
-            &spec,
-            &store,
-            &progress,
-            args.wait,
-        )
-        .await?;
-        pause = Some(switch(&endpoint, &spec, layout, from, &progress, shard, args.wait).await?);
+        copy_rows(places, &spec, &progress, args.wait).await?;
+        pause = Some(switch(&endpoint, &spec, places, &progress, shard, args.wait).await?);
     }
     progress.phase(&format!("shard {shard}: dropping the move's copy"));
-    drop_copy(layout, &source_group(layout, from)?, &spec, &store).await?;
-    let deleted = delete_rows(
-        &source_group(layout, from)?,
-        &map,
-        args.database,
-        shard,
-        &progress,
-    )
-    .await?;
+    places.drop_copy(&spec).await?;
+    let deleted = delete_rows(places, from, &map, args.database, shard, &progress).await?;
     herd_function(&endpoint, "move_finish", &[&shard.to_string()]).await?;
     progress.done(&format!("shard {shard}: moved"));
     drop(progress);
@@ -152,13 +153,13 @@ pub async fn run(layout: &Layout, args: MoveArgs<'_>) -> anyhow::Result<()> {
 /// `herd shards rebalance`: every shard group gets an even share of the shards (a move under
 /// way is finished first), one move after the other; with `dry_run` only the plan is printed.
 pub async fn rebalance(
-    layout: &Layout,
+    places: &Places,
     database: &str,
     dry_run: bool,
     wait: Duration,
 ) -> anyhow::Result<()> {
-    let groups = crate::status::open_all(layout)?;
-    let map = read_map(&primary_client(&groups[0], database).await?).await?;
+    let groups = places.groups().await?;
+    let map = read_map(&places.primary(0, database).await?).await?;
     if let Some((shard, m)) = map.moves.iter().next() {
         if dry_run {
             crate::output::emitln!(
@@ -174,16 +175,16 @@ pub async fn rebalance(
                 cancel: false,
                 wait,
             };
-            Box::pin(run(layout, args)).await?;
-            return Box::pin(rebalance(layout, database, dry_run, wait)).await;
+            Box::pin(run(places, args)).await?;
+            return Box::pin(rebalance(places, database, dry_run, wait)).await;
         }
     }
-    let moves = herd_shard::rebalance(&map.placement, groups.len() as u32);
+    let moves = herd_shard::rebalance(&map.placement, groups);
     if moves.is_empty() {
         crate::output::emitln!(
             "{database}: the {} shards are spread evenly over {} groups already",
             map.shard_count,
-            groups.len()
+            groups
         );
         return Ok(());
     }
@@ -191,7 +192,7 @@ pub async fn rebalance(
         "{database}: {} move(s) spread the {} shards over {} groups: {}",
         moves.len(),
         map.shard_count,
-        groups.len(),
+        groups,
         moves
             .iter()
             .map(|(s, f, t)| format!("shard {s} {f}→{t}"))
@@ -210,7 +211,7 @@ pub async fn rebalance(
             cancel: false,
             wait,
         };
-        run(layout, args).await?;
+        run(places, args).await?;
     }
     Ok(())
 }
@@ -218,20 +219,13 @@ pub async fn rebalance(
 /// Creates the move's copy (unless an interrupted run did) and waits until it has copied and
 /// caught up.
 async fn copy_rows(
-    layout: &Layout,
-    source: &Cluster,
+    places: &Places,
     spec: &CopySpec,
-    store: &Store,
     progress: &TermProgress,
     wait: Duration,
 ) -> anyhow::Result<()> {
-    if store.load(&spec.name)?.is_none() {
-        let clients = SourceClients::open(layout, source, &spec.database).await?;
-        let host = source.host().to_string();
-        let endpoint = (host.as_str(), source.config.network.port);
-        let phase = |text: &str| progress.phase(&format!("copy: {text}"));
-        herd_copy::manage::create(spec, &clients.source(), endpoint, &phase).await?;
-        store.save(spec)?;
+    if places.copy(&spec.name).await?.is_none() {
+        places.create_copy(spec, progress).await?;
     }
     let target = herd_copy::target::connect(&spec.target).await?;
     let last = std::sync::Mutex::new(String::new());
@@ -253,8 +247,7 @@ async fn copy_rows(
 async fn switch(
     endpoint: &Client,
     spec: &CopySpec,
-    layout: &Layout,
-    from: u32,
+    places: &Places,
     progress: &TermProgress,
     shard: u32,
     wait: Duration,
@@ -264,7 +257,7 @@ async fn switch(
     loop {
         progress.phase(&format!("shard {shard}: waiting for the copy to catch up"));
         loop {
-            let lag = copy_lag(layout, &source_group(layout, from)?, spec).await?;
+            let lag = copy_lag(places, spec).await?;
             if lag.is_some_and(|l| l <= SWITCH_LAG_BYTES) {
                 break;
             }
@@ -297,20 +290,11 @@ async fn switch(
 }
 
 /// The copy's lag in bytes (`None` while unknown).
-async fn copy_lag(
-    layout: &Layout,
-    source: &Cluster,
-    spec: &CopySpec,
-) -> anyhow::Result<Option<u64>> {
-    let primary = primary_client(source, &spec.database).await?;
+async fn copy_lag(places: &Places, spec: &CopySpec) -> anyhow::Result<Option<u64>> {
+    let primary = places.primary(spec.group, &spec.database).await?;
     let target = herd_copy::target::connect(&spec.target).await?;
-    let status = herd_copy::status::read(
-        spec,
-        Ok(&primary),
-        Ok(&target),
-        crate::copy::warn_bytes(layout),
-    )
-    .await;
+    let status =
+        herd_copy::status::read(spec, Ok(&primary), Ok(&target), places.warn_bytes()).await;
     if status.state == herd_core::CopyState::Broken {
         bail!(
             "the move's copy is broken: {}",
@@ -320,36 +304,18 @@ async fn copy_lag(
     Ok(status.lag_bytes)
 }
 
-/// Drops the move's copy (if still there): the target's subscription, the source's
-/// publication, slot and role.
-async fn drop_copy(
-    layout: &Layout,
-    source: &Cluster,
-    spec: &CopySpec,
-    store: &Store,
-) -> anyhow::Result<()> {
-    if store.load(&spec.name)?.is_none() {
-        return Ok(());
-    }
-    let target = herd_copy::target::connect(&spec.target).await?;
-    herd_copy::manage::drop_target_side(spec, &target).await?;
-    let clients = SourceClients::open(layout, source, &spec.database).await?;
-    herd_copy::manage::drop_source_side(spec, &clients.source()).await?;
-    store.remove(&spec.name)?;
-    Ok(())
-}
-
 /// Deletes `shard`'s rows of every distributed table on `group` (hidden there: the source
 /// after a switch, the target of a cancelled move) and its marker rows. Triggers do not fire
 /// (`session_replication_role = replica`): the source's guard refuses these rows' writes.
 async fn delete_rows(
-    group: &Cluster,
+    places: &Places,
+    group: u32,
     map: &ShardMap,
     database: &str,
     shard: u32,
     progress: &TermProgress,
 ) -> anyhow::Result<u64> {
-    let client = primary_client(group, database).await?;
+    let client = places.primary(group, database).await?;
     client
         .batch_execute("SET session_replication_role = replica")
         .await
@@ -357,8 +323,7 @@ async fn delete_rows(
     let mut total = 0;
     for (table, column, key_type) in map.distributed() {
         progress.phase(&format!(
-            "deleting shard {shard}'s rows of {table} on group {}",
-            group.group()
+            "deleting shard {shard}'s rows of {table} on group {group}"
         ));
         let key = map.key_shard_sql(column, key_type, None);
         total += client
@@ -385,8 +350,7 @@ async fn delete_rows(
 /// Takes back a move that has not switched: its copy, the rows copied to the target, the map's
 /// record.
 async fn cancel(
-    layout: &Layout,
-    groups: &[Cluster],
+    places: &Places,
     endpoint: &Client,
     map: &ShardMap,
     args: &MoveArgs<'_>,
@@ -403,18 +367,10 @@ async fn cancel(
             m.to, m.to
         );
     }
-    let store = Store::new(layout.copies());
-    let spec = copy_spec(map, &groups[m.to as usize], args.database, shard, m.from)?;
+    let spec = copy_spec(map, places, m.to, args.database, shard, m.from).await?;
     progress.phase(&format!("shard {shard}: dropping the move's copy"));
-    drop_copy(layout, &source_group(layout, m.from)?, &spec, &store).await?;
-    let deleted = delete_rows(
-        &source_group(layout, m.to)?,
-        map,
-        args.database,
-        shard,
-        progress,
-    )
-    .await?;
+    places.drop_copy(&spec).await?;
+    let deleted = delete_rows(places, m.to, map, args.database, shard, progress).await?;
     herd_function(endpoint, "move_cancel", &[&shard.to_string()]).await?;
     progress.done(&format!("shard {shard}: move cancelled"));
     crate::output::emitln!(
@@ -427,9 +383,10 @@ async fn cancel(
 /// The move's copy: every distributed table's rows of the shard, and its marker row, from
 /// group `from` to `target`'s primary. Without TRUNCATE: a TRUNCATE on the source group would
 /// empty the target's whole table (it runs on every group anyway).
-fn copy_spec(
+async fn copy_spec(
     map: &ShardMap,
-    target: &Cluster,
+    places: &Places,
+    to: u32,
     database: &str,
     shard: u32,
     from: u32,
@@ -449,14 +406,7 @@ fn copy_spec(
     let mut marks = TableSpec::new("herd.move_marks")?;
     marks.row_filter = Some(format!("shard = {shard}"));
     tables.push(marks);
-    let spec = target.conn_spec(&target.state.primary);
-    let conninfo = herd_copy::conninfo(&[
-        ("host", spec.host.clone()),
-        ("port", spec.port.to_string()),
-        ("user", spec.user.clone()),
-        ("password", spec.password.clone()),
-        ("dbname", database.to_string()),
-    ]);
+    let conninfo = places.target_conninfo(to, database).await?;
     Ok(CopySpec {
         name: format!("move_s{shard}"),
         group: from,
