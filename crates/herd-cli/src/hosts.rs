@@ -369,8 +369,18 @@ pub async fn proxy(args: ProxyArgs) -> anyhow::Result<()> {
         user: herd_cluster::SUPERUSER.into(),
         password: secrets.superuser.clone(),
     };
+    // Registered before it serves anyone: shard map changes see every proxy that may route.
+    let registry = crate::proxy_registry::Registry::start(
+        &root,
+        &args.listen.to_string(),
+        shutdown_rx.clone(),
+    )
+    .await?;
     let proxy =
         herd_proxy::Proxy::start(config, receivers, login, listener, tls, shutdown_rx.clone());
+    proxy
+        .ctx
+        .set_map_gate(Arc::new(crate::proxy_registry::Gate(registry)));
     // The agents' elected coordinator resolves two-phase work left in doubt, once for the
     // cluster, not each proxy.
     proxy.ctx.leave_in_doubt_to_coordinator();

@@ -28,6 +28,7 @@ mod output;
 mod progress;
 mod proxy_api;
 mod proxy_groups;
+mod proxy_registry;
 mod restore;
 mod shard_move;
 mod shards;

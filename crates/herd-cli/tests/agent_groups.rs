@@ -277,7 +277,7 @@ async fn count_on(url: &str) -> i64 {
 async fn two_shard_groups_over_agents_fail_over_apart() {
     // etcd first: its ports are taken before the agents' block is chosen.
     let etcd = EtcdCluster::start(1);
-    let base = herd_testkit::free_port_block(10);
+    let base = herd_testkit::free_port_block(11);
     let mut g = Groups {
         etcd,
         dir: herd_testkit::scratch_dir(),
@@ -364,6 +364,67 @@ async fn two_shard_groups_over_agents_fail_over_apart() {
         "every write before the fault: {:?}",
         &errors[..errors.len().min(3)]
     );
+    // Two proxies: both route by the map; a map change through one is refused while the
+    // other runs (it would route by the map it read before), and goes through once it is gone.
+    let second_port = g.base + 10;
+    let mut second = Command::new(HERD)
+        .args(["proxy", "--dcs", &g.dcs(), "--cluster", &g.cluster])
+        .args(["--listen", &format!("127.0.0.1:{second_port}")])
+        .arg("--data-dir")
+        .arg(g.dir.path().join("proxy"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(g.dir.path().join("proxy2.log")).expect("second proxy log"))
+        .spawn()
+        .expect("a second herd proxy");
+    let second_url = g.url(second_port);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let through_second = loop {
+        if let Some(c) = common::try_connect(&second_url).await {
+            break c;
+        }
+        assert!(Instant::now() < deadline, "the second proxy serves");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let counted: i64 = through_second
+        .query_one("select count(*) from items", &[])
+        .await
+        .expect("a read through the second proxy")
+        .get(0);
+    assert_eq!(counted, 200, "the second proxy reads every group");
+    proxy
+        .batch_execute("create table refs (id int primary key)")
+        .await
+        .expect("create refs");
+    let refused = proxy
+        .simple_query("select herd.create_reference_table('refs')")
+        .await
+        .expect_err("a map change while another proxy runs");
+    let said = refused
+        .as_db_error()
+        .map_or(refused.to_string(), |d| d.message().to_string());
+    assert!(
+        said.contains("other herd proxy process(es) serve this cluster"),
+        "{said}"
+    );
+    drop(through_second);
+    let _ = second.kill();
+    let _ = second.wait();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match proxy
+            .simple_query("select herd.create_reference_table('refs')")
+            .await
+        {
+            Ok(_) => break,
+            Err(e) => assert!(
+                Instant::now() < deadline,
+                "the change once the other proxy is gone: {e}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+
     // Rows on both groups, none on both.
     let (on0, on1) = (
         count_on(&g.url(g.pg_port(0))).await,

@@ -9,6 +9,8 @@ use crate::{Dcs, DcsError, Versioned};
 
 /// Where shard groups other than group 0 keep their keys.
 const GROUPS: &str = "groups/";
+/// The root prefix of the multi-host proxies' registrations (not any group's keys).
+pub const PROXIES: &str = "proxies/";
 
 /// A [`Dcs`] whose keys and leases are those of `inner` under a prefix: a group's agents use
 /// the names they would in a one-group cluster (`leader`, `members/<name>`, `sync`).
@@ -28,7 +30,9 @@ impl Scoped {
             Scoped {
                 inner,
                 prefix: String::new(),
-                hidden: vec![GROUPS.to_string()],
+                // Other groups' keys, and the proxies' registrations (cluster-wide, renewed
+                // every second: group 0's agents must not run a round for each).
+                hidden: vec![GROUPS.to_string(), PROXIES.to_string()],
             }
         } else {
             Scoped {

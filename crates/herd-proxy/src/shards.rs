@@ -17,6 +17,7 @@ use tokio_postgres::Client;
 
 mod add_group;
 mod definitions;
+mod gate;
 mod in_doubt;
 mod lookups;
 mod moves;
@@ -25,6 +26,7 @@ mod new_group;
 
 pub use add_group::Admitted;
 use definitions::{sequence_strides, table_ddl};
+pub use gate::{ChangeToken, GateFuture, MapGate};
 use in_doubt::recover_ddl;
 pub use in_doubt::{resolve_database, resolve_in_doubt, IN_DOUBT_AFTER_S, TXN_DECISIONS_DDL};
 
@@ -91,6 +93,8 @@ pub struct ShardMaps {
     tables_bytewise: Mutex<HashMap<(String, String), bool>>,
     /// Per database, what names mean (schemas, views, function bodies), briefly kept.
     names: names::NamesCache,
+    /// The multi-proxy rules around maps, when the embedding gives them ([`MapGate`]).
+    gate: std::sync::RwLock<Option<Arc<dyn MapGate>>>,
 }
 
 impl Default for ShardMaps {
@@ -105,6 +109,7 @@ impl Default for ShardMaps {
             bytewise: Mutex::default(),
             tables_bytewise: Mutex::default(),
             names: names::NamesCache::default(),
+            gate: std::sync::RwLock::default(),
         }
     }
 }
@@ -127,6 +132,7 @@ impl ProxyContext {
     /// The shard map of `database` (empty when the cluster has one group, or nothing is
     /// distributed there yet).
     pub async fn shard_map(&self, database: &str) -> Result<Arc<ShardMap>, ProxyError> {
+        self.check_map_use()?;
         if let Some(m) = self
             .shard_maps
             .maps
@@ -137,6 +143,7 @@ impl ProxyContext {
             return Ok(m);
         }
         let map = if self.groups() > 1 {
+            self.wait_to_load_map(database).await?;
             // Roles made directly on group 0 reach the other groups before sessions need them.
             if let Err(e) = self.sync_roles(database, &[]).await {
                 tracing::warn!(error = %e, "copying roles to the other shard groups");
@@ -313,7 +320,7 @@ impl ProxyContext {
     /// Removes from `database`'s map every table that no longer exists (after a `DROP TABLE`
     /// ran on every group), in one two-phase commit like any map change; the map after.
     pub async fn forget_dropped(&self, database: &str) -> Result<Arc<ShardMap>, ProxyError> {
-        let _one_at_a_time = self.shard_maps.changing.lock().await;
+        let _one_at_a_time = self.begin_map_change(database).await?;
         let (clients, current) = self.current_map(database).await?;
         let gone = dangling(&clients[0], &current).await?;
         let map = if gone.is_empty() {
@@ -376,7 +383,7 @@ impl ProxyContext {
         if let Some(answer) = self.move_call(database, function, args).await {
             return answer;
         }
-        let _one_at_a_time = self.shard_maps.changing.lock().await;
+        let _one_at_a_time = self.begin_map_change(database).await?;
         let (clients, current) = self.current_map(database).await?;
         if let Some((shard, m)) = current.moves.iter().next() {
             return Err(refused(

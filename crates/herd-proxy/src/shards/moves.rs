@@ -65,7 +65,7 @@ impl ProxyContext {
             .get(1)
             .and_then(|a| a.trim().parse().ok())
             .ok_or_else(|| refused("22023", "the second argument is a shard group".into()))?;
-        let _one_at_a_time = self.shard_maps.changing.lock().await;
+        let _one_at_a_time = self.begin_map_change(database).await?;
         let (clients, current) = self.current_map(database).await?;
         let from = *current.placement.get(shard as usize).ok_or_else(|| {
             refused(
@@ -117,7 +117,7 @@ impl ProxyContext {
 
     async fn move_switch(&self, database: &str, args: &[String]) -> Result<String, ProxyError> {
         let shard = shard_arg(args)?;
-        let _one_at_a_time = self.shard_maps.changing.lock().await;
+        let _one_at_a_time = self.begin_map_change(database).await?;
         let (clients, current) = self.current_map(database).await?;
         let Some(m) = current.moves.get(&shard).cloned() else {
             return Err(refused("55000", format!("shard {shard} is not moving")));
@@ -243,7 +243,7 @@ impl ProxyContext {
         finished: bool,
     ) -> Result<String, ProxyError> {
         let shard = shard_arg(args)?;
-        let _one_at_a_time = self.shard_maps.changing.lock().await;
+        let _one_at_a_time = self.begin_map_change(database).await?;
         let (clients, current) = self.current_map(database).await?;
         let Some(m) = current.moves.get(&shard).cloned() else {
             return Ok(format!("shard {shard} is not moving"));

@@ -1,0 +1,87 @@
+//! Shard map changes when several proxies serve one cluster (multi-host `herd proxy`). Each
+//! proxy keeps the maps it read; a change made through one of them (a table distributed, a
+//! shard moved) would leave the others routing by the old map, sending rows to the wrong group
+//! or reading a moved shard where it no longer is. The embedding provides a [`MapGate`]: a
+//! change goes ahead only when the gate says no other proxy can be routing by a map read before
+//! it, and a proxy reads (and keeps using) maps only while the gate allows it. Without a gate
+//! (one `herd up`, one proxy) nothing is checked.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use super::refused;
+use crate::{ProxyContext, ProxyError};
+
+/// A boxed future of the gate.
+pub type GateFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, String>> + Send + 'a>>;
+
+/// What a change holds until it is over (dropping it ends the change).
+pub type ChangeToken = Box<dyn Send + Sync>;
+
+/// The rules a multi-proxy embedding enforces around shard maps.
+pub trait MapGate: Send + Sync {
+    /// Before this proxy commits a change of `database`'s map: a token to hold until the
+    /// change is committed or abandoned, or why it must be refused.
+    fn begin_change<'a>(&'a self, database: &'a str) -> GateFuture<'a, ChangeToken>;
+    /// Whether this proxy may route by the maps it holds now (cheap: checked per statement).
+    fn may_use_maps(&self) -> Result<(), String>;
+    /// Before this proxy reads `database`'s map: waits while another proxy changes a map.
+    fn before_load<'a>(&'a self, database: &'a str) -> GateFuture<'a, ()>;
+}
+
+impl ProxyContext {
+    /// Installs the gate every shard map change and read goes through from now on.
+    pub fn set_map_gate(&self, gate: Arc<dyn MapGate>) {
+        if let Ok(mut g) = self.shard_maps.gate.write() {
+            *g = Some(gate);
+        }
+    }
+
+    pub(super) fn map_gate(&self) -> Option<Arc<dyn MapGate>> {
+        self.shard_maps.gate.read().ok().and_then(|g| g.clone())
+    }
+
+    /// One change of `database`'s map at a time in this proxy, and, with a gate, in the
+    /// cluster; held until the returned guard is dropped.
+    pub(super) async fn begin_map_change(
+        &self,
+        database: &str,
+    ) -> Result<(tokio::sync::MutexGuard<'_, ()>, Option<ChangeToken>), ProxyError> {
+        let lock = self.shard_maps.changing.lock().await;
+        let token = match self.map_gate() {
+            Some(gate) => Some(
+                gate.begin_change(database)
+                    .await
+                    .map_err(|why| refused("55000", why))?,
+            ),
+            None => None,
+        };
+        Ok((lock, token))
+    }
+
+    /// With a gate: whether the maps held may be used; when not, they are forgotten (read
+    /// again through [`MapGate::before_load`] once allowed).
+    pub(super) fn check_map_use(&self) -> Result<(), ProxyError> {
+        let Some(gate) = self.map_gate() else {
+            return Ok(());
+        };
+        gate.may_use_maps().map_err(|why| {
+            if let Ok(mut m) = self.shard_maps.maps.lock() {
+                m.clear();
+            }
+            ProxyError::Unavailable(why)
+        })
+    }
+
+    /// With a gate: waits (as it says) before a map is read.
+    pub(super) async fn wait_to_load_map(&self, database: &str) -> Result<(), ProxyError> {
+        match self.map_gate() {
+            Some(gate) => gate
+                .before_load(database)
+                .await
+                .map_err(ProxyError::Unavailable),
+            None => Ok(()),
+        }
+    }
+}
