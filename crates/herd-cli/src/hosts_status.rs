@@ -37,7 +37,7 @@ impl std::error::Error for StoreUnreachable {}
 /// `herd status --dcs …`.
 pub async fn status(store: &StoreArgs, json: bool, agent_apis: &[String]) -> anyhow::Result<()> {
     match read_groups(store).await {
-        Ok((reads, coordinator)) => {
+        Ok((reads, wide)) => {
             if let Some(cluster) = &store.cluster {
                 let members: Vec<Member> = reads
                     .iter()
@@ -45,19 +45,45 @@ pub async fn status(store: &StoreArgs, json: bool, agent_apis: &[String]) -> any
                     .collect();
                 remember_agents(cluster, &members);
             }
-            print_groups(&reads, coordinator.as_deref(), json)
+            print_groups(&reads, &wide, json)
         }
         Err(e) => from_agents(store, json, agent_apis, e).await,
     }
 }
 
-/// Every shard group's keys, group 0 first, and the agent holding the coordinator lease.
-async fn read_groups(store: &StoreArgs) -> anyhow::Result<(Vec<Read>, Option<String>)> {
+/// What the store says beyond each group's keys: the agent holding the coordinator lease and
+/// the registered proxies (id and listen address).
+struct ClusterWide {
+    coordinator: Option<String>,
+    proxies: Vec<(String, String)>,
+}
+
+/// Every shard group's keys, group 0 first, and what is cluster-wide.
+async fn read_groups(store: &StoreArgs) -> anyhow::Result<(Vec<Read>, ClusterWide)> {
     let root = store.open().await?;
     let dcs = root.dcs();
-    let coordinator =
-        tokio::task::spawn_blocking(move || dcs.lease_holder(herd_agent::coordinator::COORDINATOR))
-            .await??;
+    let wide = tokio::task::spawn_blocking(move || -> Result<ClusterWide, herd_dcs::DcsError> {
+        let coordinator = dcs.lease_holder(herd_agent::coordinator::COORDINATOR)?;
+        let proxies = dcs
+            .list(herd_dcs::PROXIES)?
+            .into_iter()
+            .map(|(key, v)| {
+                let listen = serde_json::from_slice::<serde_json::Value>(&v.value)
+                    .ok()
+                    .and_then(|j| j["listen"].as_str().map(str::to_string))
+                    .unwrap_or_default();
+                (
+                    key.trim_start_matches(herd_dcs::PROXIES).to_string(),
+                    listen,
+                )
+            })
+            .collect();
+        Ok(ClusterWide {
+            coordinator,
+            proxies,
+        })
+    })
+    .await??;
     let count = herd_agent::groups::count(&root)
         .await
         .map_err(anyhow::Error::msg)?
@@ -67,7 +93,7 @@ async fn read_groups(store: &StoreArgs) -> anyhow::Result<(Vec<Read>, Option<Str
         let client = herd_agent::store::StoreClient::new(herd_agent::groups::scoped(root.dcs(), g));
         reads.push(client.read().await.map_err(anyhow::Error::msg)?);
     }
-    Ok((reads, coordinator))
+    Ok((reads, wide))
 }
 
 /// One group's JSON document.
@@ -84,13 +110,19 @@ fn group_doc(read: &Read) -> serde_json::Value {
 
 /// Group 0 as the document always was (its fields at the top), and with several groups a
 /// `groups` list of every group's; in text, one block per group.
-fn print_groups(reads: &[Read], coordinator: Option<&str>, json: bool) -> anyhow::Result<()> {
+fn print_groups(reads: &[Read], wide: &ClusterWide, json: bool) -> anyhow::Result<()> {
+    let coordinator = wide.coordinator.as_deref();
     if json {
         let mut doc = reads.first().map(group_doc).unwrap_or_default();
         if reads.len() > 1 {
             doc["groups"] = reads.iter().map(group_doc).collect();
         }
         doc["coordinator"] = coordinator.into();
+        doc["proxies"] = wide
+            .proxies
+            .iter()
+            .map(|(id, listen)| serde_json::json!({ "id": id, "listen": listen }))
+            .collect();
         crate::output::emitln!("{}", serde_json::to_string_pretty(&doc)?);
         return Ok(());
     }
@@ -109,6 +141,19 @@ fn print_groups(reads: &[Read], coordinator: Option<&str>, json: bool) -> anyhow
             coordinator.unwrap_or("none yet")
         );
     }
+    let proxies: Vec<String> = wide
+        .proxies
+        .iter()
+        .map(|(id, listen)| format!("{listen} ({id})"))
+        .collect();
+    crate::output::emitln!(
+        "proxies: {}",
+        if proxies.is_empty() {
+            "none registered".to_string()
+        } else {
+            proxies.join(", ")
+        }
+    );
     Ok(())
 }
 

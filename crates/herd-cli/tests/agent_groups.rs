@@ -386,6 +386,17 @@ async fn two_shard_groups_over_agents_fail_over_apart() {
         assert!(Instant::now() < deadline, "the second proxy serves");
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
+    let status: serde_json::Value =
+        serde_json::from_str(&g.herd_store(&["status", "--json"])).expect("status json");
+    let listens: Vec<&str> = status["proxies"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|p| p["listen"].as_str()).collect())
+        .unwrap_or_default();
+    assert!(
+        listens.contains(&format!("127.0.0.1:{second_port}").as_str())
+            && listens.contains(&format!("127.0.0.1:{}", g.proxy_port()).as_str()),
+        "both proxies in the status: {status}"
+    );
     let counted: i64 = through_second
         .query_one("select count(*) from items", &[])
         .await
