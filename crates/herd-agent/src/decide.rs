@@ -403,4 +403,4 @@ pub(crate) fn proven_candidate(
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -198,6 +198,28 @@ pub(crate) async fn roles_client(
     Ok(Some(client))
 }
 
+/// Refuses, with what to do, a source primary (of shard group `group`) without
+/// `wal_level = logical`: across hosts Herd does not rewrite the agents' herd.toml itself.
+pub(crate) async fn require_logical(
+    primary: &tokio_postgres::Client,
+    group: u32,
+) -> anyhow::Result<()> {
+    let level: String = primary
+        .query_one("show wal_level", &[])
+        .await
+        .context("reading wal_level on the source primary")?
+        .get(0);
+    if level != "logical" {
+        bail!(
+            "copies (and shard moves, which use them) need wal_level = logical, which is {level} on \
+             shard group {group}'s primary: set wal_level = \"logical\" under [postgres] in every \
+             agent's herd.toml (herd agent --config), then `herd restart --dcs … --group {group}` \
+             (replicas first, the primary last through a switchover)"
+        );
+    }
+    Ok(())
+}
+
 /// `herd copy create --dcs …`.
 pub async fn create(
     store: &StoreArgs,
@@ -213,21 +235,7 @@ pub async fn create(
         return Err(herd_copy::manage::exists_already(&spec.name).into());
     }
     let primary = primary_client(&root, layout, spec.group, &spec.database).await?;
-    let level: String = primary
-        .query_one("show wal_level", &[])
-        .await
-        .context("reading wal_level on the source primary")?
-        .get(0);
-    if level != "logical" {
-        bail!(
-            "copies need wal_level = logical, which is {level} on shard group {}'s primary: set \
-             wal_level = \"logical\" under [postgres] in every agent's herd.toml (herd agent \
-             --config), then `herd restart --dcs … --group {}` (replicas first, the primary last \
-             through a switchover)",
-            spec.group,
-            spec.group
-        );
-    }
+    require_logical(&primary, spec.group).await?;
     let roles = roles_client(&root, layout, &spec.database, (&host, port)).await?;
     let source = herd_copy::manage::Source {
         primary: &primary,

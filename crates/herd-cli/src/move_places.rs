@@ -107,21 +107,8 @@ impl Places {
         match self {
             Places::Local { layout } => crate::copy::ensure_logical(layout, g, progress).await,
             Places::Hosts { .. } => {
-                let level: String = self
-                    .primary(g, "postgres")
-                    .await?
-                    .query_one("show wal_level", &[])
-                    .await
-                    .context("reading wal_level on the source primary")?
-                    .get(0);
-                if level != "logical" {
-                    anyhow::bail!(
-                        "a shard move copies rows logically, which needs wal_level = logical (it is \
-                         {level} on shard group {g}'s primary): set wal_level = \"logical\" under \
-                         [postgres] in every agent's herd.toml, then `herd restart --dcs … --group {g}`"
-                    );
-                }
-                Ok(())
+                let primary = self.primary(g, "postgres").await?;
+                copy_hosts::require_logical(&primary, g).await
             }
         }
     }
@@ -148,14 +135,7 @@ impl Places {
                 endpoint,
             } => {
                 let (_, revision) = copy_hosts::load(root, &spec.name).await?;
-                let primary = self.primary(spec.group, &spec.database).await?;
-                let roles = copy_hosts::roles_client(
-                    root,
-                    layout,
-                    &spec.database,
-                    (&endpoint.0, endpoint.1),
-                )
-                .await?;
+                let (primary, roles) = self.source_clients(spec, layout, root, endpoint).await?;
                 let source = herd_copy::manage::Source {
                     primary: &primary,
                     roles: roles.as_ref().unwrap_or(&primary),
@@ -188,14 +168,7 @@ impl Places {
                 endpoint,
             } => {
                 let (_, revision) = copy_hosts::load(root, &spec.name).await?;
-                let primary = self.primary(spec.group, &spec.database).await?;
-                let roles = copy_hosts::roles_client(
-                    root,
-                    layout,
-                    &spec.database,
-                    (&endpoint.0, endpoint.1),
-                )
-                .await?;
+                let (primary, roles) = self.source_clients(spec, layout, root, endpoint).await?;
                 let source = herd_copy::manage::Source {
                     primary: &primary,
                     roles: roles.as_ref().unwrap_or(&primary),
@@ -205,6 +178,22 @@ impl Places {
             }
         }
         Ok(())
+    }
+
+    /// Across hosts: the copy's source primary and, on a sharded cluster, the endpoint its
+    /// role is made or dropped through.
+    async fn source_clients(
+        &self,
+        spec: &CopySpec,
+        layout: &Layout,
+        root: &StoreClient,
+        endpoint: &(String, u16),
+    ) -> anyhow::Result<(Client, Option<Client>)> {
+        let primary = self.primary(spec.group, &spec.database).await?;
+        let roles =
+            copy_hosts::roles_client(root, layout, &spec.database, (&endpoint.0, endpoint.1))
+                .await?;
+        Ok((primary, roles))
     }
 
     /// Retained WAL above which a copy's status warns.

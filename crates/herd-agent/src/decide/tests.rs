@@ -5,7 +5,8 @@ use herd_core::{CommitMode, Lsn};
 use super::*;
 use crate::member::{ClusterSettings, Member};
 
-fn member(name: &str, role: &str, lsn: u64) -> Member {
+/// A member record at `lsn` (flushed and replayed), for decision tables.
+pub(crate) fn member(name: &str, role: &str, lsn: u64) -> Member {
     Member {
         name: name.into(),
         instance: format!("i-{name}"),

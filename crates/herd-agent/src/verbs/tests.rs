@@ -1,21 +1,8 @@
-use herd_core::{CommitMode, Lsn};
+use herd_core::CommitMode;
 
 use super::*;
-use crate::member::{ClusterSettings, Member};
-
-fn member(name: &str, role: &str, lsn: u64) -> Member {
-    Member {
-        name: name.into(),
-        instance: format!("i-{name}"),
-        role: role.into(),
-        pg_host: "127.0.0.1".into(),
-        pg_port: 5432,
-        api: "127.0.0.1:8008".into(),
-        lsn: Some(Lsn(lsn)),
-        replayed: Some(Lsn(lsn)),
-        streaming_from: None,
-    }
-}
+use crate::decide::tests::member;
+use crate::member::ClusterSettings;
 
 /// Leader `a` at 100; replicas as given; sync set {b, c}; `ANY 1` unless `mode` says async.
 fn store(mode: CommitMode, replicas: &[(&str, u64)]) -> Store {
