@@ -7,6 +7,7 @@
 //! only has to write its configuration and call it. This crate adds no dependency beyond
 //! serde_json (pgBackRest's JSON output) and herd-pg (the OS user).
 
+mod backfill;
 mod error;
 mod info;
 mod run;
@@ -14,9 +15,10 @@ mod setup;
 mod target;
 mod time;
 
+pub use backfill::{previous_timeline_segments, push_segments};
 pub use error::BackupError;
 pub use info::{parse_info, BackupInfo};
 pub use run::{BackupKind, Event, Runner};
-pub use setup::{archive_command, restore_command, stanza, Paths, Setup, Stanza};
+pub use setup::{archive_command, restore_command, stanza, Paths, PgNode, Setup, Stanza};
 pub use target::{choose_set, Target};
 pub use time::{format_utc, parse_timestamp};

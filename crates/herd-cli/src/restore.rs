@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use clap::Args;
-use herd_backup::{BackupInfo, Event, Paths, Runner, Setup, Stanza, Target};
+use herd_backup::{BackupInfo, Event, Paths, PgNode, Runner, Setup, Stanza, Target};
 use herd_cluster::{Cluster, ClusterState, Layout, Progress, Secrets, REPLICATION_USER, SUPERUSER};
 use herd_config::Config;
 use herd_pg::{OsUser, Pg, PgBinaries, StopMode};
@@ -278,8 +278,10 @@ async fn build(
         retention_full: cluster.config.backup.retention_full,
         stanzas: vec![Stanza {
             group: GROUP,
-            pg_path: node_dir.clone(),
-            port: cluster.port(&primary),
+            nodes: vec![PgNode {
+                path: node_dir.clone(),
+                port: cluster.port(&primary),
+            }],
             socket_dir: cluster.socket_dir(),
         }],
     };

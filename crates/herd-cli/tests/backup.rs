@@ -158,3 +158,157 @@ fn backup_without_a_backup_section_is_a_clear_error() {
         );
     }
 }
+
+/// Inserts `ids` into `acked(id)` through the endpoint at `url`, one transaction each, retrying
+/// (a new connection) while a failover or switchover is under way, at most 60 s in all; returns
+/// the acknowledged ones (a retried id already there counts: its first commit was acknowledged
+/// by the server even if the answer was lost).
+async fn acknowledged(url: &str, ids: std::ops::RangeInclusive<i32>) -> Vec<i32> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let mut client = None;
+    let mut done = Vec::new();
+    for id in ids {
+        loop {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "writes not accepted for 60 s (id {id})"
+            );
+            if client.is_none() {
+                client = common::try_connect(url).await;
+            }
+            let Some(db) = &client else {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                continue;
+            };
+            match db
+                .execute("insert into acked(id) values ($1)", &[&id])
+                .await
+            {
+                Ok(_) => break,
+                Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::UNIQUE_VIOLATION) => {
+                    break
+                }
+                Err(_) => {
+                    client = None;
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            }
+        }
+        done.push(id);
+    }
+    done
+}
+
+/// The running primary's name once it is not `old` and a replica streams again (at most 60 s).
+fn new_primary_streaming(c: &herd_testkit::TestCluster, old: &str) -> String {
+    herd_testkit::wait_until(
+        Duration::from_secs(60),
+        "a new primary and a streaming replica",
+        || {
+            let s = c.try_status()?;
+            let primary = common::nodes_with_role(&s, "primary")
+                .into_iter()
+                .find(|n| n["state"] == "running" && n["name"] != old)?["name"]
+                .as_str()?
+                .to_string();
+            let streaming = common::nodes_with_role(&s, "replica")
+                .iter()
+                .any(|n| n["state"] == "streaming");
+            streaming.then_some(primary)
+        },
+    )
+}
+
+/// The current primary's name.
+fn primary_name(c: &herd_testkit::TestCluster) -> String {
+    let s = c.status();
+    common::nodes_with_role(&s, "primary")[0]["name"]
+        .as_str()
+        .expect("primary name")
+        .to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn archiving_follows_failover_and_switchover() {
+    let old = cluster();
+    std::fs::create_dir_all(old.data_dir()).expect("data dir");
+    std::fs::write(
+        old.data_dir().join("herd.toml"),
+        "[backup]\nenabled = true\n",
+    )
+    .expect("herd.toml");
+    old.up(&["--replicas", "1"]);
+    let endpoint = old.url(&[]);
+    let db = connect(&endpoint).await;
+    db.batch_execute("create table acked(id int primary key)")
+        .await
+        .expect("table");
+    drop(db);
+    old.herd_ok(&["backup", "--type", "full"]);
+    let mut acked = acknowledged(&endpoint, 1..=50).await;
+
+    // Archiving breaks (the repository's archive is not writable by the servers' user), more
+    // WAL is written and completed: the primary's archive lags, those segments exist only in
+    // pg_wal. Then its postmaster is killed, and the archive is writable again.
+    let archive = old.data_dir().join("backup-repo/archive/herd-g0");
+    let mode = |m: u32| {
+        std::fs::set_permissions(&archive, std::os::unix::fs::PermissionsExt::from_mode(m))
+            .expect("chmod the archive")
+    };
+    mode(0o000);
+    acked.extend(acknowledged(&endpoint, 51..=100).await);
+    let primary = connect(&old.url(&["--primary"])).await;
+    for _ in 0..2 {
+        primary
+            .batch_execute("select pg_switch_wal(); insert into acked values (-1); delete from acked where id = -1")
+            .await
+            .expect("switch WAL");
+    }
+    common::eventually(Duration::from_secs(30), "archiving to fail", || async {
+        let failed: i64 = primary
+            .query_one("select failed_count from pg_stat_archiver", &[])
+            .await
+            .map(|r| r.get(0))
+            .unwrap_or(0);
+        failed > 0
+    })
+    .await;
+    drop(primary);
+    let first = primary_name(&old);
+    common::kill_primary(&old);
+    mode(0o750);
+    let second = new_primary_streaming(&old, &first);
+    acked.extend(acknowledged(&endpoint, 101..=150).await);
+
+    // A planned switchover: the new primary archives from its first segment on.
+    let out = old.herd_ok(&["switchover"]);
+    assert!(out.contains("switched over"), "{out}");
+    new_primary_streaming(&old, &second);
+    acked.extend(acknowledged(&endpoint, 151..=200).await);
+
+    let new = cluster();
+    let out = new.herd(&[
+        "restore",
+        "--to",
+        "latest",
+        "--from-data-dir",
+        &old.data_dir().display().to_string(),
+        "--port",
+        &new.port.to_string(),
+    ]);
+    assert!(out.status.success(), "restore: {}", describe(&out));
+    new.up(&[]);
+    let restored = connect(&new.url(&["--primary"])).await;
+    let ids: Vec<i32> = restored
+        .query("select id from acked order by id", &[])
+        .await
+        .expect("rows")
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let missing: Vec<&i32> = acked.iter().filter(|id| !ids.contains(id)).collect();
+    assert!(
+        missing.is_empty(),
+        "acknowledged writes missing after the restore: {missing:?}"
+    );
+}

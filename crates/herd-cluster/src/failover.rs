@@ -44,6 +44,7 @@ impl Cluster {
         // 3. Promote.
         let dir = self.layout.node(candidate);
         pg.promote(&dir).await?;
+        self.archive_previous_timeline(pg, &dir);
         self.write_conf(pg, candidate)?;
         pg.reload(&dir).await?;
         // 4. Slots on the new primary for every other node, then repoint the replicas. The
@@ -61,6 +62,39 @@ impl Cluster {
             }
         }
         Ok(())
+    }
+
+    /// With backups on: pushes the previous timeline's completed segments the new primary
+    /// holds, which the old primary may have died before archiving (herd-backup's backfill).
+    /// Listed now, before the checkpoint below may recycle them (`wal_keep_size` keeps them a
+    /// while longer), and pushed off the failover's path on a thread of their own; a failure
+    /// is logged, and `herd status` reports an archive that falls behind.
+    fn archive_previous_timeline(&self, pg: &Pg, dir: &std::path::Path) {
+        if !self.config.backup.is_enabled() {
+            return;
+        }
+        let segments = match herd_backup::previous_timeline_segments(&dir.join("pg_wal")) {
+            Ok(s) if s.is_empty() => return,
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!("cannot list the previous timeline's WAL to archive: {e}");
+                return;
+            }
+        };
+        let runner = herd_backup::Runner {
+            config: herd_backup::Paths::new(self.layout.root()).config(),
+            owner: pg.os_user().cloned(),
+            password: None,
+        };
+        let (group, dir) = (self.group(), dir.to_path_buf());
+        std::thread::spawn(move || {
+            match herd_backup::push_segments(&runner, group, &dir, &segments) {
+                Ok(n) => tracing::info!(
+                    "archived the previous timeline's {n} segment(s) the new primary holds"
+                ),
+                Err(e) => tracing::warn!("archiving the previous timeline's WAL: {e}"),
+            }
+        });
     }
 
     /// Brings a former primary back as a replica of the current primary: pg_rewind onto the new
