@@ -219,6 +219,23 @@ fn new_primary_streaming(c: &herd_testkit::TestCluster, old: &str) -> String {
     )
 }
 
+/// Runs `promtool check metrics` on `text`, failing with its complaints; bounded in time.
+fn promtool_check(text: &str) {
+    let dir = herd_testkit::scratch_dir();
+    let file = dir.path().join("metrics.txt");
+    std::fs::write(&file, text).expect("writing the metrics");
+    let input = std::fs::File::open(&file).expect("reading the metrics back");
+    let mut cmd = std::process::Command::new("promtool");
+    cmd.args(["check", "metrics"]).stdin(input);
+    let out = herd_testkit::output_within(&mut cmd, Duration::from_secs(30))
+        .expect("promtool check metrics finished within 30 s");
+    assert!(
+        out.status.success(),
+        "promtool check metrics: {}",
+        describe(&out)
+    );
+}
+
 /// The current primary's name.
 fn primary_name(c: &herd_testkit::TestCluster) -> String {
     let s = c.status();
@@ -232,9 +249,10 @@ fn primary_name(c: &herd_testkit::TestCluster) -> String {
 async fn archiving_follows_failover_and_switchover() {
     let old = cluster();
     std::fs::create_dir_all(old.data_dir()).expect("data dir");
+    // A WAL file waiting over a second counts as behind: the broken archive below shows fast.
     std::fs::write(
         old.data_dir().join("herd.toml"),
-        "[backup]\nenabled = true\n",
+        "[backup]\nenabled = true\narchive_lag_warning_s = 1\n",
     )
     .expect("herd.toml");
     old.up(&["--replicas", "1"]);
@@ -264,16 +282,28 @@ async fn archiving_follows_failover_and_switchover() {
             .await
             .expect("switch WAL");
     }
-    common::eventually(Duration::from_secs(30), "archiving to fail", || async {
-        let failed: i64 = primary
-            .query_one("select failed_count from pg_stat_archiver", &[])
-            .await
-            .map(|r| r.get(0))
-            .unwrap_or(0);
-        failed > 0
-    })
-    .await;
     drop(primary);
+    // Reported, not silent: herd status (JSON and text) and /metrics say the archive is behind.
+    let archiving = herd_testkit::wait_until(Duration::from_secs(30), "an archive warning", || {
+        let a = old.try_status()?["archiving"].clone();
+        a["warning"].is_string().then_some(a)
+    });
+    assert!(archiving["failed_count"].as_u64() > Some(0), "{archiving}");
+    assert!(archiving["last_failed_wal"].is_string(), "{archiving}");
+    assert!(archiving["pending"].as_u64() > Some(0), "{archiving}");
+    let text = old.herd_ok(&["status"]);
+    assert!(text.contains("WARNING: WAL archiving is behind"), "{text}");
+    // The supervisor's reading (every probe interval) crosses the bound a moment later.
+    let metrics = herd_testkit::wait_until(Duration::from_secs(10), "the metric", || {
+        let text = common::api_get_text(old.api_port(), "/metrics");
+        text.contains("herd_archive_behind{group=\"0\"} 1")
+            .then_some(text)
+    });
+    assert!(
+        metrics.contains("# TYPE herd_archive_failed_total counter"),
+        "{metrics}"
+    );
+    promtool_check(&metrics);
     let first = primary_name(&old);
     common::kill_primary(&old);
     mode(0o750);
@@ -285,6 +315,11 @@ async fn archiving_follows_failover_and_switchover() {
     assert!(out.contains("switched over"), "{out}");
     new_primary_streaming(&old, &second);
     acked.extend(acknowledged(&endpoint, 151..=200).await);
+    // The archive caught up: no warning left.
+    herd_testkit::wait_until(Duration::from_secs(30), "the warning to clear", || {
+        let a = old.try_status()?["archiving"].clone();
+        (a["pending"] == 0 && a["warning"].is_null()).then_some(())
+    });
 
     let new = cluster();
     let out = new.herd(&[

@@ -221,6 +221,19 @@ impl Prober {
         Ok(probe.1)
     }
 
+    /// The kept connection, when the last probe left one open.
+    pub(crate) fn kept_client(&self) -> Option<&Client> {
+        self.client
+            .as_ref()
+            .map(|k| &k.client)
+            .filter(|c| !c.is_closed())
+    }
+
+    /// The probe's time bound.
+    pub(crate) fn timeout(&self) -> std::time::Duration {
+        self.spec.timeout
+    }
+
     fn timed_out(&self) -> PgError {
         PgError::Timeout(format!("probing {:?} timed out", self.spec))
     }
