@@ -38,10 +38,19 @@ pub fn run(layout: &Layout, kind: BackupKind) -> anyhow::Result<()> {
             layout.root().display()
         );
     }
+    let repository = config.backup.repository_path(layout.root());
+    if !repository.is_dir() {
+        // `herd up` created it: gone now, the WAL archived since is gone with it (or a mount
+        // is missing). Not created again here, which would hide that.
+        bail!(
+            "the backup repository {} does not exist (herd up created it): was it removed, or              is its file system not mounted? Restore it, or point backup.repository at the              right place; nothing was changed",
+            repository.display()
+        );
+    }
     let owner = OsUser::for_servers(&config.postgres.os_user)?;
     let progress = TermProgress::new();
     progress.phase("refreshing pgBackRest's configuration and stanza");
-    // The primary may have changed since `herd up` wrote the configuration.
+    // The cluster's nodes may have changed since `herd up` wrote the configuration.
     crate::backup_setup::write_config(layout, &config, owner.as_ref())?;
     crate::backup_setup::create_stanzas(layout, &config, owner.as_ref())?;
     progress.done("configuration and stanza ready");

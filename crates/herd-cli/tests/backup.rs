@@ -44,6 +44,31 @@ async fn restore_to_a_moment_before_a_drop_table() {
     .await
     .expect("first rows");
 
+    // A repository the servers' user cannot write, or one that is gone: `herd backup` fails
+    // clearly and changes nothing (the repository is neither emptied nor created again).
+    let repo = old.data_dir().join("backup-repo");
+    let set_mode = |m: u32| {
+        std::fs::set_permissions(&repo, std::os::unix::fs::PermissionsExt::from_mode(m))
+            .expect("chmod the repository")
+    };
+    set_mode(0o500);
+    let err = refused(&old.herd(&["backup"]));
+    assert!(
+        err.contains("not writable") && err.contains("backup-repo"),
+        "{err}"
+    );
+    set_mode(0o750);
+    let aside = old.data_dir().join("backup-repo-aside");
+    std::fs::rename(&repo, &aside).expect("move the repository away");
+    let err = refused(&old.herd(&["backup"]));
+    assert!(err.contains("does not exist"), "{err}");
+    assert!(!repo.exists(), "not created again");
+    std::fs::rename(&aside, &repo).expect("move it back");
+    assert!(
+        repo.join("backup/herd-g0/backup.info").exists(),
+        "the stanza is intact"
+    );
+
     let out = old.herd_ok(&["backup", "--type", "full"]);
     assert!(out.contains("Backup ") && out.contains("(full"), "{out}");
     let list = old.herd_ok(&["backup", "list"]);
@@ -101,6 +126,31 @@ async fn restore_to_a_moment_before_a_drop_table() {
     // The source cluster's own, running directory is refused too.
     let err = refused(&old.herd(&["restore", "--to", "latest", "--from-data-dir", &old_dir]));
     assert!(err.contains("running Herd cluster"), "{err}");
+    // A repository that does not exist, or holds no backup: nothing is written.
+    let scratch = herd_testkit::scratch_dir();
+    let empty_repo = scratch.path().join("empty-repo");
+    std::fs::create_dir_all(&empty_repo).expect("empty repository");
+    for (repository, says) in [
+        (scratch.path().join("no-such-repo"), "does not exist"),
+        (empty_repo, "holds no backup"),
+    ] {
+        let err = refused(&new.herd(&[
+            "restore",
+            "--to",
+            "latest",
+            "--repository",
+            &repository.display().to_string(),
+            "--port",
+            &new_port,
+        ]));
+        assert!(err.contains(says), "{}: {err}", repository.display());
+        assert_eq!(
+            std::fs::read_dir(new.data_dir()).expect("dir").count(),
+            0,
+            "{}: nothing written",
+            repository.display()
+        );
+    }
     // Targets the repository cannot reach: nothing is written.
     for (to, says) in [
         ("2999-01-01 00:00:00", "in the future"),
