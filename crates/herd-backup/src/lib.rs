@@ -10,6 +10,7 @@
 mod backfill;
 mod error;
 mod info;
+mod points;
 mod run;
 mod setup;
 mod target;
@@ -18,7 +19,8 @@ mod time;
 pub use backfill::{previous_timeline_segments, push_segments};
 pub use error::BackupError;
 pub use info::{parse_info, BackupInfo};
+pub use points::{read_points, record_point, RestorePoint};
 pub use run::{BackupKind, Event, Runner};
 pub use setup::{archive_command, restore_command, stanza, Paths, PgNode, Setup, Stanza};
-pub use target::{choose_set, Target};
+pub use target::{choose_set, valid_point_name, Target};
 pub use time::{format_utc, parse_timestamp};

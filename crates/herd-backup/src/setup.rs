@@ -19,6 +19,7 @@ use crate::BackupError;
 ///
 /// ```text
 /// backup/pgbackrest.conf   written by Herd (mode 0600)
+/// backup/restore-points.tsv the restore points `herd backup restore-point` made
 /// logs/pgbackrest/         pgBackRest's logs, one file per stanza and command
 /// run/pgbackrest/          its lock files (one backup at a time per stanza)
 /// ```
@@ -41,6 +42,11 @@ impl Paths {
     /// `pgbackrest.conf`.
     pub fn config(&self) -> PathBuf {
         self.dir().join("pgbackrest.conf")
+    }
+
+    /// The restore points `herd backup restore-point` made (see [`crate::RestorePoint`]).
+    pub fn restore_points(&self) -> PathBuf {
+        self.dir().join("restore-points.tsv")
     }
 
     /// pgBackRest's log directory.

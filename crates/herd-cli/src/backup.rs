@@ -15,7 +15,7 @@ use crate::progress::TermProgress;
 const GROUP: u32 = 0;
 
 /// The configuration of the cluster in `layout`, which must have `[backup]`.
-fn backup_config(layout: &Layout) -> anyhow::Result<Config> {
+pub fn backup_config(layout: &Layout) -> anyhow::Result<Config> {
     if !layout.config().exists() {
         bail!(
             "{} holds no Herd cluster (no herd.toml); give its --data-dir",

@@ -147,6 +147,14 @@ pub struct BackupArgs {
 enum BackupCommand {
     /// The backups in the repository: label, type, start and stop times, sizes.
     List(DataDirArg),
+    /// A named point in the WAL of the running cluster (pg_create_restore_point on its
+    /// primary), for `herd restore --to NAME`; one shard group only, for now.
+    RestorePoint {
+        /// The point's name: a letter or '_' first, then letters, digits, '_', '-' or '.'.
+        name: String,
+        #[command(flatten)]
+        dir: DataDirArg,
+    },
 }
 
 /// `--data-dir`, shared by every command.
@@ -434,6 +442,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             command: Some(BackupCommand::List(dir)),
             ..
         }) => crate::backup::list(&dir.layout()?),
+        Command::Backup(BackupArgs {
+            command: Some(BackupCommand::RestorePoint { name, dir }),
+            ..
+        }) => crate::restore_point::run(&dir.layout()?, &name).await,
         Command::Backup(args) => crate::backup::run(&args.dir.layout()?, args.kind),
         Command::Restore(args) => crate::restore::run(args).await,
         Command::Agent(args) => crate::hosts::agent(args).await,

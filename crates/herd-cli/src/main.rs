@@ -25,6 +25,7 @@ mod progress;
 mod proxy_api;
 mod proxy_groups;
 mod restore;
+mod restore_point;
 mod shard_move;
 mod shards;
 mod status;

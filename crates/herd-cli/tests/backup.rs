@@ -93,9 +93,28 @@ async fn restore_to_a_moment_before_a_drop_table() {
         .expect("now")
         .get(0);
     tokio::time::sleep(Duration::from_millis(300)).await;
-    db.batch_execute("insert into items(id) select generate_series(151, 200)")
+    db.batch_execute("insert into items(id) select generate_series(151, 175)")
         .await
         .expect("rows after the moment");
+    // A named restore point after row 175; a bad or a used name is refused.
+    let out = old.herd_ok(&["backup", "restore-point", "before-more"]);
+    assert!(out.contains("Restore point before-more at "), "{out}");
+    for (name, says) in [("9lives", "cannot name"), ("before-more", "exists already")] {
+        let err = refused(&old.herd(&["backup", "restore-point", name]));
+        assert!(err.contains(says), "{name}: {err}");
+    }
+    db.batch_execute("insert into items(id) select generate_series(176, 190)")
+        .await
+        .expect("rows after the point");
+    // A WAL position after row 190.
+    let lsn: String = db
+        .query_one("select pg_current_wal_lsn()::text", &[])
+        .await
+        .expect("lsn")
+        .get(0);
+    db.batch_execute("insert into items(id) select generate_series(191, 200)")
+        .await
+        .expect("rows after the position");
     db.batch_execute("drop table items").await.expect("drop");
     // No WAL switch here: `herd restore` has the running source archive its current segment
     // (holding the drop), as a user restoring right after a mistake needs.
@@ -155,7 +174,9 @@ async fn restore_to_a_moment_before_a_drop_table() {
     for (to, says) in [
         ("2999-01-01 00:00:00", "in the future"),
         ("2000-01-01 00:00:00", "before the end of the first backup"),
-        ("yesterday", "not a restore target"),
+        ("0/10", "before the end of the first backup"),
+        ("2026-13-45 10:00", "not a restore target"),
+        ("yesterday", "no restore point named 'yesterday'"),
     ] {
         let err = refused(&restore(to));
         assert!(err.contains(says), "{to}: {err}");
@@ -193,6 +214,31 @@ async fn restore_to_a_moment_before_a_drop_table() {
         .expect("show")
         .get(0);
     assert_eq!(target, "");
+
+    // The restore point and the WAL position: exactly the rows committed before each.
+    for (to, last) in [("before-more", 175), (lsn.as_str(), 190)] {
+        let c = cluster();
+        let out = c.herd(&[
+            "restore",
+            "--to",
+            to,
+            "--from-data-dir",
+            &old_dir,
+            "--port",
+            &c.port.to_string(),
+        ]);
+        assert!(out.status.success(), "restore to {to}: {}", describe(&out));
+        c.up(&[]);
+        let db = connect(&c.url(&["--primary"])).await;
+        let ids: Vec<i32> = db
+            .query("select id from items order by id", &[])
+            .await
+            .expect("the table is back")
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        assert_eq!(ids, (1..=last).collect::<Vec<i32>>(), "restored to {to}");
+    }
 }
 
 #[test]
