@@ -5,7 +5,7 @@
 //! Why pgBackRest rather than a home-made archiver: it is the archiver PostgreSQL HA stacks
 //! rely on (parallel, checksummed, retention and WAL expiry, S3), packaged by Debian, and Herd
 //! only has to write its configuration and call it. This crate adds no dependency beyond
-//! serde_json (pgBackRest's JSON output) and herd-pg (the OS user).
+//! serde_json (pgBackRest's JSON output), herd-pg (the OS user) and herd-core (WAL positions).
 
 mod backfill;
 mod error;
