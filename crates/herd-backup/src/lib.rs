@@ -4,8 +4,10 @@
 //!
 //! Why pgBackRest rather than a home-made archiver: it is the archiver PostgreSQL HA stacks
 //! rely on (parallel, checksummed, retention and WAL expiry, S3), packaged by Debian, and Herd
-//! only has to write its configuration and call it. This crate adds no dependency beyond
-//! serde_json (pgBackRest's JSON output), herd-pg (the OS user) and herd-core (WAL positions).
+//! only has to write its configuration and call it. Its dependencies: serde_json (pgBackRest's
+//! JSON output), herd-pg (the OS user), herd-core (WAL positions), and jiff for restore
+//! targets' times — a maintained date-time crate (offsets, month lengths, leap years checked)
+//! instead of hand-written calendar code, built without a time zone database.
 
 mod backfill;
 mod error;
