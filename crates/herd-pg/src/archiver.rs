@@ -23,7 +23,7 @@ pub struct ArchiverRow {
 }
 
 /// `pg_ls_archive_statusdir()` needs the superuser (or pg_monitor), which probes log in as.
-const ARCHIVER_SQL: &str = "select a.last_archived_wal, \
+pub(crate) const ARCHIVER_SQL: &str = "select a.last_archived_wal, \
      extract(epoch from now() - a.last_archived_time)::float8, a.failed_count, \
      a.last_failed_wal, extract(epoch from now() - a.last_failed_time)::float8, \
      r.pending, extract(epoch from now() - r.oldest)::float8 \
@@ -32,17 +32,17 @@ const ARCHIVER_SQL: &str = "select a.last_archived_wal, \
       from pg_ls_archive_statusdir() where name like '%.ready') r";
 
 impl Prober {
-    /// Reads the archiver over the connection the last probe kept (none: an error); bounded
-    /// by the probe's timeout.
+    /// Reads the archiver over the connection the last probe kept (none: an error), with the
+    /// statement prepared there; bounded by the probe's timeout.
     pub async fn archiver(&self) -> Result<ArchiverRow, PgError> {
-        let client = self
-            .kept_client()
+        let (client, statement) = self
+            .kept_archiver()
             .ok_or_else(|| PgError::Timeout("no probe connection to read the archiver".into()))?;
         let sql = |source| PgError::Sql {
             context: "reading pg_stat_archiver".into(),
             source,
         };
-        let row = tokio::time::timeout(self.timeout(), client.query_one(ARCHIVER_SQL, &[]))
+        let row = tokio::time::timeout(self.timeout(), client.query_one(statement, &[]))
             .await
             .map_err(|_| PgError::Timeout("reading pg_stat_archiver timed out".into()))?
             .map_err(sql)?;
