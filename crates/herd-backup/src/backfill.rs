@@ -6,7 +6,10 @@
 //! would never archive them and the archive would have a gap a restore cannot cross. So the new
 //! primary pushes the completed segments of the previous timelines it still holds, those
 //! wholly before the switch point its newest `.history` file records. pgBackRest accepts a
-//! segment already archived with the same checksum, so pushing one twice is harmless.
+//! segment already archived with the same checksum, so pushing one twice is harmless. The
+//! former primary, before it is rewound to follow, pushes in the same way the segments before
+//! the switch that it had not archived: the new primary may have recycled them already (its
+//! archive broken for longer than `wal_keep_size` of WAL).
 //! (`archive_mode = always` on the standbys would do this continuously, but pgBackRest's
 //! `backup` and `check` refuse that mode.)
 
@@ -17,33 +20,49 @@ use crate::{BackupError, Runner};
 /// The completed segments of earlier timelines in `pg_wal` that lie wholly before the switch
 /// to the newest timeline, oldest first. Nothing when there is no `.history` file (timeline 1).
 pub fn previous_timeline_segments(pg_wal: &Path) -> Result<Vec<PathBuf>, BackupError> {
-    let entries = std::fs::read_dir(pg_wal).map_err(|e| BackupError::io("reading", pg_wal, e))?;
-    let mut names = Vec::new();
-    for entry in entries.flatten() {
-        if let Some(name) = entry.file_name().to_str() {
-            names.push(name.to_string());
-        }
+    match newest_history(pg_wal)? {
+        Some(history) => segments_before_switch(pg_wal, &history, false),
+        None => Ok(Vec::new()),
     }
-    let Some(history) = names
+}
+
+/// The text of the newest `.history` file in `pg_wal`, if any.
+pub fn newest_history(pg_wal: &Path) -> Result<Option<String>, BackupError> {
+    let Some(history) = names(pg_wal)?
         .iter()
         .filter_map(|n| history_timeline(n).map(|t| (t, n)))
         .max()
         .map(|(_, n)| pg_wal.join(n))
     else {
-        return Ok(Vec::new());
+        return Ok(None);
     };
-    let text =
-        std::fs::read_to_string(&history).map_err(|e| BackupError::io("reading", &history, e))?;
-    let switches = parse_history(&text);
+    std::fs::read_to_string(&history)
+        .map(Some)
+        .map_err(|e| BackupError::io("reading", &history, e))
+}
+
+/// The completed segments in `pg_wal` of the timelines `history` (a `.history` file's text)
+/// lists, wholly before each one's switch point, oldest first; with `waiting_only`, only those
+/// still marked as waiting for archiving (`archive_status/<segment>.ready`): a former primary's
+/// own WAL that it never archived.
+pub fn segments_before_switch(
+    pg_wal: &Path,
+    history: &str,
+    waiting_only: bool,
+) -> Result<Vec<PathBuf>, BackupError> {
+    let switches = parse_history(history);
     let mut out = Vec::new();
-    for name in &names {
-        let Some((tli, log, seg)) = segment(name) else {
+    for name in names(pg_wal)? {
+        let Some((tli, log, seg)) = segment(&name) else {
             continue;
         };
         let Some(switch) = switches.iter().find(|(t, _)| *t == tli).map(|(_, l)| *l) else {
             continue;
         };
-        let path = pg_wal.join(name);
+        if waiting_only && !pg_wal.join(format!("archive_status/{name}.ready")).exists() {
+            continue;
+        }
+        let path = pg_wal.join(&name);
         let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
         if size == 0 {
             continue;
@@ -56,6 +75,15 @@ pub fn previous_timeline_segments(pg_wal: &Path) -> Result<Vec<PathBuf>, BackupE
     }
     out.sort();
     Ok(out)
+}
+
+/// The file names in `pg_wal`.
+fn names(pg_wal: &Path) -> Result<Vec<String>, BackupError> {
+    let entries = std::fs::read_dir(pg_wal).map_err(|e| BackupError::io("reading", pg_wal, e))?;
+    Ok(entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().map(str::to_string))
+        .collect())
 }
 
 /// Pushes each of `segments` (absolute paths in the data directory `pg_path`) to the
@@ -157,6 +185,30 @@ mod tests {
             names,
             ["000000010000000000000003", "000000010000000000000004"]
         );
+    }
+
+    #[test]
+    fn a_former_primary_pushes_only_what_it_never_archived() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let wal = tmp.path();
+        std::fs::create_dir(wal.join("archive_status")).expect("status dir");
+        // The former primary's own timeline 1, past the switch inside segment 5.
+        for (name, status) in [
+            ("000000010000000000000003", "done"),
+            ("000000010000000000000004", "ready"),
+            ("000000010000000000000005", "ready"),
+        ] {
+            let file = std::fs::File::create(wal.join(name)).expect("segment");
+            file.set_len(SEG).expect("sparse segment");
+            std::fs::write(wal.join(format!("archive_status/{name}.{status}")), b"")
+                .expect("status");
+        }
+        let names: Vec<String> = segments_before_switch(wal, "1\t0/5000060\tpromoted\n", true)
+            .expect("list")
+            .iter()
+            .map(|p| p.file_name().expect("name").to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names, ["000000010000000000000004"]);
     }
 
     #[test]

@@ -18,7 +18,9 @@ mod setup;
 mod target;
 mod time;
 
-pub use backfill::{previous_timeline_segments, push_segments};
+pub use backfill::{
+    newest_history, previous_timeline_segments, push_segments, segments_before_switch,
+};
 pub use error::BackupError;
 pub use info::{parse_info, BackupInfo};
 pub use points::{read_points, record_point, RestorePoint};

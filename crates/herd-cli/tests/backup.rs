@@ -404,6 +404,14 @@ async fn archiving_follows_failover_and_switchover() {
     common::kill_primary(&old);
     mode(0o750);
     let second = new_primary_streaming(&old, &first);
+    // The old primary, rejoined (it is the streaming replica), first pushed the segments it had
+    // not archived (already pushed by the new primary here: accepted as duplicates).
+    let log = std::fs::read_to_string(old.data_dir().join("logs/herd.log")).unwrap_or_default();
+    assert!(
+        log.contains("WAL segment(s) the former primary had not"),
+        "{}",
+        old.log_tails()
+    );
     acked.extend(acknowledged(&endpoint, 101..=150).await);
 
     // A planned switchover: the new primary archives from its first segment on.

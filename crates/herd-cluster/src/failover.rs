@@ -81,11 +81,7 @@ impl Cluster {
                 return;
             }
         };
-        let runner = herd_backup::Runner {
-            config: herd_backup::Paths::new(self.layout.root()).config(),
-            owner: pg.os_user().cloned(),
-            password: None,
-        };
+        let runner = self.backup_runner(pg);
         let (group, dir) = (self.group(), dir.to_path_buf());
         std::thread::spawn(move || {
             match herd_backup::push_segments(&runner, group, &dir, &segments) {
@@ -95,6 +91,51 @@ impl Cluster {
                 Err(e) => tracing::warn!("archiving the previous timeline's WAL: {e}"),
             }
         });
+    }
+
+    /// pgBackRest with the cluster's configuration, as the servers' OS user (`archive-push`
+    /// connects to no server: no password).
+    fn backup_runner(&self, pg: &Pg) -> herd_backup::Runner {
+        herd_backup::Runner {
+            config: herd_backup::Paths::new(self.layout.root()).config(),
+            owner: pg.os_user().cloned(),
+            password: None,
+        }
+    }
+
+    /// With backups on, before a former primary is rewound: pushes the segments before the
+    /// switch to the new timeline that it never archived (still `.ready`), which the new
+    /// primary may have recycled already. Failures are logged; the rejoin goes on.
+    async fn archive_former_primary(&self, pg: &Pg, dir: &std::path::Path, primary: &NodeName) {
+        if !self.config.backup.is_enabled() {
+            return;
+        }
+        let wal = self.layout.node(primary).join("pg_wal");
+        let listed = herd_backup::newest_history(&wal).and_then(|h| match h {
+            Some(h) => herd_backup::segments_before_switch(&dir.join("pg_wal"), &h, true),
+            None => Ok(Vec::new()),
+        });
+        let segments = match listed {
+            Ok(s) if s.is_empty() => return,
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!("cannot list the former primary's WAL to archive: {e}");
+                return;
+            }
+        };
+        let runner = self.backup_runner(pg);
+        let (group, dir) = (self.group(), dir.to_path_buf());
+        let pushed = tokio::task::spawn_blocking(move || {
+            herd_backup::push_segments(&runner, group, &dir, &segments)
+        })
+        .await;
+        match pushed {
+            Ok(Ok(n)) => tracing::info!(
+                "archived {n} WAL segment(s) the former primary had not, before rewinding it"
+            ),
+            Ok(Err(e)) => tracing::warn!("archiving the former primary's WAL: {e}"),
+            Err(e) => tracing::warn!("archiving the former primary's WAL: {e}"),
+        }
     }
 
     /// Brings a former primary back as a replica of the current primary: pg_rewind onto the new
@@ -117,6 +158,7 @@ impl Cluster {
             return self.finish_rejoin(pg, dcs, node, &primary).await;
         }
         herd_pg::clear_recovery_signals(&dir)?;
+        self.archive_former_primary(pg, &dir, &primary).await;
         // pg_rewind compares timelines in pg_control: make sure the primary's is written.
         let client = herd_pg::connect(&self.conn_spec(&primary)).await?;
         herd_pg::checkpoint(&client).await?;
