@@ -215,21 +215,35 @@ async fn restore_to_a_moment_before_a_drop_table() {
         .get(0);
     assert_eq!(target, "");
 
-    // The restore point and the WAL position: exactly the rows committed before each.
-    for (to, last) in [("before-more", 175), (lsn.as_str(), 190)] {
-        let c = cluster();
-        let out = c.herd(&[
-            "restore",
-            "--to",
-            to,
-            "--from-data-dir",
-            &old_dir,
-            "--port",
-            &c.port.to_string(),
-        ]);
-        assert!(out.status.success(), "restore to {to}: {}", describe(&out));
-        c.up(&[]);
-        let db = connect(&c.url(&["--primary"])).await;
+    // The restore point and the WAL position: exactly the rows committed before each. The two
+    // restores run at once (the first restored cluster stops first).
+    drop(restored);
+    drop(new);
+    let restores: Vec<_> = [("before-more".to_string(), 175), (lsn, 190)]
+        .into_iter()
+        .map(|(to, last)| {
+            let old_dir = old_dir.clone();
+            tokio::task::spawn_blocking(move || {
+                let c = cluster();
+                let out = c.herd(&[
+                    "restore",
+                    "--to",
+                    &to,
+                    "--from-data-dir",
+                    &old_dir,
+                    "--port",
+                    &c.port.to_string(),
+                ]);
+                assert!(out.status.success(), "restore to {to}: {}", describe(&out));
+                c.up(&[]);
+                let url = c.url(&["--primary"]);
+                (c, url, to, last)
+            })
+        })
+        .collect();
+    for restore in restores {
+        let (_c, url, to, last) = restore.await.expect("a restore");
+        let db = connect(&url).await;
         let ids: Vec<i32> = db
             .query("select id from items order by id", &[])
             .await
