@@ -69,8 +69,12 @@ async fn restore_to_a_moment_before_a_drop_table() {
         "the stanza is intact"
     );
 
+    // The replica streams: its files are copied, the primary is spared.
     let out = old.herd_ok(&["backup", "--type", "full"]);
-    assert!(out.contains("Backup ") && out.contains("(full"), "{out}");
+    assert!(
+        out.contains("Backup ") && out.contains("(full, copied from a standby"),
+        "{out}"
+    );
     let list = old.herd_ok(&["backup", "list"]);
     assert!(
         list.contains("LABEL") && list.lines().filter(|l| l.contains(" full ")).count() == 1,
@@ -372,7 +376,8 @@ async fn archiving_follows_failover_and_switchover() {
         .await
         .expect("table");
     drop(db);
-    old.herd_ok(&["backup", "--type", "full"]);
+    let out = old.herd_ok(&["backup", "--type", "full", "--from-primary"]);
+    assert!(out.contains("(full, copied from the primary"), "{out}");
     let mut acked = acknowledged(&endpoint, 1..=50).await;
 
     // Archiving breaks (the repository's archive is not writable by the servers' user), more
