@@ -71,6 +71,9 @@ pub async fn run(args: RestoreArgs) -> anyhow::Result<()> {
     refuse_used_dir(&layout)?;
     let (mut config, repository, old) = source(&args, &layout)?;
     let point = point_position(&target, old.as_ref())?;
+    if let (Target::Lsn(lsn), Some(old)) = (&target, old.as_ref()) {
+        refuse_future_position(*lsn, old).await?;
+    }
     if config.cluster.shards > 1 {
         bail!(
             "the backed-up cluster has {} shard groups: restoring several groups to one \
@@ -233,6 +236,33 @@ fn point_position(target: &Target, old: Option<&Layout>) -> anyhow::Result<Optio
                 }
             )
         }
+    }
+}
+
+/// Refuses a WAL position beyond the end of the running source's WAL (a restore would replay
+/// all there is and fail). Not checked when the source is stopped or does not answer.
+async fn refuse_future_position(lsn: herd_core::Lsn, old: &Layout) -> anyhow::Result<()> {
+    if !herd_cluster::supervisor_running(old) {
+        return Ok(());
+    }
+    let Ok(cluster) = crate::status::open(old) else {
+        return Ok(());
+    };
+    let Ok(client) = herd_pg::connect(&cluster.conn_spec(&cluster.state.primary)).await else {
+        return Ok(());
+    };
+    let current = client
+        .query_one("select pg_current_wal_lsn()::text", &[])
+        .await
+        .ok()
+        .and_then(|r| r.try_get::<_, String>(0).ok())
+        .and_then(|t| t.parse::<herd_core::Lsn>().ok());
+    match current {
+        Some(current) if lsn > current => bail!(
+            "the target {lsn} is in the future: the source's WAL ends at {current}; nothing \
+             was written"
+        ),
+        _ => Ok(()),
     }
 }
 

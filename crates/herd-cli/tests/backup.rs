@@ -179,6 +179,7 @@ async fn restore_to_a_moment_before_a_drop_table() {
         ("2999-01-01 00:00:00", "in the future"),
         ("2000-01-01 00:00:00", "before the end of the first backup"),
         ("0/10", "before the end of the first backup"),
+        ("FFFFFFFF/0", "in the future"),
         ("2026-13-45 10:00", "not a restore target"),
         ("yesterday", "no restore point named 'yesterday'"),
     ] {
