@@ -55,6 +55,7 @@ pub fn group_status(group: u32, store: &Store, endpoint: &str) -> ClusterStatus 
         group,
         groups: Vec::new(),
         copies: Vec::new(),
+        archiving: None,
     }
 }
 

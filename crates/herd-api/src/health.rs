@@ -107,6 +107,7 @@ mod tests {
             group: 0,
             groups: Vec::new(),
             copies: Vec::new(),
+            archiving: None,
         }
     }
 

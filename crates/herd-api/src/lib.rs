@@ -12,7 +12,7 @@
 //! | `GET /replica` | 200 when at least one replica streams, else 503 |
 //! | `GET /replica/{node}` | 200 when `node` is a streaming replica, else 503 (404: no such node) |
 //!
-//! | `GET /metrics` | Prometheus text: the proxy's counters |
+//! | `GET /metrics` | Prometheus text: the proxy's counters, and each group's WAL archiving when backups are on |
 //! | `POST /switchover?to=node` | planned change of primary; 200 with what happened, 409 when refused |
 //! | `POST /failover?to=node&allow_data_loss=true` | immediate promotion; 200 / 409 |
 //! | `POST /groups` | add a shard group while the cluster runs (`herd group add`); 200 / 409 |
@@ -25,6 +25,7 @@
 //! When a token is configured, every route but the health checks and the page's static files
 //! needs it ([`auth`]); cross-site actions and rebound host names are refused ([`origin`]).
 
+mod archive_metrics;
 pub mod auth;
 pub mod dashboard;
 mod health;
@@ -38,6 +39,7 @@ use axum::{Json, Router};
 use herd_core::ClusterStatus;
 use tokio::sync::watch;
 
+pub use archive_metrics::archive_metrics;
 pub use dashboard::Dashboard;
 pub use health::{check, Check, Health};
 

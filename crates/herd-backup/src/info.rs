@@ -19,6 +19,8 @@ pub struct BackupInfo {
     pub size: u64,
     /// What it takes in the repository (compressed, this backup's files only), in bytes.
     pub repo_size: u64,
+    /// The WAL position from which it is consistent (`lsn.stop`), when pgBackRest reports it.
+    pub stop_lsn: Option<herd_core::Lsn>,
 }
 
 /// The backups of `stanza` in pgBackRest's JSON info, oldest first; an empty list when the
@@ -49,6 +51,7 @@ pub fn parse_info(json: &str, stanza: &str) -> Result<Vec<BackupInfo>, BackupErr
             stop: b["timestamp"]["stop"].as_i64().unwrap_or(0),
             size: b["info"]["size"].as_u64().unwrap_or(0),
             repo_size: b["info"]["repository"]["delta"].as_u64().unwrap_or(0),
+            stop_lsn: b["lsn"]["stop"].as_str().and_then(|l| l.parse().ok()),
         });
     }
     out.sort_by_key(|b| b.stop);
@@ -67,6 +70,7 @@ mod tests {
          "info":{"size":23000000,"delta":8192,"repository":{"size":3000000,"delta":2000}}},
         {"label":"20261128-134501F","type":"full","error":false,
          "timestamp":{"start":1795873501,"stop":1795873505},
+         "lsn":{"start":"0/7000028","stop":"0/7000100"},
          "info":{"size":23000000,"delta":23000000,"repository":{"size":3000000,"delta":3000000}}}
       ],
       "name":"herd-g0","status":{"code":0,"message":"ok"}}]"#;
@@ -82,6 +86,8 @@ mod tests {
             (1_795_873_501, 1_795_873_505)
         );
         assert_eq!(list[0].size, 23_000_000);
+        assert_eq!(list[0].stop_lsn, Some(herd_core::Lsn(0x700_0100)));
+        assert_eq!(list[1].stop_lsn, None);
         assert_eq!(list[1].kind, "incr");
         assert_eq!(list[1].repo_size, 2000);
     }

@@ -76,6 +76,18 @@ impl Runner {
         args: &[String],
         on_event: &mut dyn FnMut(Event),
     ) -> Result<String, BackupError> {
+        self.run_with_params(stanza, command, args, &[], on_event)
+    }
+
+    /// As [`Runner::run`], with `params` after the command (`archive-push FILE`).
+    pub fn run_with_params(
+        &self,
+        stanza: Option<&str>,
+        command: &str,
+        args: &[String],
+        params: &[String],
+        on_event: &mut dyn FnMut(Event),
+    ) -> Result<String, BackupError> {
         use std::os::unix::process::CommandExt;
         let mut cmd = Command::new("pgbackrest");
         cmd.arg(format!("--config={}", self.config.display()));
@@ -84,6 +96,7 @@ impl Runner {
         }
         cmd.args(args)
             .arg(command)
+            .args(params)
             .current_dir("/")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())

@@ -1,6 +1,12 @@
 //! pgBackRest's configuration for one Herd data directory: where its files live, the stanza of
 //! each shard group, and writing `pgbackrest.conf` (mode 0600, owned by the servers' OS user,
 //! who runs `archive-push` from PostgreSQL's `archive_command`).
+//!
+//! Nothing in it depends on which node is primary, so a failover or a switchover needs no
+//! rewrite: each stanza lists every node of its group (`pg1-*` … `pgN-*`) and pgBackRest's
+//! `backup`, `check` and `stanza-create` connect to each and use the one that is primary; each
+//! node's `archive_command` names its own data directory (`--pg1-path`), which `archive-push`
+//! needs to resolve PostgreSQL's relative `%p`.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -13,6 +19,7 @@ use crate::BackupError;
 ///
 /// ```text
 /// backup/pgbackrest.conf   written by Herd (mode 0600)
+/// backup/restore-points.tsv the restore points `herd backup restore-point` made
 /// logs/pgbackrest/         pgBackRest's logs, one file per stanza and command
 /// run/pgbackrest/          its lock files (one backup at a time per stanza)
 /// ```
@@ -37,6 +44,11 @@ impl Paths {
         self.dir().join("pgbackrest.conf")
     }
 
+    /// The restore points `herd backup restore-point` made (see [`crate::RestorePoint`]).
+    pub fn restore_points(&self) -> PathBuf {
+        self.dir().join("restore-points.tsv")
+    }
+
     /// pgBackRest's log directory.
     pub fn logs(&self) -> PathBuf {
         self.root.join("logs").join("pgbackrest")
@@ -55,12 +67,16 @@ pub fn stanza(group: u32) -> String {
     format!("herd-g{group}")
 }
 
-/// PostgreSQL's `archive_command` for shard group `group` with the configuration at `config`.
-pub fn archive_command(config: &Path, group: u32) -> String {
+/// PostgreSQL's `archive_command` for the node whose data directory is `pg_path`, of shard
+/// group `group`, with the configuration at `config`. `archive-push` resolves PostgreSQL's
+/// relative `%p` against `pg1-path` and refuses a `pg1-path` other than the server's own
+/// directory, so the command names it: the configuration file stays the same for every node.
+pub fn archive_command(config: &Path, group: u32, pg_path: &Path) -> String {
     format!(
-        "pgbackrest --config={} --stanza={} archive-push %p",
+        "pgbackrest --config={} --stanza={} --pg1-path={} archive-push %p",
         sh_quote(&config.display().to_string()),
-        stanza(group)
+        stanza(group),
+        sh_quote(&pg_path.display().to_string())
     )
 }
 
@@ -73,16 +89,24 @@ pub fn restore_command(config: &Path, group: u32) -> String {
     )
 }
 
-/// One shard group's current primary, as pgBackRest reaches it.
+/// One node of a shard group, as pgBackRest reaches it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PgNode {
+    /// Its data directory.
+    pub path: PathBuf,
+    /// Its port.
+    pub port: u16,
+}
+
+/// One shard group's nodes, as pgBackRest reaches them: whichever is primary is found at run
+/// time, so the stanza needs no rewrite after a failover or a switchover.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Stanza {
     /// The shard group.
     pub group: u32,
-    /// The primary's data directory.
-    pub pg_path: PathBuf,
-    /// Its port.
-    pub port: u16,
-    /// Its Unix-domain socket directory (pgBackRest connects over the socket only).
+    /// Every node of the group, node 0 first.
+    pub nodes: Vec<PgNode>,
+    /// The servers' Unix-domain socket directory (pgBackRest connects over the socket only).
     pub socket_dir: Option<PathBuf>,
 }
 
@@ -119,13 +143,16 @@ impl Setup {
         set("process-max", "2".into());
         for s in &self.stanzas {
             let _ = write!(out, "\n[{}]\n", stanza(s.group));
-            let _ = writeln!(out, "pg1-path={}", s.pg_path.display());
-            let _ = writeln!(out, "pg1-port={}", s.port);
-            if let Some(dir) = &s.socket_dir {
-                let _ = writeln!(out, "pg1-socket-path={}", dir.display());
+            for (i, node) in s.nodes.iter().enumerate() {
+                let n = i + 1;
+                let _ = writeln!(out, "pg{n}-path={}", node.path.display());
+                let _ = writeln!(out, "pg{n}-port={}", node.port);
+                if let Some(dir) = &s.socket_dir {
+                    let _ = writeln!(out, "pg{n}-socket-path={}", dir.display());
+                }
+                // Herd's superuser (herd-cluster's SUPERUSER), whom initdb created.
+                let _ = writeln!(out, "pg{n}-user=postgres");
             }
-            // Herd's superuser (herd-cluster's SUPERUSER), whom initdb created.
-            let _ = writeln!(out, "pg1-user=postgres");
         }
         out
     }
@@ -227,8 +254,16 @@ mod tests {
             retention_full: 2,
             stanzas: vec![Stanza {
                 group: 0,
-                pg_path: root.join("nodes/node0"),
-                port: 7433,
+                nodes: vec![
+                    PgNode {
+                        path: root.join("nodes/node0"),
+                        port: 7433,
+                    },
+                    PgNode {
+                        path: root.join("nodes/node1"),
+                        port: 7434,
+                    },
+                ],
                 socket_dir: Some(root.join("sockets")),
             }],
         }
@@ -247,6 +282,9 @@ mod tests {
             "pg1-path=/d/nodes/node0",
             "pg1-port=7433",
             "pg1-socket-path=/d/sockets",
+            "pg2-path=/d/nodes/node1",
+            "pg2-port=7434",
+            "pg2-user=postgres",
         ] {
             assert!(text.lines().any(|l| l == line), "missing {line} in\n{text}");
         }
@@ -255,12 +293,22 @@ mod tests {
     #[test]
     fn archive_command_quotes_odd_paths() {
         assert_eq!(
-            archive_command(Path::new("/d/backup/pgbackrest.conf"), 1),
-            "pgbackrest --config=/d/backup/pgbackrest.conf --stanza=herd-g1 archive-push %p"
+            archive_command(
+                Path::new("/d/backup/pgbackrest.conf"),
+                1,
+                Path::new("/d/nodes/g1-node2")
+            ),
+            "pgbackrest --config=/d/backup/pgbackrest.conf --stanza=herd-g1 \
+             --pg1-path=/d/nodes/g1-node2 archive-push %p"
         );
         assert_eq!(
-            archive_command(Path::new("/my data/it's/b.conf"), 0),
-            "pgbackrest --config='/my data/it'\\''s/b.conf' --stanza=herd-g0 archive-push %p"
+            archive_command(
+                Path::new("/my data/it's/b.conf"),
+                0,
+                Path::new("/my data/n0")
+            ),
+            "pgbackrest --config='/my data/it'\\''s/b.conf' --stanza=herd-g0 \
+             --pg1-path='/my data/n0' archive-push %p"
         );
     }
 

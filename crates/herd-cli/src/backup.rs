@@ -1,5 +1,5 @@
-//! `herd backup` (a full, differential or incremental backup of shard group 0 from its primary)
-//! and `herd backup list`.
+//! `herd backup` (a full, differential or incremental backup of shard group 0, copied from a
+//! streaming standby when there is one, so the primary is spared) and `herd backup list`.
 
 use std::time::Instant;
 
@@ -15,7 +15,7 @@ use crate::progress::TermProgress;
 const GROUP: u32 = 0;
 
 /// The configuration of the cluster in `layout`, which must have `[backup]`.
-fn backup_config(layout: &Layout) -> anyhow::Result<Config> {
+pub fn backup_config(layout: &Layout) -> anyhow::Result<Config> {
     if !layout.config().exists() {
         bail!(
             "{} holds no Herd cluster (no herd.toml); give its --data-dir",
@@ -29,8 +29,8 @@ fn backup_config(layout: &Layout) -> anyhow::Result<Config> {
     Ok(config)
 }
 
-/// `herd backup --type KIND`.
-pub fn run(layout: &Layout, kind: BackupKind) -> anyhow::Result<()> {
+/// `herd backup --type KIND [--from-primary]`.
+pub async fn run(layout: &Layout, kind: BackupKind, from_primary: bool) -> anyhow::Result<()> {
     let config = backup_config(layout)?;
     if !herd_cluster::supervisor_running(layout) {
         bail!(
@@ -38,25 +38,45 @@ pub fn run(layout: &Layout, kind: BackupKind) -> anyhow::Result<()> {
             layout.root().display()
         );
     }
+    let repository = config.backup.repository_path(layout.root());
+    if !repository.is_dir() {
+        // `herd up` created it: gone now, the WAL archived since is gone with it (or a mount
+        // is missing). Not created again here, which would hide that.
+        bail!(
+            "the backup repository {} does not exist (herd up created it): was it removed, or              is its file system not mounted? Restore it, or point backup.repository at the              right place; nothing was changed",
+            repository.display()
+        );
+    }
     let owner = OsUser::for_servers(&config.postgres.os_user)?;
     let progress = TermProgress::new();
     progress.phase("refreshing pgBackRest's configuration and stanza");
-    // The primary may have changed since `herd up` wrote the configuration.
+    // The cluster's nodes may have changed since `herd up` wrote the configuration.
     crate::backup_setup::write_config(layout, &config, owner.as_ref())?;
     crate::backup_setup::create_stanzas(layout, &config, owner.as_ref())?;
     progress.done("configuration and stanza ready");
     let runner = crate::backup_setup::runner(layout, owner.as_ref())?;
     let stanza = herd_backup::stanza(GROUP);
+    // pgBackRest copies the files from a standby (`--backup-standby`; the primary only starts
+    // and stops the backup) when one streams; it refuses that option when none does.
+    let standby = !from_primary && standby_streams(layout).await;
+    let source = if standby {
+        "a streaming standby (the primary only starts and stops it)"
+    } else {
+        "its primary"
+    };
     let started = Instant::now();
     progress.phase(&format!(
-        "{} backup of shard group {GROUP} from its primary",
+        "{} backup of shard group {GROUP} from {source}",
         kind.as_str()
     ));
-    let args = vec![
+    let mut args = vec![
         format!("--type={}", kind.as_str()),
         // Per-file lines carry the share copied so far: the progress shown.
         "--log-level-console=detail".to_string(),
     ];
+    if standby {
+        args.push("--backup-standby".to_string());
+    }
     let step = percent_step();
     let mut shown = -1i64;
     let mut on_event = |event: Event| match event {
@@ -88,16 +108,30 @@ pub fn run(layout: &Layout, kind: BackupKind) -> anyhow::Result<()> {
     ));
     drop(progress);
     crate::output::emitln!(
-        "Backup {} ({}, {} of database, {} in the repository {}).\n\
+        "Backup {} ({}, copied from {}, {} of database, {} in the repository {}).\n\
          Restore with: herd restore --to latest --from-data-dir {} --data-dir NEW-DIR",
         newest.label,
         newest.kind,
+        if standby { "a standby" } else { "the primary" },
         human_bytes(newest.size),
         human_bytes(newest.repo_size),
         config.backup.repository_path(layout.root()).display(),
         layout.root().display()
     );
     Ok(())
+}
+
+/// Whether a replica of shard group 0 streams from its primary now (`herd status`'s view).
+async fn standby_streams(layout: &Layout) -> bool {
+    let Ok(cluster) = crate::status::open(layout) else {
+        return false;
+    };
+    herd_cluster::observe(&cluster)
+        .await
+        .status
+        .nodes
+        .iter()
+        .any(|n| n.role == herd_core::Role::Replica && n.state == herd_core::NodeState::Streaming)
 }
 
 /// How many percent apart copy progress is shown: every percent on a terminal (a spinner
@@ -116,6 +150,8 @@ fn phase_of(text: &str) -> Option<String> {
         "checkpoint on the primary, backup start"
     } else if text.starts_with("backup start archive") {
         "copying files"
+    } else if text.starts_with("wait for replay on the standby") {
+        "waiting for the standby to replay up to the backup's start"
     } else if text.starts_with("execute non-exclusive backup stop") {
         "backup stop, waiting for its WAL to be archived"
     } else if text.starts_with("check archive for segment") {

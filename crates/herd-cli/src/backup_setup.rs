@@ -1,15 +1,15 @@
-//! pgBackRest's set-up for a one-host cluster with `[backup]`: its configuration (each shard
-//! group's current primary) and the stanzas, written by `herd up` and refreshed by
-//! `herd backup` (a failover may have moved a primary since).
+//! pgBackRest's set-up for a one-host cluster with `[backup]`: its configuration (every node of
+//! each shard group) and the stanzas, written by `herd up` and refreshed by `herd backup`.
 
 use anyhow::Context;
-use herd_backup::{Paths, Runner, Setup, Stanza};
+use herd_backup::{Paths, PgNode, Runner, Setup, Stanza};
 use herd_cluster::{ClusterState, Layout, Secrets};
 use herd_config::Config;
 use herd_pg::OsUser;
 
-/// The pgBackRest configuration of the cluster in `layout`, from each group's recorded
-/// topology (a group not created yet: its node 0, which bootstrap makes the primary).
+/// The pgBackRest configuration of the cluster in `layout`: every node of each group, from its
+/// recorded topology (a group not created yet: the nodes bootstrap makes). Which node is
+/// primary does not matter: pgBackRest finds it.
 pub fn setup(layout: &Layout, config: &Config) -> anyhow::Result<Setup> {
     let groups = herd_cluster::existing_groups(layout).max(config.cluster.shards);
     let mut stanzas = Vec::new();
@@ -17,10 +17,18 @@ pub fn setup(layout: &Layout, config: &Config) -> anyhow::Result<Setup> {
         let state = ClusterState::load(&layout.for_group(g).state())?
             .unwrap_or_else(|| ClusterState::new_group(g, config.cluster.replicas));
         let sockets = layout.sockets();
+        let group_layout = layout.for_group(g);
         stanzas.push(Stanza {
             group: g,
-            pg_path: layout.node(&state.primary),
-            port: config.group_node_port(g, state.index(&state.primary).unwrap_or(0)),
+            nodes: state
+                .nodes
+                .iter()
+                .enumerate()
+                .map(|(i, n)| PgNode {
+                    path: group_layout.node(n),
+                    port: config.group_node_port(g, i),
+                })
+                .collect(),
             socket_dir: herd_pg::socket_dir_fits(&sockets).then_some(sockets),
         });
     }

@@ -56,7 +56,8 @@ enum Command {
         command: crate::copy::CopyCommand,
     },
     /// Back up shard group 0 with pgBackRest (needs `[backup]` in herd.toml): a full,
-    /// differential or incremental backup taken from the primary; `herd backup list` lists them.
+    /// differential or incremental backup, copied from a streaming standby when there is one;
+    /// `herd backup list` lists them.
     Backup(BackupArgs),
     /// Restore a backed-up cluster into a new data directory, to a moment (point-in-time
     /// recovery) or to the end of its archived WAL; `herd up --data-dir NEW` then runs it.
@@ -157,12 +158,24 @@ pub struct BackupArgs {
     /// backup of any type).
     #[arg(long = "type", value_name = "TYPE", default_value = "full")]
     kind: herd_backup::BackupKind,
+    /// Copy the files from the primary even when a standby streams (by default a streaming
+    /// standby's are copied, sparing the primary).
+    #[arg(long)]
+    from_primary: bool,
 }
 
 #[derive(Debug, Subcommand)]
 enum BackupCommand {
     /// The backups in the repository: label, type, start and stop times, sizes.
     List(DataDirArg),
+    /// A named point in the WAL of the running cluster (pg_create_restore_point on its
+    /// primary), for `herd restore --to NAME`; one shard group only, for now.
+    RestorePoint {
+        /// The point's name: a letter or '_' first, then letters, digits, '_', '-' or '.'.
+        name: String,
+        #[command(flatten)]
+        dir: DataDirArg,
+    },
 }
 
 /// `--data-dir`, shared by every command.
@@ -456,7 +469,13 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             command: Some(BackupCommand::List(dir)),
             ..
         }) => crate::backup::list(&dir.layout()?),
-        Command::Backup(args) => crate::backup::run(&args.dir.layout()?, args.kind),
+        Command::Backup(BackupArgs {
+            command: Some(BackupCommand::RestorePoint { name, dir }),
+            ..
+        }) => crate::restore_point::run(&dir.layout()?, &name).await,
+        Command::Backup(args) => {
+            crate::backup::run(&args.dir.layout()?, args.kind, args.from_primary).await
+        }
         Command::Restore(args) => crate::restore::run(args).await,
         Command::Agent(args) => crate::hosts::agent(args).await,
         Command::AgentWatchdog(args) => crate::hosts::watchdog(args),

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use clap::Args;
-use herd_backup::{BackupInfo, Event, Paths, Runner, Setup, Stanza, Target};
+use herd_backup::{BackupInfo, Event, Paths, PgNode, Runner, Setup, Stanza, Target};
 use herd_cluster::{Cluster, ClusterState, Layout, Progress, Secrets, REPLICATION_USER, SUPERUSER};
 use herd_config::Config;
 use herd_pg::{OsUser, Pg, PgBinaries, StopMode};
@@ -46,9 +46,10 @@ pub struct RestoreArgs {
     /// The NEW data directory (must not exist, or be empty).
     #[command(flatten)]
     pub dir: DataDirArg,
-    /// `latest` (the end of the archived WAL) or a time: every transaction committed by then,
-    /// none after. 'YYYY-MM-DD HH:MM:SS[.ffffff][+HH[:MM]]', UTC without a zone.
-    #[arg(long, value_name = "TIME|latest")]
+    /// `latest` (the end of the archived WAL); a time: every transaction committed by then,
+    /// none after ('YYYY-MM-DD HH:MM:SS[.ffffff][+HH[:MM]]', UTC without a zone); a WAL
+    /// position such as 0/3000060; or the name of a restore point (`herd backup restore-point`).
+    #[arg(long, value_name = "TIME|LSN|NAME|latest")]
     pub to: String,
     /// The data directory of the backed-up cluster (its herd.toml names the repository and
     /// gives the restored cluster its settings).
@@ -69,6 +70,10 @@ pub async fn run(args: RestoreArgs) -> anyhow::Result<()> {
     let target: Target = args.to.parse()?;
     refuse_used_dir(&layout)?;
     let (mut config, repository, old) = source(&args, &layout)?;
+    let point = point_position(&target, old.as_ref())?;
+    if let (Target::Lsn(lsn), Some(old)) = (&target, old.as_ref()) {
+        refuse_future_position(*lsn, old).await?;
+    }
     if config.cluster.shards > 1 {
         bail!(
             "the backed-up cluster has {} shard groups: restoring several groups to one \
@@ -115,17 +120,14 @@ pub async fn run(args: RestoreArgs) -> anyhow::Result<()> {
         }
     }
     // Checked before anything is written: a target the repository cannot reach changes nothing.
-    let set = choose_backup(&repository, owner.as_ref(), target)?;
+    let set = choose_backup(&repository, owner.as_ref(), &target, point)?;
     let progress = TermProgress::new();
     let created = !layout.root().exists();
-    let restored = build(&layout, config, &pg, &repository, &set, target, &progress).await;
+    let restored = build(&layout, config, &pg, &repository, &set, &target, &progress).await;
     match restored {
         Ok(cluster) => {
             drop(progress);
-            let to = match target {
-                Target::Latest => "the end of the archived WAL".to_string(),
-                Target::Time(t) => herd_backup::format_utc(t),
-            };
+            let to = target.to_string();
             crate::output::emitln!(
                 "Restored shard group {GROUP} from backup {} to {to} into {} \
                  ({} nodes, new passwords; WAL archived to {}).\n\
@@ -203,11 +205,73 @@ fn source(
     Ok((Config::default(), repository, None))
 }
 
+/// The WAL position of the restore point `target` names, from the restore points recorded in
+/// the backed-up cluster's data directory; a name it does not hold is refused. Without that
+/// directory (`--repository`) the name cannot be checked: `None`, and the restore starts from
+/// the newest backup (it fails, with nothing left behind, if the point is older or absent).
+fn point_position(target: &Target, old: Option<&Layout>) -> anyhow::Result<Option<herd_core::Lsn>> {
+    let Target::Name(name) = target else {
+        return Ok(None);
+    };
+    let Some(old) = old else {
+        eprintln!(
+            "note: without --from-data-dir the restore point '{name}' cannot be checked: \
+             restoring from the newest backup"
+        );
+        return Ok(None);
+    };
+    let points = herd_backup::read_points(&Paths::new(old.root()).restore_points())?;
+    match points.iter().find(|p| p.name == *name) {
+        Some(p) => Ok(Some(p.lsn)),
+        None => {
+            let known: Vec<&str> = points.iter().map(|p| p.name.as_str()).collect();
+            bail!(
+                "{} has no restore point named '{name}' (made with `herd backup \
+                 restore-point`); it has: {}",
+                old.root().display(),
+                if known.is_empty() {
+                    "none".to_string()
+                } else {
+                    known.join(", ")
+                }
+            )
+        }
+    }
+}
+
+/// Refuses a WAL position beyond the end of the running source's WAL (a restore would replay
+/// all there is and fail). Not checked when the source is stopped or does not answer.
+async fn refuse_future_position(lsn: herd_core::Lsn, old: &Layout) -> anyhow::Result<()> {
+    if !herd_cluster::supervisor_running(old) {
+        return Ok(());
+    }
+    let Ok(cluster) = crate::status::open(old) else {
+        return Ok(());
+    };
+    let Ok(client) = herd_pg::connect(&cluster.conn_spec(&cluster.state.primary)).await else {
+        return Ok(());
+    };
+    let current = client
+        .query_one("select pg_current_wal_lsn()::text", &[])
+        .await
+        .ok()
+        .and_then(|r| r.try_get::<_, String>(0).ok())
+        .and_then(|t| t.parse::<herd_core::Lsn>().ok());
+    match current {
+        Some(current) if lsn > current => bail!(
+            "the target {lsn} is in the future: the source's WAL ends at {current}; nothing \
+             was written"
+        ),
+        _ => Ok(()),
+    }
+}
+
 /// The backup a restore to `target` starts from, read from the repository.
 fn choose_backup(
     repository: &Path,
     owner: Option<&OsUser>,
-    target: Target,
+    target: &Target,
+    point: Option<herd_core::Lsn>,
 ) -> anyhow::Result<BackupInfo> {
     let stanza = herd_backup::stanza(GROUP);
     // Nothing of the new directory exists yet: the repository is named on the command line.
@@ -228,7 +292,7 @@ fn choose_backup(
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_micros() as i64);
-    Ok(herd_backup::choose_set(&backups, target, now)?.clone())
+    Ok(herd_backup::choose_set(&backups, target, now, point)?.clone())
 }
 
 /// Makes the new cluster: pgBackRest restores node 0, PostgreSQL replays to the target and
@@ -239,7 +303,7 @@ async fn build(
     pg: &Pg,
     repository: &Path,
     set: &BackupInfo,
-    target: Target,
+    target: &Target,
     progress: &TermProgress,
 ) -> anyhow::Result<Cluster> {
     let mut state = ClusterState::new_group(GROUP, config.cluster.replicas);
@@ -278,8 +342,10 @@ async fn build(
         retention_full: cluster.config.backup.retention_full,
         stanzas: vec![Stanza {
             group: GROUP,
-            pg_path: node_dir.clone(),
-            port: cluster.port(&primary),
+            nodes: vec![PgNode {
+                path: node_dir.clone(),
+                port: cluster.port(&primary),
+            }],
             socket_dir: cluster.socket_dir(),
         }],
     };
@@ -297,11 +363,7 @@ async fn build(
             herd_backup::restore_command(&source_conf, GROUP)
         ),
     ];
-    if let Target::Time(t) = target {
-        args.push("--type=time".into());
-        args.push(format!("--target={}", herd_backup::format_utc(t)));
-        args.push("--target-action=promote".into());
-    }
+    args.extend(target.restore_args());
     let runner = Runner {
         config: source_conf.clone(),
         owner: pg.os_user().cloned(),

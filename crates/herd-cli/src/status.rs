@@ -6,7 +6,7 @@ use anyhow::Context;
 
 use herd_cluster::{Cluster, Layout};
 use herd_config::Config;
-use herd_core::{ClusterStatus, LagInfo, NodeStatus};
+use herd_core::{ArchiveStatus, ClusterStatus, LagInfo, NodeStatus};
 
 pub async fn run(layout: &Layout, json: bool) -> anyhow::Result<()> {
     let groups = open_all(layout)?;
@@ -206,6 +206,9 @@ fn group_table(s: &ClusterStatus) -> String {
     if let Some(note) = &s.ha_note {
         let _ = writeln!(out, "last HA event: {note}");
     }
+    if let Some(a) = &s.archiving {
+        out.push_str(&archive_lines(a));
+    }
     let header = [
         "NODE",
         "ROLE",
@@ -236,6 +239,31 @@ fn group_table(s: &ClusterStatus) -> String {
     line(header.iter().map(|h| h.to_string()).collect());
     for r in rows {
         line(r.to_vec());
+    }
+    out
+}
+
+/// The primary's WAL archiving in a line, and its warning in another.
+fn archive_lines(a: &ArchiveStatus) -> String {
+    let age = |s: Option<f64>| s.map_or(String::new(), |s| format!(" {s:.0} s ago"));
+    let mut out = match &a.last_archived_wal {
+        Some(wal) => format!(
+            "WAL archiving: last archived {wal}{}",
+            age(a.last_archived_age_seconds)
+        ),
+        None => "WAL archiving: nothing archived yet".to_string(),
+    };
+    let _ = write!(out, ", {} waiting", a.pending);
+    if a.pending > 0 {
+        let _ = write!(out, " (oldest {:.0} s)", a.behind_seconds);
+    }
+    let _ = write!(out, ", {} failed attempt(s)", a.failed_count);
+    if let Some(wal) = &a.last_failed_wal {
+        let _ = write!(out, " (last {wal}{})", age(a.last_failed_age_seconds));
+    }
+    out.push('\n');
+    if let Some(w) = &a.warning {
+        let _ = writeln!(out, "WARNING: {w}");
     }
     out
 }

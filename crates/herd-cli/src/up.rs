@@ -188,11 +188,13 @@ async fn supervise_foreground(layout: Layout, config: Config) -> anyhow::Result<
     );
     let proxy_ctx = proxy.ctx.clone();
     let copies = set.copies.clone();
+    let archive_status = status_rx.clone();
     let metrics: herd_api::MetricsSource = std::sync::Arc::new(move || {
         let mut text = proxy_ctx.render_metrics();
         if let Ok(c) = copies.lock() {
             text.push_str(&herd_copy::status::render_metrics(&c));
         }
+        text.push_str(&herd_api::archive_metrics(&archive_status.borrow()));
         text
     });
     let admin_set = set.clone();

@@ -44,8 +44,37 @@ async fn restore_to_a_moment_before_a_drop_table() {
     .await
     .expect("first rows");
 
+    // A repository the servers' user cannot write, or one that is gone: `herd backup` fails
+    // clearly and changes nothing (the repository is neither emptied nor created again).
+    let repo = old.data_dir().join("backup-repo");
+    let set_mode = |m: u32| {
+        std::fs::set_permissions(&repo, std::os::unix::fs::PermissionsExt::from_mode(m))
+            .expect("chmod the repository")
+    };
+    set_mode(0o500);
+    let err = refused(&old.herd(&["backup"]));
+    assert!(
+        err.contains("not writable") && err.contains("backup-repo"),
+        "{err}"
+    );
+    set_mode(0o750);
+    let aside = old.data_dir().join("backup-repo-aside");
+    std::fs::rename(&repo, &aside).expect("move the repository away");
+    let err = refused(&old.herd(&["backup"]));
+    assert!(err.contains("does not exist"), "{err}");
+    assert!(!repo.exists(), "not created again");
+    std::fs::rename(&aside, &repo).expect("move it back");
+    assert!(
+        repo.join("backup/herd-g0/backup.info").exists(),
+        "the stanza is intact"
+    );
+
+    // The replica streams: its files are copied, the primary is spared.
     let out = old.herd_ok(&["backup", "--type", "full"]);
-    assert!(out.contains("Backup ") && out.contains("(full"), "{out}");
+    assert!(
+        out.contains("Backup ") && out.contains("(full, copied from a standby"),
+        "{out}"
+    );
     let list = old.herd_ok(&["backup", "list"]);
     assert!(
         list.contains("LABEL") && list.lines().filter(|l| l.contains(" full ")).count() == 1,
@@ -68,9 +97,28 @@ async fn restore_to_a_moment_before_a_drop_table() {
         .expect("now")
         .get(0);
     tokio::time::sleep(Duration::from_millis(300)).await;
-    db.batch_execute("insert into items(id) select generate_series(151, 200)")
+    db.batch_execute("insert into items(id) select generate_series(151, 175)")
         .await
         .expect("rows after the moment");
+    // A named restore point after row 175; a bad or a used name is refused.
+    let out = old.herd_ok(&["backup", "restore-point", "before-more"]);
+    assert!(out.contains("Restore point before-more at "), "{out}");
+    for (name, says) in [("9lives", "cannot name"), ("before-more", "exists already")] {
+        let err = refused(&old.herd(&["backup", "restore-point", name]));
+        assert!(err.contains(says), "{name}: {err}");
+    }
+    db.batch_execute("insert into items(id) select generate_series(176, 190)")
+        .await
+        .expect("rows after the point");
+    // A WAL position after row 190.
+    let lsn: String = db
+        .query_one("select pg_current_wal_lsn()::text", &[])
+        .await
+        .expect("lsn")
+        .get(0);
+    db.batch_execute("insert into items(id) select generate_series(191, 200)")
+        .await
+        .expect("rows after the position");
     db.batch_execute("drop table items").await.expect("drop");
     // No WAL switch here: `herd restore` has the running source archive its current segment
     // (holding the drop), as a user restoring right after a mistake needs.
@@ -101,11 +149,39 @@ async fn restore_to_a_moment_before_a_drop_table() {
     // The source cluster's own, running directory is refused too.
     let err = refused(&old.herd(&["restore", "--to", "latest", "--from-data-dir", &old_dir]));
     assert!(err.contains("running Herd cluster"), "{err}");
+    // A repository that does not exist, or holds no backup: nothing is written.
+    let scratch = herd_testkit::scratch_dir();
+    let empty_repo = scratch.path().join("empty-repo");
+    std::fs::create_dir_all(&empty_repo).expect("empty repository");
+    for (repository, says) in [
+        (scratch.path().join("no-such-repo"), "does not exist"),
+        (empty_repo, "holds no backup"),
+    ] {
+        let err = refused(&new.herd(&[
+            "restore",
+            "--to",
+            "latest",
+            "--repository",
+            &repository.display().to_string(),
+            "--port",
+            &new_port,
+        ]));
+        assert!(err.contains(says), "{}: {err}", repository.display());
+        assert_eq!(
+            std::fs::read_dir(new.data_dir()).expect("dir").count(),
+            0,
+            "{}: nothing written",
+            repository.display()
+        );
+    }
     // Targets the repository cannot reach: nothing is written.
     for (to, says) in [
         ("2999-01-01 00:00:00", "in the future"),
         ("2000-01-01 00:00:00", "before the end of the first backup"),
-        ("yesterday", "not a restore target"),
+        ("0/10", "before the end of the first backup"),
+        ("FFFFFFFF/0", "in the future"),
+        ("2026-13-45 10:00", "not a restore target"),
+        ("yesterday", "no restore point named 'yesterday'"),
     ] {
         let err = refused(&restore(to));
         assert!(err.contains(says), "{to}: {err}");
@@ -143,6 +219,45 @@ async fn restore_to_a_moment_before_a_drop_table() {
         .expect("show")
         .get(0);
     assert_eq!(target, "");
+
+    // The restore point and the WAL position: exactly the rows committed before each. The two
+    // restores run at once (the first restored cluster stops first).
+    drop(restored);
+    drop(new);
+    let restores: Vec<_> = [("before-more".to_string(), 175), (lsn, 190)]
+        .into_iter()
+        .map(|(to, last)| {
+            let old_dir = old_dir.clone();
+            tokio::task::spawn_blocking(move || {
+                let c = cluster();
+                let out = c.herd(&[
+                    "restore",
+                    "--to",
+                    &to,
+                    "--from-data-dir",
+                    &old_dir,
+                    "--port",
+                    &c.port.to_string(),
+                ]);
+                assert!(out.status.success(), "restore to {to}: {}", describe(&out));
+                c.up(&[]);
+                let url = c.url(&["--primary"]);
+                (c, url, to, last)
+            })
+        })
+        .collect();
+    for restore in restores {
+        let (_c, url, to, last) = restore.await.expect("a restore");
+        let db = connect(&url).await;
+        let ids: Vec<i32> = db
+            .query("select id from items order by id", &[])
+            .await
+            .expect("the table is back")
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        assert_eq!(ids, (1..=last).collect::<Vec<i32>>(), "restored to {to}");
+    }
 }
 
 #[test]
@@ -157,4 +272,202 @@ fn backup_without_a_backup_section_is_a_clear_error() {
             "{args:?}: {err}"
         );
     }
+}
+
+/// Inserts `ids` into `acked(id)` through the endpoint at `url`, one transaction each, retrying
+/// (a new connection) while a failover or switchover is under way, at most 60 s in all; returns
+/// the acknowledged ones (a retried id already there counts: its first commit was acknowledged
+/// by the server even if the answer was lost).
+async fn acknowledged(url: &str, ids: std::ops::RangeInclusive<i32>) -> Vec<i32> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let mut client = None;
+    let mut done = Vec::new();
+    for id in ids {
+        loop {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "writes not accepted for 60 s (id {id})"
+            );
+            if client.is_none() {
+                client = common::try_connect(url).await;
+            }
+            let Some(db) = &client else {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                continue;
+            };
+            match db
+                .execute("insert into acked(id) values ($1)", &[&id])
+                .await
+            {
+                Ok(_) => break,
+                Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::UNIQUE_VIOLATION) => {
+                    break
+                }
+                Err(_) => {
+                    client = None;
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            }
+        }
+        done.push(id);
+    }
+    done
+}
+
+/// The running primary's name once it is not `old` and a replica streams again (at most 60 s).
+fn new_primary_streaming(c: &herd_testkit::TestCluster, old: &str) -> String {
+    herd_testkit::wait_until(
+        Duration::from_secs(60),
+        "a new primary and a streaming replica",
+        || {
+            let s = c.try_status()?;
+            let primary = common::nodes_with_role(&s, "primary")
+                .into_iter()
+                .find(|n| n["state"] == "running" && n["name"] != old)?["name"]
+                .as_str()?
+                .to_string();
+            let streaming = common::nodes_with_role(&s, "replica")
+                .iter()
+                .any(|n| n["state"] == "streaming");
+            streaming.then_some(primary)
+        },
+    )
+}
+
+/// Runs `promtool check metrics` on `text`, failing with its complaints; bounded in time.
+fn promtool_check(text: &str) {
+    let dir = herd_testkit::scratch_dir();
+    let file = dir.path().join("metrics.txt");
+    std::fs::write(&file, text).expect("writing the metrics");
+    let input = std::fs::File::open(&file).expect("reading the metrics back");
+    let mut cmd = std::process::Command::new("promtool");
+    cmd.args(["check", "metrics"]).stdin(input);
+    let out = herd_testkit::output_within(&mut cmd, Duration::from_secs(30))
+        .expect("promtool check metrics finished within 30 s");
+    assert!(
+        out.status.success(),
+        "promtool check metrics: {}",
+        describe(&out)
+    );
+}
+
+/// The current primary's name.
+fn primary_name(c: &herd_testkit::TestCluster) -> String {
+    let s = c.status();
+    common::nodes_with_role(&s, "primary")[0]["name"]
+        .as_str()
+        .expect("primary name")
+        .to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn archiving_follows_failover_and_switchover() {
+    let old = cluster();
+    std::fs::create_dir_all(old.data_dir()).expect("data dir");
+    // A WAL file waiting over a second counts as behind: the broken archive below shows fast.
+    std::fs::write(
+        old.data_dir().join("herd.toml"),
+        "[backup]\nenabled = true\narchive_lag_warning_s = 1\n",
+    )
+    .expect("herd.toml");
+    old.up(&["--replicas", "1"]);
+    let endpoint = old.url(&[]);
+    let db = connect(&endpoint).await;
+    db.batch_execute("create table acked(id int primary key)")
+        .await
+        .expect("table");
+    drop(db);
+    let out = old.herd_ok(&["backup", "--type", "full", "--from-primary"]);
+    assert!(out.contains("(full, copied from the primary"), "{out}");
+    let mut acked = acknowledged(&endpoint, 1..=50).await;
+
+    // Archiving breaks (the repository's archive is not writable by the servers' user), more
+    // WAL is written and completed: the primary's archive lags, those segments exist only in
+    // pg_wal. Then its postmaster is killed, and the archive is writable again.
+    let archive = old.data_dir().join("backup-repo/archive/herd-g0");
+    let mode = |m: u32| {
+        std::fs::set_permissions(&archive, std::os::unix::fs::PermissionsExt::from_mode(m))
+            .expect("chmod the archive")
+    };
+    mode(0o000);
+    acked.extend(acknowledged(&endpoint, 51..=100).await);
+    let primary = connect(&old.url(&["--primary"])).await;
+    for _ in 0..2 {
+        primary
+            .batch_execute("select pg_switch_wal(); insert into acked values (-1); delete from acked where id = -1")
+            .await
+            .expect("switch WAL");
+    }
+    drop(primary);
+    // Reported, not silent: herd status (JSON and text) and /metrics say the archive is behind.
+    let archiving = herd_testkit::wait_until(Duration::from_secs(30), "an archive warning", || {
+        let a = old.try_status()?["archiving"].clone();
+        a["warning"].is_string().then_some(a)
+    });
+    assert!(archiving["failed_count"].as_u64() > Some(0), "{archiving}");
+    assert!(archiving["last_failed_wal"].is_string(), "{archiving}");
+    assert!(archiving["pending"].as_u64() > Some(0), "{archiving}");
+    let text = old.herd_ok(&["status"]);
+    assert!(text.contains("WARNING: WAL archiving is behind"), "{text}");
+    // The supervisor's reading (every probe interval) crosses the bound a moment later.
+    let metrics = herd_testkit::wait_until(Duration::from_secs(10), "the metric", || {
+        let text = common::api_get_text(old.api_port(), "/metrics");
+        text.contains("herd_archive_behind{group=\"0\"} 1")
+            .then_some(text)
+    });
+    assert!(
+        metrics.contains("# TYPE herd_archive_failed_total counter"),
+        "{metrics}"
+    );
+    promtool_check(&metrics);
+    let first = primary_name(&old);
+    common::kill_primary(&old);
+    mode(0o750);
+    let second = new_primary_streaming(&old, &first);
+    // The old primary, rejoined (it is the streaming replica), first pushed the segments it had
+    // not archived (already pushed by the new primary here: accepted as duplicates).
+    let log = std::fs::read_to_string(old.data_dir().join("logs/herd.log")).unwrap_or_default();
+    assert!(
+        log.contains("WAL segment(s) the former primary had not"),
+        "{}",
+        old.log_tails()
+    );
+    acked.extend(acknowledged(&endpoint, 101..=150).await);
+
+    // A planned switchover: the new primary archives from its first segment on.
+    let out = old.herd_ok(&["switchover"]);
+    assert!(out.contains("switched over"), "{out}");
+    new_primary_streaming(&old, &second);
+    acked.extend(acknowledged(&endpoint, 151..=200).await);
+    // The archive caught up: no warning left.
+    herd_testkit::wait_until(Duration::from_secs(30), "the warning to clear", || {
+        let a = old.try_status()?["archiving"].clone();
+        (a["pending"] == 0 && a["warning"].is_null()).then_some(())
+    });
+
+    let new = cluster();
+    let out = new.herd(&[
+        "restore",
+        "--to",
+        "latest",
+        "--from-data-dir",
+        &old.data_dir().display().to_string(),
+        "--port",
+        &new.port.to_string(),
+    ]);
+    assert!(out.status.success(), "restore: {}", describe(&out));
+    new.up(&[]);
+    let restored = connect(&new.url(&["--primary"])).await;
+    let ids: Vec<i32> = restored
+        .query("select id from acked order by id", &[])
+        .await
+        .expect("rows")
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let missing: Vec<&i32> = acked.iter().filter(|id| !ids.contains(id)).collect();
+    assert!(
+        missing.is_empty(),
+        "acknowledged writes missing after the restore: {missing:?}"
+    );
 }

@@ -61,8 +61,9 @@ fn dashboard_live_in_a_real_browser() {
     std::fs::create_dir_all(c.data_dir()).expect("data dir");
     std::fs::write(
         c.data_dir().join("herd.toml"),
+        // Backups on: the page shows the primary's WAL archiving, /metrics its figures.
         format!(
-            "[dashboard]\nbench_results = {:?}\n",
+            "[dashboard]\nbench_results = {:?}\n[backup]\nenabled = true\n",
             bench.display().to_string()
         ),
     )
@@ -106,6 +107,12 @@ fn dashboard_live_in_a_real_browser() {
             ("node2".to_string(), "replica".to_string()),
         ],
         "the page's nodes"
+    );
+    browser.wait_for(
+        Duration::from_secs(10),
+        "the WAL archiving line",
+        "return document.querySelector('[data-archiving]')?.textContent ?? '';",
+        |v| v.as_str().is_some_and(|t| t.starts_with("WAL archiving: ")),
     );
     browser.wait_for(
         Duration::from_secs(5),
@@ -270,6 +277,10 @@ fn dashboard_live_in_a_real_browser() {
     // The same cluster's metrics follow Prometheus conventions.
     let metrics = api_get_text(c.api_port(), "/metrics");
     assert!(metrics.contains("herd_routed_total"), "{metrics}");
+    assert!(
+        metrics.contains("herd_archive_failed_total{group=\"0\"}"),
+        "{metrics}"
+    );
     promtool_check(&metrics);
 
     // A replica's postmaster killed: the supervisor restarts it, and the timeline shows the

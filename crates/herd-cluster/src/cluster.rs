@@ -191,17 +191,26 @@ impl Cluster {
                 herd_backup::archive_command(
                     &herd_backup::Paths::new(self.layout.root()).config(),
                     self.group(),
+                    &self.layout.node(node),
                 )
             }),
         }
     }
 
-    /// The group's current primary as pgBackRest reaches it (its stanza in pgbackrest.conf).
+    /// The group's nodes as pgBackRest reaches them (its stanza in pgbackrest.conf, the same
+    /// whichever node is primary).
     pub fn backup_stanza(&self) -> herd_backup::Stanza {
         herd_backup::Stanza {
             group: self.group(),
-            pg_path: self.layout.node(&self.state.primary),
-            port: self.port(&self.state.primary),
+            nodes: self
+                .state
+                .nodes
+                .iter()
+                .map(|n| herd_backup::PgNode {
+                    path: self.layout.node(n),
+                    port: self.port(n),
+                })
+                .collect(),
             socket_dir: self.socket_dir(),
         }
     }

@@ -44,6 +44,7 @@ impl Cluster {
         // 3. Promote.
         let dir = self.layout.node(candidate);
         pg.promote(&dir).await?;
+        self.archive_previous_timeline(pg, &dir);
         self.write_conf(pg, candidate)?;
         pg.reload(&dir).await?;
         // 4. Slots on the new primary for every other node, then repoint the replicas. The
@@ -61,6 +62,80 @@ impl Cluster {
             }
         }
         Ok(())
+    }
+
+    /// With backups on: pushes the previous timeline's completed segments the new primary
+    /// holds, which the old primary may have died before archiving (herd-backup's backfill).
+    /// Listed now, before the checkpoint below may recycle them (`wal_keep_size` keeps them a
+    /// while longer), and pushed off the failover's path on a thread of their own; a failure
+    /// is logged, and `herd status` reports an archive that falls behind.
+    fn archive_previous_timeline(&self, pg: &Pg, dir: &std::path::Path) {
+        if !self.config.backup.is_enabled() {
+            return;
+        }
+        let segments = match herd_backup::previous_timeline_segments(&dir.join("pg_wal")) {
+            Ok(s) if s.is_empty() => return,
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!("cannot list the previous timeline's WAL to archive: {e}");
+                return;
+            }
+        };
+        let runner = self.backup_runner(pg);
+        let (group, dir) = (self.group(), dir.to_path_buf());
+        std::thread::spawn(move || {
+            match herd_backup::push_segments(&runner, group, &dir, &segments) {
+                Ok(n) => tracing::info!(
+                    "archived the previous timeline's {n} segment(s) the new primary holds"
+                ),
+                Err(e) => tracing::warn!("archiving the previous timeline's WAL: {e}"),
+            }
+        });
+    }
+
+    /// pgBackRest with the cluster's configuration, as the servers' OS user (`archive-push`
+    /// connects to no server: no password).
+    fn backup_runner(&self, pg: &Pg) -> herd_backup::Runner {
+        herd_backup::Runner {
+            config: herd_backup::Paths::new(self.layout.root()).config(),
+            owner: pg.os_user().cloned(),
+            password: None,
+        }
+    }
+
+    /// With backups on, before a former primary is rewound: pushes the segments before the
+    /// switch to the new timeline that it never archived (still `.ready`), which the new
+    /// primary may have recycled already. Failures are logged; the rejoin goes on.
+    async fn archive_former_primary(&self, pg: &Pg, dir: &std::path::Path, primary: &NodeName) {
+        if !self.config.backup.is_enabled() {
+            return;
+        }
+        let wal = self.layout.node(primary).join("pg_wal");
+        let listed = herd_backup::newest_history(&wal).and_then(|h| match h {
+            Some(h) => herd_backup::segments_before_switch(&dir.join("pg_wal"), &h, true),
+            None => Ok(Vec::new()),
+        });
+        let segments = match listed {
+            Ok(s) if s.is_empty() => return,
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!("cannot list the former primary's WAL to archive: {e}");
+                return;
+            }
+        };
+        let runner = self.backup_runner(pg);
+        let (group, dir) = (self.group(), dir.to_path_buf());
+        let pushed = tokio::task::spawn_blocking(move || {
+            herd_backup::push_segments(&runner, group, &dir, &segments)
+        })
+        .await;
+        match pushed {
+            Ok(Ok(n)) => tracing::info!(
+                "archived {n} WAL segment(s) the former primary had not, before rewinding it"
+            ),
+            Ok(Err(e)) => tracing::warn!("archiving the former primary's WAL: {e}"),
+            Err(e) => tracing::warn!("archiving the former primary's WAL: {e}"),
+        }
     }
 
     /// Brings a former primary back as a replica of the current primary: pg_rewind onto the new
@@ -83,6 +158,7 @@ impl Cluster {
             return self.finish_rejoin(pg, dcs, node, &primary).await;
         }
         herd_pg::clear_recovery_signals(&dir)?;
+        self.archive_former_primary(pg, &dir, &primary).await;
         // pg_rewind compares timelines in pg_control: make sure the primary's is written.
         let client = herd_pg::connect(&self.conn_spec(&primary)).await?;
         herd_pg::checkpoint(&client).await?;

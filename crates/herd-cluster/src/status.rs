@@ -1,7 +1,8 @@
 //! Observing every node at once and assembling the status document.
 
 use herd_core::{
-    ClusterStatus, LagInfo, Lsn, NodeName, NodeState, NodeStatus, Role, STATUS_VERSION,
+    ArchiveStatus, ClusterStatus, LagInfo, Lsn, NodeName, NodeState, NodeStatus, Role,
+    STATUS_VERSION,
 };
 use herd_pg::{PrimaryProbe, Probe, Prober, ReplicationRow};
 use std::collections::HashMap;
@@ -70,6 +71,12 @@ pub async fn observe_with(cluster: &Cluster, probers: &mut Probers) -> Observati
         Some(Probe::Primary(p)) => Some(p.clone()),
         _ => None,
     };
+    let archiving = match (&primary_probe, probers.0.get(&order[0])) {
+        (Some(_), Some(prober)) if cluster.config.backup.is_enabled() => {
+            Some(archive_status(cluster, prober.archiver().await))
+        }
+        _ => None,
+    };
     let mut nodes = Vec::with_capacity(order.len());
     let mut in_recovery = Vec::with_capacity(order.len());
     for (node, (pid, probe)) in order.iter().zip(results) {
@@ -98,10 +105,47 @@ pub async fn observe_with(cluster: &Cluster, probers: &mut Probers) -> Observati
         group: cluster.group(),
         groups: Vec::new(),
         copies: Vec::new(),
+        archiving,
     };
     Observation {
         status,
         in_recovery,
+    }
+}
+
+/// The primary's archiving health from one reading of its archiver, judged against
+/// `[backup] archive_lag_warning_s`; a failed reading is a warning of its own.
+fn archive_status(
+    cluster: &Cluster,
+    row: Result<herd_pg::ArchiverRow, herd_pg::PgError>,
+) -> ArchiveStatus {
+    let bound = cluster.config.backup.archive_lag_warning_s;
+    match row {
+        Ok(r) => ArchiveStatus {
+            last_archived_wal: r.last_archived_wal,
+            last_archived_age_seconds: r.last_archived_age,
+            failed_count: r.failed_count.max(0) as u64,
+            last_failed_wal: r.last_failed_wal,
+            last_failed_age_seconds: r.last_failed_age,
+            pending: r.pending.max(0) as u64,
+            behind_seconds: r.oldest_pending_age.unwrap_or(0.0).max(0.0),
+            warning_after_seconds: bound,
+            warning: None,
+        }
+        .judge(),
+        Err(e) => ArchiveStatus {
+            last_archived_wal: None,
+            last_archived_age_seconds: None,
+            failed_count: 0,
+            last_failed_wal: None,
+            last_failed_age_seconds: None,
+            pending: 0,
+            behind_seconds: 0.0,
+            warning_after_seconds: bound,
+            warning: Some(format!(
+                "cannot read the primary's archiver statistics: {e}"
+            )),
+        },
     }
 }
 

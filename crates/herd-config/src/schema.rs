@@ -60,6 +60,9 @@ pub struct BackupConfig {
     pub repository: String,
     /// Full backups kept; older ones (and the WAL only they need) are expired after each backup.
     pub retention_full: u32,
+    /// Seconds a completed WAL segment may wait on the primary for archiving before `herd
+    /// status`, `/metrics` and the dashboard report the archive as behind.
+    pub archive_lag_warning_s: u64,
 }
 
 impl Default for BackupConfig {
@@ -68,6 +71,7 @@ impl Default for BackupConfig {
             enabled: false,
             repository: String::new(),
             retention_full: 2,
+            archive_lag_warning_s: 300,
         }
     }
 }
@@ -501,6 +505,10 @@ mod tests {
                 "postgres.wal_compression",
             ),
             ("[backup]\nretention_full = 0\n", "backup.retention_full"),
+            (
+                "[backup]\narchive_lag_warning_s = 0\n",
+                "backup.archive_lag_warning_s",
+            ),
         ];
         for (text, key) in cases {
             let err = parse(text).expect_err(text).to_string();
@@ -513,6 +521,7 @@ mod tests {
         let c = parse("").expect("valid");
         assert!(!c.backup.is_enabled());
         assert_eq!(c.backup.retention_full, 2);
+        assert_eq!(c.backup.archive_lag_warning_s, 300);
         let root = Path::new("/data/herd");
         assert_eq!(
             c.backup.repository_path(root),

@@ -169,6 +169,13 @@ impl Config {
                 "1 to 9999999 full backups",
             ));
         }
+        if b.archive_lag_warning_s == 0 || b.archive_lag_warning_s > 604_800 {
+            return Err(ConfigError::invalid(
+                "backup.archive_lag_warning_s",
+                b.archive_lag_warning_s,
+                "1 to 604800 seconds (a week)",
+            ));
+        }
         if b.repository.contains('\n') || b.repository.contains('=') {
             // It is written into pgbackrest.conf, one `key=value` a line.
             return Err(ConfigError::invalid(

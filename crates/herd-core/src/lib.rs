@@ -1,5 +1,6 @@
 //! Domain types shared by every Herd crate. Pure data and parsing; no I/O.
 
+mod archive;
 mod commit;
 mod consistency;
 mod copy;
@@ -10,6 +11,7 @@ pub mod ports;
 mod status;
 mod topology;
 
+pub use archive::ArchiveStatus;
 pub use commit::{CommitMode, ParseError, SyncMethod, SyncStandbys};
 pub use consistency::{Consistency, PoolMode};
 pub use copy::{CopyState, CopyStatus, TableCopyStatus};

@@ -40,6 +40,9 @@ pub struct ClusterStatus {
     /// there are none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub copies: Vec<crate::CopyStatus>,
+    /// The group's WAL archiving health, when backups are configured and the primary answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub archiving: Option<crate::ArchiveStatus>,
 }
 
 impl ClusterStatus {
@@ -203,6 +206,7 @@ mod tests {
             group: 0,
             groups: Vec::new(),
             copies: Vec::new(),
+            archiving: None,
         };
         let json = serde_json::to_value(&status).expect("serialises");
         assert_eq!(json["commit_mode"], "on");

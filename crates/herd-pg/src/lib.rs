@@ -2,6 +2,7 @@
 //! their configuration, and probes running servers over SQL. No other Herd crate starts a
 //! PostgreSQL program or touches a server's configuration files.
 
+mod archiver;
 mod bin;
 mod conf;
 mod ctl;
@@ -12,6 +13,7 @@ mod osuser;
 mod probe;
 mod slotfile;
 
+pub use archiver::ArchiverRow;
 pub use bin::{PgBinaries, PG_MAJOR};
 pub use conf::{
     render_hba, render_server_conf, replication_conninfo, socket_dir_fits, socket_path,

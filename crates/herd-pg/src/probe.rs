@@ -157,6 +157,9 @@ struct ProbeStatements {
     replica: Statement,
     primary: Statement,
     replication: Statement,
+    /// Read only when backups are on (see `archiver.rs`); prepared with the others, once per
+    /// connection.
+    archiver: Statement,
 }
 
 const IN_RECOVERY_SQL: &str = "select pg_is_in_recovery()";
@@ -183,6 +186,10 @@ impl Kept {
             replica: client.prepare(REPLICA_SQL).await.map_err(sql)?,
             primary: client.prepare(PRIMARY_SQL).await.map_err(sql)?,
             replication: client.prepare(REPLICATION_SQL).await.map_err(sql)?,
+            archiver: client
+                .prepare(crate::archiver::ARCHIVER_SQL)
+                .await
+                .map_err(sql)?,
         };
         Ok(Kept { client, statements })
     }
@@ -219,6 +226,20 @@ impl Prober {
         .map_err(|_| self.timed_out())??;
         self.client = Some(probe.0);
         Ok(probe.1)
+    }
+
+    /// The kept connection and its prepared archiver statement, when the last probe left one
+    /// open.
+    pub(crate) fn kept_archiver(&self) -> Option<(&Client, &Statement)> {
+        self.client
+            .as_ref()
+            .filter(|k| !k.client.is_closed())
+            .map(|k| (&k.client, &k.statements.archiver))
+    }
+
+    /// The probe's time bound.
+    pub(crate) fn timeout(&self) -> std::time::Duration {
+        self.spec.timeout
     }
 
     fn timed_out(&self) -> PgError {

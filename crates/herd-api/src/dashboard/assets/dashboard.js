@@ -70,8 +70,19 @@ function renderTopology() {
     const note = g.ha_note ? el("p", { class: "muted" }, "Last HA event: " + g.ha_note) : "";
     root.append(el("div", { class: "group", "data-group": String(g.group || 0) },
       el("h2", {}, title, " ", el("span", { class: "muted" }, g.synchronous_standby_names ? "synchronous_standby_names = " + g.synchronous_standby_names : "")),
-      el("div", { class: "scroll" }, table), note));
+      el("div", { class: "scroll" }, table), note, archiving(g.archiving)));
   }
+}
+
+// The primary's WAL archiving (backups configured): a line, and its warning in red.
+function archiving(a) {
+  if (!a) return "";
+  const last = a.last_archived_wal
+    ? "last archived " + a.last_archived_wal + " " + secs(a.last_archived_age_seconds) + " ago"
+    : "nothing archived yet";
+  const text = "WAL archiving: " + last + " · " + num(a.pending) + " waiting · " + num(a.failed_count) + " failed";
+  return el("p", { class: a.warning ? "archive-behind" : "muted", "data-archiving": a.warning ? "behind" : "ok" },
+    a.warning ? text + " — " + a.warning : text);
 }
 
 function nodeRow(n, last) {
