@@ -696,6 +696,12 @@ fn resolve_names(
     };
     r.names
         .resolve_statement(facts.as_deref_mut(), relations, &schemas);
+    // Unqualified columns of joins, and an INSERT's columns when it lists none, by the tables'
+    // columns (pure scans of the facts: nothing is read for a statement that needs neither).
+    if let Some(f) = facts.as_deref_mut() {
+        herd_shard::qualify_columns(f, &r.names.columns);
+        herd_shard::fill_insert_columns(f, map, &r.names.columns);
+    }
     // A write runs its table's triggers and rules on each group that runs it.
     let target = facts
         .as_deref()
