@@ -4,7 +4,10 @@
 //! as TPC-H writes them (`FROM orders, lineitem WHERE o_orderkey = l_orderkey`), and `INSERT
 //! INTO t VALUES (…)` without a column list. What must still be refused is checked next to
 //! each (a column of both tables, FROM items whose columns are not a table's own, a join not
-//! on the keys, a row without its key).
+//! on the keys, a row without its key). And a query string of several statements on different
+//! groups (`BEGIN; UPDATE … ; UPDATE … ; COMMIT` as `psql -c` sends it, or without BEGIN: one
+//! implicit transaction), answered message for message as one server answers it, failures
+//! included, with no prepared transaction left behind.
 
 mod common;
 
@@ -69,6 +72,7 @@ async fn statements_across_groups_answer_as_one_server() {
         set_up(&client).await;
         unqualified_joins(&client).await;
         inserts_without_columns(&client, &groups).await;
+        strings_of_statements(&client, &groups).await;
     })
     .await
     .expect("the test's time limit");
@@ -263,4 +267,162 @@ async fn inserts_without_columns(client: &Client, groups: &[String]) {
     ] {
         refused(client, sql, needle).await;
     }
+}
+
+/// A simple query's answer, message by message: rows, completions, or the error's SQLSTATE.
+async fn answer(client: &Client, sql: &str) -> Vec<String> {
+    match client.simple_query(sql).await {
+        Ok(messages) => messages
+            .into_iter()
+            .map(|m| match m {
+                SimpleQueryMessage::Row(r) => format!(
+                    "row {:?}",
+                    (0..r.len())
+                        .map(|i| r.get(i).map(str::to_string))
+                        .collect::<Vec<_>>()
+                ),
+                SimpleQueryMessage::CommandComplete(n) => format!("complete {n}"),
+                SimpleQueryMessage::RowDescription(_) => "description".into(),
+                _ => "other".into(),
+            })
+            .collect(),
+        Err(e) => vec![format!("error {}", e.code().map_or("", |c| c.code()))],
+    }
+}
+
+/// A query string of several statements on different groups: run statement by statement in
+/// its transaction, answered as one server answers it.
+async fn strings_of_statements(client: &Client, groups: &[String]) {
+    for t in ["acct", "acct_one"] {
+        client
+            .batch_execute(&format!(
+                "create table {t} (id bigint primary key, balance int not null)"
+            ))
+            .await
+            .expect("accounts");
+    }
+    client
+        .batch_execute("select herd.create_distributed_table('acct', 'id')")
+        .await
+        .expect("distribute");
+    let values: Vec<String> = (1..=20).map(|i| format!("({i}, 100)")).collect();
+    for t in ["acct", "acct_one"] {
+        client
+            .batch_execute(&format!("insert into {t} values {}", values.join(", ")))
+            .await
+            .expect("rows");
+    }
+    // An account on each group.
+    let mut on = Vec::new();
+    for group in groups {
+        let direct = connect(group).await;
+        let id: i64 = direct
+            .query_one("select min(id) from acct", &[])
+            .await
+            .expect("an account")
+            .get(0);
+        on.push(id);
+    }
+    let (a, b) = (on[0], on[1]);
+    let same = |shape: String| async move {
+        let got = answer(client, &shape.replace("ACCT", "acct")).await;
+        let want = answer(client, &shape.replace("ACCT", "acct_one")).await;
+        assert_eq!(got, want, "{shape}");
+        got
+    };
+    let balances = "select id, balance from ACCT order by id";
+    let transfer = |amount: i32, to: &str| {
+        format!(
+            "update ACCT set balance = balance - {amount} where id = {a}; \
+             update ACCT set balance = balance {to} where id = {b}"
+        )
+    };
+    // psql -c "BEGIN; …; COMMIT": every answer as one server's, two groups written.
+    let got = same(format!("BEGIN; {}; COMMIT", transfer(10, "+ 10"))).await;
+    assert_eq!(
+        got,
+        ["complete 0", "complete 1", "complete 1", "complete 0"]
+    );
+    same(balances.to_string()).await;
+    // Without BEGIN: one implicit transaction; a read across groups and a split INSERT in it.
+    let got = same(format!(
+        "{}; select sum(balance) from ACCT; insert into ACCT values (100, 1), (101, 2), (102, 3), (103, 4)",
+        transfer(5, "+ 5")
+    ))
+    .await;
+    assert!(got.contains(&"complete 4".to_string()), "{got:?}");
+    same(balances.to_string()).await;
+    // A failure in the implicit transaction undoes the whole string.
+    let got = same(transfer(7, "/ 0")).await;
+    assert_eq!(got, ["error 22012"]);
+    same(balances.to_string()).await;
+    assert_eq!(
+        answer(client, "select 1").await.last().map(String::as_str),
+        Some("complete 1")
+    );
+    // In the client's own transaction: the rest (its COMMIT) is not run, the transaction stays
+    // failed until ROLLBACK.
+    for t in ["acct", "acct_one"] {
+        let string = format!("BEGIN; {}; COMMIT", transfer(7, "/ 0")).replace("ACCT", t);
+        assert_eq!(answer(client, &string).await, ["error 22012"], "{t}");
+        assert_eq!(answer(client, "select 1").await, ["error 25P02"], "{t}");
+        assert_eq!(answer(client, "rollback").await, ["complete 0"], "{t}");
+    }
+    same(balances.to_string()).await;
+    // BEGIN without COMMIT: the transaction stays open across both groups.
+    for t in ["acct", "acct_one"] {
+        let string = format!("BEGIN; {}", transfer(1, "+ 1")).replace("ACCT", t);
+        assert_eq!(
+            answer(client, &string).await,
+            ["complete 0", "complete 1", "complete 1"]
+        );
+        assert_eq!(answer(client, "commit").await, ["complete 0"], "{t}");
+    }
+    same(balances.to_string()).await;
+    // A query pipelined behind the string waits for it and sees its writes.
+    let (string, behind) = (
+        transfer(2, "+ 2").replace("ACCT", "acct"),
+        format!("select balance from acct where id = {b}"),
+    );
+    let (first, second) = tokio::join!(client.simple_query(&string), client.simple_query(&behind));
+    first.expect("the string");
+    assert!(!second.expect("the query behind it").is_empty());
+    client
+        .batch_execute(&transfer(2, "+ 2").replace("ACCT", "acct_one"))
+        .await
+        .expect("the same on one server");
+    same(balances.to_string()).await;
+    // No two-phase transaction left anywhere.
+    for group in groups {
+        let direct = connect(group).await;
+        let n: i64 = direct
+            .query_one("select count(*) from pg_prepared_xacts", &[])
+            .await
+            .expect("prepared")
+            .get(0);
+        assert_eq!(n, 0);
+    }
+    // Still refused: other transaction control, a COMMIT without BEGIN, DDL, a statement
+    // refused on its own (nothing of the string runs).
+    for (sql, needle) in [
+        (
+            format!("BEGIN; update acct set balance = 0 where id = {a}; SAVEPOINT s; update acct set balance = 0 where id = {b}; COMMIT"),
+            "leading BEGIN",
+        ),
+        (
+            format!("update acct set balance = 0 where id = {a}; update acct set balance = 0 where id = {b}; COMMIT"),
+            "does not begin with BEGIN",
+        ),
+        (
+            format!("update acct set balance = 0 where id = {a}; create index on acct (balance)"),
+            "send it alone",
+        ),
+        (
+            format!("update acct set balance = 0 where id = {a}; select count(*) from acct x, acct y where x.balance = y.balance"),
+            "not joined on its shard key",
+        ),
+    ] {
+        refused(client, &sql, needle).await;
+    }
+    same(balances.to_string()).await;
 }

@@ -12,6 +12,7 @@ mod hash;
 mod map;
 mod names;
 mod plan;
+mod script;
 
 pub use columns::{fill_insert_columns, qualify_columns};
 pub use copy::{CopyError, CopyFormat, CopySplitter, Routed};
@@ -22,3 +23,4 @@ pub use plan::{
     param_type_alike, plan, plan_several, shared_object_plan, uniqueness_message, CopyIn, CopyOut,
     ParamValue, Plan,
 };
+pub use script::{script, Control, ScriptStep};

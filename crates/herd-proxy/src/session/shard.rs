@@ -50,6 +50,9 @@ pub(super) enum UnitRoute {
     ExplainFanOut(String, herd_sql::FanOut),
     /// An UPDATE or DELETE every group runs, or an INSERT split by group; all or none.
     WriteAll(Write),
+    /// A query string of several statements on different groups: these statements, one
+    /// after the other, in its transaction (`script.rs`).
+    Script(Vec<herd_shard::ScriptStep>),
 }
 
 /// How long a statement waits for a moving shard's switch (which undoes itself well before).
@@ -164,7 +167,27 @@ impl Session {
                     text = std::borrow::Cow::Borrowed(sql);
                     match self.drop_index_plan(&map, sql).await? {
                         Some(p) => p,
-                        None => plan_sql(&self.ctx, &map, Some(&resolver), sql, &[]),
+                        None => {
+                            let plan = plan_sql(&self.ctx, &map, Some(&resolver), sql, &[]);
+                            // Only a string refused as a whole is looked at again: nothing
+                            // more is done for one that runs on one group.
+                            let alone = rest.is_empty() && group.is_none();
+                            let pooled = self.ctx.config.pool_mode != herd_core::PoolMode::Session;
+                            if matches!(plan, Plan::Refuse(_))
+                                && alone
+                                && pooled
+                                && !self.in_transaction()
+                            {
+                                if let Some(script) =
+                                    super::script::script_of(&self.ctx, &map, &resolver, sql)
+                                {
+                                    return script
+                                        .map(|steps| Some(UnitRoute::Script(steps)))
+                                        .map_err(not_supported);
+                                }
+                            }
+                            plan
+                        }
                     }
                 }
                 tag::PARSE => {
