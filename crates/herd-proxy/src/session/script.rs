@@ -26,6 +26,8 @@ pub(super) struct Script {
     steps: VecDeque<ScriptStep>,
     /// The statement sent whose ReadyForQuery has not come yet.
     current: Option<ScriptStep>,
+    /// That statement was answered with an error.
+    failed: bool,
     /// The proxy began the transaction (no BEGIN in the string): a failure rolls it back.
     implicit: bool,
     /// The client's bytes that followed the string, read once it is answered.
@@ -41,6 +43,7 @@ impl Session {
         self.script = Some(Box::new(Script {
             steps: steps.into(),
             current: None,
+            failed: false,
             implicit,
             held,
         }));
@@ -96,10 +99,15 @@ impl Session {
             at += len;
             let keep = match (frame[0], script.current.as_ref()) {
                 (btag::COMMAND_COMPLETE, Some(step)) => !step.hidden,
+                (btag::ERROR_RESPONSE, Some(_)) => {
+                    script.failed = true;
+                    true
+                }
                 (btag::READY_FOR_QUERY, Some(_)) => {
                     script.current = None;
                     let status = frame.get(5).copied().unwrap_or(b'I');
-                    next_after(script, status)
+                    let failed = std::mem::take(&mut script.failed);
+                    next_after(script, status, failed)
                 }
                 _ => true,
             };
@@ -157,13 +165,15 @@ fn chains(sql: &str) -> bool {
             .any(|w| w[0] == "and" && w[1] == "no" && w[2] == "chain")
 }
 
-/// After a statement's ReadyForQuery with transaction `status`: whether that ReadyForQuery is
-/// the string's last (kept for the client), with what is left of the string adjusted.
-fn next_after(script: &mut Script, status: u8) -> bool {
-    if status == b'E' {
+/// After a statement's ReadyForQuery with transaction `status` (`failed`: the statement was
+/// answered with an error): whether that ReadyForQuery is the string's last (kept for the
+/// client), with what is left of the string adjusted.
+fn next_after(script: &mut Script, status: u8, failed: bool) -> bool {
+    if failed || status == b'E' {
         script.steps.clear();
-        if !script.implicit {
-            // The client's transaction stays failed until its ROLLBACK, as in PostgreSQL.
+        if !script.implicit || status == b'I' {
+            // The client's transaction stays failed until its ROLLBACK, as in PostgreSQL (or
+            // the transaction is over already).
             return true;
         }
         script.steps.push_back(ScriptStep {
@@ -194,6 +204,7 @@ mod tests {
                 })
                 .collect(),
             current: None,
+            failed: false,
             implicit,
             held: BytesMut::new(),
         }
@@ -203,21 +214,30 @@ mod tests {
     fn what_follows_a_statement() {
         // Statements left: this ReadyForQuery is not the last.
         let mut s = script(true, 2);
-        assert!(!next_after(&mut s, b'T'));
+        assert!(!next_after(&mut s, b'T', false));
         assert_eq!(s.steps.len(), 2);
         // The last one's is kept.
         let mut s = script(false, 0);
-        assert!(next_after(&mut s, b'I'));
-        // A failure in the client's own transaction: kept (status E), the rest dropped.
-        let mut s = script(false, 3);
-        assert!(next_after(&mut s, b'E'));
-        assert!(s.steps.is_empty());
+        assert!(next_after(&mut s, b'I', false));
+        // A failure in the client's own transaction: kept (status E), the rest dropped; also
+        // when the error left the transaction as it was.
+        for status in [b'E', b'T'] {
+            let mut s = script(false, 3);
+            assert!(next_after(&mut s, status, true));
+            assert!(s.steps.is_empty());
+        }
         // In an implicit one: the rest replaced by a hidden ROLLBACK, whose answer is last.
+        for (status, failed) in [(b'E', false), (b'E', true), (b'T', true)] {
+            let mut s = script(true, 3);
+            assert!(!next_after(&mut s, status, failed));
+            assert_eq!(s.steps.len(), 1);
+            assert_eq!(s.steps[0].sql, "ROLLBACK");
+            assert!(s.steps[0].hidden);
+        }
+        // An error that ended the transaction already: nothing left to roll back.
         let mut s = script(true, 3);
-        assert!(!next_after(&mut s, b'E'));
-        assert_eq!(s.steps.len(), 1);
-        assert_eq!(s.steps[0].sql, "ROLLBACK");
-        assert!(s.steps[0].hidden);
+        assert!(next_after(&mut s, b'I', true));
+        assert!(s.steps.is_empty());
     }
 
     #[test]
