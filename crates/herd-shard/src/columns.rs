@@ -22,12 +22,16 @@ pub fn qualify_columns(facts: &mut KeyFacts, columns: &HashMap<String, Vec<Strin
     if let Some(source) = facts.source.as_deref_mut() {
         qualify_columns(source, columns);
     }
+    // Most statements read one table: they stop here.
+    if facts.tables.len() < 2 || facts.opaque_from {
+        return;
+    }
     let unqualified = facts.conditions.iter().any(|c| c.qualifier.is_none())
         || facts
             .equalities
             .iter()
             .any(|(a, b)| a.0.is_none() || b.0.is_none());
-    if facts.tables.len() < 2 || facts.opaque_from || !unqualified {
+    if !unqualified {
         return;
     }
     // Every top-level table's columns, or nothing is certain.
