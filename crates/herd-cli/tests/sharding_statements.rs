@@ -379,6 +379,37 @@ async fn strings_of_statements(client: &Client, groups: &[String]) {
         assert_eq!(answer(client, "commit").await, ["complete 0"], "{t}");
     }
     same(balances.to_string()).await;
+    // Inside a transaction block the client began: the statements run in it, a trailing
+    // COMMIT ends it; a failure leaves it failed.
+    for t in ["acct", "acct_one"] {
+        let string = transfer(3, "+ 3").replace("ACCT", t);
+        assert_eq!(answer(client, "begin").await, ["complete 0"]);
+        assert_eq!(answer(client, &string).await, ["complete 1", "complete 1"]);
+        assert_eq!(answer(client, &string).await, ["complete 1", "complete 1"]);
+        assert_eq!(answer(client, "commit").await, ["complete 0"], "{t}");
+        assert_eq!(answer(client, "begin").await, ["complete 0"]);
+        let with_commit = format!("{string}; commit");
+        assert_eq!(
+            answer(client, &with_commit).await,
+            ["complete 1", "complete 1", "complete 0"],
+            "{t}"
+        );
+        // Once the transaction spans both groups, a string with its COMMIT on one of them.
+        assert_eq!(answer(client, "begin").await, ["complete 0"]);
+        assert_eq!(answer(client, &string).await, ["complete 1", "complete 1"]);
+        let one_and_commit = format!("update {t} set balance = balance + 1 where id = {a}; commit");
+        assert_eq!(
+            answer(client, &one_and_commit).await,
+            ["complete 1", "complete 0"],
+            "{t}"
+        );
+        assert_eq!(answer(client, "begin").await, ["complete 0"]);
+        let failing = transfer(3, "/ 0").replace("ACCT", t);
+        assert_eq!(answer(client, &failing).await, ["error 22012"], "{t}");
+        assert_eq!(answer(client, "select 1").await, ["error 25P02"], "{t}");
+        assert_eq!(answer(client, "rollback").await, ["complete 0"], "{t}");
+    }
+    same(balances.to_string()).await;
     // A query pipelined behind the string waits for it and sees its writes.
     let (string, behind) = (
         transfer(2, "+ 2").replace("ACCT", "acct"),

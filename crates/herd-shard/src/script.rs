@@ -33,13 +33,17 @@ pub struct ScriptStep {
 }
 
 /// The statements to send for a string of `statements` (text, control, own plan) whose
-/// statements together need several groups, outside a transaction block; `Err` with the reason
-/// to refuse it (SQLSTATE 0A000). Accepted: ordinary statements each of which runs inside a
-/// transaction (on one group, or on every group as reads across groups and writes on every
-/// group do), optionally between a leading `BEGIN` and a trailing `COMMIT`.
-pub fn script(statements: &[(String, Control, Plan)]) -> Result<Vec<ScriptStep>, String> {
+/// statements together need several groups; `Err` with the reason to refuse it (SQLSTATE
+/// 0A000). Accepted: ordinary statements each of which runs inside a transaction (on one
+/// group, or on every group as reads across groups and writes on every group do), optionally
+/// between a leading `BEGIN` (not `in_transaction`: inside a transaction block PostgreSQL
+/// would only warn) and a trailing `COMMIT`.
+pub fn script(
+    statements: &[(String, Control, Plan)],
+    in_transaction: bool,
+) -> Result<Vec<ScriptStep>, String> {
     let n = statements.len();
-    let begin = statements.first().is_some_and(|s| s.1 == Control::Begin);
+    let begin = !in_transaction && statements.first().is_some_and(|s| s.1 == Control::Begin);
     let commit = n > 1 && statements.last().is_some_and(|s| s.1 == Control::Commit);
     for (i, (_, control, plan)) in statements.iter().enumerate() {
         let edge = (i == 0 && begin) || (i + 1 == n && commit);
@@ -71,7 +75,7 @@ pub fn script(statements: &[(String, Control, Plan)]) -> Result<Vec<ScriptStep>,
             }
         }
     }
-    if commit && !begin {
+    if commit && !begin && !in_transaction {
         return Err(
             "a query string whose statements belong to different shard groups ends with COMMIT \
              but does not begin with BEGIN: send it with its BEGIN, or without the COMMIT"
@@ -82,12 +86,14 @@ pub fn script(statements: &[(String, Control, Plan)]) -> Result<Vec<ScriptStep>,
         sql: sql.to_string(),
         hidden,
     };
+    // Without a transaction of its own, PostgreSQL's implicit one: the proxy's BEGIN/COMMIT.
+    let implicit = !begin && !in_transaction;
     let mut steps = Vec::with_capacity(n + 2);
-    if !begin {
+    if implicit {
         steps.push(step("BEGIN", true));
     }
     steps.extend(statements.iter().map(|(sql, ..)| step(sql, false)));
-    if !begin {
+    if implicit {
         steps.push(step("COMMIT", true));
     }
     Ok(steps)
@@ -116,12 +122,15 @@ mod tests {
     fn accepted_strings() {
         use Control::{Begin, Commit, None as Plain};
         // psql -c "BEGIN; …; COMMIT": the client's own transaction.
-        let steps = script(&[
-            s("BEGIN", Begin, Plan::Anywhere),
-            s("update t set v = 1 where id = 1", Plain, g(0)),
-            s("update t set v = 2 where id = 2", Plain, g(1)),
-            s("COMMIT", Commit, Plan::Anywhere),
-        ])
+        let steps = script(
+            &[
+                s("BEGIN", Begin, Plan::Anywhere),
+                s("update t set v = 1 where id = 1", Plain, g(0)),
+                s("update t set v = 2 where id = 2", Plain, g(1)),
+                s("COMMIT", Commit, Plan::Anywhere),
+            ],
+            false,
+        )
         .expect("accepted");
         assert_eq!(
             texts(&steps),
@@ -133,33 +142,39 @@ mod tests {
             ]
         );
         // BEGIN without COMMIT: the transaction stays open, as PostgreSQL leaves it.
-        let steps = script(&[
-            s(
-                "begin isolation level repeatable read",
-                Begin,
-                Plan::Anywhere,
-            ),
-            s("select 1", Plain, Plan::Anywhere),
-            s("select * from t where id = 2", Plain, g(1)),
-        ])
+        let steps = script(
+            &[
+                s(
+                    "begin isolation level repeatable read",
+                    Begin,
+                    Plan::Anywhere,
+                ),
+                s("select 1", Plain, Plan::Anywhere),
+                s("select * from t where id = 2", Plain, g(1)),
+            ],
+            false,
+        )
         .expect("accepted");
         assert_eq!(steps.len(), 3);
         assert!(steps.iter().all(|s| !s.hidden));
         // No transaction control: one implicit transaction around it.
-        let steps = script(&[
-            s("insert into t (id) values (1)", Plain, g(0)),
-            s(
-                "select count(*) from t",
-                Plain,
-                Plan::AllGroups { table: "t".into() },
-            ),
-            s("delete from t", Plain, Plan::WriteAllGroups("DELETE")),
-            s(
-                "insert into t (id) values (1), (2)",
-                Plain,
-                Plan::InsertSplit(vec![0, 1]),
-            ),
-        ])
+        let steps = script(
+            &[
+                s("insert into t (id) values (1)", Plain, g(0)),
+                s(
+                    "select count(*) from t",
+                    Plain,
+                    Plan::AllGroups { table: "t".into() },
+                ),
+                s("delete from t", Plain, Plan::WriteAllGroups("DELETE")),
+                s(
+                    "insert into t (id) values (1), (2)",
+                    Plain,
+                    Plan::InsertSplit(vec![0, 1]),
+                ),
+            ],
+            false,
+        )
         .expect("accepted");
         assert_eq!(
             texts(&steps),
@@ -172,6 +187,46 @@ mod tests {
                 ("COMMIT", true)
             ]
         );
+    }
+
+    /// Inside the client's transaction block: its statements as they are, a trailing COMMIT
+    /// included; a BEGIN is refused.
+    #[test]
+    fn strings_inside_a_transaction() {
+        use Control::{Begin, Commit, None as Plain};
+        let steps = script(
+            &[
+                s("update t set v = 1 where id = 1", Plain, g(0)),
+                s("update t set v = 2 where id = 2", Plain, g(1)),
+                s("COMMIT", Commit, Plan::Anywhere),
+            ],
+            true,
+        )
+        .expect("accepted");
+        assert_eq!(
+            texts(&steps),
+            [
+                ("update t set v = 1 where id = 1", false),
+                ("update t set v = 2 where id = 2", false),
+                ("COMMIT", false)
+            ]
+        );
+        let steps = script(
+            &[s("select 1", Plain, g(0)), s("select 2", Plain, g(1))],
+            true,
+        )
+        .expect("accepted");
+        assert!(steps.iter().all(|s| !s.hidden));
+        let why = script(
+            &[
+                s("BEGIN", Begin, Plan::Anywhere),
+                s("select 1", Plain, g(0)),
+                s("select 2", Plain, g(1)),
+            ],
+            true,
+        )
+        .expect_err("a BEGIN inside a transaction");
+        assert!(why.contains("leading BEGIN"), "{why}");
     }
 
     #[test]
@@ -236,7 +291,7 @@ mod tests {
             ),
         ];
         for (statements, needle) in cases {
-            let why = script(&statements).expect_err(needle);
+            let why = script(&statements, false).expect_err(needle);
             assert!(why.contains(needle), "{why}");
         }
     }

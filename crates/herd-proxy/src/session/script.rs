@@ -1,10 +1,10 @@
-//! A simple-query string of several statements whose rows are on different shard groups,
-//! outside a transaction block (transaction pooling): its statements are sent one after the
-//! other as queries of their own (`herd_shard::script` says which strings and what is sent),
-//! each through the usual path inside the transaction — the client's `BEGIN` … [`COMMIT`], or
-//! a `BEGIN` … `COMMIT` of the proxy's around the whole string, PostgreSQL's implicit
-//! transaction — so transactions across groups (`spanning.rs`, two-phase commit when several
-//! groups wrote) do the work. The client sees one answer, as from one server: each
+//! A simple-query string of several statements whose rows are on different shard groups
+//! (transaction pooling): its statements are sent one after the other as queries of their own
+//! (`herd_shard::script` says which strings and what is sent), each through the usual path
+//! inside the transaction — the client's open transaction block, the client's `BEGIN` …
+//! [`COMMIT`], or a `BEGIN` … `COMMIT` of the proxy's around the whole string, PostgreSQL's
+//! implicit transaction — so transactions across groups (`spanning.rs`, two-phase commit when
+//! several groups wrote) do the work. The client sees one answer, as from one server: each
 //! statement's results, no completion of the proxy's own `BEGIN`/`COMMIT`, one ReadyForQuery.
 //! A failed statement ends the string: the rest is not sent; an implicit transaction is rolled
 //! back (ReadyForQuery idle), the client's own is left failed (ReadyForQuery `E`), as
@@ -129,6 +129,7 @@ pub(super) fn script_of(
     map: &herd_shard::ShardMap,
     names: &super::shard::Resolver<'_>,
     sql: &[u8],
+    in_transaction: bool,
 ) -> Option<Result<Vec<herd_shard::ScriptStep>, String>> {
     use herd_shard::Control;
     let text = String::from_utf8_lossy(sql);
@@ -150,7 +151,7 @@ pub(super) fn script_of(
             (part, control, plan)
         })
         .collect::<Vec<_>>();
-    Some(herd_shard::script(&statements))
+    Some(herd_shard::script(&statements, in_transaction))
 }
 
 /// `COMMIT AND CHAIN` (or `END AND CHAIN`): it begins another transaction.

@@ -173,13 +173,13 @@ impl Session {
                             // more is done for one that runs on one group.
                             let alone = rest.is_empty() && group.is_none();
                             let pooled = self.ctx.config.pool_mode != herd_core::PoolMode::Session;
-                            if matches!(plan, Plan::Refuse(_))
-                                && alone
-                                && pooled
-                                && !self.in_transaction()
-                            {
+                            // A transaction across groups takes a string with a COMMIT
+                            // statement by statement too (else refused as acting on one part).
+                            let spanning = !self.parked.is_empty();
+                            if (matches!(plan, Plan::Refuse(_)) || spanning) && alone && pooled {
+                                let open = self.in_transaction();
                                 if let Some(script) =
-                                    super::script::script_of(&self.ctx, &map, &resolver, sql)
+                                    super::script::script_of(&self.ctx, &map, &resolver, sql, open)
                                 {
                                     return script
                                         .map(|steps| Some(UnitRoute::Script(steps)))
