@@ -449,6 +449,10 @@ async fn strings_of_statements(client: &Client, groups: &[String]) {
             "send it alone",
         ),
         (
+            format!("update acct set balance = 0 where id = {a}; update acct set balance = 0 where id = {b}; copy acct_one from stdin"),
+            "COPY in a query string",
+        ),
+        (
             format!("update acct set balance = 0 where id = {a}; select count(*) from acct x, acct y where x.balance = y.balance"),
             "not joined on its shard key",
         ),

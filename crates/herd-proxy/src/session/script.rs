@@ -13,7 +13,7 @@
 use std::collections::VecDeque;
 
 use bytes::BytesMut;
-use herd_shard::ScriptStep;
+use herd_shard::{Plan, ScriptStep};
 use herd_wire::backend::tag as btag;
 use herd_wire::encode;
 
@@ -147,7 +147,20 @@ pub(super) fn script_of(
                 Some(herd_sql::TxEffect::Commit) if !chains(&part) => Control::Commit,
                 Some(_) => Control::Other,
             };
-            let plan = super::shard::plan_sql(ctx, map, Some(names), part.as_bytes(), &[]);
+            // COPY waits for the client's data or sends its own stream: not while the string's
+            // later statements wait and the client is not read.
+            let copy = herd_sql::key_facts(&part)
+                .and_then(|f| f.utility)
+                .is_some_and(|u| u == "CopyStmt");
+            let plan = if copy {
+                Plan::Refuse(
+                    "COPY in a query string whose statements belong to different shard groups: \
+                     send it alone"
+                        .into(),
+                )
+            } else {
+                super::shard::plan_sql(ctx, map, Some(names), part.as_bytes(), &[])
+            };
             (part, control, plan)
         })
         .collect::<Vec<_>>();
