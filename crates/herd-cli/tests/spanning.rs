@@ -126,8 +126,20 @@ async fn transactions_span_groups_all_or_none() {
              update acct set balance = balance + 30 where id = {b};"
         ))
         .await
-        .expect_err("a batch inside a transaction keeps to one group");
+        .expect("a string that begins a transaction on both groups (issue 40)");
+    assert_eq!(
+        balance(&client, a).await,
+        70,
+        "the string's write on group 0"
+    );
+    assert_eq!(
+        balance(&client, b).await,
+        130,
+        "the string's write on group 1"
+    );
     client.batch_execute("rollback").await.expect("rollback");
+    assert_eq!(balance(&client, a).await, 100, "rolled back on group 0");
+    assert_eq!(balance(&client, b).await, 100, "rolled back on group 1");
     client.batch_execute("begin").await.expect("begin");
     add(&client, a, -30).await;
     add(&client, b, 30).await;

@@ -6,12 +6,15 @@
 //! virtual shards, and the shard map says which group holds each shard. So PostgreSQL itself can
 //! check where a row belongs, and a shard can later move as a unit. Everything here is pure.
 
+mod columns;
 mod copy;
 mod hash;
 mod map;
 mod names;
 mod plan;
+mod script;
 
+pub use columns::{fill_insert_columns, qualify_columns};
 pub use copy::{CopyError, CopyFormat, CopySplitter, Routed};
 pub use hash::{partition_hash, shard_sql, virtual_shard, KeyType, KeyValue, ParseKeyError};
 pub use map::{qualified, rebalance, ShardMap, ShardMove, TableKind, DEFAULT_SHARD_COUNT, PAUSED};
@@ -20,3 +23,4 @@ pub use plan::{
     param_type_alike, plan, plan_several, shared_object_plan, uniqueness_message, CopyIn, CopyOut,
     ParamValue, Plan,
 };
+pub use script::{script, Control, ScriptStep};

@@ -45,6 +45,10 @@ pub struct Names {
     pub write_hooks: HashMap<String, Vec<String>>,
     /// Every schema of the database.
     pub schemas: HashSet<String>,
+    /// Table (`schema.name`, ordinary or partitioned, of the user's schemas) → its columns in
+    /// order (dropped ones left out): which table an unqualified column belongs to, and what
+    /// an INSERT without a column list fills.
+    pub columns: HashMap<String, Vec<String>>,
     /// `search_path` defaults set by `ALTER ROLE … SET` / `ALTER DATABASE … SET`: by role
     /// name (`""`: for every role), most specific first.
     pub default_paths: HashMap<String, String>,

@@ -98,6 +98,10 @@ pub struct KeyFacts {
     pub set_columns: Vec<String>,
     /// A join, subquery, CTE or set operation is present: tables beyond `tables` may be read.
     pub nested: bool,
+    /// A top-level FROM item whose columns are not its table's own, so an unqualified column
+    /// cannot be tied to a table by the tables' columns: a subquery, a function, `VALUES`, a
+    /// table alias with column names, an aliased join.
+    pub opaque_from: bool,
     /// Names of the statement's common table expressions (`WITH name AS …`): not tables.
     pub ctes: Vec<String>,
     /// SELECT, UPDATE, DELETE: tables read anywhere but the top level (subqueries, CTEs, set
@@ -199,6 +203,7 @@ fn facts_of(node: &Value) -> KeyFacts {
         targets: Vec::new(),
         set_columns: Vec::new(),
         nested: false,
+        opaque_from: false,
         ctes: Vec::new(),
         inner_tables: Vec::new(),
         returning: false,
@@ -430,8 +435,12 @@ fn from_list(list: &Value, f: &mut KeyFacts) {
 fn from_item(item: &Value, f: &mut KeyFacts) {
     let node = &item["node"];
     if let Some(t) = range_var(&node["RangeVar"]) {
+        f.opaque_from |= node["RangeVar"]["alias"]["colnames"]
+            .as_array()
+            .is_some_and(|c| !c.is_empty());
         f.tables.push(t);
     } else if let Some(j) = node.get("JoinExpr") {
+        f.opaque_from |= !j["alias"].is_null();
         from_item(&j["larg"], f);
         from_item(&j["rarg"], f);
         f.nested |= contains_sublink(&j["quals"]);
@@ -467,6 +476,7 @@ fn from_item(item: &Value, f: &mut KeyFacts) {
         }
     } else {
         f.nested = true;
+        f.opaque_from = true;
     }
 }
 

@@ -134,6 +134,10 @@ impl Session {
                     self.write_all(&unit, write).await?;
                     return Ok(true);
                 }
+                Ok(super::shard::UnitRoute::Script(steps)) => {
+                    self.start_script(steps);
+                    return Ok(true);
+                }
                 Err(e) => {
                     self.reply_error(&e, &unit).await?;
                     return Ok(true);

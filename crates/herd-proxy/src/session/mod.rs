@@ -28,6 +28,7 @@ mod primary_watch;
 mod relay;
 mod replication;
 mod rows;
+mod script;
 mod shard;
 mod spanning;
 mod startup;
@@ -172,6 +173,9 @@ pub struct Session {
     rerun: Option<crate::router::track::Given>,
     /// A unit runs again (see `rerun`): until its end it is not run a third time.
     rerunning: bool,
+    /// A query string of several statements on different shard groups, run statement by
+    /// statement (`script.rs`).
+    script: Option<Box<script::Script>>,
 }
 
 /// `BEGIN` answered by the proxy: the server is chosen by the transaction's first statement,
@@ -279,6 +283,7 @@ pub async fn serve_client(tcp: TcpStream, ctx: Arc<ProxyContext>) {
         creds: None,
         rerun: None,
         rerunning: false,
+        script: None,
     };
     if let Err(e) = Box::pin(session.greet(read_only_session, authenticated)).await {
         return fatal(&mut session.client, &e).await;
@@ -326,12 +331,16 @@ struct Outbox {
     buf: Vec<u8>,
     /// Bytes at the start already written.
     sent: usize,
+    /// While a query string runs statement by statement (`script.rs`): the bytes before this
+    /// were looked at by its filter, and only they are written.
+    held: Option<usize>,
 }
 
 impl Outbox {
     /// What is still to be written.
     fn pending(&self) -> &[u8] {
-        self.buf.get(self.sent..).unwrap_or_default()
+        let end = self.held.unwrap_or(self.buf.len());
+        self.buf.get(self.sent..end).unwrap_or_default()
     }
 
     /// Bytes still to be written.
@@ -348,10 +357,12 @@ impl Outbox {
         self.sent += n;
         if self.sent >= self.buf.len() {
             self.buf.clear();
+            self.held = self.held.map(|_| 0);
             self.sent = 0;
         } else if self.sent >= 64 * 1024 && self.sent * 2 >= self.buf.len() {
             // Keep the buffer from growing without bound under a steady stream.
             self.buf.drain(..self.sent);
+            self.held = self.held.map(|h| h.saturating_sub(self.sent));
             self.sent = 0;
         }
     }
@@ -359,13 +370,14 @@ impl Outbox {
     /// Drops what was not written (the socket it was for is gone).
     fn clear(&mut self) {
         self.buf.clear();
+        self.held = self.held.map(|_| 0);
         self.sent = 0;
     }
 
     /// Gives back a large buffer once everything in it is written: one big result must not
     /// keep its memory for the rest of an idle session.
     fn trim(&mut self) {
-        if self.is_empty() && self.buf.capacity() > inbuf::KEEP_OUTBOX {
+        if self.buf.len() == self.sent && self.buf.capacity() > inbuf::KEEP_OUTBOX {
             self.buf = Vec::new();
             self.sent = 0;
         }
@@ -405,6 +417,11 @@ impl Session {
     }
 
     async fn write_client(&mut self, bytes: &[u8]) -> Result<(), ProxyError> {
+        if self.script.is_some() {
+            // In order with the rest of the string's answers, through its filter.
+            self.out.buf.extend_from_slice(bytes);
+            return Ok(());
+        }
         self.client
             .write_all(bytes)
             .await

@@ -89,6 +89,9 @@ impl Session {
     /// forwards complete client messages.
     async fn step(&mut self) -> Result<Step, ProxyError> {
         let max = self.ctx.config.max_message_bytes as usize;
+        if self.script.is_some() && self.script_turn()? {
+            return Ok(Step::Progress);
+        }
         let Some(att) = self.attached.as_ref() else {
             if self.out.len() >= OUT_LIMIT {
                 return Ok(Step::Blocked);
@@ -194,6 +197,9 @@ impl Session {
     /// no socket will say so.
     fn write_now(&mut self) -> Result<bool, ProxyError> {
         let mut room = false;
+        if self.script.is_some() {
+            self.filter_script_answers();
+        }
         if !self.out.is_empty() {
             let was_full = self.out.len() >= OUT_LIMIT;
             match self.client.try_write(self.out.pending()) {
@@ -218,6 +224,14 @@ impl Session {
         Ok(room || (was_full && self.sout.len() < SOUT_LIMIT))
     }
 
+    /// One write of the client's outbox (through a running query string's filter first).
+    fn write_client_now(&mut self) -> std::io::Result<usize> {
+        if self.script.is_some() {
+            self.filter_script_answers();
+        }
+        self.client.try_write(self.out.pending())
+    }
+
     /// Waits until a socket with work can move, and moves it. `Ok(false)`: the client left.
     async fn wait_io(&mut self) -> Result<bool, ProxyError> {
         let max = self.ctx.config.max_message_bytes as usize;
@@ -227,7 +241,8 @@ impl Session {
         };
         // The client is read while little is waiting (so its departure is noticed), and
         // always while what is waiting is incomplete.
-        let read_client = self.cbuf.len() < IN_LIMIT || !next_complete;
+        // Not while a query string runs statement by statement: what follows it waits.
+        let read_client = (self.cbuf.len() < IN_LIMIT || !next_complete) && self.script.is_none();
         if self.attached.is_none() && self.cbuf.is_empty() && self.out.is_empty() {
             // Nothing in flight: an idle client keeps small buffers, whatever it sent or
             // received before (memory per idle client).
@@ -331,7 +346,7 @@ impl Session {
                     Err(e) => return Err(ProxyError::io("reading from client", e)),
                 }
             }
-            Ready::ClientWrite => match self.client.try_write(self.out.pending()) {
+            Ready::ClientWrite => match self.write_client_now() {
                 Ok(n) => self.out.advance(n),
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
                 Err(e) => return Err(ProxyError::io("writing to client", e)),

@@ -50,6 +50,9 @@ pub(super) enum UnitRoute {
     ExplainFanOut(String, herd_sql::FanOut),
     /// An UPDATE or DELETE every group runs, or an INSERT split by group; all or none.
     WriteAll(Write),
+    /// A query string of several statements on different groups: these statements, one
+    /// after the other, in its transaction (`script.rs`).
+    Script(Vec<herd_shard::ScriptStep>),
 }
 
 /// How long a statement waits for a moving shard's switch (which undoes itself well before).
@@ -164,7 +167,27 @@ impl Session {
                     text = std::borrow::Cow::Borrowed(sql);
                     match self.drop_index_plan(&map, sql).await? {
                         Some(p) => p,
-                        None => plan_sql(&self.ctx, &map, Some(&resolver), sql, &[]),
+                        None => {
+                            let plan = plan_sql(&self.ctx, &map, Some(&resolver), sql, &[]);
+                            // Only a string refused as a whole is looked at again: nothing
+                            // more is done for one that runs on one group.
+                            let alone = rest.is_empty() && group.is_none();
+                            let pooled = self.ctx.config.pool_mode != herd_core::PoolMode::Session;
+                            // A transaction across groups takes a string with a COMMIT
+                            // statement by statement too (else refused as acting on one part).
+                            let spanning = !self.parked.is_empty();
+                            if (matches!(plan, Plan::Refuse(_)) || spanning) && alone && pooled {
+                                let open = self.in_transaction();
+                                if let Some(script) =
+                                    super::script::script_of(&self.ctx, &map, &resolver, sql, open)
+                                {
+                                    return script
+                                        .map(|steps| Some(UnitRoute::Script(steps)))
+                                        .map_err(not_supported);
+                                }
+                            }
+                            plan
+                        }
                     }
                 }
                 tag::PARSE => {
@@ -696,6 +719,12 @@ fn resolve_names(
     };
     r.names
         .resolve_statement(facts.as_deref_mut(), relations, &schemas);
+    // Unqualified columns of joins, and an INSERT's columns when it lists none, by the tables'
+    // columns (pure scans of the facts: nothing is read for a statement that needs neither).
+    if let Some(f) = facts.as_deref_mut() {
+        herd_shard::qualify_columns(f, &r.names.columns);
+        herd_shard::fill_insert_columns(f, map, &r.names.columns);
+    }
     // A write runs its table's triggers and rules on each group that runs it.
     let target = facts
         .as_deref()

@@ -18,8 +18,9 @@
 //! group (a read across groups or a write on every group runs on every group's part,
 //! `in_transaction.rs`). Each group takes its own snapshot (there is no snapshot across groups); a deadlock
 //! between two groups is not one PostgreSQL sees (`lock_timeout` ends it). Savepoints,
-//! `PREPARE TRANSACTION`, `AND CHAIN` and a COMMIT sent together with other statements are
-//! refused inside a transaction that spans groups (they would act on one part only).
+//! `PREPARE TRANSACTION`, `AND CHAIN` and a COMMIT sent in one extended-protocol batch with
+//! other statements are refused inside a transaction that spans groups (they would act on one
+//! part only); a simple-query string with its COMMIT runs statement by statement (`script.rs`).
 
 use bytes::Bytes;
 use herd_wire::frontend::{tag, Bind, Query};
@@ -47,7 +48,8 @@ const COMMIT_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
 /// Why a statement that ends part of a spanning transaction is refused.
 pub(super) const SPANNING_CONTROL: &str = "this transaction spans shard groups: end it with \
      COMMIT or ROLLBACK sent alone (savepoints, PREPARE TRANSACTION, AND CHAIN and COMMIT \
-     inside a batch of other statements would act on one group's part only)";
+     inside an extended-protocol batch of other statements would act on one group's part \
+     only; a simple-query string with its COMMIT runs statement by statement)";
 
 impl Session {
     /// Looks at the complete unit at the head of the client buffer while the attached server
@@ -78,7 +80,7 @@ impl Session {
         use super::shard::UnitRoute;
         let route = match self.unit_route(&unit).await {
             Ok(UnitRoute::Group(Some(g))) if g != group => UnitRoute::Group(Some(g)),
-            Ok(r @ (UnitRoute::FanOut(_) | UnitRoute::WriteAll(_))) => r,
+            Ok(r @ (UnitRoute::FanOut(_) | UnitRoute::WriteAll(_) | UnitRoute::Script(_))) => r,
             // Refusals are made in-band by the translator, failing the transaction.
             _ => return Ok(Boundary::Forward),
         };
@@ -90,6 +92,9 @@ impl Session {
             UnitRoute::FanOut(plan) => self.fan_out_in_transaction(&unit, plan).await?,
             UnitRoute::WriteAll(write) => self.write_all_in_transaction(&unit, write).await?,
             UnitRoute::Group(Some(target)) => self.move_transaction(unit, target).await?,
+            // A string of statements on several groups: one after the other, in this
+            // transaction.
+            UnitRoute::Script(steps) => self.start_script(steps),
             _ => {}
         }
         Ok(Boundary::Done)

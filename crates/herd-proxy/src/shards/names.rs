@@ -1,7 +1,7 @@
 //! The catalog facts name resolution needs (`herd_shard::Names`), read from group 0's primary
 //! per database: which schemas hold each relation name, what each view reads and calls, what
-//! each function's body reads, the schemas, and the `search_path` defaults of roles and the
-//! database. Kept for a few seconds and forgotten at once after DDL through the endpoint, so
+//! each function's body reads, the schemas, the tables' columns, and the `search_path`
+//! defaults of roles and the database. Kept for a few seconds and forgotten at once after DDL through the endpoint, so
 //! a name means what it means on the server; DDL made directly on a server is seen within
 //! [`NAMES_TTL`].
 
@@ -25,6 +25,18 @@ const RELATIONS: &str = "SELECT c.relname::text, array_agg(DISTINCT n.nspname::t
      WHERE c.relkind IN ('r', 'v', 'm', 'p', 'f', 'S') \
        AND n.nspname NOT LIKE 'pg_temp%' AND n.nspname NOT LIKE 'pg_toast%' \
      GROUP BY c.relname";
+
+/// The columns of the user's tables (ordinary and partitioned), in order, dropped ones left
+/// out: which table an unqualified column of a join belongs to, what an INSERT without a column
+/// list fills.
+const COLUMNS: &str = "SELECT n.nspname || '.' || c.relname, \
+     array_agg(a.attname::text ORDER BY a.attnum) \
+     FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+     JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped \
+     WHERE c.relkind IN ('r', 'p') \
+       AND n.nspname NOT IN ('pg_catalog', 'information_schema', 'herd') \
+       AND n.nspname NOT LIKE 'pg_temp%' AND n.nspname NOT LIKE 'pg_toast%' \
+     GROUP BY n.nspname, c.relname";
 
 /// Each view's dependencies on relations and functions, from its rewrite rule.
 const VIEWS: &str = "SELECT vn.nspname || '.' || v.relname, d.refclassid = 'pg_proc'::regclass, \
@@ -130,6 +142,9 @@ async fn load(client: &Client) -> Result<Names, ProxyError> {
         .map_err(read)?
     {
         names.schemas.insert(row.get(0));
+    }
+    for row in client.query(COLUMNS, &[]).await.map_err(read)? {
+        names.columns.insert(row.get(0), row.get(1));
     }
     for row in client.query(VIEWS, &[]).await.map_err(read)? {
         let (view, is_function, target): (String, bool, Option<String>) =

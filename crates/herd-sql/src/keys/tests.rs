@@ -147,3 +147,41 @@ fn nesting_and_other_statements() {
     assert_eq!(key_facts("select 1; select 2"), None);
     assert_eq!(key_facts("selec"), None);
 }
+
+#[test]
+fn from_items_whose_columns_are_not_their_tables() {
+    for (sql, opaque) in [
+        (
+            "select * from orders, lineitem where o_orderkey = l_orderkey",
+            false,
+        ),
+        (
+            "select * from orders o join lineitem l on o_orderkey = l_orderkey",
+            false,
+        ),
+        (
+            "update orders set v = 1 from lineitem where o_orderkey = l_orderkey",
+            false,
+        ),
+        (
+            "select * from orders o(a, b), lineitem where a = l_orderkey",
+            true,
+        ),
+        (
+            "select * from (orders join lineitem on o_orderkey = l_orderkey) j",
+            true,
+        ),
+        (
+            "select * from orders, (select 1 as l_orderkey) s where o_orderkey = l_orderkey",
+            true,
+        ),
+        (
+            "select * from orders, generate_series(1, 3) l_orderkey where o_orderkey = 1",
+            true,
+        ),
+        ("select * from orders, lateral (values (1)) v(x)", true),
+    ] {
+        let f = key_facts(sql).expect(sql);
+        assert_eq!(f.opaque_from, opaque, "{sql}");
+    }
+}
