@@ -24,6 +24,7 @@ mod inbuf;
 mod lease;
 mod outdated;
 mod place_now;
+mod plan_sql;
 mod primary_watch;
 mod relay;
 mod replication;

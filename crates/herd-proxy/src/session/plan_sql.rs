@@ -1,0 +1,240 @@
+//! Planning a statement's text for the shard groups: the names it uses resolved for the
+//! session, its parameters (from a Bind message's bytes), and the SQL of a refusal raised
+//! inside a transaction.
+
+use herd_shard::{ParamValue, Plan, ShardMap};
+
+use super::shard::NOT_SUPPORTED;
+use crate::ProxyContext;
+
+/// What names mean for the session whose statement is planned: the database's catalog
+/// names, the session's `search_path` and role.
+pub(super) struct Resolver<'a> {
+    pub(super) names: &'a herd_shard::Names,
+    pub(super) path: herd_shard::SearchPath,
+    pub(super) user: &'a str,
+}
+
+/// The plan of one statement's text with its parameters; `names` (when known) resolves its
+/// table names through the session's `search_path` and finds what its views and functions
+/// read.
+pub(super) fn plan_sql(
+    ctx: &ProxyContext,
+    map: &ShardMap,
+    names: Option<&Resolver<'_>>,
+    sql: &[u8],
+    params: &[ParamValue],
+) -> Plan {
+    let text = String::from_utf8_lossy(sql);
+    let classification = ctx.classifier.get_or_classify(&text);
+    if classification.statements.len() > 1 {
+        // Planned statement by statement (the key facts are one statement's).
+        return match herd_sql::statements(&text) {
+            Some(parts) if parts.len() > 1 => herd_shard::plan_several(
+                parts
+                    .iter()
+                    .map(|part| plan_sql(ctx, map, names, part.as_bytes(), params)),
+            ),
+            _ => Plan::Refuse(
+                "this query string could not be split into its statements to find their shard \
+                 groups: send its statements separately"
+                    .into(),
+            ),
+        };
+    }
+    let mut relations: Vec<String> = classification
+        .statements
+        .iter()
+        .flat_map(|s| s.relations.iter().cloned())
+        .collect();
+    let mut facts = herd_sql::key_facts(&text);
+    if let Some(shared) = herd_shard::shared_object_plan(facts.as_ref(), map) {
+        return shared;
+    }
+    if let Some(r) = names {
+        let functions: Vec<String> = classification
+            .statements
+            .iter()
+            .flat_map(|s| s.functions.iter().cloned())
+            .collect();
+        if let Err(why) = resolve_names(r, map, facts.as_mut(), &mut relations, &functions) {
+            return Plan::Refuse(why);
+        }
+    }
+    let param = |n: u32| {
+        params
+            .get((n as usize).wrapping_sub(1))
+            .cloned()
+            .unwrap_or(ParamValue::Missing)
+    };
+    herd_shard::plan(facts.as_ref(), &relations, map, &param)
+}
+
+/// Resolves the statement's names in place and adds what its views and functions read to
+/// `relations`; `Err` with the reason to refuse it.
+fn resolve_names(
+    r: &Resolver<'_>,
+    map: &ShardMap,
+    mut facts: Option<&mut herd_sql::KeyFacts>,
+    relations: &mut Vec<String>,
+    functions: &[String],
+) -> Result<(), String> {
+    let Some(schemas) = r.names.schemas_for(&r.path, r.user) else {
+        // The path is not known: an unqualified name of a sharded table, or a function whose
+        // body names tables, could mean anything.
+        let ctes = facts.as_ref().map_or(&[][..], |f| f.ctes.as_slice());
+        let sharded = |n: &String| {
+            !n.contains('.')
+                && !ctes.contains(n)
+                && map
+                    .tables
+                    .keys()
+                    .any(|k| k.rsplit('.').next() == Some(n.as_str()))
+        };
+        if let Some(name) = relations.iter().find(|n| sharded(n)) {
+            return Err(format!(
+                "the session's search_path was changed with set_config(), which Herd does not \
+                 follow, so it cannot tell which table {name} names: write it with its schema \
+                 (or set search_path with SET)"
+            ));
+        }
+        if let Some(f) = functions
+            .iter()
+            .find(|f| r.names.functions.contains_key(*f))
+        {
+            return Err(format!(
+                "the session's search_path was changed with set_config(), which Herd does not \
+                 follow, so it cannot tell which tables function {f} reads: set search_path \
+                 with SET"
+            ));
+        }
+        return Ok(());
+    };
+    r.names
+        .resolve_statement(facts.as_deref_mut(), relations, &schemas);
+    // Unqualified columns of joins, and an INSERT's columns when it lists none, by the tables'
+    // columns (pure scans of the facts: nothing is read for a statement that needs neither).
+    if let Some(f) = facts.as_deref_mut() {
+        herd_shard::qualify_columns(f, &r.names.columns);
+        herd_shard::fill_insert_columns(f, map, &r.names.columns);
+    }
+    // A write runs its table's triggers and rules on each group that runs it.
+    let target = facts
+        .as_deref()
+        .filter(|f| {
+            use herd_sql::StmtKind::{Delete, Insert, Update};
+            matches!(f.kind, Insert | Update | Delete) || f.copy.as_ref().is_some_and(|c| c.from)
+        })
+        .and_then(|f| f.tables.first());
+    if let Some(t) = target.filter(|t| map.table(&t.name).is_some()) {
+        if let Some(why) = r.names.write_hooks_refusal(map, &t.name, &schemas) {
+            return Err(why);
+        }
+    }
+    let extra = r.names.hidden_reads(map, relations, functions, &schemas)?;
+    for e in extra {
+        if !relations.contains(&e) {
+            relations.push(e);
+        }
+    }
+    Ok(())
+}
+
+/// The parameters of a Bind (after its names): format codes, then values.
+pub(super) fn bind_params(rest: &[u8]) -> Vec<ParamValue> {
+    let mut r = rest;
+    let mut take = |n: usize| -> Option<&[u8]> {
+        let (head, tail) = (r.get(..n)?, r.get(n..)?);
+        r = tail;
+        Some(head)
+    };
+    let mut out = Vec::new();
+    let Some(n_formats) = take(2).map(|b| u16::from_be_bytes([b[0], b[1]]) as usize) else {
+        return out;
+    };
+    let mut formats = Vec::with_capacity(n_formats);
+    for _ in 0..n_formats {
+        match take(2) {
+            Some(b) => formats.push(u16::from_be_bytes([b[0], b[1]])),
+            None => return out,
+        }
+    }
+    let Some(n_params) = take(2).map(|b| u16::from_be_bytes([b[0], b[1]]) as usize) else {
+        return out;
+    };
+    for i in 0..n_params {
+        let Some(len) = take(4).map(|b| i32::from_be_bytes([b[0], b[1], b[2], b[3]])) else {
+            return out;
+        };
+        // One format code applies to all; none means text.
+        let format = match formats.len() {
+            0 => 0,
+            1 => formats[0],
+            _ => formats.get(i).copied().unwrap_or(0),
+        };
+        if len < 0 {
+            out.push(ParamValue::Null);
+            continue;
+        }
+        let Some(value) = take(len as usize) else {
+            return out;
+        };
+        out.push(if format == 1 {
+            ParamValue::Binary(value.to_vec())
+        } else {
+            ParamValue::Text(value.to_vec())
+        });
+    }
+    out
+}
+
+/// The parameters of a Bind as the planner reads them: a value the client declared of a type
+/// other than a key's own ([`herd_shard::param_type_alike`]) is only its type, since its
+/// bytes compare with a key through a conversion (`types`: the statement's declared types).
+pub(super) fn typed_params(rest: &[u8], types: &[u32]) -> Vec<ParamValue> {
+    let mut params = bind_params(rest);
+    for (p, t) in params.iter_mut().zip(types) {
+        if !herd_shard::param_type_alike(*t) && !matches!(p, ParamValue::Null) {
+            *p = ParamValue::OtherType(*t);
+        }
+    }
+    params
+}
+
+/// SQL that fails with `message` and SQLSTATE 0A000 on the server itself, so the server's
+/// transaction aborts exactly as if the statement had failed there.
+pub(super) fn raising_sql(message: &str) -> String {
+    let quoted = message.replace('\'', "''").replace("$herd$", "");
+    format!(
+        "DO $herd$ BEGIN RAISE EXCEPTION USING ERRCODE = '{NOT_SUPPORTED}', MESSAGE = '{quoted}'; END $herd$"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bind_parameters() {
+        let mut b = Vec::new();
+        b.extend_from_slice(&2u16.to_be_bytes());
+        b.extend_from_slice(&0u16.to_be_bytes());
+        b.extend_from_slice(&1u16.to_be_bytes());
+        b.extend_from_slice(&3u16.to_be_bytes());
+        b.extend_from_slice(&2i32.to_be_bytes());
+        b.extend_from_slice(b"42");
+        b.extend_from_slice(&8i32.to_be_bytes());
+        b.extend_from_slice(&7i64.to_be_bytes());
+        b.extend_from_slice(&(-1i32).to_be_bytes());
+        assert_eq!(
+            bind_params(&b),
+            vec![
+                ParamValue::Text(b"42".to_vec()),
+                ParamValue::Binary(7i64.to_be_bytes().to_vec()),
+                ParamValue::Null
+            ]
+        );
+        assert!(bind_params(&[0, 0, 0, 1, 0]).is_empty(), "truncated");
+        assert!(raising_sql("it's").contains("'it''s'"));
+    }
+}
