@@ -14,6 +14,7 @@
 pub mod decide;
 pub mod follow;
 pub mod groups;
+pub mod host;
 pub mod jobs;
 pub mod member;
 pub mod policy;

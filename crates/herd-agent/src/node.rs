@@ -143,7 +143,7 @@ impl Node {
         ServerSettings {
             listen_address: self.cfg.pg_listen,
             port: self.cfg.pg_port,
-            socket_dir: None,
+            socket_dir: self.cfg.paths.as_ref().and_then(|p| p.socket_dir.clone()),
             shared_buffers: pg.shared_buffers.clone(),
             max_connections: pg.max_connections,
             work_mem: pg.work_mem.clone(),

@@ -154,6 +154,9 @@ impl Agent {
                 }
                 if matches!(observed.local, Local::Replica { .. }) {
                     tracing::warn!("{} holds the leader lease; promoting", self.node.cfg.name);
+                    if let Some(fence) = &self.peer_fence {
+                        fence(&self.node.cfg.name);
+                    }
                     self.node.promote().await?;
                     self.applied = None;
                     return Ok(());
