@@ -26,7 +26,7 @@ use tokio::task::JoinHandle;
 
 use crate::api::Shared;
 use crate::config::{AgentConfig, NodePaths};
-use crate::member::ClusterSettings;
+use crate::member::{decode, encode, ClusterSettings, CONFIG, INITIALIZE};
 use crate::node::Node;
 use crate::policy::{Policy, MAX_RESTART_BACKOFF};
 use crate::run::{Agent, PeerFence};
@@ -157,9 +157,23 @@ impl Host {
         if let Some(user) = pg.os_user() {
             user.check_access(layout.root())?;
         }
+        let fresh = !store_path(&layout).exists();
         let store = EmbeddedDcs::open(&store_path(&layout))
             .map_err(|e| AgentError::Store(e.to_string()))?;
         let root: Arc<dyn Dcs> = Arc::new(store);
+        if fresh {
+            // Recorded before any agent runs: a group ≥ 1 agent that found group 0's creation
+            // claimed before its creator recorded the count would take the cluster for one
+            // made before groups existed (one group) and stop.
+            crate::groups::record_count(
+                &StoreClient::new(root.clone()),
+                config.cluster.shards.max(1),
+            )
+            .await
+            .map_err(AgentError::Store)?;
+        } else {
+            settings_from_config(&root, &config)?;
+        }
         let (shutdown, stop_rx) = watch::channel(false);
         let timings = Timings::of(&config);
         let mut agents = Vec::new();
@@ -168,7 +182,17 @@ impl Host {
             let root_client = StoreClient::new(root.clone());
             let stop = stop_rx.clone();
             let group = node.group;
+            let first = node.index == 0;
             let task = tokio::spawn(async move {
+                // A new cluster: each group's node 0 creates it and leads first, as with the
+                // old engine (tests, docs and operators expect `node0` as the first primary);
+                // the others start once it claimed the creation.
+                if fresh && !first {
+                    let mut waiting = stop.clone();
+                    if !wait_for_creation(&root_client, group, &mut waiting).await {
+                        return Ok(());
+                    }
+                }
                 if group > 0 {
                     let mut waiting = stop.clone();
                     if !crate::groups::wait_for_group_zero(&root_client, group, &mut waiting)
@@ -260,6 +284,59 @@ impl Host {
         }
         first_error.map_or(Ok(()), Err)
     }
+}
+
+/// How often a node waits for its group's creation to be claimed by node 0.
+const CREATION_STEP: Duration = Duration::from_millis(100);
+
+/// Waits until group `group`'s `initialize` key exists; `false` when `stop` came first.
+async fn wait_for_creation(
+    root: &StoreClient,
+    group: u32,
+    stop: &mut watch::Receiver<bool>,
+) -> bool {
+    let store = StoreClient::new(crate::groups::scoped(root.dcs(), group));
+    loop {
+        if let Ok(Some(_)) = store.get::<serde_json::Value>(INITIALIZE).await {
+            return true;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(CREATION_STEP) => {}
+            _ = stop.changed() => return false,
+        }
+    }
+}
+
+/// herd.toml is what the operator edits on one host: its commit settings (`[cluster]`,
+/// `[group.N]`) replace each group's `config` record when they differ, before any agent reads
+/// it. Other recorded settings (the failover lag bound) stay.
+fn settings_from_config(root: &Arc<dyn Dcs>, config: &Config) -> Result<(), AgentError> {
+    let store = |e: herd_dcs::DcsError| AgentError::Store(e.to_string());
+    for group in 0..config.cluster.shards.max(1) {
+        let dcs = crate::groups::scoped(root.clone(), group);
+        let Some(current) = dcs.get(CONFIG).map_err(store)? else {
+            continue;
+        };
+        let Ok(recorded) = decode::<ClusterSettings>(CONFIG, &current.value) else {
+            continue;
+        };
+        let wanted = config.for_group(group).cluster;
+        let next = ClusterSettings {
+            commit_mode: wanted.commit_mode,
+            sync_standbys: wanted.sync_standbys,
+            ..recorded.clone()
+        };
+        if next != recorded {
+            tracing::info!(
+                "group {group}: commit settings from herd.toml ({:?}, {})",
+                next.commit_mode,
+                next.sync_standbys
+            );
+            dcs.compare_and_set(CONFIG, current.revision, encode(&next))
+                .map_err(store)?;
+        }
+    }
+    Ok(())
 }
 
 /// The agent of `node`, with `herd up`'s paths, ports and timings.

@@ -11,9 +11,51 @@ pub async fn set(
     key: &str,
     value: &str,
 ) -> anyhow::Result<()> {
+    if herd_agent::host::store_path(layout).exists() {
+        return set_on_agents(layout, group, key, value).await;
+    }
     let text = apply(layout, group, key, value).await?;
     crate::output::emit!("{text}");
     Ok(())
+}
+
+/// A data directory run by the agent engine (`HERD_ENGINE=agents`): herd.toml first (the next
+/// `herd up` records it in the store), then, while the cluster runs, the store through its API,
+/// so the agents apply it (the servers' files are theirs to write).
+async fn set_on_agents(
+    layout: &Layout,
+    group: Option<u32>,
+    key: &str,
+    value: &str,
+) -> anyhow::Result<()> {
+    crate::status::open(layout)?;
+    let mut config = Config::load(&layout.config())?;
+    match group {
+        Some(g) => config.set_for_group(g, key, value)?,
+        None => config.set(key, value)?,
+    };
+    std::fs::write(layout.config(), herd_config::render(&config))?;
+    if herd_cluster::read_supervisor(layout).is_none() {
+        crate::output::emitln!("{key} = {value} written to herd.toml; `herd up` applies it");
+        return Ok(());
+    }
+    let mut path = format!("/config?key={}&value={}", query(key), query(value));
+    if let Some(g) = group {
+        path.push_str(&format!("&group={g}"));
+    }
+    let text = crate::admin::request_text(layout, path).await?;
+    crate::output::emitln!("{}", text.trim_end());
+    Ok(())
+}
+
+/// `text` percent-encoded for a query string.
+fn query(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'_' | b'.' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
 }
 
 /// Changes `key` to `value` in herd.toml and on the running servers; answers what was applied

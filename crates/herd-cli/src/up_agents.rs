@@ -4,9 +4,11 @@
 //! engine's `state.json` files are kept current from the store, so `herd status`, `herd url`
 //! and `herd down` work unchanged.
 //!
-//! Not yet under this engine: the HTTP API and dashboard, logical copies, shard moves, `herd
-//! group add`, pgBackRest stanzas, and data directories made by the old engine (no migration
-//! yet: refused).
+//! The HTTP API and dashboard are `herd proxy --api-listen`'s (`proxy_api.rs`): status from
+//! the agents' member records, operator verbs as requests in the store.
+//!
+//! Not yet under this engine: logical copies, shard moves, `herd group add`, pgBackRest
+//! stanzas, and data directories made by the old engine (no migration yet: refused).
 
 use std::time::{Duration, Instant};
 
@@ -100,6 +102,29 @@ pub async fn run(layout: Layout, config: Config) -> anyhow::Result<()> {
         client_tls,
         shutdown_rx.clone(),
     );
+    // The HTTP API and dashboard as `herd proxy --api-listen` serves them: status from the
+    // agents' records, switchover/failover/config/restart as requests in the store.
+    let api_addr = std::net::SocketAddr::new(config.network.listen_address, config.api_port());
+    let endpoint = format!(
+        "postgresql://postgres@{}:{}/postgres",
+        config.network.listen_address, config.network.port
+    );
+    if let Err(e) = crate::proxy_api::serve(
+        api_addr,
+        &layout,
+        root.clone(),
+        proxy.ctx.clone(),
+        endpoint,
+        shutdown_rx.clone(),
+    )
+    .await
+    {
+        let _ = shutdown_tx.send(true);
+        let _ = host.stop().await;
+        return Err(e).context(
+            "Herd's HTTP API (choose another --api-port); the servers were stopped again",
+        );
+    }
     let holds = crate::proxy_groups::Holds::new(proxy.ctx.clone());
     for follower in followers {
         crate::proxy_groups::spawn(follower, &holds, shutdown_rx.clone());
@@ -115,7 +140,7 @@ pub async fn run(layout: Layout, config: Config) -> anyhow::Result<()> {
         }
     };
     if let Some(first) = herd_cluster::observe_groups(&clusters).await {
-        crate::output::emit!("{}", summary(&clusters[0], &first));
+        crate::output::emit!("{}", crate::status::summary(&clusters[0], &first));
     }
     lock.publish(&SupervisorInfo {
         pid: std::process::id(),
@@ -176,20 +201,4 @@ async fn wait_ready(
         clusters.push(cluster);
     }
     Ok(clusters)
-}
-
-/// What `herd up` prints once the cluster is ready: the old engine's summary without the
-/// HTTP API and dashboard, which this engine does not serve yet.
-fn summary(cluster: &Cluster, status: &herd_core::ClusterStatus) -> String {
-    format!(
-        "\nHerd cluster ready (agent engine).\n\n{table}\n\
-         Connect:     psql \"$(herd url --data-dir {dir})\"\n\
-         Endpoint:    {endpoint}   (Herd's proxy: writes to the primary, reads to replicas)\n\
-         Commit mode: {mode} with {sync}\n",
-        table = crate::status::table(status),
-        dir = cluster.layout.root().display(),
-        endpoint = cluster.endpoint_url(false),
-        mode = status.commit_mode,
-        sync = status.sync_standbys,
-    )
 }
