@@ -379,6 +379,22 @@ impl Node {
         Ok(())
     }
 
+    /// As a standby following `leader`: writes `commit` as its `synchronous_commit` and
+    /// reloads when it changed (only the commit setting: the standby names are the primary's).
+    pub async fn apply_replica_commit(
+        &mut self,
+        commit: &str,
+        leader: &Member,
+    ) -> Result<(), AgentError> {
+        if self.primary_settings.1 == commit {
+            return Ok(());
+        }
+        self.primary_settings.1 = commit.to_string();
+        self.write_conf(Some(leader))?;
+        self.pg.reload(&self.cfg.pgdata()).await?;
+        Ok(())
+    }
+
     /// Creates a replication slot on the primary for each member (cloning needs it).
     pub async fn ensure_slots(&self, members: &[String]) -> Result<(), AgentError> {
         let client = herd_pg::connect(&self.spec()).await?;

@@ -14,6 +14,20 @@ impl Agent {
                 .and_then(|r| r.store.members.iter().find(|m| m.name == name).cloned())
         };
         match step {
+            // A standby that follows the leader carries the recorded commit mode too, as the
+            // supervisor engine's replicas do: it is in force the moment it is promoted.
+            Step::Wait(_) if matches!(observed.local, Local::Replica { .. }) => {
+                let commit = read
+                    .as_ref()
+                    .map(|r| r.store.settings.commit_mode.synchronous_commit());
+                let upstream = self.node.upstream.clone().and_then(|u| member(&u));
+                match (commit, upstream) {
+                    (Some(commit), Some(leader)) => {
+                        self.node.apply_replica_commit(commit, &leader).await
+                    }
+                    _ => Ok(()),
+                }
+            }
             Step::Wait(_) => Ok(()),
             Step::Initialize => self.initialize(read.as_ref()).await,
             Step::Clone(leader) => match member(&leader) {
