@@ -203,7 +203,8 @@ pub fn decide(view: &View) -> Step {
             lsn,
         } => match leader {
             Some(l) if l == me => Step::Promote,
-            Some(l) if view.was_primary && !serves_as_primary(store, l) => promoting(l),
+            // Not held back like a stopped one: it runs as a standby and shows as a replica,
+            // so it would look ready while it is not (operators and tests wait for that role).
             Some(l) if view.was_primary => backed_off(view, Step::Rejoin(l.into())),
             Some(l) if upstream.as_deref() != Some(l) => Step::Follow(l.into()),
             Some(l) if store.restarts.iter().any(|r| r == me) => Step::Restart(l.into()),

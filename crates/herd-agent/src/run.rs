@@ -444,6 +444,11 @@ impl Agent {
             lsn,
             replayed: observed.replayed,
             streaming_from,
+            socket: cfg
+                .paths
+                .as_ref()
+                .and_then(|p| p.socket_dir.as_deref())
+                .map(|dir| herd_pg::socket_path(dir, cfg.pg_port).display().to_string()),
         }
     }
 
