@@ -34,6 +34,7 @@ use crate::store::StoreClient;
 use crate::watchdog::Deadline;
 use crate::AgentError;
 
+pub mod migrate;
 pub mod projection;
 
 /// The store's file in a `herd up` data directory.
@@ -161,7 +162,11 @@ impl Host {
         let store = EmbeddedDcs::open(&store_path(&layout))
             .map_err(|e| AgentError::Store(e.to_string()))?;
         let root: Arc<dyn Dcs> = Arc::new(store);
-        if fresh {
+        let timings = Timings::of(&config);
+        // Made by the supervisor engine: its state.json files become the store's records.
+        let migrated =
+            fresh && migrate::from_state_json(&layout, &config, &pg, &root, timings.ttl).await? > 0;
+        if fresh && !migrated {
             // Recorded before any agent runs: a group ≥ 1 agent that found group 0's creation
             // claimed before its creator recorded the count would take the cluster for one
             // made before groups existed (one group) and stop.
@@ -171,11 +176,12 @@ impl Host {
             )
             .await
             .map_err(AgentError::Store)?;
-        } else {
+        } else if !fresh {
             settings_from_config(&root, &config)?;
         }
+        // Only a new cluster waits for each group's node 0 to create it.
+        let fresh = fresh && !migrated;
         let (shutdown, stop_rx) = watch::channel(false);
-        let timings = Timings::of(&config);
         let mut agents = Vec::new();
         for node in local_nodes(&config) {
             let agent = build_agent(&layout, &config, &pg, &secrets, &root, &node, &timings);

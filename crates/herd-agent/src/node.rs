@@ -241,6 +241,17 @@ impl Node {
 
     /// Starts the stopped server as primary.
     pub async fn start_primary(&mut self) -> Result<(), AgentError> {
+        if self.cfg.pgdata().join("standby.signal").exists() {
+            // Never promoted (it took the lease and stopped before its promotion, or the old
+            // engine recorded it as primary before promoting it): started as a primary it
+            // would keep its timeline, on which a former primary may hold WAL it lacks, and
+            // pg_rewind would then see no fork. It starts as a standby and the next round
+            // promotes it (a new timeline).
+            tracing::warn!(
+                "leading with a standby's data directory: starting it in recovery to promote it"
+            );
+            return self.start_replica(None).await;
+        }
         self.write_conf(None)?;
         self.pg
             .start(&self.cfg.pgdata(), &self.cfg.pg_log())

@@ -7,8 +7,11 @@
 //! The HTTP API and dashboard are `herd proxy --api-listen`'s (`proxy_api.rs`): status from
 //! the agents' member records, operator verbs as requests in the store.
 //!
+//! A data directory made by the supervisor engine is taken over at its first start here (its
+//! `state.json` files imported into the store); the supervisor engine then refuses it.
+//!
 //! Not yet under this engine: logical copies, shard moves, `herd group add`, pgBackRest
-//! stanzas, and data directories made by the old engine (no migration yet: refused).
+//! stanzas.
 
 use std::time::{Duration, Instant};
 
@@ -31,17 +34,11 @@ pub fn chosen() -> bool {
     std::env::var(ENGINE_ENV).is_ok_and(|v| v == "agents")
 }
 
-/// Refuses a data directory the chosen engine cannot run: one made by the other engine.
+/// Refuses a data directory the chosen engine cannot run: the supervisor engine refuses one the
+/// agent engine ran (its `state.json` files are only projections of the store). The agent
+/// engine takes over a supervisor-engine directory (`herd_agent::host::migrate`).
 pub fn check_engine(layout: &Layout) -> anyhow::Result<()> {
     let store = store_path(layout).exists();
-    let state = layout.state().exists();
-    if chosen() && state && !store {
-        bail!(
-            "{} was created by the supervisor engine; moving it to {ENGINE_ENV}=agents is not \
-             supported yet: start it without {ENGINE_ENV}",
-            layout.root().display()
-        );
-    }
     if !chosen() && store {
         bail!(
             "{} is run by the agent engine (it holds store.json): start it with {ENGINE_ENV}=agents",
@@ -63,7 +60,7 @@ pub async fn run(layout: Layout, config: Config) -> anyhow::Result<()> {
     crate::up::init_logging();
     eprintln!(
         "{} the Herd cluster in {} on the agent engine (PostgreSQL: {})",
-        if store_path(&layout).exists() {
+        if store_path(&layout).exists() || layout.state().exists() {
             "Resuming"
         } else {
             "Creating"

@@ -226,15 +226,106 @@ async fn agents_fail_over_rejoin_and_resume() {
         .expect("writes after the restart");
 }
 
-#[test]
-fn the_engines_refuse_each_others_directories() {
+/// A data directory made by the supervisor engine, stopped while a former primary still had
+/// to be rewound, resumes on the agent engine with the same primary, the former one rewound
+/// and every row; the supervisor engine then refuses the directory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migrate_from_state_json() {
     let c = cluster();
-    c.up(&["--replicas", "1"]);
+    c.up(&["--replicas", "2"]);
+    let url = c.url(&[]);
+    connect(&url)
+        .await
+        .batch_execute(
+            "create table ledger (id bigint primary key); \
+             insert into ledger select generate_series(1, 1000)",
+        )
+        .await
+        .expect("writing through the old engine");
+    let (first, pid, _) = wait_until(Duration::from_secs(30), "the old engine's cluster", || {
+        topology(&c).filter(|t| t.2 == 2)
+    });
+    let supervisor = c.status()["supervisor"]["pid"]
+        .as_i64()
+        .expect("supervisor pid") as i32;
+    // Kill the primary, then the supervisor as soon as it recorded the failover and before it
+    // rewound the former primary: state.json then names it in needs_rewind (and the recorded
+    // primary may not even be promoted yet: the agent engine promotes it, on a new timeline).
+    kill(Pid::from_raw(pid), Signal::SIGKILL).expect("kill -9 of the primary");
+    let state_path = c.data_dir().join("state.json");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let state = loop {
+        let text = std::fs::read_to_string(&state_path).unwrap_or_default();
+        if let Ok(state) = serde_json::from_str::<serde_json::Value>(&text) {
+            if state["needs_rewind"]
+                .as_array()
+                .is_some_and(|a| !a.is_empty())
+            {
+                kill(Pid::from_raw(supervisor), Signal::SIGKILL).expect("kill -9 of herd up");
+                break state;
+            }
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the old engine never recorded a failover: {text}"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    let second = state["primary"].as_str().expect("primary").to_string();
+    assert_ne!(second, first);
+    // Its servers stop as they are (no supervisor: `herd down` stops them itself).
+    c.herd_ok(&["down"]);
+
+    up(&c, &[]);
+    let log =
+        std::fs::read_to_string(c.data_dir().join("logs").join("herd.log")).unwrap_or_default();
+    assert!(log.contains("imported state.json"), "{log}");
+    let (resumed, _, _) = wait_until(
+        Duration::from_secs(60),
+        "every replica streaming again",
+        || topology(&c).filter(|t| t.2 == 2),
+    );
+    assert_eq!(
+        resumed, second,
+        "the primary recorded by the old engine leads"
+    );
+    let status = c.status();
+    let former = status["nodes"]
+        .as_array()
+        .expect("nodes")
+        .iter()
+        .find(|n| n["name"] == first.as_str())
+        .expect("the former primary");
+    assert_eq!(
+        (former["role"].as_str(), former["state"].as_str()),
+        (Some("replica"), Some("streaming")),
+        "{status}"
+    );
+    assert!(
+        !c.data_dir()
+            .join("nodes")
+            .join(&first)
+            .with_extension("failed")
+            .exists(),
+        "the former primary was cloned afresh instead of rewound"
+    );
+    let rows = stored(&c.url(&[])).await;
+    assert!(
+        (1..=1000).all(|i| rows.contains(&i)),
+        "rows lost in the migration"
+    );
+    connect(&c.url(&[]))
+        .await
+        .batch_execute("insert into ledger values (-1)")
+        .await
+        .expect("writes on the agent engine");
+    // The supervisor engine no longer runs this directory.
+    c.herd_ok(&["down"]);
     let port = c.port.to_string();
-    let out = c.herd_with_env(&["up", "--detach", "--port", &port], &[ENGINE]);
+    let out = c.herd(&["up", "--detach", "--port", &port]);
     assert!(!out.status.success(), "{}", describe(&out));
     assert!(
-        String::from_utf8_lossy(&out.stderr).contains("supervisor engine"),
+        String::from_utf8_lossy(&out.stderr).contains("HERD_ENGINE=agents"),
         "{}",
         describe(&out)
     );
