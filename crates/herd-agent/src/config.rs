@@ -42,6 +42,23 @@ pub struct AgentConfig {
     pub bootstrap: ClusterSettings,
     /// PostgreSQL's settings on this host.
     pub postgres: PostgresConfig,
+    /// Where the node's files are when they are not under `data_dir` (`herd up`'s layout,
+    /// shared by several nodes); `None`: `pgdata/`, `logs/` and `run/` of `data_dir`.
+    pub paths: Option<NodePaths>,
+}
+
+/// One node's files inside a `herd up` data directory (today's `nodes/<node>/`,
+/// `logs/<node>.log`, `run/`, `sockets/`), so the layout stays that of the old engine.
+#[derive(Clone, Debug)]
+pub struct NodePaths {
+    /// The PostgreSQL data directory.
+    pub pgdata: PathBuf,
+    /// PostgreSQL's log file.
+    pub pg_log: PathBuf,
+    /// The directory of the node's marker files, each named after the node.
+    pub run_dir: PathBuf,
+    /// Where the server puts its Unix-domain socket (`None`: TCP only).
+    pub socket_dir: Option<PathBuf>,
 }
 
 /// Why a configuration is refused.
@@ -88,22 +105,34 @@ impl AgentConfig {
 
     /// The PostgreSQL data directory.
     pub fn pgdata(&self) -> PathBuf {
-        self.data_dir.join("pgdata")
+        match &self.paths {
+            Some(p) => p.pgdata.clone(),
+            None => self.data_dir.join("pgdata"),
+        }
     }
 
     /// PostgreSQL's log file.
     pub fn pg_log(&self) -> PathBuf {
-        self.data_dir.join("logs").join("postgresql.log")
+        match &self.paths {
+            Some(p) => p.pg_log.clone(),
+            None => self.data_dir.join("logs").join("postgresql.log"),
+        }
     }
 
     /// The watchdog's deadline file.
     pub fn fence_file(&self) -> PathBuf {
-        self.data_dir.join("run").join("fence.deadline")
+        match &self.paths {
+            Some(p) => p.run_dir.join(format!("{}.fence.deadline", self.name)),
+            None => self.data_dir.join("run").join("fence.deadline"),
+        }
     }
 
     /// Present while the node may hold WAL no other member has (it ran as primary since it
     /// last rejoined): it must be rewound before following another member.
     pub fn was_primary_file(&self) -> PathBuf {
-        self.data_dir.join("run").join("was-primary")
+        match &self.paths {
+            Some(p) => p.run_dir.join(format!("{}.was-primary", self.name)),
+            None => self.data_dir.join("run").join("was-primary"),
+        }
     }
 }

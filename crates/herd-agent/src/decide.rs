@@ -165,6 +165,7 @@ pub fn decide(view: &View) -> Step {
         },
         Local::Stopped | Local::NotAnswering if leader == Some(me) => leader_down(view, store),
         Local::Stopped => match other_leader {
+            Some(l) if view.was_primary && !serves_as_primary(store, l) => promoting(l),
             Some(l) if view.was_primary => backed_off(view, Step::Rejoin(l.into())),
             _ => backed_off(view, Step::StartReplica),
         },
@@ -202,6 +203,8 @@ pub fn decide(view: &View) -> Step {
             lsn,
         } => match leader {
             Some(l) if l == me => Step::Promote,
+            // Not held back like a stopped one: it runs as a standby and shows as a replica,
+            // so it would look ready while it is not (operators and tests wait for that role).
             Some(l) if view.was_primary => backed_off(view, Step::Rejoin(l.into())),
             Some(l) if upstream.as_deref() != Some(l) => Step::Follow(l.into()),
             Some(l) if store.restarts.iter().any(|r| r == me) => Step::Restart(l.into()),
@@ -223,6 +226,25 @@ pub fn decide(view: &View) -> Step {
             },
         },
     }
+}
+
+/// Whether `leader`'s record says its server serves as primary. A member publishes that only
+/// in the round after its promotion finished, checkpoint included: until then pg_rewind would
+/// find the new timeline missing from the source's pg_control, report "no rewind required",
+/// and leave a former primary whose WAL passed the fork point unable to stream (found with
+/// `herd up`'s agents in one process, where a former primary acts on the new lease within
+/// milliseconds, while the promotion still runs).
+fn serves_as_primary(store: &Store, leader: &str) -> bool {
+    store
+        .members
+        .iter()
+        .any(|m| m.name == leader && m.role == "primary")
+}
+
+fn promoting(leader: &str) -> Step {
+    Step::Wait(format!(
+        "{leader} leads but does not serve as primary yet; rewinding after it does"
+    ))
 }
 
 /// This member holds the lease and its server does not serve (rules 1–3 of herd-ha's

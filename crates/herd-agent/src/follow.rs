@@ -20,7 +20,7 @@ fn endpoint(m: &Member) -> Endpoint {
         name: NodeName::from_text(&m.name),
         host: m.pg_host.clone(),
         port: m.pg_port,
-        socket: None,
+        socket: m.socket.as_ref().map(std::path::PathBuf::from),
     }
 }
 
@@ -222,6 +222,7 @@ mod tests {
             lsn: None,
             replayed: None,
             streaming_from: (role == "replica").then(|| "a".to_string()),
+            socket: None,
         }
     }
 

@@ -16,6 +16,7 @@ pub mod decide;
 pub mod events;
 pub mod follow;
 pub mod groups;
+pub mod host;
 pub mod jobs;
 pub mod member;
 pub mod policy;

@@ -49,6 +49,10 @@ pub struct Member {
     pub replayed: Option<Lsn>,
     /// Replica: the member it streams from, when its WAL receiver is streaming.
     pub streaming_from: Option<String>,
+    /// Its PostgreSQL's Unix-domain socket, for a proxy on the same host (`herd up`'s agents;
+    /// absent on multi-host agents, whose proxies are elsewhere).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub socket: Option<String>,
 }
 
 /// The cluster's PostgreSQL system identifier, fixed when it was created: a data directory of

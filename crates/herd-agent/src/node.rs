@@ -147,7 +147,7 @@ impl Node {
         ServerSettings {
             listen_address: self.cfg.pg_listen,
             port: self.cfg.pg_port,
-            socket_dir: None,
+            socket_dir: self.cfg.paths.as_ref().and_then(|p| p.socket_dir.clone()),
             shared_buffers: pg.shared_buffers.clone(),
             max_connections: pg.max_connections,
             work_mem: pg.work_mem.clone(),
@@ -248,6 +248,17 @@ impl Node {
 
     /// Starts the stopped server as primary.
     pub async fn start_primary(&mut self) -> Result<(), AgentError> {
+        if self.cfg.pgdata().join("standby.signal").exists() {
+            // Never promoted (it took the lease and stopped before its promotion, or the old
+            // engine recorded it as primary before promoting it): started as a primary it
+            // would keep its timeline, on which a former primary may hold WAL it lacks, and
+            // pg_rewind would then see no fork. It starts as a standby and the next round
+            // promotes it (a new timeline).
+            tracing::warn!(
+                "leading with a standby's data directory: starting it in recovery to promote it"
+            );
+            return self.start_replica(None).await;
+        }
         self.write_conf(None)?;
         self.pg
             .start(&self.cfg.pgdata(), &self.cfg.pg_log())
@@ -404,6 +415,22 @@ impl Node {
         }
         self.pg.reload(&self.cfg.pgdata()).await?;
         Ok(true)
+    }
+
+    /// As a standby following `leader`: writes `commit` as its `synchronous_commit` and
+    /// reloads when it changed (only the commit setting: the standby names are the primary's).
+    pub async fn apply_replica_commit(
+        &mut self,
+        commit: &str,
+        leader: &Member,
+    ) -> Result<(), AgentError> {
+        if self.primary_settings.1 == commit {
+            return Ok(());
+        }
+        self.primary_settings.1 = commit.to_string();
+        self.write_conf(Some(leader))?;
+        self.pg.reload(&self.cfg.pgdata()).await?;
+        Ok(())
     }
 
     /// Creates a replication slot on the primary for each member (cloning needs it).

@@ -106,7 +106,15 @@ pub struct Agent {
     rounds: u64,
     /// The store's root, for cluster-wide keys (the group's own keys go through `store`).
     root: StoreClient,
+    /// `herd up` only: fences the other local members' servers before this one promotes.
+    peer_fence: Option<PeerFence>,
 }
+
+/// Given to the agents of `herd up` (several nodes on one host, one process): called with the
+/// promoting member's name before it promotes, it kills every other member's server of the
+/// group that could still accept writes. It stands in for the watchdog there: a leader whose
+/// agent task stalls (so its lease expired) cannot serve beside its successor.
+pub type PeerFence = std::sync::Arc<dyn Fn(&str) + Send + Sync>;
 
 impl Agent {
     /// An agent over `node` and `store`.
@@ -139,7 +147,20 @@ impl Agent {
             last_kind: None,
             rounds: 0,
             root,
+            peer_fence: None,
         }
+    }
+
+    /// With timings other than those derived from the lease (`herd up`'s `[supervisor]`).
+    pub fn with_policy(mut self, policy: Policy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// With a fence of the other local members' servers run before this one promotes.
+    pub fn with_peer_fence(mut self, fence: PeerFence) -> Self {
+        self.peer_fence = Some(fence);
+        self
     }
 
     /// Runs rounds until `shutdown` turns true; fails only on conditions an operator must fix
@@ -487,6 +508,11 @@ impl Agent {
             lsn,
             replayed: observed.replayed,
             streaming_from,
+            socket: cfg
+                .paths
+                .as_ref()
+                .and_then(|p| p.socket_dir.as_deref())
+                .map(|dir| herd_pg::socket_path(dir, cfg.pg_port).display().to_string()),
         }
     }
 

@@ -151,6 +151,7 @@ mod tests {
             lsn: Some(Lsn(lsn)),
             replayed: (role == "replica").then_some(Lsn(lsn.saturating_sub(10))),
             streaming_from: streaming.then(|| "a".to_string()),
+            socket: None,
         }
     }
 

@@ -343,12 +343,16 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Status(args) => crate::status::run(&args.dir.layout()?, args.json).await,
         Command::Switchover(a) if a.store.given() => {
             let g = a.store.verb_group(a.group, a.to.as_deref()).await?;
-            crate::hosts_admin::hand_over(&a.store.open_group(g).await?, a.to, false, false).await
+            crate::hosts_admin::hand_over(&a.store.open_group(g).await?, a.to, false, false)
+                .await
+                .map(drop)
         }
         Command::Failover(a) if a.store.given() => {
             let g = a.store.verb_group(a.group, a.to.as_deref()).await?;
             let store = a.store.open_group(g).await?;
-            crate::hosts_admin::hand_over(&store, a.to, true, a.allow_data_loss).await
+            crate::hosts_admin::hand_over(&store, a.to, true, a.allow_data_loss)
+                .await
+                .map(drop)
         }
         Command::Restart(a) if a.store.given() => {
             let g = a.store.verb_group(a.group, a.node.as_deref()).await?;

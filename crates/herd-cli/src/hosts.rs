@@ -229,6 +229,7 @@ pub async fn agent(args: AgentArgs) -> anyhow::Result<()> {
         failsafe: !args.no_failsafe,
         bootstrap,
         postgres,
+        paths: None,
     };
     let dcs = args.store.open().await?.dcs();
     let mut watchdog = std::process::Command::new(

@@ -52,13 +52,14 @@ pub async fn config_set(store: &StoreClient, key: &str, value: &str) -> anyhow::
 }
 
 /// `herd switchover|failover --dcs …`: asks the leader to step down and waits (60 s) for
-/// another member to lead; cancels the request if none did.
+/// another member to lead; cancels the request if none did. Answers the new leader and how
+/// long the handover took.
 pub async fn hand_over(
     store: &StoreClient,
     to: Option<String>,
     immediate: bool,
     allow_data_loss: bool,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<(String, Duration)> {
     let read = store.read().await.map_err(anyhow::Error::msg)?;
     let Some(from) = read.store.leader.clone() else {
         anyhow::bail!("no member holds the leader lease now; the agents elect one on their own");
@@ -107,11 +108,9 @@ pub async fn hand_over(
             continue;
         };
         if let Some(leader) = led_by_other(&now, &from) {
-            crate::output::emitln!(
-                "{what} to {leader} done in {:.1} s",
-                started.elapsed().as_secs_f64()
-            );
-            return Ok(());
+            let took = started.elapsed();
+            crate::output::emitln!("{what} to {leader} done in {:.1} s", took.as_secs_f64());
+            return Ok((leader, took));
         }
     }
     // Nobody took over: cancel, so the normal election resumes (the old leader included).

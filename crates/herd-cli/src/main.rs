@@ -35,6 +35,7 @@ mod shard_move;
 mod shards;
 mod status;
 mod up;
+mod up_agents;
 mod url;
 
 use clap::Parser;

@@ -61,10 +61,15 @@ async fn dispatch(root: StoreClient, action: AdminAction) -> Result<String, Stri
     match action {
         AdminAction::Switchover { to, group } => {
             let g = verb_group(&root, group, to.as_deref()).await?;
-            crate::hosts_admin::hand_over(&group_store(&root, g), to, false, false)
-                .await
-                .map_err(text)?;
-            Ok(format!("switchover of shard group {g} done"))
+            let (leader, took) =
+                crate::hosts_admin::hand_over(&group_store(&root, g), to, false, false)
+                    .await
+                    .map_err(text)?;
+            // The supervisor engine's words (`herd switchover` prints them).
+            Ok(format!(
+                "switched over to {leader} in {:.1} s (shard group {g})",
+                took.as_secs_f64()
+            ))
         }
         AdminAction::Failover {
             to,
@@ -72,10 +77,14 @@ async fn dispatch(root: StoreClient, action: AdminAction) -> Result<String, Stri
             group,
         } => {
             let g = verb_group(&root, group, to.as_deref()).await?;
-            crate::hosts_admin::hand_over(&group_store(&root, g), to, true, allow_data_loss)
-                .await
-                .map_err(text)?;
-            Ok(format!("failover of shard group {g} done"))
+            let (leader, took) =
+                crate::hosts_admin::hand_over(&group_store(&root, g), to, true, allow_data_loss)
+                    .await
+                    .map_err(text)?;
+            Ok(format!(
+                "failed over to {leader} in {:.1} s (shard group {g})",
+                took.as_secs_f64()
+            ))
         }
         AdminAction::SetConfig { key, value, group } => {
             let groups = match group {

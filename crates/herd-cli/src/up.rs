@@ -19,11 +19,15 @@ const DETACHED_ENV: &str = "HERD_DETACHED";
 pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     let layout = args.dir.layout()?;
     check_foreign_dir(&layout)?;
+    crate::up_agents::check_engine(&layout)?;
     let config = effective_config(&layout, &args)?;
     // A bad certificate fails here, before anything starts (and before detaching).
     crate::client_tls::load(&config.proxy, layout.root())?;
     if args.detach {
         return crate::detach::run(&layout, &config).await;
+    }
+    if crate::up_agents::chosen() {
+        return crate::up_agents::run(layout, config).await;
     }
     supervise_foreground(layout, config).await
 }

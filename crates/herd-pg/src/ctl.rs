@@ -280,6 +280,12 @@ impl Pg {
         })
     }
 
+    /// The "Database system identifier" of a data directory's control file (`pg_controldata`).
+    pub async fn system_identifier(&self, datadir: &Path) -> Result<String, PgError> {
+        self.control_field(datadir, "Database system identifier:")
+            .await
+    }
+
     /// One field of `pg_controldata`'s output (its value, trimmed), by its label.
     async fn control_field(&self, datadir: &Path, label: &str) -> Result<String, PgError> {
         let args = vec![path_arg(datadir)];

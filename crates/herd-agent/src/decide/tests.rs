@@ -17,6 +17,7 @@ pub(crate) fn member(name: &str, role: &str, lsn: u64) -> Member {
         lsn: Some(Lsn(lsn)),
         replayed: Some(Lsn(lsn)),
         streaming_from: None,
+        socket: None,
     }
 }
 
@@ -616,5 +617,29 @@ fn a_standby_never_consistent_rejoins_the_leader() {
     v.policy = policy();
     assert!(matches!(decide(&v), Step::Wait(_)), "starting: waits");
     v.not_streaming_for = STUCK_STARTING;
+    assert_eq!(decide(&v), Step::Rejoin("a".into()));
+}
+
+/// A stopped former primary rewinds only from a leader that serves as primary: while the new
+/// leader's promotion (and its checkpoint) runs, pg_rewind would see no timeline fork.
+#[test]
+fn a_former_primary_waits_for_the_leader_to_serve_before_rewinding() {
+    for (leader_role, local) in [("replica", Local::Stopped), ("starting", Local::Stopped)] {
+        let led = store(
+            Some("a"),
+            vec![member("a", leader_role, 10), member("b", "replica", 9)],
+            &[],
+        );
+        let mut v = view("b", local.clone(), Ok(led));
+        v.was_primary = true;
+        assert!(
+            matches!(decide(&v), Step::Wait(ref w) if w.contains("does not serve as primary")),
+            "{leader_role}, {local:?}: {:?}",
+            decide(&v)
+        );
+    }
+    let served = store(Some("a"), vec![member("a", "primary", 10)], &[]);
+    let mut v = view("b", Local::Stopped, Ok(served));
+    v.was_primary = true;
     assert_eq!(decide(&v), Step::Rejoin("a".into()));
 }

@@ -16,6 +16,20 @@ impl Agent {
                 .and_then(|r| r.store.members.iter().find(|m| m.name == name).cloned())
         };
         match step {
+            // A standby that follows the leader carries the recorded commit mode too, as the
+            // supervisor engine's replicas do: it is in force the moment it is promoted.
+            Step::Wait(_) if matches!(observed.local, Local::Replica { .. }) => {
+                let commit = read
+                    .as_ref()
+                    .map(|r| r.store.settings.commit_mode.synchronous_commit());
+                let upstream = self.node.upstream.clone().and_then(|u| member(&u));
+                match (commit, upstream) {
+                    (Some(commit), Some(leader)) => {
+                        self.node.apply_replica_commit(commit, &leader).await
+                    }
+                    _ => Ok(()),
+                }
+            }
             Step::Wait(_) => Ok(()),
             Step::Initialize => self.initialize(read.as_ref()).await,
             Step::Clone(leader) => match member(&leader) {
@@ -163,6 +177,9 @@ impl Agent {
                 }
                 if matches!(observed.local, Local::Replica { .. }) {
                     tracing::warn!("{} holds the leader lease; promoting", self.node.cfg.name);
+                    if let Some(fence) = &self.peer_fence {
+                        fence(&self.node.cfg.name);
+                    }
                     // A switchover the operator asked for, else a failover.
                     let planned = read
                         .as_ref()

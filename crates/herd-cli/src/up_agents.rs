@@ -1,0 +1,201 @@
+//! `herd up` on the agent engine (`HERD_ENGINE=agents`, issue #39 slice 10): the nodes are
+//! run by one agent each in this process over the store kept in the data directory
+//! (`herd_agent::host`), and the endpoint follows that store as `herd proxy` does. The old
+//! engine's `state.json` files are kept current from the store, so `herd status`, `herd url`
+//! and `herd down` work unchanged.
+//!
+//! The HTTP API and dashboard are `herd proxy --api-listen`'s (`proxy_api.rs`): status from
+//! the agents' member records, operator verbs as requests in the store.
+//!
+//! A data directory made by the supervisor engine is taken over at its first start here (its
+//! `state.json` files imported into the store); the supervisor engine then refuses it.
+//!
+//! Not yet under this engine: logical copies, shard moves, `herd group add`, pgBackRest
+//! stanzas.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use herd_agent::host::{store_path, Host};
+use herd_agent::store::StoreClient;
+use herd_cluster::{Cluster, Layout, SupervisorLock};
+use herd_config::Config;
+use herd_core::SupervisorInfo;
+use herd_pg::{OsUser, Pg, PgBinaries};
+use tokio::sync::watch;
+
+use crate::progress::TermProgress;
+
+/// The environment variable that chooses the engine of `herd up`.
+pub const ENGINE_ENV: &str = "HERD_ENGINE";
+
+/// Whether `herd up` runs the agent engine (`HERD_ENGINE=agents`); the supervisor otherwise.
+pub fn chosen() -> bool {
+    std::env::var(ENGINE_ENV).is_ok_and(|v| v == "agents")
+}
+
+/// Refuses a data directory the chosen engine cannot run: the supervisor engine refuses one the
+/// agent engine ran (its `state.json` files are only projections of the store). The agent
+/// engine takes over a supervisor-engine directory (`herd_agent::host::migrate`).
+pub fn check_engine(layout: &Layout) -> anyhow::Result<()> {
+    let store = store_path(layout).exists();
+    if !chosen() && store {
+        bail!(
+            "{} is run by the agent engine (it holds store.json): start it with {ENGINE_ENV}=agents",
+            layout.root().display()
+        );
+    }
+    Ok(())
+}
+
+/// Runs the cluster of `layout` on the agent engine until Ctrl-C / SIGTERM / `herd down`.
+pub async fn run(layout: Layout, config: Config) -> anyhow::Result<()> {
+    let pg = Pg::new(
+        PgBinaries::locate(config.postgres.bindir.as_deref())?,
+        OsUser::for_servers(&config.postgres.os_user)?,
+    );
+    let client_tls = crate::client_tls::load(&config.proxy, layout.root())?;
+    let lock = SupervisorLock::acquire(&layout)?;
+    crate::up::save_config(&layout, &config)?;
+    crate::up::init_logging();
+    eprintln!(
+        "{} the Herd cluster in {} on the agent engine (PostgreSQL: {})",
+        if store_path(&layout).exists() || layout.state().exists() {
+            "Resuming"
+        } else {
+            "Creating"
+        },
+        layout.root().display(),
+        pg.binaries().version()
+    );
+    let endpoint_addr = (config.network.listen_address, config.network.port);
+    let proxy_listener = tokio::net::TcpListener::bind(endpoint_addr)
+        .await
+        .with_context(|| {
+            format!(
+                "port {} on {} is already in use (the cluster's endpoint); choose another --port",
+                endpoint_addr.1, endpoint_addr.0
+            )
+        })?;
+    let host = Host::start(layout.clone(), config.clone(), pg.clone()).await?;
+    let root = StoreClient::new(host.root());
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    let mut receivers = Vec::new();
+    let mut followers = Vec::new();
+    for g in 0..config.cluster.shards.max(1) {
+        let (rx, follower) = crate::proxy_groups::group(&root, g).await;
+        receivers.push(rx);
+        followers.push(follower);
+    }
+    let login = herd_proxy::monitor::AdminLogin {
+        user: herd_cluster::SUPERUSER.into(),
+        password: host.secrets().superuser.clone(),
+    };
+    let proxy = herd_proxy::Proxy::start(
+        config.proxy.clone(),
+        receivers,
+        login,
+        proxy_listener,
+        client_tls,
+        shutdown_rx.clone(),
+    );
+    // The HTTP API and dashboard as `herd proxy --api-listen` serves them: status from the
+    // agents' records, switchover/failover/config/restart as requests in the store.
+    let api_addr = std::net::SocketAddr::new(config.network.listen_address, config.api_port());
+    let endpoint = format!(
+        "postgresql://postgres@{}:{}/postgres",
+        config.network.listen_address, config.network.port
+    );
+    if let Err(e) = crate::proxy_api::serve(
+        api_addr,
+        &layout,
+        root.clone(),
+        proxy.ctx.clone(),
+        endpoint,
+        shutdown_rx.clone(),
+    )
+    .await
+    {
+        let _ = shutdown_tx.send(true);
+        let _ = host.stop().await;
+        return Err(e).context(
+            "Herd's HTTP API (choose another --api-port); the servers were stopped again",
+        );
+    }
+    let holds = crate::proxy_groups::Holds::new(proxy.ctx.clone());
+    for follower in followers {
+        crate::proxy_groups::spawn(follower, &holds, shutdown_rx.clone());
+    }
+    let timeout = Duration::from_secs(config.supervisor.ready_timeout_s);
+    let ready = wait_ready(&layout, &config, &host, timeout).await;
+    let clusters = match ready {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = shutdown_tx.send(true);
+            let _ = host.stop().await;
+            return Err(e).context("the servers were stopped again");
+        }
+    };
+    if let Some(first) = herd_cluster::observe_groups(&clusters).await {
+        crate::output::emit!("{}", crate::status::summary(&clusters[0], &first));
+    }
+    lock.publish(&SupervisorInfo {
+        pid: std::process::id(),
+        api_port: config.api_port(),
+    })?;
+    tracing::info!("the agents run the cluster; Ctrl-C or `herd down` stops it");
+    let outcome = tokio::select! {
+        signal = crate::up::wait_for_signal() => signal,
+        failed = agent_failure(&host) => Err(anyhow::anyhow!(failed)),
+    };
+    tracing::info!("shutting down");
+    let _ = shutdown_tx.send(true);
+    host.stop().await?;
+    drop(lock);
+    eprintln!("Cluster stopped; `herd up` resumes it with its data.");
+    outcome
+}
+
+/// Resolves when an agent stopped on its own.
+async fn agent_failure(host: &Host) -> String {
+    loop {
+        if let Some(f) = host.failed() {
+            return format!("{f}; stopping the cluster (see the log above)");
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+/// Waits until every group has a primary and its replicas stream from it (as the old engine's
+/// `herd up` does before it prints the summary); the groups' clusters as the readers see them.
+async fn wait_ready(
+    layout: &Layout,
+    config: &Config,
+    host: &Host,
+    timeout: Duration,
+) -> anyhow::Result<Vec<Cluster>> {
+    let progress = TermProgress::new();
+    let deadline = Instant::now() + timeout;
+    let mut clusters = Vec::new();
+    for g in 0..config.cluster.shards.max(1) {
+        let group = layout.for_group(g);
+        while !group.state().exists() {
+            if let Some(f) = host.failed() {
+                bail!("{f} before group {g} had a primary (see the log above)");
+            }
+            if Instant::now() >= deadline {
+                bail!(
+                    "group {g} had no primary after {} s; see the server logs in {}",
+                    timeout.as_secs(),
+                    layout.logs().display()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let cluster = Cluster::open(group, config.clone())?;
+        let left = deadline.saturating_duration_since(Instant::now());
+        cluster.wait_ready(left, &progress).await?;
+        clusters.push(cluster);
+    }
+    Ok(clusters)
+}
