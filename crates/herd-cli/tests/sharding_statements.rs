@@ -10,6 +10,8 @@
 //! included, with no prepared transaction left behind.
 
 mod common;
+#[path = "sharding_statements/insert_select.rs"]
+mod insert_select;
 
 use std::time::Duration;
 
@@ -73,6 +75,7 @@ async fn statements_across_groups_answer_as_one_server() {
         unqualified_joins(&client).await;
         inserts_without_columns(&client, &groups).await;
         strings_of_statements(&client, &groups).await;
+        insert_select::insert_select(&client, &url, &groups).await;
     })
     .await
     .expect("the test's time limit");
@@ -261,8 +264,9 @@ async fn inserts_without_columns(client: &Client, groups: &[String]) {
         ("insert into events values ('short')", "lacks the key"),
         ("insert into events default values", "shard key column"),
         (
-            "insert into events select note, id + 1000, v from events where id = 5",
-            "expression",
+            "insert into events select note, id, v from events where id = 5 \
+             union select 'x', 1, 1",
+            "set operation",
         ),
     ] {
         refused(client, sql, needle).await;

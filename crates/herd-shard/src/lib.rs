@@ -21,6 +21,6 @@ pub use map::{qualified, rebalance, ShardMap, ShardMove, TableKind, DEFAULT_SHAR
 pub use names::{path_schemas, Body, Names, SearchPath};
 pub use plan::{
     param_type_alike, plan, plan_several, shared_object_plan, uniqueness_message, CopyIn, CopyOut,
-    ParamValue, Plan,
+    InsertSelect, ParamValue, Plan,
 };
 pub use script::{script, Control, ScriptStep};

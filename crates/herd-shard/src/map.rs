@@ -133,7 +133,7 @@ impl ShardMap {
         match plan {
             Plan::Group { group, .. } => *group == PAUSED,
             Plan::InsertSplit(groups) => groups.contains(&PAUSED),
-            Plan::WriteAllGroups(_) | Plan::CopyIn(_) => true,
+            Plan::WriteAllGroups(_) | Plan::CopyIn(_) | Plan::InsertSelect(_) => true,
             _ => false,
         }
     }

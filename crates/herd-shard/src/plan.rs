@@ -81,6 +81,9 @@ pub enum Plan {
     /// A multi-row INSERT … VALUES whose rows belong to several groups: the group of each row,
     /// in order (each group inserts its rows, all or none).
     InsertSplit(Vec<u32>),
+    /// An INSERT … SELECT whose rows may belong to several groups: the proxy runs the SELECT,
+    /// then each group inserts its rows (all or none).
+    InsertSelect(InsertSelect),
     /// Not runnable on one group; the message says why (SQLSTATE 0A000).
     Refuse(String),
 }
@@ -95,6 +98,22 @@ impl Plan {
             Plan::WriteReference { .. } | Plan::Everywhere(_) | Plan::EachGroup { .. }
         )
     }
+}
+
+/// How to run an INSERT … SELECT whose rows may belong to several groups.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InsertSelect {
+    /// The distributed table written, as written.
+    pub table: String,
+    /// Its distribution column.
+    pub key_column: String,
+    /// Its type.
+    pub key_type: KeyType,
+    /// The key's position among the SELECT's columns.
+    pub key_index: usize,
+    /// The group that runs the SELECT; `None`: every group runs it and the rows are put
+    /// together (it reads distributed tables on every group).
+    pub source: Option<u32>,
 }
 
 /// How to split a COPY into a distributed table.
@@ -361,8 +380,11 @@ fn plan_insert(
 }
 
 /// `INSERT INTO t (…, key, …) SELECT …`: runs on one group when the SELECT does (its
-/// distributed tables filtered by keys of one group) and every row's key is certain to belong
+/// distributed tables filtered by keys of that group) and every row's key is certain to belong
 /// there: a constant of that group, or the key column of a co-located table the SELECT reads.
+/// Otherwise the proxy runs the SELECT and sends each group its rows
+/// ([`Plan::InsertSelect`]), when the SELECT alone can be answered: a plain SELECT (no set
+/// operation, CTE or subquery) that one group answers or that every group answers in part.
 fn plan_insert_select(
     facts: &KeyFacts,
     relations: &[String],
@@ -371,18 +393,16 @@ fn plan_insert_select(
     map: &ShardMap,
     param: &dyn Fn(u32) -> ParamValue,
 ) -> Plan {
-    let spans = |why: &str| {
+    let refuse = |why: &str| {
         Plan::Refuse(format!(
-            "INSERT … SELECT into distributed table {table} runs on one shard group only when \
-             the SELECT reads one group (its distributed tables filtered by keys of that group) \
-             and {column} comes from a constant or the key column of a co-located table it reads: {why}"
+            "INSERT … SELECT into distributed table {table} is answered across shard groups              when its SELECT is a plain SELECT (no set operation, CTE or subquery): {why}"
         ))
     };
     let Some(source) = facts.source.as_deref() else {
-        return spans("the SELECT is a set operation or not a plain SELECT");
+        return refuse("the SELECT is a set operation or not a plain SELECT");
     };
     if facts.nested {
-        return spans("a CTE is present");
+        return refuse("a CTE or subquery is present");
     }
     // The relations the SELECT reads: the target is among the statement's relations as
     // written to (a read of it by the SELECT is in the source's own facts).
@@ -391,23 +411,32 @@ fn plan_insert_select(
         .filter(|r| crate::qualified(r) != crate::qualified(table))
         .cloned()
         .collect();
+    let by_rows = |source: Option<u32>| {
+        Plan::InsertSelect(InsertSelect {
+            table: table.to_string(),
+            key_column: column.to_string(),
+            key_type,
+            key_index: index,
+            source,
+        })
+    };
     let read_group = match plan(Some(source), &read, map, param) {
         Plan::Group {
             group,
             reason: "key",
         } => Some(group),
         Plan::Anywhere => None,
-        Plan::Group { .. } => return spans("it reads a table that lives on shard group 0 only"),
+        // A table of group 0 only: the SELECT runs there.
+        Plan::Group { group, .. } => return by_rows(Some(group)),
         Plan::Refuse(why) => return Plan::Refuse(why),
-        Plan::AllGroups { .. } => return spans(
-            "the SELECT reads rows of several shard groups (no condition on the key of one group)",
-        ),
-        _ => return spans("the SELECT cannot be placed"),
+        Plan::AllGroups { .. } => return by_rows(None),
+        _ => return refuse("the SELECT cannot be placed"),
     };
+    let source_group = read_group.unwrap_or(0);
     let key_group = match source.targets.get(index) {
         Some(herd_sql::Target::Value(v)) => match value_group(v, key_type, map, param) {
             Ok(g) => g,
-            Err(why) => return Plan::Refuse(format!("{why} for {table}.{column}")),
+            Err(_) => return by_rows(Some(source_group)),
         },
         Some(herd_sql::Target::Column(qualifier, name)) => {
             let from = source.tables.iter().find(|t| {
@@ -424,21 +453,13 @@ fn plan_insert_select(
             });
             match (from, read_group) {
                 (Some(_), Some(g)) => g,
-                _ => {
-                    return spans(&format!(
-                        "{name} is not the key of a co-located distributed table the SELECT filters by key"
-                    ))
-                }
+                _ => return by_rows(Some(source_group)),
             }
         }
-        Some(herd_sql::Target::Other) | None => {
-            return spans(&format!(
-                "the value for {column} is an expression, `*` or missing (name the columns)"
-            ))
-        }
+        Some(herd_sql::Target::Other) | None => return by_rows(Some(source_group)),
     };
     if read_group.is_some_and(|g| g != key_group) {
-        return spans("the rows are read on one group but their keys belong to another");
+        return by_rows(Some(source_group));
     }
     Plan::Group {
         group: key_group,

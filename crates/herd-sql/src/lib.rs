@@ -20,6 +20,7 @@ mod ddl;
 mod explain;
 mod fanout;
 mod hide;
+mod insert_select;
 mod keys;
 mod route;
 mod session;
@@ -36,6 +37,7 @@ pub use ddl::{DatabaseStmt, DdlFacts, Uniqueness};
 pub use explain::explained;
 pub use fanout::{fan_out, Bound, Combine, FanOut, SortColumn, SortKey};
 pub use hide::{hide_rows, Hidden};
+pub use insert_select::{insert_select, insert_values, InsertSelect, Literal};
 pub use keys::{
     key_facts, ColumnName, Condition, CopyFacts, KeyExpr, KeyFacts, OuterSide, StmtKind, TableRef,
     Target,

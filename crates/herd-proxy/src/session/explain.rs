@@ -60,6 +60,16 @@ impl Session {
             Plan::InsertSplit(_) => "every shard group its rows, all or none (an INSERT split \
                  by key in a two-phase commit; alone, outside a transaction block)"
                 .into(),
+            Plan::InsertSelect(i) => format!(
+                "every shard group its rows, all or none (the SELECT runs on {}, the proxy \
+                 splits its rows by {} into one INSERT … VALUES per group in a two-phase commit; \
+                 alone in its query or Sync)",
+                match i.source {
+                    Some(g) => format!("shard group {g}"),
+                    None => "every shard group".into(),
+                },
+                i.key_column
+            ),
             Plan::WriteAllGroups(tag) => format!(
                 "every shard group, all or none ({tag} in a two-phase commit; alone, outside a \
                  transaction block)"

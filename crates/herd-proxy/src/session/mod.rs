@@ -21,6 +21,7 @@ mod herd_call;
 mod hidden;
 mod in_transaction;
 mod inbuf;
+mod insert_select;
 mod lease;
 mod outdated;
 mod place_now;

@@ -237,6 +237,11 @@ impl Session {
                         .write_route(unit, frame.tag, rest, group, Write::Split(groups))
                         .map(Some);
                 }
+                Plan::InsertSelect(plan) => {
+                    return self
+                        .write_route(unit, frame.tag, rest, group, Write::FromSelect(plan))
+                        .map(Some);
+                }
                 Plan::WriteReference {
                     table,
                     tag,

@@ -229,6 +229,7 @@ impl Translator<'_> {
             herd_shard::Plan::AllGroups { .. } => Some(super::shard::FAN_OUT_ALONE.to_string()),
             herd_shard::Plan::WriteAllGroups(_)
             | herd_shard::Plan::InsertSplit(_)
+            | herd_shard::Plan::InsertSelect(_)
             | herd_shard::Plan::WriteReference { .. } => {
                 Some(super::shard::WRITE_ALL_ALONE.to_string())
             }

@@ -70,6 +70,9 @@ pub(super) enum Write {
     Split(Vec<u32>),
     /// The client's write to a reference table, everywhere (group 0's row count answers).
     Reference(&'static str),
+    /// The client's INSERT … SELECT, each group an INSERT … VALUES of its rows of the SELECT
+    /// (`insert_select.rs`).
+    FromSelect(herd_shard::InsertSelect),
 }
 
 impl Write {
@@ -78,7 +81,7 @@ impl Write {
     pub(super) fn answer(&self) -> (&'static str, bool) {
         match self {
             Write::Same(tag) => (tag, false),
-            Write::Split(_) => ("INSERT 0", false),
+            Write::Split(_) | Write::FromSelect(_) => ("INSERT 0", false),
             Write::Reference(tag) => (tag, true),
         }
     }
@@ -231,6 +234,25 @@ impl Session {
                 ])
             }
             Write::Split(groups) => groups,
+            Write::FromSelect(plan) => {
+                if !batch.simple {
+                    if let Some(first) = leases.first_mut() {
+                        types = super::batch::infer_param_types(first.borrow_mut(), &sql, &types)
+                            .await?;
+                    }
+                }
+                let text = String::from_utf8_lossy(&sql).into_owned();
+                let parts = self
+                    .insert_select_requests(batch, plan, leases, &text, &types, &rest)
+                    .await?;
+                let mut requests = vec![None; leases.len()];
+                for (g, part) in parts {
+                    if let Some(slot) = requests.get_mut(g) {
+                        *slot = Some(request(batch, part.as_bytes(), &types, &rest)?);
+                    }
+                }
+                return Ok(requests);
+            }
         };
         // A group's rows may not use every parameter: each is declared with the type
         // PostgreSQL infers for the whole statement.

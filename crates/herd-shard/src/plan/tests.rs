@@ -269,37 +269,12 @@ fn routes_single_key_statements() {
 
 #[test]
 fn refuses_what_spans_groups_or_cannot_be_told() {
-    let (a, b) = split_keys();
+    let (a, _) = split_keys();
     let cases: Vec<(String, Vec<Option<&str>>, &str)> = vec![
         (
             "insert into orders values (1, 2)".into(),
             vec![],
             "column list",
-        ),
-        (
-            format!("insert into orders (customer_id, v) select customer_id, v from items where customer_id in ({a}, {b})"),
-            vec![],
-            "several shard groups",
-        ),
-        (
-            format!("insert into orders (customer_id, v) select {b}, v from items where customer_id = {a}"),
-            vec![],
-            "keys belong to another",
-        ),
-        (
-            "insert into orders (customer_id, v) select customer_id, v from items".into(),
-            vec![],
-            "several shard groups",
-        ),
-        (
-            format!("insert into orders (customer_id, v) select email, v from users where email = 'x' and {a} = {a}"),
-            vec![],
-            "co-located",
-        ),
-        (
-            format!("insert into orders (customer_id, v) select customer_id + 1, v from items where customer_id = {a}"),
-            vec![],
-            "an expression",
         ),
         (
             format!("insert into orders select * from items where customer_id = {a}"),
@@ -919,4 +894,51 @@ fn collations_are_shared_once_tables_are() {
     // Nothing distributed yet: group 0 keeps it until a table using it is distributed.
     let empty = ShardMap::new(2, 32);
     assert_eq!(shared("create collation ci (locale = 'C')", &empty), None);
+}
+
+#[test]
+fn insert_select_across_groups_runs_by_rows() {
+    let (a, b) = split_keys();
+    let (ga, gx) = (
+        group_of(a),
+        map().group_of(Some(&KeyValue::Text("x".into()))),
+    );
+    let rows = |source: Option<u32>| {
+        Plan::InsertSelect(crate::InsertSelect {
+            table: "orders".into(),
+            key_column: "customer_id".into(),
+            key_type: KeyType::Int8,
+            key_index: 0,
+            source,
+        })
+    };
+    let cases: Vec<(String, Plan)> = vec![
+        (
+            format!("insert into orders (customer_id, v) select customer_id, v from items where customer_id in ({a}, {b})"),
+            rows(None),
+        ),
+        (
+            "insert into orders (customer_id, v) select customer_id, v from items".into(),
+            rows(None),
+        ),
+        (
+            format!("insert into orders (customer_id, v) select {b}, v from items where customer_id = {a}"),
+            rows(Some(ga)),
+        ),
+        (
+            format!("insert into orders (customer_id, v) select email, v from users where email = 'x' and {a} = {a}"),
+            rows(Some(gx)),
+        ),
+        (
+            format!("insert into orders (customer_id, v) select customer_id + 1, v from items where customer_id = {a}"),
+            rows(Some(ga)),
+        ),
+        (
+            "insert into orders (customer_id, v) select g, 'x' from generate_series(1, 100) g".into(),
+            rows(Some(0)),
+        ),
+    ];
+    for (sql, want) in cases {
+        assert_eq!(run(&sql, &[]), want, "{sql}");
+    }
 }
