@@ -28,8 +28,10 @@ pub async fn insert_select(client: &Client, url: &str, groups: &[String]) {
     .await;
     // From a set-returning function (the SELECT runs on group 0); the jsonb literal is a bare
     // literal, which takes the column's type.
-    let series = "insert into COPIED (k, v, n, j) select g, 'v' || g, g * 1.5, '{\"a\": 1}' \
-                  from generate_series(1, 200) g";
+    // A char(8) value goes into a text column without its padding (not cut to one
+    // character, as a cast to `character` would).
+    let series = "insert into COPIED (k, v, n, j) select g, ('v' || g)::char(8), g * 1.5, \
+                  '{\"a\": 1}' from generate_series(1, 200) g";
     for one in [false, true] {
         assert_eq!(affected(client, &on(series, one)).await, 200, "{series}");
     }
@@ -46,7 +48,11 @@ pub async fn insert_select(client: &Client, url: &str, groups: &[String]) {
     // Without a column list (the key is not the first column), its key an expression.
     let no_columns = "insert into EVENTS select note, id + 1000, v from EVENTS where id <= 5";
     for one in [false, true] {
-        assert_eq!(affected(client, &on(no_columns, one)).await, 5, "{no_columns}");
+        assert_eq!(
+            affected(client, &on(no_columns, one)).await,
+            5,
+            "{no_columns}"
+        );
     }
     let events = "select * from EVENTS order by id";
     assert_eq!(

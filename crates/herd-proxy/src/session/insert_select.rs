@@ -251,7 +251,9 @@ fn field_types(body: &[u8]) -> Result<Vec<u32>, ProxyError> {
 }
 
 /// Each OID's type name as `format_type` writes it (qualified when not on the search path,
-/// so the literal's cast names the same type on every group).
+/// so the literal's cast names the same type on every group). With typmod -1, not NULL:
+/// `bpchar` and `"bit"` then name the types without a length, where `character` and `bit`
+/// would mean a length of 1 and cut the value.
 async fn type_names(lease: &mut Lease, types: &[u32]) -> Result<Vec<String>, ProxyError> {
     if types.is_empty() {
         return Ok(Vec::new());
@@ -260,7 +262,7 @@ async fn type_names(lease: &mut Lease, types: &[u32]) -> Result<Vec<String>, Pro
     let rows = lease
         .conn
         .internal_query(&format!(
-            "select format_type(t, null) from unnest('{{{}}}'::oid[]) with ordinality u(t, n) \
+            "select format_type(t, -1) from unnest('{{{}}}'::oid[]) with ordinality u(t, n) \
              order by n",
             list.join(",")
         ))
