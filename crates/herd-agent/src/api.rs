@@ -1,15 +1,21 @@
 //! The agent's HTTP API: its member record and health checks for load balancers, and the
-//! failsafe confirmation other agents ask for while the store is unreachable.
+//! failsafe confirmation other agents ask for while the store is unreachable. The member
+//! record and the failsafe question are for the cluster's own agents, proxies and operators
+//! only (signed with the cluster's key, crate herd-apikey); health checks and metrics stay open.
 
+use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use axum::extract::State;
-use axum::http::StatusCode;
+use axum::extract::{ConnectInfo, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::Router;
 
 use crate::member::Member;
+pub use herd_apikey::ApiKey;
+use herd_apikey::{Nonces, ANSWER, AUTHORIZATION};
 
 /// What the API serves, updated by the agent's loop every round.
 #[derive(Debug, Default)]
@@ -45,6 +51,50 @@ pub struct Api {
     pub state: SharedState,
     /// The cluster's store.
     pub store: crate::store::StoreClient,
+    /// The cluster's key: who may read the member record and ask the failsafe question.
+    pub key: Arc<ApiKey>,
+    /// Nonces of requests accepted lately (replays are refused).
+    pub nonces: Arc<Mutex<Nonces>>,
+}
+
+impl Api {
+    /// Checks a request for `path`; its nonce, or the refusal to answer (logged).
+    fn admit(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &HeaderMap,
+        from: SocketAddr,
+    ) -> Result<String, Box<Response>> {
+        let header = headers.get(AUTHORIZATION).and_then(|v| v.to_str().ok());
+        let mut nonces = self.nonces.lock().unwrap_or_else(|p| p.into_inner());
+        self.key
+            .verify(method, path, header, &mut nonces)
+            .map_err(|refusal| {
+                tracing::warn!("refused {method} {path} from {from}: {refusal}");
+                let status =
+                    StatusCode::from_u16(refusal.status()).unwrap_or(StatusCode::FORBIDDEN);
+                (
+                    status,
+                    format!(
+                        "{refusal}: this API answers the cluster's agents, proxies and \
+                         operators only (requests signed with the cluster's key)\n"
+                    ),
+                )
+                    .into_response()
+                    .into()
+            })
+    }
+
+    /// An answer to the request with `nonce`, signed as `what`.
+    fn signed(&self, what: &str, nonce: &str, status: StatusCode, body: Vec<u8>) -> Response {
+        let tag = self.key.answer(what, nonce, &body);
+        let mut response = (status, body).into_response();
+        if let Ok(value) = HeaderValue::from_str(&tag) {
+            response.headers_mut().insert(ANSWER, value);
+        }
+        response
+    }
 }
 
 /// The routes.
@@ -58,12 +108,27 @@ pub fn router(api: Api) -> Router {
         .with_state(api)
 }
 
-async fn member(State(api): State<Api>) -> Result<Json<Member>, StatusCode> {
-    lock(&api.state)
-        .member
-        .clone()
-        .map(Json)
-        .ok_or(StatusCode::SERVICE_UNAVAILABLE)
+async fn member(
+    State(api): State<Api>,
+    ConnectInfo(from): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+) -> Response {
+    let nonce = match api.admit("GET", "/member", &headers, from) {
+        Ok(n) => n,
+        Err(refused) => return *refused,
+    };
+    let member = lock(&api.state).member.clone();
+    match member.map(|m| serde_json::to_vec(&m)) {
+        Some(Ok(body)) => {
+            let mut r = api.signed("member", &nonce, StatusCode::OK, body);
+            r.headers_mut().insert(
+                axum::http::header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
+            r
+        }
+        _ => StatusCode::SERVICE_UNAVAILABLE.into_response(),
+    }
 }
 
 /// Prometheus text: how many rounds ran (about one per `--loop-wait-ms` in a steady cluster;
@@ -109,16 +174,26 @@ async fn replica(State(api): State<Api>) -> StatusCode {
 /// (the last round's answer may be older than the outage): only if it cannot does it confirm,
 /// and then it promises not to race for the lease for one TTL, so the primary may keep serving
 /// that long.
-async fn failsafe(State(api): State<Api>) -> StatusCode {
+async fn failsafe(
+    State(api): State<Api>,
+    ConnectInfo(from): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+) -> Response {
+    let nonce = match api.admit("POST", "/failsafe", &headers, from) {
+        Ok(n) => n,
+        Err(refused) => return *refused,
+    };
     let check = tokio::time::timeout(FAILSAFE_CHECK, api.store.reachable()).await;
-    let mut s = lock(&api.state);
-    if check.unwrap_or(false) {
-        s.store_reachable = true;
-        return StatusCode::CONFLICT;
+    {
+        let mut s = lock(&api.state);
+        if check.unwrap_or(false) {
+            s.store_reachable = true;
+            return api.signed("failsafe-refused", &nonce, StatusCode::CONFLICT, Vec::new());
+        }
+        s.store_reachable = false;
+        s.promised_until = Some(Instant::now() + s.ttl);
     }
-    s.store_reachable = false;
-    s.promised_until = Some(Instant::now() + s.ttl);
-    StatusCode::OK
+    api.signed("failsafe-confirmed", &nonce, StatusCode::OK, Vec::new())
 }
 
 /// How long a member tries the store when asked for a failsafe confirmation (the asking
@@ -135,14 +210,29 @@ fn client(timeout: Duration) -> ureq::Agent {
 }
 
 /// Asks every API in `apis` for a failsafe confirmation, each within `timeout`; true only if
-/// all confirm.
-pub async fn confirm_failsafe(apis: Vec<String>, timeout: Duration) -> bool {
+/// all confirm, each answer signed with the cluster's `key` for this very question (an answer
+/// from anything else counts as no confirmation).
+pub async fn confirm_failsafe(apis: Vec<String>, timeout: Duration, key: Arc<ApiKey>) -> bool {
     let asks = apis.into_iter().map(|api| {
+        let key = key.clone();
         tokio::task::spawn_blocking(move || {
-            client(timeout)
+            let (nonce, header) = key.sign("POST", "/failsafe");
+            match client(timeout)
                 .post(&format!("http://{api}/failsafe"))
+                .set(AUTHORIZATION, &header)
                 .call()
-                .is_ok_and(|r| r.status() == 200)
+            {
+                Ok(r) if r.status() == 200 => {
+                    let genuine = key.answered("failsafe-confirmed", &nonce, b"", r.header(ANSWER));
+                    if !genuine {
+                        tracing::warn!(
+                            "failsafe: {api} confirmed without the cluster's signature; not counted"
+                        );
+                    }
+                    genuine
+                }
+                _ => false,
+            }
         })
     });
     for ask in asks.collect::<Vec<_>>() {
@@ -153,18 +243,145 @@ pub async fn confirm_failsafe(apis: Vec<String>, timeout: Duration) -> bool {
     true
 }
 
+/// What asking an agent for its member record gave.
+#[derive(Debug)]
+pub enum Fetched {
+    /// Its record, signed with the cluster's key.
+    Member(Box<Member>),
+    /// It refused the request (HTTP 401/403: another cluster, or no key given).
+    Refused(u16),
+    /// No answer, or one not signed with the cluster's key.
+    Nothing,
+}
+
 /// Asks the API at `api` for its member record (to tell a live agent of the same name from a
-/// stale record).
-pub async fn fetch_member(api: String, timeout: Duration) -> Option<Member> {
+/// stale record; `herd status` while the store is down), signed with `key`.
+pub async fn fetch_member(api: String, timeout: Duration, key: Arc<ApiKey>) -> Fetched {
     tokio::task::spawn_blocking(move || {
-        client(timeout)
+        let (nonce, header) = key.sign("GET", "/member");
+        let response = match client(timeout)
             .get(&format!("http://{api}/member"))
+            .set(AUTHORIZATION, &header)
             .call()
-            .ok()?
-            .into_json()
-            .ok()
+        {
+            Ok(r) => r,
+            Err(ureq::Error::Status(code @ (401 | 403), _)) => return Fetched::Refused(code),
+            Err(_) => return Fetched::Nothing,
+        };
+        let tag = response.header(ANSWER).map(str::to_string);
+        let mut body = Vec::new();
+        if std::io::Read::read_to_end(&mut response.into_reader(), &mut body).is_err()
+            || !key.answered("member", &nonce, &body, tag.as_deref())
+        {
+            return Fetched::Nothing;
+        }
+        serde_json::from_slice(&body)
+            .map(|m| Fetched::Member(Box::new(m)))
+            .unwrap_or(Fetched::Nothing)
     })
     .await
-    .ok()
-    .flatten()
+    .unwrap_or(Fetched::Nothing)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use herd_dcs::{Dcs, DcsError, Versioned};
+
+    /// A store cut off: every call fails, as etcd does from an isolated host.
+    struct Unreachable(tokio::sync::watch::Sender<u64>);
+
+    impl Dcs for Unreachable {
+        fn get(&self, _: &str) -> Result<Option<Versioned>, DcsError> {
+            Err(DcsError::Unavailable("cut off".into()))
+        }
+        fn compare_and_set(&self, _: &str, _: u64, _: Vec<u8>) -> Result<u64, DcsError> {
+            Err(DcsError::Unavailable("cut off".into()))
+        }
+        fn acquire_lease(&self, _: &str, _: &str, _: Duration) -> Result<bool, DcsError> {
+            Err(DcsError::Unavailable("cut off".into()))
+        }
+        fn release_lease(&self, _: &str, _: &str) -> Result<(), DcsError> {
+            Err(DcsError::Unavailable("cut off".into()))
+        }
+        fn lease_holder(&self, _: &str) -> Result<Option<String>, DcsError> {
+            Err(DcsError::Unavailable("cut off".into()))
+        }
+        fn put_expiring(&self, _: &str, _: Vec<u8>, _: Duration) -> Result<(), DcsError> {
+            Err(DcsError::Unavailable("cut off".into()))
+        }
+        fn list(&self, _: &str) -> Result<Vec<(String, Versioned)>, DcsError> {
+            Err(DcsError::Unavailable("cut off".into()))
+        }
+        fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
+            self.0.subscribe()
+        }
+        fn changes_ignoring(&self, _: &str) -> tokio::sync::watch::Receiver<u64> {
+            self.0.subscribe()
+        }
+    }
+
+    /// Serves `router` on a free loopback port; its address.
+    async fn serve(router: Router) -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("a free port");
+        let addr = listener.local_addr().expect("address");
+        tokio::spawn(async move {
+            let service = router.into_make_service_with_connect_info::<SocketAddr>();
+            let _ = axum::serve(listener, service).await;
+        });
+        addr.to_string()
+    }
+
+    fn agent_api(password: &str) -> Api {
+        let (tx, _) = tokio::sync::watch::channel(0);
+        Api {
+            state: Arc::new(Mutex::new(Shared {
+                ttl: Duration::from_secs(6),
+                ..Shared::default()
+            })),
+            store: crate::store::StoreClient::new(Arc::new(Unreachable(tx))),
+            key: Arc::new(ApiKey::from_password(password)),
+            nonces: Arc::default(),
+        }
+    }
+
+    /// Over real HTTP: a member of the cluster that cannot reach the store confirms, and
+    /// promises; a member of another cluster and a forged "200 OK" from anything else do not
+    /// count, so an isolated primary asking them fences at its lease's end.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn only_the_clusters_members_confirm_failsafe() {
+        let key = Arc::new(ApiKey::from_password("the cluster's password"));
+        let timeout = Duration::from_secs(2);
+        let member = agent_api("the cluster's password");
+        let promised = member.state.clone();
+        let genuine = serve(router(member)).await;
+        assert!(confirm_failsafe(vec![genuine.clone()], timeout, key.clone()).await);
+        assert!(lock(&promised).promised_until.is_some());
+
+        let foreign = serve(router(agent_api("another cluster's password"))).await;
+        assert!(!confirm_failsafe(vec![foreign], timeout, key.clone()).await);
+
+        let forged = serve(Router::new().route(
+            "/failsafe",
+            post(|| async { (StatusCode::OK, [(ANSWER, "00")]) }),
+        ))
+        .await;
+        assert!(!confirm_failsafe(vec![forged.clone()], timeout, key.clone()).await);
+        // One forged answer among genuine ones spoils the confirmation.
+        assert!(!confirm_failsafe(vec![genuine.clone(), forged], timeout, key.clone()).await);
+
+        // The member record: signed for the key holder, refused to anyone else.
+        lock(&promised).member = None;
+        assert!(matches!(
+            fetch_member(genuine.clone(), timeout, key).await,
+            Fetched::Nothing
+        ));
+        let other = Arc::new(ApiKey::from_password("a guess"));
+        assert!(matches!(
+            fetch_member(genuine, timeout, other).await,
+            Fetched::Refused(403)
+        ));
+    }
 }

@@ -54,8 +54,9 @@ pub async fn run(
     let dcs = crate::groups::scoped(dcs, cfg.group);
     let store = StoreClient::new(dcs.clone());
     let instance = Alphanumeric.sample_string(&mut rand::thread_rng(), 12);
-    check_name(&cfg, &store, &instance).await?;
     let (secrets, fresh_secrets) = secrets(&cfg, &layout, dcs.as_ref())?;
+    let key = Arc::new(api::ApiKey::from_password(&secrets.superuser));
+    check_name(&cfg, &store, &instance, key.clone()).await?;
     pg.hand_over(&cfg.data_dir)?;
     if let Some(user) = pg.os_user() {
         user.check_access(&cfg.data_dir)?;
@@ -90,9 +91,12 @@ pub async fn run(
     let router = api::router(api::Api {
         state: shared.clone(),
         store: store.clone(),
+        key,
+        nonces: Arc::default(),
     });
     tokio::spawn(async move {
-        let _ = axum::serve(listener, router)
+        let service = router.into_make_service_with_connect_info::<std::net::SocketAddr>();
+        let _ = axum::serve(listener, service)
             .with_graceful_shutdown(async move {
                 let _ = api_shutdown.changed().await;
             })
@@ -149,6 +153,7 @@ async fn check_name(
     cfg: &AgentConfig,
     store: &StoreClient,
     instance: &str,
+    api_key: Arc<api::ApiKey>,
 ) -> Result<(), AgentError> {
     let key = member_key(&cfg.name);
     let dcs = store.dcs();
@@ -163,7 +168,9 @@ async fn check_name(
     if other.instance == instance {
         return Ok(());
     }
-    if let Some(live) = api::fetch_member(other.api.clone(), Duration::from_secs(2)).await {
+    if let api::Fetched::Member(live) =
+        api::fetch_member(other.api.clone(), Duration::from_secs(2), api_key).await
+    {
         if live.name == cfg.name && live.instance == other.instance {
             return Err(setup(format!(
                 "another agent named {} is running (its API at {} answers); give each host its own --name",

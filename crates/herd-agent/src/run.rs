@@ -563,10 +563,11 @@ impl Agent {
             .filter(|(name, _)| *name != me)
             .map(|(_, api)| api.clone())
             .collect();
+        let key = std::sync::Arc::new(api::ApiKey::from_password(&self.node.secrets.superuser));
         Some(async move {
             let asked_at = Instant::now();
             let members = apis.len();
-            let confirmed = api::confirm_failsafe(apis, Duration::from_secs(1)).await;
+            let confirmed = api::confirm_failsafe(apis, Duration::from_secs(1), key).await;
             FailsafeAnswer {
                 asked_at,
                 members,

@@ -292,7 +292,9 @@ pub struct StatusArgs {
     pub json: bool,
     /// A multi-host cluster's agent API (http://HOST:PORT or HOST:PORT), asked for its member
     /// when the store is unreachable; repeat for each agent. Without it, the addresses of the
-    /// last successful `herd status` are used.
+    /// last successful `herd status` are used. The agents answer requests signed with the
+    /// cluster's key, derived from the passwords in --data-dir's secrets/ (a copy of the
+    /// agents' secrets directory).
     #[arg(long = "agent-api", value_name = "URL", requires = "dcs")]
     pub agent_api: Vec<String>,
 }
@@ -338,7 +340,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Up(args) => crate::up::run(args).await,
         Command::Down(dir) => crate::down::run(&dir.layout()?).await,
         Command::Status(args) if args.store.given() => {
-            crate::hosts_status::status(&args.store, args.json, &args.agent_api).await
+            let key = crate::hosts_status::api_key(&args.dir.layout()?);
+            crate::hosts_status::status(&args.store, args.json, &args.agent_api, key).await
         }
         Command::Status(args) => crate::status::run(&args.dir.layout()?, args.json).await,
         Command::Switchover(a) if a.store.given() => {

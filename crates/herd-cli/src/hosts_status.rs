@@ -35,7 +35,19 @@ impl std::fmt::Display for StoreUnreachable {
 impl std::error::Error for StoreUnreachable {}
 
 /// `herd status --dcs …`.
-pub async fn status(store: &StoreArgs, json: bool, agent_apis: &[String]) -> anyhow::Result<()> {
+/// The key the agents' APIs of the cluster whose secrets are in `layout` answer to; `None`
+/// when that directory holds no secrets.
+pub fn api_key(layout: &herd_cluster::Layout) -> Option<herd_agent::api::ApiKey> {
+    let password = std::fs::read_to_string(layout.secrets().join("superuser.password")).ok()?;
+    Some(herd_agent::api::ApiKey::from_password(password.trim()))
+}
+
+pub async fn status(
+    store: &StoreArgs,
+    json: bool,
+    agent_apis: &[String],
+    key: Option<herd_agent::api::ApiKey>,
+) -> anyhow::Result<()> {
     match read_groups(store).await {
         Ok((reads, wide)) => {
             if let Some(cluster) = &store.cluster {
@@ -47,7 +59,7 @@ pub async fn status(store: &StoreArgs, json: bool, agent_apis: &[String]) -> any
             }
             print_groups(&reads, &wide, json)
         }
-        Err(e) => from_agents(store, json, agent_apis, e).await,
+        Err(e) => from_agents(store, json, agent_apis, key, e).await,
     }
 }
 
@@ -208,6 +220,7 @@ async fn from_agents(
     store: &StoreArgs,
     json: bool,
     agent_apis: &[String],
+    key: Option<herd_agent::api::ApiKey>,
     why: anyhow::Error,
 ) -> anyhow::Result<()> {
     let config = store.etcd_config()?;
@@ -218,13 +231,44 @@ async fn from_agents(
     } else {
         agent_apis.iter().map(|a| api_address(a)).collect()
     };
-    let asks: Vec<_> = apis
-        .iter()
-        .map(|api| tokio::spawn(herd_agent::api::fetch_member(api.clone(), AGENT_TIMEOUT)))
-        .collect();
+    use herd_agent::api::Fetched;
     let mut answers: Vec<(String, Option<Member>)> = Vec::new();
-    for (api, ask) in apis.iter().zip(asks) {
-        answers.push((api.clone(), ask.await.ok().flatten()));
+    let mut refused = Vec::new();
+    if let Some(key) = key {
+        let key = std::sync::Arc::new(key);
+        let asks: Vec<_> = apis
+            .iter()
+            .map(|api| {
+                tokio::spawn(herd_agent::api::fetch_member(
+                    api.clone(),
+                    AGENT_TIMEOUT,
+                    key.clone(),
+                ))
+            })
+            .collect();
+        for (api, ask) in apis.iter().zip(asks) {
+            match ask.await.unwrap_or(Fetched::Nothing) {
+                Fetched::Member(m) => answers.push((api.clone(), Some(*m))),
+                Fetched::Refused(code) => {
+                    refused.push(format!("{api} ({code})"));
+                    answers.push((api.clone(), None));
+                }
+                Fetched::Nothing => answers.push((api.clone(), None)),
+            }
+        }
+    } else {
+        answers.extend(apis.iter().map(|a| (a.clone(), None)));
+        eprintln!(
+            "warning: no cluster secrets in --data-dir (its secrets/superuser.password): the \
+             agents' APIs answer only requests signed with the cluster's key; pass --data-dir \
+             DIR holding a copy of the agents' secrets directory"
+        );
+    }
+    if !refused.is_empty() {
+        eprintln!(
+            "warning: refused by {}: the secrets in --data-dir are not this cluster's",
+            refused.join(", ")
+        );
     }
     let leaders: Vec<&str> = answers
         .iter()

@@ -175,8 +175,13 @@ impl Groups {
     }
 
     fn role(&self, i: usize) -> Option<String> {
-        herd_testkit::agents::member(&self.api(i))
-            .and_then(|m| m["role"].as_str().map(str::to_string))
+        herd_testkit::agents::member(
+            &self.api(i),
+            std::fs::read_to_string(self.agent_dir(0).join("secrets/superuser.password"))
+                .ok()?
+                .trim(),
+        )
+        .and_then(|m| m["role"].as_str().map(str::to_string))
     }
 
     fn logs(&self) -> String {

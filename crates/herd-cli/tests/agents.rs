@@ -369,12 +369,44 @@ async fn a_proxy_started_before_its_agents_refuses_logins_at_once_then_serves() 
 fn status_answers_from_the_agents_while_the_store_is_down() {
     let mut hosts = Hosts::start();
     let leader = hosts.wait_primary("before the outage");
+    // The member record and the failsafe question answer the cluster's own signed requests
+    // only (issue #42); health checks stay open to load balancers.
+    let api = hosts.api(leader);
+    for (method, path) in [("GET", "/member"), ("POST", "/failsafe")] {
+        let url = format!("http://{api}{path}");
+        match ureq::request(method, &url)
+            .timeout(Duration::from_secs(5))
+            .call()
+        {
+            Err(ureq::Error::Status(401, _)) => {}
+            other => panic!("{method} {path} without the cluster's key: {other:?}"),
+        }
+        match ureq::request(method, &url)
+            .set(
+                "authorization",
+                "Herd-HMAC nonce=00112233445566778899aabbccddeeff, sig=00",
+            )
+            .timeout(Duration::from_secs(5))
+            .call()
+        {
+            Err(ureq::Error::Status(403, _)) => {}
+            other => panic!("{method} {path} with a forged signature: {other:?}"),
+        }
+    }
+    let health = ureq::get(&format!("http://{api}/primary"))
+        .timeout(Duration::from_secs(5))
+        .call()
+        .expect("the leader's health check");
+    assert_eq!(health.status(), 200);
     let (dcs, cluster) = (hosts.dcs(), hosts.cluster.clone());
+    let secrets_dir = hosts.agent_dir(0);
     let status = move |state: &std::path::Path, extra: &[String]| {
         let mut cmd = Command::new(HERD);
         cmd.arg("status")
             .args(extra)
             .args(["--dcs", &dcs, "--cluster", &cluster])
+            .arg("--data-dir")
+            .arg(&secrets_dir)
             .args(["--etcd-timeout-ms", "1000"])
             .env("XDG_STATE_HOME", state);
         let out = herd_testkit::output_within(&mut cmd, Duration::from_secs(60)).expect("exits");

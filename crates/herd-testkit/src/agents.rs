@@ -5,13 +5,19 @@ use std::path::Path;
 use std::time::Duration;
 
 /// The member record the agent whose API listens at `api` (`host:port`) serves, if it answers
-/// within 2 s.
-pub fn member(api: &str) -> Option<serde_json::Value> {
+/// within 2 s; the request is signed with the key of the cluster whose superuser password is
+/// `password` (the agents answer nothing else).
+pub fn member(api: &str, password: &str) -> Option<serde_json::Value> {
     let agent = ureq::AgentBuilder::new()
         .timeout_connect(Duration::from_millis(500))
         .timeout(Duration::from_secs(2))
         .build();
-    let r = agent.get(&format!("http://{api}/member")).call().ok()?;
+    let (_, authorization) = herd_apikey::ApiKey::from_password(password).sign("GET", "/member");
+    let r = agent
+        .get(&format!("http://{api}/member"))
+        .set(herd_apikey::AUTHORIZATION, &authorization)
+        .call()
+        .ok()?;
     r.into_json().ok()
 }
 

@@ -330,7 +330,7 @@ impl LabHosts {
 
     /// The member record agent `i` serves, if it answers.
     fn member(&self, i: usize) -> Option<serde_json::Value> {
-        herd_testkit::agents::member(&self.api(i))
+        herd_testkit::agents::member(&self.api(i), &self.password().ok()?)
     }
 
     fn role(&self, i: usize) -> Option<String> {

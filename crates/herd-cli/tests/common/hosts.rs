@@ -303,7 +303,12 @@ impl Hosts {
 
     /// The member record agent `i` serves, if it answers.
     pub fn member(&self, i: usize) -> Option<serde_json::Value> {
-        herd_testkit::agents::member(&self.api(i))
+        herd_testkit::agents::member(
+            &self.api(i),
+            std::fs::read_to_string(self.agent_dir(0).join("secrets/superuser.password"))
+                .ok()?
+                .trim(),
+        )
     }
 
     pub fn role(&self, i: usize) -> Option<String> {
