@@ -126,6 +126,11 @@ impl ScratchCluster {
         Ok(cluster)
     }
 
+    /// The `herd` binary the cluster runs.
+    pub fn herd_exe(&self) -> PathBuf {
+        self.herd.clone()
+    }
+
     /// The scratch directory (the data directory is `data` inside it).
     pub fn dir(&self) -> &Path {
         &self.dir

@@ -136,6 +136,12 @@ pub const SCENARIOS: &[Scenario] = &[
                 two shard groups under write load",
         run: scenarios::shard_move::run,
     },
+    Scenario {
+        name: "backup",
+        about: "pg_basebackup vs herd backup (from the standby and the primary) and herd \
+                restore, MB/s; the primary's TPC-B rate while backups run",
+        run: scenarios::backup::run,
+    },
 ];
 
 /// The name that runs every scenario in turn.

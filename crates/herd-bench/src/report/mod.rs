@@ -58,6 +58,13 @@ pub fn markdown(r: &Results) -> String {
         table.push_str(&crate::scenarios::bandwidth_report::copies_table(r));
         return document(r, &format!("Workloads: `{command}`."), &table);
     }
+    if r.backup.is_some() {
+        let how = format!(
+            "Commands: `{command}`, {} round(s) in rotated order, pgbench {} s per condition.",
+            r.settings.rounds, r.settings.duration_s
+        );
+        return document(r, &how, &crate::scenarios::backup_report::table(r));
+    }
     if r.shard_move.is_some() {
         let how = format!("Command: `{command}`, {} move(s).", r.settings.rounds);
         return document(r, &how, &crate::scenarios::shard_move_report::table(r));
@@ -314,6 +321,8 @@ pub fn write_all(r: &Results, out: &Path) -> Result<(String, Vec<PathBuf>), Benc
         crate::scenarios::bandwidth_report::chart(r, &svg)?;
     } else if r.shard_move.is_some() {
         crate::scenarios::shard_move_report::chart(r, &svg)?;
+    } else if r.backup.is_some() {
+        crate::scenarios::backup_report::chart(r, &svg)?;
     } else if !r.lag.is_empty() {
         crate::chart::lag(r, &svg)?;
         // The phases' tps as the usual grouped bars beside the lag lines.

@@ -61,6 +61,10 @@ pub struct Results {
     /// other scenarios).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shard_move: Option<crate::scenarios::shard_move::ShardMoveResult>,
+    /// `herd bench backup` only: the copies' speeds and the primary's rate during backups
+    /// (absent from the JSON in other scenarios).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backup: Option<crate::scenarios::backup::BackupResult>,
 }
 
 /// What a proxy's process cost per transaction over a mode's runs (from `/proc`).

@@ -1,5 +1,7 @@
 //! The scenarios of the registry in the crate root.
 
+pub mod backup;
+pub mod backup_report;
 pub mod bandwidth;
 pub mod bandwidth_copies;
 pub mod bandwidth_report;
