@@ -568,6 +568,38 @@ async fn connect_per_transaction_reuses_pooled_connections() {
         pool_counter(&metrics, "herd_pool_connections", "node0") >= 1.0,
         "the connection should be back in its pool: {metrics}"
     );
+    // A driver's COPY FROM STDIN in the extended protocol (Bind, Execute, Sync; the rows;
+    // CopyDone, Sync): PostgreSQL answers the second Sync only. The connection serves the
+    // next statement at once, and goes back to the pool.
+    use futures_util::SinkExt;
+    let client = connect(&c.url(&[])).await;
+    client
+        .batch_execute("create table copied_in (id int, note text)")
+        .await
+        .expect("table");
+    for round in 0..2 {
+        let sink = client
+            .copy_in("copy copied_in from stdin")
+            .await
+            .expect("copy in");
+        futures_util::pin_mut!(sink);
+        let rows: String = (0..5000).map(|k| format!("{k}\tr{round}\n")).collect();
+        sink.send(bytes::Bytes::from(rows)).await.expect("rows");
+        let n = tokio::time::timeout(Duration::from_secs(30), sink.finish())
+            .await
+            .expect("the COPY ends")
+            .expect("finish");
+        assert_eq!(n, 5000);
+        let count: i64 = tokio::time::timeout(
+            Duration::from_secs(30),
+            client.query_one("select count(*) from copied_in", &[]),
+        )
+        .await
+        .expect("the next statement is answered")
+        .expect("count")
+        .get(0);
+        assert_eq!(count, 5000 * (round + 1));
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -467,6 +467,35 @@ async fn distributed_table_routed_by_key() {
         .await
         .expect("a CSV row by key");
     assert_eq!(loaded.get::<_, String>(0), "c,1125");
+    // COPY FROM STDIN into a table that is not distributed (it lives on group 0) streams to
+    // group 0 as on one server: many CopyData messages after the server's CopyInResponse (they
+    // once waited behind the sharded session's rule for new units, and the COPY hung).
+    client
+        .batch_execute("create table copy_log (id int primary key, note text)")
+        .await
+        .expect("a table of group 0");
+    let sink = client
+        .copy_in("copy copy_log from stdin")
+        .await
+        .expect("copy into a table of group 0");
+    futures_util::pin_mut!(sink);
+    for chunk in 0..20 {
+        let text: String = (chunk * 1000..(chunk + 1) * 1000)
+            .map(|k| format!("{k}\tnote {k}\n"))
+            .collect();
+        sink.send(bytes::Bytes::from(text)).await.expect("send");
+    }
+    let copied = tokio::time::timeout(Duration::from_secs(60), sink.finish())
+        .await
+        .expect("the COPY into group 0's table ends")
+        .expect("finish");
+    assert_eq!(copied, 20_000);
+    let n: i64 = client
+        .query_one("select count(*) from copy_log", &[])
+        .await
+        .expect("count")
+        .get(0);
+    assert_eq!(n, 20_000);
     // COPY TO STDOUT gathers every group's rows: one header, one binary signature and trailer.
     let mut direct_rows = Vec::new();
     for g in 0..2u32 {

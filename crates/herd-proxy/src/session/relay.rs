@@ -132,6 +132,21 @@ impl Session {
             self.relay_server().await?;
             return Ok(Step::Progress);
         }
+        // The rows of a COPY … FROM STDIN the server accepted (CopyData, then CopyDone or
+        // CopyFail) continue a statement under way: they go on whatever the rules below say
+        // about new units (on a sharded cluster those held them back, and a COPY into a table
+        // of group 0 hung until the client gave up).
+        if self.sout.len() < SOUT_LIMIT {
+            let n = copy_frames_len(&self.cbuf, max)?;
+            if n > 0 {
+                let bytes = self.cbuf.split_to(n).freeze();
+                return Ok(if self.forward(&bytes)? {
+                    Step::Progress
+                } else {
+                    Step::Terminated
+                });
+            }
+        }
         // A new batch goes to a replica only once it has answered the previous one: a
         // pipelined write must not follow a read onto a read-only server. Messages that
         // continue an open batch (up to its Sync) always go on, or the server would wait
@@ -587,6 +602,23 @@ fn completes_rollback(raw: &[u8]) -> bool {
 }
 
 /// Length of all complete messages at the start of `buf`.
+/// The length of the complete CopyData, CopyDone and CopyFail messages at the start of `buf`
+/// (0: none; a client sends them only while a COPY it started runs).
+fn copy_frames_len(buf: &[u8], max: usize) -> Result<usize, ProxyError> {
+    use herd_wire::frontend::tag;
+    let mut offset = 0;
+    while let Some((frame, used)) = herd_wire::split_frame(&buf[offset..], max)? {
+        if !matches!(frame.tag, tag::COPY_DATA | tag::COPY_DONE | tag::COPY_FAIL) {
+            break;
+        }
+        offset += used;
+        if frame.tag != tag::COPY_DATA {
+            break;
+        }
+    }
+    Ok(offset)
+}
+
 fn complete_frames_len(buf: &[u8], max: usize) -> Result<Option<usize>, ProxyError> {
     let mut offset = 0;
     while let Some((_, used)) = herd_wire::split_frame(&buf[offset..], max)? {

@@ -142,8 +142,10 @@ impl Translator<'_> {
                 to_server.extend_from_slice(frame.raw);
                 self.att.tracker.sent(Expect::Query, false, None);
             }
-            tag::FLUSH | tag::COPY_DATA | tag::COPY_DONE | tag::COPY_FAIL => {
-                to_server.extend_from_slice(frame.raw)
+            tag::FLUSH | tag::COPY_DATA => to_server.extend_from_slice(frame.raw),
+            tag::COPY_DONE | tag::COPY_FAIL => {
+                to_server.extend_from_slice(frame.raw);
+                self.att.tracker.copy_ended();
             }
             tag::TERMINATE => return Ok(Flow::Terminate),
             other => {
