@@ -126,17 +126,10 @@ pub fn insert_values(sql: &str, rows: &[Vec<Literal>], width: usize) -> Result<S
         .next()
         .and_then(|s| s.stmt)
         .ok_or("the rows' VALUES did not parse")?;
-    let parsed = pg_query::parse(sql, 0).map_err(|e| e.to_string())?;
-    let mut tree = parsed.protobuf;
-    let [raw] = tree.stmts.as_mut_slice() else {
-        return Err("one INSERT statement expected".into());
-    };
-    let Some(node::Node::InsertStmt(insert)) = raw.stmt.as_mut().and_then(|s| s.node.as_mut())
-    else {
-        return Err("an INSERT statement expected".into());
-    };
-    insert.select_stmt = Some(new_select);
-    pg_query::deparse(&tree, Default::default()).map_err(|e| e.to_string())
+    crate::split::rewrite_insert(sql, |insert| {
+        insert.select_stmt = Some(new_select);
+        Ok(())
+    })
 }
 
 /// Appends `value` as SQL: `NULL`, `'text'` or `'text'::type` (quotes doubled; with

@@ -48,6 +48,14 @@ pub fn statements(sql: &str) -> Option<Vec<String>> {
 
 /// `sql` (an INSERT … VALUES) with only the VALUES rows at `keep` (0-based, ascending).
 pub fn insert_rows(sql: &str, keep: &[usize]) -> Result<String, String> {
+    rewrite_insert(sql, |insert| keep_rows(insert, keep))
+}
+
+/// Parses `sql`, one INSERT statement, lets `change` rewrite it, and deparses the result.
+pub(crate) fn rewrite_insert(
+    sql: &str,
+    change: impl FnOnce(&mut pg_query::protobuf::InsertStmt) -> Result<(), String>,
+) -> Result<String, String> {
     let parsed = pg_query::parse(sql, 0).map_err(|e| e.to_string())?;
     let mut tree = parsed.protobuf;
     let [raw] = tree.stmts.as_mut_slice() else {
@@ -57,6 +65,12 @@ pub fn insert_rows(sql: &str, keep: &[usize]) -> Result<String, String> {
     else {
         return Err("an INSERT statement expected".into());
     };
+    change(insert)?;
+    pg_query::deparse(&tree, Default::default()).map_err(|e| e.to_string())
+}
+
+/// Keeps only the VALUES rows at `keep` of `insert`.
+fn keep_rows(insert: &mut pg_query::protobuf::InsertStmt, keep: &[usize]) -> Result<(), String> {
     let Some(node::Node::SelectStmt(select)) =
         insert.select_stmt.as_mut().and_then(|s| s.node.as_mut())
     else {
@@ -72,7 +86,7 @@ pub fn insert_rows(sql: &str, keep: &[usize]) -> Result<String, String> {
         .filter(|(i, _)| keep.contains(i))
         .map(|(_, r)| r)
         .collect();
-    pg_query::deparse(&tree, Default::default()).map_err(|e| e.to_string())
+    Ok(())
 }
 
 #[cfg(test)]
