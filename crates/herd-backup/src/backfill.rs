@@ -97,16 +97,32 @@ pub fn push_segments(
     let stanza = crate::stanza(group);
     let option = format!("--pg1-path={}", pg_path.display());
     for s in segments {
-        runner.run_with_params(
-            Some(&stanza),
-            "archive-push",
-            std::slice::from_ref(&option),
-            &[s.display().to_string()],
-            &mut |_| {},
-        )?;
+        // The new primary's archiver pushes to the same stanza at the same moments (right
+        // after a failover it archives its first segments): a push that fails is tried again,
+        // a few times, before the failure is reported.
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match runner.run_with_params(
+                Some(&stanza),
+                "archive-push",
+                std::slice::from_ref(&option),
+                &[s.display().to_string()],
+                &mut |_| {},
+            ) {
+                Ok(_) => break,
+                Err(e) if attempt >= PUSH_ATTEMPTS => return Err(e),
+                Err(_) => {
+                    std::thread::sleep(std::time::Duration::from_millis(500 * attempt as u64));
+                }
+            }
+        }
     }
     Ok(segments.len())
 }
+
+/// How many times one segment's push is tried.
+const PUSH_ATTEMPTS: u32 = 4;
 
 /// `(timeline, log, segment)` of a segment file name (24 hex digits, nothing after).
 fn segment(name: &str) -> Option<(u32, u64, u64)> {
