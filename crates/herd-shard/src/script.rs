@@ -64,15 +64,9 @@ pub fn script(
             | Plan::Group { .. }
             | Plan::AllGroups { .. }
             | Plan::WriteAllGroups(_)
-            | Plan::InsertSplit(_) => {}
+            | Plan::InsertSplit(_)
+            | Plan::InsertSelect(_) => {}
             Plan::Refuse(why) => return Err(why.clone()),
-            Plan::InsertSelect(_) => {
-                return Err(
-                    "an INSERT … SELECT whose rows go to several shard groups runs alone, not \
-                     in a string of several statements: send it separately"
-                        .into(),
-                )
-            }
             _ => {
                 return Err(
                     "a statement of this query string runs on every shard group outside a \

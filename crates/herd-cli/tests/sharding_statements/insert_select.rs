@@ -108,11 +108,21 @@ pub async fn insert_select(client: &Client, url: &str, groups: &[String]) {
         ],
     )
     .await;
+    // In a string of several statements (psql -c), each statement in turn, one transaction.
+    let string =
+        "begin; insert into COPIED (k, v) select g, 'str' from generate_series(700001, 700040) g; \
+                  update COPIED set v = 'str2' where k = 700001; commit";
+    for one in [false, true] {
+        client
+            .batch_execute(&on(string, one))
+            .await
+            .unwrap_or_else(|e| panic!("{string}: {e}"));
+    }
     // The same rows as on one server, and each where its key says.
     let all = "select * from COPIED order by k";
     let rows = simple(client, &on(all, false)).await;
     assert_eq!(rows, simple(client, &on(all, true)).await);
-    assert_eq!(rows.len(), 200 + 60 + 2 + 12);
+    assert_eq!(rows.len(), 200 + 60 + 2 + 12 + 40);
     let mut found = 0;
     for row in &rows {
         let k = row[0].clone().expect("a key");
