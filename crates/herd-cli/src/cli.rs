@@ -62,6 +62,12 @@ enum Command {
     /// Restore a backed-up cluster into a new data directory, to a moment (point-in-time
     /// recovery) or to the end of its archived WAL; `herd up --data-dir NEW` then runs it.
     Restore(crate::restore::RestoreArgs),
+    /// The cluster's certificate authority: make it, issue certificates from it, show them
+    /// with their expiry.
+    Certs {
+        #[command(subcommand)]
+        command: crate::certs::CertsCommand,
+    },
     /// Run this host's PostgreSQL node of a multi-host cluster kept in etcd.
     Agent(crate::hosts::AgentArgs),
     /// The fencing watchdog `herd agent` starts (not for direct use).
@@ -484,6 +490,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             crate::backup::run(&args.dir.layout()?, args.kind, args.from_primary).await
         }
         Command::Restore(args) => crate::restore::run(args).await,
+        Command::Certs { command } => crate::certs::run(command),
         Command::Agent(args) => crate::hosts::agent(args).await,
         Command::AgentWatchdog(args) => crate::hosts::watchdog(args),
         Command::Proxy(args) => crate::hosts::proxy(args).await,

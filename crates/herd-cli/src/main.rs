@@ -6,6 +6,7 @@ mod backup;
 mod backup_setup;
 mod bench;
 mod bench_interrupt;
+mod certs;
 mod cli;
 mod client_tls;
 mod commit_waits;

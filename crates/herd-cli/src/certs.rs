@@ -1,0 +1,158 @@
+//! `herd certs`: the cluster's certificate authority (issue #42). `init` makes it in the
+//! secrets directory (or keeps the one there: an operator's own CA is the same two files),
+//! `issue` makes a certificate for a host from it, `show` lists the CA and the certificates
+//! under a directory with their names and how long they remain valid (and warns about those
+//! that end within 30 days).
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
+use clap::{Args, Subcommand};
+use herd_certs::{ClusterCa, RENEW_BEFORE_DAYS};
+
+use crate::cli::DataDirArg;
+
+/// `herd certs …`.
+#[derive(Debug, Subcommand)]
+pub enum CertsCommand {
+    /// Make the cluster's CA in DATA/secrets (ca.crt, ca.key, mode 0600), unless one is there.
+    Init {
+        #[command(flatten)]
+        dir: DataDirArg,
+        /// The cluster's name, written into the CA's subject.
+        #[arg(long, default_value = "herd")]
+        cluster: String,
+    },
+    /// Issue a certificate (and its key) from the cluster's CA for a host's names.
+    Issue(IssueArgs),
+    /// The CA and every certificate under the data directory: names and days left.
+    Show {
+        #[command(flatten)]
+        dir: DataDirArg,
+    },
+}
+
+/// Options of `herd certs issue`.
+#[derive(Debug, Args)]
+pub struct IssueArgs {
+    #[command(flatten)]
+    dir: DataDirArg,
+    /// The certificate's common name (e.g. the host's member name).
+    name: String,
+    /// A DNS name or IP address the certificate is valid for; repeat for each.
+    #[arg(long = "host", value_name = "NAME|IP", required = true)]
+    hosts: Vec<String>,
+    /// Where NAME.crt and NAME.key go (created; the key with mode 0600).
+    #[arg(long, value_name = "DIR")]
+    out: PathBuf,
+}
+
+/// Runs a `herd certs` command.
+pub fn run(command: CertsCommand) -> anyhow::Result<()> {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0);
+    match command {
+        CertsCommand::Init { dir, cluster } => {
+            let secrets = dir.layout()?.secrets();
+            let existed = ClusterCa::load(&secrets)?.is_some();
+            let ca = ClusterCa::load_or_make(&secrets, &cluster)?;
+            let info = herd_certs::info(&ca.cert_pem)?;
+            crate::output::emitln!(
+                "{} {} in {} (valid {} more days)",
+                if existed {
+                    "kept the CA"
+                } else {
+                    "made the CA"
+                },
+                info.subject,
+                secrets.display(),
+                info.days_left(now)
+            );
+            Ok(())
+        }
+        CertsCommand::Issue(a) => {
+            let secrets = a.dir.layout()?.secrets();
+            let ca = ClusterCa::load(&secrets)?.with_context(|| {
+                format!(
+                    "no CA in {} (ca.crt, ca.key): run `herd certs init` first, or copy the \
+                     cluster's secrets directory here",
+                    secrets.display()
+                )
+            })?;
+            std::fs::create_dir_all(&a.out)
+                .with_context(|| format!("creating {}", a.out.display()))?;
+            let crt = a.out.join(format!("{}.crt", a.name));
+            let key = a.out.join(format!("{}.key", a.name));
+            herd_certs::ensure_issued(&ca, &crt, &key, &a.name, &a.hosts, now)?;
+            let info = herd_certs::info(&std::fs::read_to_string(&crt)?)?;
+            crate::output::emitln!(
+                "{} for {} (valid {} days): {}, key {}",
+                info.subject,
+                info.names.join(", "),
+                info.days_left(now),
+                crt.display(),
+                key.display()
+            );
+            Ok(())
+        }
+        CertsCommand::Show { dir } => show(dir.layout()?.root(), now),
+    }
+}
+
+/// Lists the CA of `data/secrets` and every `*.crt` under `data`.
+fn show(data: &Path, now: i64) -> anyhow::Result<()> {
+    let mut found = Vec::new();
+    collect(data, &mut found, 0);
+    found.sort();
+    if found.is_empty() {
+        anyhow::bail!(
+            "no certificate under {} (`herd certs init` makes the cluster's CA)",
+            data.display()
+        );
+    }
+    let mut expiring = 0;
+    for path in found {
+        let pem = std::fs::read_to_string(&path)?;
+        match herd_certs::info(&pem) {
+            Ok(info) => {
+                let days = info.days_left(now);
+                let warn = days < RENEW_BEFORE_DAYS;
+                expiring += usize::from(warn);
+                crate::output::emitln!(
+                    "{}{}: {} [{}] {} days left",
+                    if warn { "WARNING: " } else { "" },
+                    path.display(),
+                    info.subject,
+                    info.names.join(", "),
+                    days
+                );
+            }
+            Err(e) => crate::output::emitln!("{}: not readable ({e})", path.display()),
+        }
+    }
+    if expiring > 0 {
+        anyhow::bail!(
+            "{expiring} certificate(s) end within {RENEW_BEFORE_DAYS} days: issue them again \
+             (`herd certs issue`)"
+        );
+    }
+    Ok(())
+}
+
+/// Every `*.crt` under `dir` (a few levels deep; node data directories skipped but for their
+/// top level, where PostgreSQL's server certificate lives).
+fn collect(dir: &Path, out: &mut Vec<PathBuf>, depth: usize) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_dir() && depth < 3 {
+            collect(&path, out, depth + 1);
+        } else if path.extension().is_some_and(|e| e == "crt") {
+            out.push(path);
+        }
+    }
+}
