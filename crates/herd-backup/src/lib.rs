@@ -23,7 +23,9 @@ pub use backfill::{
 };
 pub use error::BackupError;
 pub use info::{parse_info, BackupInfo};
-pub use points::{read_points, record_point, RestorePoint};
+pub use points::{
+    newest_point_before, point_on_every_group, read_points, record_point, RestorePoint,
+};
 pub use run::{BackupKind, Event, Runner};
 pub use setup::{archive_command, restore_command, stanza, Paths, PgNode, Setup, Stanza};
 pub use target::{choose_set, valid_point_name, Target};

@@ -30,6 +30,7 @@ mod proxy_api;
 mod proxy_groups;
 mod proxy_registry;
 mod restore;
+mod restore_groups;
 mod restore_point;
 mod shard_move;
 mod shards;

@@ -1,34 +1,30 @@
-//! `herd backup restore-point NAME`: a named point in the WAL (`pg_create_restore_point` on
-//! shard group 0's primary) that `herd restore --to NAME` restores to, recorded in the data
-//! directory (herd-backup's `RestorePoint`).
+//! `herd backup restore-point NAME`: a named point in the WAL that `herd restore --to NAME`
+//! restores to, recorded in the data directory (herd-backup's `RestorePoint`, one record per
+//! shard group). One group: `pg_create_restore_point` on its primary, from here. Several
+//! groups: the supervisor takes it (`POST /restore-point`, [`take`]) with the endpoint's
+//! two-phase commits held, so that no cross-group transaction is half in it.
+
+use std::time::Duration;
 
 use anyhow::{bail, Context};
 use herd_backup::{Paths, RestorePoint};
 use herd_cluster::Layout;
 use herd_core::Lsn;
 
-/// `herd backup restore-point NAME`.
-pub async fn run(layout: &Layout, name: &str) -> anyhow::Result<()> {
-    let config = crate::backup::backup_config(layout)?;
+/// How long a restore point across groups waits for the second phases of two-phase commits
+/// under way before it refuses (they take milliseconds; a longer wait means a group's primary
+/// is in trouble, and every cross-group commit would wait as long).
+const COMMITS_WAIT: Duration = Duration::from_secs(5);
+
+/// One restore point at a time, so that two requests cannot both find a name unused.
+static TAKING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Refuses a name PostgreSQL or a restore could not use, or one recorded already.
+fn check_name(layout: &Layout, name: &str) -> anyhow::Result<()> {
     if !herd_backup::valid_point_name(name) {
         bail!(
             "'{name}' cannot name a restore point: a letter or '_' first, then letters, digits, \
              '_', '-' or '.', at most 63 characters"
-        );
-    }
-    let groups = herd_cluster::existing_groups(layout).max(config.cluster.shards);
-    if groups > 1 {
-        bail!(
-            "the cluster has {groups} shard groups: a restore point consistent across groups \
-             needs two-phase commits held while every group takes its point, which is not done \
-             yet (docs/backup-status.md)"
-        );
-    }
-    if !herd_cluster::supervisor_running(layout) {
-        bail!(
-            "the cluster in {} is not running: start it with `herd up` (the point is written \
-             by its primary)",
-            layout.root().display()
         );
     }
     let file = Paths::new(layout.root()).restore_points();
@@ -39,6 +35,33 @@ pub async fn run(layout: &Layout, name: &str) -> anyhow::Result<()> {
         // PostgreSQL would accept it, and a restore would stop at the first of the two.
         bail!("a restore point named {name} exists already ({p}): choose another name");
     }
+    Ok(())
+}
+
+/// `herd backup restore-point NAME`.
+pub async fn run(layout: &Layout, name: &str) -> anyhow::Result<()> {
+    let config = crate::backup::backup_config(layout)?;
+    check_name(layout, name)?;
+    if !herd_cluster::supervisor_running(layout) {
+        bail!(
+            "the cluster in {} is not running: start it with `herd up` (the point is written \
+             by its primary)",
+            layout.root().display()
+        );
+    }
+    let groups = herd_cluster::existing_groups(layout).max(config.cluster.shards);
+    if groups > 1 {
+        // The name is checked above (a clear error without a round trip) and again by the
+        // supervisor, which alone records points.
+        let text = crate::admin::request_text(layout, format!("/restore-point?name={name}"))
+            .await?;
+        crate::output::emitln!(
+            "{text}\nRestore to it with: herd restore --to {name} --from-data-dir {} --data-dir NEW-DIR",
+            layout.root().display()
+        );
+        return Ok(());
+    }
+    let file = Paths::new(layout.root()).restore_points();
     let cluster = crate::status::open(layout)?;
     let primary = cluster.state.primary.clone();
     let client = herd_pg::connect(&cluster.conn_spec(&primary))
@@ -61,6 +84,7 @@ pub async fn run(layout: &Layout, name: &str) -> anyhow::Result<()> {
         name: name.to_string(),
         lsn,
         time: row.try_get(1).context("reading the time")?,
+        group: 0,
     };
     // The segment holding the point is archived now, not at the next archive_timeout: a
     // restore from the repository alone can reach it at once.
@@ -75,4 +99,53 @@ pub async fn run(layout: &Layout, name: &str) -> anyhow::Result<()> {
         layout.root().display()
     );
     Ok(())
+}
+
+/// Supervisor side of `POST /restore-point?name=N`: the point on every group's primary while
+/// the endpoint holds the second phases of two-phase commits, recorded (even when it failed
+/// part way, so the name is never used twice); what happened, or why not.
+pub async fn take(
+    proxy: &herd_proxy::ProxyContext,
+    layout: &Layout,
+    name: &str,
+) -> anyhow::Result<String> {
+    let _one = TAKING.lock().await;
+    check_name(layout, name)?;
+    let outcome = proxy.restore_point(name, COMMITS_WAIT).await;
+    let file = Paths::new(layout.root()).restore_points();
+    let mut lines = Vec::new();
+    for p in &outcome.written {
+        let point = RestorePoint {
+            name: name.to_string(),
+            lsn: p
+                .lsn
+                .parse()
+                .with_context(|| format!("reading group {}'s position {}", p.group, p.lsn))?,
+            time: p.time,
+            group: p.group,
+        };
+        herd_backup::record_point(&file, &point)?;
+        lines.push(format!("  shard group {}: {}", p.group, point.lsn));
+    }
+    if let Some(e) = outcome.error {
+        if outcome.written.is_empty() {
+            bail!("no restore point was taken: {e}");
+        }
+        bail!(
+            "the restore point {name} failed part way ({e}); written on {} of {} groups, \
+             recorded so the name is not used again, but a restore to it is refused",
+            outcome.written.len(),
+            proxy.groups()
+        );
+    }
+    let when = outcome
+        .written
+        .first()
+        .map(|p| herd_backup::format_utc(p.time))
+        .unwrap_or_default();
+    Ok(format!(
+        "Restore point {name} at {when} on {} shard groups (two-phase commits held meanwhile):\n{}",
+        outcome.written.len(),
+        lines.join("\n")
+    ))
 }
