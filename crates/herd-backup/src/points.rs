@@ -64,7 +64,7 @@ pub fn record_point(file: &Path, point: &RestorePoint) -> Result<(), BackupError
         "{}\t{}\t{}\t{}",
         point.name, point.lsn, point.time, point.group
     )
-        .map_err(|e| BackupError::io("writing", file, e))
+    .map_err(|e| BackupError::io("writing", file, e))
 }
 
 /// The records of the point `name`, one per group of `groups` (index = group), or why a restore
@@ -106,7 +106,11 @@ pub fn point_on_every_group<'a>(
 /// The newest point written on every one of `groups` groups at or before `time` (microseconds
 /// since the epoch; a point's time is group 0's): what a restore of a sharded cluster to a time
 /// uses, since only a point is consistent across groups.
-pub fn newest_point_before(points: &[RestorePoint], time: i64, groups: u32) -> Option<&RestorePoint> {
+pub fn newest_point_before(
+    points: &[RestorePoint],
+    time: i64,
+    groups: u32,
+) -> Option<&RestorePoint> {
     points
         .iter()
         .filter(|p| p.group == 0 && p.time <= time)
@@ -198,13 +202,22 @@ mod tests {
             }
         }
         // A time maps to the newest complete point at or before it.
-        for (time, want) in [(9, None), (10, Some("a")), (25, Some("a")), (30, Some("b")), (99, Some("b"))] {
+        for (time, want) in [
+            (9, None),
+            (10, Some("a")),
+            (25, Some("a")),
+            (30, Some("b")),
+            (99, Some("b")),
+        ] {
             assert_eq!(
                 newest_point_before(&points, time, 2).map(|p| p.name.as_str()),
                 want,
                 "{time}"
             );
         }
-        assert_eq!(newest_point_before(&points, 25, 1).map(|p| p.name.as_str()), Some("half"));
+        assert_eq!(
+            newest_point_before(&points, 25, 1).map(|p| p.name.as_str()),
+            Some("half")
+        );
     }
 }

@@ -66,7 +66,9 @@ pub async fn run(layout: &Layout, kind: BackupKind, from_primary: bool) -> anyho
         // A point consistent across groups right after the backups: a restore of the whole
         // cluster needs one (each group's WAL alone is not consistent with the others').
         let name = format!("backup-{}", labels[0].0);
-        progress.phase(&format!("restore point {name} across the {groups} shard groups"));
+        progress.phase(&format!(
+            "restore point {name} across the {groups} shard groups"
+        ));
         match crate::admin::request_text(layout, format!("/restore-point?name={name}")).await {
             Ok(_) => point = Some(name),
             Err(e) => eprintln!(

@@ -311,6 +311,12 @@ fn choose_backup(
     Ok(herd_backup::choose_set(&backups, target, now, point)?.clone())
 }
 
+/// The stored password verifiers of the new passwords, set on every group.
+struct Verifiers {
+    superuser: String,
+    replication: String,
+}
+
 /// Makes the new cluster: its shared files (settings, passwords, pgBackRest's configuration),
 /// then each group from `sets[group]`, one after the other.
 async fn build_all(
@@ -323,6 +329,12 @@ async fn build_all(
     progress: &TermProgress,
 ) -> anyhow::Result<Vec<Cluster>> {
     let secrets = Secrets::generate();
+    // One verifier (one salt) per role on every group: the endpoint logs into each group with
+    // the key a client proved on group 0.
+    let verifiers = Verifiers {
+        superuser: herd_pg::scram_verifier(&secrets.superuser),
+        replication: herd_pg::scram_verifier(&secrets.replication),
+    };
     for dir in [
         layout.root().to_path_buf(),
         layout.nodes(),
@@ -350,7 +362,7 @@ async fn build_all(
             config: config.clone(),
             secrets: secrets.clone(),
         };
-        clusters.push(build(cluster, pg, repository, set, target, progress).await?);
+        clusters.push(build(cluster, pg, repository, set, target, &verifiers, progress).await?);
     }
     Ok(clusters)
 }
@@ -363,6 +375,7 @@ async fn build(
     repository: &Path,
     set: &BackupInfo,
     target: &Target,
+    verifiers: &Verifiers,
     progress: &TermProgress,
 ) -> anyhow::Result<Cluster> {
     let layout = &cluster.layout;
@@ -427,13 +440,12 @@ async fn build(
     progress.done(&format!("backup {} restored into {primary}", set.label));
 
     progress.phase("replaying the archived WAL to the target, then promoting");
-    recover(&cluster, pg).await?;
+    recover(&cluster, pg, verifiers).await?;
     let _ = std::fs::remove_file(&source_conf);
     progress.done("recovered to the target and promoted; passwords set");
 
     cluster.start_node(pg, &primary).await?;
-    if let Err(e) =
-        crate::backup_setup::create_stanza(layout, &cluster.config, pg.os_user(), group)
+    if let Err(e) = crate::backup_setup::create_stanza(layout, &cluster.config, pg.os_user(), group)
     {
         // The cluster is whole without it; `herd up` creates the stanza again.
         eprintln!("warning: {e:#}\n(`herd up` tries again)");
@@ -448,7 +460,7 @@ async fn build(
 /// Starts the restored primary with only its superuser admitted, on the private socket and
 /// without a password (the old passwords are unknown here), waits until recovery reached the
 /// target and promoted, resets the recovery settings, sets the new passwords, and stops it.
-async fn recover(cluster: &Cluster, pg: &Pg) -> anyhow::Result<()> {
+async fn recover(cluster: &Cluster, pg: &Pg, verifiers: &Verifiers) -> anyhow::Result<()> {
     let primary = &cluster.state.primary;
     let dir = cluster.layout.node(primary);
     cluster.write_conf(pg, primary)?;
@@ -503,14 +515,8 @@ async fn recover(cluster: &Cluster, pg: &Pg) -> anyhow::Result<()> {
             .await
             .with_context(|| format!("resetting {setting}"))?;
     }
-    herd_pg::ensure_role(&client, SUPERUSER, &cluster.secrets.superuser, false).await?;
-    herd_pg::ensure_role(
-        &client,
-        REPLICATION_USER,
-        &cluster.secrets.replication,
-        true,
-    )
-    .await?;
+    herd_pg::ensure_role_verifier(&client, SUPERUSER, &verifiers.superuser, false).await?;
+    herd_pg::ensure_role_verifier(&client, REPLICATION_USER, &verifiers.replication, true).await?;
     drop(client);
     pg.stop(&dir, StopMode::Fast).await?;
     Ok(())

@@ -126,8 +126,14 @@ mod tests {
         let cases: [(Target, Result<(&str, bool), &str>); 8] = [
             (Target::Name("a".into()), Ok(("a", false))),
             (Target::Name("b".into()), Ok(("b", false))),
-            (Target::Name("half".into()), Err("not written on shard group 1")),
-            (Target::Name("zz".into()), Err("no restore point named 'zz'")),
+            (
+                Target::Name("half".into()),
+                Err("not written on shard group 1"),
+            ),
+            (
+                Target::Name("zz".into()),
+                Err("no restore point named 'zz'"),
+            ),
             (Target::Time(250), Ok(("a", true))),
             (Target::Time(99), Err("none was taken at or before")),
             (Target::Lsn(Lsn(5)), Err("not one moment across them")),

@@ -53,8 +53,8 @@ pub async fn run(layout: &Layout, name: &str) -> anyhow::Result<()> {
     if groups > 1 {
         // The name is checked above (a clear error without a round trip) and again by the
         // supervisor, which alone records points.
-        let text = crate::admin::request_text(layout, format!("/restore-point?name={name}"))
-            .await?;
+        let text =
+            crate::admin::request_text(layout, format!("/restore-point?name={name}")).await?;
         crate::output::emitln!(
             "{text}\nRestore to it with: herd restore --to {name} --from-data-dir {} --data-dir NEW-DIR",
             layout.root().display()

@@ -72,7 +72,12 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_point_waits_for_second_phases_under_way_and_holds_new_ones() {
         // (second phases under way, do they end within the wait, point taken)
-        let cases = [(0, true, true), (1, true, true), (3, true, true), (1, false, false)];
+        let cases = [
+            (0, true, true),
+            (1, true, true),
+            (3, true, true),
+            (1, false, false),
+        ];
         for (under_way, they_end, taken) in cases {
             let gate = CommitGate::default();
             let mut phases = Vec::new();

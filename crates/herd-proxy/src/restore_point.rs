@@ -74,8 +74,7 @@ impl ProxyContext {
         let sql = "select pg_create_restore_point($1)::text, \
                    (extract(epoch from clock_timestamp()) * 1000000)::int8";
         for (g, client) in clients.iter().enumerate() {
-            let row = match tokio::time::timeout(PER_GROUP, client.query_one(sql, &[&name])).await
-            {
+            let row = match tokio::time::timeout(PER_GROUP, client.query_one(sql, &[&name])).await {
                 Ok(Ok(row)) => row,
                 Ok(Err(e)) => {
                     outcome.error = Some(format!("shard group {g}: {e}"));
