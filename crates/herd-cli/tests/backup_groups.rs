@@ -129,6 +129,16 @@ async fn a_restore_point_across_groups_never_holds_half_a_transfer() {
         );
     }
 
+    // A moment after the backups' point and before the load: a restore to it uses that point.
+    let before_load: String = db
+        .query_one(
+            "select to_char(clock_timestamp() at time zone 'UTC', 'YYYY-MM-DD HH24:MI:SS.US')",
+            &[],
+        )
+        .await
+        .expect("now")
+        .get(0);
+
     // Transfers spanning the groups, from three sessions, while the point is taken.
     let stop = Arc::new(AtomicBool::new(false));
     let next_id = Arc::new(AtomicI64::new(0));
@@ -215,9 +225,22 @@ async fn a_restore_point_across_groups_never_holds_half_a_transfer() {
             &new_port,
         ])
     };
+    let repository = old.data_dir().join("backup-repo").display().to_string();
+    let from_repository = [
+        "restore",
+        "--to",
+        "mid-load",
+        "--repository",
+        &repository,
+        "--port",
+        &new_port,
+    ];
+    let err = refused(&new.herd(&from_repository));
+    assert!(err.contains("restore them with --from-data-dir"), "{err}");
     for (to, says) in [
         ("no-such-point", "no restore point named 'no-such-point'"),
         ("latest", "not one moment across them"),
+        ("0/3000060", "not one moment across them"),
         ("2000-01-01 00:00:00", "none was taken at or before"),
     ] {
         let err = refused(&restore(to));
@@ -228,8 +251,39 @@ async fn a_restore_point_across_groups_never_holds_half_a_transfer() {
         );
     }
 
+    // A time maps to the newest point at or before it (said so): here the backups' point, with
+    // no transfer yet. Restored at the same time as the point (a cluster of its own, not
+    // started).
+    let by_time = {
+        let (old_dir, before_load) = (old_dir.clone(), before_load.clone());
+        tokio::task::spawn_blocking(move || {
+            let c = cluster();
+            let port = c.port.to_string();
+            let args = [
+                "restore",
+                "--to",
+                &before_load,
+                "--from-data-dir",
+                &old_dir,
+                "--port",
+                &port,
+            ];
+            (c.herd(&args), c)
+        })
+    };
     let out = tokio::task::block_in_place(|| restore("mid-load"));
     assert!(out.status.success(), "restore: {}", describe(&out));
+    let (by_time, _time_cluster) = by_time.await.expect("restore by time");
+    assert!(
+        by_time.status.success(),
+        "restore by time: {}",
+        describe(&by_time)
+    );
+    let said = String::from_utf8_lossy(&by_time.stderr);
+    assert!(
+        said.contains("restoring to the restore point 'backup-"),
+        "{said}"
+    );
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         text.contains("shard group 0 from backup") && text.contains("shard group 1 from backup"),
