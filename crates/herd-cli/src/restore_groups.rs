@@ -123,7 +123,8 @@ mod tests {
             point("b", 1, 301),
         ];
         // (target, Ok((name, noted)) or a word of the error)
-        let cases: [(Target, Result<(&str, bool), &str>); 8] = [
+        type Want = Result<(&'static str, bool), &'static str>;
+        let cases: [(Target, Want); 8] = [
             (Target::Name("a".into()), Ok(("a", false))),
             (Target::Name("b".into()), Ok(("b", false))),
             (
