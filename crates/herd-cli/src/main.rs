@@ -3,6 +3,7 @@
 mod admin;
 mod agent_slots;
 mod backup;
+mod backup_schedule;
 mod backup_setup;
 mod bench;
 mod bench_interrupt;
