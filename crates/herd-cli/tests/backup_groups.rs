@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::groups::group;
 use common::{cluster, connect};
 use herd_testkit::describe;
 
@@ -75,7 +76,7 @@ async fn a_restore_point_across_groups_never_holds_half_a_transfer() {
         "[backup]\nenabled = true\n",
     )
     .expect("herd.toml");
-    old.up(&["--shards", "2", "--replicas", "0"]);
+    old.up(&["--shards", "2", "--replicas", "1"]);
     let endpoint = old.url(&[]);
     let db = connect(&endpoint).await;
     db.batch_execute(
@@ -116,6 +117,11 @@ async fn a_restore_point_across_groups_never_holds_half_a_transfer() {
             "group {g}: {out}"
         );
     }
+    assert_eq!(
+        out.matches("copied from a standby").count(),
+        2,
+        "each group's from its standby: {out}"
+    );
     assert!(out.contains("Restore point backup-"), "{out}");
     let list = old.herd_ok(&["backup", "list"]);
     assert!(list.starts_with("GROUP"), "{list}");
@@ -290,12 +296,27 @@ async fn a_restore_point_across_groups_never_holds_half_a_transfer() {
         "{text}"
     );
     new.up(&[]);
+    // The same topology: two groups, each with its replica streaming from its restored primary.
     let status = new.status();
     assert_eq!(
         status["groups"].as_array().map(Vec::len),
         Some(1),
         "a second group: {status}"
     );
+    for g in 0..2 {
+        herd_testkit::wait_until(
+            Duration::from_secs(30),
+            &format!("group {g}'s replica streaming"),
+            || {
+                let nodes = group(&new.status(), g)["nodes"].clone();
+                nodes
+                    .as_array()?
+                    .iter()
+                    .any(|n| n["role"] == "replica" && n["state"] == "streaming")
+                    .then_some(())
+            },
+        );
+    }
     let restored = connect(&new.url(&[])).await;
     let sum: i64 = restored
         .query_one("select sum(balance)::bigint from accounts", &[])

@@ -95,7 +95,9 @@ async fn scheduled_backups_of_every_group_one_at_a_time() {
     );
     for n in &names {
         assert!(
-            points.lines().any(|l| l.starts_with(&format!("{n}\t")) && l.ends_with("\t1")),
+            points
+                .lines()
+                .any(|l| l.starts_with(&format!("{n}\t")) && l.ends_with("\t1")),
             "{n} on group 1: {points}"
         );
     }
