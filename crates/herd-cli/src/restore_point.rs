@@ -144,8 +144,9 @@ pub async fn take(
         .map(|p| herd_backup::format_utc(p.time))
         .unwrap_or_default();
     Ok(format!(
-        "Restore point {name} at {when} on {} shard groups (two-phase commits held meanwhile):\n{}",
+        "Restore point {name} at {when} on {} shard groups (two-phase commits held for {:.1} ms):\n{}",
         outcome.written.len(),
+        outcome.held.as_secs_f64() * 1000.0,
         lines.join("\n")
     ))
 }

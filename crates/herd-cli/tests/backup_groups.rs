@@ -180,8 +180,17 @@ async fn a_restore_point_across_groups_never_holds_half_a_transfer() {
     assert!(out.status.success(), "restore point: {}", describe(&out));
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
-        text.contains("Restore point mid-load at ") && text.contains("shard group 1: "),
+        text.contains("Restore point mid-load at ")
+            && text.contains("two-phase commits held for ")
+            && text.contains("shard group 1: "),
         "{text}"
+    );
+    eprintln!("{text}");
+    // Counted: the backups' point and this one.
+    let metrics = common::api_get_text(old.api_port(), "/metrics");
+    assert!(
+        metrics.contains("herd_restore_points_total{outcome=\"taken\"} 2"),
+        "{metrics}"
     );
     // The load goes on after the point.
     common::eventually(Duration::from_secs(30), "transfers after the point", || {

@@ -35,6 +35,8 @@ pub struct PointOutcome {
     pub written: Vec<GroupPoint>,
     /// Why the point is not complete.
     pub error: Option<String>,
+    /// How long second phases of two-phase commits were held (the gate closed).
+    pub held: Duration,
 }
 
 impl ProxyContext {
@@ -68,9 +70,11 @@ impl ProxyContext {
             Ok(c) => c,
             Err(e) => {
                 outcome.error = Some(e.to_string());
+                self.count_point(&outcome);
                 return outcome;
             }
         };
+        let held_since = std::time::Instant::now();
         let sql = "select pg_create_restore_point($1)::text, \
                    (extract(epoch from clock_timestamp()) * 1000000)::int8";
         for (g, client) in clients.iter().enumerate() {
@@ -101,6 +105,8 @@ impl ProxyContext {
             }
         }
         drop(closed);
+        outcome.held = held_since.elapsed();
+        self.count_point(&outcome);
         if outcome.error.is_none() {
             for (g, client) in clients.iter().enumerate() {
                 // Archived now rather than at the next archive_timeout; the point is written
@@ -111,5 +117,16 @@ impl ProxyContext {
             }
         }
         outcome
+    }
+
+    /// Counts a restore point in `/metrics` by outcome: taken, refused (nothing written) or
+    /// partial (written on some groups only).
+    fn count_point(&self, outcome: &PointOutcome) {
+        let label = match (&outcome.error, outcome.written.is_empty()) {
+            (None, _) => "outcome=\"taken\"",
+            (Some(_), true) => "outcome=\"refused\"",
+            (Some(_), false) => "outcome=\"partial\"",
+        };
+        self.metrics.inc("herd_restore_points_total", label);
     }
 }
