@@ -42,21 +42,15 @@ pub fn spawn(
     if !config.backup.is_enabled() || !schedule.is_on() {
         return None;
     }
-    let groups = herd_cluster::existing_groups(&links.layout).max(config.cluster.shards);
     tracing::info!(
         full_every_s = schedule.full_every_s,
         incr_every_s = schedule.incr_every_s,
         "scheduled backups on"
     );
-    Some(tokio::spawn(run(links, schedule, groups, shutdown)))
+    Some(tokio::spawn(run(links, schedule, shutdown)))
 }
 
-async fn run(
-    links: ScheduleLinks,
-    schedule: Schedule,
-    groups: u32,
-    mut shutdown: watch::Receiver<bool>,
-) {
+async fn run(links: ScheduleLinks, schedule: Schedule, mut shutdown: watch::Receiver<bool>) {
     loop {
         tokio::select! {
             _ = tokio::time::sleep(schedule.tick()) => {}
@@ -72,6 +66,8 @@ async fn run(
                 continue;
             }
         };
+        // Counted each round: `herd group add` may have added one (with its stanza).
+        let groups = herd_cluster::existing_groups(&links.layout);
         let mut first_label = None;
         for group in 0..groups {
             if *shutdown.borrow() {

@@ -1,7 +1,8 @@
 //! Scheduled backups (`[backup] full_every_s`, `incr_every_s`; real PostgreSQL, real
 //! pgBackRest): `herd up`'s supervisor takes a full backup of each shard group at once, then
 //! incremental ones at the interval, one backup at a time, with a restore point across the
-//! groups after each round.
+//! groups after each round; a group added while the cluster runs (`herd group add`) gets its
+//! stanza and its backups.
 
 mod common;
 
@@ -39,11 +40,22 @@ async fn scheduled_backups_of_every_group_one_at_a_time() {
         "[backup]\nenabled = true\nfull_every_s = 3600\nincr_every_s = 4\n",
     )
     .expect("herd.toml");
-    c.up(&["--shards", "2", "--replicas", "0"]);
+    c.up(&["--replicas", "0"]);
     let db = connect(&c.url(&[])).await;
     db.batch_execute("create table t (id int primary key); insert into t values (1)")
         .await
         .expect("a table");
+    // Group 0's first full backup, then a group added while the cluster runs.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !c.herd_ok(&["backup", "list"]).contains(" full ") {
+        assert!(
+            Instant::now() < deadline,
+            "no scheduled full backup after 60 s:\n{}",
+            c.log_tails()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    c.herd_ok(&["group", "add"]);
 
     // A full backup of each group at once, then incremental ones every 4 s: two of each
     // group's within 120 s (a backup of these small groups takes a few seconds).
