@@ -25,7 +25,8 @@ pub use backfill::{
 pub use error::BackupError;
 pub use info::{parse_info, BackupInfo};
 pub use points::{
-    newest_point_before, point_on_every_group, read_points, record_point, RestorePoint,
+    newest_point_before, point_on_every_group, read_points, record_point, repository_points,
+    RestorePoint,
 };
 pub use run::{BackupKind, Event, Runner};
 pub use schedule::Schedule;

@@ -49,6 +49,13 @@ pub fn read_points(file: &Path) -> Result<Vec<RestorePoint>, BackupError> {
         .collect())
 }
 
+/// The copy of the record kept in the repository `repository` (beside pgBackRest's `backup/`
+/// and `archive/`), so that a restore from the repository alone (the data directory lost) can
+/// still find a point by name.
+pub fn repository_points(repository: &Path) -> std::path::PathBuf {
+    repository.join("herd-restore-points.tsv")
+}
+
 /// Appends `point` to `file` (created mode 0600).
 pub fn record_point(file: &Path, point: &RestorePoint) -> Result<(), BackupError> {
     use std::io::Write as _;

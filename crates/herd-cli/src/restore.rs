@@ -70,10 +70,13 @@ pub async fn run(args: RestoreArgs) -> anyhow::Result<()> {
     refuse_used_dir(&layout)?;
     let (mut config, repository, old) = source(&args, &layout)?;
     let groups = crate::restore_groups::source_groups(&config, old.as_ref(), &repository)?;
+    // From --repository alone: as many groups as it holds stanzas (default settings otherwise).
+    config.cluster.shards = config.cluster.shards.max(groups);
+    let recorded = crate::restore_groups::recorded_points(old.as_ref(), &repository)?;
     let (target, points) = if groups > 1 {
-        crate::restore_groups::plan(target, old.as_ref(), groups)?
+        crate::restore_groups::plan(target, recorded.as_ref(), groups)?
     } else {
-        let point = point_position(&target, old.as_ref())?;
+        let point = point_position(&target, recorded.as_ref())?;
         (target, vec![point])
     };
     if let (Target::Lsn(lsn), Some(old)) = (&target, old.as_ref()) {
@@ -221,21 +224,25 @@ fn source(
 }
 
 /// The WAL position of the restore point `target` names, from the restore points recorded in
-/// the backed-up cluster's data directory; a name it does not hold is refused. Without that
-/// directory (`--repository`) the name cannot be checked: `None`, and the restore starts from
-/// the newest backup (it fails, with nothing left behind, if the point is older or absent).
-fn point_position(target: &Target, old: Option<&Layout>) -> anyhow::Result<Option<herd_core::Lsn>> {
+/// the backed-up cluster's data directory (or the repository's copy); a name they do not hold is
+/// refused. Without a record (a repository from before the copy was kept) the name cannot be
+/// checked: `None`, and the restore starts from the newest backup (it fails, with nothing left
+/// behind, if the point is older or absent).
+fn point_position(
+    target: &Target,
+    recorded: Option<&crate::restore_groups::Recorded>,
+) -> anyhow::Result<Option<herd_core::Lsn>> {
     let Target::Name(name) = target else {
         return Ok(None);
     };
-    let Some(old) = old else {
+    let Some(recorded) = recorded else {
         eprintln!(
-            "note: without --from-data-dir the restore point '{name}' cannot be checked: \
-             restoring from the newest backup"
+            "note: the repository holds no record of restore points, so '{name}' cannot be \
+             checked: restoring from the newest backup"
         );
         return Ok(None);
     };
-    let points = herd_backup::read_points(&Paths::new(old.root()).restore_points())?;
+    let points = &recorded.points;
     match points.iter().find(|p| p.name == *name) {
         Some(p) => Ok(Some(p.lsn)),
         None => {
@@ -243,7 +250,7 @@ fn point_position(target: &Target, old: Option<&Layout>) -> anyhow::Result<Optio
             bail!(
                 "{} has no restore point named '{name}' (made with `herd backup \
                  restore-point`); it has: {}",
-                old.root().display(),
+                recorded.place,
                 if known.is_empty() {
                     "none".to_string()
                 } else {

@@ -3,7 +3,8 @@
 //! every group's WAL agrees on each cross-group transaction, so a restore goes to such a point
 //! on every group (each from its newest backup ending before its own record). A time maps to
 //! the newest point at or before it, and the restore says which; a WAL position (one group's)
-//! or `latest` (each group's archive ends at its own moment) are refused.
+//! or `latest` (each group's archive ends at its own moment) are refused. The points are read
+//! from the source's data directory, or from the repository's copy of that record.
 
 use std::path::Path;
 
@@ -34,28 +35,61 @@ pub fn source_groups(
     Ok(groups)
 }
 
+/// The restore points recorded for the backed-up cluster, and where.
+pub struct Recorded {
+    /// Oldest first, one record per group.
+    pub points: Vec<RestorePoint>,
+    /// The data directory or repository they were read from (for messages).
+    pub place: String,
+}
+
+/// The record of restore points: the source data directory's (`--from-data-dir`), else the
+/// copy in the repository (`--repository`; `None` when the repository has none, as one written
+/// before the copy was kept).
+pub fn recorded_points(
+    old: Option<&Layout>,
+    repository: &Path,
+) -> anyhow::Result<Option<Recorded>> {
+    let (file, place) = match old {
+        Some(old) => (
+            Paths::new(old.root()).restore_points(),
+            old.root().display().to_string(),
+        ),
+        None => {
+            let file = herd_backup::repository_points(repository);
+            if !file.exists() {
+                return Ok(None);
+            }
+            (file, repository.display().to_string())
+        }
+    };
+    Ok(Some(Recorded {
+        points: herd_backup::read_points(&file)?,
+        place,
+    }))
+}
+
 /// The target every group is restored to (a restore point's name) and each group's position of
 /// it (index = group).
 pub fn plan(
     target: Target,
-    old: Option<&Layout>,
+    recorded: Option<&Recorded>,
     groups: u32,
 ) -> anyhow::Result<(Target, Vec<Option<Lsn>>)> {
-    let Some(old) = old else {
+    let Some(recorded) = recorded else {
         bail!(
-            "the repository holds {groups} shard groups: restore them with --from-data-dir (the \
-             restore points taken across the groups are recorded in the data directory)"
+            "the repository holds {groups} shard groups but no record of the restore points \
+             taken across them: restore with --from-data-dir"
         );
     };
-    let points = herd_backup::read_points(&Paths::new(old.root()).restore_points())?;
-    match map_target(&target, &points, groups) {
+    match map_target(&target, &recorded.points, groups) {
         Ok((name, lsns, note)) => {
             if let Some(note) = note {
                 eprintln!("note: {note}");
             }
             Ok((Target::Name(name), lsns.into_iter().map(Some).collect()))
         }
-        Err(e) => bail!("{}: {e}", old.root().display()),
+        Err(e) => bail!("{}: {e}", recorded.place),
     }
 }
 

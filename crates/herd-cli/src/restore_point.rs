@@ -9,7 +9,9 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use herd_backup::{Paths, RestorePoint};
 use herd_cluster::Layout;
+use herd_config::Config;
 use herd_core::Lsn;
+use herd_pg::OsUser;
 
 /// How long a restore point across groups waits for the second phases of two-phase commits
 /// under way before it refuses (they take milliseconds; a longer wait means a group's primary
@@ -38,6 +40,32 @@ fn check_name(layout: &Layout, name: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Records `point` in the data directory and in the repository's copy (handed to the servers'
+/// OS user, who owns the repository); a failure of the copy is a warning, returned (the data
+/// directory's record is what a restore with --from-data-dir reads).
+fn record(
+    layout: &Layout,
+    config: &Config,
+    point: &RestorePoint,
+) -> anyhow::Result<Option<String>> {
+    herd_backup::record_point(&Paths::new(layout.root()).restore_points(), point)?;
+    let copy = herd_backup::repository_points(&config.backup.repository_path(layout.root()));
+    let kept = herd_backup::record_point(&copy, point)
+        .map_err(anyhow::Error::from)
+        .and_then(|()| {
+            if let Some(owner) = OsUser::for_servers(&config.postgres.os_user)? {
+                owner.chown_tree(&copy)?;
+            }
+            Ok(())
+        });
+    Ok(kept.err().map(|e| {
+        format!(
+            "warning: the repository's copy of the restore points was not written ({e:#}): a \
+             restore from --repository alone cannot find this point by name"
+        )
+    }))
+}
+
 /// `herd backup restore-point NAME`.
 pub async fn run(layout: &Layout, name: &str) -> anyhow::Result<()> {
     let config = crate::backup::backup_config(layout)?;
@@ -61,7 +89,6 @@ pub async fn run(layout: &Layout, name: &str) -> anyhow::Result<()> {
         );
         return Ok(());
     }
-    let file = Paths::new(layout.root()).restore_points();
     let cluster = crate::status::open(layout)?;
     let primary = cluster.state.primary.clone();
     let client = herd_pg::connect(&cluster.conn_spec(&primary))
@@ -92,7 +119,9 @@ pub async fn run(layout: &Layout, name: &str) -> anyhow::Result<()> {
         .batch_execute("select pg_switch_wal()")
         .await
         .context("switching WAL so the point is archived")?;
-    herd_backup::record_point(&file, &point)?;
+    if let Some(warning) = record(layout, &config, &point)? {
+        eprintln!("{warning}");
+    }
     crate::output::emitln!(
         "Restore point {point} on shard group 0.\n\
          Restore to it with: herd restore --to {name} --from-data-dir {} --data-dir NEW-DIR",
@@ -110,10 +139,11 @@ pub async fn take(
     name: &str,
 ) -> anyhow::Result<String> {
     let _one = TAKING.lock().await;
+    let config = crate::backup::backup_config(layout)?;
     check_name(layout, name)?;
     let outcome = proxy.restore_point(name, COMMITS_WAIT).await;
-    let file = Paths::new(layout.root()).restore_points();
     let mut lines = Vec::new();
+    let mut warning = None;
     for p in &outcome.written {
         let point = RestorePoint {
             name: name.to_string(),
@@ -124,7 +154,7 @@ pub async fn take(
             time: p.time,
             group: p.group,
         };
-        herd_backup::record_point(&file, &point)?;
+        warning = warning.or(record(layout, &config, &point)?);
         lines.push(format!("  shard group {}: {}", p.group, point.lsn));
     }
     if let Some(e) = outcome.error {
@@ -143,6 +173,9 @@ pub async fn take(
         .first()
         .map(|p| herd_backup::format_utc(p.time))
         .unwrap_or_default();
+    if let Some(w) = warning {
+        lines.push(w);
+    }
     Ok(format!(
         "Restore point {name} at {when} on {} shard groups (two-phase commits held for {:.1} ms):\n{}",
         outcome.written.len(),

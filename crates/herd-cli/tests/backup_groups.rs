@@ -241,17 +241,26 @@ async fn a_restore_point_across_groups_never_holds_half_a_transfer() {
         ])
     };
     let repository = old.data_dir().join("backup-repo").display().to_string();
-    let from_repository = [
-        "restore",
-        "--to",
-        "mid-load",
-        "--repository",
-        &repository,
-        "--port",
-        &new_port,
-    ];
-    let err = refused(&new.herd(&from_repository));
-    assert!(err.contains("restore them with --from-data-dir"), "{err}");
+    let from_repository = |to: &str| {
+        new.herd(&[
+            "restore",
+            "--to",
+            to,
+            "--repository",
+            &repository,
+            "--port",
+            &new_port,
+        ])
+    };
+    // The repository alone knows the groups (its stanzas) and the points (its copy of the
+    // record).
+    for (to, says) in [
+        ("no-such-point", "backup-repo: no restore point named"),
+        ("latest", "not one moment across them"),
+    ] {
+        let err = refused(&from_repository(to));
+        assert!(err.contains(says), "--repository, {to}: {err}");
+    }
     for (to, says) in [
         ("no-such-point", "no restore point named 'no-such-point'"),
         ("latest", "not one moment across them"),
@@ -267,10 +276,11 @@ async fn a_restore_point_across_groups_never_holds_half_a_transfer() {
     }
 
     // A time maps to the newest point at or before it (said so): here the backups' point, with
-    // no transfer yet. Restored at the same time as the point (a cluster of its own, not
-    // started).
+    // no transfer yet. From the repository alone (the data directory lost: default settings,
+    // the groups counted from its stanzas, the points from its copy of the record), at the same
+    // time as the restore to the point (a cluster of its own, not started).
     let by_time = {
-        let (old_dir, before_load) = (old_dir.clone(), before_load.clone());
+        let (repository, before_load) = (repository.clone(), before_load.clone());
         tokio::task::spawn_blocking(move || {
             let c = cluster();
             let port = c.port.to_string();
@@ -278,8 +288,8 @@ async fn a_restore_point_across_groups_never_holds_half_a_transfer() {
                 "restore",
                 "--to",
                 &before_load,
-                "--from-data-dir",
-                &old_dir,
+                "--repository",
+                &repository,
                 "--port",
                 &port,
             ];
@@ -288,7 +298,7 @@ async fn a_restore_point_across_groups_never_holds_half_a_transfer() {
     };
     let out = tokio::task::block_in_place(|| restore("mid-load"));
     assert!(out.status.success(), "restore: {}", describe(&out));
-    let (by_time, _time_cluster) = by_time.await.expect("restore by time");
+    let (by_time, time_cluster) = by_time.await.expect("restore by time");
     assert!(
         by_time.status.success(),
         "restore by time: {}",
@@ -299,6 +309,10 @@ async fn a_restore_point_across_groups_never_holds_half_a_transfer() {
         said.contains("restoring to the restore point 'backup-"),
         "{said}"
     );
+    let said = String::from_utf8_lossy(&by_time.stdout);
+    assert!(said.contains("shard group 1 from backup"), "{said}");
+    let toml = std::fs::read_to_string(time_cluster.data_dir().join("herd.toml")).expect("toml");
+    assert!(toml.contains("shards = 2"), "{toml}");
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         text.contains("shard group 0 from backup") && text.contains("shard group 1 from backup"),
