@@ -86,6 +86,7 @@ pub async fn run(layout: &Layout, kind: BackupKind, from_primary: bool) -> anyho
         };
         crate::output::emitln!("{prefix}{label} ({text}).");
     }
+    crate::output::emitln!("Repository: {}", repository.display());
     let to = point.as_deref().unwrap_or("latest");
     if groups > 1 && point.is_none() {
         crate::output::emitln!(
