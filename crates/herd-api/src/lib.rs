@@ -18,6 +18,7 @@
 //! | `POST /groups` | add a shard group while the cluster runs (`herd group add`); 200 / 409 |
 //! | `POST /restart?group=G[&node=N]` | restart replica N, or every server of group G (the primary through a switchover); 200 / 409 |
 //! | `POST /config?key=commit-mode&value=on[&group=G]` | `herd config set` (commit-mode, sync-standbys, wal-compression); 200 / 409 |
+//! | `POST /restore-point?name=N` | `herd backup restore-point N` on every shard group, two-phase commits held meanwhile; 200 / 409 |
 //!
 //! The replica checks take `?max_lag_bytes=N`: a replica further behind than N bytes of replay
 //! counts as unhealthy. Bodies are JSON: the node's status, or `{"reason": …}`.
@@ -83,6 +84,12 @@ pub enum AdminAction {
         /// Only this shard group, if given.
         group: Option<u32>,
     },
+    /// `POST /restore-point`: a restore point on every shard group's primary, consistent
+    /// with two-phase commits (`herd backup restore-point`).
+    RestorePoint {
+        /// Its name.
+        name: String,
+    },
 }
 
 /// Carries out admin actions (the supervisor), answering with what happened or why not.
@@ -102,6 +109,11 @@ struct AdminQuery {
     #[serde(default)]
     allow_data_loss: bool,
     node: Option<String>,
+}
+
+#[derive(serde::Deserialize)]
+struct PointQuery {
+    name: String,
 }
 
 #[derive(serde::Deserialize)]
@@ -144,7 +156,8 @@ pub fn router(api: Api) -> Router {
         token,
         bench_results,
     } = api;
-    let (a1, a2, a3, a4, a5) = (
+    let (a1, a2, a3, a4, a5, a6) = (
+        admin.clone(),
         admin.clone(),
         admin.clone(),
         admin.clone(),
@@ -190,6 +203,9 @@ pub fn router(api: Api) -> Router {
         )
     });
     let add_group = axum::routing::post(move || admin_reply(a5.clone(), AdminAction::AddGroup));
+    let restore_point = axum::routing::post(move |Query(q): Query<PointQuery>| {
+        admin_reply(a6.clone(), AdminAction::RestorePoint { name: q.name })
+    });
     let metrics_route = get(move || {
         let text = metrics();
         async move {
@@ -216,6 +232,7 @@ pub fn router(api: Api) -> Router {
         .route("/failover", failover)
         .route("/restart", restart)
         .route("/groups", add_group)
+        .route("/restore-point", restore_point)
         .route("/primary", get(|s, q| health_route(s, None, q, true)))
         .route(
             "/primary/{node}",

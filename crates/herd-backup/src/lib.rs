@@ -14,6 +14,7 @@ mod error;
 mod info;
 mod points;
 mod run;
+mod schedule;
 mod setup;
 mod target;
 mod time;
@@ -23,8 +24,12 @@ pub use backfill::{
 };
 pub use error::BackupError;
 pub use info::{parse_info, BackupInfo};
-pub use points::{read_points, record_point, RestorePoint};
+pub use points::{
+    newest_point_before, point_on_every_group, read_points, record_point, repository_points,
+    RestorePoint,
+};
 pub use run::{BackupKind, Event, Runner};
+pub use schedule::Schedule;
 pub use setup::{archive_command, restore_command, stanza, Paths, PgNode, Setup, Stanza};
 pub use target::{choose_set, valid_point_name, Target};
 pub use time::{format_utc, parse_timestamp};

@@ -1,4 +1,4 @@
-//! `herd switchover` and `herd failover`: requests to the running supervisor through its API,
+//! `herd switchover`, `herd failover` (and a restore point across groups): requests to the running supervisor through its API,
 //! and the supervisor side that turns API requests into commands.
 
 use anyhow::{bail, Context};
@@ -16,6 +16,14 @@ pub async fn dispatch(
 ) -> Result<String, String> {
     if let AdminAction::AddGroup = action {
         return crate::group_add::add(set, layout)
+            .await
+            .map_err(|e| format!("{e:#}"));
+    }
+    if let AdminAction::RestorePoint { name } = &action {
+        let Some(runtime) = set.runtime() else {
+            return Err("the cluster is still starting: retry in a moment".into());
+        };
+        return crate::restore_point::take(&runtime.proxy, layout, name)
             .await
             .map_err(|e| format!("{e:#}"));
     }
@@ -58,7 +66,9 @@ pub async fn dispatch(
             };
             (target_group(group, node.as_ref())?, command)
         }
-        AdminAction::SetConfig { .. } | AdminAction::AddGroup => return Err("handled above".into()),
+        AdminAction::SetConfig { .. }
+        | AdminAction::AddGroup
+        | AdminAction::RestorePoint { .. } => return Err("handled above".into()),
     };
     let tx = groups.get(group as usize).ok_or_else(|| {
         format!(

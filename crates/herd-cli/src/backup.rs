@@ -1,5 +1,7 @@
-//! `herd backup` (a full, differential or incremental backup of shard group 0, copied from a
-//! streaming standby when there is one, so the primary is spared) and `herd backup list`.
+//! `herd backup` (a full, differential or incremental backup of every shard group, one after
+//! the other, each copied from a streaming standby of its group when there is one, so the
+//! primary is spared; with several groups, a restore point across them afterwards) and
+//! `herd backup list`.
 
 use std::time::Instant;
 
@@ -10,9 +12,6 @@ use herd_config::Config;
 use herd_pg::OsUser;
 
 use crate::progress::TermProgress;
-
-/// The shard group backed up: this slice backs up one group (docs/backup-status.md).
-const GROUP: u32 = 0;
 
 /// The configuration of the cluster in `layout`, which must have `[backup]`.
 pub fn backup_config(layout: &Layout) -> anyhow::Result<Config> {
@@ -43,7 +42,9 @@ pub async fn run(layout: &Layout, kind: BackupKind, from_primary: bool) -> anyho
         // `herd up` created it: gone now, the WAL archived since is gone with it (or a mount
         // is missing). Not created again here, which would hide that.
         bail!(
-            "the backup repository {} does not exist (herd up created it): was it removed, or              is its file system not mounted? Restore it, or point backup.repository at the              right place; nothing was changed",
+            "the backup repository {} does not exist (herd up created it): was it removed, or \
+             is its file system not mounted? Restore it, or point backup.repository at the \
+             right place; nothing was changed",
             repository.display()
         );
     }
@@ -55,10 +56,68 @@ pub async fn run(layout: &Layout, kind: BackupKind, from_primary: bool) -> anyho
     crate::backup_setup::create_stanzas(layout, &config, owner.as_ref())?;
     progress.done("configuration and stanza ready");
     let runner = crate::backup_setup::runner(layout, owner.as_ref())?;
-    let stanza = herd_backup::stanza(GROUP);
+    let groups = herd_cluster::existing_groups(layout).max(config.cluster.shards);
+    let mut labels = Vec::new();
+    for group in 0..groups {
+        labels.push(backup_group(layout, &runner, &progress, group, kind, from_primary).await?);
+    }
+    let mut point = None;
+    if groups > 1 {
+        // A point consistent across groups right after the backups: a restore of the whole
+        // cluster needs one (each group's WAL alone is not consistent with the others').
+        let name = format!("backup-{}", labels[0].0);
+        progress.phase(&format!(
+            "restore point {name} across the {groups} shard groups"
+        ));
+        match crate::admin::request_text(layout, format!("/restore-point?name={name}")).await {
+            Ok(_) => point = Some(name),
+            Err(e) => eprintln!(
+                "warning: no restore point with the backups ({e:#}); take one with `herd backup \
+                 restore-point NAME` before restoring to one"
+            ),
+        }
+    }
+    drop(progress);
+    for (group, (label, text)) in labels.iter().enumerate() {
+        let prefix = if groups > 1 {
+            format!("Shard group {group}: backup ")
+        } else {
+            "Backup ".to_string()
+        };
+        crate::output::emitln!("{prefix}{label} ({text}).");
+    }
+    crate::output::emitln!("Repository: {}", repository.display());
+    let to = point.as_deref().unwrap_or("latest");
+    if groups > 1 && point.is_none() {
+        crate::output::emitln!(
+            "Restore after a restore point with: herd restore --to NAME --from-data-dir {} --data-dir NEW-DIR",
+            layout.root().display()
+        );
+    } else {
+        if let Some(p) = &point {
+            crate::output::emitln!("Restore point {p} taken across the {groups} shard groups.");
+        }
+        crate::output::emitln!(
+            "Restore with: herd restore --to {to} --from-data-dir {} --data-dir NEW-DIR",
+            layout.root().display()
+        );
+    }
+    Ok(())
+}
+
+/// Backs up shard group `group`: its label and a description of it.
+async fn backup_group(
+    layout: &Layout,
+    runner: &Runner,
+    progress: &TermProgress,
+    group: u32,
+    kind: BackupKind,
+    from_primary: bool,
+) -> anyhow::Result<(String, String)> {
+    let stanza = herd_backup::stanza(group);
     // pgBackRest copies the files from a standby (`--backup-standby`; the primary only starts
     // and stops the backup) when one streams; it refuses that option when none does.
-    let standby = !from_primary && standby_streams(layout).await;
+    let standby = !from_primary && standby_streams(layout, group).await;
     let source = if standby {
         "a streaming standby (the primary only starts and stops it)"
     } else {
@@ -66,7 +125,7 @@ pub async fn run(layout: &Layout, kind: BackupKind, from_primary: bool) -> anyho
     };
     let started = Instant::now();
     progress.phase(&format!(
-        "{} backup of shard group {GROUP} from {source}",
+        "{} backup of shard group {group} from {source}",
         kind.as_str()
     ));
     let mut args = vec![
@@ -95,38 +154,39 @@ pub async fn run(layout: &Layout, kind: BackupKind, from_primary: bool) -> anyho
     // Blocking is fine: this command has nothing else to do meanwhile.
     runner
         .run(Some(&stanza), "backup", &args, &mut on_event)
-        .context("the backup failed; see the logs in logs/pgbackrest/")?;
-    let list = list_backups(&runner, &stanza)?;
+        .with_context(|| {
+            format!("the backup of shard group {group} failed; see the logs in logs/pgbackrest/")
+        })?;
+    let list = list_backups(runner, &stanza)?;
     let Some(newest) = list.last() else {
         bail!("pgbackrest reported success but lists no backup");
     };
     progress.done(&format!(
-        "backup {} ({}) done in {:.1}s",
+        "shard group {group}: backup {} ({}) done in {:.1}s",
         newest.label,
         newest.kind,
         started.elapsed().as_secs_f64()
     ));
-    drop(progress);
-    crate::output::emitln!(
-        "Backup {} ({}, copied from {}, {} of database, {} in the repository {}).\n\
-         Restore with: herd restore --to latest --from-data-dir {} --data-dir NEW-DIR",
-        newest.label,
+    let text = format!(
+        "{}, copied from {}, {} of database, {} in the repository",
         newest.kind,
         if standby { "a standby" } else { "the primary" },
         human_bytes(newest.size),
         human_bytes(newest.repo_size),
-        config.backup.repository_path(layout.root()).display(),
-        layout.root().display()
     );
-    Ok(())
+    Ok((newest.label.clone(), text))
 }
 
-/// Whether a replica of shard group 0 streams from its primary now (`herd status`'s view).
-async fn standby_streams(layout: &Layout) -> bool {
-    let Ok(cluster) = crate::status::open(layout) else {
+/// Whether a replica of shard group `group` streams from its primary now (`herd status`'s
+/// view).
+async fn standby_streams(layout: &Layout, group: u32) -> bool {
+    let Ok(clusters) = crate::status::open_all(layout) else {
         return false;
     };
-    herd_cluster::observe(&cluster)
+    let Some(cluster) = clusters.get(group as usize) else {
+        return false;
+    };
+    herd_cluster::observe(cluster)
         .await
         .status
         .nodes
@@ -177,27 +237,47 @@ pub fn list_backups(runner: &Runner, stanza: &str) -> anyhow::Result<Vec<BackupI
     Ok(herd_backup::parse_info(&json, stanza)?)
 }
 
-/// `herd backup list`.
+/// `herd backup list`: every group's backups (a GROUP column when there are several).
 pub fn list(layout: &Layout) -> anyhow::Result<()> {
     let config = backup_config(layout)?;
     let owner = OsUser::for_servers(&config.postgres.os_user)?;
     let runner = crate::backup_setup::runner(layout, owner.as_ref())?;
-    let stanza = herd_backup::stanza(GROUP);
-    let list = list_backups(&runner, &stanza)?;
-    if list.is_empty() {
+    let groups = herd_cluster::existing_groups(layout).max(config.cluster.shards);
+    let mut rows = Vec::new();
+    for group in 0..groups {
+        let stanza = herd_backup::stanza(group);
+        for b in list_backups(&runner, &stanza)? {
+            rows.push((group, b));
+        }
+    }
+    if rows.is_empty() {
         crate::output::emitln!(
-            "No backup of shard group {GROUP} yet in {}: take one with `herd backup`.",
+            "No backup yet in {}: take one with `herd backup`.",
             config.backup.repository_path(layout.root()).display()
         );
         return Ok(());
     }
+    let group_col = |g: &str| {
+        if groups > 1 {
+            format!("{g:<5} ")
+        } else {
+            String::new()
+        }
+    };
     let mut out = format!(
-        "{:<36} {:<5} {:<20} {:<20} {:>10} {:>10}\n",
-        "LABEL", "TYPE", "START (UTC)", "STOP (UTC)", "SIZE", "REPO"
+        "{}{:<36} {:<5} {:<20} {:<20} {:>10} {:>10}\n",
+        group_col("GROUP"),
+        "LABEL",
+        "TYPE",
+        "START (UTC)",
+        "STOP (UTC)",
+        "SIZE",
+        "REPO"
     );
-    for b in &list {
+    for (group, b) in &rows {
         out.push_str(&format!(
-            "{:<36} {:<5} {:<20} {:<20} {:>10} {:>10}\n",
+            "{}{:<36} {:<5} {:<20} {:<20} {:>10} {:>10}\n",
+            group_col(&group.to_string()),
             b.label,
             b.kind,
             seconds(b.start),

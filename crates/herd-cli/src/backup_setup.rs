@@ -70,9 +70,22 @@ pub fn create_stanzas(
     config: &Config,
     owner: Option<&OsUser>,
 ) -> anyhow::Result<()> {
+    for g in 0..setup(layout, config)?.stanzas.len() as u32 {
+        create_stanza(layout, config, owner, g)?;
+    }
+    Ok(())
+}
+
+/// `pgbackrest stanza-create` for shard group `group` (see [`create_stanzas`]).
+pub fn create_stanza(
+    layout: &Layout,
+    config: &Config,
+    owner: Option<&OsUser>,
+    group: u32,
+) -> anyhow::Result<()> {
     let setup = setup(layout, config)?;
     let runner = runner(layout, owner)?;
-    for s in &setup.stanzas {
+    for s in setup.stanzas.iter().filter(|s| s.group == group) {
         if s.socket_dir.is_none() {
             anyhow::bail!(
                 "the data directory's path is too long for the servers' Unix-domain sockets, \

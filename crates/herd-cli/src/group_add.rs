@@ -79,6 +79,10 @@ async fn add_next(set: &Arc<GroupSet>, layout: &Layout) -> anyhow::Result<String
         );
     }
     let progress = LogProgress { group: next };
+    if config.backup.is_enabled() {
+        // Before its servers start: their archive_command finds the group's stanza there.
+        crate::backup_setup::write_config(layout, &config, runtime.pg.os_user())?;
+    }
     let cluster =
         match Cluster::bootstrap(group_layout, config.clone(), &runtime.pg, &progress).await {
             Ok(c) => c,
@@ -94,6 +98,14 @@ async fn add_next(set: &Arc<GroupSet>, layout: &Layout) -> anyhow::Result<String
         .wait_ready(timeout, &progress)
         .await
         .with_context(|| format!("waiting for shard group {next}'s servers"))?;
+    if config.backup.is_enabled() {
+        if let Err(e) =
+            crate::backup_setup::create_stanza(layout, &config, runtime.pg.os_user(), next)
+        {
+            // The group serves without it; `herd backup` creates it again.
+            tracing::warn!(group = next, "creating the pgBackRest stanza: {e:#}");
+        }
+    }
     let first = herd_cluster::observe(&cluster).await.status;
     let primary_port = cluster.port(&cluster.state.primary);
     let replicas = cluster.state.replicas().len();

@@ -3,6 +3,7 @@
 mod admin;
 mod agent_slots;
 mod backup;
+mod backup_schedule;
 mod backup_setup;
 mod bench;
 mod bench_interrupt;
@@ -31,6 +32,7 @@ mod proxy_api;
 mod proxy_groups;
 mod proxy_registry;
 mod restore;
+mod restore_groups;
 mod restore_point;
 mod shard_move;
 mod shards;

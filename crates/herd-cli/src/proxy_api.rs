@@ -107,6 +107,11 @@ async fn dispatch(root: StoreClient, action: AdminAction) -> Result<String, Stri
                 .await
                 .map_err(text)
         }
+        AdminAction::RestorePoint { .. } => Err(
+            "not offered by a multi-host cluster yet: restore points across shard groups are \
+             taken by a one-host cluster's supervisor (docs/backup-status.md)"
+                .into(),
+        ),
         AdminAction::AddGroup => Err(
             "not offered by a multi-host proxy yet: create every shard group with the cluster \
              (--shard-groups)"

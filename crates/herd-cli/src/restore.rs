@@ -1,6 +1,8 @@
-//! `herd restore`: shard group 0 of a backed-up cluster, restored by pgBackRest into a new
+//! `herd restore`: every shard group of a backed-up cluster, restored by pgBackRest into a new
 //! data directory at a moment (or the end of the archive), made a complete Herd cluster again
-//! (its replicas cloned from the restored primary), left stopped for `herd up`.
+//! (each group's replicas cloned from its restored primary), left stopped for `herd up`. A
+//! cluster of several groups is restored to a restore point taken across them (a time maps to
+//! the newest one before it, see `restore_groups`).
 //!
 //! The restored cluster gets new passwords (the repository holds the database, not Herd's
 //! secrets, and a restore from `--repository` alone has no old data directory to take them
@@ -20,9 +22,6 @@ use herd_pg::{OsUser, Pg, PgBinaries, StopMode};
 
 use crate::cli::DataDirArg;
 use crate::progress::TermProgress;
-
-/// The shard group restored: this slice restores clusters of one group.
-const GROUP: u32 = 0;
 
 /// Recovery settings pgBackRest writes into postgresql.auto.conf, reset once the restored
 /// server is promoted: a replica cloned from it must not inherit a recovery target (it would
@@ -70,16 +69,18 @@ pub async fn run(args: RestoreArgs) -> anyhow::Result<()> {
     let target: Target = args.to.parse()?;
     refuse_used_dir(&layout)?;
     let (mut config, repository, old) = source(&args, &layout)?;
-    let point = point_position(&target, old.as_ref())?;
+    let groups = crate::restore_groups::source_groups(&config, old.as_ref(), &repository)?;
+    // From --repository alone: as many groups as it holds stanzas (default settings otherwise).
+    config.cluster.shards = config.cluster.shards.max(groups);
+    let recorded = crate::restore_groups::recorded_points(old.as_ref(), &repository)?;
+    let (target, points) = if groups > 1 {
+        crate::restore_groups::plan(target, recorded.as_ref(), groups)?
+    } else {
+        let point = point_position(&target, recorded.as_ref())?;
+        (target, vec![point])
+    };
     if let (Target::Lsn(lsn), Some(old)) = (&target, old.as_ref()) {
         refuse_future_position(*lsn, old).await?;
-    }
-    if config.cluster.shards > 1 {
-        bail!(
-            "the backed-up cluster has {} shard groups: restoring several groups to one \
-             consistent point is not supported yet (docs/backup-status.md)",
-            config.cluster.shards
-        );
     }
     if let Some(p) = args.port {
         config.network.port = p;
@@ -112,30 +113,47 @@ pub async fn run(args: RestoreArgs) -> anyhow::Result<()> {
         // made) is archived now, not up to archive_timeout later, so the moments just before
         // it can be reached.
         eprintln!("  … archiving the running source's current WAL (pgbackrest check)");
-        let stanza = herd_backup::stanza(GROUP);
-        let checked = crate::backup_setup::runner(&old, owner.as_ref())
-            .and_then(|r| Ok(r.run(Some(&stanza), "check", &[], &mut |_| {})?));
-        if let Err(e) = checked {
-            eprintln!("warning: {e:#}\n(restoring from what is archived already)");
+        for group in 0..groups {
+            let stanza = herd_backup::stanza(group);
+            let checked = crate::backup_setup::runner(&old, owner.as_ref())
+                .and_then(|r| Ok(r.run(Some(&stanza), "check", &[], &mut |_| {})?));
+            if let Err(e) = checked {
+                eprintln!("warning: {e:#}\n(restoring from what is archived already)");
+            }
         }
     }
     // Checked before anything is written: a target the repository cannot reach changes nothing.
-    let set = choose_backup(&repository, owner.as_ref(), &target, point)?;
+    let mut sets = Vec::new();
+    for (group, point) in points.iter().enumerate() {
+        let set = choose_backup(&repository, owner.as_ref(), &target, *point, group as u32);
+        sets.push(if groups > 1 {
+            set.with_context(|| format!("shard group {group}"))?
+        } else {
+            set?
+        });
+    }
     let progress = TermProgress::new();
     let created = !layout.root().exists();
-    let restored = build(&layout, config, &pg, &repository, &set, &target, &progress).await;
+    let restored = build_all(&layout, config, &pg, &repository, &sets, &target, &progress).await;
     match restored {
-        Ok(cluster) => {
+        Ok(clusters) => {
             drop(progress);
             let to = target.to_string();
+            let mut lines = Vec::new();
+            for (cluster, set) in clusters.iter().zip(&sets) {
+                lines.push(format!(
+                    "shard group {} from backup {} ({} nodes)",
+                    cluster.group(),
+                    set.label,
+                    cluster.state.nodes.len()
+                ));
+            }
             crate::output::emitln!(
-                "Restored shard group {GROUP} from backup {} to {to} into {} \
-                 ({} nodes, new passwords; WAL archived to {}).\n\
+                "Restored {} to {to} into {} (new passwords; WAL archived to {}).\n\
                  Start it with: herd up --data-dir {}",
-                set.label,
+                lines.join(", "),
                 layout.root().display(),
-                cluster.state.nodes.len(),
-                cluster
+                clusters[0]
                     .config
                     .backup
                     .repository_path(layout.root())
@@ -206,21 +224,25 @@ fn source(
 }
 
 /// The WAL position of the restore point `target` names, from the restore points recorded in
-/// the backed-up cluster's data directory; a name it does not hold is refused. Without that
-/// directory (`--repository`) the name cannot be checked: `None`, and the restore starts from
-/// the newest backup (it fails, with nothing left behind, if the point is older or absent).
-fn point_position(target: &Target, old: Option<&Layout>) -> anyhow::Result<Option<herd_core::Lsn>> {
+/// the backed-up cluster's data directory (or the repository's copy); a name they do not hold is
+/// refused. Without a record (a repository from before the copy was kept) the name cannot be
+/// checked: `None`, and the restore starts from the newest backup (it fails, with nothing left
+/// behind, if the point is older or absent).
+fn point_position(
+    target: &Target,
+    recorded: Option<&crate::restore_groups::Recorded>,
+) -> anyhow::Result<Option<herd_core::Lsn>> {
     let Target::Name(name) = target else {
         return Ok(None);
     };
-    let Some(old) = old else {
+    let Some(recorded) = recorded else {
         eprintln!(
-            "note: without --from-data-dir the restore point '{name}' cannot be checked: \
-             restoring from the newest backup"
+            "note: the repository holds no record of restore points, so '{name}' cannot be \
+             checked: restoring from the newest backup"
         );
         return Ok(None);
     };
-    let points = herd_backup::read_points(&Paths::new(old.root()).restore_points())?;
+    let points = &recorded.points;
     match points.iter().find(|p| p.name == *name) {
         Some(p) => Ok(Some(p.lsn)),
         None => {
@@ -228,7 +250,7 @@ fn point_position(target: &Target, old: Option<&Layout>) -> anyhow::Result<Optio
             bail!(
                 "{} has no restore point named '{name}' (made with `herd backup \
                  restore-point`); it has: {}",
-                old.root().display(),
+                recorded.place,
                 if known.is_empty() {
                     "none".to_string()
                 } else {
@@ -272,8 +294,9 @@ fn choose_backup(
     owner: Option<&OsUser>,
     target: &Target,
     point: Option<herd_core::Lsn>,
+    group: u32,
 ) -> anyhow::Result<BackupInfo> {
-    let stanza = herd_backup::stanza(GROUP);
+    let stanza = herd_backup::stanza(group);
     // Nothing of the new directory exists yet: the repository is named on the command line.
     let runner = Runner {
         config: PathBuf::from("/dev/null"),
@@ -295,25 +318,29 @@ fn choose_backup(
     Ok(herd_backup::choose_set(&backups, target, now, point)?.clone())
 }
 
-/// Makes the new cluster: pgBackRest restores node 0, PostgreSQL replays to the target and
-/// promotes, the passwords are set, the replicas are cloned; everything is stopped at the end.
-async fn build(
+/// The stored password verifiers of the new passwords, set on every group.
+struct Verifiers {
+    superuser: String,
+    replication: String,
+}
+
+/// Makes the new cluster: its shared files (settings, passwords, pgBackRest's configuration),
+/// then each group from `sets[group]`, one after the other.
+async fn build_all(
     layout: &Layout,
     config: Config,
     pg: &Pg,
     repository: &Path,
-    set: &BackupInfo,
+    sets: &[BackupInfo],
     target: &Target,
     progress: &TermProgress,
-) -> anyhow::Result<Cluster> {
-    let mut state = ClusterState::new_group(GROUP, config.cluster.replicas);
-    // No synchronous standby until the replicas exist (commits would wait for them).
-    state.sync_set.clear();
-    let cluster = Cluster {
-        layout: layout.clone(),
-        state,
-        config,
-        secrets: Secrets::generate(),
+) -> anyhow::Result<Vec<Cluster>> {
+    let secrets = Secrets::generate();
+    // One verifier (one salt) per role on every group: the endpoint logs into each group with
+    // the key a client proved on group 0.
+    let verifiers = Verifiers {
+        superuser: herd_pg::scram_verifier(&secrets.superuser),
+        replication: herd_pg::scram_verifier(&secrets.replication),
     };
     for dir in [
         layout.root().to_path_buf(),
@@ -323,25 +350,56 @@ async fn build(
     ] {
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     }
-    crate::up::save_config(layout, &cluster.config)?;
-    cluster.secrets.save(layout, REPLICATION_USER)?;
+    crate::up::save_config(layout, &config)?;
+    secrets.save(layout, REPLICATION_USER)?;
     pg.hand_over(layout.root())?;
     if let Some(user) = pg.os_user() {
         user.check_access(layout.root())?;
     }
+    // The cluster's own pgBackRest configuration (its new repository, where it archives).
+    crate::backup_setup::write_config(layout, &config, pg.os_user())?;
+    let mut clusters = Vec::new();
+    for (group, set) in sets.iter().enumerate() {
+        let mut state = ClusterState::new_group(group as u32, config.cluster.replicas);
+        // No synchronous standby until the replicas exist (commits would wait for them).
+        state.sync_set.clear();
+        let cluster = Cluster {
+            layout: layout.for_group(group as u32),
+            state,
+            config: config.clone(),
+            secrets: secrets.clone(),
+        };
+        clusters.push(build(cluster, pg, repository, set, target, &verifiers, progress).await?);
+    }
+    Ok(clusters)
+}
+
+/// Makes one group: pgBackRest restores its first node, PostgreSQL replays to the target and
+/// promotes, the passwords are set, the replicas are cloned; everything is stopped at the end.
+async fn build(
+    cluster: Cluster,
+    pg: &Pg,
+    repository: &Path,
+    set: &BackupInfo,
+    target: &Target,
+    verifiers: &Verifiers,
+    progress: &TermProgress,
+) -> anyhow::Result<Cluster> {
+    let layout = &cluster.layout;
+    let group = layout.group();
     let primary = cluster.state.primary.clone();
     let node_dir = layout.node(&primary);
     create_owned_dir(&node_dir, pg)?;
-    // The cluster's own pgBackRest configuration (its new repository, where it archives)...
-    crate::backup_setup::write_config(layout, &cluster.config, pg.os_user())?;
-    // ...and one naming the source repository, for the restore and its restore_command.
-    let source_conf = Paths::new(layout.root()).dir().join("restore-source.conf");
+    // A configuration naming the source repository, for the restore and its restore_command.
+    let source_conf = Paths::new(layout.root())
+        .dir()
+        .join(format!("restore-source-g{group}.conf"));
     let source_setup = Setup {
         paths: Paths::new(layout.root()),
         repository: repository.to_path_buf(),
         retention_full: cluster.config.backup.retention_full,
         stanzas: vec![Stanza {
-            group: GROUP,
+            group,
             nodes: vec![PgNode {
                 path: node_dir.clone(),
                 port: cluster.port(&primary),
@@ -360,7 +418,7 @@ async fn build(
         "--log-level-console=detail".to_string(),
         format!(
             "--recovery-option=restore_command={}",
-            herd_backup::restore_command(&source_conf, GROUP)
+            herd_backup::restore_command(&source_conf, group)
         ),
     ];
     args.extend(target.restore_args());
@@ -373,7 +431,7 @@ async fn build(
     let mut shown = -1i64;
     runner
         .run(
-            Some(&herd_backup::stanza(GROUP)),
+            Some(&herd_backup::stanza(group)),
             "restore",
             &args,
             &mut |e| {
@@ -389,12 +447,13 @@ async fn build(
     progress.done(&format!("backup {} restored into {primary}", set.label));
 
     progress.phase("replaying the archived WAL to the target, then promoting");
-    recover(&cluster, pg).await?;
+    recover(&cluster, pg, verifiers).await?;
     let _ = std::fs::remove_file(&source_conf);
     progress.done("recovered to the target and promoted; passwords set");
 
     cluster.start_node(pg, &primary).await?;
-    if let Err(e) = crate::backup_setup::create_stanzas(layout, &cluster.config, pg.os_user()) {
+    if let Err(e) = crate::backup_setup::create_stanza(layout, &cluster.config, pg.os_user(), group)
+    {
         // The cluster is whole without it; `herd up` creates the stanza again.
         eprintln!("warning: {e:#}\n(`herd up` tries again)");
     }
@@ -408,7 +467,7 @@ async fn build(
 /// Starts the restored primary with only its superuser admitted, on the private socket and
 /// without a password (the old passwords are unknown here), waits until recovery reached the
 /// target and promoted, resets the recovery settings, sets the new passwords, and stops it.
-async fn recover(cluster: &Cluster, pg: &Pg) -> anyhow::Result<()> {
+async fn recover(cluster: &Cluster, pg: &Pg, verifiers: &Verifiers) -> anyhow::Result<()> {
     let primary = &cluster.state.primary;
     let dir = cluster.layout.node(primary);
     cluster.write_conf(pg, primary)?;
@@ -463,14 +522,8 @@ async fn recover(cluster: &Cluster, pg: &Pg) -> anyhow::Result<()> {
             .await
             .with_context(|| format!("resetting {setting}"))?;
     }
-    herd_pg::ensure_role(&client, SUPERUSER, &cluster.secrets.superuser, false).await?;
-    herd_pg::ensure_role(
-        &client,
-        REPLICATION_USER,
-        &cluster.secrets.replication,
-        true,
-    )
-    .await?;
+    herd_pg::ensure_role_verifier(&client, SUPERUSER, &verifiers.superuser, false).await?;
+    herd_pg::ensure_role_verifier(&client, REPLICATION_USER, &verifiers.replication, true).await?;
     drop(client);
     pg.stop(&dir, StopMode::Fast).await?;
     Ok(())

@@ -243,7 +243,14 @@ async fn supervise_foreground(layout: Layout, config: Config) -> anyhow::Result<
         &dashboard.event_sink(),
         &shutdown_rx,
     ));
+    let schedule_links = crate::backup_schedule::ScheduleLinks {
+        layout: layout.clone(),
+        owner: pg.os_user().cloned(),
+        proxy: proxy.ctx.clone(),
+        status: status_rx.clone(),
+    };
     init_logging();
+    let scheduled = crate::backup_schedule::spawn(schedule_links, &config, shutdown_rx.clone());
     for _ in existing..config.cluster.shards {
         match crate::group_add::add(&set, &layout).await {
             Ok(text) => eprintln!("{text}"),
@@ -270,6 +277,16 @@ async fn supervise_foreground(layout: Layout, config: Config) -> anyhow::Result<
     let _ = copies_task.await;
     let _ = sampler.await;
     let _ = api.await;
+    if let Some(task) = scheduled {
+        // A scheduled backup under way finishes first (bounded): stopping the servers under it
+        // would fail it.
+        if tokio::time::timeout(crate::backup_schedule::SHUTDOWN_WAIT, task)
+            .await
+            .is_err()
+        {
+            tracing::warn!("a scheduled backup still runs: stopping the servers under it");
+        }
+    }
     let progress = TermProgress::new();
     // Groups added while the cluster ran included.
     herd_cluster::stop_groups(&set.clusters(), &pg, &progress).await?;

@@ -63,6 +63,12 @@ pub struct BackupConfig {
     /// Seconds a completed WAL segment may wait on the primary for archiving before `herd
     /// status`, `/metrics` and the dashboard report the archive as behind.
     pub archive_lag_warning_s: u64,
+    /// Seconds between scheduled full backups of each shard group, taken by `herd up`'s
+    /// supervisor (0: none; a cluster with no full backup gets one at once).
+    pub full_every_s: u64,
+    /// Seconds between scheduled incremental backups (0: none; measured from the group's
+    /// newest backup of any type).
+    pub incr_every_s: u64,
 }
 
 impl Default for BackupConfig {
@@ -72,6 +78,8 @@ impl Default for BackupConfig {
             repository: String::new(),
             retention_full: 2,
             archive_lag_warning_s: 300,
+            full_every_s: 0,
+            incr_every_s: 0,
         }
     }
 }
@@ -509,6 +517,8 @@ mod tests {
                 "[backup]\narchive_lag_warning_s = 0\n",
                 "backup.archive_lag_warning_s",
             ),
+            ("[backup]\nfull_every_s = 99999999\n", "backup.full_every_s"),
+            ("[backup]\nincr_every_s = 99999999\n", "backup.incr_every_s"),
         ];
         for (text, key) in cases {
             let err = parse(text).expect_err(text).to_string();

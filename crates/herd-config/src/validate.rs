@@ -176,6 +176,18 @@ impl Config {
                 "1 to 604800 seconds (a week)",
             ));
         }
+        for (key, value) in [
+            ("backup.full_every_s", b.full_every_s),
+            ("backup.incr_every_s", b.incr_every_s),
+        ] {
+            if value > 31_622_400 {
+                return Err(ConfigError::invalid(
+                    key,
+                    value,
+                    "0 (no scheduled backups) to 31622400 seconds (a year)",
+                ));
+            }
+        }
         if b.repository.contains('\n') || b.repository.contains('=') {
             // It is written into pgbackrest.conf, one `key=value` a line.
             return Err(ConfigError::invalid(

@@ -28,6 +28,7 @@ pub use error::PgError;
 pub use files::write_private;
 pub use osuser::OsUser;
 pub use probe::{
-    checkpoint, connect, copy_verifier, create_physical_slot, ensure_role, probe, ConnSpec,
-    PrimaryProbe, Probe, Prober, ReplicaProbe, ReplicationRow, PROBE_APPLICATION,
+    checkpoint, connect, copy_verifier, create_physical_slot, ensure_role, ensure_role_verifier,
+    probe, scram_verifier, ConnSpec, PrimaryProbe, Probe, Prober, ReplicaProbe, ReplicationRow,
+    PROBE_APPLICATION,
 };

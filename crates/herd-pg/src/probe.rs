@@ -342,9 +342,27 @@ pub async fn ensure_role(
     password: &str,
     replication: bool,
 ) -> Result<(), PgError> {
-    let verifier = postgres_protocol::password::scram_sha_256(password.as_bytes());
+    let verifier = scram_verifier(password);
+    ensure_role_verifier(client, name, &verifier, replication).await
+}
+
+/// The SCRAM-SHA-256 verifier of `password` with a fresh salt (what `pg_authid.rolpassword`
+/// holds), for [`ensure_role_verifier`] on several servers that must accept one proof.
+pub fn scram_verifier(password: &str) -> String {
+    postgres_protocol::password::scram_sha_256(password.as_bytes())
+}
+
+/// [`ensure_role`] with the stored verifier given (the same salt on every server it is set on:
+/// shard groups are separate PostgreSQL clusters, and Herd's proxy logs into every group with
+/// the key a client proved).
+pub async fn ensure_role_verifier(
+    client: &Client,
+    name: &str,
+    verifier: &str,
+    replication: bool,
+) -> Result<(), PgError> {
     let ident = postgres_protocol::escape::escape_identifier(name);
-    let literal = postgres_protocol::escape::escape_literal(&verifier);
+    let literal = postgres_protocol::escape::escape_literal(verifier);
     let attrs = if replication {
         "LOGIN REPLICATION"
     } else {

@@ -10,6 +10,7 @@ pub mod analysis;
 pub mod cancel;
 pub mod catalog;
 pub mod client;
+pub mod commit_gate;
 mod drained;
 mod error;
 mod feed;
@@ -18,6 +19,7 @@ pub mod metrics;
 mod metrics_help;
 pub mod monitor;
 pub mod pool;
+pub mod restore_point;
 mod roles;
 pub mod router;
 pub mod server;
@@ -102,6 +104,8 @@ pub struct ProxyContext {
     /// on every login).
     params: Mutex<HashMap<u64, Vec<ClientParams>>>,
     paused: watch::Sender<bool>,
+    /// Passed by two-phase commits' second phases, closed by restore points across groups.
+    pub commits: commit_gate::CommitGate,
     tokens: std::sync::atomic::AtomicU64,
     /// Server-side statement name → generation of the last client Close of it.
     closed: Mutex<HashMap<String, u64>>,
@@ -434,6 +438,7 @@ impl Proxy {
             avoided: Mutex::new(HashMap::new()),
             params: Mutex::new(HashMap::new()),
             paused: watch::channel(false).0,
+            commits: commit_gate::CommitGate::default(),
             tokens: std::sync::atomic::AtomicU64::new(0),
             closed: Mutex::new(HashMap::new()),
             schema: std::sync::atomic::AtomicU64::new(0),

@@ -49,6 +49,9 @@ pub fn help(name: &str) -> &'static str {
             "Transactions committed with two-phase commit across shard groups."
         }
         "herd_shard_2pc_commits_total" => "Two-phase commits that committed.",
+        "herd_restore_points_total" => {
+            "Restore points across shard groups, taken with two-phase commits held, by outcome."
+        }
         "herd_shard_2pc_aborts_total" => "Two-phase commits that rolled back.",
         "herd_shard_in_doubt_resolved_total" => {
             "In-doubt prepared transactions resolved by the recovery loop."
@@ -99,6 +102,7 @@ mod tests {
             "herd_pool_connections",
             "herd_replica_staleness_seconds",
             "herd_shard_2pc_commits_total",
+            "herd_restore_points_total",
         ] {
             assert_ne!(help(name), help("herd_unknown_total"), "{name}");
         }

@@ -332,7 +332,7 @@ impl ProxyContext {
             for table in &gone {
                 next.tables.remove(table);
             }
-            commit_everywhere(&clients, &next, &[], &[]).await?;
+            commit_everywhere(&self.commits, &clients, &next, &[], &[]).await?;
             tracing::info!(database, tables = ?gone, "dropped tables left the shard map");
             next
         };
@@ -435,6 +435,7 @@ async fn recover(ctx: &ProxyContext, clients: &[Client]) -> Result<(), ProxyErro
 /// Writes `next` (and, on groups other than 0, `ddl` for tables they lack) on every group in
 /// one two-phase commit.
 async fn commit_everywhere(
+    gate: &crate::commit_gate::CommitGate,
     clients: &[Client],
     next: &ShardMap,
     ddl: &[String],
@@ -476,7 +477,9 @@ async fn commit_everywhere(
         }
         prepared.push(g);
     }
-    // Group 0 first: once its commit is durable the change is decided (see `recover`).
+    // Group 0 first: once its commit is durable the change is decided (see `recover`). A
+    // second phase: no restore point across groups falls inside it.
+    let _second_phase = gate.second_phase().await;
     for (g, c) in clients.iter().enumerate() {
         if let Err(e) = c.batch_execute(&format!("COMMIT PREPARED {gid}")).await {
             return Err(failed(

@@ -261,7 +261,7 @@ impl Session {
     async fn commit_copies(&mut self, leases: &mut [Lease]) -> Result<(), ProxyError> {
         let gid = ddl_gid("copy_");
         prepare_all(leases, &gid, "").await?;
-        commit_all(leases, &gid, "the load").await
+        commit_all(&self.ctx.commits, leases, &gid, "the load").await
     }
 
     /// The next whole message from the client, reading as needed.

@@ -150,7 +150,10 @@ impl Session {
             }
         };
         let outcome = match super::two_phase::prepare_each(&mut leases, &gid, &before).await {
-            Ok(()) => super::two_phase::commit_all(&mut leases, &gid, "the change").await,
+            Ok(()) => {
+                super::two_phase::commit_all(&self.ctx.commits, &mut leases, &gid, "the change")
+                    .await
+            }
             Err(e) => Err(e),
         };
         for lease in leases {

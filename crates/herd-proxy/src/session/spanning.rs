@@ -299,7 +299,13 @@ impl Session {
             Ok(()) => {
                 // Decided once every part is prepared: group 0 commits the decision row first.
                 self.ctx.metrics.inc("herd_shard_2pc_commits_total", "");
-                super::two_phase::commit_all(&mut leases, &gid, "the transaction").await
+                super::two_phase::commit_all(
+                    &self.ctx.commits,
+                    &mut leases,
+                    &gid,
+                    "the transaction",
+                )
+                .await
             }
             Err(e) => {
                 // prepare_all rolled back the failed part and those prepared before it; the

@@ -6,6 +6,7 @@
 
 use std::borrow::BorrowMut;
 
+use crate::commit_gate::CommitGate;
 use crate::pool::Lease;
 use crate::ProxyError;
 
@@ -69,12 +70,16 @@ pub(super) async fn abort<L: BorrowMut<Lease>>(leases: &mut [L], failed: usize, 
 }
 
 /// Commits `gid` on every lease, group 0 first. `what` names the work in the error of a group
-/// that fails after the decision (its commit is completed when the map is next read).
+/// that fails after the decision (its commit is completed when the map is next read). The
+/// whole second phase holds `gate` shared, so that a restore point across groups never falls
+/// between group 0's commit and another group's.
 pub(super) async fn commit_all<L: BorrowMut<Lease>>(
+    gate: &CommitGate,
     leases: &mut [L],
     gid: &str,
     what: &str,
 ) -> Result<(), ProxyError> {
+    let _second_phase = gate.second_phase().await;
     for (g, lease) in leases.iter_mut().enumerate() {
         if let Err(e) = lease
             .borrow_mut()

@@ -113,7 +113,7 @@ impl Session {
         let outcome = match outcome {
             Ok(done) => {
                 self.ctx.metrics.inc("herd_shard_2pc_commits_total", "");
-                super::two_phase::commit_all(&mut leases, &gid, "the write")
+                super::two_phase::commit_all(&self.ctx.commits, &mut leases, &gid, "the write")
                     .await
                     .map(|()| done)
             }

@@ -104,7 +104,7 @@ impl ProxyContext {
                 ))
             }
         };
-        commit_everywhere(&clients, &next, &ddl, &per_group).await?;
+        commit_everywhere(&self.commits, &clients, &next, &ddl, &per_group).await?;
         self.install_map(database, next);
         Ok(answer)
     }

@@ -110,7 +110,7 @@ impl ProxyContext {
         let mut next = current.clone();
         next.version += 1;
         next.moves.insert(shard, ShardMove { from, to });
-        commit_everywhere(&clients, &next, &[], &[]).await?;
+        commit_everywhere(&self.commits, &clients, &next, &[], &[]).await?;
         self.install_map(database, next);
         Ok(format!("shard {shard} is moving from group {from} to {to}"))
     }
@@ -153,7 +153,7 @@ impl ProxyContext {
         next.version += 1;
         next.placement[shard as usize] = m.to;
         let switched = match ready {
-            Ok(floor) => match commit_everywhere(&clients, &next, &[], &[]).await {
+            Ok(floor) => match commit_everywhere(&self.commits, &clients, &next, &[], &[]).await {
                 Ok(()) => Ok(floor),
                 // Decided or not, the stored map says which (reading it resolves a change
                 // left in doubt).
@@ -265,7 +265,7 @@ impl ProxyContext {
         let mut next = current.clone();
         next.version += 1;
         next.moves.remove(&shard);
-        commit_everywhere(&clients, &next, &[], &[]).await?;
+        commit_everywhere(&self.commits, &clients, &next, &[], &[]).await?;
         self.install_map(database, next);
         Ok(if finished {
             format!("shard {shard} moved from group {} to {}", m.from, m.to)
