@@ -19,6 +19,7 @@ mod classify;
 mod ddl;
 mod explain;
 mod fanout;
+mod global;
 mod hide;
 mod keys;
 mod route;
@@ -35,6 +36,7 @@ pub use classify::classify;
 pub use ddl::{DatabaseStmt, DdlFacts, Uniqueness};
 pub use explain::explained;
 pub use fanout::{fan_out, Bound, Combine, FanOut, SortColumn, SortKey};
+pub use global::globalize;
 pub use hide::{hide_rows, Hidden};
 pub use keys::{
     key_facts, ColumnName, Condition, CopyFacts, KeyExpr, KeyFacts, OuterSide, StmtKind, TableRef,
