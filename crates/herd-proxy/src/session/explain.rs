@@ -81,6 +81,10 @@ impl Session {
                 }
             }
             Plan::Refuse(why) => format!("refused with 0A000: {why}"),
+            Plan::General { .. } => "shard group 0's primary, over every group's rows (the \
+                 general path: PostgreSQL answers it over postgres_fdw global tables; read-only, \
+                 each group read at its own snapshot)"
+                .into(),
         })
     }
 

@@ -16,6 +16,14 @@ use crate::router::track::Expect;
 use crate::server::{Lookup, PREPARED_CAPACITY};
 use crate::{ProxyContext, ProxyError};
 
+/// What becomes of a Query or Bind that cannot run as it is on the attached server.
+enum Here {
+    /// Refused in-band, with this reason.
+    Refuse(String),
+    /// The general path's statement, and the Bind's statement's parameter types.
+    General(String, Vec<u32>),
+}
+
 /// What the caller does after a client message.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Flow {
@@ -71,9 +79,16 @@ impl Translator<'_> {
             to_server.extend_from_slice(frame.raw);
             return Ok(Flow::Continue);
         }
-        if let Some(why) = self.wrong_group(frame)? {
-            self.refuse_here(frame, &why, to_server)?;
-            return Ok(Flow::Continue);
+        match self.wrong_group(frame)? {
+            Some(Here::Refuse(why)) => {
+                self.refuse_here(frame, &why, to_server)?;
+                return Ok(Flow::Continue);
+            }
+            Some(Here::General(sql, types)) => {
+                self.send_general(frame, &sql, &types, to_server)?;
+                return Ok(Flow::Continue);
+            }
+            None => {}
         }
         if self.passthrough {
             if let Some(flow) = self.pass(frame, to_server)? {
@@ -157,12 +172,14 @@ impl Translator<'_> {
     }
 
     /// Why a Query or Bind cannot run on the attached server's shard group (a transaction
-    /// stays on the group of its first statement), if it cannot.
-    fn wrong_group(&self, frame: &Frame<'_>) -> Result<Option<String>, ProxyError> {
+    /// stays on the group of its first statement), if it cannot; or the general path's
+    /// statement that runs in its place.
+    fn wrong_group(&self, frame: &Frame<'_>) -> Result<Option<Here>, ProxyError> {
         let Some(map) = self.map else {
             return Ok(None);
         };
         let mut sql_of_bind = None;
+        let mut bind_types = Vec::new();
         // The names as last read (this check runs inside a transaction, without awaiting).
         let names = self.ctx.cached_names(self.database);
         let resolver = names.as_deref().map(|names| super::shard::Resolver {
@@ -186,6 +203,7 @@ impl Translator<'_> {
                     self.state.statements.get(b.statement).map(|s| &**s)
                 };
                 let types = stmt.map(|s| s.param_types.clone()).unwrap_or_default();
+                bind_types = types.clone();
                 let sql = stmt.map(|s| s.query.clone());
                 let Some(sql) = sql.or_else(|| self.state.passed.get(b.statement).cloned()) else {
                     return Ok(None);
@@ -205,7 +223,7 @@ impl Translator<'_> {
         if self.spanning {
             let text = match frame.tag {
                 tag::QUERY => Query::decode(frame.body)?.sql.to_vec(),
-                _ => sql_of_bind.unwrap_or_default(),
+                _ => sql_of_bind.clone().unwrap_or_default(),
             };
             let classified = self
                 .ctx
@@ -216,10 +234,62 @@ impl Translator<'_> {
                 .iter()
                 .any(|s| s.tx != herd_sql::TxEffect::None)
             {
-                return Ok(Some(super::spanning::SPANNING_CONTROL.to_string()));
+                return Ok(Some(Here::Refuse(
+                    super::spanning::SPANNING_CONTROL.to_string(),
+                )));
             }
         }
         let here = self.att.group;
+        // A read the fast paths cannot answer: the general path, on group 0.
+        let general_why = match &plan {
+            herd_shard::Plan::General { why } => Some(why.clone()),
+            herd_shard::Plan::AllGroups { table } => {
+                let text = match frame.tag {
+                    tag::QUERY => Query::decode(frame.body)?.sql.to_vec(),
+                    _ => sql_of_bind.clone().unwrap_or_default(),
+                };
+                let catalog = self.ctx.catalog();
+                herd_sql::fan_out(&String::from_utf8_lossy(&text), &|name| {
+                    catalog.may_be_aggregate(name)
+                })
+                .err()
+                .map(|why| {
+                    format!(
+                        "{why} ({table} is distributed: add a condition on its shard key to \
+                         read one group)"
+                    )
+                })
+            }
+            _ => None,
+        };
+        if let Some(why) = general_why {
+            let in_block = self.att.status != b'I';
+            if here != 0 || self.spanning || (in_block && self.att.wrote) {
+                return Ok(Some(Here::Refuse(format!(
+                    "{why} (nor can the general path answer it here: it reads every group on \
+                     group 0, in remote transactions of its own, so not inside a transaction \
+                     block that is on another group or has written: run it outside the \
+                     transaction block, or first in it)"
+                ))));
+            }
+            let text = match frame.tag {
+                tag::QUERY => Query::decode(frame.body)?.sql.to_vec(),
+                _ => sql_of_bind.unwrap_or_default(),
+            };
+            return Ok(Some(
+                match super::general::general_sql(
+                    self.ctx,
+                    map,
+                    resolver.as_ref(),
+                    self.database,
+                    &text,
+                    &why,
+                ) {
+                    Ok(sql) => Here::General(sql, bind_types),
+                    Err(why) => Here::Refuse(why),
+                },
+            ));
+        }
         Ok(match plan {
             herd_shard::Plan::Refuse(why) => Some(why),
             herd_shard::Plan::Everywhere(_)
@@ -238,7 +308,8 @@ impl Translator<'_> {
                  transaction, send statements for another group in a query or Sync of their own"
             )),
             _ => None,
-        })
+        }
+        .map(Here::Refuse))
     }
 
     /// Makes the server itself fail `frame` with 0A000 and `why`, so its transaction aborts
