@@ -250,7 +250,11 @@ async fn transactions(client: &Client, group0: &str) {
         &format!("select * from orders where o_orderkey = {on_group0}"),
     )
     .await;
-    assert_eq!(simple(client, general).await, want, "in a transaction block");
+    assert_eq!(
+        simple(client, general).await,
+        want,
+        "in a transaction block"
+    );
     client
         .batch_execute(&format!(
             "update orders set o_comment = 'x' where o_orderkey = {on_group0}"

@@ -297,7 +297,10 @@ mod tests {
             crate::Plan::Group { reason: "key", .. }
         ));
         let ambiguous = "select * from orders, lineitem where o_comment = l_comment";
-        assert!(matches!(plan_of(ambiguous, true), crate::Plan::General { .. }));
+        assert!(matches!(
+            plan_of(ambiguous, true),
+            crate::Plan::General { .. }
+        ));
         let insert = "insert into orders values (1, 2, 'x'), (2, 3, 'y'), (3, 4, 'z'), (4, 5, 'w')";
         assert!(matches!(plan_of(insert, false), crate::Plan::Refuse(_)));
         assert!(matches!(

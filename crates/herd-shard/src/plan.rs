@@ -252,11 +252,14 @@ pub fn plan(
         ));
     };
     if let Some(l) = local.first() {
-        return general_if_read(facts, format!(
+        return general_if_read(
+            facts,
+            format!(
             "{l} is not distributed and lives on shard group 0 only, while rows of distributed \
              table {table} live on every group: distribute {l} on the same key, or make it a \
              reference table (herd.create_reference_table)"
-        ));
+        ),
+        );
     }
     match facts.kind {
         StmtKind::Other => Plan::Refuse(format!(
@@ -510,11 +513,14 @@ fn plan_by_conditions(
             .iter()
             .any(|t| same(&t.name, table) && !facts.ctes.contains(&t.name));
         if !top || inner {
-            return general_if_read(facts, format!(
-                "distributed table {table} is read in a subquery, join or CTE (or a UNION, \
+            return general_if_read(
+                facts,
+                format!(
+                    "distributed table {table} is read in a subquery, join or CTE (or a UNION, \
                  INTERSECT or EXCEPT); such queries span shard groups (not supported yet): filter \
                  {table} by its key {column} at the top level"
-            ));
+                ),
+            );
         }
     }
     // Each top-level reference of a distributed table (a self-join has two).
@@ -605,12 +611,15 @@ fn plan_by_conditions(
             } else {
                 "DELETE"
             }),
-            Some(table) => general_if_read(facts, format!(
+            Some(table) => general_if_read(
+                facts,
+                format!(
                 "distributed table {table} is not joined on its shard key to the other distributed \
                  tables of this query, so matching rows may live on different shard groups (a join \
                  on a non-key column between distributed tables is not supported): join them on \
                  their keys, or make {table} a reference table"
-            )),
+            ),
+            ),
         };
     }
     if let Some((tref, column, _, _)) = unresolved {

@@ -328,10 +328,16 @@ async fn selects_across_groups_answer_as_one_server() {
     // answer on group 0 over every group's rows, compared with one server's.
     for (shape, ordered) in [
         ("select string_agg(distinct name, ',') from T", true),
-        ("select id, row_number() over (order by id) from T order by id", true),
+        (
+            "select id, row_number() over (order by id) from T order by id",
+            true,
+        ),
         ("select id from T union select id from T order by id", true),
         ("select a.id from T a join T b on a.grp = b.grp", false),
-        ("select id from T order by name collate \"en-x-icu\", id", true),
+        (
+            "select id from T order by name collate \"en-x-icu\", id",
+            true,
+        ),
     ] {
         let over = |t: &str| shape.replace(" T", &format!(" {t}"));
         let mut got = simple(&client, &over("acct")).await;

@@ -88,9 +88,10 @@ impl Translator<'_> {
         types: &[u32],
         to_server: &mut Vec<u8>,
     ) -> Result<(), crate::ProxyError> {
-        self.ctx
-            .metrics
-            .inc_labels("herd_shard_routed_total", &[("group", "0"), ("reason", "general")]);
+        self.ctx.metrics.inc_labels(
+            "herd_shard_routed_total",
+            &[("group", "0"), ("reason", "general")],
+        );
         if frame.tag == herd_wire::frontend::tag::QUERY {
             encode::query(to_server, sql)?;
             // A simple query drops the unnamed statement (PostgreSQL's exec_simple_query).

@@ -263,28 +263,28 @@ impl Session {
                         .flatten();
                     let catalog = self.ctx.catalog();
                     let statement = explained.as_ref().map_or(&*text, |(_, s)| s.as_str());
-                    let shape =
-                        match herd_sql::fan_out(statement, &|name| catalog.may_be_aggregate(name))
-                        {
-                            Ok(shape) => shape,
-                            Err(why) if explained.is_none() => {
-                                let why = format!(
-                                    "{why} ({table} is distributed: add a condition on its shard \
+                    let shape = match herd_sql::fan_out(statement, &|name| {
+                        catalog.may_be_aggregate(name)
+                    }) {
+                        Ok(shape) => shape,
+                        Err(why) if explained.is_none() => {
+                            let why = format!(
+                                "{why} ({table} is distributed: add a condition on its shard \
                                      key to read one group)"
-                                );
-                                self.general_route(&map, &names, &resolver, &text, &why)
-                                    .await?;
-                                group = Some(0);
-                                general = true;
-                                continue;
-                            }
-                            Err(why) => {
-                                return Err(not_supported(format!(
-                                    "{why} ({table} is distributed: add a condition on its \
+                            );
+                            self.general_route(&map, &names, &resolver, &text, &why)
+                                .await?;
+                            group = Some(0);
+                            general = true;
+                            continue;
+                        }
+                        Err(why) => {
+                            return Err(not_supported(format!(
+                                "{why} ({table} is distributed: add a condition on its \
                                      shard key to read one group)"
-                                )))
-                            }
-                        };
+                            )))
+                        }
+                    };
                     if let Some((prefix, _)) = explained {
                         if frame.tag != tag::QUERY || self.in_transaction() {
                             return Err(not_supported(

@@ -84,11 +84,17 @@ impl ProxyContext {
             Arc::as_ptr(names) as usize,
             format!("{tables:?} {nodes:?} {database}"),
         );
-        if let Some(g) = self.cached_global(database).filter(|g| g.checked == checked) {
+        if let Some(g) = self
+            .cached_global(database)
+            .filter(|g| g.checked == checked)
+        {
             return Ok(g);
         }
         let _one = self.shard_maps.global.building.lock().await;
-        if let Some(g) = self.cached_global(database).filter(|g| g.checked == checked) {
+        if let Some(g) = self
+            .cached_global(database)
+            .filter(|g| g.checked == checked)
+        {
             return Ok(g);
         }
         let mut client = self
@@ -283,7 +289,11 @@ mod tests {
         let sql = build_sql(&spec, &cols, &nodes, "db", &admin);
         assert!(sql.contains("host '127.0.0.1,127.0.0.1', port '5433,5434'"));
         assert!(sql.contains("password 's''cret'"));
-        assert_eq!(sql.matches("password").count(), 2, "one mapping per group: {sql}");
+        assert_eq!(
+            sql.matches("password").count(),
+            2,
+            "one mapping per group: {sql}"
+        );
         assert!(sql.contains(
             "CREATE VIEW herd_global.t_42 AS SELECT * FROM herd_global.t_42_g0 WHERE \
              herd_global.may_read('\"public\".\"orders\"') UNION ALL SELECT * FROM \
