@@ -23,7 +23,7 @@ use tpchgen::generators::{
 };
 
 /// The whole test's bound (a cluster start included).
-const LIMIT: Duration = Duration::from_secs(115);
+const LIMIT: Duration = Duration::from_secs(300);
 
 /// Scale factor: 15,000 orders, about 60,000 lineitems.
 const SF: f64 = 0.01;
@@ -143,11 +143,12 @@ fn tbl<T: Display>(items: impl Iterator<Item = T>) -> String {
 
 async fn copy(client: &Client, table: &str, data: &str) {
     let sink = client
-        .copy_in(&format!("copy {table} from stdin with (delimiter '|')"))
+        .copy_in(&format!("copy {table} from stdin"))
         .await
         .unwrap_or_else(|e| panic!("copy {table}: {e:?}"));
     futures_util::pin_mut!(sink);
-    sink.send(bytes::Bytes::from(data.to_string()))
+    // The text format's default delimiter (TPC-H's text has no tabs nor backslashes).
+    sink.send(bytes::Bytes::from(data.replace('|', "\t")))
         .await
         .unwrap_or_else(|e| panic!("copy {table}: {e:?}"));
     sink.finish()
@@ -155,7 +156,7 @@ async fn copy(client: &Client, table: &str, data: &str) {
         .unwrap_or_else(|e| panic!("copy {table}: {e:?}"));
 }
 
-/// A reference table's rows as one INSERT (every group gets the same copy).
+/// A reference table's rows as INSERTs of 2,000 rows each (every group gets the same copy).
 async fn insert(client: &Client, table: &str, data: &str) {
     let rows: Vec<String> = data
         .lines()
@@ -167,13 +168,18 @@ async fn insert(client: &Client, table: &str, data: &str) {
             format!("({})", values.join(", "))
         })
         .collect();
-    client
-        .batch_execute(&format!("insert into {table} values {}", rows.join(", ")))
-        .await
-        .unwrap_or_else(|e| panic!("insert {table}: {e:?}"));
+    for chunk in rows.chunks(2000) {
+        client
+            .batch_execute(&format!("insert into {table} values {}", chunk.join(", ")))
+            .await
+            .unwrap_or_else(|e| panic!("insert {table}: {e:?}"));
+    }
 }
 
-async fn load(client: &Client) {
+/// Loads both layouts: through the endpoint (`client`), and the one-server copies directly on
+/// group 0's server (`group0`; COPY FROM STDIN into a table that is not distributed hangs
+/// through the endpoint of a sharded cluster — a finding of this test, left to its own fix).
+async fn load(client: &Client, group0: &Client) {
     run_all(client, &["create schema one"]).await;
     client.batch_execute(TABLES).await.expect("tables");
     client
@@ -205,14 +211,21 @@ async fn load(client: &Client) {
         ("lineitem", tbl(LineItemGenerator::new(SF, 1, 1).iter())),
     ];
     for (table, rows) in &data {
+        let at = Instant::now();
         if matches!(*table, "nation" | "region" | "supplier") {
             insert(client, table, rows).await;
         } else {
             copy(client, table, rows).await;
         }
-        copy(client, &format!("one.{table}"), rows).await;
+        let herd_ms = at.elapsed().as_millis();
+        copy(group0, &format!("one.{table}"), rows).await;
+        eprintln!(
+            "{table}: {} rows, through Herd {herd_ms} ms, one server {} ms",
+            rows.lines().count(),
+            at.elapsed().as_millis() - herd_ms
+        );
     }
-    run_all(client, &["analyze"]).await;
+    run_all(group0, &["analyze"]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -220,10 +233,12 @@ async fn tpch_queries_answer_as_one_server() {
     let c = cluster();
     c.up(&["--shards", "2", "--replicas", "0"]);
     let url = c.url(&[]);
+    let group0 = c.url(&["--group", "0", "--primary"]);
     tokio::time::timeout(LIMIT, async {
         let client = connect(&url).await;
+        let group0 = connect(&group0).await;
         let started = Instant::now();
-        load(&client).await;
+        load(&client, &group0).await;
         eprintln!("loaded SF {SF} twice in {} ms", started.elapsed().as_millis());
         let lineitems = rows(&client, "select count(*) from lineitem").await;
         assert_eq!(lineitems, rows(&client, "select count(*) from one.lineitem").await);

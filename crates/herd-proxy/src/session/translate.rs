@@ -180,8 +180,10 @@ impl Translator<'_> {
         };
         let mut sql_of_bind = None;
         let mut bind_types = Vec::new();
-        // The names as last read (this check runs inside a transaction, without awaiting).
-        let names = self.ctx.cached_names(self.database);
+        // The names as last read (this check runs inside a transaction, without awaiting),
+        // however old: the routing of the unit has just read them (if 3 s old, a name would
+        // otherwise be taken as `public`'s, e.g. under `search_path = one`).
+        let names = self.ctx.last_names(self.database);
         let resolver = names.as_deref().map(|names| super::shard::Resolver {
             names,
             path: self.state.search_path(),

@@ -20,7 +20,10 @@
 //!   distributed table itself (`herd_global.may_read`, 42501 otherwise). Row-level security
 //!   policies are not applied on this path.
 //! - Servers name every node of their group, `target_session_attrs=read-write`: a failover is
-//!   followed by libpq itself.
+//!   followed by libpq itself. `use_remote_estimate`: the foreign tables have no statistics on
+//!   group 0, and without the groups' own estimates correlated subqueries over them were
+//!   planned per row of the outer table (TPC-H Q20 ran minutes instead of a second); it costs
+//!   a remote EXPLAIN per foreign table when a general read is planned.
 //!
 //! Built when a general statement first needs it (and again when the tables' columns, the
 //! groups or their nodes change), not in the map's two-phase commit: the objects depend on the
@@ -158,7 +161,7 @@ fn spec_of(
     database: &str,
     admin: &str,
 ) -> String {
-    format!("v1 {database} {admin} {nodes:?} {columns:?}")
+    format!("v2 {database} {admin} {nodes:?} {columns:?}")
 }
 
 async fn build_if_needed(
@@ -228,7 +231,7 @@ CREATE TABLE herd_global.built (spec text NOT NULL);
         sql.push_str(&format!(
             "CREATE SERVER herd_group_{g} FOREIGN DATA WRAPPER postgres_fdw OPTIONS (host {}, \
              port {}, dbname {}, target_session_attrs 'read-write', async_capable 'true', \
-             fetch_size '10000', application_name 'herd_general');
+             use_remote_estimate 'true', fetch_size '10000', application_name 'herd_general');
 CREATE USER MAPPING FOR {} SERVER herd_group_{g} OPTIONS (user {}, password {});
 ",
             literal(&hosts.join(",")),
