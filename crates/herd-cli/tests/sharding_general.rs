@@ -114,6 +114,7 @@ async fn reads_the_fast_paths_refuse_answer_as_one_server() {
         extended(&client).await;
         transactions(&client, &group0).await;
         still_refused(&client).await;
+        privileges(&client, &url).await;
     })
     .await
     .expect("the test's time limit");
@@ -285,4 +286,52 @@ async fn still_refused(client: &Client) {
         simple(client, "select count(*) from orders where o_comment = 'y'").await,
         vec![vec![Some("0".to_string())]]
     );
+}
+
+/// A role reads on the general path what it may SELECT, and is refused (42501) the rest, as
+/// on one server; a GRANT afterwards is followed.
+async fn privileges(client: &Client, url: &str) {
+    run_all(
+        client,
+        &[
+            "create role reader login password 'reader-secret'",
+            "grant select on customer to reader",
+        ],
+    )
+    .await;
+    let (_, host) = url.split_once('@').expect("url with credentials");
+    let reader = connect(&format!("postgresql://reader:reader-secret@{host}")).await;
+    let window = "select c_custkey, rank() over (order by c_name) from customer order by 1";
+    assert_eq!(
+        simple(&reader, window).await,
+        simple(
+            client,
+            "select c_custkey, rank() over (order by c_name) from customer_one order by 1"
+        )
+        .await
+    );
+    let across = "select count(*) from orders where o_custkey in (select c_custkey from customer)";
+    let e = reader.simple_query(across).await.expect_err("no SELECT on orders");
+    assert_eq!(
+        e.code(),
+        Some(&tokio_postgres::error::SqlState::INSUFFICIENT_PRIVILEGE),
+        "{e}"
+    );
+    run_all(client, &["grant select on orders to reader"]).await;
+    // The grant reaches the global relations once the catalog is read again (at most 3 s).
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        match reader.simple_query(across).await {
+            Ok(_) => break,
+            Err(e) if std::time::Instant::now() < deadline => {
+                assert_eq!(
+                    e.code(),
+                    Some(&tokio_postgres::error::SqlState::INSUFFICIENT_PRIVILEGE),
+                    "{e}"
+                );
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+            Err(e) => panic!("the grant was not followed: {e}"),
+        }
+    }
 }
