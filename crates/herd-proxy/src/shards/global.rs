@@ -48,8 +48,15 @@ use crate::{ProxyContext, ProxyError};
 pub struct GlobalTables {
     /// `schema.table` → `herd_global.t_<oid>`.
     pub relations: HashMap<String, String>,
-    /// What was checked: the names read and the tables and nodes asked for.
-    checked: (usize, String),
+    /// What was checked: the names read (kept, so that a later read is never taken for this
+    /// one) and the tables and nodes asked for.
+    checked: (Arc<Names>, String),
+}
+
+impl GlobalTables {
+    fn checked_as(&self, names: &Arc<Names>, asked: &str) -> bool {
+        Arc::ptr_eq(&self.checked.0, names) && self.checked.1 == asked
+    }
 }
 
 /// Cache of [`GlobalTables`] per database.
@@ -106,21 +113,13 @@ impl ProxyContext {
     ) -> Result<Arc<GlobalTables>, ProxyError> {
         let nodes = self.group_nodes(map.groups());
         let tables: Vec<&str> = map.distributed().map(|(t, ..)| t).collect();
-        let checked = (
-            Arc::as_ptr(names) as usize,
-            format!("{tables:?} {nodes:?} {database}"),
-        );
-        if let Some(g) = self
-            .cached_global(database)
-            .filter(|g| g.checked == checked)
-        {
+        let asked = format!("{tables:?} {nodes:?} {database}");
+        let fresh = |g: &Arc<GlobalTables>| g.checked_as(names, &asked);
+        if let Some(g) = self.cached_global(database).filter(fresh) {
             return Ok(g);
         }
         let _one = self.shard_maps.global.building.lock().await;
-        if let Some(g) = self
-            .cached_global(database)
-            .filter(|g| g.checked == checked)
-        {
+        if let Some(g) = self.cached_global(database).filter(fresh) {
             return Ok(g);
         }
         let mut client = self
@@ -149,7 +148,7 @@ impl ProxyContext {
                 .iter()
                 .map(|t| (t.key.clone(), format!("herd_global.t_{}", t.oid)))
                 .collect(),
-            checked,
+            checked: (names.clone(), asked),
         });
         if let Ok(mut m) = self.shard_maps.global.by_database.lock() {
             m.insert(database.to_string(), global.clone());
