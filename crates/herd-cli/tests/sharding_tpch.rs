@@ -239,9 +239,15 @@ async fn tpch_queries_answer_as_one_server() {
         let group0 = connect(&group0).await;
         let started = Instant::now();
         load(&client, &group0).await;
-        eprintln!("loaded SF {SF} twice in {} ms", started.elapsed().as_millis());
+        eprintln!(
+            "loaded SF {SF} twice in {} ms",
+            started.elapsed().as_millis()
+        );
         let lineitems = rows(&client, "select count(*) from lineitem").await;
-        assert_eq!(lineitems, rows(&client, "select count(*) from one.lineitem").await);
+        assert_eq!(
+            lineitems,
+            rows(&client, "select count(*) from one.lineitem").await
+        );
         for q in 1..=22 {
             let sql = query(q);
             let at = Instant::now();

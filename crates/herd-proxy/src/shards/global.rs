@@ -182,12 +182,7 @@ impl ProxyContext {
 }
 
 /// What the objects are built from: compared with `herd_global.built` on group 0.
-fn spec_of(
-    columns: &[Table],
-    nodes: &[Vec<(String, u16)>],
-    database: &str,
-    admin: &str,
-) -> String {
+fn spec_of(columns: &[Table], nodes: &[Vec<(String, u16)>], database: &str, admin: &str) -> String {
     format!("v3 {database} {admin} {nodes:?} {columns:?}")
 }
 
