@@ -381,8 +381,18 @@ async fn distributed_table_routed_by_key() {
         format!("{everywhere:?}").contains("every shard group"),
         "{everywhere:?}"
     );
-    let refused = client
+    let general = client
         .simple_query("select herd.explain('select string_agg(v, v) from orders')")
+        .await
+        .expect("herd.explain of a read the merge cannot finish");
+    assert!(
+        format!("{general:?}").contains("general path"),
+        "{general:?}"
+    );
+    let refused = client
+        .simple_query(
+            "select herd.explain('update orders set customer_id = 1 where customer_id = 2')",
+        )
         .await
         .expect("herd.explain of a refused statement");
     assert!(
