@@ -76,7 +76,69 @@ pub(super) fn general_sql(
     Ok(rewritten)
 }
 
+/// What becomes of a Query or Bind that cannot run as it is on the attached server.
+pub(super) enum Here {
+    /// Refused in-band, with this reason.
+    Refuse(String),
+    /// The general path's statement, and the Bind's statement's parameter types.
+    General(String, Vec<u32>),
+}
+
 impl Translator<'_> {
+    /// For a statement planned `plan` that the fast paths cannot answer (`Plan::General`, or
+    /// a read across groups whose shape the merge cannot finish): the general path's
+    /// statement, or its refusal where the general path cannot run (a transaction block on
+    /// another group, spanning groups, or that may have written). `None`: not such a
+    /// statement. `bind_sql`: the Bind's statement text.
+    pub(super) fn general_here(
+        &self,
+        plan: &herd_shard::Plan,
+        frame: &herd_wire::Frame<'_>,
+        bind_sql: Option<&[u8]>,
+        bind_types: Vec<u32>,
+        map: &ShardMap,
+        resolver: Option<&Resolver<'_>>,
+    ) -> Result<Option<Here>, crate::ProxyError> {
+        let text = || -> Result<Vec<u8>, crate::ProxyError> {
+            Ok(match frame.tag {
+                herd_wire::frontend::tag::QUERY => {
+                    herd_wire::frontend::Query::decode(frame.body)?.sql.to_vec()
+                }
+                _ => bind_sql.unwrap_or_default().to_vec(),
+            })
+        };
+        let why = match plan {
+            herd_shard::Plan::General { why } => why.clone(),
+            herd_shard::Plan::AllGroups { table } => {
+                let catalog = self.ctx.catalog();
+                match herd_sql::fan_out(&String::from_utf8_lossy(&text()?), &|name| {
+                    catalog.may_be_aggregate(name)
+                }) {
+                    Ok(_) => return Ok(None),
+                    Err(why) => format!(
+                        "{why} ({table} is distributed: add a condition on its shard key to \
+                         read one group)"
+                    ),
+                }
+            }
+            _ => return Ok(None),
+        };
+        let in_block = self.att.status != b'I';
+        if self.att.group != 0 || self.spanning || (in_block && self.att.wrote) {
+            return Ok(Some(Here::Refuse(format!(
+                "{why} (nor can the general path answer it here: it reads every group on \
+                 group 0, in remote transactions of its own, so not inside a transaction \
+                 block that is on another group or has written: run it outside the \
+                 transaction block, or first in it)"
+            ))));
+        }
+        let sql = general_sql(self.ctx, map, resolver, self.database, &text()?, &why);
+        Ok(Some(match sql {
+            Ok(sql) => Here::General(sql, bind_types),
+            Err(why) => Here::Refuse(why),
+        }))
+    }
+
     /// Sends the general path's statement `sql` in place of the client's Query, or of the
     /// client's Bind (`types`: its statement's parameter types): the server's unnamed
     /// statement becomes `sql`, and the client's portal is bound to it with the client's

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use herd_wire::frontend::{tag, Bind, Close, Describe, Parse, Query, KIND_STATEMENT};
 use herd_wire::{encode, Frame};
 
+use super::general::Here;
 use super::state::{RecentParse, SessionState, Statement, Unnamed};
 use super::undo::Undo;
 use super::Attached;
@@ -15,14 +16,6 @@ use crate::analysis::{analyze, reason_label, Analysis};
 use crate::router::track::Expect;
 use crate::server::{Lookup, PREPARED_CAPACITY};
 use crate::{ProxyContext, ProxyError};
-
-/// What becomes of a Query or Bind that cannot run as it is on the attached server.
-enum Here {
-    /// Refused in-band, with this reason.
-    Refuse(String),
-    /// The general path's statement, and the Bind's statement's parameter types.
-    General(String, Vec<u32>),
-}
 
 /// What the caller does after a client message.
 #[derive(Debug, PartialEq, Eq)]
@@ -241,57 +234,18 @@ impl Translator<'_> {
                 )));
             }
         }
-        let here = self.att.group;
         // A read the fast paths cannot answer: the general path, on group 0.
-        let general_why = match &plan {
-            herd_shard::Plan::General { why } => Some(why.clone()),
-            herd_shard::Plan::AllGroups { table } => {
-                let text = match frame.tag {
-                    tag::QUERY => Query::decode(frame.body)?.sql.to_vec(),
-                    _ => sql_of_bind.clone().unwrap_or_default(),
-                };
-                let catalog = self.ctx.catalog();
-                herd_sql::fan_out(&String::from_utf8_lossy(&text), &|name| {
-                    catalog.may_be_aggregate(name)
-                })
-                .err()
-                .map(|why| {
-                    format!(
-                        "{why} ({table} is distributed: add a condition on its shard key to \
-                         read one group)"
-                    )
-                })
-            }
-            _ => None,
-        };
-        if let Some(why) = general_why {
-            let in_block = self.att.status != b'I';
-            if here != 0 || self.spanning || (in_block && self.att.wrote) {
-                return Ok(Some(Here::Refuse(format!(
-                    "{why} (nor can the general path answer it here: it reads every group on \
-                     group 0, in remote transactions of its own, so not inside a transaction \
-                     block that is on another group or has written: run it outside the \
-                     transaction block, or first in it)"
-                ))));
-            }
-            let text = match frame.tag {
-                tag::QUERY => Query::decode(frame.body)?.sql.to_vec(),
-                _ => sql_of_bind.unwrap_or_default(),
-            };
-            return Ok(Some(
-                match super::general::general_sql(
-                    self.ctx,
-                    map,
-                    resolver.as_ref(),
-                    self.database,
-                    &text,
-                    &why,
-                ) {
-                    Ok(sql) => Here::General(sql, bind_types),
-                    Err(why) => Here::Refuse(why),
-                },
-            ));
+        if let Some(verdict) = self.general_here(
+            &plan,
+            frame,
+            sql_of_bind.as_deref(),
+            bind_types,
+            map,
+            resolver.as_ref(),
+        )? {
+            return Ok(Some(verdict));
         }
+        let here = self.att.group;
         Ok(match plan {
             herd_shard::Plan::Refuse(why) => Some(why),
             herd_shard::Plan::Everywhere(_)
