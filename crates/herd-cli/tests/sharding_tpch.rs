@@ -1,5 +1,6 @@
-//! TPC-H's 22 queries through Herd on 2 shard groups against one server (issue #40): data from
-//! the `tpchgen` crate at scale factor 0.01, loaded through the endpoint twice — into schema
+//! TPC-H's 22 queries through Herd on 2 shard groups (`HERD_TPCH_GROUPS` for more) against one
+//! server (issue #40): data from the `tpchgen` crate at scale factor 0.01, loaded through the
+//! endpoint twice — into schema
 //! `public`, where lineitem/orders are distributed by orderkey, customer by custkey,
 //! part/partsupp by partkey and nation/region/supplier are reference tables, and into schema
 //! `one`, plain tables on group 0 (one server). Each query (tpchgen's text with the
@@ -230,8 +231,16 @@ async fn load(client: &Client, group0: &Client) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tpch_queries_answer_as_one_server() {
+    // 2 groups in CI; `HERD_TPCH_GROUPS=4` for more (a bad value fails the test).
+    let groups = std::env::var("HERD_TPCH_GROUPS").map_or(2, |v| {
+        v.trim()
+            .parse::<u32>()
+            .ok()
+            .filter(|n| (2..=8).contains(n))
+            .unwrap_or_else(|| panic!("HERD_TPCH_GROUPS={v}: a number of groups from 2 to 8"))
+    });
     let c = cluster();
-    c.up(&["--shards", "2", "--replicas", "0"]);
+    c.up(&["--shards", &groups.to_string(), "--replicas", "0"]);
     let url = c.url(&[]);
     let group0 = c.url(&["--group", "0", "--primary"]);
     tokio::time::timeout(LIMIT, async {
