@@ -19,6 +19,7 @@ mod add_group;
 mod definitions;
 mod distribute;
 mod gate;
+mod global;
 mod in_doubt;
 mod lookups;
 mod moves;
@@ -96,6 +97,8 @@ pub struct ShardMaps {
     names: names::NamesCache,
     /// The multi-proxy rules around maps, when the embedding gives them ([`MapGate`]).
     gate: std::sync::RwLock<Option<Arc<dyn MapGate>>>,
+    /// The general path's global relations on group 0, per database.
+    global: global::GlobalCache,
 }
 
 impl Default for ShardMaps {
@@ -111,6 +114,7 @@ impl Default for ShardMaps {
             tables_bytewise: Mutex::default(),
             names: names::NamesCache::default(),
             gate: std::sync::RwLock::default(),
+            global: global::GlobalCache::default(),
         }
     }
 }

@@ -288,7 +288,7 @@ mod tests {
             crate::plan(Some(&f), &relations, &map, &param)
         };
         let join = "select count(*) from orders, lineitem where o_orderkey = l_orderkey";
-        assert!(matches!(plan_of(join, false), crate::Plan::Refuse(_)));
+        assert!(matches!(plan_of(join, false), crate::Plan::General { .. }));
         assert!(matches!(plan_of(join, true), crate::Plan::AllGroups { .. }));
         let by_key =
             "select * from orders, lineitem where o_orderkey = l_orderkey and o_orderkey = 5";
@@ -297,7 +297,10 @@ mod tests {
             crate::Plan::Group { reason: "key", .. }
         ));
         let ambiguous = "select * from orders, lineitem where o_comment = l_comment";
-        assert!(matches!(plan_of(ambiguous, true), crate::Plan::Refuse(_)));
+        assert!(matches!(
+            plan_of(ambiguous, true),
+            crate::Plan::General { .. }
+        ));
         let insert = "insert into orders values (1, 2, 'x'), (2, 3, 'y'), (3, 4, 'z'), (4, 5, 'w')";
         assert!(matches!(plan_of(insert, false), crate::Plan::Refuse(_)));
         assert!(matches!(

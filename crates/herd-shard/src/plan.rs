@@ -84,6 +84,15 @@ pub enum Plan {
     /// An INSERT … SELECT whose rows may belong to several groups: the proxy runs the SELECT,
     /// then each group inserts its rows (all or none).
     InsertSelect(InsertSelect),
+    /// A read the fast paths cannot answer for want of a construct (a subquery, CTE or set
+    /// operation over distributed tables, a join not on the key, a group-0 table joined with
+    /// a distributed one): PostgreSQL answers it on group 0 over the global relations
+    /// (`herd_global`, postgres_fdw), read-only. `why` is the fast path's refusal, given when
+    /// the general path cannot take it either.
+    General {
+        /// The fast path's refusal.
+        why: String,
+    },
     /// Not runnable on one group; the message says why (SQLSTATE 0A000).
     Refuse(String),
 }
@@ -262,11 +271,14 @@ pub fn plan(
         ));
     };
     if let Some(l) = local.first() {
-        return Plan::Refuse(format!(
+        return general_if_read(
+            facts,
+            format!(
             "{l} is not distributed and lives on shard group 0 only, while rows of distributed \
              table {table} live on every group: distribute {l} on the same key, or make it a \
              reference table (herd.create_reference_table)"
-        ));
+        ),
+        );
     }
     match facts.kind {
         StmtKind::Other => Plan::Refuse(format!(
@@ -298,7 +310,8 @@ pub fn plan_several(plans: impl IntoIterator<Item = Plan>) -> Plan {
                 Some(_) => {}
                 None => one = Some(p),
             },
-            Plan::Refuse(why) => return Plan::Refuse(why),
+            // The general path takes a statement sent alone.
+            Plan::Refuse(why) | Plan::General { why } => return Plan::Refuse(why),
             _ => {
                 return Plan::Refuse(
                     "a statement of this query string runs on every shard group (DDL, COPY, or \
@@ -428,7 +441,7 @@ fn plan_insert_select(
         Plan::Anywhere => None,
         // A table of group 0 only: the SELECT runs there.
         Plan::Group { group, .. } => return by_rows(Some(group)),
-        Plan::Refuse(why) => return Plan::Refuse(why),
+        Plan::Refuse(why) | Plan::General { why } => return Plan::Refuse(why),
         Plan::AllGroups { .. } => return by_rows(None),
         _ => return refuse("the SELECT cannot be placed"),
     };
@@ -521,11 +534,14 @@ fn plan_by_conditions(
             .iter()
             .any(|t| same(&t.name, table) && !facts.ctes.contains(&t.name));
         if !top || inner {
-            return Plan::Refuse(format!(
-                "distributed table {table} is read in a subquery, join or CTE (or a UNION, \
+            return general_if_read(
+                facts,
+                format!(
+                    "distributed table {table} is read in a subquery, join or CTE (or a UNION, \
                  INTERSECT or EXCEPT); such queries span shard groups (not supported yet): filter \
                  {table} by its key {column} at the top level"
-            ));
+                ),
+            );
         }
     }
     // Each top-level reference of a distributed table (a self-join has two).
@@ -605,7 +621,7 @@ fn plan_by_conditions(
     let unresolved = resolved.iter().find(|r| r.3.is_none());
     if spans || unresolved.is_some() {
         if let Some(why) = outer_join_spans(facts, map) {
-            return Plan::Refuse(why);
+            return general_if_read(facts, why);
         }
         return match not_colocated(facts, &resolved) {
             None if facts.kind == StmtKind::Select => Plan::AllGroups {
@@ -616,12 +632,15 @@ fn plan_by_conditions(
             } else {
                 "DELETE"
             }),
-            Some(table) => Plan::Refuse(format!(
+            Some(table) => general_if_read(
+                facts,
+                format!(
                 "distributed table {table} is not joined on its shard key to the other distributed \
                  tables of this query, so matching rows may live on different shard groups (a join \
                  on a non-key column between distributed tables is not supported): join them on \
                  their keys, or make {table} a reference table"
-            )),
+            ),
+            ),
         };
     }
     if let Some((tref, column, _, _)) = unresolved {
@@ -636,6 +655,16 @@ fn plan_by_conditions(
     Plan::Group {
         group: group.unwrap_or(0),
         reason: "key",
+    }
+}
+
+/// A refusal for want of a construct: a SELECT takes the general path (group 0, over every
+/// group's rows), anything else is refused with `why`.
+fn general_if_read(facts: &KeyFacts, why: String) -> Plan {
+    if facts.kind == StmtKind::Select && !facts.select_into && !facts.modifying_cte {
+        Plan::General { why }
+    } else {
+        Plan::Refuse(why)
     }
 }
 

@@ -66,7 +66,7 @@ pub fn script(
             | Plan::WriteAllGroups(_)
             | Plan::InsertSplit(_)
             | Plan::InsertSelect(_) => {}
-            Plan::Refuse(why) => return Err(why.clone()),
+            Plan::Refuse(why) | Plan::General { why } => return Err(why.clone()),
             _ => {
                 return Err(
                     "a statement of this query string runs on every shard group outside a \

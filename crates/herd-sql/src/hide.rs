@@ -260,7 +260,7 @@ fn select_stmt(sql: &str) -> Result<Node, String> {
 }
 
 /// Every value of the string field `field` anywhere in `tree`.
-fn names_of(tree: &Value, field: &str) -> Vec<String> {
+pub(crate) fn names_of(tree: &Value, field: &str) -> Vec<String> {
     let mut out = Vec::new();
     scan(tree, &mut |node| {
         if let Some(Value::String(s)) = node.get(field) {
@@ -271,7 +271,7 @@ fn names_of(tree: &Value, field: &str) -> Vec<String> {
 }
 
 /// Calls `visit` on every object in `tree` (an explicit stack: deep trees cannot overflow).
-fn scan(tree: &Value, visit: &mut dyn FnMut(&serde_json::Map<String, Value>)) {
+pub(crate) fn scan(tree: &Value, visit: &mut dyn FnMut(&serde_json::Map<String, Value>)) {
     let mut stack = vec![tree];
     while let Some(v) = stack.pop() {
         match v {
@@ -286,7 +286,7 @@ fn scan(tree: &Value, visit: &mut dyn FnMut(&serde_json::Map<String, Value>)) {
 }
 
 /// Where the (possibly qualified, possibly quoted) name starting at `start` ends.
-fn name_end(text: &str, start: usize) -> Option<usize> {
+pub(crate) fn name_end(text: &str, start: usize) -> Option<usize> {
     let bytes = text.as_bytes();
     let mut i = start;
     loop {
@@ -321,7 +321,7 @@ fn name_end(text: &str, start: usize) -> Option<usize> {
     }
 }
 
-fn quote_ident(name: &str) -> String {
+pub(crate) fn quote_ident(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
 }
 

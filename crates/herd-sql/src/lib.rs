@@ -19,6 +19,7 @@ mod classify;
 mod ddl;
 mod explain;
 mod fanout;
+mod global;
 mod hide;
 mod insert_select;
 mod keys;
@@ -36,6 +37,7 @@ pub use classify::classify;
 pub use ddl::{DatabaseStmt, DdlFacts, Uniqueness};
 pub use explain::explained;
 pub use fanout::{fan_out, Bound, Combine, FanOut, SortColumn, SortKey};
+pub use global::globalize;
 pub use hide::{hide_rows, Hidden};
 pub use insert_select::{insert_select, insert_values, InsertSelect, Literal};
 pub use keys::{

@@ -90,6 +90,11 @@ impl Session {
             // Statements on no distributed table run on group 0, where such tables live.
             match self.unit_route(&unit).await {
                 Ok(super::shard::UnitRoute::Group(group)) => self.group = group.unwrap_or(0),
+                // The general path: group 0's primary (its global relations are built there).
+                Ok(super::shard::UnitRoute::General) => {
+                    self.group = 0;
+                    self.force_primary = true;
+                }
                 Ok(super::shard::UnitRoute::Everywhere(tag)) => {
                     self.run_everywhere(&unit, tag).await?;
                     return Ok(true);

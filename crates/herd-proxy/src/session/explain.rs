@@ -9,6 +9,11 @@ use super::shard::plan_sql;
 use super::Session;
 use crate::ProxyError;
 
+/// Where a read taking the general path runs.
+const GENERAL: &str = "shard group 0's primary, over every group's rows (the general path: \
+     PostgreSQL answers it over postgres_fdw global tables; read-only, each group read at its \
+     own snapshot)";
+
 impl Session {
     /// `herd.explain('<statement>')`: where the statement would run through the endpoint, and
     /// why (parameters are unknown here: a key given as `$n` is planned at Bind time).
@@ -87,10 +92,12 @@ impl Session {
                     Ok(_) => "every shard group: each group's rows sorted there, merged in order \
                          by the proxy (alone, outside a transaction block)"
                         .into(),
-                    Err(why) => format!("refused with 0A000: {why}"),
+                    // What the merge cannot finish takes the general path.
+                    Err(_) => GENERAL.into(),
                 }
             }
             Plan::Refuse(why) => format!("refused with 0A000: {why}"),
+            Plan::General { .. } => GENERAL.into(),
         })
     }
 

@@ -17,6 +17,7 @@ mod ddl;
 mod ending;
 mod explain;
 mod fan_out;
+mod general;
 mod herd_call;
 mod hidden;
 mod in_transaction;

@@ -54,6 +54,9 @@ pub(super) enum UnitRoute {
     /// A query string of several statements on different groups: these statements, one
     /// after the other, in its transaction (`script.rs`).
     Script(Vec<herd_shard::ScriptStep>),
+    /// Group 0's primary, where a read the fast paths cannot answer runs over the global
+    /// relations (the general path, `general.rs`; the translator rewrites it).
+    General,
 }
 
 /// How long a statement waits for a moving shard's switch (which undoes itself well before).
@@ -156,6 +159,8 @@ impl Session {
         let mut parsed: HashMap<Vec<u8>, Vec<u8>> = HashMap::new();
         let mut parsed_types: HashMap<Vec<u8>, Vec<u32>> = HashMap::new();
         let mut group: Option<u32> = None;
+        // A statement of the unit takes the general path (group 0's primary).
+        let mut general = false;
         let mut rest = unit;
         while let Some((frame, used)) = split_frame(rest, usize::MAX)? {
             rest = &rest[used..];
@@ -263,14 +268,28 @@ impl Session {
                         .flatten();
                     let catalog = self.ctx.catalog();
                     let statement = explained.as_ref().map_or(&*text, |(_, s)| s.as_str());
-                    let shape =
-                        herd_sql::fan_out(statement, &|name| catalog.may_be_aggregate(name))
-                            .map_err(|why| {
-                                not_supported(format!(
-                            "{why} ({table} is distributed: add a condition on its shard key to \
-                             read one group)"
-                        ))
-                            })?;
+                    let shape = match herd_sql::fan_out(statement, &|name| {
+                        catalog.may_be_aggregate(name)
+                    }) {
+                        Ok(shape) => shape,
+                        Err(why) if explained.is_none() => {
+                            let why = format!(
+                                "{why} ({table} is distributed: add a condition on its shard \
+                                     key to read one group)"
+                            );
+                            self.general_route(&map, &names, &resolver, &text, &why)
+                                .await?;
+                            group = Some(0);
+                            general = true;
+                            continue;
+                        }
+                        Err(why) => {
+                            return Err(not_supported(format!(
+                                "{why} ({table} is distributed: add a condition on its \
+                                     shard key to read one group)"
+                            )))
+                        }
+                    };
                     if let Some((prefix, _)) = explained {
                         if frame.tag != tag::QUERY || self.in_transaction() {
                             return Err(not_supported(
@@ -288,6 +307,19 @@ impl Session {
                     return Ok(Some(UnitRoute::FanOut(shape)));
                 }
                 Plan::Refuse(why) => return Err(not_supported(why)),
+                Plan::General { why } => {
+                    if group.is_some_and(|x| x != 0) {
+                        return Err(not_supported(format!(
+                            "{why} (nor can the general path answer it in a batch with \
+                             statements for another shard group: send it separately)"
+                        )));
+                    }
+                    let text = String::from_utf8_lossy(&text).into_owned();
+                    self.general_route(&map, &names, &resolver, &text, &why)
+                        .await?;
+                    group = Some(0);
+                    general = true;
+                }
                 // Privileges do not change what the move copies; the rest of DDL could.
                 Plan::Everywhere(tag) | Plan::EachGroup { tag, .. }
                     if map.hides_rows() && !matches!(tag, "GRANT" | "REVOKE") =>
@@ -324,7 +356,7 @@ impl Session {
                     }));
                 }
                 Plan::Group { group: g, reason } => {
-                    if group.is_some_and(|x| x != g) {
+                    if group.is_some_and(|x| x != g) || (general && g != 0) {
                         return Err(not_supported(
                             "the statements of this batch belong to different shard groups; send \
                              them separately (cross-group batches are not supported yet)"
@@ -339,7 +371,11 @@ impl Session {
                 }
             }
         }
-        Ok(Some(UnitRoute::Group(group)))
+        Ok(Some(if general {
+            UnitRoute::General
+        } else {
+            UnitRoute::Group(group)
+        }))
     }
 
     /// `sql` may change what names mean (CREATE, ALTER, DROP): the database's names are

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use herd_wire::frontend::{tag, Bind, Close, Describe, Parse, Query, KIND_STATEMENT};
 use herd_wire::{encode, Frame};
 
+use super::general::Here;
 use super::state::{RecentParse, SessionState, Statement, Unnamed};
 use super::undo::Undo;
 use super::Attached;
@@ -71,9 +72,16 @@ impl Translator<'_> {
             to_server.extend_from_slice(frame.raw);
             return Ok(Flow::Continue);
         }
-        if let Some(why) = self.wrong_group(frame)? {
-            self.refuse_here(frame, &why, to_server)?;
-            return Ok(Flow::Continue);
+        match self.wrong_group(frame)? {
+            Some(Here::Refuse(why)) => {
+                self.refuse_here(frame, &why, to_server)?;
+                return Ok(Flow::Continue);
+            }
+            Some(Here::General(sql, types)) => {
+                self.send_general(frame, &sql, &types, to_server)?;
+                return Ok(Flow::Continue);
+            }
+            None => {}
         }
         if self.passthrough {
             if let Some(flow) = self.pass(frame, to_server)? {
@@ -159,14 +167,18 @@ impl Translator<'_> {
     }
 
     /// Why a Query or Bind cannot run on the attached server's shard group (a transaction
-    /// stays on the group of its first statement), if it cannot.
-    fn wrong_group(&self, frame: &Frame<'_>) -> Result<Option<String>, ProxyError> {
+    /// stays on the group of its first statement), if it cannot; or the general path's
+    /// statement that runs in its place.
+    fn wrong_group(&self, frame: &Frame<'_>) -> Result<Option<Here>, ProxyError> {
         let Some(map) = self.map else {
             return Ok(None);
         };
         let mut sql_of_bind = None;
-        // The names as last read (this check runs inside a transaction, without awaiting).
-        let names = self.ctx.cached_names(self.database);
+        let mut bind_types = Vec::new();
+        // The names as last read (this check runs inside a transaction, without awaiting),
+        // however old: the routing of the unit has just read them (if 3 s old, a name would
+        // otherwise be taken as `public`'s, e.g. under `search_path = one`).
+        let names = self.ctx.last_names(self.database);
         let resolver = names.as_deref().map(|names| super::shard::Resolver {
             names,
             path: self.state.search_path(),
@@ -188,6 +200,7 @@ impl Translator<'_> {
                     self.state.statements.get(b.statement).map(|s| &**s)
                 };
                 let types = stmt.map(|s| s.param_types.clone()).unwrap_or_default();
+                bind_types = types.clone();
                 let sql = stmt.map(|s| s.query.clone());
                 let Some(sql) = sql.or_else(|| self.state.passed.get(b.statement).cloned()) else {
                     return Ok(None);
@@ -207,7 +220,7 @@ impl Translator<'_> {
         if self.spanning {
             let text = match frame.tag {
                 tag::QUERY => Query::decode(frame.body)?.sql.to_vec(),
-                _ => sql_of_bind.unwrap_or_default(),
+                _ => sql_of_bind.clone().unwrap_or_default(),
             };
             let classified = self
                 .ctx
@@ -218,8 +231,21 @@ impl Translator<'_> {
                 .iter()
                 .any(|s| s.tx != herd_sql::TxEffect::None)
             {
-                return Ok(Some(super::spanning::SPANNING_CONTROL.to_string()));
+                return Ok(Some(Here::Refuse(
+                    super::spanning::SPANNING_CONTROL.to_string(),
+                )));
             }
+        }
+        // A read the fast paths cannot answer: the general path, on group 0.
+        if let Some(verdict) = self.general_here(
+            &plan,
+            frame,
+            sql_of_bind.as_deref(),
+            bind_types,
+            map,
+            resolver.as_ref(),
+        )? {
+            return Ok(Some(verdict));
         }
         let here = self.att.group;
         Ok(match plan {
@@ -241,7 +267,8 @@ impl Translator<'_> {
                  transaction, send statements for another group in a query or Sync of their own"
             )),
             _ => None,
-        })
+        }
+        .map(Here::Refuse))
     }
 
     /// Makes the server itself fail `frame` with 0A000 and `why`, so its transaction aborts

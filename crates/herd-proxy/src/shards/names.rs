@@ -121,6 +121,13 @@ impl ProxyContext {
             .map(|(_, n)| n.clone())
     }
 
+    /// The names last read for `database`, however old (`None` after DDL forgot them): for
+    /// checks that cannot wait for a read, right after the routing read them fresh.
+    pub fn last_names(&self, database: &str) -> Option<Arc<Names>> {
+        let m = self.shard_maps.names.by_database.lock().ok()?;
+        m.get(database).map(|(_, n)| n.clone())
+    }
+
     /// DDL ran through the endpoint in `database`: its names are read again before the next
     /// statement is planned.
     pub fn forget_names(&self, database: &str) {
