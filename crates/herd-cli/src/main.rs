@@ -19,6 +19,7 @@ mod detach;
 mod down;
 mod group_add;
 mod groups;
+mod host_status;
 mod hosts;
 mod hosts_admin;
 mod hosts_restart;

@@ -145,11 +145,13 @@ async fn read_events(
     all
 }
 
-/// Keeps `tx` current from the store until `shutdown`, recording leader changes.
+/// Keeps `tx` current from the store until `shutdown` (when given: `herd up` on the agent
+/// engine probes its servers instead, `host_status.rs`), putting the agents' events on the
+/// dashboard's timeline.
 async fn follow_status(
     root: StoreClient,
     endpoint: String,
-    tx: watch::Sender<ClusterStatus>,
+    tx: Option<watch::Sender<ClusterStatus>>,
     dashboard: herd_api::Dashboard,
     mut shutdown: watch::Receiver<bool>,
 ) {
@@ -157,8 +159,10 @@ async fn follow_status(
     let mut seen: Vec<BTreeSet<String>> = Vec::new();
     loop {
         if let Ok(reads) = read_groups(&root).await {
-            let stores: Vec<_> = reads.iter().map(|r| r.store.clone()).collect();
-            tx.send_replace(herd_agent::status::cluster_status(&stores, &endpoint));
+            if let Some(tx) = &tx {
+                let stores: Vec<_> = reads.iter().map(|r| r.store.clone()).collect();
+                tx.send_replace(herd_agent::status::cluster_status(&stores, &endpoint));
+            }
             seen.resize_with(reads.len(), BTreeSet::new);
             for (g, events) in read_events(&root, reads.len())
                 .await
@@ -179,6 +183,20 @@ async fn follow_status(
     }
 }
 
+/// What `herd up` on the agent engine serves beyond a multi-host proxy's API: its servers are
+/// on this host, so the status is probed (`host_status.rs`), `/metrics` adds the copies' and
+/// the archiver's figures, the dashboard samples the commit waits and shows bench results.
+pub struct Local {
+    /// The probed status document.
+    pub status: watch::Receiver<ClusterStatus>,
+    /// Text appended to the proxy's `/metrics`.
+    pub metrics: Arc<dyn Fn() -> String + Send + Sync>,
+    /// The dashboard's commit-wait sample.
+    pub waits: herd_api::dashboard::WaitsSource,
+    /// `[dashboard] bench_results`, when set.
+    pub bench_results: Option<std::path::PathBuf>,
+}
+
 /// Serves the API on `listen` until `shutdown`. Beyond 127.0.0.1 every request but the health
 /// checks needs the token kept in `layout`'s secrets (created on first use, mode 0600).
 pub async fn serve(
@@ -187,6 +205,7 @@ pub async fn serve(
     root: StoreClient,
     ctx: Arc<ProxyContext>,
     endpoint: String,
+    local: Option<Local>,
     shutdown: watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(listen)
@@ -202,27 +221,50 @@ pub async fn serve(
     } else {
         None
     };
-    let first = match read_groups(&root).await {
-        Ok(reads) => {
-            let stores: Vec<_> = reads.iter().map(|r| r.store.clone()).collect();
-            herd_agent::status::cluster_status(&stores, &endpoint)
-        }
-        Err(_) => herd_agent::status::cluster_status(&[], &endpoint),
-    };
-    let (status_tx, status_rx) = watch::channel(first);
     let dashboard = herd_api::Dashboard::default();
-    tokio::spawn(follow_status(
-        root.clone(),
-        endpoint,
-        status_tx,
-        dashboard.clone(),
-        shutdown.clone(),
-    ));
-    let metrics: herd_api::MetricsSource = Arc::new(move || ctx.render_metrics());
+    let (status_rx, metrics, waits, bench_results) = match local {
+        Some(local) => {
+            tokio::spawn(follow_status(
+                root.clone(),
+                endpoint,
+                None,
+                dashboard.clone(),
+                shutdown.clone(),
+            ));
+            let extra = local.metrics;
+            let metrics: herd_api::MetricsSource =
+                Arc::new(move || format!("{}{}", ctx.render_metrics(), extra()));
+            (
+                local.status,
+                metrics,
+                Some(local.waits),
+                local.bench_results,
+            )
+        }
+        None => {
+            let first = match read_groups(&root).await {
+                Ok(reads) => {
+                    let stores: Vec<_> = reads.iter().map(|r| r.store.clone()).collect();
+                    herd_agent::status::cluster_status(&stores, &endpoint)
+                }
+                Err(_) => herd_agent::status::cluster_status(&[], &endpoint),
+            };
+            let (status_tx, status_rx) = watch::channel(first);
+            tokio::spawn(follow_status(
+                root.clone(),
+                endpoint,
+                Some(status_tx),
+                dashboard.clone(),
+                shutdown.clone(),
+            ));
+            let metrics: herd_api::MetricsSource = Arc::new(move || ctx.render_metrics());
+            (status_rx, metrics, None, None)
+        }
+    };
     tokio::spawn(dashboard.clone().run_sampler(
         status_rx.clone(),
         metrics.clone(),
-        None,
+        waits,
         shutdown.clone(),
     ));
     let admin: herd_api::AdminSource = Arc::new(move |action| {
@@ -235,7 +277,7 @@ pub async fn serve(
         admin,
         dashboard,
         token: token.map(Into::into),
-        bench_results: None,
+        bench_results,
     };
     let mut stop = shutdown;
     tokio::spawn(herd_api::serve(listener, api, async move {

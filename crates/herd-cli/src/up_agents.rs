@@ -99,29 +99,6 @@ pub async fn run(layout: Layout, config: Config) -> anyhow::Result<()> {
         client_tls,
         shutdown_rx.clone(),
     );
-    // The HTTP API and dashboard as `herd proxy --api-listen` serves them: status from the
-    // agents' records, switchover/failover/config/restart as requests in the store.
-    let api_addr = std::net::SocketAddr::new(config.network.listen_address, config.api_port());
-    let endpoint = format!(
-        "postgresql://postgres@{}:{}/postgres",
-        config.network.listen_address, config.network.port
-    );
-    if let Err(e) = crate::proxy_api::serve(
-        api_addr,
-        &layout,
-        root.clone(),
-        proxy.ctx.clone(),
-        endpoint,
-        shutdown_rx.clone(),
-    )
-    .await
-    {
-        let _ = shutdown_tx.send(true);
-        let _ = host.stop().await;
-        return Err(e).context(
-            "Herd's HTTP API (choose another --api-port); the servers were stopped again",
-        );
-    }
     let holds = crate::proxy_groups::Holds::new(proxy.ctx.clone());
     for follower in followers {
         crate::proxy_groups::spawn(follower, &holds, shutdown_rx.clone());
@@ -136,7 +113,62 @@ pub async fn run(layout: Layout, config: Config) -> anyhow::Result<()> {
             return Err(e).context("the servers were stopped again");
         }
     };
-    if let Some(first) = herd_cluster::observe_groups(&clusters).await {
+    // The HTTP API and dashboard as `herd proxy --api-listen` serves them (switchover,
+    // failover, config and restarts as requests in the store), with the status probed from
+    // this host (`host_status.rs`) and the copies' slots kept (`copies_task.rs`).
+    let copies: crate::copies_task::SharedCopies = Default::default();
+    let endpoint = format!(
+        "postgresql://postgres@{}:{}/postgres",
+        config.network.listen_address, config.network.port
+    );
+    let first = herd_cluster::observe_groups(&clusters).await;
+    let (status_tx, status_rx) = watch::channel(
+        first
+            .clone()
+            .unwrap_or_else(|| herd_agent::status::cluster_status(&[], &endpoint)),
+    );
+    let status_task = crate::host_status::spawn(
+        layout.clone(),
+        config.clone(),
+        root.clone(),
+        copies.clone(),
+        status_tx,
+        shutdown_rx.clone(),
+    );
+    let (metric_copies, archive_status) = (copies.clone(), status_rx.clone());
+    let local = crate::proxy_api::Local {
+        status: status_rx.clone(),
+        metrics: std::sync::Arc::new(move || {
+            let mut text = String::new();
+            if let Ok(c) = metric_copies.lock() {
+                text.push_str(&herd_copy::status::render_metrics(&c));
+            }
+            text.push_str(&herd_api::archive_metrics(&archive_status.borrow()));
+            text
+        }),
+        waits: crate::commit_waits::source(clusters[0].clone(), status_rx.clone()),
+        bench_results: (!config.dashboard.bench_results.is_empty())
+            .then(|| layout.root().join(&config.dashboard.bench_results)),
+    };
+    let api_addr = std::net::SocketAddr::new(config.network.listen_address, config.api_port());
+    if let Err(e) = crate::proxy_api::serve(
+        api_addr,
+        &layout,
+        root.clone(),
+        proxy.ctx.clone(),
+        endpoint,
+        Some(local),
+        shutdown_rx.clone(),
+    )
+    .await
+    {
+        let _ = shutdown_tx.send(true);
+        let _ = host.stop().await;
+        return Err(e).context(
+            "Herd's HTTP API (choose another --api-port); the servers were stopped again",
+        );
+    }
+    if let Some(first) = first {
         crate::output::emit!("{}", crate::status::summary(&clusters[0], &first));
     }
     lock.publish(&SupervisorInfo {
@@ -150,6 +182,7 @@ pub async fn run(layout: Layout, config: Config) -> anyhow::Result<()> {
     };
     tracing::info!("shutting down");
     let _ = shutdown_tx.send(true);
+    let _ = status_task.await;
     host.stop().await?;
     drop(lock);
     eprintln!("Cluster stopped; `herd up` resumes it with its data.");
