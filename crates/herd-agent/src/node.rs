@@ -142,7 +142,27 @@ impl Node {
 
     /// The server settings with `upstream` (a replica) or as primary.
     fn settings(&self, upstream: Option<&Member>) -> ServerSettings {
-        let pg = &self.cfg.postgres;
+        // `herd up` (its nodes have `paths`): herd.toml is read again at each start, as the
+        // supervisor engine does, so `herd copy`'s `wal_level = logical` and `[backup]` take
+        // effect on the restart that follows.
+        let host_config = self
+            .cfg
+            .paths
+            .as_ref()
+            .and_then(|_| herd_config::Config::load(&self.layout.config()).ok());
+        let pg = host_config
+            .as_ref()
+            .map_or(&self.cfg.postgres, |c| &c.postgres);
+        let archive_command = host_config
+            .as_ref()
+            .filter(|c| c.backup.is_enabled())
+            .map(|_| {
+                herd_backup::archive_command(
+                    &herd_backup::Paths::new(self.layout.root()).config(),
+                    self.cfg.group,
+                    &self.cfg.pgdata(),
+                )
+            });
         let (names, commit) = self.primary_settings.clone();
         ServerSettings {
             listen_address: self.cfg.pg_listen,
@@ -170,8 +190,9 @@ impl Node {
                 ),
                 slot: self.cfg.name.clone(),
             }),
-            // Archiving across hosts is a later slice of backups (docs/backup-status.md).
-            archive_command: None,
+            // `herd up`'s nodes archive as the supervisor engine's do; across hosts archiving
+            // is a later slice of backups (docs/backup-status.md).
+            archive_command,
         }
     }
 

@@ -18,6 +18,7 @@ mod copy_repair;
 mod detach;
 mod down;
 mod group_add;
+mod group_add_agents;
 mod groups;
 mod host_status;
 mod hosts;

@@ -195,7 +195,16 @@ pub struct Local {
     pub waits: herd_api::dashboard::WaitsSource,
     /// `[dashboard] bench_results`, when set.
     pub bench_results: Option<std::path::PathBuf>,
+    /// `herd group add` (`POST /groups`) in this process.
+    pub add_group: AddGroup,
 }
+
+/// Adds a shard group, answering with what happened or why not.
+pub type AddGroup = Arc<
+    dyn Fn() -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<String, String>> + Send>>
+        + Send
+        + Sync,
+>;
 
 /// Serves the API on `listen` until `shutdown`. Beyond 127.0.0.1 every request but the health
 /// checks needs the token kept in `layout`'s secrets (created on first use, mode 0600).
@@ -222,7 +231,7 @@ pub async fn serve(
         None
     };
     let dashboard = herd_api::Dashboard::default();
-    let (status_rx, metrics, waits, bench_results) = match local {
+    let (status_rx, metrics, waits, bench_results, add_group) = match local {
         Some(local) => {
             tokio::spawn(follow_status(
                 root.clone(),
@@ -239,6 +248,7 @@ pub async fn serve(
                 metrics,
                 Some(local.waits),
                 local.bench_results,
+                Some(local.add_group),
             )
         }
         None => {
@@ -258,7 +268,7 @@ pub async fn serve(
                 shutdown.clone(),
             ));
             let metrics: herd_api::MetricsSource = Arc::new(move || ctx.render_metrics());
-            (status_rx, metrics, None, None)
+            (status_rx, metrics, None, None, None)
         }
     };
     tokio::spawn(dashboard.clone().run_sampler(
@@ -268,8 +278,10 @@ pub async fn serve(
         shutdown.clone(),
     ));
     let admin: herd_api::AdminSource = Arc::new(move |action| {
-        let root = root.clone();
-        Box::pin(dispatch(root, action))
+        if let (AdminAction::AddGroup, Some(add)) = (&action, &add_group) {
+            return add();
+        }
+        Box::pin(dispatch(root.clone(), action))
     });
     let api = herd_api::Api {
         status: status_rx,

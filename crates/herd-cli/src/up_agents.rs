@@ -10,9 +10,9 @@
 //! A data directory made by the supervisor engine is taken over at its first start here (its
 //! `state.json` files imported into the store); the supervisor engine then refuses it.
 //!
-//! Not yet under this engine: logical copies, shard moves, `herd group add`, pgBackRest
-//! stanzas.
+//! `herd group add` starts the new group's agents here (`group_add_agents.rs`).
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
@@ -77,12 +77,25 @@ pub async fn run(layout: Layout, config: Config) -> anyhow::Result<()> {
                 endpoint_addr.1, endpoint_addr.0
             )
         })?;
-    let host = Host::start(layout.clone(), config.clone(), pg.clone()).await?;
+    if config.backup.is_enabled() {
+        // Before the servers start: their archive_command reads this configuration.
+        crate::backup_setup::write_config(&layout, &config, pg.os_user())?;
+    }
+    // Groups beyond those that exist (a larger --shards) are created with the others but
+    // admitted to the endpoint once it runs, as `herd group add` does, so they receive what
+    // the others share before clients use them.
+    let shards = config.cluster.shards.max(1);
+    let existing = if store_path(&layout).exists() || layout.state().exists() {
+        herd_cluster::existing_groups(&layout).clamp(1, shards)
+    } else {
+        shards
+    };
+    let host = Arc::new(Host::start(layout.clone(), config.clone(), pg.clone()).await?);
     let root = StoreClient::new(host.root());
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let mut receivers = Vec::new();
     let mut followers = Vec::new();
-    for g in 0..config.cluster.shards.max(1) {
+    for g in 0..existing {
         let (rx, follower) = crate::proxy_groups::group(&root, g).await;
         receivers.push(rx);
         followers.push(follower);
@@ -113,6 +126,16 @@ pub async fn run(layout: Layout, config: Config) -> anyhow::Result<()> {
             return Err(e).context("the servers were stopped again");
         }
     };
+    if config.backup.is_enabled() {
+        eprintln!("creating the pgBackRest stanzas (WAL archiving)");
+        match crate::backup_setup::create_stanzas(&layout, &config, pg.os_user()) {
+            Ok(()) => eprintln!("WAL archiving to the backup repository is on"),
+            // The cluster serves without it; `herd backup` creates the stanzas again.
+            Err(e) => eprintln!(
+                "warning: {e:#}\n(WAL archiving fails until this is fixed; `herd backup` tries again)"
+            ),
+        }
+    }
     // The HTTP API and dashboard as `herd proxy --api-listen` serves them (switchover,
     // failover, config and restarts as requests in the store), with the status probed from
     // this host (`host_status.rs`) and the copies' slots kept (`copies_task.rs`).
@@ -149,6 +172,24 @@ pub async fn run(layout: Layout, config: Config) -> anyhow::Result<()> {
         waits: crate::commit_waits::source(clusters[0].clone(), status_rx.clone()),
         bench_results: (!config.dashboard.bench_results.is_empty())
             .then(|| layout.root().join(&config.dashboard.bench_results)),
+        add_group: Arc::new(|| Box::pin(async { Err("the cluster is still starting".into()) })),
+    };
+    let agent_groups = Arc::new(crate::group_add_agents::AgentGroups {
+        host: host.clone(),
+        layout: layout.clone(),
+        root: root.clone(),
+        ctx: proxy.ctx.clone(),
+        holds: holds.clone(),
+        shutdown: shutdown_rx.clone(),
+        adding: tokio::sync::Mutex::default(),
+    });
+    let adder = agent_groups.clone();
+    let local = crate::proxy_api::Local {
+        add_group: Arc::new(move || {
+            let adder = adder.clone();
+            Box::pin(async move { adder.add().await.map_err(|e| format!("{e:#}")) })
+        }),
+        ..local
     };
     let api_addr = std::net::SocketAddr::new(config.network.listen_address, config.api_port());
     if let Err(e) = crate::proxy_api::serve(
@@ -170,6 +211,24 @@ pub async fn run(layout: Layout, config: Config) -> anyhow::Result<()> {
     }
     if let Some(first) = first {
         crate::output::emit!("{}", crate::status::summary(&clusters[0], &first));
+    }
+    for g in existing..shards {
+        let _one_at_a_time = agent_groups.adding.lock().await;
+        agent_groups.follow(g).await;
+        let cluster = &clusters[g as usize];
+        let servers = (
+            cluster.port(&cluster.state.primary),
+            cluster.state.replicas().len(),
+        );
+        match agent_groups.admit(g, Some(servers)).await {
+            Ok(text) => eprintln!("{text}"),
+            Err(e) => {
+                eprintln!(
+                    "warning: {e:#}\n(the cluster runs without it; `herd group add` tries again)"
+                );
+                break;
+            }
+        }
     }
     lock.publish(&SupervisorInfo {
         pid: std::process::id(),
