@@ -20,6 +20,7 @@ mod down;
 mod group_add;
 mod group_add_agents;
 mod groups;
+mod host_restart;
 mod host_status;
 mod hosts;
 mod hosts_admin;

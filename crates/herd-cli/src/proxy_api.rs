@@ -197,7 +197,20 @@ pub struct Local {
     pub bench_results: Option<std::path::PathBuf>,
     /// `herd group add` (`POST /groups`) in this process.
     pub add_group: AddGroup,
+    /// A group restart when the group has no replica (its leader named): in place.
+    pub restart_alone: RestartAlone,
 }
+
+/// Restarts group `g`'s only server (named) in place.
+pub type RestartAlone = Arc<
+    dyn Fn(
+            u32,
+            String,
+        )
+            -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<String, String>> + Send>>
+        + Send
+        + Sync,
+>;
 
 /// Adds a shard group, answering with what happened or why not.
 pub type AddGroup = Arc<
@@ -231,7 +244,7 @@ pub async fn serve(
         None
     };
     let dashboard = herd_api::Dashboard::default();
-    let (status_rx, metrics, waits, bench_results, add_group) = match local {
+    let (status_rx, metrics, waits, bench_results, add_group, restart_alone) = match local {
         Some(local) => {
             tokio::spawn(follow_status(
                 root.clone(),
@@ -249,6 +262,7 @@ pub async fn serve(
                 Some(local.waits),
                 local.bench_results,
                 Some(local.add_group),
+                Some(local.restart_alone),
             )
         }
         None => {
@@ -268,7 +282,7 @@ pub async fn serve(
                 shutdown.clone(),
             ));
             let metrics: herd_api::MetricsSource = Arc::new(move || ctx.render_metrics());
-            (status_rx, metrics, None, None, None)
+            (status_rx, metrics, None, None, None, None)
         }
     };
     tokio::spawn(dashboard.clone().run_sampler(
@@ -280,6 +294,16 @@ pub async fn serve(
     let admin: herd_api::AdminSource = Arc::new(move |action| {
         if let (AdminAction::AddGroup, Some(add)) = (&action, &add_group) {
             return add();
+        }
+        if let (AdminAction::Restart { node: None, group }, Some(alone)) = (&action, &restart_alone)
+        {
+            let (root, alone, g) = (root.clone(), alone.clone(), group.unwrap_or(0));
+            return Box::pin(async move {
+                match crate::host_restart::lone_leader(&root, g).await? {
+                    Some(leader) => alone(g, leader).await,
+                    None => dispatch(root, action).await,
+                }
+            });
         }
         Box::pin(dispatch(root.clone(), action))
     });

@@ -158,6 +158,20 @@ pub async fn run(layout: Layout, config: Config) -> anyhow::Result<()> {
         status_tx,
         shutdown_rx.clone(),
     );
+    // Copies' slots on the replicas, their status and re-sync, as under the supervisor engine.
+    let copies_links = crate::copies_task::CopiesLinks {
+        layout: layout.clone(),
+        groups: Arc::new(crate::copies_task::StoreGroups {
+            layout: layout.clone(),
+            config: config.clone(),
+            root: root.clone(),
+        }),
+        status: status_rx.clone(),
+        copies: copies.clone(),
+        // The status task carries the copies' latest status into each document.
+        publish: Arc::new(|| {}),
+    };
+    let copies_task = crate::copies_task::spawn(copies_links, pg.clone(), shutdown_rx.clone());
     let (metric_copies, archive_status) = (copies.clone(), status_rx.clone());
     let local = crate::proxy_api::Local {
         status: status_rx.clone(),
@@ -173,6 +187,17 @@ pub async fn run(layout: Layout, config: Config) -> anyhow::Result<()> {
         bench_results: (!config.dashboard.bench_results.is_empty())
             .then(|| layout.root().join(&config.dashboard.bench_results)),
         add_group: Arc::new(|| Box::pin(async { Err("the cluster is still starting".into()) })),
+        restart_alone: {
+            let (layout, pg, ctx) = (layout.clone(), pg.clone(), proxy.ctx.clone());
+            Arc::new(move |g, leader| {
+                let (layout, pg, ctx) = (layout.clone(), pg.clone(), ctx.clone());
+                Box::pin(async move {
+                    crate::host_restart::restart(&layout, &pg, &ctx, g, &leader)
+                        .await
+                        .map_err(|e| format!("{e:#}"))
+                })
+            })
+        },
     };
     let agent_groups = Arc::new(crate::group_add_agents::AgentGroups {
         host: host.clone(),
@@ -242,6 +267,7 @@ pub async fn run(layout: Layout, config: Config) -> anyhow::Result<()> {
     tracing::info!("shutting down");
     let _ = shutdown_tx.send(true);
     let _ = status_task.await;
+    let _ = copies_task.await;
     host.stop().await?;
     drop(lock);
     eprintln!("Cluster stopped; `herd up` resumes it with its data.");
