@@ -34,6 +34,7 @@ use crate::store::StoreClient;
 use crate::watchdog::Deadline;
 use crate::AgentError;
 
+pub mod archive;
 pub mod migrate;
 pub mod projection;
 

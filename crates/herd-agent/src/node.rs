@@ -331,12 +331,22 @@ impl Node {
         // PostgreSQL removes standby.signal itself while promoting; the configuration as
         // primary is written after.
         self.pg.promote(&self.cfg.pgdata()).await?;
+        if let Some(runner) = self.host_backup() {
+            crate::host::archive::previous_timeline(runner, self.cfg.group, &self.cfg.pgdata());
+        }
         self.write_conf(None)?;
         self.pg.reload(&self.cfg.pgdata()).await?;
         // pg_rewind of the former primary reads the new timeline from pg_control.
         let client = herd_pg::connect(&self.spec()).await?;
         herd_pg::checkpoint(&client).await?;
         Ok(())
+    }
+
+    /// `herd up`'s nodes with `[backup]` on: pgBackRest, for the WAL a change of primary
+    /// must still archive (`host::archive`). `None` across hosts (a later slice of backups).
+    fn host_backup(&self) -> Option<herd_backup::Runner> {
+        self.cfg.paths.as_ref()?;
+        crate::host::archive::runner(&self.layout, &self.pg)
     }
 
     /// Fencing: every process of the server is killed; it accepts no further write.
@@ -369,6 +379,12 @@ impl Node {
         // refuses, and the node is cloned afresh.
         if !self.pg.was_in_recovery(&dir).await.unwrap_or(true) {
             herd_pg::clear_recovery_signals(&dir)?;
+        }
+        if let Some(runner) = self.host_backup() {
+            let primary = self
+                .layout
+                .node(&herd_core::NodeName::from_text(&leader.name));
+            crate::host::archive::former_primary(runner, self.cfg.group, &dir, &primary).await;
         }
         let source = format!(
             "host={} port={} user={SUPERUSER} dbname=postgres",

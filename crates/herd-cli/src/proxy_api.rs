@@ -115,6 +115,17 @@ async fn dispatch(root: StoreClient, action: AdminAction) -> Result<String, Stri
     }
 }
 
+/// Records `key = value` (for every group, or `group`) in herd.toml of `layout`.
+fn write_toml(layout: &Layout, group: Option<u32>, key: &str, value: &str) -> anyhow::Result<()> {
+    let mut config = herd_config::Config::load(&layout.config())?;
+    match group {
+        Some(g) => config.set_for_group(g, key, value)?,
+        None => config.set(key, value)?,
+    };
+    std::fs::write(layout.config(), herd_config::render(&config))
+        .with_context(|| format!("writing {}", layout.config().display()))
+}
+
 /// The events of `now` (one group's, keyed) not in `seen`, oldest first; `seen` becomes the
 /// keys of `now` (events expire from the store, so the set stays as small as the timeline).
 fn unseen(seen: &mut BTreeSet<String>, now: Vec<(String, ClusterEvent)>) -> Vec<ClusterEvent> {
@@ -291,9 +302,18 @@ pub async fn serve(
         waits,
         shutdown.clone(),
     ));
+    // `herd up` on the agent engine: herd.toml is what the operator edits on one host (and
+    // what the next `herd up` records in the store), so a change from the dashboard lands
+    // there too, as `herd config set` writes it.
+    let toml = add_group.is_some().then(|| layout.clone());
     let admin: herd_api::AdminSource = Arc::new(move |action| {
         if let (AdminAction::AddGroup, Some(add)) = (&action, &add_group) {
             return add();
+        }
+        if let (AdminAction::SetConfig { key, value, group }, Some(layout)) = (&action, &toml) {
+            if let Err(e) = write_toml(layout, *group, key, value) {
+                return Box::pin(async move { Err(format!("{e:#}")) });
+            }
         }
         if let (AdminAction::Restart { node: None, group }, Some(alone)) = (&action, &restart_alone)
         {
