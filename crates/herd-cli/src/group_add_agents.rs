@@ -76,8 +76,14 @@ impl AgentGroups {
         let mut config = Config::load(&self.layout.config())?;
         let next = config.cluster.shards.max(1);
         if self.ctx.groups() < next {
-            // Created earlier, but its admission did not finish: finish it.
+            // Created earlier, but its admission did not finish: finish it (following it
+            // first when its creation was cut before the endpoint followed it).
             let g = self.ctx.groups();
+            if self.ctx.known_groups() <= g {
+                let timeout = Duration::from_secs(config.supervisor.ready_timeout_s);
+                wait_created(&self.layout, &config, g, timeout).await?;
+                self.follow(g).await;
+            }
             return self.admit(g, None).await;
         }
         if next >= herd_config::MAX_SHARDS {
