@@ -37,12 +37,28 @@ pub struct AgentGroups {
 }
 
 impl AgentGroups {
-    /// Has the endpoint follow group `g` (created with the cluster's others or just added).
-    pub async fn follow(&self, g: u32) -> u32 {
+    /// Has the endpoint follow group `g` (created with the cluster's others or just added),
+    /// waiting (within `timeout`) until it knows the group's leader.
+    pub async fn follow(&self, g: u32, timeout: Duration) -> anyhow::Result<u32> {
         let (rx, follower) = crate::proxy_groups::group(&self.root, g).await;
+        let mut leader = rx.clone();
         let number = self.ctx.add_group(rx, self.shutdown.clone());
         crate::proxy_groups::spawn(follower, &self.holds, self.shutdown.clone());
-        number
+        crate::up_agents::leads(&mut leader, timeout)
+            .await
+            .with_context(|| format!("shard group {g}"))?;
+        // Admission talks to the primary the endpoint's view names (a poll after the lead).
+        let deadline = Instant::now() + timeout;
+        while self.ctx.view_of(number).primary.is_none() {
+            if Instant::now() >= deadline {
+                bail!(
+                    "the endpoint did not reach shard group {g}'s primary within {} s",
+                    timeout.as_secs()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Ok(number)
     }
 
     /// Admits group `g`, whose servers run and which the endpoint follows; the operator's
@@ -82,7 +98,7 @@ impl AgentGroups {
             if self.ctx.known_groups() <= g {
                 let timeout = Duration::from_secs(config.supervisor.ready_timeout_s);
                 wait_created(&self.layout, &config, g, timeout).await?;
-                self.follow(g).await;
+                self.follow(g, timeout).await?;
             }
             return self.admit(g, None).await;
         }
@@ -105,7 +121,7 @@ impl AgentGroups {
         crate::up::save_config(&self.layout, &config)?;
         let timeout = Duration::from_secs(config.supervisor.ready_timeout_s);
         let cluster = wait_created(&self.layout, &config, g, timeout).await?;
-        self.follow(g).await;
+        self.follow(g, timeout).await?;
         let primary_port = cluster.port(&cluster.state.primary);
         let replicas = cluster.state.replicas().len();
         self.admit(g, Some((primary_port, replicas))).await

@@ -77,6 +77,15 @@ pub async fn run(layout: Layout, config: Config) -> anyhow::Result<()> {
                 endpoint_addr.1, endpoint_addr.0
             )
         })?;
+    // Before anything is created: a taken port fails the run with the directory untouched.
+    check_ports(&layout, &config)?;
+    // A resumed group's nodes must hold their data directories (Herd does not re-initialise).
+    for g in 0..config.cluster.shards.max(1) {
+        let group = layout.for_group(g);
+        if group.state().exists() {
+            Cluster::open(group, config.clone())?.verify_data_dirs()?;
+        }
+    }
     if config.backup.is_enabled() {
         // Before the servers start: their archive_command reads this configuration.
         crate::backup_setup::write_config(&layout, &config, pg.os_user())?;
@@ -100,6 +109,7 @@ pub async fn run(layout: Layout, config: Config) -> anyhow::Result<()> {
         receivers.push(rx);
         followers.push(follower);
     }
+    let mut receivers_ready = receivers.clone();
     let login = herd_proxy::monitor::AdminLogin {
         user: herd_cluster::SUPERUSER.into(),
         password: host.secrets().superuser.clone(),
@@ -117,7 +127,19 @@ pub async fn run(layout: Layout, config: Config) -> anyhow::Result<()> {
         crate::proxy_groups::spawn(follower, &holds, shutdown_rx.clone());
     }
     let timeout = Duration::from_secs(config.supervisor.ready_timeout_s);
-    let ready = wait_ready(&layout, &config, &host, timeout).await;
+    let began = Instant::now();
+    let mut ready = wait_ready(&layout, &config, &host, timeout).await;
+    if ready.is_ok() {
+        // The endpoint routes once it follows each group's leader: a group without replicas
+        // is ready (its server runs) before its node took the lease.
+        let left = timeout.saturating_sub(began.elapsed());
+        for (g, rx) in receivers_ready.iter_mut().enumerate() {
+            if let Err(e) = leads(rx, left).await {
+                ready = Err(e.context(format!("shard group {g}")));
+                break;
+            }
+        }
+    }
     let clusters = match ready {
         Ok(c) => c,
         Err(e) => {
@@ -239,7 +261,12 @@ pub async fn run(layout: Layout, config: Config) -> anyhow::Result<()> {
     }
     for g in existing..shards {
         let _one_at_a_time = agent_groups.adding.lock().await;
-        agent_groups.follow(g).await;
+        if let Err(e) = agent_groups.follow(g, timeout).await {
+            eprintln!(
+                "warning: {e:#}\n(the cluster runs without it; `herd group add` tries again)"
+            );
+            break;
+        }
         let cluster = &clusters[g as usize];
         let servers = (
             cluster.port(&cluster.state.primary),
@@ -272,6 +299,57 @@ pub async fn run(layout: Layout, config: Config) -> anyhow::Result<()> {
     drop(lock);
     eprintln!("Cluster stopped; `herd up` resumes it with its data.");
     outcome
+}
+
+/// Fails when a port a node or the HTTP API needs is taken by something other than this
+/// cluster's own servers (the supervisor engine's `check_ports`).
+fn check_ports(layout: &Layout, config: &Config) -> anyhow::Result<()> {
+    let listen = config.network.listen_address;
+    let host = if listen.is_unspecified() {
+        std::net::IpAddr::from([127, 0, 0, 1])
+    } else {
+        listen
+    };
+    let free = |port: u16, what: String| -> anyhow::Result<()> {
+        match std::net::TcpListener::bind((host, port)) {
+            Ok(_) => Ok(()),
+            Err(_) => Err(herd_cluster::ClusterError::PortInUse {
+                port,
+                address: host.to_string(),
+                what,
+            }
+            .into()),
+        }
+    };
+    for node in herd_agent::host::local_nodes(config) {
+        let running = herd_pg::postmaster_pid(&layout.node(&node.name))
+            .ok()
+            .flatten()
+            .is_some();
+        if !running {
+            free(
+                config.group_node_port(node.group, node.index),
+                format!("node {}", node.name),
+            )?;
+        }
+    }
+    free(config.api_port(), "Herd's HTTP API".into())
+}
+
+/// Waits (within `timeout`) until `rx` names a primary that serves.
+pub async fn leads(
+    rx: &mut watch::Receiver<Option<herd_core::Assignment>>,
+    timeout: Duration,
+) -> anyhow::Result<()> {
+    let serving = |a: &Option<herd_core::Assignment>| a.as_ref().is_some_and(|a| !a.primary_down);
+    match tokio::time::timeout(timeout, rx.wait_for(serving)).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(_)) => bail!("the endpoint stopped following the store"),
+        Err(_) => bail!(
+            "no member took the lead within {} s (see the log above)",
+            timeout.as_secs()
+        ),
+    }
 }
 
 /// Resolves when an agent stopped on its own.
