@@ -48,6 +48,31 @@ pub async fn record_count(root: &StoreClient, count: u32) -> Result<(), String> 
     }
 }
 
+/// Raises the recorded number of groups to `count` (`herd group add` on one host, whose
+/// single process is the only writer); a larger recorded count stays.
+pub fn raise_count(root: &Arc<dyn Dcs>, count: u32) -> Result<(), String> {
+    let current = root.get(SHARD_GROUPS).map_err(|e| e.to_string())?;
+    let (revision, recorded) = match &current {
+        Some(v) => (
+            v.revision,
+            crate::member::decode::<ShardGroups>(SHARD_GROUPS, &v.value)
+                .map(|g| g.count)
+                .unwrap_or(0),
+        ),
+        None => (0, 0),
+    };
+    if recorded >= count {
+        return Ok(());
+    }
+    root.compare_and_set(
+        SHARD_GROUPS,
+        revision,
+        crate::member::encode(&ShardGroups { count }),
+    )
+    .map(|_| ())
+    .map_err(|e| e.to_string())
+}
+
 /// How often a group ≥ 1 agent looks for group 0 while it waits for it.
 const WAIT_STEP: Duration = Duration::from_millis(500);
 

@@ -34,6 +34,7 @@ use crate::store::StoreClient;
 use crate::watchdog::Deadline;
 use crate::AgentError;
 
+pub mod archive;
 pub mod migrate;
 pub mod projection;
 
@@ -111,16 +112,20 @@ pub fn local_nodes(config: &Config) -> Vec<LocalNode> {
         .collect()
 }
 
+/// One agent's task.
+type AgentTask = JoinHandle<Result<(), AgentError>>;
+
 /// The agents of a running `herd up`.
 pub struct Host {
     layout: Layout,
-    config: Config,
+    /// herd.toml as of the last start or `herd group add` (its group count grows).
+    config: std::sync::Mutex<Config>,
     pg: Pg,
     root: Arc<dyn Dcs>,
     secrets: Secrets,
     shutdown: watch::Sender<bool>,
-    agents: Vec<(LocalNode, JoinHandle<Result<(), AgentError>>)>,
-    projection: JoinHandle<()>,
+    agents: std::sync::Mutex<Vec<(LocalNode, AgentTask)>>,
+    projection: std::sync::Mutex<Option<JoinHandle<()>>>,
 }
 
 impl Host {
@@ -179,37 +184,26 @@ impl Host {
         } else if !fresh {
             settings_from_config(&root, &config)?;
         }
-        // Only a new cluster waits for each group's node 0 to create it.
-        let fresh = fresh && !migrated;
+        // Groups in herd.toml beyond the recorded count are new (`herd up --shards N` on an
+        // existing cluster): recorded before their agents run, created like a new cluster's.
+        let recorded = match crate::groups::count(&StoreClient::new(root.clone())).await {
+            Ok(Some(n)) if !fresh || migrated => n,
+            _ => 0,
+        };
+        if !fresh && config.cluster.shards.max(1) > recorded {
+            crate::groups::raise_count(&root, config.cluster.shards.max(1))
+                .map_err(AgentError::Store)?;
+        }
         let (shutdown, stop_rx) = watch::channel(false);
         let mut agents = Vec::new();
         for node in local_nodes(&config) {
-            let agent = build_agent(&layout, &config, &pg, &secrets, &root, &node, &timings);
-            let root_client = StoreClient::new(root.clone());
-            let stop = stop_rx.clone();
-            let group = node.group;
-            let first = node.index == 0;
-            let task = tokio::spawn(async move {
-                // A new cluster: each group's node 0 creates it and leads first, as with the
-                // old engine (tests, docs and operators expect `node0` as the first primary);
-                // the others start once it claimed the creation.
-                if fresh && !first {
-                    let mut waiting = stop.clone();
-                    if !wait_for_creation(&root_client, group, &mut waiting).await {
-                        return Ok(());
-                    }
-                }
-                if group > 0 {
-                    let mut waiting = stop.clone();
-                    if !crate::groups::wait_for_group_zero(&root_client, group, &mut waiting)
-                        .await?
-                    {
-                        return Ok(());
-                    }
-                }
-                let mut agent = agent;
-                agent.run(stop).await
-            });
+            let creating = node.group >= recorded;
+            let task = spawn_agent(
+                (&layout, &config, &pg, &secrets, &root, &timings),
+                node.clone(),
+                creating,
+                stop_rx.clone(),
+            );
             agents.push((node, task));
         }
         let projection = tokio::spawn(projection::run(
@@ -221,14 +215,63 @@ impl Host {
         ));
         Ok(Host {
             layout,
-            config,
+            config: std::sync::Mutex::new(config),
             pg,
             root,
             secrets,
             shutdown,
-            agents,
-            projection,
+            agents: std::sync::Mutex::new(agents),
+            projection: std::sync::Mutex::new(Some(projection)),
         })
+    }
+
+    /// `herd group add`: starts the agents of the next shard group (`config` is herd.toml
+    /// with the new count), its node 0 creating it as in a new cluster; its number. The
+    /// caller admits the group to the endpoint once it has a primary.
+    pub async fn add_group(&self, config: &Config) -> Result<u32, AgentError> {
+        let group = self.config().cluster.shards.max(1);
+        if config.cluster.shards.max(1) != group + 1 {
+            return Err(setup(format!(
+                "adding shard group {group} needs herd.toml with {} groups",
+                group + 1
+            )));
+        }
+        crate::groups::raise_count(&self.root, group + 1).map_err(AgentError::Store)?;
+        let timings = Timings::of(config);
+        let stop = self.shutdown.subscribe();
+        let new: Vec<_> = local_nodes(config)
+            .into_iter()
+            .filter(|n| n.group == group)
+            .map(|node| {
+                let task = spawn_agent(
+                    (
+                        &self.layout,
+                        config,
+                        &self.pg,
+                        &self.secrets,
+                        &self.root,
+                        &timings,
+                    ),
+                    node.clone(),
+                    true,
+                    stop.clone(),
+                );
+                (node, task)
+            })
+            .collect();
+        self.agents
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend(new);
+        *self.config.lock().unwrap_or_else(|e| e.into_inner()) = config.clone();
+        Ok(group)
+    }
+
+    fn config(&self) -> Config {
+        self.config
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// The store's root (cluster-wide keys; group g's keys under `groups/<g>/`).
@@ -244,6 +287,8 @@ impl Host {
     /// The first agent that stopped on its own (an error an operator must fix), if any.
     pub fn failed(&self) -> Option<String> {
         self.agents
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
             .iter()
             .find(|(_, t)| t.is_finished())
             .map(|(n, _)| format!("the agent of {} stopped", n.name))
@@ -253,10 +298,11 @@ impl Host {
     /// first so it sends its shutdown checkpoint to the standbys before they stop (the old
     /// engine's `stop_all` order). The leader lease stays in the store file: the next start
     /// resumes with the same primary.
-    pub async fn stop(self) -> Result<(), AgentError> {
+    pub async fn stop(&self) -> Result<(), AgentError> {
         let _ = self.shutdown.send(true);
         let mut first_error = None;
-        for (node, task) in self.agents {
+        let agents = std::mem::take(&mut *self.agents.lock().unwrap_or_else(|e| e.into_inner()));
+        for (node, task) in agents {
             match task.await {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => {
@@ -266,11 +312,19 @@ impl Host {
                 Err(e) => tracing::error!("the agent of {} panicked: {e}", node.name),
             }
         }
-        let _ = self.projection.await;
+        let projection = self
+            .projection
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(p) = projection {
+            let _ = p.await;
+        }
         let root = StoreClient::new(self.root.clone());
-        for group in 0..self.config.cluster.shards.max(1) {
+        let config = self.config();
+        for group in 0..config.cluster.shards.max(1) {
             let leader = projection::leader(&root, group).await;
-            let mut order: Vec<NodeName> = local_nodes(&self.config)
+            let mut order: Vec<NodeName> = local_nodes(&config)
                 .into_iter()
                 .filter(|n| n.group == group)
                 .map(|n| n.name)
@@ -290,6 +344,44 @@ impl Host {
         }
         first_error.map_or(Ok(()), Err)
     }
+}
+
+/// Starts the agent of `node`; `creating`: its group is being created now, so node 0 creates
+/// it and leads first, as with the old engine (tests, docs and operators expect `node0` as the
+/// first primary), and the others start once it claimed the creation.
+fn spawn_agent(
+    (layout, config, pg, secrets, root, timings): (
+        &Layout,
+        &Config,
+        &Pg,
+        &Secrets,
+        &Arc<dyn Dcs>,
+        &Timings,
+    ),
+    node: LocalNode,
+    creating: bool,
+    stop: watch::Receiver<bool>,
+) -> AgentTask {
+    let agent = build_agent(layout, config, pg, secrets, root, &node, timings);
+    let root_client = StoreClient::new(root.clone());
+    let group = node.group;
+    let first = node.index == 0;
+    tokio::spawn(async move {
+        if creating && !first {
+            let mut waiting = stop.clone();
+            if !wait_for_creation(&root_client, group, &mut waiting).await {
+                return Ok(());
+            }
+        }
+        if group > 0 {
+            let mut waiting = stop.clone();
+            if !crate::groups::wait_for_group_zero(&root_client, group, &mut waiting).await? {
+                return Ok(());
+            }
+        }
+        let mut agent = agent;
+        agent.run(stop).await
+    })
 }
 
 /// How often a node waits for its group's creation to be claimed by node 0.

@@ -142,7 +142,27 @@ impl Node {
 
     /// The server settings with `upstream` (a replica) or as primary.
     fn settings(&self, upstream: Option<&Member>) -> ServerSettings {
-        let pg = &self.cfg.postgres;
+        // `herd up` (its nodes have `paths`): herd.toml is read again at each start, as the
+        // supervisor engine does, so `herd copy`'s `wal_level = logical` and `[backup]` take
+        // effect on the restart that follows.
+        let host_config = self
+            .cfg
+            .paths
+            .as_ref()
+            .and_then(|_| herd_config::Config::load(&self.layout.config()).ok());
+        let pg = host_config
+            .as_ref()
+            .map_or(&self.cfg.postgres, |c| &c.postgres);
+        let archive_command = host_config
+            .as_ref()
+            .filter(|c| c.backup.is_enabled())
+            .map(|_| {
+                herd_backup::archive_command(
+                    &herd_backup::Paths::new(self.layout.root()).config(),
+                    self.cfg.group,
+                    &self.cfg.pgdata(),
+                )
+            });
         let (names, commit) = self.primary_settings.clone();
         ServerSettings {
             listen_address: self.cfg.pg_listen,
@@ -170,8 +190,9 @@ impl Node {
                 ),
                 slot: self.cfg.name.clone(),
             }),
-            // Archiving across hosts is a later slice of backups (docs/backup-status.md).
-            archive_command: None,
+            // `herd up`'s nodes archive as the supervisor engine's do; across hosts archiving
+            // is a later slice of backups (docs/backup-status.md).
+            archive_command,
         }
     }
 
@@ -310,12 +331,22 @@ impl Node {
         // PostgreSQL removes standby.signal itself while promoting; the configuration as
         // primary is written after.
         self.pg.promote(&self.cfg.pgdata()).await?;
+        if let Some(runner) = self.host_backup() {
+            crate::host::archive::previous_timeline(runner, self.cfg.group, &self.cfg.pgdata());
+        }
         self.write_conf(None)?;
         self.pg.reload(&self.cfg.pgdata()).await?;
         // pg_rewind of the former primary reads the new timeline from pg_control.
         let client = herd_pg::connect(&self.spec()).await?;
         herd_pg::checkpoint(&client).await?;
         Ok(())
+    }
+
+    /// `herd up`'s nodes with `[backup]` on: pgBackRest, for the WAL a change of primary
+    /// must still archive (`host::archive`). `None` across hosts (a later slice of backups).
+    fn host_backup(&self) -> Option<herd_backup::Runner> {
+        self.cfg.paths.as_ref()?;
+        crate::host::archive::runner(&self.layout, &self.pg)
     }
 
     /// Fencing: every process of the server is killed; it accepts no further write.
@@ -348,6 +379,12 @@ impl Node {
         // refuses, and the node is cloned afresh.
         if !self.pg.was_in_recovery(&dir).await.unwrap_or(true) {
             herd_pg::clear_recovery_signals(&dir)?;
+        }
+        if let Some(runner) = self.host_backup() {
+            let primary = self
+                .layout
+                .node(&herd_core::NodeName::from_text(&leader.name));
+            crate::host::archive::former_primary(runner, self.cfg.group, &dir, &primary).await;
         }
         let source = format!(
             "host={} port={} user={SUPERUSER} dbname=postgres",

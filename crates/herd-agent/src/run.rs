@@ -108,6 +108,12 @@ pub struct Agent {
     root: StoreClient,
     /// `herd up` only: fences the other local members' servers before this one promotes.
     peer_fence: Option<PeerFence>,
+    /// Since when this agent sees the group without a leading primary, and which member led
+    /// last (for the failover event's words); cleared once another member leads.
+    vacant: Option<(Instant, Option<String>)>,
+    /// The server served (as primary or replica) since this agent started: a later start of
+    /// it is a restart after it stopped, shown on the timeline.
+    served: bool,
 }
 
 /// Given to the agents of `herd up` (several nodes on one host, one process): called with the
@@ -144,6 +150,8 @@ impl Agent {
             applied: None,
             identity_checked: false,
             last_logged: String::new(),
+            vacant: None,
+            served: false,
             last_kind: None,
             rounds: 0,
             root,
@@ -249,6 +257,22 @@ impl Agent {
                 self.known.insert(m.name.clone(), m.api.clone());
             }
             self.last_sync = r.store.sync_set.clone();
+            let me = self.node.cfg.name.as_str();
+            let leading = r
+                .store
+                .leader
+                .as_deref()
+                .and_then(|l| r.store.members.iter().find(|m| m.name == l))
+                .filter(|m| m.role == "primary");
+            match leading {
+                Some(m) if m.name != me => self.vacant = None,
+                Some(_) => {}
+                None => {
+                    let last = r.store.last_leader.clone().filter(|l| l != me);
+                    let since = self.vacant.take().map_or(Instant::now(), |(t, _)| t);
+                    self.vacant = Some((since, last));
+                }
+            }
             if let Some(l) = r
                 .store
                 .leader
@@ -270,6 +294,9 @@ impl Agent {
             .as_ref()
             .ok()
             .map(|r| r.store.leader.as_deref() == Some(self.node.cfg.name.as_str()));
+        if matches!(observed.local, Local::Primary | Local::Replica { .. }) {
+            self.served = true;
+        }
         if self.book.observe(&observed.local, leads, Instant::now()) {
             tracing::warn!(
                 "PostgreSQL stopped serving while this member leads ({:?}); another member takes \

@@ -16,12 +16,68 @@ use tokio::sync::{mpsc, oneshot, watch};
 /// The copies' latest status, shared with the status document and `/metrics`.
 pub type SharedCopies = Arc<Mutex<Vec<CopyStatus>>>;
 
+/// The running groups, whichever engine runs them.
+pub trait Groups: Send + Sync {
+    /// Each group's ports, data directories and credentials (index = group).
+    fn clusters(&self) -> Vec<Cluster>;
+    /// How a replica of group `group` is restarted (it leaves the read pool first).
+    fn restart(&self, group: usize) -> RestartFn;
+}
+
+impl Groups for crate::groups::GroupSet {
+    fn clusters(&self) -> Vec<Cluster> {
+        crate::groups::GroupSet::clusters(self)
+    }
+
+    fn restart(&self, group: usize) -> RestartFn {
+        let Some(commands) = self.commands().get(group).cloned() else {
+            return Arc::new(|_| Box::pin(async { Err("no such shard group".to_string()) }));
+        };
+        restart_through(commands)
+    }
+}
+
+/// The groups of `herd up` on the agent engine: read from the store's projections, a
+/// replica restarted by a request in the store, as `herd restart --node` asks it.
+pub struct StoreGroups {
+    /// The data directory.
+    pub layout: Layout,
+    /// herd.toml as `herd up` started.
+    pub config: herd_config::Config,
+    /// The store's root.
+    pub root: herd_agent::store::StoreClient,
+}
+
+impl Groups for StoreGroups {
+    fn clusters(&self) -> Vec<Cluster> {
+        let count = herd_cluster::existing_groups(&self.layout);
+        (0..count)
+            .map_while(|g| Cluster::open(self.layout.for_group(g), self.config.clone()).ok())
+            .collect()
+    }
+
+    fn restart(&self, group: usize) -> RestartFn {
+        let store = herd_agent::store::StoreClient::new(herd_agent::groups::scoped(
+            self.root.dcs(),
+            group as u32,
+        ));
+        Arc::new(move |node: String| {
+            let store = store.clone();
+            Box::pin(async move {
+                crate::hosts_restart::restart(&store, Some(node))
+                    .await
+                    .map_err(|e| format!("{e:#}"))
+            })
+        })
+    }
+}
+
 /// What the task needs from the rest of `herd up`.
 pub struct CopiesLinks {
     /// The cluster's data directory.
     pub layout: Layout,
-    /// Every group (ports, data directories, credentials, its supervisor's commands).
-    pub groups: Arc<crate::groups::GroupSet>,
+    /// Every group (ports, data directories, credentials, how a replica restarts).
+    pub groups: Arc<dyn Groups>,
     /// The combined status (roles and positions of every node).
     pub status: watch::Receiver<ClusterStatus>,
     /// Where the copies' status goes.
@@ -50,20 +106,14 @@ pub fn spawn(
             }
             let status = links.status.borrow().clone();
             // Groups added while the cluster runs join the rounds.
-            let running = links.groups.running();
+            let running = links.groups.clusters();
             syncs.resize_with(running.len(), SlotSync::default);
-            for (g, group) in running.iter().enumerate() {
+            for (g, cluster) in running.iter().enumerate() {
                 let Some(group_status) = status.all_groups().get(g).map(|s| (*s).clone()) else {
                     continue;
                 };
-                sync_group(
-                    &mut syncs[g],
-                    &pg,
-                    &group.cluster,
-                    &group_status,
-                    &group.commands,
-                )
-                .await;
+                let restart = links.groups.restart(g);
+                sync_group(&mut syncs[g], &pg, cluster, &group_status, restart).await;
             }
             round += 1;
             if round.is_multiple_of(2) {
@@ -91,29 +141,9 @@ pub fn spawn(
     })
 }
 
-/// One slot-sync round for one group: its running primary and streaming replicas.
-async fn sync_group(
-    sync: &mut SlotSync,
-    pg: &Pg,
-    cluster: &Cluster,
-    status: &ClusterStatus,
-    commands: &mpsc::Sender<Command>,
-) {
-    let Some(primary) = status.primary() else {
-        return;
-    };
-    let replicas: Vec<ReplicaRef> = status
-        .nodes
-        .iter()
-        .filter(|n| n.role == Role::Replica && n.state == NodeState::Streaming)
-        .map(|n| ReplicaRef {
-            name: n.name.to_string(),
-            conn: cluster.conn_spec(&n.name),
-            datadir: cluster.layout.node(&n.name),
-        })
-        .collect();
-    let commands = commands.clone();
-    let restart: RestartFn = Arc::new(move |node: String| {
+/// A restart asked of a supervisor-engine group's supervisor.
+fn restart_through(commands: mpsc::Sender<Command>) -> RestartFn {
+    Arc::new(move |node: String| {
         let commands = commands.clone();
         Box::pin(async move {
             let (reply, answer) = oneshot::channel();
@@ -129,7 +159,30 @@ async fn sync_group(
                 .await
                 .map_err(|_| "the supervisor dropped the request".to_string())?
         })
-    });
+    })
+}
+
+/// One slot-sync round for one group: its running primary and streaming replicas.
+async fn sync_group(
+    sync: &mut SlotSync,
+    pg: &Pg,
+    cluster: &Cluster,
+    status: &ClusterStatus,
+    restart: RestartFn,
+) {
+    let Some(primary) = status.primary() else {
+        return;
+    };
+    let replicas: Vec<ReplicaRef> = status
+        .nodes
+        .iter()
+        .filter(|n| n.role == Role::Replica && n.state == NodeState::Streaming)
+        .map(|n| ReplicaRef {
+            name: n.name.to_string(),
+            conn: cluster.conn_spec(&n.name),
+            datadir: cluster.layout.node(&n.name),
+        })
+        .collect();
     if let Err(e) = sync
         .round(pg, &cluster.conn_spec(&primary.name), &replicas, &restart)
         .await

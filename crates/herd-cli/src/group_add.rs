@@ -121,7 +121,7 @@ async fn add_next(set: &Arc<GroupSet>, layout: &Layout) -> anyhow::Result<String
     Ok(summary(g, Some((primary_port, replicas)), &admitted))
 }
 
-fn summary(
+pub(crate) fn summary(
     g: u32,
     servers: Option<(u16, usize)>,
     admitted: &herd_proxy::shards::Admitted,

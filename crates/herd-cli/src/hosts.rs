@@ -395,6 +395,7 @@ pub async fn proxy(args: ProxyArgs) -> anyhow::Result<()> {
             root.clone(),
             proxy.ctx.clone(),
             endpoint,
+            None,
             shutdown_rx.clone(),
         )
         .await?;

@@ -120,6 +120,17 @@ async fn dispatch(root: StoreClient, action: AdminAction) -> Result<String, Stri
     }
 }
 
+/// Records `key = value` (for every group, or `group`) in herd.toml of `layout`.
+fn write_toml(layout: &Layout, group: Option<u32>, key: &str, value: &str) -> anyhow::Result<()> {
+    let mut config = herd_config::Config::load(&layout.config())?;
+    match group {
+        Some(g) => config.set_for_group(g, key, value)?,
+        None => config.set(key, value)?,
+    };
+    std::fs::write(layout.config(), herd_config::render(&config))
+        .with_context(|| format!("writing {}", layout.config().display()))
+}
+
 /// The events of `now` (one group's, keyed) not in `seen`, oldest first; `seen` becomes the
 /// keys of `now` (events expire from the store, so the set stays as small as the timeline).
 fn unseen(seen: &mut BTreeSet<String>, now: Vec<(String, ClusterEvent)>) -> Vec<ClusterEvent> {
@@ -150,11 +161,13 @@ async fn read_events(
     all
 }
 
-/// Keeps `tx` current from the store until `shutdown`, recording leader changes.
+/// Keeps `tx` current from the store until `shutdown` (when given: `herd up` on the agent
+/// engine probes its servers instead, `host_status.rs`), putting the agents' events on the
+/// dashboard's timeline.
 async fn follow_status(
     root: StoreClient,
     endpoint: String,
-    tx: watch::Sender<ClusterStatus>,
+    tx: Option<watch::Sender<ClusterStatus>>,
     dashboard: herd_api::Dashboard,
     mut shutdown: watch::Receiver<bool>,
 ) {
@@ -162,8 +175,10 @@ async fn follow_status(
     let mut seen: Vec<BTreeSet<String>> = Vec::new();
     loop {
         if let Ok(reads) = read_groups(&root).await {
-            let stores: Vec<_> = reads.iter().map(|r| r.store.clone()).collect();
-            tx.send_replace(herd_agent::status::cluster_status(&stores, &endpoint));
+            if let Some(tx) = &tx {
+                let stores: Vec<_> = reads.iter().map(|r| r.store.clone()).collect();
+                tx.send_replace(herd_agent::status::cluster_status(&stores, &endpoint));
+            }
             seen.resize_with(reads.len(), BTreeSet::new);
             for (g, events) in read_events(&root, reads.len())
                 .await
@@ -184,6 +199,42 @@ async fn follow_status(
     }
 }
 
+/// What `herd up` on the agent engine serves beyond a multi-host proxy's API: its servers are
+/// on this host, so the status is probed (`host_status.rs`), `/metrics` adds the copies' and
+/// the archiver's figures, the dashboard samples the commit waits and shows bench results.
+pub struct Local {
+    /// The probed status document.
+    pub status: watch::Receiver<ClusterStatus>,
+    /// Text appended to the proxy's `/metrics`.
+    pub metrics: Arc<dyn Fn() -> String + Send + Sync>,
+    /// The dashboard's commit-wait sample.
+    pub waits: herd_api::dashboard::WaitsSource,
+    /// `[dashboard] bench_results`, when set.
+    pub bench_results: Option<std::path::PathBuf>,
+    /// `herd group add` (`POST /groups`) in this process.
+    pub add_group: AddGroup,
+    /// A group restart when the group has no replica (its leader named): in place.
+    pub restart_alone: RestartAlone,
+}
+
+/// Restarts group `g`'s only server (named) in place.
+pub type RestartAlone = Arc<
+    dyn Fn(
+            u32,
+            String,
+        )
+            -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<String, String>> + Send>>
+        + Send
+        + Sync,
+>;
+
+/// Adds a shard group, answering with what happened or why not.
+pub type AddGroup = Arc<
+    dyn Fn() -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<String, String>> + Send>>
+        + Send
+        + Sync,
+>;
+
 /// Serves the API on `listen` until `shutdown`. Beyond 127.0.0.1 every request but the health
 /// checks needs the token kept in `layout`'s secrets (created on first use, mode 0600).
 pub async fn serve(
@@ -192,6 +243,7 @@ pub async fn serve(
     root: StoreClient,
     ctx: Arc<ProxyContext>,
     endpoint: String,
+    local: Option<Local>,
     shutdown: watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(listen)
@@ -207,32 +259,78 @@ pub async fn serve(
     } else {
         None
     };
-    let first = match read_groups(&root).await {
-        Ok(reads) => {
-            let stores: Vec<_> = reads.iter().map(|r| r.store.clone()).collect();
-            herd_agent::status::cluster_status(&stores, &endpoint)
-        }
-        Err(_) => herd_agent::status::cluster_status(&[], &endpoint),
-    };
-    let (status_tx, status_rx) = watch::channel(first);
     let dashboard = herd_api::Dashboard::default();
-    tokio::spawn(follow_status(
-        root.clone(),
-        endpoint,
-        status_tx,
-        dashboard.clone(),
-        shutdown.clone(),
-    ));
-    let metrics: herd_api::MetricsSource = Arc::new(move || ctx.render_metrics());
+    let (status_rx, metrics, waits, bench_results, add_group, restart_alone) = match local {
+        Some(local) => {
+            tokio::spawn(follow_status(
+                root.clone(),
+                endpoint,
+                None,
+                dashboard.clone(),
+                shutdown.clone(),
+            ));
+            let extra = local.metrics;
+            let metrics: herd_api::MetricsSource =
+                Arc::new(move || format!("{}{}", ctx.render_metrics(), extra()));
+            (
+                local.status,
+                metrics,
+                Some(local.waits),
+                local.bench_results,
+                Some(local.add_group),
+                Some(local.restart_alone),
+            )
+        }
+        None => {
+            let first = match read_groups(&root).await {
+                Ok(reads) => {
+                    let stores: Vec<_> = reads.iter().map(|r| r.store.clone()).collect();
+                    herd_agent::status::cluster_status(&stores, &endpoint)
+                }
+                Err(_) => herd_agent::status::cluster_status(&[], &endpoint),
+            };
+            let (status_tx, status_rx) = watch::channel(first);
+            tokio::spawn(follow_status(
+                root.clone(),
+                endpoint,
+                Some(status_tx),
+                dashboard.clone(),
+                shutdown.clone(),
+            ));
+            let metrics: herd_api::MetricsSource = Arc::new(move || ctx.render_metrics());
+            (status_rx, metrics, None, None, None, None)
+        }
+    };
     tokio::spawn(dashboard.clone().run_sampler(
         status_rx.clone(),
         metrics.clone(),
-        None,
+        waits,
         shutdown.clone(),
     ));
+    // `herd up` on the agent engine: herd.toml is what the operator edits on one host (and
+    // what the next `herd up` records in the store), so a change from the dashboard lands
+    // there too, as `herd config set` writes it.
+    let toml = add_group.is_some().then(|| layout.clone());
     let admin: herd_api::AdminSource = Arc::new(move |action| {
-        let root = root.clone();
-        Box::pin(dispatch(root, action))
+        if let (AdminAction::AddGroup, Some(add)) = (&action, &add_group) {
+            return add();
+        }
+        if let (AdminAction::SetConfig { key, value, group }, Some(layout)) = (&action, &toml) {
+            if let Err(e) = write_toml(layout, *group, key, value) {
+                return Box::pin(async move { Err(format!("{e:#}")) });
+            }
+        }
+        if let (AdminAction::Restart { node: None, group }, Some(alone)) = (&action, &restart_alone)
+        {
+            let (root, alone, g) = (root.clone(), alone.clone(), group.unwrap_or(0));
+            return Box::pin(async move {
+                match crate::host_restart::lone_leader(&root, g).await? {
+                    Some(leader) => alone(g, leader).await,
+                    None => dispatch(root, action).await,
+                }
+            });
+        }
+        Box::pin(dispatch(root.clone(), action))
     });
     let api = herd_api::Api {
         status: status_rx,
@@ -240,7 +338,7 @@ pub async fn serve(
         admin,
         dashboard,
         token: token.map(Into::into),
-        bench_results: None,
+        bench_results,
     };
     let mut stop = shutdown;
     tokio::spawn(herd_api::serve(listener, api, async move {

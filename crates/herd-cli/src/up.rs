@@ -231,7 +231,7 @@ async fn supervise_foreground(layout: Layout, config: Config) -> anyhow::Result<
     }));
     let copies_links = crate::copies_task::CopiesLinks {
         layout: layout.clone(),
-        groups: set.clone(),
+        groups: set.clone() as std::sync::Arc<dyn crate::copies_task::Groups>,
         status: status_rx.clone(),
         copies: set.copies.clone(),
         publish: set.publisher(),

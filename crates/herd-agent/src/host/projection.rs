@@ -110,11 +110,11 @@ pub async fn run(
 }
 
 async fn pass(layout: &Layout, config: &Config, root: &StoreClient) {
-    for group in 0..config.cluster.shards.max(1) {
-        let nodes: Vec<NodeName> = super::local_nodes(config)
-            .into_iter()
-            .filter(|n| n.group == group)
-            .map(|n| n.name)
+    // Groups added while the cluster runs (`herd group add`) are in the store's count.
+    let recorded = crate::groups::count(root).await.ok().flatten().unwrap_or(0);
+    for group in 0..config.cluster.shards.max(recorded).max(1) {
+        let nodes: Vec<NodeName> = (0..=config.cluster.replicas as usize)
+            .map(|i| NodeName::in_group(group, i))
             .collect();
         let Some(facts) = facts(root, layout, &nodes, group).await else {
             continue;

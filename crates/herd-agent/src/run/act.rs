@@ -44,7 +44,24 @@ impl Agent {
                     .filter(|l| *l != self.node.cfg.name)
                     .and_then(|l| member(&l));
                 self.disarm();
-                self.node.start_replica(leader.as_ref()).await
+                // A server that served before and stopped on its own (a crash): out of the
+                // read pool first (its record says `restarting`), and the restart on the
+                // timeline, as the one-host supervisor shows it.
+                let crashed = self.served;
+                if crashed {
+                    let mut leaving = self.member(observed);
+                    leaving.role = JobKind::Restart.role().into();
+                    let _ = self.store.publish(&leaving, self.node.cfg.ttl).await;
+                }
+                let started = self.node.start_replica(leader.as_ref()).await;
+                if crashed {
+                    let (text, ok) = match &started {
+                        Ok(()) => ("restarted its server after it stopped".to_string(), true),
+                        Err(e) => (format!("restarting its server failed: {e}"), false),
+                    };
+                    self.note(EventKind::Restart, text, ok);
+                }
+                started
             }
             Step::Fence(why) => {
                 tracing::error!("fencing: {why}");
@@ -181,17 +198,30 @@ impl Agent {
                         fence(&self.node.cfg.name);
                     }
                     // A switchover the operator asked for, else a failover.
-                    let planned = read
+                    let handover = read
                         .as_ref()
                         .and_then(|r| r.store.handover.as_ref())
-                        .is_some_and(|h| !h.immediate);
-                    let kind = if planned {
+                        .filter(|h| !h.immediate);
+                    let kind = if handover.is_some() {
                         EventKind::Switchover
                     } else {
                         EventKind::Failover
                     };
-                    let text =
-                        format!("promoted to primary of shard group {}", self.node.cfg.group);
+                    // The one-host supervisor's words after the agent's: who led before, and
+                    // how long this member saw the group without a primary.
+                    let me = &self.node.cfg.name;
+                    let why = match (handover, &self.vacant) {
+                        (Some(h), _) => format!("; switched over to {me} from {}", h.from),
+                        (None, Some((since, Some(last)))) => format!(
+                            "; primary {last} lost for {:.1} s",
+                            since.elapsed().as_secs_f64()
+                        ),
+                        (None, _) => String::new(),
+                    };
+                    let text = format!(
+                        "promoted to primary of shard group {}{why}",
+                        self.node.cfg.group
+                    );
                     match self.node.promote().await {
                         Ok(()) => self.note(kind, text, true),
                         Err(e) => {

@@ -130,10 +130,21 @@ pub fn read_pool_changes(
     status: &ClusterStatus,
 ) -> Vec<ClusterEvent> {
     let mut events = Vec::new();
-    for (node, now_in) in &after.read_pool {
-        let Some(was_in) = before.read_pool.get(node) else {
-            continue;
+    // A replica gone from the endpoint's list (the agent engine's endpoint lists streaming
+    // replicas only) is out of the pool; one that appears in a pool sampled before (not the
+    // first sample, not an empty pool) comes into it.
+    let nodes: std::collections::BTreeSet<&String> = before
+        .read_pool
+        .keys()
+        .chain(after.read_pool.keys())
+        .collect();
+    for node in nodes {
+        let was_in = match before.read_pool.get(node) {
+            Some(v) => v,
+            None if before.read_pool.is_empty() => continue,
+            None => &false,
         };
+        let now_in = after.read_pool.get(node).unwrap_or(&false);
         if was_in == now_in {
             continue;
         }
@@ -324,6 +335,18 @@ herd_replica_in_read_pool{node=\"node2\"} 0
         // Unchanged membership, or a replica seen for the first time: nothing.
         assert!(read_pool_changes(&a, &a, &s).is_empty());
         assert!(read_pool_changes(&Point::default(), &a, &s).is_empty());
+        // A replica gone from the endpoint's list left the pool; listed again, it joined.
+        let mut gone = a.clone();
+        gone.read_pool.remove("node1");
+        let left = read_pool_changes(&a, &gone, &s);
+        assert_eq!(left.len(), 1, "{left:?}");
+        assert_eq!(left[0].kind, EventKind::LeftReadPool);
+        assert_eq!(left[0].node.as_deref(), Some("node1"));
+        assert!(!left[0].ok);
+        let joined = read_pool_changes(&gone, &a, &s);
+        assert_eq!(joined.len(), 1, "{joined:?}");
+        assert_eq!(joined[0].kind, EventKind::JoinedReadPool);
+        assert!(joined[0].ok);
 
         // A replica promoted meanwhile leaves the pool because it is the primary; a node of
         // another shard group is reported with its group.
