@@ -10,27 +10,11 @@ mod common;
 
 use std::time::Duration;
 
-use common::{cluster, connect, refused, run_all};
-use tokio_postgres::{Client, SimpleQueryMessage};
+use common::{cluster, connect, refused, run_all, text_rows as simple};
+use tokio_postgres::Client;
 
 /// The whole test's bound (a cluster start included).
 const LIMIT: Duration = Duration::from_secs(110);
-
-/// Rows of a simple query as text.
-async fn simple(client: &Client, sql: &str) -> Vec<Vec<Option<String>>> {
-    client
-        .simple_query(sql)
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {e:?}"))
-        .into_iter()
-        .filter_map(|m| match m {
-            SimpleQueryMessage::Row(r) => {
-                Some((0..r.len()).map(|i| r.get(i).map(str::to_string)).collect())
-            }
-            _ => None,
-        })
-        .collect()
-}
 
 /// `shape` over the distributed tables, or over their one-server copies.
 fn over(shape: &str, one: bool) -> String {

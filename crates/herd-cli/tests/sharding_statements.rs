@@ -15,27 +15,11 @@ mod insert_select;
 
 use std::time::Duration;
 
-use common::{cluster, connect, refused, run_all};
+use common::{cluster, connect, refused, run_all, text_rows as simple};
 use tokio_postgres::{Client, SimpleQueryMessage};
 
 /// The whole test's bound (a cluster start included).
 const LIMIT: Duration = Duration::from_secs(300);
-
-/// Rows of a simple query as text.
-async fn simple(client: &Client, sql: &str) -> Vec<Vec<Option<String>>> {
-    client
-        .simple_query(sql)
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {e:?}"))
-        .into_iter()
-        .filter_map(|m| match m {
-            SimpleQueryMessage::Row(r) => {
-                Some((0..r.len()).map(|i| r.get(i).map(str::to_string)).collect())
-            }
-            _ => None,
-        })
-        .collect()
-}
 
 /// The command tag's row count of a simple query.
 async fn affected(client: &Client, sql: &str) -> u64 {

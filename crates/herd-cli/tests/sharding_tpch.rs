@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use common::{cluster, connect, run_all};
 use futures_util::SinkExt;
-use tokio_postgres::{Client, SimpleQueryMessage};
+use tokio_postgres::Client;
 use tpchgen::generators::{
     CustomerGenerator, LineItemGenerator, NationGenerator, OrderGenerator, PartGenerator,
     PartSuppGenerator, RegionGenerator, SupplierGenerator,
@@ -115,18 +115,7 @@ fn query(q: i32) -> String {
 
 /// Rows of a simple query as text, sorted.
 async fn rows(client: &Client, sql: &str) -> Vec<Vec<Option<String>>> {
-    let mut rows: Vec<Vec<Option<String>>> = client
-        .simple_query(sql)
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {e:?}"))
-        .into_iter()
-        .filter_map(|m| match m {
-            SimpleQueryMessage::Row(r) => {
-                Some((0..r.len()).map(|i| r.get(i).map(str::to_string)).collect())
-            }
-            _ => None,
-        })
-        .collect();
+    let mut rows = common::text_rows(client, sql).await;
     rows.sort();
     rows
 }

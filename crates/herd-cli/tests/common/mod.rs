@@ -166,6 +166,22 @@ pub async fn refused(client: &Client, sql: &str, needle: &str) {
     assert!(message.contains(needle), "{sql}: {message}");
 }
 
+/// The rows of a simple query, values as text (a failure panics with the statement).
+pub async fn text_rows(client: &Client, sql: &str) -> Vec<Vec<Option<String>>> {
+    client
+        .simple_query(sql)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e:?}"))
+        .into_iter()
+        .filter_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(r) => {
+                Some((0..r.len()).map(|i| r.get(i).map(str::to_string)).collect())
+            }
+            _ => None,
+        })
+        .collect()
+}
+
 /// Runs each statement of `sqls` on `client` (a test's set-up), failing on the first error.
 pub async fn run_all(client: &Client, sqls: &[&str]) {
     for sql in sqls {

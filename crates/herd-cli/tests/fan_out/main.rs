@@ -15,9 +15,8 @@ mod aggregates;
 mod chaos;
 mod writes;
 
-use common::{cluster, connect, refused};
+use common::{cluster, connect, refused, text_rows as simple};
 use tokio_postgres::error::SqlState;
-use tokio_postgres::SimpleQueryMessage;
 
 const COLUMNS: &str = "(id bigint primary key, grp int, name text, balance numeric(12,2), \
      score float8, born date, seen timestamptz, flag bool, note varchar(20))";
@@ -126,22 +125,6 @@ async fn explain(client: &tokio_postgres::Client) {
         .await
         .expect_err("EXPLAIN across groups with parameters");
     assert_eq!(e.code(), Some(&SqlState::FEATURE_NOT_SUPPORTED), "{e}");
-}
-
-/// Rows of a simple query as text.
-async fn simple(client: &tokio_postgres::Client, sql: &str) -> Vec<Vec<Option<String>>> {
-    client
-        .simple_query(sql)
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {e:?}"))
-        .into_iter()
-        .filter_map(|m| match m {
-            SimpleQueryMessage::Row(r) => {
-                Some((0..r.len()).map(|i| r.get(i).map(str::to_string)).collect())
-            }
-            _ => None,
-        })
-        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
