@@ -322,13 +322,23 @@ async fn a_group_is_added_online_under_load() {
         snapshot["status"]["groups"].as_array().map(Vec::len),
         Some(2)
     );
-    let added = snapshot["events"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .any(|e| e["kind"] == "group_added" && e["group"] == 2 && e["ok"] == true);
+    // The timeline reads events as they are recorded (on the agent engine, from the store,
+    // a moment after `herd group add` answers): looked for for up to 20 s.
+    let added = |snapshot: &serde_json::Value| {
+        snapshot["events"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|e| e["kind"] == "group_added" && e["group"] == 2 && e["ok"] == true)
+    };
+    let mut snapshot = snapshot;
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !added(&snapshot) && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        snapshot = common::api_get(c.port + 100, "/dashboard/snapshot").1;
+    }
     assert!(
-        added,
+        added(&snapshot),
         "no group_added event on the timeline: {}",
         snapshot["events"]
     );
