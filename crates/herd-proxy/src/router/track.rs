@@ -248,6 +248,11 @@ impl Tracker {
         }
     }
 
+    /// The server reads a COPY's rows now (CopyInResponse seen, CopyDone or CopyFail not sent).
+    pub fn in_copy(&self) -> bool {
+        self.copy_in
+    }
+
     /// The client's CopyDone or CopyFail was sent: `Sync`s count again.
     pub fn copy_ended(&mut self) {
         self.copy_in = false;

@@ -135,8 +135,9 @@ impl Session {
         // The rows of a COPY … FROM STDIN the server accepted (CopyData, then CopyDone or
         // CopyFail) continue a statement under way: they go on whatever the rules below say
         // about new units (on a sharded cluster those held them back, and a COPY into a table
-        // of group 0 hung until the client gave up).
-        if self.sout.len() < SOUT_LIMIT {
+        // of group 0 hung until the client gave up). Only while the server is in copy-in (the
+        // tracker saw its CopyInResponse): other steps pay one flag test, no parsing.
+        if att.tracker.in_copy() && self.sout.len() < SOUT_LIMIT {
             let n = copy_frames_len(&self.cbuf, max)?;
             if n > 0 {
                 let bytes = self.cbuf.split_to(n).freeze();

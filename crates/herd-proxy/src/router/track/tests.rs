@@ -342,9 +342,11 @@ fn copy_in_through_the_extended_protocol() {
     t.on_server_message(&msg(b'2'), &mut out);
     t.on_server_message(&msg(b'G'), &mut out);
     assert!(!t.is_idle(), "the COPY runs");
+    assert!(t.in_copy());
     // A Sync the client sends during the copy is ignored by the server too.
     assert!(!t.sent(Expect::Sync, false, None));
     t.copy_ended();
+    assert!(!t.in_copy());
     t.sent(Expect::Sync, false, None);
     t.on_server_message(&msg(b'C'), &mut out);
     assert!(!t.is_idle());
