@@ -224,7 +224,8 @@ pub fn ensure_issued(
     let why = match std::fs::read_to_string(cert_path) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Some(Renewal::Missing),
         Err(e) => return Err(io("reading", cert_path, e)),
-        Ok(pem) if !key_path.exists() || !issued_by(&pem, &ca.cert_pem) => Some(Renewal::OtherCa),
+        Ok(_) if !key_path.exists() => Some(Renewal::Missing),
+        Ok(pem) if !issued_by(&pem, &ca.cert_pem) => Some(Renewal::OtherCa),
         Ok(pem) => {
             let info = info(&pem)?;
             if info.days_left(now) < RENEW_BEFORE_DAYS {
