@@ -12,6 +12,7 @@
 //! - on shutdown the servers stop leader first and the lease is *kept* (it is in the store
 //!   file), so the next `herd up` resumes with the same primary.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,7 +21,7 @@ use herd_cluster::{Layout, Secrets, REPLICATION_USER};
 use herd_config::Config;
 use herd_core::NodeName;
 use herd_dcs::{Dcs, EmbeddedDcs};
-use herd_pg::Pg;
+use herd_pg::{Pg, SharedProber};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -125,6 +126,8 @@ pub struct Host {
     secrets: Secrets,
     shutdown: watch::Sender<bool>,
     agents: std::sync::Mutex<Vec<(LocalNode, AgentTask)>>,
+    /// Each agent's prober, shared with the status probes of this process.
+    probers: std::sync::Mutex<HashMap<NodeName, SharedProber>>,
     projection: std::sync::Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -196,14 +199,16 @@ impl Host {
         }
         let (shutdown, stop_rx) = watch::channel(false);
         let mut agents = Vec::new();
+        let mut probers = HashMap::new();
         for node in local_nodes(&config) {
             let creating = node.group >= recorded;
-            let task = spawn_agent(
+            let (task, prober) = spawn_agent(
                 (&layout, &config, &pg, &secrets, &root, &timings),
                 node.clone(),
                 creating,
                 stop_rx.clone(),
             );
+            probers.insert(node.name.clone(), prober);
             agents.push((node, task));
         }
         let projection = tokio::spawn(projection::run(
@@ -221,6 +226,7 @@ impl Host {
             secrets,
             shutdown,
             agents: std::sync::Mutex::new(agents),
+            probers: std::sync::Mutex::new(probers),
             projection: std::sync::Mutex::new(Some(projection)),
         })
     }
@@ -243,7 +249,7 @@ impl Host {
             .into_iter()
             .filter(|n| n.group == group)
             .map(|node| {
-                let task = spawn_agent(
+                let (task, prober) = spawn_agent(
                     (
                         &self.layout,
                         config,
@@ -256,6 +262,10 @@ impl Host {
                     true,
                     stop.clone(),
                 );
+                self.probers
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(node.name.clone(), prober);
                 (node, task)
             })
             .collect();
@@ -277,6 +287,15 @@ impl Host {
     /// The store's root (cluster-wide keys; group g's keys under `groups/<g>/`).
     pub fn root(&self) -> Arc<dyn Dcs> {
         self.root.clone()
+    }
+
+    /// Each local node's prober: status probes made through them reuse the agents'
+    /// monitoring sessions instead of opening a second one per server.
+    pub fn probers(&self) -> HashMap<NodeName, SharedProber> {
+        self.probers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// The cluster's passwords.
@@ -361,12 +380,13 @@ fn spawn_agent(
     node: LocalNode,
     creating: bool,
     stop: watch::Receiver<bool>,
-) -> AgentTask {
+) -> (AgentTask, SharedProber) {
     let agent = build_agent(layout, config, pg, secrets, root, &node, timings);
+    let prober = agent.node.prober.clone();
     let root_client = StoreClient::new(root.clone());
     let group = node.group;
     let first = node.index == 0;
-    tokio::spawn(async move {
+    let task = tokio::spawn(async move {
         if creating && !first {
             let mut waiting = stop.clone();
             if !wait_for_creation(&root_client, group, &mut waiting).await {
@@ -381,7 +401,8 @@ fn spawn_agent(
         }
         let mut agent = agent;
         agent.run(stop).await
-    })
+    });
+    (task, prober)
 }
 
 /// How often a node waits for its group's creation to be claimed by node 0.
@@ -508,7 +529,7 @@ fn build_agent(
         wal_compression: None,
         fresh_secrets: false,
         log_watch: crate::pglog::LogWatch::new(cfg.pg_log()),
-        prober: tokio::sync::Mutex::new(None),
+        prober: Default::default(),
     };
     // Armed and disarmed by the rounds as in `herd agent`; no watchdog reads it here.
     let deadline = Deadline::new(cfg.fence_file());

@@ -115,7 +115,7 @@ pub async fn run(
         wal_compression: None,
         fresh_secrets,
         log_watch: crate::pglog::LogWatch::new(cfg.pg_log()),
-        prober: tokio::sync::Mutex::new(None),
+        prober: Default::default(),
     };
     let mut agent = Agent::new(
         node,

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use herd_cluster::{Layout, Secrets, REPLICATION_USER, SUPERUSER};
 use herd_core::Lsn;
-use herd_pg::{ConnSpec, Pg, PrimaryProbe, Probe, Prober, ServerSettings, Upstream};
+use herd_pg::{ConnSpec, Pg, PrimaryProbe, Probe, ServerSettings, SharedProber, Upstream};
 
 use crate::config::AgentConfig;
 use crate::decide::Local;
@@ -47,8 +47,9 @@ pub struct Node {
     /// PostgreSQL's log, watched for an upstream that lost the WAL this server needs.
     pub log_watch: LogWatch,
     /// The local server's prober, whose connection is kept between rounds (created on the
-    /// first round; a lock only because probing takes `&self`, never contended).
-    pub prober: tokio::sync::Mutex<Option<Prober>>,
+    /// first round). On `herd up` the HTTP API's status probes through it too, so the server
+    /// holds one monitoring session.
+    pub prober: SharedProber,
 }
 
 impl Node {
@@ -83,7 +84,7 @@ impl Node {
             wal_compression: self.wal_compression.clone(),
             fresh_secrets: self.fresh_secrets,
             log_watch: LogWatch::new(self.cfg.pg_log()),
-            prober: tokio::sync::Mutex::new(None),
+            prober: SharedProber::default(),
         }
     }
 
@@ -107,17 +108,8 @@ impl Node {
                 return none(Local::Stopped);
             }
         }
-        let probe = {
-            let mut prober = self.prober.lock().await;
-            let prober = match prober.as_mut() {
-                Some(p) => {
-                    p.retarget(self.spec()); // the passwords may have been replaced
-                    p
-                }
-                None => prober.insert(Prober::new(self.spec())),
-            };
-            prober.probe().await
-        };
+        // Retargeted each round: the passwords may have been replaced.
+        let probe = herd_pg::probe_shared(&self.prober, self.spec()).await;
         match probe {
             Ok(Probe::Primary(p)) => Observed {
                 local: Local::Primary,

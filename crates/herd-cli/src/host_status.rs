@@ -1,7 +1,9 @@
 //! The status document of `herd up` on the agent engine (issue #39 slice 10): on one host every
 //! server is reachable from this process, so each node is probed as `herd status` probes it
 //! (postmaster pid, live positions and lag from the primary's `pg_stat_replication`, live
-//! `sync_state`, the archiver), over connections kept between rounds. The member records in
+//! `sync_state`, the archiver), over the agents' own probe connections (one monitoring session
+//! per server, as under the supervisor engine; a second prober per node made `bench_sharding`'s
+//! node0 hold 16 connections where its bound is 15). The member records in
 //! the store are published by each agent at its own moment, so a lag computed from two of them
 //! compares positions of different instants; probing gives the API and the health checks the
 //! same meaning on both engines.
@@ -10,8 +12,10 @@
 //! `herd_agent::host::projection`); `ha_note` is the newest failover, switchover, rejoin or
 //! fence event the agents wrote in the store (also left in the file `herd status` reads).
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use herd_agent::host::Host;
 use herd_agent::store::StoreClient;
 use herd_cluster::{Cluster, Layout, Probers};
 use herd_config::Config;
@@ -44,6 +48,7 @@ pub fn note(events: &[ClusterEvent]) -> Option<String> {
 /// Keeps `tx` current (every `[supervisor] probe_interval_ms`) until `shutdown`; the copies'
 /// latest status is carried into each document.
 pub fn spawn(
+    host: Arc<Host>,
     layout: Layout,
     config: Config,
     root: StoreClient,
@@ -53,9 +58,8 @@ pub fn spawn(
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let every = Duration::from_millis(config.supervisor.probe_interval_ms.max(100));
-        let mut probers: Vec<Probers> = Vec::new();
         loop {
-            if let Some(mut status) = round(&layout, &config, &root, &mut probers).await {
+            if let Some(mut status) = round(&layout, &config, &root, &host).await {
                 status.copies = copies.lock().map(|c| c.clone()).unwrap_or_default();
                 tx.send_replace(status);
             }
@@ -75,7 +79,7 @@ pub async fn round(
     layout: &Layout,
     fallback: &Config,
     root: &StoreClient,
-    probers: &mut Vec<Probers>,
+    host: &Host,
 ) -> Option<ClusterStatus> {
     // herd.toml as `herd config set` left it (the document's commit mode and bounds).
     let config = Config::load(&layout.config()).unwrap_or_else(|_| fallback.clone());
@@ -84,9 +88,9 @@ pub async fn round(
         .ok()
         .flatten()
         .unwrap_or(config.cluster.shards.max(1)) as usize;
-    probers.resize_with(count, Probers::default);
+    let shared = host.probers();
     let mut tasks = JoinSet::new();
-    for (g, kept) in probers.iter_mut().enumerate() {
+    for g in 0..count {
         let group = layout.for_group(g as u32);
         let dcs = herd_agent::groups::scoped(root.dcs(), g as u32);
         let events = tokio::task::spawn_blocking(move || herd_agent::events::read(dcs.as_ref()))
@@ -100,17 +104,16 @@ pub async fn round(
         let Ok(cluster) = Cluster::open(group, config.clone()) else {
             continue;
         };
-        let mut mine = std::mem::take(kept);
+        let mut mine = Probers::sharing(shared.clone());
         tasks.spawn(async move {
             let observed = herd_cluster::observe_with(&cluster, &mut mine).await;
-            (g, observed.status, mine)
+            (g, observed.status)
         });
     }
     let mut statuses: Vec<Option<ClusterStatus>> = vec![None; count];
     while let Some(joined) = tasks.join_next().await {
-        if let Ok((g, status, kept)) = joined {
+        if let Ok((g, status)) = joined {
             statuses[g] = Some(status);
-            probers[g] = kept;
         }
     }
     herd_cluster::combine(statuses.into_iter().flatten().collect())

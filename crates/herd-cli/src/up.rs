@@ -26,7 +26,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     if args.detach {
         return crate::detach::run(&layout, &config).await;
     }
-    if crate::up_agents::chosen() {
+    if crate::up_agents::chosen()? {
         return crate::up_agents::run(layout, config).await;
     }
     supervise_foreground(layout, config).await

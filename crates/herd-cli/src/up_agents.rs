@@ -1,4 +1,4 @@
-//! `herd up` on the agent engine (`HERD_ENGINE=agents`, issue #39 slice 10): the nodes are
+//! `herd up` on the agent engine (the default; issue #39 slices 10 and 11): the nodes are
 //! run by one agent each in this process over the store kept in the data directory
 //! (`herd_agent::host`), and the endpoint follows that store as `herd proxy` does. The old
 //! engine's `state.json` files are kept current from the store, so `herd status`, `herd url`
@@ -29,9 +29,20 @@ use crate::progress::TermProgress;
 /// The environment variable that chooses the engine of `herd up`.
 pub const ENGINE_ENV: &str = "HERD_ENGINE";
 
-/// Whether `herd up` runs the agent engine (`HERD_ENGINE=agents`); the supervisor otherwise.
-pub fn chosen() -> bool {
-    std::env::var(ENGINE_ENV).is_ok_and(|v| v == "agents")
+/// The engine of `herd up`: the agents (the default since issue #39 slice 11) or, with
+/// `HERD_ENGINE=supervisor`, the old per-group supervisor, kept for one release as an escape
+/// hatch (it cannot run a directory the agents ran). Anything else is refused rather than
+/// guessed.
+pub fn chosen() -> anyhow::Result<bool> {
+    match std::env::var(ENGINE_ENV) {
+        Err(_) => Ok(true),
+        Ok(v) if v.is_empty() || v == "agents" => Ok(true),
+        Ok(v) if v == "supervisor" => Ok(false),
+        Ok(v) => bail!(
+            "{ENGINE_ENV}={v:?} is not an engine: use \"agents\" (the default) or \"supervisor\" \
+             (the old engine, for directories not yet run by the agents)"
+        ),
+    }
 }
 
 /// Refuses a data directory the chosen engine cannot run: the supervisor engine refuses one the
@@ -39,9 +50,10 @@ pub fn chosen() -> bool {
 /// engine takes over a supervisor-engine directory (`herd_agent::host::migrate`).
 pub fn check_engine(layout: &Layout) -> anyhow::Result<()> {
     let store = store_path(layout).exists();
-    if !chosen() && store {
+    if !chosen()? && store {
         bail!(
-            "{} is run by the agent engine (it holds store.json): start it with {ENGINE_ENV}=agents",
+            "{} is run by the agent engine (it holds store.json): start it without \
+             {ENGINE_ENV}=supervisor",
             layout.root().display()
         );
     }
@@ -173,6 +185,7 @@ pub async fn run(layout: Layout, config: Config) -> anyhow::Result<()> {
             .unwrap_or_else(|| herd_agent::status::cluster_status(&[], &endpoint)),
     );
     let status_task = crate::host_status::spawn(
+        host.clone(),
         layout.clone(),
         config.clone(),
         root.clone(),

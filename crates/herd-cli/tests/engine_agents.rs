@@ -18,6 +18,8 @@ use nix::unistd::Pid;
 use tokio_postgres::NoTls;
 
 const ENGINE: (&str, &str) = ("HERD_ENGINE", "agents");
+/// The old engine, kept for one release behind this value.
+const OLD_ENGINE: (&str, &str) = ("HERD_ENGINE", "supervisor");
 
 /// `herd up --detach` on the agent engine.
 fn up(c: &TestCluster, extra: &[&str]) -> String {
@@ -232,7 +234,12 @@ async fn agents_fail_over_rejoin_and_resume() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn migrate_from_state_json() {
     let c = cluster();
-    c.up(&["--replicas", "2"]);
+    let port = c.port.to_string();
+    let out = c.herd_with_env(
+        &["up", "--detach", "--port", &port, "--replicas", "2"],
+        &[OLD_ENGINE],
+    );
+    assert!(out.status.success(), "herd up (supervisor): {}", describe(&out));
     let url = c.url(&[]);
     connect(&url)
         .await
@@ -321,11 +328,18 @@ async fn migrate_from_state_json() {
         .expect("writes on the agent engine");
     // The supervisor engine no longer runs this directory.
     c.herd_ok(&["down"]);
-    let port = c.port.to_string();
-    let out = c.herd(&["up", "--detach", "--port", &port]);
+    let out = c.herd_with_env(&["up", "--detach", "--port", &port], &[OLD_ENGINE]);
     assert!(!out.status.success(), "{}", describe(&out));
     assert!(
-        String::from_utf8_lossy(&out.stderr).contains("HERD_ENGINE=agents"),
+        String::from_utf8_lossy(&out.stderr).contains("without HERD_ENGINE=supervisor"),
+        "{}",
+        describe(&out)
+    );
+    // An engine that does not exist is refused, naming the two that do.
+    let out = c.herd_with_env(&["up", "--detach", "--port", &port], &[("HERD_ENGINE", "agent")]);
+    assert!(!out.status.success(), "{}", describe(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("is not an engine"),
         "{}",
         describe(&out)
     );

@@ -10,7 +10,7 @@ use herd_core::NodeName;
 /// herd.toml            configuration (flags of `herd up` are saved here)
 /// state.json           topology of shard group 0: nodes, current primary, recorded sync set
 /// state-g<N>.json      the same for shard group N (N ≥ 1; node names `g<N>_node<i>`)
-/// store.json           the agent engine's store (`HERD_ENGINE=agents`); state*.json are then
+/// store.json           the agent engine's store (the default engine); state*.json are then
 ///                      projections of it
 /// secrets/             passwords and pgpass, mode 0600
 /// nodes/<node>/        one PostgreSQL data directory per node

@@ -4,7 +4,7 @@ use herd_core::{
     ArchiveStatus, ClusterStatus, LagInfo, Lsn, NodeName, NodeState, NodeStatus, Role,
     STATUS_VERSION,
 };
-use herd_pg::{PrimaryProbe, Probe, Prober, ReplicationRow};
+use herd_pg::{PrimaryProbe, Probe, ReplicationRow, SharedProber};
 use std::collections::HashMap;
 use tokio::task::JoinSet;
 
@@ -21,9 +21,17 @@ pub struct Observation {
 }
 
 /// Probers of a cluster's nodes, kept between rounds so that each node is probed over one
-/// connection rather than a new login per round (see [`Prober`]).
+/// connection rather than a new login per round (see [`herd_pg::Prober`]).
 #[derive(Default)]
-pub struct Probers(HashMap<NodeName, Prober>);
+pub struct Probers(HashMap<NodeName, SharedProber>);
+
+impl Probers {
+    /// Probers that share the given nodes' connections with other tasks of this process (the
+    /// agents of `herd up`), so a node is not probed over a second session.
+    pub fn sharing(shared: HashMap<NodeName, SharedProber>) -> Probers {
+        Probers(shared)
+    }
+}
 
 /// Probes every node concurrently (each bounded by the connection timeout), each over a new
 /// connection: for one-off looks such as `herd status`.
@@ -41,30 +49,25 @@ pub async fn observe_with(cluster: &Cluster, probers: &mut Probers) -> Observati
     for (i, node) in order.iter().enumerate() {
         let dir = cluster.layout.node(node);
         let spec = cluster.probe_spec(node);
-        let mut prober = match probers.0.remove(node) {
-            Some(mut p) => {
-                p.retarget(spec);
-                p
-            }
-            None => Prober::new(spec),
-        };
+        let shared = probers.0.entry(node.clone()).or_default().clone();
         probes.spawn(async move {
             let pid = herd_pg::postmaster_pid(&dir).ok().flatten();
             let probe = match pid {
-                Some(_) => prober.probe().await.ok(),
+                Some(_) => herd_pg::probe_shared(&shared, spec).await.ok(),
                 None => {
-                    prober.disconnect();
+                    if let Some(p) = shared.lock().await.as_mut() {
+                        p.disconnect();
+                    }
                     None
                 }
             };
-            (i, pid, probe, prober)
+            (i, pid, probe)
         });
     }
     let mut results = vec![(None, None); order.len()];
     while let Some(joined) = probes.join_next().await {
-        if let Ok((i, pid, probe, prober)) = joined {
+        if let Ok((i, pid, probe)) = joined {
             results[i] = (pid, probe);
-            probers.0.insert(order[i].clone(), prober);
         }
     }
     let primary_probe = match &results[0].1 {
@@ -72,8 +75,12 @@ pub async fn observe_with(cluster: &Cluster, probers: &mut Probers) -> Observati
         _ => None,
     };
     let archiving = match (&primary_probe, probers.0.get(&order[0])) {
-        (Some(_), Some(prober)) if cluster.config.backup.is_enabled() => {
-            Some(archive_status(cluster, prober.archiver().await))
+        (Some(_), Some(shared)) if cluster.config.backup.is_enabled() => {
+            let mut kept = shared.lock().await;
+            match kept.as_mut() {
+                Some(prober) => Some(archive_status(cluster, prober.archiver().await)),
+                None => None,
+            }
         }
         _ => None,
     };

@@ -29,6 +29,6 @@ pub use files::write_private;
 pub use osuser::OsUser;
 pub use probe::{
     checkpoint, connect, copy_verifier, create_physical_slot, ensure_role, ensure_role_verifier,
-    probe, scram_verifier, ConnSpec, PrimaryProbe, Probe, Prober, ReplicaProbe, ReplicationRow,
-    PROBE_APPLICATION,
+    probe, probe_shared, scram_verifier, ConnSpec, PrimaryProbe, Probe, Prober, ReplicaProbe,
+    ReplicationRow, SharedProber, PROBE_APPLICATION,
 };

@@ -438,3 +438,25 @@ pub async fn copy_verifier(from: &Client, to: &Client, name: &str) -> Result<(),
         .await
         .map_err(sql(format!("copying the verifier of role {name}")))
 }
+
+/// One node's prober shared by every task that probes that node in one process (on `herd up`,
+/// its agent and the HTTP API's status), so the node holds one monitoring session, not one per
+/// task. Probes through it are serialised; each takes milliseconds.
+pub type SharedProber = std::sync::Arc<tokio::sync::Mutex<Option<Prober>>>;
+
+/// Probes through `shared` (created on first use, pointed at `spec` when the server or the
+/// login changed: the time bound of whoever created it stays).
+pub async fn probe_shared(shared: &SharedProber, spec: ConnSpec) -> Result<Probe, PgError> {
+    let mut kept = shared.lock().await;
+    let prober = match kept.as_mut() {
+        Some(p) => {
+            p.retarget(ConnSpec {
+                timeout: p.spec.timeout,
+                ..spec
+            });
+            p
+        }
+        None => kept.insert(Prober::new(spec)),
+    };
+    prober.probe().await
+}
