@@ -239,7 +239,11 @@ async fn migrate_from_state_json() {
         &["up", "--detach", "--port", &port, "--replicas", "2"],
         &[OLD_ENGINE],
     );
-    assert!(out.status.success(), "herd up (supervisor): {}", describe(&out));
+    assert!(
+        out.status.success(),
+        "herd up (supervisor): {}",
+        describe(&out)
+    );
     let url = c.url(&[]);
     connect(&url)
         .await
@@ -336,7 +340,10 @@ async fn migrate_from_state_json() {
         describe(&out)
     );
     // An engine that does not exist is refused, naming the two that do.
-    let out = c.herd_with_env(&["up", "--detach", "--port", &port], &[("HERD_ENGINE", "agent")]);
+    let out = c.herd_with_env(
+        &["up", "--detach", "--port", &port],
+        &[("HERD_ENGINE", "agent")],
+    );
     assert!(!out.status.success(), "{}", describe(&out));
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("is not an engine"),
