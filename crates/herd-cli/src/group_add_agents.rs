@@ -34,6 +34,8 @@ pub struct AgentGroups {
     pub shutdown: watch::Receiver<bool>,
     /// One addition at a time.
     pub adding: tokio::sync::Mutex<()>,
+    /// The servers' OS user (pgBackRest runs as it).
+    pub owner: Option<herd_pg::OsUser>,
 }
 
 impl AgentGroups {
@@ -112,6 +114,11 @@ impl AgentGroups {
         config
             .validate()
             .context("the new group's servers need ports past the last group's")?;
+        if config.backup.is_enabled() {
+            // Before its servers start: the pgBackRest configuration names the group's stanza
+            // (its servers' archive_command and the stanza's creation below read it).
+            crate::backup_setup::write_config(&self.layout, &config, self.owner.as_ref())?;
+        }
         let g = self
             .host
             .add_group(&config)
@@ -121,6 +128,22 @@ impl AgentGroups {
         crate::up::save_config(&self.layout, &config)?;
         let timeout = Duration::from_secs(config.supervisor.ready_timeout_s);
         let cluster = wait_created(&self.layout, &config, g, timeout).await?;
+        if config.backup.is_enabled() {
+            // Its servers archive from their first start (herd.toml's `[backup]`); its stanza
+            // makes the archive and its backups (scheduled ones included) work.
+            let (layout, owner) = (self.layout.clone(), self.owner.clone());
+            let with = config.clone();
+            let made = tokio::task::spawn_blocking(move || {
+                crate::backup_setup::create_stanza(&layout, &with, owner.as_ref(), g)
+            })
+            .await;
+            match made {
+                Ok(Ok(())) => {}
+                // The group serves without it; `herd backup` creates it again.
+                Ok(Err(e)) => tracing::warn!(group = g, "creating the pgBackRest stanza: {e:#}"),
+                Err(e) => tracing::warn!(group = g, "creating the pgBackRest stanza: {e}"),
+            }
+        }
         self.follow(g, timeout).await?;
         let primary_port = cluster.port(&cluster.state.primary);
         let replicas = cluster.state.replicas().len();

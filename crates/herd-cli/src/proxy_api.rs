@@ -109,7 +109,7 @@ async fn dispatch(root: StoreClient, action: AdminAction) -> Result<String, Stri
         }
         AdminAction::RestorePoint { .. } => Err(
             "not offered by a multi-host cluster yet: restore points across shard groups are \
-             taken by a one-host cluster's supervisor (docs/backup-status.md)"
+             taken by `herd up` (docs/backup-status.md)"
                 .into(),
         ),
         AdminAction::AddGroup => Err(
@@ -260,6 +260,7 @@ pub async fn serve(
         None
     };
     let dashboard = herd_api::Dashboard::default();
+    let point_ctx = ctx.clone();
     let (status_rx, metrics, waits, bench_results, add_group, restart_alone) = match local {
         Some(local) => {
             tokio::spawn(follow_status(
@@ -314,6 +315,16 @@ pub async fn serve(
     let admin: herd_api::AdminSource = Arc::new(move |action| {
         if let (AdminAction::AddGroup, Some(add)) = (&action, &add_group) {
             return add();
+        }
+        // `herd up`: the endpoint in this process holds the second phases of two-phase
+        // commits while every group's point is written (the supervisor engine's rule).
+        if let (AdminAction::RestorePoint { name }, Some(layout)) = (&action, &toml) {
+            let (ctx, layout, name) = (point_ctx.clone(), layout.clone(), name.clone());
+            return Box::pin(async move {
+                crate::restore_point::take(&ctx, &layout, &name)
+                    .await
+                    .map_err(|e| format!("{e:#}"))
+            });
         }
         if let (AdminAction::SetConfig { key, value, group }, Some(layout)) = (&action, &toml) {
             if let Err(e) = write_toml(layout, *group, key, value) {

@@ -242,6 +242,7 @@ pub async fn run(layout: Layout, config: Config) -> anyhow::Result<()> {
         holds: holds.clone(),
         shutdown: shutdown_rx.clone(),
         adding: tokio::sync::Mutex::default(),
+        owner: pg.os_user().cloned(),
     });
     let adder = agent_groups.clone();
     let local = crate::proxy_api::Local {
@@ -295,6 +296,15 @@ pub async fn run(layout: Layout, config: Config) -> anyhow::Result<()> {
             }
         }
     }
+    // Scheduled backups (`[backup] full_every_s`, `incr_every_s`), with their restore points
+    // across groups taken behind this process's endpoint, as on the supervisor engine.
+    let schedule_links = crate::backup_schedule::ScheduleLinks {
+        layout: layout.clone(),
+        owner: pg.os_user().cloned(),
+        proxy: proxy.ctx.clone(),
+        status: status_rx.clone(),
+    };
+    let scheduled = crate::backup_schedule::spawn(schedule_links, &config, shutdown_rx.clone());
     lock.publish(&SupervisorInfo {
         pid: std::process::id(),
         api_port: config.api_port(),
@@ -308,6 +318,16 @@ pub async fn run(layout: Layout, config: Config) -> anyhow::Result<()> {
     let _ = shutdown_tx.send(true);
     let _ = status_task.await;
     let _ = copies_task.await;
+    if let Some(task) = scheduled {
+        // A scheduled backup under way finishes first (bounded): stopping the servers under it
+        // would fail it.
+        if tokio::time::timeout(crate::backup_schedule::SHUTDOWN_WAIT, task)
+            .await
+            .is_err()
+        {
+            tracing::warn!("a scheduled backup still runs: stopping the servers under it");
+        }
+    }
     host.stop().await?;
     drop(lock);
     eprintln!("Cluster stopped; `herd up` resumes it with its data.");
