@@ -2,8 +2,7 @@
 //! cluster, for every shard group or (`--group G`) for one.
 
 use herd_cluster::Layout;
-use herd_config::{Changed, Config};
-use herd_pg::{OsUser, Pg, PgBinaries};
+use herd_config::Config;
 
 pub async fn set(
     layout: &Layout,
@@ -11,17 +10,11 @@ pub async fn set(
     key: &str,
     value: &str,
 ) -> anyhow::Result<()> {
-    if herd_agent::host::store_path(layout).exists() {
-        return set_on_agents(layout, group, key, value).await;
-    }
-    let text = apply(layout, group, key, value).await?;
-    crate::output::emit!("{text}");
-    Ok(())
+    set_on_agents(layout, group, key, value).await
 }
 
-/// A data directory run by the agent engine (`HERD_ENGINE=agents`): herd.toml first (the next
-/// `herd up` records it in the store), then, while the cluster runs, the store through its API,
-/// so the agents apply it (the servers' files are theirs to write).
+/// herd.toml first (the next `herd up` records it in the store), then, while the cluster runs,
+/// the store through its API, so the agents apply it (the servers' files are theirs to write).
 async fn set_on_agents(
     layout: &Layout,
     group: Option<u32>,
@@ -128,65 +121,4 @@ fn query(text: &str) -> String {
             _ => format!("%{b:02X}"),
         })
         .collect()
-}
-
-/// Changes `key` to `value` in herd.toml and on the running servers; answers what was applied
-/// (one line per shard group). Also what `POST /config` does in the supervisor.
-pub async fn apply(
-    layout: &Layout,
-    group: Option<u32>,
-    key: &str,
-    value: &str,
-) -> anyhow::Result<String> {
-    use std::fmt::Write;
-    let mut out = String::new();
-    // Opened first: it says clearly when there is no cluster here.
-    crate::status::open(layout)?;
-    // The file as written (not a group's view of it, which has its overrides applied).
-    let mut config = Config::load(&layout.config())?;
-    let changed = match group {
-        Some(g) => config.set_for_group(g, key, value)?,
-        None => config.set(key, value)?,
-    };
-    let pg = Pg::new(
-        PgBinaries::locate(config.postgres.bindir.as_deref())?,
-        OsUser::for_servers(&config.postgres.os_user)?,
-    );
-    // herd.toml first: a supervisor restarting a server reads it from there.
-    std::fs::write(layout.config(), herd_config::render(&config))?;
-    // Every shard group concerned, group 0 first.
-    let groups: Vec<_> = herd_cluster::open_groups(layout, &config)?
-        .into_iter()
-        .enumerate()
-        .filter(|(g, _)| group.is_none_or(|x| x as usize == *g))
-        .collect();
-    if changed == Changed::ServerSetting {
-        for (_, group) in &groups {
-            group.reload_servers(&pg).await?;
-        }
-        let _ = writeln!(
-            out,
-            "wal_compression = {} applied",
-            config.postgres.wal_compression
-        );
-        return Ok(out);
-    }
-    for (g, mut group) in groups {
-        group.apply_commit_settings(&pg).await?;
-        let c = &group.config.cluster;
-        let which = if config.cluster.shards > 1 {
-            format!("shard group {g}: ")
-        } else {
-            String::new()
-        };
-        let _ = writeln!(
-            out,
-            "{which}commit mode {} with {} applied: synchronous_commit = {}, synchronous_standby_names = '{}'",
-            c.commit_mode,
-            c.sync_standbys,
-            c.commit_mode.synchronous_commit(),
-            group.synchronous_standby_names()
-        );
-    }
-    Ok(out)
 }

@@ -1,40 +1,27 @@
 //! Inside `herd up`: every second, each shard group's copy slots are kept in line on its
-//! replicas (herd-copy's slot sync; the group's supervisor restarts a replica to load a copied
-//! slot), and every two seconds each copy's status is read for `/status`, `/metrics` and
+//! replicas (herd-copy's slot sync; a replica is restarted through a request in the store to
+//! load a copied slot), and every two seconds each copy's status is read for `/status`, `/metrics` and
 //! `herd status` (and a table whose initial copy lost its slot in a failover is copied again:
 //! `copy_repair`).
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use herd_cluster::{Cluster, Command, Layout};
+use herd_cluster::{Cluster, Layout};
 use herd_copy::sync::{ReplicaRef, RestartFn, SlotSync};
-use herd_core::{ClusterStatus, CopyStatus, NodeName, NodeState, Role};
+use herd_core::{ClusterStatus, CopyStatus, NodeState, Role};
 use herd_pg::Pg;
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::watch;
 
 /// The copies' latest status, shared with the status document and `/metrics`.
 pub type SharedCopies = Arc<Mutex<Vec<CopyStatus>>>;
 
-/// The running groups, whichever engine runs them.
+/// The running groups (an interface, so the task is tested apart from the store).
 pub trait Groups: Send + Sync {
     /// Each group's ports, data directories and credentials (index = group).
     fn clusters(&self) -> Vec<Cluster>;
     /// How a replica of group `group` is restarted (it leaves the read pool first).
     fn restart(&self, group: usize) -> RestartFn;
-}
-
-impl Groups for crate::groups::GroupSet {
-    fn clusters(&self) -> Vec<Cluster> {
-        crate::groups::GroupSet::clusters(self)
-    }
-
-    fn restart(&self, group: usize) -> RestartFn {
-        let Some(commands) = self.commands().get(group).cloned() else {
-            return Arc::new(|_| Box::pin(async { Err("no such shard group".to_string()) }));
-        };
-        restart_through(commands)
-    }
 }
 
 /// The groups of `herd up` on the agent engine: read from the store's projections, a
@@ -138,27 +125,6 @@ pub fn spawn(
                 }
             }
         }
-    })
-}
-
-/// A restart asked of a supervisor-engine group's supervisor.
-fn restart_through(commands: mpsc::Sender<Command>) -> RestartFn {
-    Arc::new(move |node: String| {
-        let commands = commands.clone();
-        Box::pin(async move {
-            let (reply, answer) = oneshot::channel();
-            let command = Command::Restart {
-                node: Some(NodeName::from_text(&node)),
-                reply,
-            };
-            commands
-                .send(command)
-                .await
-                .map_err(|_| "the supervisor is shutting down".to_string())?;
-            answer
-                .await
-                .map_err(|_| "the supervisor dropped the request".to_string())?
-        })
     })
 }
 

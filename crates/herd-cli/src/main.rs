@@ -21,7 +21,6 @@ mod detach;
 mod down;
 mod group_add;
 mod group_add_agents;
-mod groups;
 mod host_restart;
 mod host_status;
 mod hosts;

@@ -42,6 +42,10 @@ pub struct Registry {
     started: Instant,
     /// When the last successful renewal was sent (ms since `started`; 0: never).
     renewed_ms: AtomicU64,
+    /// Held from a map change's start until its lease is given back: the next change of this
+    /// proxy waits for the release instead of racing it (the release is asynchronous; a
+    /// renewal that met the revocation half way was refused as "another proxy").
+    changing: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl Registry {
@@ -62,6 +66,7 @@ impl Registry {
             id,
             started: Instant::now(),
             renewed_ms: AtomicU64::new(0),
+            changing: Arc::default(),
         });
         let value = serde_json::to_vec(&serde_json::json!({ "listen": listen }))?;
         // Until it is registered it routes nothing by a shard map ([`Gate::may_use_maps`]); the
@@ -132,18 +137,22 @@ impl Registry {
     }
 }
 
-/// Gives the `map_change` lease up when the change is over.
+/// Gives the `map_change` lease up when the change is over, then lets this proxy's next
+/// change begin.
 struct Held {
     registry: Arc<Registry>,
+    one_at_a_time: Option<tokio::sync::OwnedMutexGuard<()>>,
 }
 
 impl Drop for Held {
     fn drop(&mut self) {
         let registry = self.registry.clone();
+        let guard = self.one_at_a_time.take();
         tokio::spawn(async move {
             if let Err(e) = registry.lease(false).await {
                 tracing::warn!("giving the map_change lease up: {e} (it expires by itself)");
             }
+            drop(guard);
         });
     }
 }
@@ -155,6 +164,7 @@ impl MapGate for Gate {
     fn begin_change<'a>(&'a self, _database: &'a str) -> GateFuture<'a, ChangeToken> {
         Box::pin(async move {
             let r = &self.0;
+            let guard = r.changing.clone().lock_owned().await;
             if !r.lease(true).await? {
                 return Err(
                     "another herd proxy is changing a shard map right now; try again in a moment"
@@ -163,6 +173,7 @@ impl MapGate for Gate {
             }
             let held = Held {
                 registry: r.clone(),
+                one_at_a_time: Some(guard),
             };
             let others = r.others().await?;
             if !others.is_empty() {

@@ -1,4 +1,4 @@
-//! `herd up` on the agent engine (the default; issue #39 slices 10 and 11): the nodes are
+//! `herd up` on the agent engine (the only one since issue #39 slice 11): the nodes are
 //! run by one agent each in this process over the store kept in the data directory
 //! (`herd_agent::host`), and the endpoint follows that store as `herd proxy` does. The old
 //! engine's `state.json` files are kept current from the store, so `herd status`, `herd url`
@@ -7,8 +7,8 @@
 //! The HTTP API and dashboard are `herd proxy --api-listen`'s (`proxy_api.rs`): status from
 //! the agents' member records, operator verbs as requests in the store.
 //!
-//! A data directory made by the supervisor engine is taken over at its first start here (its
-//! `state.json` files imported into the store); the supervisor engine then refuses it.
+//! A data directory made by the retired supervisor engine is taken over at its first start
+//! here (its `state.json` files imported into the store).
 //!
 //! `herd group add` starts the new group's agents here (`group_add_agents.rs`).
 
@@ -29,35 +29,20 @@ use crate::progress::TermProgress;
 /// The environment variable that chooses the engine of `herd up`.
 pub const ENGINE_ENV: &str = "HERD_ENGINE";
 
-/// The engine of `herd up`: the agents (the default since issue #39 slice 11) or, with
-/// `HERD_ENGINE=supervisor`, the old per-group supervisor, kept for one release as an escape
-/// hatch (it cannot run a directory the agents ran). Anything else is refused rather than
-/// guessed.
-pub fn chosen() -> anyhow::Result<bool> {
+/// Refuses an engine other than the agents: the per-group supervisor that `HERD_ENGINE=supervisor`
+/// chose until issue #39 slice 11 is retired (a directory it made is imported at its first start
+/// here, `herd_agent::host::migrate`). `HERD_ENGINE` unset, empty or `agents` is the engine.
+pub fn check_engine() -> anyhow::Result<()> {
     match std::env::var(ENGINE_ENV) {
-        Err(_) => Ok(true),
-        Ok(v) if v.is_empty() || v == "agents" => Ok(true),
-        Ok(v) if v == "supervisor" => Ok(false),
-        Ok(v) => bail!(
-            "{ENGINE_ENV}={v:?} is not an engine: use \"agents\" (the default) or \"supervisor\" \
-             (the old engine, for directories not yet run by the agents)"
+        Err(_) => Ok(()),
+        Ok(v) if v.is_empty() || v == "agents" => Ok(()),
+        Ok(v) if v == "supervisor" => bail!(
+            "{ENGINE_ENV}=supervisor: the supervisor engine was retired (issue #39); `herd up` \
+             runs one agent per node and takes over a directory the supervisor made at its \
+             first start. Unset {ENGINE_ENV}"
         ),
+        Ok(v) => bail!("{ENGINE_ENV}={v:?} is not an engine: unset it (the agents are the engine)"),
     }
-}
-
-/// Refuses a data directory the chosen engine cannot run: the supervisor engine refuses one the
-/// agent engine ran (its `state.json` files are only projections of the store). The agent
-/// engine takes over a supervisor-engine directory (`herd_agent::host::migrate`).
-pub fn check_engine(layout: &Layout) -> anyhow::Result<()> {
-    let store = store_path(layout).exists();
-    if !chosen()? && store {
-        bail!(
-            "{} is run by the agent engine (it holds store.json): start it without \
-             {ENGINE_ENV}=supervisor",
-            layout.root().display()
-        );
-    }
-    Ok(())
 }
 
 /// Runs the cluster of `layout` on the agent engine until Ctrl-C / SIGTERM / `herd down`.

@@ -1,4 +1,4 @@
-//! `herd up` on the agent engine (`HERD_ENGINE=agents`, issue #39 slice 10): one group with two
+//! `herd up` on the agent engine (issue #39 slices 10 and 11): one group with two
 //! replicas; writes through the endpoint under synchronous commit while the primary's
 //! postmaster is killed (-9); a replica takes over with every acknowledged write, the old
 //! primary rejoins through pg_rewind, `herd status` shows the new topology, and `herd down` /
@@ -18,7 +18,7 @@ use nix::unistd::Pid;
 use tokio_postgres::NoTls;
 
 const ENGINE: (&str, &str) = ("HERD_ENGINE", "agents");
-/// The old engine, kept for one release behind this value.
+/// The retired engine's value, now refused.
 const OLD_ENGINE: (&str, &str) = ("HERD_ENGINE", "supervisor");
 
 /// `herd up --detach` on the agent engine.
@@ -228,22 +228,15 @@ async fn agents_fail_over_rejoin_and_resume() {
         .expect("writes after the restart");
 }
 
-/// A data directory made by the supervisor engine, stopped while a former primary still had
-/// to be rewound, resumes on the agent engine with the same primary, the former one rewound
-/// and every row; the supervisor engine then refuses the directory.
+/// A data directory as the retired supervisor engine left it — `state.json` with a failover
+/// recorded and the former primary still to be rewound, no store — resumes on the agents with
+/// the same primary, the former one rewound and every row. Such a directory is made here by
+/// the agents themselves, whose `state.json` projections are in the old engine's format: the
+/// cluster is killed as soon as its projection records the failover, and its store removed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn migrate_from_state_json() {
     let c = cluster();
-    let port = c.port.to_string();
-    let out = c.herd_with_env(
-        &["up", "--detach", "--port", &port, "--replicas", "2"],
-        &[OLD_ENGINE],
-    );
-    assert!(
-        out.status.success(),
-        "herd up (supervisor): {}",
-        describe(&out)
-    );
+    up(&c, &["--replicas", "2"]);
     let url = c.url(&[]);
     connect(&url)
         .await
@@ -259,9 +252,10 @@ async fn migrate_from_state_json() {
     let supervisor = c.status()["supervisor"]["pid"]
         .as_i64()
         .expect("supervisor pid") as i32;
-    // Kill the primary, then the supervisor as soon as it recorded the failover and before it
-    // rewound the former primary: state.json then names it in needs_rewind (and the recorded
-    // primary may not even be promoted yet: the agent engine promotes it, on a new timeline).
+    // Kill the primary, then `herd up` as soon as state.json records the failover and before
+    // the former primary was rewound: state.json then names it in needs_rewind (and the
+    // recorded primary may not even be promoted yet: the next start promotes it, on a new
+    // timeline).
     kill(Pid::from_raw(pid), Signal::SIGKILL).expect("kill -9 of the primary");
     let state_path = c.data_dir().join("state.json");
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
@@ -278,14 +272,16 @@ async fn migrate_from_state_json() {
         }
         assert!(
             std::time::Instant::now() < deadline,
-            "the old engine never recorded a failover: {text}"
+            "state.json never recorded a failover: {text}"
         );
         std::thread::sleep(Duration::from_millis(1));
     };
     let second = state["primary"].as_str().expect("primary").to_string();
     assert_ne!(second, first);
-    // Its servers stop as they are (no supervisor: `herd down` stops them itself).
+    // Its servers stop as they are (no `herd up`: `herd down` stops them itself), and the
+    // store goes: what is left is the old engine's directory.
     c.herd_ok(&["down"]);
+    std::fs::remove_file(c.data_dir().join("store.json")).expect("removing the store");
 
     up(&c, &[]);
     let log =
@@ -296,10 +292,7 @@ async fn migrate_from_state_json() {
         "every replica streaming again",
         || topology(&c).filter(|t| t.2 == 2),
     );
-    assert_eq!(
-        resumed, second,
-        "the primary recorded by the old engine leads"
-    );
+    assert_eq!(resumed, second, "the primary recorded in state.json leads");
     let status = c.status();
     let former = status["nodes"]
         .as_array()
@@ -330,12 +323,13 @@ async fn migrate_from_state_json() {
         .batch_execute("insert into ledger values (-1)")
         .await
         .expect("writes on the agent engine");
-    // The supervisor engine no longer runs this directory.
+    // The retired engine is refused, saying so.
     c.herd_ok(&["down"]);
+    let port = c.port.to_string();
     let out = c.herd_with_env(&["up", "--detach", "--port", &port], &[OLD_ENGINE]);
     assert!(!out.status.success(), "{}", describe(&out));
     assert!(
-        String::from_utf8_lossy(&out.stderr).contains("without HERD_ENGINE=supervisor"),
+        String::from_utf8_lossy(&out.stderr).contains("the supervisor engine was retired"),
         "{}",
         describe(&out)
     );

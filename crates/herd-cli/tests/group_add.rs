@@ -393,7 +393,7 @@ async fn a_group_is_added_online_under_load() {
     let out = c.herd(&["group", "add"]);
     assert!(!out.status.success());
     let text = herd_testkit::describe(&out);
-    assert!(text.contains("no Herd supervisor runs"), "{text}");
+    assert!(text.contains("no Herd cluster runs"), "{text}");
 }
 
 /// Connections to every group's primary (group order).

@@ -159,7 +159,10 @@ impl Sharded {
     }
 
     fn role(&self, k: usize) -> Option<String> {
-        herd_testkit::agents::member(&self.api(k), &self.password())
+        // No password before the first agent created the cluster.
+        let password =
+            std::fs::read_to_string(self.agent_dir(0).join("secrets/superuser.password")).ok()?;
+        herd_testkit::agents::member(&self.api(k), password.trim())
             .and_then(|m| m["role"].as_str().map(str::to_string))
     }
 
@@ -224,6 +227,24 @@ impl Sharded {
 
 impl Drop for Sharded {
     fn drop(&mut self) {
+        // HERD_TEST_KEEP_LOGS=DIR keeps every log of a failed run there (the scratch
+        // directory goes with the test).
+        if let (true, Some(keep)) = (
+            std::thread::panicking(),
+            std::env::var_os("HERD_TEST_KEEP_LOGS"),
+        ) {
+            let _ = std::fs::create_dir_all(&keep);
+            for entry in std::fs::read_dir(self.dir.path())
+                .into_iter()
+                .flatten()
+                .flatten()
+            {
+                let path = entry.path();
+                if path.extension().is_some_and(|e| e == "log") {
+                    let _ = std::fs::copy(&path, PathBuf::from(&keep).join(entry.file_name()));
+                }
+            }
+        }
         for p in self.proxies.iter_mut().filter_map(Option::take) {
             let mut p = p;
             let _ = p.kill();
@@ -324,15 +345,18 @@ fn transfer_writer(
                     tx.commit().await
                 };
                 let done = tokio::time::timeout(Duration::from_secs(10), transfer).await;
-                let mut r = record.lock().expect("record");
-                match done {
-                    Ok(Ok(())) => r.transfers_acked += 1,
-                    _ => {
+                let ok = matches!(done, Ok(Ok(())));
+                {
+                    let mut r = record.lock().expect("record");
+                    if ok {
+                        r.transfers_acked += 1;
+                    } else {
                         r.transfers_failed += 1;
-                        clients[p] = None;
                     }
                 }
-                drop(r);
+                if !ok {
+                    clients[p] = None;
+                }
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
         })

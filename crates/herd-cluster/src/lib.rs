@@ -1,6 +1,8 @@
-//! A Herd cluster on one machine: its data directory, first-time bootstrap, resuming an existing
-//! cluster (adopting servers that still run), supervision through `herd-ha`'s decisions, run-time
-//! commit mode changes, the status document, and clusters of several shard groups.
+//! A Herd cluster's data directory on one machine: its layout, secrets and run files, the
+//! topology files (`state.json`, projections of the agents' store since issue #39), probing
+//! every node into the status document, starting and stopping its servers (`herd down`,
+//! `herd restore`), and cloning replicas from a restored primary. The HA engine is herd-agent's;
+//! the per-group supervisor that lived here was retired in issue #39 slice 11.
 //!
 //! Everything that runs a PostgreSQL program goes through `herd-pg`.
 
@@ -8,18 +10,14 @@ mod bootstrap;
 mod cluster;
 mod commit;
 mod error;
-mod failover;
 mod groups;
 mod layout;
 mod lifecycle;
 mod progress;
-mod restart;
 mod runfiles;
 mod secrets;
 mod state;
 mod status;
-mod supervise;
-mod switchover;
 
 pub use cluster::{Cluster, REPLICATION_USER, SUPERUSER};
 pub use error::ClusterError;
@@ -30,4 +28,3 @@ pub use runfiles::{read_supervisor, supervisor_running, SupervisorLock};
 pub use secrets::Secrets;
 pub use state::ClusterState;
 pub use status::{observe, observe_with, Observation, Probers};
-pub use supervise::{supervise, Command, Gate, Links};

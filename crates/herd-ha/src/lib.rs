@@ -1,9 +1,7 @@
-//! The control plane's decision step. `decide()` is a pure function of what the supervisor
-//! observed; the supervisor carries the decisions out. Today it keeps every server running;
-//! failover (a later step) adds decisions here, not I/O.
+//! The failover rule both engines shared and the agents keep: which replica provably holds every
+//! acknowledged commit (`choose_candidate`, table-tested). The supervisor's `decide()` that lived
+//! here was retired in issue #39 slice 11 (its rules live on in herd-agent's `decide`).
 
-mod decide;
 mod failover;
 
-pub use decide::{decide, Action, Decision, NodeObservation, Policy, PrimaryLoss};
 pub use failover::{choose_candidate, Candidate, FailoverRules};
