@@ -12,6 +12,8 @@
 mod common;
 #[path = "sharding_statements/insert_select.rs"]
 mod insert_select;
+#[path = "sharding_statements/pipelines.rs"]
+mod pipelines;
 
 use std::time::Duration;
 
@@ -59,6 +61,7 @@ async fn statements_across_groups_answer_as_one_server() {
         unqualified_joins(&client).await;
         inserts_without_columns(&client, &groups).await;
         strings_of_statements(&client, &groups).await;
+        pipelines::pipelines(&client, &url, &groups).await;
         insert_select::insert_select(&client, &url, &groups).await;
     })
     .await

@@ -25,6 +25,7 @@ mod inbuf;
 mod insert_select;
 mod lease;
 mod outdated;
+mod pipeline;
 mod place_now;
 mod plan_sql;
 mod primary_watch;
