@@ -11,6 +11,7 @@ use herd_wire::encode;
 use tokio_postgres::Client;
 
 use super::{answer, connect};
+use crate::common::process::{drivers_dir, run_bounded, SCRIPT_TIMEOUT};
 use crate::common::raw::{self, Msg, Raw};
 
 /// One statement of a pipeline: its text (`ACCT` names the table) and text parameters.
@@ -239,6 +240,14 @@ pub async fn pipelines(client: &Client, url: &str, groups: &[String]) {
     );
     assert_eq!(read(&got).last().map(String::as_str), Some("ready I"));
     same_rows(client, "refused").await;
+    // psycopg's executemany (pipeline mode), as a user runs it.
+    let mut cmd = std::process::Command::new("python3");
+    cmd.arg(drivers_dir().join("psycopg_pipelines.py"))
+        .args([url, "acct", "acct_one"])
+        .env("PYTHONUNBUFFERED", "1");
+    let (ok, output) = run_bounded(cmd, SCRIPT_TIMEOUT);
+    assert!(ok, "psycopg's executemany:\n{output}");
+    same_rows(client, "psycopg").await;
     // Nothing left prepared on either group.
     for group in groups {
         let direct = connect(group).await;

@@ -20,7 +20,7 @@ use herd_shard::{Control, Plan, ScriptStep};
 use herd_wire::frontend::{tag, Bind, Execute, Parse};
 use herd_wire::{encode, split_frame};
 
-use super::script::{Send, Sent};
+use super::script::{Send, Sent, Steps};
 use super::shard::{plan_sql, typed_params, Resolver};
 use super::Session;
 use crate::analysis::{analyze, LocalAnswer};
@@ -42,10 +42,24 @@ pub(super) struct Piece {
     pub(super) params: Vec<u8>,
 }
 
+/// A pipeline's statements, and how it ends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Pipeline {
+    pub(super) pieces: Vec<Piece>,
+    /// Closed by Sync (ReadyForQuery owed); else by Flush: the client reads the answers
+    /// before its Sync, which comes later (psycopg's `executemany(…, returning=True)`).
+    pub(super) synced: bool,
+}
+
+/// Why a pipeline flushed before its Sync is refused outside a transaction block.
+const FLUSHED: &str = "a pipeline whose statements belong to different shard groups and that \
+     asks for its results (Flush) before its Sync runs across groups only inside a transaction \
+     block: begin one first, or send a Sync after each statement";
+
 /// The statements of `unit`, when it is an extended-protocol pipeline of several executions
-/// closed by Sync; `Ok(None)` when it is not; `Err` why it cannot run piece by piece (a
-/// portal executed in parts, or bound without being executed before the next Bind).
-pub(super) fn pieces(unit: &[u8]) -> Result<Option<Vec<Piece>>, String> {
+/// closed by Sync or Flush; `Ok(None)` when it is not; `Err` why it cannot run piece by piece
+/// (a portal executed in parts, or bound without being executed before the next Bind).
+pub(super) fn pieces(unit: &[u8]) -> Result<Option<Pipeline>, String> {
     let mut pieces: Vec<Piece> = Vec::new();
     let mut current = Piece {
         bytes: Vec::new(),
@@ -54,6 +68,7 @@ pub(super) fn pieces(unit: &[u8]) -> Result<Option<Vec<Piece>>, String> {
     };
     let mut executed = false;
     let mut synced = false;
+    let mut flushed = false;
     let mut rest = unit;
     while let Ok(Some((frame, used))) = split_frame(rest, usize::MAX) {
         let raw = &rest[..used];
@@ -64,6 +79,11 @@ pub(super) fn pieces(unit: &[u8]) -> Result<Option<Vec<Piece>>, String> {
         match frame.tag {
             tag::SYNC => {
                 synced = true;
+                continue;
+            }
+            tag::FLUSH => {
+                flushed = true;
+                synced = true; // nothing may follow it either
                 continue;
             }
             tag::PARSE | tag::DESCRIBE | tag::CLOSE => {}
@@ -113,7 +133,10 @@ pub(super) fn pieces(unit: &[u8]) -> Result<Option<Vec<Piece>>, String> {
             last.bytes.extend_from_slice(&current.bytes);
         }
     }
-    Ok(Some(pieces))
+    Ok(Some(Pipeline {
+        pieces,
+        synced: !flushed,
+    }))
 }
 
 /// What the proxy sends for a pipeline of `pieces` given the steps `herd_shard::script`
@@ -164,15 +187,19 @@ impl Session {
         unit: &[u8],
         map: &herd_shard::ShardMap,
         resolver: &Resolver<'_>,
-    ) -> Option<Result<Vec<Sent>, String>> {
+    ) -> Option<Result<Steps, String>> {
         if self.ctx.config.pool_mode == herd_core::PoolMode::Session || self.script.is_some() {
             return None;
         }
-        let pieces = match pieces(unit) {
+        let Pipeline { pieces, synced } = match pieces(unit) {
             Ok(Some(p)) => p,
             Ok(None) => return None,
             Err(why) => return Some(Err(why)),
         };
+        let open = self.in_transaction();
+        if !synced && !open {
+            return Some(Err(FLUSHED.into()));
+        }
         // Statements parsed earlier in the pipeline, for the Binds that follow.
         let mut parsed = std::collections::HashMap::new();
         let mut parsed_types = std::collections::HashMap::new();
@@ -212,14 +239,16 @@ impl Session {
             );
             statements.push((text, control, plan));
         }
-        let open = self.in_transaction();
         let steps = match herd_shard::script(&statements, open) {
             Ok(steps) => steps,
             Err(why) => return Some(Err(format!("{why} (in a pipeline, before its Sync)"))),
         };
         let leading_begin = (!open && statements.first().is_some_and(|s| s.1 == Control::Begin))
             .then(|| statements[0].0.clone());
-        Some(Ok(sends(pieces, &steps, leading_begin)))
+        Some(Ok(Steps {
+            sends: sends(pieces, &steps, leading_begin),
+            ready: synced,
+        }))
     }
 
     /// The client's `BEGIN` at the head of a pipeline (its messages `piece`, statement
@@ -291,6 +320,8 @@ mod tests {
     fn pipelines_cut_after_each_execute() {
         let unit = executemany(3);
         let p = pieces(&unit).expect("ok").expect("a pipeline");
+        assert!(p.synced);
+        let p = p.pieces;
         assert_eq!(p.len(), 3);
         assert!(p.iter().all(|p| p.statement.as_deref() == Some(&b""[..])));
         // Every message but the Sync is in exactly one piece, in order.
@@ -307,7 +338,7 @@ mod tests {
         let before_close = b.len();
         encode::close(&mut b, herd_wire::frontend::KIND_STATEMENT, b"S_1").expect("close");
         encode::sync(&mut b);
-        let p = pieces(&b).expect("ok").expect("a pipeline");
+        let p = pieces(&b).expect("ok").expect("a pipeline").pieces;
         assert_eq!(p.len(), 2);
         assert_eq!(p[0].statement.as_deref(), Some(&b"S_1"[..]));
         assert!(p[1].bytes.len() > before_close - p[0].bytes.len());
@@ -315,14 +346,22 @@ mod tests {
 
     #[test]
     fn what_is_not_a_pipeline() {
-        // One execution, no Sync, a Flush, a simple query: the caller's usual path.
+        // One execution, no Sync, a simple query: the caller's usual path.
         assert_eq!(pieces(&executemany(1)), Ok(None));
         let unsynced = executemany(2);
         assert_eq!(pieces(&unsynced[..unsynced.len() - 5]), Ok(None));
+        // Flushed before its Sync (psycopg's executemany with RETURNING): a pipeline whose
+        // ReadyForQuery is owed later.
         let mut flushed = executemany(2);
         flushed.truncate(flushed.len() - 5);
         encode::flush(&mut flushed);
-        assert_eq!(pieces(&flushed), Ok(None));
+        let p = pieces(&flushed).expect("ok").expect("a pipeline");
+        assert!(!p.synced);
+        assert_eq!(p.pieces.len(), 2);
+        // Sync then Flush are two units: nothing may follow the Sync.
+        let mut both = executemany(2);
+        encode::flush(&mut both);
+        assert_eq!(pieces(&both), Ok(None));
         let mut q = Vec::new();
         encode::query(&mut q, "select 1; select 2").expect("query");
         assert_eq!(pieces(&q), Ok(None));
@@ -369,7 +408,7 @@ mod tests {
     #[test]
     fn sends_wrap_an_implicit_transaction() {
         let unit = executemany(2);
-        let p = pieces(&unit).expect("ok").expect("a pipeline");
+        let p = pieces(&unit).expect("ok").expect("a pipeline").pieces;
         let step = |sql: &str, hidden| ScriptStep {
             sql: sql.into(),
             hidden,

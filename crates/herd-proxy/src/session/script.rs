@@ -51,6 +51,14 @@ impl Sent {
     }
 }
 
+/// What the proxy sends for a string or pipeline, in order.
+pub(super) struct Steps {
+    pub(super) sends: Vec<Sent>,
+    /// The client is owed a ReadyForQuery at the end (not for a pipeline ended by Flush:
+    /// its Sync, later, gets it).
+    pub(super) ready: bool,
+}
+
 /// A string (or pipeline) being run statement by statement.
 pub(super) struct Script {
     /// Statements not sent yet.
@@ -61,13 +69,16 @@ pub(super) struct Script {
     failed: bool,
     /// The proxy began the transaction (no BEGIN in the string): a failure rolls it back.
     implicit: bool,
+    /// The last ReadyForQuery is the client's (see [`Steps::ready`]).
+    ready: bool,
     /// The client's bytes that followed the string, read once it is answered.
     held: BytesMut,
 }
 
 impl Session {
     /// Starts running `steps` for the string just taken from the client buffer.
-    pub(super) fn start_script(&mut self, steps: Vec<Sent>) {
+    pub(super) fn start_script(&mut self, steps: Steps) {
+        let Steps { sends: steps, ready } = steps;
         let implicit = steps.first().is_some_and(|s| s.hidden);
         let held = self.cbuf.split();
         self.out.held = Some(self.out.buf.len());
@@ -76,6 +87,7 @@ impl Session {
             current: None,
             failed: false,
             implicit,
+            ready,
             held,
         }));
     }
@@ -139,7 +151,7 @@ impl Session {
                     script.current = None;
                     let status = frame.get(5).copied().unwrap_or(b'I');
                     let failed = std::mem::take(&mut script.failed);
-                    next_after(script, status, failed)
+                    next_after(script, status, failed) && script.ready
                 }
                 _ => true,
             };
@@ -162,7 +174,7 @@ pub(super) fn script_of(
     names: &super::shard::Resolver<'_>,
     sql: &[u8],
     in_transaction: bool,
-) -> Option<Result<Vec<Sent>, String>> {
+) -> Option<Result<Steps, String>> {
     let text = String::from_utf8_lossy(sql);
     if ctx.classifier.get_or_classify(&text).statements.len() < 2 {
         return None;
@@ -190,11 +202,12 @@ pub(super) fn script_of(
         })
         .collect::<Vec<_>>();
     Some(
-        herd_shard::script(&statements, in_transaction).map(|steps| {
-            steps
+        herd_shard::script(&statements, in_transaction).map(|steps| Steps {
+            sends: steps
                 .iter()
                 .map(|s| Sent::query(&s.sql, s.hidden))
-                .collect()
+                .collect(),
+            ready: true,
         }),
     )
 }
@@ -258,6 +271,7 @@ mod tests {
             current: None,
             failed: false,
             implicit,
+            ready: true,
             held: BytesMut::new(),
         }
     }

@@ -53,7 +53,7 @@ pub(super) enum UnitRoute {
     WriteAll(Write),
     /// A query string of several statements on different groups: these statements, one
     /// after the other, in its transaction (`script.rs`).
-    Script(Vec<super::script::Sent>),
+    Script(super::script::Steps),
     /// Group 0's primary, where a read the fast paths cannot answer runs over the global
     /// relations (the general path, `general.rs`; the translator rewrites it).
     General,
