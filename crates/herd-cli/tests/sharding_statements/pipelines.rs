@@ -199,6 +199,37 @@ pub async fn pipelines(client: &Client, url: &str, groups: &[String]) {
     });
     assert_eq!(got.last().map(String::as_str), Some("ready I"), "{got:?}");
     same_rows(client, "begin … commit in pipelines").await;
+    // Results asked for with Flush before the Sync (psycopg's executemany with RETURNING),
+    // inside a block: answered, then the Sync's ReadyForQuery.
+    let flushed = |t: &str| {
+        let mut out = pipeline(t, &[(take, &["1", a]), (give, &["1", b])]);
+        out.truncate(out.len() - 5);
+        encode::flush(&mut out);
+        encode::sync(&mut out);
+        out
+    };
+    same(&mut herd, &mut one, "begin", |_| {
+        let mut q = Vec::new();
+        encode::query(&mut q, "begin").expect("query");
+        q
+    });
+    let got = same(&mut herd, &mut one, "flushed in a block", flushed);
+    assert_eq!(got.last().map(String::as_str), Some("ready T"), "{got:?}");
+    same(&mut herd, &mut one, "commit", |_| {
+        let mut q = Vec::new();
+        encode::query(&mut q, "commit").expect("query");
+        q
+    });
+    same_rows(client, "flushed in a block").await;
+    // Outside one, refused before anything runs (the Sync then answers as usual).
+    herd.send(&flushed("acct"));
+    let got = read(&herd.until_ready());
+    assert_eq!(
+        got.first().map(String::as_str),
+        Some("error 0A000"),
+        "{got:?}"
+    );
+    assert_eq!(got.last().map(String::as_str), Some("ready I"), "{got:?}");
     // A failure inside the block leaves it failed until ROLLBACK, as one server does.
     same(&mut herd, &mut one, "begin", |_| {
         let mut q = Vec::new();

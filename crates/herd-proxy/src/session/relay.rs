@@ -286,10 +286,9 @@ impl Session {
         let read_server = attached && self.out.len() < OUT_LIMIT;
         let write_server = attached && !self.sout.is_empty();
         // Detached with complete messages but no end of their batch yet: a deadline for them.
-        let partial = (!attached
-            && !next_complete
-            && herd_wire::split_frame(&self.cbuf, max)?.is_some())
-            || self.hold_partial;
+        let partial =
+            (!attached && !next_complete && herd_wire::split_frame(&self.cbuf, max)?.is_some())
+                || self.hold_partial;
         let partial_deadline = partial.then(|| {
             let since = *self
                 .partial_since

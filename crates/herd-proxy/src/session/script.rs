@@ -78,7 +78,10 @@ pub(super) struct Script {
 impl Session {
     /// Starts running `steps` for the string just taken from the client buffer.
     pub(super) fn start_script(&mut self, steps: Steps) {
-        let Steps { sends: steps, ready } = steps;
+        let Steps {
+            sends: steps,
+            ready,
+        } = steps;
         let implicit = steps.first().is_some_and(|s| s.hidden);
         let held = self.cbuf.split();
         self.out.held = Some(self.out.buf.len());
