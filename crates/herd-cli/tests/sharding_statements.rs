@@ -14,6 +14,8 @@ mod common;
 mod insert_select;
 #[path = "sharding_statements/pipelines.rs"]
 mod pipelines;
+#[path = "sharding_statements/writes.rs"]
+mod writes;
 
 use std::time::Duration;
 
@@ -62,6 +64,7 @@ async fn statements_across_groups_answer_as_one_server() {
         inserts_without_columns(&client, &groups).await;
         strings_of_statements(&client, &groups).await;
         pipelines::pipelines(&client, &url, &groups).await;
+        writes::writes(&client, &groups).await;
         insert_select::insert_select(&client, &url, &groups).await;
     })
     .await

@@ -189,17 +189,16 @@ pub fn plan(
     // A data-modifying WITH writes rows of the tables it names, which no group holds all of
     // (distributed) or every group holds a copy of (reference): run on one group, it would
     // change that group's rows only.
-    if let Some(t) = facts.filter(|f| f.modifying_cte).and(
-        distributed
+    // Answered when each of its parts (each WITH query, and the rest) runs on one and the
+    // same group by its key: that group holds every row it reads or writes.
+    if let Some(f) = facts.filter(|f| f.modifying_cte) {
+        if let Some(t) = distributed
             .first()
             .map(|d| d.0)
-            .or(reference.first().copied()),
-    ) {
-        return Plan::Refuse(format!(
-            "a data-modifying WITH (INSERT, UPDATE or DELETE inside WITH) is not supported on a \
-             statement that reads or writes distributed or reference table {t}: run the \
-             INSERT, UPDATE or DELETE as a statement of its own (its RETURNING gives the rows)"
-        ));
+            .or(reference.first().copied())
+        {
+            return modifying_with_plan(f, t, map, param);
+        }
     }
     // SELECT … INTO makes a table from rows of distributed tables: the new table would be
     // made on the one group that answered.
@@ -632,6 +631,53 @@ fn value_group(
         }
     };
     Ok(map.group_of(value.as_ref()))
+}
+
+/// The plan of a statement with a data-modifying `WITH` that reads or writes distributed or
+/// reference table `t`: the one group every part runs on by its key, else refused — a part
+/// on every group (or on another group) would write some groups' rows only, or read rows
+/// the others' writes never see.
+fn modifying_with_plan(
+    f: &KeyFacts,
+    t: &str,
+    map: &ShardMap,
+    param: &dyn Fn(u32) -> ParamValue,
+) -> Plan {
+    let across = |why: &str| {
+        Plan::Refuse(format!(
+            "a data-modifying WITH (INSERT, UPDATE or DELETE inside WITH) on distributed or \
+             reference table {t} runs only when every part of the statement is on one shard \
+             group by its key ({why}): run the INSERT, UPDATE or DELETE as a statement of its \
+             own (its RETURNING gives the rows), or add conditions on the shard key"
+        ))
+    };
+    if f.with_parts.is_empty() {
+        return across("its WITH is not at the top level");
+    }
+    let mut group = None;
+    for part in &f.with_parts {
+        let relations: Vec<String> = part
+            .tables
+            .iter()
+            .chain(&part.inner_tables)
+            .map(|t| t.name.clone())
+            .collect();
+        match plan(Some(part), &relations, map, param) {
+            Plan::Anywhere => {}
+            Plan::Group { group: g, .. } if group.is_none_or(|x| x == g) => group = Some(g),
+            Plan::Group { .. } => return across("its parts are on different groups"),
+            Plan::Refuse(why) | Plan::General { why } => return across(&why),
+            Plan::WriteReference { .. } => return across("it writes a reference table"),
+            _ => return across("a part runs on every group"),
+        }
+    }
+    match group {
+        Some(g) => Plan::Group {
+            group: g,
+            reason: "key",
+        },
+        None => across("no part names a key"),
+    }
 }
 
 #[cfg(test)]

@@ -127,6 +127,10 @@ pub struct KeyFacts {
     /// A `WITH` query (at any depth) is an INSERT, UPDATE, DELETE or MERGE: the statement
     /// writes rows beyond its top-level target.
     pub modifying_cte: bool,
+    /// When `modifying_cte`: the facts of each query of the top-level `WITH` (each planned as
+    /// a statement of its own), then those of the statement without its `WITH` (its CTE
+    /// names kept in `ctes`). Empty otherwise, or when the `WITH` is not the top level's.
+    pub with_parts: Vec<KeyFacts>,
     /// Each preserved side of an outer join (`LEFT`: the left, `RIGHT`: the right, `FULL`:
     /// both), at any depth of the FROM clause: a row of that side appears in the answer even
     /// when nothing on the other side matches it.
@@ -215,6 +219,7 @@ fn facts_of(node: &Value) -> KeyFacts {
         index_name: None,
         copy: None,
         modifying_cte: modifying_cte(node),
+        with_parts: Vec::new(),
         outer_joins: Vec::new(),
         ddl: None,
         shared_object: None,
@@ -239,6 +244,9 @@ fn facts_of(node: &Value) -> KeyFacts {
         f.returning = body["returning_clause"]["exprs"]
             .as_array()
             .is_some_and(|l| !l.is_empty());
+    }
+    if f.modifying_cte {
+        f.with_parts = with_parts(node, &f.ctes);
     }
     if let Some(s) = node.get("SelectStmt") {
         f.kind = StmtKind::Select;
@@ -384,6 +392,35 @@ fn copy_facts(c: &Value) -> CopyFacts {
         }
     }
     facts
+}
+
+/// The parts of a statement with a data-modifying top-level `WITH` (see
+/// [`KeyFacts::with_parts`]); empty when its `WITH` is not at the top level.
+fn with_parts(node: &Value, ctes: &[String]) -> Vec<KeyFacts> {
+    let Some((kind, body)) = ["SelectStmt", "InsertStmt", "UpdateStmt", "DeleteStmt"]
+        .iter()
+        .find_map(|k| node.get(*k).map(|b| (*k, b)))
+    else {
+        return Vec::new();
+    };
+    let Some(list) = body["with_clause"]["ctes"].as_array() else {
+        return Vec::new();
+    };
+    let mut parts: Vec<KeyFacts> = list
+        .iter()
+        .map(|c| facts_of(&c["node"]["CommonTableExpr"]["ctequery"]["node"]))
+        .collect();
+    let mut rest = body.clone();
+    if let Some(m) = rest.as_object_mut() {
+        m.remove("with_clause");
+    }
+    let mut main = facts_of(&serde_json::json!({ kind: rest }));
+    main.ctes = ctes.to_vec();
+    // A CTE's name read at the top level is not a table.
+    main.tables.retain(|t| !ctes.contains(&t.name));
+    main.inner_tables.retain(|t| !ctes.contains(&t.name));
+    parts.push(main);
+    parts
 }
 
 /// Every table reference of `stmt` but those of `top` (one removed per occurrence).
