@@ -197,7 +197,12 @@ pub fn plan(
             .map(|d| d.0)
             .or(reference.first().copied())
         {
-            return modifying_with_plan(f, t, map, param);
+            let shared: Vec<&str> = distributed
+                .iter()
+                .map(|d| d.0)
+                .chain(reference.iter().copied())
+                .collect();
+            return modifying_with_plan(f, t, &shared, map, param);
         }
     }
     // SELECT … INTO makes a table from rows of distributed tables: the new table would be
@@ -640,6 +645,7 @@ fn value_group(
 fn modifying_with_plan(
     f: &KeyFacts,
     t: &str,
+    shared: &[&str],
     map: &ShardMap,
     param: &dyn Fn(u32) -> ParamValue,
 ) -> Plan {
@@ -653,6 +659,19 @@ fn modifying_with_plan(
     };
     if f.with_parts.is_empty() {
         return across("its WITH is not at the top level");
+    }
+    // A distributed or reference table the statement reads through a view or a function is
+    // in no part's tables: no part's plan would account for it.
+    let named = |name: &str| {
+        f.with_parts.iter().any(|p| {
+            p.tables
+                .iter()
+                .chain(&p.inner_tables)
+                .any(|t| crate::qualified(&t.name) == crate::qualified(name))
+        })
+    };
+    if let Some(hidden) = shared.iter().find(|s| !named(s)) {
+        return across(&format!("{hidden} is read through a view or function"));
     }
     let mut group = None;
     for part in &f.with_parts {

@@ -90,3 +90,22 @@ fn parts_across_groups_are_refused() {
         );
     }
 }
+
+/// A table read through a view or a function (added to the statement's relations by the
+/// proxy, in no part's own tables) is not accounted for by any part: refused.
+#[test]
+fn tables_read_through_views_are_refused() {
+    let (a, _) = split_keys();
+    let sql = format!(
+        "with d as (delete from orders where customer_id = {a} returning *) select * from d, v_items"
+    );
+    let m = map();
+    let facts = key_facts(&sql);
+    // What the proxy's name resolution adds for the view.
+    let relations = vec!["v_items".to_string(), "public.items".to_string()];
+    let got = plan(facts.as_ref(), &relations, &m, &|_| ParamValue::Missing);
+    assert!(
+        matches!(&got, Plan::Refuse(why) if why.contains("view or function")),
+        "{got:?}"
+    );
+}
