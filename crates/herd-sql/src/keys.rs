@@ -394,35 +394,6 @@ fn copy_facts(c: &Value) -> CopyFacts {
     facts
 }
 
-/// The parts of a statement with a data-modifying top-level `WITH` (see
-/// [`KeyFacts::with_parts`]); empty when its `WITH` is not at the top level.
-fn with_parts(node: &Value, ctes: &[String]) -> Vec<KeyFacts> {
-    let Some((kind, body)) = ["SelectStmt", "InsertStmt", "UpdateStmt", "DeleteStmt"]
-        .iter()
-        .find_map(|k| node.get(*k).map(|b| (*k, b)))
-    else {
-        return Vec::new();
-    };
-    let Some(list) = body["with_clause"]["ctes"].as_array() else {
-        return Vec::new();
-    };
-    let mut parts: Vec<KeyFacts> = list
-        .iter()
-        .map(|c| facts_of(&c["node"]["CommonTableExpr"]["ctequery"]["node"]))
-        .collect();
-    let mut rest = body.clone();
-    if let Some(m) = rest.as_object_mut() {
-        m.remove("with_clause");
-    }
-    let mut main = facts_of(&serde_json::json!({ kind: rest }));
-    main.ctes = ctes.to_vec();
-    // A CTE's name read at the top level is not a table.
-    main.tables.retain(|t| !ctes.contains(&t.name));
-    main.inner_tables.retain(|t| !ctes.contains(&t.name));
-    parts.push(main);
-    parts
-}
-
 /// Every table reference of `stmt` but those of `top` (one removed per occurrence).
 fn inner_tables(stmt: &Value, top: &[TableRef]) -> Vec<TableRef> {
     let mut all = Vec::new();
@@ -785,6 +756,9 @@ fn contains_sublink(v: &Value) -> bool {
         _ => false,
     }
 }
+
+mod with_parts;
+use with_parts::with_parts;
 
 #[cfg(test)]
 mod tests;
