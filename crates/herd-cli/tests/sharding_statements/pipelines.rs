@@ -271,6 +271,30 @@ pub async fn pipelines(client: &Client, url: &str, groups: &[String]) {
     );
     assert_eq!(read(&got).last().map(String::as_str), Some("ready I"));
     same_rows(client, "refused").await;
+    // tokio-postgres pipelining (a Sync per statement, every query sent before the first
+    // answer is read): each statement its own implicit transaction, or all in the client's
+    // transaction, on both groups.
+    let mut tp = connect(url).await;
+    for t in ["acct", "acct_one"] {
+        let take = format!("update {t} set balance = balance - $1 where id = $2");
+        let give = format!("update {t} set balance = balance + $1 where id = $2");
+        let (x, y) = (a.parse::<i64>().expect("id"), b.parse::<i64>().expect("id"));
+        let (n1, n2) = futures_util::future::join(
+            tp.execute(take.as_str(), &[&4i32, &x]),
+            tp.execute(give.as_str(), &[&4i32, &y]),
+        )
+        .await;
+        assert_eq!((n1.expect("take"), n2.expect("give")), (1, 1), "{t}");
+        let tx = tp.transaction().await.expect("begin");
+        let (n1, n2) = futures_util::future::join(
+            tx.execute(take.as_str(), &[&6i32, &y]),
+            tx.execute(give.as_str(), &[&6i32, &x]),
+        )
+        .await;
+        assert_eq!((n1.expect("take"), n2.expect("give")), (1, 1), "{t}");
+        tx.commit().await.expect("commit");
+    }
+    same_rows(client, "tokio-postgres pipelining").await;
     // psycopg's executemany (pipeline mode), as a user runs it.
     let mut cmd = std::process::Command::new("python3");
     cmd.arg(drivers_dir().join("psycopg_pipelines.py"))
