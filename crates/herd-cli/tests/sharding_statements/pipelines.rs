@@ -11,7 +11,7 @@ use herd_wire::encode;
 use tokio_postgres::Client;
 
 use super::{answer, connect};
-use crate::common::process::{drivers_dir, run_bounded, SCRIPT_TIMEOUT};
+use crate::common::process::{drivers_dir, require, run_bounded, SCRIPT_TIMEOUT};
 use crate::common::raw::{self, Msg, Raw};
 
 /// One statement of a pipeline: its text (`ACCT` names the table) and text parameters.
@@ -296,6 +296,13 @@ pub async fn pipelines(client: &Client, url: &str, groups: &[String]) {
     }
     same_rows(client, "tokio-postgres pipelining").await;
     // psycopg's executemany (pipeline mode), as a user runs it.
+    let probe = std::process::Command::new("python3")
+        .args(["-c", "import psycopg"])
+        .output();
+    require(
+        probe.as_ref().is_ok_and(|o| o.status.success()),
+        "python3 with psycopg 3 (`import psycopg`)",
+    );
     let mut cmd = std::process::Command::new("python3");
     cmd.arg(drivers_dir().join("psycopg_pipelines.py"))
         .args([url, "acct", "acct_one"])
