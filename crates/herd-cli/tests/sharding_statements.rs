@@ -12,6 +12,10 @@
 mod common;
 #[path = "sharding_statements/insert_select.rs"]
 mod insert_select;
+#[path = "sharding_statements/pipelines.rs"]
+mod pipelines;
+#[path = "sharding_statements/writes.rs"]
+mod writes;
 
 use std::time::Duration;
 
@@ -59,6 +63,8 @@ async fn statements_across_groups_answer_as_one_server() {
         unqualified_joins(&client).await;
         inserts_without_columns(&client, &groups).await;
         strings_of_statements(&client, &groups).await;
+        pipelines::pipelines(&client, &url, &groups).await;
+        writes::writes(&client, &groups).await;
         insert_select::insert_select(&client, &url, &groups).await;
     })
     .await

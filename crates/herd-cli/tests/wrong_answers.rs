@@ -100,10 +100,9 @@ async fn wrong_answers_are_refused_or_right() {
 
 async fn data_modifying_with(client: &Client) {
     for sql in [
+        // Without a key (every group), and a reference table written. (By key, on one
+        // group, it runs there: `sharding_statements/writes.rs` compares it with one server.)
         "with d as (delete from orders where amount = 0 returning *) select count(*) from d",
-        "with d as (delete from orders where customer_id = 7 returning *) select count(*) from d",
-        "with i as (insert into orders (id, customer_id, amount) values (100, 3, 1) returning *) \
-         select count(*) from i",
         "with u as (update regions set name = 'x' returning *) select count(*) from u",
     ] {
         refused(client, sql, "data-modifying WITH").await;

@@ -329,6 +329,9 @@ fn resolve_facts(f: &mut herd_sql::KeyFacts, resolve: &dyn Fn(&mut String)) {
     if let Some(source) = f.source.as_deref_mut() {
         resolve_facts(source, resolve);
     }
+    for part in f.with_parts.iter_mut() {
+        resolve_facts(part, resolve);
+    }
 }
 
 #[cfg(test)]

@@ -9,10 +9,12 @@ use crate::{KeyType, KeyValue, ShardMap, TableKind};
 
 mod ddl;
 mod insert;
+mod modifying_with;
 
 use ddl::ddl_plan;
 pub use ddl::{shared_object_plan, uniqueness_message};
 use insert::{plan_insert, Dist};
+use modifying_with::modifying_with_plan;
 
 /// A parameter's value as a Bind carries it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -189,17 +191,21 @@ pub fn plan(
     // A data-modifying WITH writes rows of the tables it names, which no group holds all of
     // (distributed) or every group holds a copy of (reference): run on one group, it would
     // change that group's rows only.
-    if let Some(t) = facts.filter(|f| f.modifying_cte).and(
-        distributed
+    // Answered when each of its parts (each WITH query, and the rest) runs on one and the
+    // same group by its key: that group holds every row it reads or writes.
+    if let Some(f) = facts.filter(|f| f.modifying_cte) {
+        if let Some(t) = distributed
             .first()
             .map(|d| d.0)
-            .or(reference.first().copied()),
-    ) {
-        return Plan::Refuse(format!(
-            "a data-modifying WITH (INSERT, UPDATE or DELETE inside WITH) is not supported on a \
-             statement that reads or writes distributed or reference table {t}: run the \
-             INSERT, UPDATE or DELETE as a statement of its own (its RETURNING gives the rows)"
-        ));
+            .or(reference.first().copied())
+        {
+            let shared: Vec<&str> = distributed
+                .iter()
+                .map(|d| d.0)
+                .chain(reference.iter().copied())
+                .collect();
+            return modifying_with_plan(f, t, &shared, map, param);
+        }
     }
     // SELECT … INTO makes a table from rows of distributed tables: the new table would be
     // made on the one group that answered.

@@ -127,6 +127,10 @@ pub struct KeyFacts {
     /// A `WITH` query (at any depth) is an INSERT, UPDATE, DELETE or MERGE: the statement
     /// writes rows beyond its top-level target.
     pub modifying_cte: bool,
+    /// When `modifying_cte`: the facts of each query of the top-level `WITH` (each planned as
+    /// a statement of its own), then those of the statement without its `WITH` (its CTE
+    /// names kept in `ctes`). Empty otherwise, or when the `WITH` is not the top level's.
+    pub with_parts: Vec<KeyFacts>,
     /// Each preserved side of an outer join (`LEFT`: the left, `RIGHT`: the right, `FULL`:
     /// both), at any depth of the FROM clause: a row of that side appears in the answer even
     /// when nothing on the other side matches it.
@@ -215,6 +219,7 @@ fn facts_of(node: &Value) -> KeyFacts {
         index_name: None,
         copy: None,
         modifying_cte: modifying_cte(node),
+        with_parts: Vec::new(),
         outer_joins: Vec::new(),
         ddl: None,
         shared_object: None,
@@ -239,6 +244,9 @@ fn facts_of(node: &Value) -> KeyFacts {
         f.returning = body["returning_clause"]["exprs"]
             .as_array()
             .is_some_and(|l| !l.is_empty());
+    }
+    if f.modifying_cte {
+        f.with_parts = with_parts(node, &f.ctes);
     }
     if let Some(s) = node.get("SelectStmt") {
         f.kind = StmtKind::Select;
@@ -748,6 +756,9 @@ fn contains_sublink(v: &Value) -> bool {
         _ => false,
     }
 }
+
+mod with_parts;
+use with_parts::with_parts;
 
 #[cfg(test)]
 mod tests;

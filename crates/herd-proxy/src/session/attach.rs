@@ -475,7 +475,11 @@ impl Session {
         let Some(att) = self.attached.as_mut() else {
             return Err(ProxyError::Protocol("no server attached".into()));
         };
-        att.ready_idle = false;
+        // A lone Flush is answered with nothing: a server idle before it stays so (a COMMIT
+        // that follows one, as psycopg sends Sync then Flush, must not wait for an answer).
+        if lone_message(bytes) != Some(tag::FLUSH) {
+            att.ready_idle = false;
+        }
         let mut t = Translator {
             ctx: &self.ctx,
             state: &mut self.state,
@@ -493,10 +497,16 @@ impl Session {
         let to_server = &mut self.sout.buf;
         let mut rest = bytes;
         let mut go_on = true;
-        let mut last = None;
+        // A batch is open after messages not closed by a Sync; a Flush changes nothing (a
+        // lone Flush after a Sync opens none: the next unit is planned as usual).
+        let mut open = t.att.batch_open;
         while let Some((frame, used)) = split_frame(rest, usize::MAX)? {
             rest = &rest[used..];
-            last = Some(frame.tag);
+            open = match frame.tag {
+                tag::SYNC | tag::QUERY | tag::FUNCTION_CALL => false,
+                tag::FLUSH => open,
+                _ => true,
+            };
             // The last message the client has sent so far, with its batch still open.
             t.at_pause = rest.is_empty() && frame.tag == tag::PARSE;
             if t.translate(&frame, to_server)? == Flow::Terminate {
@@ -504,8 +514,8 @@ impl Session {
                 break;
             }
         }
-        if let (Some(att), Some(tag)) = (self.attached.as_mut(), last) {
-            att.batch_open = !matches!(tag, tag::SYNC | tag::QUERY | tag::FUNCTION_CALL);
+        if let Some(att) = self.attached.as_mut() {
+            att.batch_open = open;
         }
         Ok(go_on)
     }

@@ -25,6 +25,7 @@ mod inbuf;
 mod insert_select;
 mod lease;
 mod outdated;
+mod pipeline;
 mod place_now;
 mod plan_sql;
 mod primary_watch;
@@ -147,6 +148,12 @@ pub struct Session {
     /// (set by the first wait after a read that left it incomplete, cleared by every read): the
     /// clock is read only when a batch waits, not on every message.
     partial_since: Option<std::time::Instant>,
+    /// Inside a transaction on a sharded cluster, the start of a batch waits for its end
+    /// (its Sync or Flush) before it goes anywhere: its statements may belong to other groups
+    /// (a pipeline, `pipeline.rs`). Set while the session waits so; `partial_expired` once
+    /// it waited `PARTIAL_WAIT` without more bytes (the messages then go on as they are).
+    hold_partial: bool,
+    partial_expired: bool,
     /// The shard group the next unit goes to.
     group: u32,
     /// The shard map of the session's database while something is distributed there.
@@ -274,6 +281,8 @@ pub async fn serve_client(tcp: TcpStream, ctx: Arc<ProxyContext>) {
         sout: Outbox::default(),
         force_primary: false,
         partial_since: None,
+        hold_partial: false,
+        partial_expired: false,
         group: 0,
         map: None,
         names_dirty: false,

@@ -117,16 +117,24 @@ fn resolve_names(
     if let Some(f) = facts.as_deref_mut() {
         herd_shard::qualify_columns(f, &r.names.columns);
         herd_shard::fill_insert_columns(f, map, &r.names.columns);
+        // The parts of a data-modifying WITH are planned as statements of their own.
+        for part in f.with_parts.iter_mut() {
+            herd_shard::qualify_columns(part, &r.names.columns);
+            herd_shard::fill_insert_columns(part, map, &r.names.columns);
+        }
     }
     // A write runs its table's triggers and rules on each group that runs it.
-    let target = facts
+    let written = |f: &herd_sql::KeyFacts| {
+        use herd_sql::StmtKind::{Delete, Insert, Update};
+        matches!(f.kind, Insert | Update | Delete) || f.copy.as_ref().is_some_and(|c| c.from)
+    };
+    let targets = facts
         .as_deref()
-        .filter(|f| {
-            use herd_sql::StmtKind::{Delete, Insert, Update};
-            matches!(f.kind, Insert | Update | Delete) || f.copy.as_ref().is_some_and(|c| c.from)
-        })
-        .and_then(|f| f.tables.first());
-    if let Some(t) = target.filter(|t| map.table(&t.name).is_some()) {
+        .into_iter()
+        .flat_map(|f| std::iter::once(f).chain(&f.with_parts))
+        .filter(|f| written(f))
+        .filter_map(|f| f.tables.first());
+    for t in targets.filter(|t| map.table(&t.name).is_some()) {
         if let Some(why) = r.names.write_hooks_refusal(map, &t.name, &schemas) {
             return Err(why);
         }

@@ -89,6 +89,7 @@ impl Session {
     /// forwards complete client messages.
     async fn step(&mut self) -> Result<Step, ProxyError> {
         let max = self.ctx.config.max_message_bytes as usize;
+        self.hold_partial = false;
         if self.script.is_some() && self.script_turn()? {
             return Ok(Step::Progress);
         }
@@ -170,12 +171,26 @@ impl Session {
             if !att.tracker.is_idle() && unit_len(&self.cbuf, max)?.is_some() {
                 return Ok(Step::Blocked);
             }
-            if let Some(n) = unit_len(&self.cbuf, max)? {
-                match Box::pin(self.transaction_boundary(n)).await? {
-                    super::spanning::Boundary::Forward => unit_only = Some(n),
-                    super::spanning::Boundary::Wait => return Ok(Step::Blocked),
-                    super::spanning::Boundary::Done => return Ok(Step::Progress),
+            match unit_len(&self.cbuf, max)? {
+                Some(n) => {
+                    self.partial_expired = false;
+                    match Box::pin(self.transaction_boundary(n)).await? {
+                        super::spanning::Boundary::Forward => unit_only = Some(n),
+                        super::spanning::Boundary::Wait => return Ok(Step::Blocked),
+                        super::spanning::Boundary::Done => return Ok(Step::Progress),
+                    }
                 }
+                // The start of a batch: its end is waited for (a while), so the whole batch
+                // is planned — a pipeline's later statements may be on another group, and
+                // forwarded here as they come they would be refused on this one.
+                None if self.cbuf.len() < IN_LIMIT
+                    && !self.partial_expired
+                    && herd_wire::split_frame(&self.cbuf, max)?.is_some() =>
+                {
+                    self.hold_partial = true;
+                    return Ok(Step::Blocked);
+                }
+                None => {}
             }
         }
         let Some(att) = self.attached.as_ref() else {
@@ -188,6 +203,7 @@ impl Session {
                 unit_only.map_or_else(|| complete_frames_len(&self.cbuf, max), |n| Ok(Some(n)))?
             {
                 let bytes = self.cbuf.split_to(n).freeze();
+                self.partial_expired = false;
                 // Session pooling on a sharded cluster: the session's server is on group 0,
                 // and a statement whose rows are elsewhere is refused, not answered from there.
                 if self.ctx.groups() > 1
@@ -271,7 +287,8 @@ impl Session {
         let write_server = attached && !self.sout.is_empty();
         // Detached with complete messages but no end of their batch yet: a deadline for them.
         let partial =
-            !attached && !next_complete && herd_wire::split_frame(&self.cbuf, max)?.is_some();
+            (!attached && !next_complete && herd_wire::split_frame(&self.cbuf, max)?.is_some())
+                || self.hold_partial;
         let partial_deadline = partial.then(|| {
             let since = *self
                 .partial_since
@@ -385,6 +402,10 @@ impl Session {
                     Ok(n) => self.sout.advance(n),
                     Err(e) => Box::pin(self.server_failed(e)).await?,
                 }
+            }
+            Ready::PartialUnit if self.attached.is_some() => {
+                // Held inside a transaction: the messages go on as they are.
+                self.partial_expired = true;
             }
             Ready::PartialUnit => {
                 if let Some(n) = complete_frames_len(&self.cbuf, max)? {

@@ -13,30 +13,75 @@
 use std::collections::VecDeque;
 
 use bytes::BytesMut;
-use herd_shard::{Plan, ScriptStep};
+use herd_shard::Plan;
 use herd_wire::backend::tag as btag;
 use herd_wire::encode;
 
 use super::Session;
 use crate::ProxyError;
 
-/// A string being run statement by statement.
+/// What the proxy sends for one statement of a string or pipeline.
+pub(super) enum Send {
+    /// A unit taken as if the client had sent it (a simple query, or a pipeline's piece with
+    /// its Sync).
+    Unit(Vec<u8>),
+    /// A pipeline's leading BEGIN: its messages and statement, answered by the proxy
+    /// (`pipeline.rs`).
+    Begin { piece: Vec<u8>, sql: String },
+}
+
+/// One statement the proxy sends, in order.
+pub(super) struct Sent {
+    pub(super) send: Send,
+    /// The proxy's own `BEGIN`/`COMMIT`/`ROLLBACK`: its command completion is not the
+    /// client's.
+    pub(super) hidden: bool,
+}
+
+impl Sent {
+    /// A simple query.
+    pub(super) fn query(sql: &str, hidden: bool) -> Sent {
+        let mut unit = Vec::new();
+        // A statement the client sent (or a short literal) encodes; an empty unit is skipped.
+        let _ = encode::query(&mut unit, sql.as_bytes());
+        Sent {
+            send: Send::Unit(unit),
+            hidden,
+        }
+    }
+}
+
+/// What the proxy sends for a string or pipeline, in order.
+pub(super) struct Steps {
+    pub(super) sends: Vec<Sent>,
+    /// The client is owed a ReadyForQuery at the end (not for a pipeline ended by Flush:
+    /// its Sync, later, gets it).
+    pub(super) ready: bool,
+}
+
+/// A string (or pipeline) being run statement by statement.
 pub(super) struct Script {
     /// Statements not sent yet.
-    steps: VecDeque<ScriptStep>,
-    /// The statement sent whose ReadyForQuery has not come yet.
-    current: Option<ScriptStep>,
+    steps: VecDeque<Sent>,
+    /// The statement sent whose ReadyForQuery has not come yet: whether it is hidden.
+    current: Option<bool>,
     /// That statement was answered with an error.
     failed: bool,
     /// The proxy began the transaction (no BEGIN in the string): a failure rolls it back.
     implicit: bool,
+    /// The last ReadyForQuery is the client's (see [`Steps::ready`]).
+    ready: bool,
     /// The client's bytes that followed the string, read once it is answered.
     held: BytesMut,
 }
 
 impl Session {
     /// Starts running `steps` for the string just taken from the client buffer.
-    pub(super) fn start_script(&mut self, steps: Vec<ScriptStep>) {
+    pub(super) fn start_script(&mut self, steps: Steps) {
+        let Steps {
+            sends: steps,
+            ready,
+        } = steps;
         let implicit = steps.first().is_some_and(|s| s.hidden);
         let held = self.cbuf.split();
         self.out.held = Some(self.out.buf.len());
@@ -45,6 +90,7 @@ impl Session {
             current: None,
             failed: false,
             implicit,
+            ready,
             held,
         }));
     }
@@ -70,10 +116,11 @@ impl Session {
             self.cbuf.unsplit(newer);
             return Ok(true);
         };
-        let mut unit = Vec::new();
-        encode::query(&mut unit, step.sql.as_bytes())?;
-        self.cbuf.extend_from_slice(&unit);
-        script.current = Some(step);
+        script.current = Some(step.hidden);
+        match step.send {
+            Send::Unit(unit) => self.cbuf.extend_from_slice(&unit),
+            Send::Begin { piece, sql } => self.begin_in_pipeline(&piece, &sql)?,
+        }
         Ok(true)
     }
 
@@ -98,7 +145,7 @@ impl Session {
             let frame = &tail[at..at + len];
             at += len;
             let keep = match (frame[0], script.current.as_ref()) {
-                (btag::COMMAND_COMPLETE, Some(step)) => !step.hidden,
+                (btag::COMMAND_COMPLETE, Some(hidden)) => !hidden,
                 (btag::ERROR_RESPONSE, Some(_)) => {
                     script.failed = true;
                     true
@@ -107,7 +154,7 @@ impl Session {
                     script.current = None;
                     let status = frame.get(5).copied().unwrap_or(b'I');
                     let failed = std::mem::take(&mut script.failed);
-                    next_after(script, status, failed)
+                    next_after(script, status, failed) && script.ready
                 }
                 _ => true,
             };
@@ -130,8 +177,7 @@ pub(super) fn script_of(
     names: &super::shard::Resolver<'_>,
     sql: &[u8],
     in_transaction: bool,
-) -> Option<Result<Vec<herd_shard::ScriptStep>, String>> {
-    use herd_shard::Control;
+) -> Option<Result<Steps, String>> {
     let text = String::from_utf8_lossy(sql);
     if ctx.classifier.get_or_classify(&text).statements.len() < 2 {
         return None;
@@ -140,13 +186,7 @@ pub(super) fn script_of(
     let statements = parts
         .into_iter()
         .map(|part| {
-            let classified = ctx.classifier.get_or_classify(&part);
-            let control = match classified.statements.first().map(|s| &s.tx) {
-                None | Some(herd_sql::TxEffect::None) => Control::None,
-                Some(herd_sql::TxEffect::Begin { .. }) => Control::Begin,
-                Some(herd_sql::TxEffect::Commit) if !chains(&part) => Control::Commit,
-                Some(_) => Control::Other,
-            };
+            let control = control(ctx, &part);
             // COPY waits for the client's data or sends its own stream: not while the string's
             // later statements wait and the client is not read.
             let copy = herd_sql::key_facts(&part)
@@ -164,7 +204,27 @@ pub(super) fn script_of(
             (part, control, plan)
         })
         .collect::<Vec<_>>();
-    Some(herd_shard::script(&statements, in_transaction))
+    Some(
+        herd_shard::script(&statements, in_transaction).map(|steps| Steps {
+            sends: steps
+                .iter()
+                .map(|s| Sent::query(&s.sql, s.hidden))
+                .collect(),
+            ready: true,
+        }),
+    )
+}
+
+/// What statement `sql` does to its transaction.
+pub(super) fn control(ctx: &crate::ProxyContext, sql: &str) -> herd_shard::Control {
+    use herd_shard::Control;
+    let classified = ctx.classifier.get_or_classify(sql);
+    match classified.statements.first().map(|s| &s.tx) {
+        None | Some(herd_sql::TxEffect::None) => Control::None,
+        Some(herd_sql::TxEffect::Begin { .. }) => Control::Begin,
+        Some(herd_sql::TxEffect::Commit) if !chains(sql) => Control::Commit,
+        Some(_) => Control::Other,
+    }
 }
 
 /// `COMMIT AND CHAIN` (or `END AND CHAIN`): it begins another transaction.
@@ -190,10 +250,7 @@ fn next_after(script: &mut Script, status: u8, failed: bool) -> bool {
             // the transaction is over already).
             return true;
         }
-        script.steps.push_back(ScriptStep {
-            sql: "ROLLBACK".into(),
-            hidden: true,
-        });
+        script.steps.push_back(Sent::query("ROLLBACK", true));
         return false;
     }
     script.steps.is_empty()
@@ -212,14 +269,12 @@ mod tests {
     fn script(implicit: bool, left: usize) -> Script {
         Script {
             steps: (0..left)
-                .map(|i| ScriptStep {
-                    sql: format!("s{i}"),
-                    hidden: false,
-                })
+                .map(|i| Sent::query(&format!("s{i}"), false))
                 .collect(),
             current: None,
             failed: false,
             implicit,
+            ready: true,
             held: BytesMut::new(),
         }
     }
@@ -245,7 +300,9 @@ mod tests {
             let mut s = script(true, 3);
             assert!(!next_after(&mut s, status, failed));
             assert_eq!(s.steps.len(), 1);
-            assert_eq!(s.steps[0].sql, "ROLLBACK");
+            let mut rollback = Vec::new();
+            encode::query(&mut rollback, "ROLLBACK").expect("query");
+            assert!(matches!(&s.steps[0].send, Send::Unit(u) if *u == rollback));
             assert!(s.steps[0].hidden);
         }
         // An error that ended the transaction already: nothing left to roll back.

@@ -53,7 +53,7 @@ pub(super) enum UnitRoute {
     WriteAll(Write),
     /// A query string of several statements on different groups: these statements, one
     /// after the other, in its transaction (`script.rs`).
-    Script(Vec<herd_shard::ScriptStep>),
+    Script(super::script::Steps),
     /// Group 0's primary, where a read the fast paths cannot answer runs over the global
     /// relations (the general path, `general.rs`; the translator rewrites it).
     General,
@@ -229,6 +229,28 @@ impl Session {
             let held = self.ctx.adding_group() && !self.in_transaction();
             if map.waits(&plan) || (held && plan.reaches_every_group()) {
                 return Ok(None);
+            }
+            // A pipeline (several Binds before one Sync) whose statements need several
+            // groups: statement by statement in its transaction (`pipeline.rs`), or refused
+            // before anything runs.
+            let across = match &plan {
+                Plan::WriteAllGroups(_)
+                | Plan::InsertSplit(_)
+                | Plan::InsertSelect(_)
+                | Plan::WriteReference { .. }
+                | Plan::AllGroups { .. } => !self.alone(unit, frame.tag, rest, group),
+                Plan::General { .. } => group.is_some_and(|x| x != 0),
+                Plan::Group { group: g, .. } => {
+                    group.is_some_and(|x| x != *g) || (general && *g != 0)
+                }
+                _ => false,
+            };
+            if across {
+                if let Some(sends) = self.pipeline_of(unit, &map, &resolver) {
+                    return sends
+                        .map(|s| Some(UnitRoute::Script(s)))
+                        .map_err(not_supported);
+                }
             }
             match plan {
                 Plan::Anywhere => {}
