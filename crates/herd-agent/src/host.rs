@@ -509,6 +509,8 @@ fn build_agent(
         fresh_secrets: false,
         log_watch: crate::pglog::LogWatch::new(cfg.pg_log()),
         prober: tokio::sync::Mutex::new(None),
+        // `herd up`'s nodes listen on loopback only: no TLS between them.
+        tls: None,
     };
     // Armed and disarmed by the rounds as in `herd agent`; no watchdog reads it here.
     let deadline = Deadline::new(cfg.fence_file());

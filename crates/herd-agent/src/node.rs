@@ -12,6 +12,7 @@ use crate::config::AgentConfig;
 use crate::decide::Local;
 use crate::member::Member;
 use crate::pglog::LogWatch;
+use crate::tls::NodeTls;
 use crate::AgentError;
 
 /// What a probe of the local server found.
@@ -49,6 +50,9 @@ pub struct Node {
     /// The local server's prober, whose connection is kept between rounds (created on the
     /// first round; a lock only because probing takes `&self`, never contended).
     pub prober: tokio::sync::Mutex<Option<Prober>>,
+    /// The server's certificate and the cluster's CA when the cluster has one
+    /// ([`crate::tls`]): the server serves TLS and replication verifies the upstream's.
+    pub tls: Option<NodeTls>,
 }
 
 impl Node {
@@ -84,6 +88,7 @@ impl Node {
             fresh_secrets: self.fresh_secrets,
             log_watch: LogWatch::new(self.cfg.pg_log()),
             prober: tokio::sync::Mutex::new(None),
+            tls: self.tls.clone(),
         }
     }
 
@@ -180,15 +185,21 @@ impl Node {
                 .unwrap_or_else(|| pg.wal_compression.clone()),
             synchronous_commit: commit,
             synchronous_standby_names: names,
-            upstream: upstream.map(|m| Upstream {
-                conninfo: herd_pg::replication_conninfo(
+            upstream: upstream.map(|m| {
+                let conninfo = herd_pg::replication_conninfo(
                     &m.pg_host,
                     m.pg_port,
                     REPLICATION_USER,
                     &Secrets::pgpass(&self.layout),
                     &self.cfg.name,
-                ),
-                slot: self.cfg.name.clone(),
+                );
+                Upstream {
+                    conninfo: match &self.tls {
+                        Some(tls) => herd_pg::verify_full(&conninfo, &tls.peer()),
+                        None => conninfo,
+                    },
+                    slot: self.cfg.name.clone(),
+                }
             }),
             // `herd up`'s nodes archive as the supervisor engine's do; across hosts archiving
             // is a later slice of backups (docs/backup-status.md).
@@ -202,8 +213,11 @@ impl Node {
             self.log_watch.reset();
         }
         let dir = self.cfg.pgdata();
-        let hba = herd_pg::render_hba(self.cfg.pg_listen, REPLICATION_USER);
-        self.pg.write_conf(&dir, &self.settings(upstream), &hba)?;
+        let hba =
+            herd_pg::render_hba_with(self.cfg.pg_listen, REPLICATION_USER, self.tls.is_some());
+        let server_tls = self.tls.as_ref().map(|t| &t.server);
+        self.pg
+            .write_conf_with(&dir, &self.settings(upstream), server_tls, &hba)?;
         self.upstream = upstream.map(|m| m.name.clone());
         Ok(())
     }

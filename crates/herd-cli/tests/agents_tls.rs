@@ -1,0 +1,194 @@
+//! TLS between the hosts (issue #42, part 2): three `herd agent`s on loopback whose secrets
+//! directory holds the cluster's CA (`herd certs init`). Each agent issues its server's
+//! certificate at start; the primary sees every standby stream over TLS (`pg_stat_ssl`), the
+//! standbys verify it (`sslmode=verify-full` in `primary_conninfo`); a member whose CA is
+//! another cluster's cannot clone nor stream, and its log says why; an agent with the CA's
+//! certificate but neither its key nor an issued certificate refuses to start, naming the file
+//! and the `herd certs issue` command.
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt as _;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::hosts::{copy_dir, Hosts, HERD};
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
+/// Runs `herd ARGS` (60 s at most); (exit code, stdout + stderr).
+fn herd(args: &[&str]) -> (Option<i32>, String) {
+    let mut cmd = Command::new(HERD);
+    cmd.args(args);
+    let out = herd_testkit::output_within(&mut cmd, Duration::from_secs(60)).expect("herd exits");
+    (
+        out.status.code(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+/// Stops an agent started by the test (SIGTERM, then SIGKILL after 20 s).
+fn stop(mut child: std::process::Child) {
+    let _ = kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replication_runs_over_verified_tls_and_a_stranger_cannot_join() {
+    let mut hosts = Hosts::prepare(None, None);
+    // The cluster's passwords and CA made up front on the first host; start_members copies
+    // that secrets directory to the others, CA key included, so each issues its own
+    // certificate.
+    let first = hosts.agent_dir(0);
+    let layout = herd_cluster::Layout::new(&first);
+    herd_cluster::Secrets::generate()
+        .save(&layout, herd_cluster::REPLICATION_USER)
+        .expect("secrets");
+    let first_arg = first.to_str().expect("utf-8 path").to_string();
+    let (code, out) = herd(&[
+        "certs",
+        "init",
+        "--cluster",
+        "tls",
+        "--data-dir",
+        &first_arg,
+    ]);
+    assert_eq!(code, Some(0), "{out}");
+    hosts.start_members();
+    hosts.start_proxy();
+    hosts.wait_proxy_listening();
+    let primary = hosts.wait_primary("with TLS on");
+
+    // Every standby streams over TLS, as the primary sees it.
+    let client = common::try_connect(&hosts.node_url(primary))
+        .await
+        .expect("the primary answers");
+    let over_tls = "select count(*) filter (where ssl), count(*) \
+                    from pg_stat_ssl join pg_stat_replication using (pid)";
+    let mut seen = (0, 0);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while seen != (2, 2) {
+        assert!(
+            Instant::now() < deadline,
+            "standbys streaming over TLS / all: {seen:?}\n{}",
+            hosts.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let row = client.query_one(over_tls, &[]).await.expect("pg_stat_ssl");
+        seen = (row.get::<_, i64>(0), row.get::<_, i64>(1));
+    }
+    for i in 0..3 {
+        let dir = hosts.agent_dir(i).join("tls");
+        for f in [format!("h{i}.crt"), format!("h{i}.key")] {
+            let mode = std::fs::metadata(dir.join(&f))
+                .expect("the agent issued its certificate")
+                .permissions()
+                .mode();
+            assert_eq!(mode & 0o777, 0o600, "{f}");
+        }
+        let conf = std::fs::read_to_string(hosts.agent_dir(i).join("pgdata/herd.conf"))
+            .expect("herd.conf");
+        assert!(conf.contains("ssl = 'on'"), "{conf}");
+        if i != primary {
+            assert!(conf.contains("sslmode=verify-full"), "{conf}");
+        }
+    }
+    // Clients through the proxy are served as before.
+    let through = common::try_connect(&hosts.proxy_url())
+        .await
+        .expect("the proxy serves");
+    through
+        .batch_execute("create table t (x int); insert into t values (1)")
+        .await
+        .expect("a write through the proxy");
+
+    // A member whose secrets carry another cluster's CA: it issues itself a certificate of
+    // that CA and verifies the primary's with it, which fails.
+    let other = hosts.dir.path().join("other");
+    let other_arg = other.to_str().expect("utf-8 path").to_string();
+    let (code, out) = herd(&[
+        "certs",
+        "init",
+        "--cluster",
+        "other",
+        "--data-dir",
+        &other_arg,
+    ]);
+    assert_eq!(code, Some(0), "{out}");
+    let stranger = hosts.dir.path().join("h3");
+    copy_dir(&first.join("secrets"), &stranger.join("secrets"));
+    for f in ["ca.crt", "ca.key"] {
+        std::fs::copy(
+            other.join("secrets").join(f),
+            stranger.join("secrets").join(f),
+        )
+        .expect("the other CA");
+    }
+    let log_path = hosts.dir.path().join("h3.log");
+    let log = std::fs::File::create(&log_path).expect("h3 log");
+    let api = format!("127.0.0.1:{}", hosts.base + 7);
+    let child = hosts
+        .agent_command_as(0, "h3", &stranger, hosts.base + 3, &api)
+        .stdout(log.try_clone().expect("log"))
+        .stderr(log)
+        .spawn()
+        .expect("starting the stranger");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut said = String::new();
+    while !said.contains("certificate verify failed") && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(500));
+        said = std::fs::read_to_string(&log_path).unwrap_or_default();
+    }
+    let streaming = client
+        .query_one(
+            "select count(*) from pg_stat_replication where application_name = 'h3'",
+            &[],
+        )
+        .await
+        .expect("pg_stat_replication")
+        .get::<_, i64>(0);
+    stop(child);
+    let _ = herd_pg::kill_server(&stranger.join("pgdata"));
+    assert!(
+        said.contains("certificate verify failed"),
+        "the stranger's log does not say why it cannot join:\n{said}"
+    );
+    if let Some(line) = said
+        .lines()
+        .find(|l| l.contains("certificate verify failed"))
+    {
+        eprintln!("the stranger says: {line}");
+    }
+    assert_eq!(streaming, 0, "a member of another CA streams");
+    assert!(
+        !stranger.join("pgdata/PG_VERSION").exists(),
+        "a member of another CA cloned the primary"
+    );
+
+    // The CA's certificate without its key and no issued certificate: a clear refusal.
+    let keyless = hosts.dir.path().join("h4");
+    copy_dir(&first.join("secrets"), &keyless.join("secrets"));
+    std::fs::remove_file(keyless.join("secrets/ca.key")).expect("remove the CA key");
+    let api = format!("127.0.0.1:{}", hosts.base + 9);
+    let mut cmd = hosts.agent_command_as(0, "h4", &keyless, hosts.base + 3, &api);
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let out =
+        herd_testkit::output_within(&mut cmd, Duration::from_secs(60)).expect("the agent exits");
+    let said = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success(), "{said}");
+    eprintln!("without the CA key nor a certificate: {}", said.trim());
+    assert!(said.contains("h4.crt: no certificate"), "{said}");
+    assert!(
+        said.contains("herd certs issue h4 --host 127.0.0.1"),
+        "{said}"
+    );
+}
