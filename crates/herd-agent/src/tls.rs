@@ -74,6 +74,7 @@ pub fn prepare(
     let server = ServerTls {
         cert_file: dir.join(format!("{}.crt", cfg.name)),
         key_file: dir.join(format!("{}.key", cfg.name)),
+        ca_file: ca_file.clone(),
     };
     let names = vec![cfg.pg_advertise.clone()];
     let setup = |e: herd_certs::CertError| AgentError::Setup(e.to_string());

@@ -13,6 +13,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::hosts::{copy_dir, Hosts, HERD};
+use herd_testkit::netns::Lab;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
@@ -42,12 +43,11 @@ fn stop(mut child: std::process::Child) {
     let _ = child.wait();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn replication_runs_over_verified_tls_and_a_stranger_cannot_join() {
-    let mut hosts = Hosts::prepare(None, None);
-    // The cluster's passwords and CA made up front on the first host; start_members copies
-    // that secrets directory to the others, CA key included, so each issues its own
-    // certificate.
+/// Three hosts (on loopback, or in `lab`'s namespaces) whose first host's secrets hold the
+/// cluster's CA (copied to the others, CA key included, so each agent issues its own
+/// certificate), and a proxy; returns once the primary sees both standbys stream over TLS.
+async fn with_a_ca(lab: Option<Lab>) -> Hosts {
+    let mut hosts = Hosts::prepare(lab, None);
     let first = hosts.agent_dir(0);
     let layout = herd_cluster::Layout::new(&first);
     herd_cluster::Secrets::generate()
@@ -67,7 +67,6 @@ async fn replication_runs_over_verified_tls_and_a_stranger_cannot_join() {
     hosts.start_proxy();
     hosts.wait_proxy_listening();
     let primary = hosts.wait_primary("with TLS on");
-
     // Every standby streams over TLS, as the primary sees it.
     let client = common::try_connect(&hosts.node_url(primary))
         .await
@@ -86,6 +85,17 @@ async fn replication_runs_over_verified_tls_and_a_stranger_cannot_join() {
         let row = client.query_one(over_tls, &[]).await.expect("pg_stat_ssl");
         seen = (row.get::<_, i64>(0), row.get::<_, i64>(1));
     }
+    hosts
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replication_runs_over_verified_tls_and_a_stranger_cannot_join() {
+    let hosts = with_a_ca(None).await;
+    let first = hosts.agent_dir(0);
+    let primary = hosts.wait_primary("with TLS on");
+    let client = common::try_connect(&hosts.node_url(primary))
+        .await
+        .expect("the primary answers");
     for i in 0..3 {
         let dir = hosts.agent_dir(i).join("tls");
         for f in [format!("h{i}.crt"), format!("h{i}.key")] {
@@ -191,4 +201,98 @@ async fn replication_runs_over_verified_tls_and_a_stranger_cannot_join() {
         said.contains("herd certs issue h4 --host 127.0.0.1"),
         "{said}"
     );
+}
+
+/// psql from this process (another host than the primary's, in the namespaces' set-up) over
+/// a replication connection (`IDENTIFY_SYSTEM`) with `conninfo`; Err with its message.
+fn replication_psql(hosts: &Hosts, conninfo: &str) -> Result<String, String> {
+    let bins = herd_pg::PgBinaries::locate(None).expect("PostgreSQL 15 binaries");
+    let password = std::fs::read_to_string(hosts.agent_dir(0).join("secrets/replication.password"))
+        .expect("replication password");
+    let mut cmd = Command::new(bins.program("psql"));
+    cmd.args(["-X", "-A", "-t", "-d", conninfo, "-c", "IDENTIFY_SYSTEM"])
+        .env("PGPASSWORD", password.trim())
+        .env("PGCONNECT_TIMEOUT", "10");
+    let out = herd_testkit::output_within(&mut cmd, Duration::from_secs(30)).expect("psql exits");
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
+/// Each host in its own network namespace, so replication comes from other addresses than
+/// loopback and meets the `hostssl … clientcert=verify-ca` rule: the standbys stream over TLS
+/// with their certificates (`pg_stat_ssl.client_dn`); a replication login from another host
+/// without TLS, or over TLS without a certificate of the cluster's CA, is refused with the
+/// right password; with the cluster's CA and a member's certificate it is let in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn across_namespaces_replication_takes_tls_with_a_cluster_certificate_only() {
+    let lab = match Lab::build(3) {
+        Ok(lab) => lab,
+        Err(e) if !Lab::available() => {
+            eprintln!("SKIPPED: network namespaces need root and `ip netns` ({e})");
+            return;
+        }
+        Err(e) => panic!("building the network namespaces: {e}"),
+    };
+    let hosts = with_a_ca(Some(lab)).await;
+    let primary = hosts.wait_primary("with TLS on");
+    let client = common::try_connect(&hosts.node_url(primary))
+        .await
+        .expect("the primary answers");
+    let rows = client
+        .query(
+            "select application_name, client_addr::text, coalesce(client_dn, '') \
+             from pg_stat_ssl join pg_stat_replication using (pid) where ssl",
+            &[],
+        )
+        .await
+        .expect("pg_stat_ssl");
+    let seen: Vec<(String, String, String)> = rows
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    eprintln!("standbys over TLS (name, address, client certificate): {seen:?}");
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    for (name, addr, dn) in &seen {
+        assert!(
+            !addr.starts_with("127."),
+            "{name} came over loopback: {seen:?}"
+        );
+        assert!(
+            dn.contains(&format!("CN={name}")),
+            "{name}'s certificate: {seen:?}"
+        );
+    }
+
+    let at = format!(
+        "host={} port={} user=replicator replication=true",
+        hosts.pg_host(primary),
+        hosts.pg_port(primary)
+    );
+    let plain = replication_psql(&hosts, &format!("{at} sslmode=disable"));
+    let no_cert = replication_psql(
+        &hosts,
+        &format!("{at} sslmode=require sslcert=/nonexistent sslkey=/nonexistent"),
+    );
+    let other = (primary + 1) % 3;
+    let tls = hosts.agent_dir(other).join("tls");
+    let member = replication_psql(
+        &hosts,
+        &format!(
+            "{at} sslmode=verify-full sslrootcert={} sslcert={} sslkey={}",
+            hosts.agent_dir(0).join("secrets/ca.crt").display(),
+            tls.join(format!("h{other}.crt")).display(),
+            tls.join(format!("h{other}.key")).display()
+        ),
+    );
+    eprintln!(
+        "without TLS: {plain:?}\nwithout a certificate: {no_cert:?}\nas a member: {member:?}"
+    );
+    let why = plain.expect_err("replication without TLS from another host is refused");
+    assert!(why.contains("no encryption"), "{why}");
+    let why = no_cert.expect_err("replication without a client certificate is refused");
+    assert!(why.contains("certificate"), "{why}");
+    member.expect("a member's certificate and the cluster's CA let it in");
 }

@@ -77,6 +77,9 @@ pub struct ServerTls {
     pub cert_file: PathBuf,
     /// `ssl_key_file`.
     pub key_file: PathBuf,
+    /// `ssl_ca_file`: the cluster's CA, which client certificates must come from where
+    /// `pg_hba.conf` asks for one (replication from other hosts).
+    pub ca_file: PathBuf,
 }
 
 /// How a member connects to another over TLS: the cluster's CA to verify the server with,
@@ -236,6 +239,7 @@ pub fn render_server_conf_with(s: &ServerSettings, tls: Option<&ServerTls>) -> S
         set("ssl", "on");
         set("ssl_cert_file", &tls.cert_file.to_string_lossy());
         set("ssl_key_file", &tls.key_file.to_string_lossy());
+        set("ssl_ca_file", &tls.ca_file.to_string_lossy());
         set("ssl_min_protocol_version", "TLSv1.2");
     }
     out
@@ -248,8 +252,10 @@ pub fn render_hba(listen_address: IpAddr, replication_user: &str) -> String {
 }
 
 /// Renders `pg_hba.conf` as [`render_hba`]; with `tls_replication`, replication from beyond
-/// loopback is accepted over TLS only (`hostssl`). Other logins from beyond loopback stay
-/// `host` (TLS or not): the proxies' connections to the servers do not speak TLS yet.
+/// loopback is accepted over TLS only (`hostssl`) from a member holding a certificate of the
+/// cluster's CA (`clientcert=verify-ca`: the certificate names its host, not the replication
+/// role), besides the password. Other logins from beyond loopback stay `host` (TLS or not):
+/// the proxies' connections to the servers do not speak TLS yet.
 pub fn render_hba_with(
     listen_address: IpAddr,
     replication_user: &str,
@@ -267,10 +273,14 @@ pub fn render_hba_with(
     if !listen_address.is_loopback() {
         // The operator chose to listen beyond loopback: accept password logins from anywhere.
         out.push_str("host all all 0.0.0.0/0 scram-sha-256\n");
-        let kind = if tls_replication { "hostssl" } else { "host" };
+        let (kind, cert) = if tls_replication {
+            ("hostssl", " clientcert=verify-ca")
+        } else {
+            ("host", "")
+        };
         let _ = writeln!(
             out,
-            "{kind} replication {replication_user} 0.0.0.0/0 scram-sha-256"
+            "{kind} replication {replication_user} 0.0.0.0/0 scram-sha-256{cert}"
         );
     }
     out
@@ -511,12 +521,14 @@ mod tests {
         let tls = ServerTls {
             cert_file: PathBuf::from("/d/tls/h1.crt"),
             key_file: PathBuf::from("/d/tls/h1.key"),
+            ca_file: PathBuf::from("/d/secrets/ca.crt"),
         };
         let text = render_server_conf_with(&settings(), Some(&tls));
         for line in [
             "ssl = 'on'",
             "ssl_cert_file = '/d/tls/h1.crt'",
             "ssl_key_file = '/d/tls/h1.key'",
+            "ssl_ca_file = '/d/secrets/ca.crt'",
             "ssl_min_protocol_version = 'TLSv1.2'",
         ] {
             assert!(text.lines().any(|l| l == line), "missing {line} in\n{text}");
@@ -538,7 +550,9 @@ mod tests {
         );
         // Replication from other hosts over TLS only; loopback and other logins unchanged.
         let wide = render_hba_with(IpAddr::from([10, 0, 0, 5]), "replicator", true);
-        assert!(wide.contains("\nhostssl replication replicator 0.0.0.0/0 scram-sha-256\n"));
+        assert!(wide.contains(
+            "\nhostssl replication replicator 0.0.0.0/0 scram-sha-256 clientcert=verify-ca\n"
+        ));
         assert!(
             !wide.contains("\nhost replication replicator 0.0.0.0/0"),
             "{wide}"
