@@ -540,6 +540,7 @@ impl Agent {
                 .as_ref()
                 .and_then(|p| p.socket_dir.as_deref())
                 .map(|dir| herd_pg::socket_path(dir, cfg.pg_port).display().to_string()),
+            tls_not_after: self.node.tls.as_ref().map(|t| t.not_after),
         }
     }
 

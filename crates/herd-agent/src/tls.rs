@@ -26,6 +26,8 @@ pub struct NodeTls {
     pub ca_file: PathBuf,
     /// The server's certificate and key.
     pub server: ServerTls,
+    /// The certificate's last valid moment, Unix seconds.
+    pub not_after: i64,
 }
 
 impl NodeTls {
@@ -118,7 +120,15 @@ pub fn prepare(
     // PostgreSQL refuses a key others may read; an operator's copy may have lost its mode.
     restrict(&server.key_file)?;
     restrict(&server.cert_file)?;
-    Ok(Some(NodeTls { ca_file, server }))
+    let not_after = std::fs::read_to_string(&server.cert_file)
+        .map_err(|e| AgentError::Setup(format!("reading {}: {e}", server.cert_file.display())))
+        .and_then(|pem| herd_certs::info(&pem).map_err(setup))?
+        .not_after;
+    Ok(Some(NodeTls {
+        ca_file,
+        server,
+        not_after,
+    }))
 }
 
 /// Why the kept certificate cannot serve, the file, and the command that fixes it.

@@ -112,6 +112,12 @@ async fn replication_runs_over_verified_tls_and_a_stranger_cannot_join() {
             assert!(conf.contains("sslmode=verify-full"), "{conf}");
         }
     }
+    // `herd status --dcs` shows each member's certificate's days left.
+    let status = hosts.herd_store(&["status"]);
+    assert!(
+        status.contains("server certificates: ") && status.contains("h1 364 days"),
+        "{status}"
+    );
     // Clients through the proxy are served as before.
     let through = common::try_connect(&hosts.proxy_url())
         .await
