@@ -230,8 +230,8 @@ fn replication_psql(hosts: &Hosts, conninfo: &str) -> Result<String, String> {
 /// Each host in its own network namespace, so replication comes from other addresses than
 /// loopback and meets the `hostssl … clientcert=verify-ca` rule: the standbys stream over TLS
 /// with their certificates (`pg_stat_ssl.client_dn`); a replication login from another host
-/// without TLS, or over TLS without a certificate of the cluster's CA, is refused with the
-/// right password; with the cluster's CA and a member's certificate it is let in.
+/// without TLS, over TLS without a client certificate, or with one of another CA, is refused
+/// with the right password; with the cluster's CA and a member's certificate it is let in.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn across_namespaces_replication_takes_tls_with_a_cluster_certificate_only() {
     let lab = match Lab::build(3) {
@@ -293,9 +293,48 @@ async fn across_namespaces_replication_takes_tls_with_a_cluster_certificate_only
             tls.join(format!("h{other}.key")).display()
         ),
     );
-    eprintln!(
-        "without TLS: {plain:?}\nwithout a certificate: {no_cert:?}\nas a member: {member:?}"
+    // A certificate of another CA, with the cluster's CA to verify the server: the server
+    // refuses the client's certificate.
+    let other = hosts.dir.path().join("other");
+    let other_arg = other.to_str().expect("utf-8 path").to_string();
+    let (code, out) = herd(&[
+        "certs",
+        "init",
+        "--cluster",
+        "other",
+        "--data-dir",
+        &other_arg,
+    ]);
+    assert_eq!(code, Some(0), "{out}");
+    let out_dir = other.join("tls");
+    let out_arg = out_dir.to_str().expect("utf-8 path").to_string();
+    let (code, out) = herd(&[
+        "certs",
+        "issue",
+        "h9",
+        "--host",
+        "127.0.0.1",
+        "--out",
+        &out_arg,
+        "--data-dir",
+        &other_arg,
+    ]);
+    assert_eq!(code, Some(0), "{out}");
+    let stranger = replication_psql(
+        &hosts,
+        &format!(
+            "{at} sslmode=verify-full sslrootcert={} sslcert={} sslkey={}",
+            hosts.agent_dir(0).join("secrets/ca.crt").display(),
+            out_dir.join("h9.crt").display(),
+            out_dir.join("h9.key").display()
+        ),
     );
+    eprintln!(
+        "without TLS: {plain:?}\nwithout a certificate: {no_cert:?}\nas a member: {member:?}\n\
+         with another CA's certificate: {stranger:?}"
+    );
+    let why = stranger.expect_err("a certificate of another CA is refused");
+    assert!(why.contains("unknown ca"), "{why}");
     let why = plain.expect_err("replication without TLS from another host is refused");
     assert!(why.contains("no encryption"), "{why}");
     let why = no_cert.expect_err("replication without a client certificate is refused");
