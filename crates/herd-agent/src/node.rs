@@ -92,6 +92,38 @@ impl Node {
         }
     }
 
+    /// At most once per [`crate::tls::RENEWAL_CHECK`]: renews the server's certificate when it
+    /// is due and the CA's key is here, then reloads PostgreSQL (it reads its certificate again
+    /// on reload: no restart, no connection dropped). A failure is logged and tried again at
+    /// the next check; the certificate in use stays until its end.
+    pub async fn renew_certificate(&mut self) {
+        let Some(tls) = self.tls.as_mut() else { return };
+        if std::time::Instant::now() < tls.next_check {
+            return;
+        }
+        tls.next_check = std::time::Instant::now() + crate::tls::RENEWAL_CHECK;
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64);
+        let names = [self.cfg.pg_advertise.clone()];
+        let renewed = tls.renew_if_due(&self.layout.secrets(), &self.cfg.name, &names, now);
+        let (cert, key) = (tls.server.cert_file.clone(), tls.server.key_file.clone());
+        let result = match renewed {
+            Ok(false) => return,
+            Ok(true) => match self.pg.hand_over(&cert).and(self.pg.hand_over(&key)) {
+                Ok(()) => match herd_pg::postmaster_pid(&self.cfg.pgdata()) {
+                    Ok(Some(_)) => self.pg.reload(&self.cfg.pgdata()).await.map_err(Into::into),
+                    _ => Ok(()),
+                },
+                Err(e) => Err(e.into()),
+            },
+            Err(e) => Err(e),
+        };
+        if let Err(e) = result {
+            tracing::warn!("renewing the server's certificate: {e}");
+        }
+    }
+
     /// Probes the local server.
     pub async fn observe(&self) -> Observed {
         let dir = self.cfg.pgdata();

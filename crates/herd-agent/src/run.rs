@@ -181,6 +181,7 @@ impl Agent {
         let mut changes = self.store.dcs().changes_ignoring(MEMBERS);
         loop {
             self.round().await?;
+            self.node.renew_certificate().await;
             let mut wait = self.node.cfg.loop_wait;
             if let Some(at) = self.fence_at {
                 // Never sleep past the fencing instant.

@@ -28,9 +28,55 @@ pub struct NodeTls {
     pub server: ServerTls,
     /// The certificate's last valid moment, Unix seconds.
     pub not_after: i64,
+    /// When [`NodeTls::renew_if_due`] looks next.
+    pub next_check: std::time::Instant,
 }
 
+/// How often a running agent looks whether its certificate is due for renewal.
+pub const RENEWAL_CHECK: std::time::Duration = std::time::Duration::from_secs(3600);
+
 impl NodeTls {
+    /// While the agent runs, with the CA's key in `secrets`: issues the certificate again for
+    /// `common_name` and `names` when [`herd_certs::ensure_issued`] says so (within
+    /// [`herd_certs::RENEW_BEFORE_DAYS`] of its end at `now`, or replaced by one that does not
+    /// fit), as at start. `true`: new files were written (the caller hands them to the
+    /// servers' OS user and reloads PostgreSQL, which reads them again on reload). Without
+    /// the CA's key, nothing (the operator renews it; `herd status --dcs` warns).
+    pub fn renew_if_due(
+        &mut self,
+        secrets: &Path,
+        common_name: &str,
+        names: &[String],
+        now: i64,
+    ) -> Result<bool, AgentError> {
+        let setup = |e: herd_certs::CertError| AgentError::Io(e.to_string());
+        if !secrets.join(CA_KEY).exists() {
+            return Ok(false);
+        }
+        let Some(ca) = ClusterCa::load(secrets).map_err(setup)? else {
+            return Ok(false);
+        };
+        let why = herd_certs::ensure_issued(
+            &ca,
+            &self.server.cert_file,
+            &self.server.key_file,
+            common_name,
+            names,
+            now,
+        )
+        .map_err(setup)?;
+        let Some(why) = why else { return Ok(false) };
+        let pem = std::fs::read_to_string(&self.server.cert_file).map_err(|e| {
+            AgentError::Io(format!("reading {}: {e}", self.server.cert_file.display()))
+        })?;
+        self.not_after = herd_certs::info(&pem).map_err(setup)?.not_after;
+        tracing::info!(
+            "renewed {} from the cluster's CA ({why:?})",
+            self.server.cert_file.display()
+        );
+        Ok(true)
+    }
+
     /// How this member connects to another: the CA, and its certificate as a client's.
     pub fn peer(&self) -> PeerTls {
         PeerTls {
@@ -128,6 +174,7 @@ pub fn prepare(
         ca_file,
         server,
         not_after,
+        next_check: std::time::Instant::now() + RENEWAL_CHECK,
     }))
 }
 
@@ -154,4 +201,51 @@ fn restrict(path: &Path) -> Result<(), AgentError> {
     use std::os::unix::fs::PermissionsExt as _;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
         .map_err(|e| AgentError::Setup(format!("cannot restrict {}: {e}", path.display())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_running_agent_renews_a_certificate_near_its_end_with_the_ca_key_only() {
+        let dir = tempfile::tempdir().expect("dir");
+        let secrets = dir.path().join("secrets");
+        let ca = ClusterCa::load_or_make(&secrets, "t").expect("CA");
+        let server = ServerTls {
+            cert_file: dir.path().join("h1.crt"),
+            key_file: dir.path().join("h1.key"),
+            ca_file: secrets.join(CA_CERT),
+        };
+        let names = vec!["10.0.0.1".to_string()];
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64);
+        herd_certs::ensure_issued(&ca, &server.cert_file, &server.key_file, "h1", &names, now)
+            .expect("issued");
+        let first = std::fs::read_to_string(&server.cert_file).expect("cert");
+        let mut tls = NodeTls {
+            ca_file: secrets.join(CA_CERT),
+            server,
+            not_after: 0,
+            next_check: std::time::Instant::now(),
+        };
+        assert!(!tls
+            .renew_if_due(&secrets, "h1", &names, now)
+            .expect("check"));
+        assert_eq!(tls.not_after, 0, "nothing renewed, nothing read");
+        // 340 days on: within 30 days of the end.
+        let later = now + 340 * 86_400;
+        assert!(tls
+            .renew_if_due(&secrets, "h1", &names, later)
+            .expect("renew"));
+        let second = std::fs::read_to_string(&tls.server.cert_file).expect("cert");
+        assert_ne!(first, second);
+        assert!(tls.not_after > now + 360 * 86_400, "a new year from today");
+        // Without the CA's key the agent leaves it to the operator.
+        std::fs::remove_file(secrets.join(CA_KEY)).expect("remove key");
+        assert!(!tls
+            .renew_if_due(&secrets, "h1", &names, later)
+            .expect("no key"));
+    }
 }
