@@ -8,7 +8,7 @@
 
 mod common;
 
-use std::os::unix::fs::PermissionsExt as _;
+use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -98,14 +98,19 @@ async fn replication_runs_over_verified_tls_and_a_stranger_cannot_join() {
     let client = common::try_connect(&hosts.node_url(primary))
         .await
         .expect("the primary answers");
+    // Run as root, the agents give the files to the servers' OS user, whose PostgreSQL reads
+    // them (it refuses a key others may read).
+    let server_uid = herd_pg::OsUser::for_servers("postgres")
+        .expect("OS user")
+        .map(|u| u.uid());
     for i in 0..3 {
         let dir = hosts.agent_dir(i).join("tls");
         for f in [format!("h{i}.crt"), format!("h{i}.key")] {
-            let mode = std::fs::metadata(dir.join(&f))
-                .expect("the agent issued its certificate")
-                .permissions()
-                .mode();
-            assert_eq!(mode & 0o777, 0o600, "{f}");
+            let meta = std::fs::metadata(dir.join(&f)).expect("the agent issued its certificate");
+            assert_eq!(meta.permissions().mode() & 0o777, 0o600, "{f}");
+            if let Some(uid) = server_uid {
+                assert_eq!(meta.uid(), uid, "{f} belongs to the servers' OS user");
+            }
         }
         let conf = std::fs::read_to_string(hosts.agent_dir(i).join("pgdata/herd.conf"))
             .expect("herd.conf");
