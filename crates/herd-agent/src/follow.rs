@@ -223,6 +223,7 @@ mod tests {
             replayed: None,
             streaming_from: (role == "replica").then(|| "a".to_string()),
             socket: None,
+            tls_not_after: None,
         }
     }
 

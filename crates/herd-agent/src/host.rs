@@ -530,6 +530,8 @@ fn build_agent(
         fresh_secrets: false,
         log_watch: crate::pglog::LogWatch::new(cfg.pg_log()),
         prober: Default::default(),
+        // `herd up`'s nodes listen on loopback only: no TLS between them.
+        tls: None,
     };
     // Armed and disarmed by the rounds as in `herd agent`; no watchdog reads it here.
     let deadline = Deadline::new(cfg.fence_file());

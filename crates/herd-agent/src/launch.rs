@@ -57,6 +57,22 @@ pub async fn run(
     let (secrets, fresh_secrets) = secrets(&cfg, &layout, dcs.as_ref())?;
     let key = Arc::new(api::ApiKey::from_password(&secrets.superuser));
     check_name(&cfg, &store, &instance, key.clone()).await?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    let tls = crate::tls::prepare(&cfg, &layout, now)?;
+    let pg = match &tls {
+        Some(t) => {
+            tracing::info!(
+                "TLS on: PostgreSQL serves {}; replication verifies peers with {}",
+                t.server.cert_file.display(),
+                t.ca_file.display()
+            );
+            pg.with_peer_tls(t.peer())
+        }
+        None => pg,
+    };
+    // The certificate's files too: PostgreSQL reads its key as its own OS user.
     pg.hand_over(&cfg.data_dir)?;
     if let Some(user) = pg.os_user() {
         user.check_access(&cfg.data_dir)?;
@@ -116,6 +132,7 @@ pub async fn run(
         fresh_secrets,
         log_watch: crate::pglog::LogWatch::new(cfg.pg_log()),
         prober: Default::default(),
+        tls,
     };
     let mut agent = Agent::new(
         node,

@@ -33,6 +33,7 @@ pub mod pglog;
 pub mod run;
 pub mod steplog;
 pub mod store;
+pub mod tls;
 pub mod watchdog;
 
 pub use config::AgentConfig;

@@ -53,6 +53,10 @@ pub struct Member {
     /// absent on multi-host agents, whose proxies are elsewhere).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub socket: Option<String>,
+    /// When its PostgreSQL serves TLS (the cluster has a CA): the last valid moment of its
+    /// server's certificate, Unix seconds (`herd status --dcs` shows the days left).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_not_after: Option<i64>,
 }
 
 /// The cluster's PostgreSQL system identifier, fixed when it was created: a data directory of

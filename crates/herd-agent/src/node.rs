@@ -12,6 +12,7 @@ use crate::config::AgentConfig;
 use crate::decide::Local;
 use crate::member::Member;
 use crate::pglog::LogWatch;
+use crate::tls::NodeTls;
 use crate::AgentError;
 
 /// What a probe of the local server found.
@@ -50,6 +51,9 @@ pub struct Node {
     /// first round). On `herd up` the HTTP API's status probes through it too, so the server
     /// holds one monitoring session.
     pub prober: SharedProber,
+    /// The server's certificate and the cluster's CA when the cluster has one
+    /// ([`crate::tls`]): the server serves TLS and replication verifies the upstream's.
+    pub tls: Option<NodeTls>,
 }
 
 impl Node {
@@ -85,6 +89,39 @@ impl Node {
             fresh_secrets: self.fresh_secrets,
             log_watch: LogWatch::new(self.cfg.pg_log()),
             prober: SharedProber::default(),
+            tls: self.tls.clone(),
+        }
+    }
+
+    /// At most once per [`crate::tls::RENEWAL_CHECK`]: renews the server's certificate when it
+    /// is due and the CA's key is here, then reloads PostgreSQL (it reads its certificate again
+    /// on reload: no restart, no connection dropped). A failure is logged and tried again at
+    /// the next check; the certificate in use stays until its end.
+    pub async fn renew_certificate(&mut self) {
+        let Some(tls) = self.tls.as_mut() else { return };
+        if std::time::Instant::now() < tls.next_check {
+            return;
+        }
+        tls.next_check = std::time::Instant::now() + crate::tls::RENEWAL_CHECK;
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64);
+        let names = [self.cfg.pg_advertise.clone()];
+        let renewed = tls.renew_if_due(&self.layout.secrets(), &self.cfg.name, &names, now);
+        let (cert, key) = (tls.server.cert_file.clone(), tls.server.key_file.clone());
+        let result = match renewed {
+            Ok(false) => return,
+            Ok(true) => match self.pg.hand_over(&cert).and(self.pg.hand_over(&key)) {
+                Ok(()) => match herd_pg::postmaster_pid(&self.cfg.pgdata()) {
+                    Ok(Some(_)) => self.pg.reload(&self.cfg.pgdata()).await.map_err(Into::into),
+                    _ => Ok(()),
+                },
+                Err(e) => Err(e.into()),
+            },
+            Err(e) => Err(e),
+        };
+        if let Err(e) = result {
+            tracing::warn!("renewing the server's certificate: {e}");
         }
     }
 
@@ -172,15 +209,21 @@ impl Node {
                 .unwrap_or_else(|| pg.wal_compression.clone()),
             synchronous_commit: commit,
             synchronous_standby_names: names,
-            upstream: upstream.map(|m| Upstream {
-                conninfo: herd_pg::replication_conninfo(
+            upstream: upstream.map(|m| {
+                let conninfo = herd_pg::replication_conninfo(
                     &m.pg_host,
                     m.pg_port,
                     REPLICATION_USER,
                     &Secrets::pgpass(&self.layout),
                     &self.cfg.name,
-                ),
-                slot: self.cfg.name.clone(),
+                );
+                Upstream {
+                    conninfo: match &self.tls {
+                        Some(tls) => herd_pg::verify_full(&conninfo, &tls.peer()),
+                        None => conninfo,
+                    },
+                    slot: self.cfg.name.clone(),
+                }
             }),
             // `herd up`'s nodes archive as the supervisor engine's do; across hosts archiving
             // is a later slice of backups (docs/backup-status.md).
@@ -194,8 +237,11 @@ impl Node {
             self.log_watch.reset();
         }
         let dir = self.cfg.pgdata();
-        let hba = herd_pg::render_hba(self.cfg.pg_listen, REPLICATION_USER);
-        self.pg.write_conf(&dir, &self.settings(upstream), &hba)?;
+        let hba =
+            herd_pg::render_hba_with(self.cfg.pg_listen, REPLICATION_USER, self.tls.is_some());
+        let server_tls = self.tls.as_ref().map(|t| &t.server);
+        self.pg
+            .write_conf_with(&dir, &self.settings(upstream), server_tls, &hba)?;
         self.upstream = upstream.map(|m| m.name.clone());
         Ok(())
     }

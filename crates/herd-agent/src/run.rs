@@ -181,6 +181,7 @@ impl Agent {
         let mut changes = self.store.dcs().changes_ignoring(MEMBERS);
         loop {
             self.round().await?;
+            self.node.renew_certificate().await;
             let mut wait = self.node.cfg.loop_wait;
             if let Some(at) = self.fence_at {
                 // Never sleep past the fencing instant.
@@ -540,6 +541,7 @@ impl Agent {
                 .as_ref()
                 .and_then(|p| p.socket_dir.as_deref())
                 .map(|dir| herd_pg::socket_path(dir, cfg.pg_port).display().to_string()),
+            tls_not_after: self.node.tls.as_ref().map(|t| t.not_after),
         }
     }
 

@@ -135,6 +135,43 @@ fn node(m: &Member, store: &Store, leader_lsn: Option<herd_core::Lsn>) -> NodeSt
     }
 }
 
+/// `herd status --dcs`'s lines about the members' server certificates at `now` (Unix
+/// seconds): none when no member serves TLS; else one line of days left, then a warning for
+/// each certificate within [`herd_certs::RENEW_BEFORE_DAYS`] of its end or past it, naming the
+/// command that renews it.
+pub fn certificate_lines(members: &[Member], now: i64) -> Vec<String> {
+    if members.iter().all(|m| m.tls_not_after.is_none()) {
+        return Vec::new();
+    }
+    let days = |t: i64| (t - now).div_euclid(86_400);
+    let summary: Vec<String> = members
+        .iter()
+        .map(|m| match m.tls_not_after {
+            Some(t) if t <= now => format!("{} EXPIRED", m.name),
+            Some(t) => format!("{} {} days", m.name, days(t)),
+            None => format!("{} no TLS", m.name),
+        })
+        .collect();
+    let mut lines = vec![format!("server certificates: {}", summary.join(", "))];
+    for m in members {
+        let Some(t) = m.tls_not_after else { continue };
+        let when = if t <= now {
+            format!("expired {} days ago", (now - t).div_euclid(86_400))
+        } else if days(t) < herd_certs::RENEW_BEFORE_DAYS {
+            format!("ends in {} days", days(t))
+        } else {
+            continue;
+        };
+        lines.push(format!(
+            "WARNING: {}'s server certificate (tls/{}.crt) {when}: restart its agent where \
+             secrets/ca.key is (it renews it), or `herd certs issue {} --host {} --out \
+             DATA/tls` and restart it",
+            m.name, m.name, m.name, m.pg_host
+        ));
+    }
+    lines
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -152,6 +189,7 @@ mod tests {
             replayed: (role == "replica").then_some(Lsn(lsn.saturating_sub(10))),
             streaming_from: streaming.then(|| "a".to_string()),
             socket: None,
+            tls_not_after: None,
         }
     }
 
@@ -224,5 +262,36 @@ mod tests {
         assert_eq!(st.groups[0].group, 1);
         assert_eq!(st.groups[0].nodes[0].name.as_str(), "x");
         assert!(cluster_status(&[], "e").nodes.is_empty());
+    }
+
+    #[test]
+    fn certificate_lines_show_days_left_and_warn_before_the_end() {
+        let day = 86_400;
+        let now = 1_000 * day;
+        let with = |name: &str, end: Option<i64>| Member {
+            tls_not_after: end,
+            ..m(name, "replica", 10, true)
+        };
+        assert!(
+            certificate_lines(&[with("a", None)], now).is_empty(),
+            "no TLS, no line"
+        );
+        let lines = certificate_lines(
+            &[
+                with("a", Some(now + 364 * day + 5)),
+                with("b", Some(now + 12 * day + 5)),
+                with("c", Some(now - 3 * day - 5)),
+                with("d", None),
+            ],
+            now,
+        );
+        assert_eq!(
+            lines[0],
+            "server certificates: a 364 days, b 12 days, c EXPIRED, d no TLS"
+        );
+        assert_eq!(lines.len(), 3, "{lines:?}");
+        assert!(lines[1].starts_with("WARNING: b's server certificate (tls/b.crt) ends in 12 days"));
+        assert!(lines[2].contains("c's server certificate (tls/c.crt) expired 3 days ago"));
+        assert!(lines[2].contains("`herd certs issue c --host 10.0.0.1 --out DATA/tls`"));
     }
 }

@@ -245,6 +245,69 @@ pub fn ensure_issued(
     Ok(why)
 }
 
+/// Why a certificate kept on a host cannot serve (see [`check`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unfit {
+    /// There is no certificate.
+    Missing,
+    /// There is a certificate but no key beside it.
+    KeyMissing,
+    /// The file is not a certificate.
+    Unreadable(String),
+    /// It was not issued by the cluster's CA.
+    OtherCa,
+    /// Its validity ended this many whole days ago (0: today).
+    Expired(i64),
+    /// It is not valid for these names, which peers reach the host by.
+    Names(Vec<String>),
+}
+
+impl std::fmt::Display for Unfit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Unfit::Missing => f.write_str("no certificate"),
+            Unfit::KeyMissing => f.write_str("its key is missing"),
+            Unfit::Unreadable(e) => write!(f, "not a readable certificate ({e})"),
+            Unfit::OtherCa => f.write_str("not issued by the cluster's CA (ca.crt)"),
+            Unfit::Expired(0) => f.write_str("expired today"),
+            Unfit::Expired(days) => write!(f, "expired {days} days ago"),
+            Unfit::Names(names) => write!(f, "not valid for {}", names.join(", ")),
+        }
+    }
+}
+
+/// Whether the certificate `cert_pem` (`None`: no file), whose key is present or not, can
+/// serve as a host's certificate of the CA `ca_pem` for every one of `names` at `now` (Unix
+/// seconds): its facts, or why not. Pure: the caller reads the files.
+pub fn check(
+    cert_pem: Option<&str>,
+    key_present: bool,
+    ca_pem: &str,
+    names: &[String],
+    now: i64,
+) -> Result<CertInfo, Unfit> {
+    let pem = cert_pem.ok_or(Unfit::Missing)?;
+    let info = info(pem).map_err(|e| Unfit::Unreadable(e.to_string()))?;
+    if !key_present {
+        return Err(Unfit::KeyMissing);
+    }
+    if !issued_by(pem, ca_pem) {
+        return Err(Unfit::OtherCa);
+    }
+    if info.not_after <= now {
+        return Err(Unfit::Expired((now - info.not_after).div_euclid(86_400)));
+    }
+    let missing: Vec<String> = names
+        .iter()
+        .filter(|n| !info.names.contains(n))
+        .cloned()
+        .collect();
+    if !missing.is_empty() {
+        return Err(Unfit::Names(missing));
+    }
+    Ok(info)
+}
+
 /// Whether `pem` was signed by the CA certificate `ca_pem` (its signature checks out).
 pub fn issued_by(pem: &str, ca_pem: &str) -> bool {
     let (Ok(leaf), Ok(ca)) = (der(pem), der(ca_pem)) else {

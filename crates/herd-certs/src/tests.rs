@@ -109,3 +109,65 @@ fn bad_files_are_clear_errors() {
     let ca = ClusterCa::load(dir.path()).expect("read").expect("some");
     assert!(ca.issue("h", &[]).is_err());
 }
+
+#[test]
+fn check_says_why_a_kept_certificate_cannot_serve() {
+    let ca = ClusterCa::generate("prod").expect("CA");
+    let other = ClusterCa::generate("other").expect("other CA");
+    let good = ca.issue("h1", &["10.0.0.1".into()]).expect("issue");
+    let stranger = other.issue("h1", &["10.0.0.1".into()]).expect("issue");
+    let names = vec!["10.0.0.1".to_string()];
+    let more = vec!["10.0.0.1".to_string(), "db1".to_string()];
+    let now = now();
+    let not_after = info(&good.cert_pem).expect("info").not_after;
+    // (certificate, key present, names, at, expected)
+    type Case<'a> = (Option<&'a str>, bool, &'a [String], i64, Result<(), Unfit>);
+    let cases: Vec<Case> = vec![
+        (Some(&good.cert_pem), true, &names, now, Ok(())),
+        (None, true, &names, now, Err(Unfit::Missing)),
+        (
+            Some(&good.cert_pem),
+            false,
+            &names,
+            now,
+            Err(Unfit::KeyMissing),
+        ),
+        (
+            Some(&stranger.cert_pem),
+            true,
+            &names,
+            now,
+            Err(Unfit::OtherCa),
+        ),
+        (
+            Some(&good.cert_pem),
+            true,
+            &names,
+            not_after,
+            Err(Unfit::Expired(0)),
+        ),
+        (
+            Some(&good.cert_pem),
+            true,
+            &names,
+            not_after + 3 * 86_400 + 5,
+            Err(Unfit::Expired(3)),
+        ),
+        (
+            Some(&good.cert_pem),
+            true,
+            &more,
+            now,
+            Err(Unfit::Names(vec!["db1".into()])),
+        ),
+    ];
+    for (pem, key, names, at, want) in cases {
+        let got = check(pem, key, &ca.cert_pem, names, at).map(drop);
+        assert_eq!(got, want, "{pem:?} key={key} {names:?} at {at}");
+    }
+    assert!(matches!(
+        check(Some("junk"), true, &ca.cert_pem, &names, now),
+        Err(Unfit::Unreadable(_))
+    ));
+    assert_eq!(Unfit::Expired(3).to_string(), "expired 3 days ago");
+}

@@ -120,14 +120,22 @@ fn show(data: &Path, now: i64) -> anyhow::Result<()> {
                 let days = info.days_left(now);
                 let warn = days < RENEW_BEFORE_DAYS;
                 expiring += usize::from(warn);
+                let expired = info.not_after <= now;
                 crate::output::emitln!(
-                    "{}{}: {} [{}] {} days left",
+                    "{}{}: {} [{}] {}",
                     if warn { "WARNING: " } else { "" },
                     path.display(),
                     info.subject,
                     info.names.join(", "),
-                    days
+                    if expired {
+                        "EXPIRED".to_string()
+                    } else {
+                        format!("{days} days left")
+                    }
                 );
+                if warn {
+                    crate::output::emitln!("  fix: {}", renewal(&path, &info));
+                }
             }
             Err(e) => crate::output::emitln!("{}: not readable ({e})", path.display()),
         }
@@ -139,6 +147,27 @@ fn show(data: &Path, now: i64) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// The command that renews the certificate at `path`.
+fn renewal(path: &Path, info: &herd_certs::CertInfo) -> String {
+    if path.file_name().is_some_and(|n| n == herd_certs::CA_CERT) {
+        return "the CA itself: make a new one with `herd certs init` in an empty secrets \
+                directory and issue every certificate from it again (`herd certs rotate` is \
+                not built yet)"
+            .into();
+    }
+    let name = path.file_stem().map_or_else(
+        || info.subject.clone(),
+        |s| s.to_string_lossy().into_owned(),
+    );
+    let hosts: String = info.names.iter().map(|n| format!(" --host {n}")).collect();
+    let dir = path.parent().unwrap_or(Path::new("."));
+    format!(
+        "`herd certs issue {name}{hosts} --out {}` where the CA's key is (an agent whose \
+         secrets hold ca.key renews its own at start)",
+        dir.display()
+    )
 }
 
 /// Every `*.crt` under `dir` (a few levels deep; node data directories skipped but for their
@@ -154,5 +183,28 @@ fn collect(dir: &Path, out: &mut Vec<PathBuf>, depth: usize) {
         } else if path.extension().is_some_and(|e| e == "crt") {
             out.push(path);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renewal_names_the_command_with_the_same_names_and_place() {
+        let info = herd_certs::CertInfo {
+            subject: "h1".into(),
+            names: vec!["10.0.0.2".into(), "db2".into()],
+            not_after: 0,
+        };
+        let fix = renewal(Path::new("/var/lib/herd/tls/h1.crt"), &info);
+        assert!(
+            fix.starts_with(
+                "`herd certs issue h1 --host 10.0.0.2 --host db2 --out /var/lib/herd/tls`"
+            ),
+            "{fix}"
+        );
+        let ca = renewal(Path::new("/var/lib/herd/secrets/ca.crt"), &info);
+        assert!(ca.starts_with("the CA itself"), "{ca}");
     }
 }

@@ -142,7 +142,9 @@ pub struct AgentArgs {
     /// When the cluster is created (by a group 0 agent): how many shard groups it has.
     #[arg(long, default_value_t = 1, value_name = "N")]
     pub shard_groups: u32,
-    /// The agent's directory (PostgreSQL's data, secrets, logs).
+    /// The agent's directory (PostgreSQL's data, secrets, logs). When secrets/ holds the
+    /// cluster's CA (`herd certs init`), PostgreSQL serves TLS with tls/NAME.crt (issued at
+    /// start from secrets/ca.key, or by `herd certs issue`) and replication verifies it.
     #[arg(long, env = "HERD_DATA_DIR", default_value = "herd-agent")]
     pub data_dir: PathBuf,
     /// The address PostgreSQL listens on.

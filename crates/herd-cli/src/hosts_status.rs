@@ -185,6 +185,12 @@ fn print_store(read: &Read) -> anyhow::Result<()> {
     if s.members.is_empty() {
         crate::output::emitln!("(no member has published a heartbeat; are the agents running?)");
     }
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    for line in herd_agent::status::certificate_lines(&s.members, now) {
+        crate::output::emitln!("{line}");
+    }
     Ok(())
 }
 

@@ -68,6 +68,62 @@ pub struct Upstream {
     pub slot: String,
 }
 
+/// A server's TLS files (issue #42, `herd agent` with a cluster CA): `ssl = on` with this
+/// certificate and key (each mode 0600, owned by the servers' OS user, kept outside the data
+/// directory so `pg_basebackup` never copies one host's key to another).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ServerTls {
+    /// `ssl_cert_file`.
+    pub cert_file: PathBuf,
+    /// `ssl_key_file`.
+    pub key_file: PathBuf,
+    /// `ssl_ca_file`: the cluster's CA, which client certificates must come from where
+    /// `pg_hba.conf` asks for one (replication from other hosts).
+    pub ca_file: PathBuf,
+}
+
+/// How a member connects to another over TLS: the cluster's CA to verify the server with,
+/// and its own certificate and key, offered as a client certificate (libpq otherwise looks
+/// for `~/.postgresql/postgresql.crt` of whatever HOME it inherited).
+#[derive(Clone, Debug, PartialEq)]
+pub struct PeerTls {
+    /// The cluster's CA certificate (`sslrootcert`).
+    pub ca_file: PathBuf,
+    /// This member's certificate (`sslcert`).
+    pub cert_file: PathBuf,
+    /// Its key (`sslkey`).
+    pub key_file: PathBuf,
+}
+
+impl PeerTls {
+    /// libpq's settings as environment variables, for programs given a host and port.
+    pub fn env(&self) -> [(&'static str, &Path); 3] {
+        [
+            ("PGSSLROOTCERT", &self.ca_file),
+            ("PGSSLCERT", &self.cert_file),
+            ("PGSSLKEY", &self.key_file),
+        ]
+    }
+}
+
+/// `conninfo` with the server's certificate checked against the cluster's CA and its names
+/// against the host asked for (`sslmode=verify-full`): what replication, `pg_basebackup` and
+/// `pg_rewind` connect with when the cluster has a CA.
+pub fn verify_full(conninfo: &str, tls: &PeerTls) -> String {
+    let q = |p: &Path| libpq_quote(&p.display().to_string());
+    format!(
+        "{conninfo} sslmode=verify-full sslrootcert='{}' sslcert='{}' sslkey='{}'",
+        q(&tls.ca_file),
+        q(&tls.cert_file),
+        q(&tls.key_file)
+    )
+}
+
+/// libpq's quoting inside single quotes: backslash before ' and \.
+fn libpq_quote(value: &str) -> String {
+    value.replace('\\', "\\\\").replace('\'', "\\'")
+}
+
 /// A replica's `primary_conninfo`: the primary at `host:port` as the replication `user`, the
 /// password from `passfile`, `application_name` naming the standby in
 /// `synchronous_standby_names`. libpq's keep-alives and TCP_USER_TIMEOUT end the walreceiver's
@@ -81,12 +137,7 @@ pub fn replication_conninfo(
     passfile: &Path,
     application_name: &str,
 ) -> String {
-    // libpq's quoting inside single quotes: backslash before ' and \.
-    let passfile = passfile
-        .display()
-        .to_string()
-        .replace('\\', "\\\\")
-        .replace('\'', "\\'");
+    let passfile = libpq_quote(&passfile.display().to_string());
     format!(
         "host={host} port={port} user={user} passfile='{passfile}' \
          application_name={application_name} connect_timeout=5 \
@@ -97,6 +148,11 @@ pub fn replication_conninfo(
 
 /// Renders `herd.conf`.
 pub fn render_server_conf(s: &ServerSettings) -> String {
+    render_server_conf_with(s, None)
+}
+
+/// Renders `herd.conf`, serving TLS with `tls` when given.
+pub fn render_server_conf_with(s: &ServerSettings, tls: Option<&ServerTls>) -> String {
     let mut out =
         String::from("# Written by Herd; edits are overwritten. Change herd.toml instead.\n");
     let mut set = |key: &str, value: &str| {
@@ -179,12 +235,32 @@ pub fn render_server_conf(s: &ServerSettings) -> String {
         set("primary_conninfo", &up.conninfo);
         set("primary_slot_name", &up.slot);
     }
+    if let Some(tls) = tls {
+        set("ssl", "on");
+        set("ssl_cert_file", &tls.cert_file.to_string_lossy());
+        set("ssl_key_file", &tls.key_file.to_string_lossy());
+        set("ssl_ca_file", &tls.ca_file.to_string_lossy());
+        set("ssl_min_protocol_version", "TLSv1.2");
+    }
     out
 }
 
 /// Renders `pg_hba.conf`: SCRAM-SHA-256 for everyone (TCP and the cluster's private socket),
 /// nothing trusted.
 pub fn render_hba(listen_address: IpAddr, replication_user: &str) -> String {
+    render_hba_with(listen_address, replication_user, false)
+}
+
+/// Renders `pg_hba.conf` as [`render_hba`]; with `tls_replication`, replication from beyond
+/// loopback is accepted over TLS only (`hostssl`) from a member holding a certificate of the
+/// cluster's CA (`clientcert=verify-ca`: the certificate names its host, not the replication
+/// role), besides the password. Other logins from beyond loopback stay `host` (TLS or not):
+/// the proxies' connections to the servers do not speak TLS yet.
+pub fn render_hba_with(
+    listen_address: IpAddr,
+    replication_user: &str,
+    tls_replication: bool,
+) -> String {
     let mut out = String::from(
         "# Written by Herd. SCRAM-SHA-256 for every user; no trust, no peer.\n\
          local all all scram-sha-256\n\
@@ -197,9 +273,14 @@ pub fn render_hba(listen_address: IpAddr, replication_user: &str) -> String {
     if !listen_address.is_loopback() {
         // The operator chose to listen beyond loopback: accept password logins from anywhere.
         out.push_str("host all all 0.0.0.0/0 scram-sha-256\n");
+        let (kind, cert) = if tls_replication {
+            ("hostssl", " clientcert=verify-ca")
+        } else {
+            ("host", "")
+        };
         let _ = writeln!(
             out,
-            "host replication {replication_user} 0.0.0.0/0 scram-sha-256"
+            "{kind} replication {replication_user} 0.0.0.0/0 scram-sha-256{cert}"
         );
     }
     out
@@ -212,11 +293,21 @@ pub fn write_node_conf(
     settings: &ServerSettings,
     hba: &str,
 ) -> Result<(), PgError> {
+    write_node_conf_with(datadir, settings, None, hba)
+}
+
+/// [`write_node_conf`], serving TLS with `tls` when given.
+pub fn write_node_conf_with(
+    datadir: &Path,
+    settings: &ServerSettings,
+    tls: Option<&ServerTls>,
+    hba: &str,
+) -> Result<(), PgError> {
     let write = |name: &str, text: &str| {
         let path = datadir.join(name);
         std::fs::write(&path, text).map_err(|e| PgError::io("writing", path, e))
     };
-    write(HERD_CONF, &render_server_conf(settings))?;
+    write(HERD_CONF, &render_server_conf_with(settings, tls))?;
     write("pg_hba.conf", hba)?;
     let main = datadir.join("postgresql.conf");
     let text = std::fs::read_to_string(&main).map_err(|e| PgError::io("reading", &main, e))?;
@@ -241,7 +332,18 @@ impl crate::Pg {
         settings: &ServerSettings,
         hba: &str,
     ) -> Result<(), PgError> {
-        write_node_conf(datadir, settings, hba)?;
+        self.write_conf_with(datadir, settings, None, hba)
+    }
+
+    /// [`write_node_conf_with`], then gives the files written to the servers' OS user.
+    pub fn write_conf_with(
+        &self,
+        datadir: &Path,
+        settings: &ServerSettings,
+        tls: Option<&ServerTls>,
+        hba: &str,
+    ) -> Result<(), PgError> {
+        write_node_conf_with(datadir, settings, tls, hba)?;
         for file in [
             HERD_CONF,
             "pg_hba.conf",
@@ -411,6 +513,55 @@ mod tests {
         assert!(
             text.contains(&format!("primary_conninfo = '{}'", c.replace('\'', "''"))),
             "{text}"
+        );
+    }
+
+    #[test]
+    fn tls_serves_the_issued_certificate_and_replication_verifies_it() {
+        let tls = ServerTls {
+            cert_file: PathBuf::from("/d/tls/h1.crt"),
+            key_file: PathBuf::from("/d/tls/h1.key"),
+            ca_file: PathBuf::from("/d/secrets/ca.crt"),
+        };
+        let text = render_server_conf_with(&settings(), Some(&tls));
+        for line in [
+            "ssl = 'on'",
+            "ssl_cert_file = '/d/tls/h1.crt'",
+            "ssl_key_file = '/d/tls/h1.key'",
+            "ssl_ca_file = '/d/secrets/ca.crt'",
+            "ssl_min_protocol_version = 'TLSv1.2'",
+        ] {
+            assert!(text.lines().any(|l| l == line), "missing {line} in\n{text}");
+        }
+        assert!(
+            !render_server_conf(&settings()).contains("ssl"),
+            "no CA, no TLS"
+        );
+        let peer = PeerTls {
+            ca_file: PathBuf::from("/d/secrets/ca'.crt"),
+            cert_file: PathBuf::from("/d/tls/h1.crt"),
+            key_file: PathBuf::from("/d/tls/h1.key"),
+        };
+        let c = verify_full("host=10.0.0.1 port=5432", &peer);
+        assert_eq!(
+            c,
+            "host=10.0.0.1 port=5432 sslmode=verify-full sslrootcert='/d/secrets/ca\\'.crt' \
+             sslcert='/d/tls/h1.crt' sslkey='/d/tls/h1.key'"
+        );
+        // Replication from other hosts over TLS only; loopback and other logins unchanged.
+        let wide = render_hba_with(IpAddr::from([10, 0, 0, 5]), "replicator", true);
+        assert!(wide.contains(
+            "\nhostssl replication replicator 0.0.0.0/0 scram-sha-256 clientcert=verify-ca\n"
+        ));
+        assert!(
+            !wide.contains("\nhost replication replicator 0.0.0.0/0"),
+            "{wide}"
+        );
+        assert!(wide.contains("\nhost replication replicator 127.0.0.1/32 scram-sha-256\n"));
+        assert!(wide.contains("\nhost all all 0.0.0.0/0 scram-sha-256\n"));
+        assert_eq!(
+            render_hba_with(IpAddr::from([10, 0, 0, 5]), "replicator", false),
+            render_hba(IpAddr::from([10, 0, 0, 5]), "replicator")
         );
     }
 

@@ -22,12 +22,33 @@ pub enum StopMode {
 pub struct Pg {
     bins: PgBinaries,
     user: Option<OsUser>,
+    /// With a cluster CA: `pg_basebackup` and `pg_rewind` verify the server they copy from
+    /// (`sslmode=verify-full`); `None`: no TLS asked for.
+    peer_tls: Option<crate::PeerTls>,
 }
 
 impl Pg {
     /// Programs from `bins`, run as `user` (or as the current user when `None`).
     pub fn new(bins: PgBinaries, user: Option<OsUser>) -> Self {
-        Pg { bins, user }
+        Pg {
+            bins,
+            user,
+            peer_tls: None,
+        }
+    }
+
+    /// The same, with `pg_basebackup` and `pg_rewind` connecting over TLS and verifying the
+    /// server's certificate with the cluster's CA and its name with the host asked for.
+    pub fn with_peer_tls(mut self, tls: crate::PeerTls) -> Self {
+        self.peer_tls = Some(tls);
+        self
+    }
+
+    /// libpq's TLS settings for a program connecting to another member.
+    fn peer_tls(&self, cmd: &mut Command) {
+        if let Some(tls) = &self.peer_tls {
+            cmd.env("PGSSLMODE", "verify-full").envs(tls.env());
+        }
     }
 
     /// The binaries in use.
@@ -255,6 +276,7 @@ impl Pg {
         cmd.args(&args)
             .env("PGPASSWORD", password)
             .env("PGCONNECT_TIMEOUT", "10");
+        self.peer_tls(&mut cmd);
         self.run_command("pg_rewind", &args, cmd, Duration::from_secs(600))
             .await
             .map(drop)
@@ -346,6 +368,7 @@ impl Pg {
         cmd.args(&args)
             .env("PGPASSFILE", passfile)
             .env("PGCONNECT_TIMEOUT", "10");
+        self.peer_tls(&mut cmd);
         self.run_command("pg_basebackup", &args, cmd, Duration::from_secs(1800))
             .await
             .map(drop)

@@ -16,8 +16,9 @@ mod slotfile;
 pub use archiver::ArchiverRow;
 pub use bin::{PgBinaries, PG_MAJOR};
 pub use conf::{
-    render_hba, render_server_conf, replication_conninfo, socket_dir_fits, socket_path,
-    write_node_conf, ServerSettings, Upstream, HERD_CONF,
+    render_hba, render_hba_with, render_server_conf, render_server_conf_with, replication_conninfo,
+    socket_dir_fits, socket_path, verify_full, write_node_conf, write_node_conf_with, PeerTls,
+    ServerSettings, ServerTls, Upstream, HERD_CONF,
 };
 pub use ctl::log_tail;
 pub use ctl::{Pg, StopMode};

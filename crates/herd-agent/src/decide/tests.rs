@@ -18,6 +18,7 @@ pub(crate) fn member(name: &str, role: &str, lsn: u64) -> Member {
         replayed: Some(Lsn(lsn)),
         streaming_from: None,
         socket: None,
+        tls_not_after: None,
     }
 }
 

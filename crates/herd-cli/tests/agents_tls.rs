@@ -1,0 +1,401 @@
+//! TLS between the hosts (issue #42, part 2): three `herd agent`s on loopback whose secrets
+//! directory holds the cluster's CA (`herd certs init`). Each agent issues its server's
+//! certificate at start; the primary sees every standby stream over TLS (`pg_stat_ssl`), the
+//! standbys verify it (`sslmode=verify-full` in `primary_conninfo`); a member whose CA is
+//! another cluster's cannot clone nor stream, and its log says why; an agent with the CA's
+//! certificate but neither its key nor an issued certificate refuses to start, naming the file
+//! and the `herd certs issue` command.
+
+mod common;
+
+use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::hosts::{copy_dir, Hosts, HERD};
+use herd_testkit::netns::Lab;
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
+/// Runs `herd ARGS` (60 s at most); (exit code, stdout + stderr).
+fn herd(args: &[&str]) -> (Option<i32>, String) {
+    let mut cmd = Command::new(HERD);
+    cmd.args(args);
+    let out = herd_testkit::output_within(&mut cmd, Duration::from_secs(60)).expect("herd exits");
+    (
+        out.status.code(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+/// Stops an agent started by the test (SIGTERM, then SIGKILL after 20 s).
+fn stop(mut child: std::process::Child) {
+    let _ = kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// Three hosts (on loopback, or in `lab`'s namespaces) whose first host's secrets hold the
+/// cluster's CA (copied to the others, CA key included, so each agent issues its own
+/// certificate), and a proxy; returns once the primary sees both standbys stream over TLS.
+async fn with_a_ca(lab: Option<Lab>) -> Hosts {
+    let mut hosts = Hosts::prepare(lab, None);
+    let first = hosts.agent_dir(0);
+    let layout = herd_cluster::Layout::new(&first);
+    herd_cluster::Secrets::generate()
+        .save(&layout, herd_cluster::REPLICATION_USER)
+        .expect("secrets");
+    let first_arg = first.to_str().expect("utf-8 path").to_string();
+    let (code, out) = herd(&[
+        "certs",
+        "init",
+        "--cluster",
+        "tls",
+        "--data-dir",
+        &first_arg,
+    ]);
+    assert_eq!(code, Some(0), "{out}");
+    hosts.start_members();
+    hosts.start_proxy();
+    hosts.wait_proxy_listening();
+    let primary = hosts.wait_primary("with TLS on");
+    // Every standby streams over TLS, as the primary sees it.
+    let client = common::try_connect(&hosts.node_url(primary))
+        .await
+        .expect("the primary answers");
+    let over_tls = "select count(*) filter (where ssl), count(*) \
+                    from pg_stat_ssl join pg_stat_replication using (pid)";
+    let mut seen = (0, 0);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while seen != (2, 2) {
+        assert!(
+            Instant::now() < deadline,
+            "standbys streaming over TLS / all: {seen:?}\n{}",
+            hosts.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let row = client.query_one(over_tls, &[]).await.expect("pg_stat_ssl");
+        seen = (row.get::<_, i64>(0), row.get::<_, i64>(1));
+    }
+    hosts
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replication_runs_over_verified_tls_and_a_stranger_cannot_join() {
+    let mut hosts = with_a_ca(None).await;
+    let over_tls = "select count(*) filter (where ssl), count(*) \
+                    from pg_stat_ssl join pg_stat_replication using (pid)";
+    let first = hosts.agent_dir(0);
+    let primary = hosts.wait_primary("with TLS on");
+    let client = common::try_connect(&hosts.node_url(primary))
+        .await
+        .expect("the primary answers");
+    // Run as root, the agents give the files to the servers' OS user, whose PostgreSQL reads
+    // them (it refuses a key others may read).
+    let server_uid = herd_pg::OsUser::for_servers("postgres")
+        .expect("OS user")
+        .map(|u| u.uid());
+    for i in 0..3 {
+        let dir = hosts.agent_dir(i).join("tls");
+        for f in [format!("h{i}.crt"), format!("h{i}.key")] {
+            let meta = std::fs::metadata(dir.join(&f)).expect("the agent issued its certificate");
+            assert_eq!(meta.permissions().mode() & 0o777, 0o600, "{f}");
+            if let Some(uid) = server_uid {
+                assert_eq!(meta.uid(), uid, "{f} belongs to the servers' OS user");
+            }
+        }
+        let conf = std::fs::read_to_string(hosts.agent_dir(i).join("pgdata/herd.conf"))
+            .expect("herd.conf");
+        assert!(conf.contains("ssl = 'on'"), "{conf}");
+        if i != primary {
+            assert!(conf.contains("sslmode=verify-full"), "{conf}");
+        }
+    }
+    // `herd status --dcs` shows each member's certificate's days left.
+    let status = hosts.herd_store(&["status"]);
+    assert!(
+        status.contains("server certificates: ") && status.contains("h1 364 days"),
+        "{status}"
+    );
+    // Clients through the proxy are served as before.
+    let through = common::try_connect(&hosts.proxy_url())
+        .await
+        .expect("the proxy serves");
+    through
+        .batch_execute("create table t (x int); insert into t values (1)")
+        .await
+        .expect("a write through the proxy");
+
+    // A change of primary over TLS (before the stranger below joins: a member that never
+    // streams still enters the recorded sync set, and once it is gone failover waits for it):
+    // the primary's agent stops (its server with it), a standby takes over, and the former
+    // primary, started again, rejoins (pg_rewind, else a clone, both verifying the new
+    // primary's certificate) and streams over TLS.
+    drop((client, through));
+    let child = hosts.agents[primary].take().expect("the primary's agent");
+    stop(child);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let leader = loop {
+        if let Some(p) = hosts.primary().filter(|p| *p != primary) {
+            break p;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no new primary\n{}",
+            hosts.logs()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    hosts.start_agent(primary);
+    hosts.wait_role(primary, "replica", Duration::from_secs(90));
+    let client = common::try_connect(&hosts.node_url(leader))
+        .await
+        .expect("the new primary answers");
+    let mut seen = (0, 0);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while seen != (2, 2) {
+        assert!(
+            Instant::now() < deadline,
+            "after the change of primary, standbys over TLS / all: {seen:?}\n{}",
+            hosts.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let row = client.query_one(over_tls, &[]).await.expect("pg_stat_ssl");
+        seen = (row.get::<_, i64>(0), row.get::<_, i64>(1));
+    }
+    let rows = client
+        .query("select x from t", &[])
+        .await
+        .expect("the row written before");
+    assert_eq!(rows.len(), 1);
+    let rejoin = std::fs::read_to_string(hosts.dir.path().join(format!("h{primary}.log")))
+        .unwrap_or_default();
+    for line in rejoin
+        .lines()
+        .filter(|l| l.contains("ewind") || l.contains("Rejoin") || l.contains("Clone"))
+    {
+        eprintln!("h{primary} rejoining: {line}");
+    }
+
+    // A member whose secrets carry another cluster's CA: it issues itself a certificate of
+    // that CA and verifies the primary's with it, which fails.
+    let other = hosts.dir.path().join("other");
+    let other_arg = other.to_str().expect("utf-8 path").to_string();
+    let (code, out) = herd(&[
+        "certs",
+        "init",
+        "--cluster",
+        "other",
+        "--data-dir",
+        &other_arg,
+    ]);
+    assert_eq!(code, Some(0), "{out}");
+    let stranger = hosts.dir.path().join("h3");
+    copy_dir(&first.join("secrets"), &stranger.join("secrets"));
+    for f in ["ca.crt", "ca.key"] {
+        std::fs::copy(
+            other.join("secrets").join(f),
+            stranger.join("secrets").join(f),
+        )
+        .expect("the other CA");
+    }
+    let log_path = hosts.dir.path().join("h3.log");
+    let log = std::fs::File::create(&log_path).expect("h3 log");
+    let api = format!("127.0.0.1:{}", hosts.base + 7);
+    let child = hosts
+        .agent_command_as(0, "h3", &stranger, hosts.base + 3, &api)
+        .stdout(log.try_clone().expect("log"))
+        .stderr(log)
+        .spawn()
+        .expect("starting the stranger");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut said = String::new();
+    while !said.contains("certificate verify failed") && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(500));
+        said = std::fs::read_to_string(&log_path).unwrap_or_default();
+    }
+    let streaming = client
+        .query_one(
+            "select count(*) from pg_stat_replication where application_name = 'h3'",
+            &[],
+        )
+        .await
+        .expect("pg_stat_replication")
+        .get::<_, i64>(0);
+    stop(child);
+    let _ = herd_pg::kill_server(&stranger.join("pgdata"));
+    assert!(
+        said.contains("certificate verify failed"),
+        "the stranger's log does not say why it cannot join:\n{said}"
+    );
+    if let Some(line) = said
+        .lines()
+        .find(|l| l.contains("certificate verify failed"))
+    {
+        eprintln!("the stranger says: {line}");
+    }
+    assert_eq!(streaming, 0, "a member of another CA streams");
+    assert!(
+        !stranger.join("pgdata/PG_VERSION").exists(),
+        "a member of another CA cloned the primary"
+    );
+
+    // The CA's certificate without its key and no issued certificate: a clear refusal.
+    let keyless = hosts.dir.path().join("h4");
+    copy_dir(&first.join("secrets"), &keyless.join("secrets"));
+    std::fs::remove_file(keyless.join("secrets/ca.key")).expect("remove the CA key");
+    let api = format!("127.0.0.1:{}", hosts.base + 9);
+    let mut cmd = hosts.agent_command_as(0, "h4", &keyless, hosts.base + 3, &api);
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let out =
+        herd_testkit::output_within(&mut cmd, Duration::from_secs(60)).expect("the agent exits");
+    let said = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success(), "{said}");
+    eprintln!("without the CA key nor a certificate: {}", said.trim());
+    assert!(said.contains("h4.crt: no certificate"), "{said}");
+    assert!(
+        said.contains("herd certs issue h4 --host 127.0.0.1"),
+        "{said}"
+    );
+}
+
+/// psql from this process (another host than the primary's, in the namespaces' set-up) over
+/// a replication connection (`IDENTIFY_SYSTEM`) with `conninfo`; Err with its message.
+fn replication_psql(hosts: &Hosts, conninfo: &str) -> Result<String, String> {
+    let bins = herd_pg::PgBinaries::locate(None).expect("PostgreSQL 15 binaries");
+    let password = std::fs::read_to_string(hosts.agent_dir(0).join("secrets/replication.password"))
+        .expect("replication password");
+    let mut cmd = Command::new(bins.program("psql"));
+    cmd.args(["-X", "-A", "-t", "-d", conninfo, "-c", "IDENTIFY_SYSTEM"])
+        .env("PGPASSWORD", password.trim())
+        .env("PGCONNECT_TIMEOUT", "10");
+    let out = herd_testkit::output_within(&mut cmd, Duration::from_secs(30)).expect("psql exits");
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
+/// Each host in its own network namespace, so replication comes from other addresses than
+/// loopback and meets the `hostssl … clientcert=verify-ca` rule: the standbys stream over TLS
+/// with their certificates (`pg_stat_ssl.client_dn`); a replication login from another host
+/// without TLS, over TLS without a client certificate, or with one of another CA, is refused
+/// with the right password; with the cluster's CA and a member's certificate it is let in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn across_namespaces_replication_takes_tls_with_a_cluster_certificate_only() {
+    let lab = match Lab::build(3) {
+        Ok(lab) => lab,
+        Err(e) if !Lab::available() => {
+            eprintln!("SKIPPED: network namespaces need root and `ip netns` ({e})");
+            return;
+        }
+        Err(e) => panic!("building the network namespaces: {e}"),
+    };
+    let hosts = with_a_ca(Some(lab)).await;
+    let primary = hosts.wait_primary("with TLS on");
+    let client = common::try_connect(&hosts.node_url(primary))
+        .await
+        .expect("the primary answers");
+    let rows = client
+        .query(
+            "select application_name, client_addr::text, coalesce(client_dn, '') \
+             from pg_stat_ssl join pg_stat_replication using (pid) where ssl",
+            &[],
+        )
+        .await
+        .expect("pg_stat_ssl");
+    let seen: Vec<(String, String, String)> = rows
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    eprintln!("standbys over TLS (name, address, client certificate): {seen:?}");
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    for (name, addr, dn) in &seen {
+        assert!(
+            !addr.starts_with("127."),
+            "{name} came over loopback: {seen:?}"
+        );
+        assert!(
+            dn.contains(&format!("CN={name}")),
+            "{name}'s certificate: {seen:?}"
+        );
+    }
+
+    let at = format!(
+        "host={} port={} user=replicator replication=true",
+        hosts.pg_host(primary),
+        hosts.pg_port(primary)
+    );
+    let plain = replication_psql(&hosts, &format!("{at} sslmode=disable"));
+    let no_cert = replication_psql(
+        &hosts,
+        &format!("{at} sslmode=require sslcert=/nonexistent sslkey=/nonexistent"),
+    );
+    let other = (primary + 1) % 3;
+    let tls = hosts.agent_dir(other).join("tls");
+    let member = replication_psql(
+        &hosts,
+        &format!(
+            "{at} sslmode=verify-full sslrootcert={} sslcert={} sslkey={}",
+            hosts.agent_dir(0).join("secrets/ca.crt").display(),
+            tls.join(format!("h{other}.crt")).display(),
+            tls.join(format!("h{other}.key")).display()
+        ),
+    );
+    // A certificate of another CA, with the cluster's CA to verify the server: the server
+    // refuses the client's certificate.
+    let other = hosts.dir.path().join("other");
+    let other_arg = other.to_str().expect("utf-8 path").to_string();
+    let (code, out) = herd(&[
+        "certs",
+        "init",
+        "--cluster",
+        "other",
+        "--data-dir",
+        &other_arg,
+    ]);
+    assert_eq!(code, Some(0), "{out}");
+    let out_dir = other.join("tls");
+    let out_arg = out_dir.to_str().expect("utf-8 path").to_string();
+    let (code, out) = herd(&[
+        "certs",
+        "issue",
+        "h9",
+        "--host",
+        "127.0.0.1",
+        "--out",
+        &out_arg,
+        "--data-dir",
+        &other_arg,
+    ]);
+    assert_eq!(code, Some(0), "{out}");
+    let stranger = replication_psql(
+        &hosts,
+        &format!(
+            "{at} sslmode=verify-full sslrootcert={} sslcert={} sslkey={}",
+            hosts.agent_dir(0).join("secrets/ca.crt").display(),
+            out_dir.join("h9.crt").display(),
+            out_dir.join("h9.key").display()
+        ),
+    );
+    eprintln!(
+        "without TLS: {plain:?}\nwithout a certificate: {no_cert:?}\nas a member: {member:?}\n\
+         with another CA's certificate: {stranger:?}"
+    );
+    let why = stranger.expect_err("a certificate of another CA is refused");
+    assert!(why.contains("unknown ca"), "{why}");
+    let why = plain.expect_err("replication without TLS from another host is refused");
+    assert!(why.contains("no encryption"), "{why}");
+    let why = no_cert.expect_err("replication without a client certificate is refused");
+    assert!(why.contains("certificate"), "{why}");
+    member.expect("a member's certificate and the cluster's CA let it in");
+}
