@@ -5,7 +5,8 @@
 //! bank transfers between accounts of both groups (two-phase commit when they span groups).
 //! Faults, one after the other: every process of the host holding group 1's primary killed
 //! with -9 (agents, servers, watchdogs, its etcd member), then the host restarted; the host of
-//! group 0's primary cut off for two lease TTLs, then healed; a proxy killed with -9 while
+//! both groups' primaries (group 1's switched over there first) cut off for two lease TTLs,
+//! then healed; a proxy killed with -9 while
 //! transfers run through it, then restarted. Checks: the bank's total never changes, every
 //! acknowledged row is present exactly once, no prepared transaction stays on any group (the
 //! agents' coordinator resolves what the killed proxy left), and no probe instant sees two
@@ -149,7 +150,10 @@ impl Sharded {
             .args(["--listen", &format!("127.0.0.1:{}", self.proxy_port(p))])
             .arg("--data-dir")
             .arg(self.dir.path().join("proxy"))
-            .env("HERD_LOG", "info")
+            .env(
+                "HERD_LOG",
+                std::env::var("HERD_TEST_PROXY_LOG").unwrap_or_else(|_| "info".into()),
+            )
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log"))
             .stderr(log)
@@ -420,8 +424,8 @@ fn probers(
         .collect()
 }
 
-/// Waits (60 s at most) until `what` acknowledged more than it had.
-fn wait_progress(s: &Sharded, record: &Mutex<Record>, what: &str) {
+/// Waits (60 s at most) until both writers acknowledged more than they had.
+async fn wait_progress(s: &Sharded, record: &Mutex<Record>, what: &str) {
     let count = |r: &Record| (r.rows_acked.len(), r.transfers_acked);
     let before = count(&record.lock().expect("record"));
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -430,13 +434,51 @@ fn wait_progress(s: &Sharded, record: &Mutex<Record>, what: &str) {
         if now.0 > before.0 + 5 && now.1 > before.1 + 5 {
             return;
         }
-        assert!(
-            Instant::now() < deadline,
-            "writes stalled {what} ({before:?} → {now:?}); logs:\n{}",
-            s.logs()
-        );
-        std::thread::sleep(Duration::from_millis(200));
+        if Instant::now() >= deadline {
+            panic!(
+                "writes stalled {what} ({before:?} → {now:?}); sessions:\n{}\nlogs:\n{}",
+                sessions(s).await,
+                s.logs()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// What each group's primary is doing: its client sessions and prepared transactions (for a
+/// failure's message).
+async fn sessions(s: &Sharded) -> String {
+    let mut out = String::new();
+    for g in 0..GROUPS {
+        let Some(k) = members(g)
+            .into_iter()
+            .find(|&k| s.role(k).as_deref() == Some("primary"))
+        else {
+            out.push_str(&format!("group {g}: no primary\n"));
+            continue;
+        };
+        let Some(c) = common::try_connect(&s.node_url(k)).await else {
+            out.push_str(&format!("group {g}: {} unreachable\n", Sharded::name(k)));
+            continue;
+        };
+        let rows = c
+            .query(
+                "select format('%s %s %s/%s %s', application_name, state, wait_event_type, \
+                 wait_event, left(query, 60)) from pg_stat_activity \
+                 where backend_type = 'client backend' and pid <> pg_backend_pid() \
+                 union all select format('prepared %s at %s', gid, prepared) from pg_prepared_xacts",
+                &[],
+            )
+            .await
+            .map(|rows| rows.iter().map(|r| r.get::<_, String>(0)).collect::<Vec<_>>())
+            .unwrap_or_default();
+        out.push_str(&format!(
+            "group {g} on {}:\n  {}\n",
+            Sharded::name(k),
+            rows.join("\n  ")
+        ));
+    }
+    out
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -543,7 +585,7 @@ async fn sharded_cluster_over_hosts_survives_host_loss_cuts_and_proxy_kills() {
         ),
     ];
     threads.extend(probers(&s, stop.clone(), record.clone()));
-    wait_progress(&s, &record, "at first");
+    wait_progress(&s, &record, "at first").await;
 
     // 1. Every process of group 1's primary host killed with -9, then the host back.
     let p1 = s.wait_primary(1, None, Duration::from_secs(10));
@@ -551,7 +593,7 @@ async fn sharded_cluster_over_hosts_survives_host_loss_cuts_and_proxy_kills() {
     s.kill_host(lost);
     let q1 = s.wait_primary(1, Some(lost), Duration::from_secs(60));
     s.wait_primary(0, Some(lost), Duration::from_secs(60));
-    wait_progress(&s, &record, "after the host was lost");
+    wait_progress(&s, &record, "after the host was lost").await;
     s.etcd.restart(lost);
     for k in (0..HOSTS * GROUPS).filter(|&k| host_of(k) == lost) {
         s.start_agent(k);
@@ -561,12 +603,24 @@ async fn sharded_cluster_over_hosts_survives_host_loss_cuts_and_proxy_kills() {
     }
     assert_ne!(host_of(q1), lost);
 
-    // 2. Group 0's primary host cut off for two TTLs, then healed.
+    // 2. The host of both groups' primaries cut off for two TTLs, then healed: group 1's
+    //    primary is first switched over to group 0's primary's host (the harder case: two
+    //    groups fail over at once, with two-phase commits between them in flight).
     let p0 = s.wait_primary(0, None, Duration::from_secs(10));
     let cut = host_of(p0);
+    let target = HOSTS + cut;
+    if s.wait_primary(1, None, Duration::from_secs(10)) != target {
+        let out = common::hosts::herd_with_store(
+            &etcd_url(&s.etcd),
+            &s.cluster,
+            &["switchover", "--to", &Sharded::name(target)],
+        );
+        assert!(out.contains("done"), "{out}");
+        s.wait_role(target, "primary", Duration::from_secs(30));
+    }
     s.lab.set_host(cut, false);
     s.wait_primary(0, Some(cut), Duration::from_secs(60));
-    wait_progress(&s, &record, "while a host was cut off");
+    wait_progress(&s, &record, "while a host was cut off").await;
     std::thread::sleep(Duration::from_millis(TTL_MS));
     s.lab.set_host(cut, true);
     for k in (0..HOSTS * GROUPS).filter(|&k| host_of(k) == cut) {
@@ -580,9 +634,9 @@ async fn sharded_cluster_over_hosts_survives_host_loss_cuts_and_proxy_kills() {
         let _ = p.kill();
         let _ = p.wait();
     }
-    wait_progress(&s, &record, "after a proxy was killed");
+    wait_progress(&s, &record, "after a proxy was killed").await;
     s.start_proxy(1);
-    wait_progress(&s, &record, "after the proxy came back");
+    wait_progress(&s, &record, "after the proxy came back").await;
 
     stop.store(true, Ordering::SeqCst);
     for t in threads {
