@@ -39,7 +39,10 @@ pub async fn record_count(root: &StoreClient, count: u32) -> Result<(), String> 
         .write(
             SHARD_GROUPS,
             0,
-            crate::member::encode(&ShardGroups { count, admitted: None }),
+            crate::member::encode(&ShardGroups {
+                count,
+                admitted: None,
+            }),
         )
         .await
     {
@@ -70,7 +73,10 @@ pub fn raise_count(root: &Arc<dyn Dcs>, count: u32) -> Result<(), String> {
     root.compare_and_set(
         SHARD_GROUPS,
         revision,
-        crate::member::encode(&ShardGroups { count, admitted: None }),
+        crate::member::encode(&ShardGroups {
+            count,
+            admitted: None,
+        }),
     )
     .map(|_| ())
     .map_err(|e| e.to_string())
@@ -120,7 +126,10 @@ pub fn begin_addition(root: &Arc<dyn Dcs>) -> Result<u32, String> {
     let (revision, recorded) = match &current {
         Some(v) => (
             v.revision,
-            Some(crate::member::decode::<ShardGroups>(SHARD_GROUPS, &v.value)?),
+            Some(crate::member::decode::<ShardGroups>(
+                SHARD_GROUPS,
+                &v.value,
+            )?),
         ),
         None if root.get(INITIALIZE).map_err(|e| e.to_string())?.is_some() => (
             0,

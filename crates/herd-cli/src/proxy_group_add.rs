@@ -98,16 +98,12 @@ impl Proxy {
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
-        let outcome = self
-            .ctx
-            .admit_group(g)
-            .await
-            .with_context(|| {
-                format!(
-                    "shard group {g} runs but the endpoint does not use it yet: run `herd group \
+        let outcome = self.ctx.admit_group(g).await.with_context(|| {
+            format!(
+                "shard group {g} runs but the endpoint does not use it yet: run `herd group \
                      add --dcs ...` again to finish"
-                )
-            });
+            )
+        });
         let store = StoreClient::new(herd_agent::groups::scoped(self.root.dcs(), g));
         let text = match &outcome {
             Ok(_) => format!("shard group {g} added"),
@@ -125,10 +121,8 @@ impl Proxy {
         let mut last = String::new();
         for _ in 0..RECORD_TRIES {
             let dcs = self.root.dcs();
-            match tokio::task::spawn_blocking(move || {
-                herd_agent::groups::record_admitted(&dcs, g)
-            })
-            .await
+            match tokio::task::spawn_blocking(move || herd_agent::groups::record_admitted(&dcs, g))
+                .await
             {
                 Ok(Ok(())) => return Ok(()),
                 Ok(Err(e)) => last = e,

@@ -1,8 +1,9 @@
 //! `herd group add` on a multi-host cluster, modelled on loopback: one etcd, two shard groups
 //! of two `herd agent`s each and one `herd proxy` (as `agent_groups.rs`). A distributed table
-//! has rows; `herd group add --dcs … --proxy-api …` records group 2, its two agents start
-//! (`--group 2`), and the proxy — started before the group existed — admits it: the new group
-//! holds the table, empty. `herd shards rebalance --dcs` moves shards there; every row is read
+//! has rows; an agent `--group 2` refuses until `herd group add --dcs … --proxy-api …` records
+//! group 2; its two agents start, and the proxy — started before the group existed — admits
+//! it once a second proxy is gone (refused while it runs, then the command run again finishes
+//! the same group): the new group holds the table, empty. `herd shards rebalance --dcs` moves shards there; every row is read
 //! back through the proxy exactly once, and new rows by key land on group 2 for its shards.
 
 mod common;
@@ -108,8 +109,8 @@ impl Groups {
         if !config.exists() {
             std::fs::write(&config, "[postgres]\nwal_level = \"logical\"\n").expect("agent.toml");
         }
-        let log = std::fs::File::create(self.dir.path().join(format!("{name}.log")))
-            .expect("agent log");
+        let log =
+            std::fs::File::create(self.dir.path().join(format!("{name}.log"))).expect("agent log");
         let child = Command::new(HERD)
             .arg("agent")
             .args(["--dcs", &self.dcs(), "--cluster", &self.cluster])
@@ -278,7 +279,7 @@ async fn shards_of(proxy: &tokio_postgres::Client, g: i32) -> Vec<i32> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_group_is_added_across_hosts_when_its_agents_join() {
     let etcd = EtcdCluster::start(1);
-    let base = herd_testkit::free_port_block(14);
+    let base = herd_testkit::free_port_block(16);
     let mut g = Groups {
         etcd,
         dir: herd_testkit::scratch_dir(),
@@ -314,27 +315,50 @@ async fn a_group_is_added_across_hosts_when_its_agents_join() {
         .args(["--name", "early", "--group", "2"])
         .arg("--data-dir")
         .arg(g.dir.path().join("early"))
-        .args(["--pg-port", &(base + 14).to_string()]);
-    let out = herd_testkit::output_within(&mut early, Duration::from_secs(60)).expect("agent exits");
+        .args(["--pg-port", &(base + 15).to_string()]);
+    let out =
+        herd_testkit::output_within(&mut early, Duration::from_secs(60)).expect("agent exits");
     let said = herd_testkit::describe(&out);
     assert!(
         !out.status.success() && said.contains("herd group add --dcs"),
         "{said}"
     );
 
-    // `herd group add --dcs`: records group 2 and says how to start its agents, waits for its
-    // primary, then has the proxy (started before group 2 existed) admit it.
-    let out_path = g.dir.path().join("group-add.out");
-    let mut add = Command::new(HERD)
-        .args(["group", "add", "--dcs", &g.dcs(), "--cluster", &g.cluster])
-        .args(["--proxy-api", &g.proxy_api(), "--wait-timeout", "180"])
+    // A second proxy runs: the admission (a shard map change) is refused while it does.
+    let second_port = base + 14;
+    let mut second = Command::new(HERD)
+        .args(["proxy", "--dcs", &g.dcs(), "--cluster", &g.cluster])
+        .args(["--listen", &format!("127.0.0.1:{second_port}")])
         .arg("--data-dir")
         .arg(g.dir.path().join("proxy"))
         .stdin(Stdio::null())
-        .stdout(std::fs::File::create(&out_path).expect("out"))
-        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(g.dir.path().join("proxy2.log")).expect("second proxy log"))
         .spawn()
-        .expect("herd group add");
+        .expect("a second herd proxy");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while common::try_connect(&g.url(second_port)).await.is_none() {
+        assert!(Instant::now() < deadline, "the second proxy serves");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // `herd group add --dcs`: records group 2 and says how to start its agents, waits for its
+    // primary, then asks the proxy (started before group 2 existed) to admit it.
+    let out_path = g.dir.path().join("group-add.out");
+    let (dcs, cluster, api) = (g.dcs(), g.cluster.clone(), g.proxy_api());
+    let proxy_dir = g.dir.path().join("proxy");
+    let group_add = |out: &std::path::Path| {
+        let mut cmd = Command::new(HERD);
+        cmd.args(["group", "add", "--dcs", &dcs, "--cluster", &cluster])
+            .args(["--proxy-api", &api, "--wait-timeout", "180"])
+            .arg("--data-dir")
+            .arg(&proxy_dir)
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(out).expect("out"))
+            .stderr(Stdio::piped());
+        cmd
+    };
+    let mut add = group_add(&out_path).spawn().expect("herd group add");
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let text = std::fs::read_to_string(&out_path).unwrap_or_default();
@@ -357,7 +381,10 @@ async fn a_group_is_added_across_hosts_when_its_agents_join() {
         }
         if Instant::now() > deadline {
             let _ = add.kill();
-            panic!("herd group add did not finish within 300 s; logs:\n{}", g.logs());
+            panic!(
+                "herd group add did not finish within 300 s; logs:\n{}",
+                g.logs()
+            );
         }
         std::thread::sleep(Duration::from_millis(200));
     };
@@ -365,11 +392,36 @@ async fn a_group_is_added_across_hosts_when_its_agents_join() {
     if let Some(mut e) = add.stderr.take() {
         let _ = e.read_to_string(&mut err);
     }
-    let text = std::fs::read_to_string(&out_path).unwrap_or_default();
     assert!(
-        status.success() && text.contains("shard group 2 added"),
-        "herd group add: {status}\n{text}\n{err}\nlogs:\n{}",
-        g.logs()
+        !status.success() && err.contains("other herd proxy process(es) serve this cluster"),
+        "refused while another proxy runs: {status}\n{err}"
+    );
+    let _ = second.kill();
+    let _ = second.wait();
+
+    // Run again once the second proxy's registration expired: it finishes group 2 (it does not
+    // record a group 3).
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let text = loop {
+        let out = herd_testkit::output_within(&mut group_add(&out_path), Duration::from_secs(300))
+            .expect("herd group add exits");
+        // output_within takes the command's output itself.
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        if out.status.success() {
+            break text;
+        }
+        let said = herd_testkit::describe(&out);
+        assert!(
+            said.contains("other herd proxy process(es) serve this cluster")
+                && Instant::now() < deadline,
+            "herd group add again: {said}\n{text}\nlogs:\n{}",
+            g.logs()
+        );
+        std::thread::sleep(Duration::from_secs(1));
+    };
+    assert!(
+        text.contains("shard group 2 is recorded") && text.contains("shard group 2 added"),
+        "{text}"
     );
     let g2 = g.wait_primary_of(&[4, 5], Duration::from_secs(30));
     let shard_count: i64 = proxy
