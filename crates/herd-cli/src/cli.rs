@@ -597,6 +597,12 @@ mod tests {
                 Command::Config {
                     command: ConfigCommand::Set { store, .. },
                 } => ("config", Some(store)),
+                Command::Group {
+                    command: GroupCommand::Add { store, .. },
+                } => ("group add", Some(store)),
+                Command::Shards {
+                    command: ShardsCommand::Rebalance { store, .. },
+                } => ("rebalance", Some(store)),
                 _ => ("other", None),
             };
             let store = store.unwrap_or_else(|| panic!("not a multi-host command: {line}"));
