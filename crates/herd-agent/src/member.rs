@@ -69,12 +69,25 @@ pub struct Initialized {
     pub by: String,
 }
 
-/// The cluster's shard groups, fixed when it is created: group `g` (0 ≤ g < `count`) keeps its
-/// keys under `groups/<g>/` (group 0 at the root).
+/// The cluster's shard groups: group `g` (0 ≤ g < `count`) keeps its keys under `groups/<g>/`
+/// (group 0 at the root). `count` is set when the cluster is created and raised by `herd group
+/// add`; a group added across hosts is served by the proxies only once admitted.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ShardGroups {
-    /// How many groups.
+    /// How many groups (whose agents may run).
     pub count: u32,
+    /// How many of them the endpoint serves (`None`: all; groups created with the cluster).
+    /// Below `count` while `herd group add --dcs` waits for the new group's agents and its
+    /// admission by a proxy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admitted: Option<u32>,
+}
+
+impl ShardGroups {
+    /// How many groups the endpoint serves.
+    pub fn served(&self) -> u32 {
+        self.admitted.map_or(self.count, |a| a.min(self.count))
+    }
 }
 
 /// An operator's request to one member (`herd restart --dcs … --node N`): the member's agent

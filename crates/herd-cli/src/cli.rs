@@ -148,8 +148,24 @@ enum GroupCommand {
     /// Add a shard group while the cluster serves: its servers are created (initdb, base
     /// backups), it receives the roles, databases, distributed tables' definitions, reference
     /// tables' rows and the shard map, then the endpoint uses it. It holds no shard until
-    /// `herd shards rebalance`.
-    Add(DataDirArg),
+    /// `herd shards rebalance`. With --dcs (a multi-host cluster): records the next group,
+    /// prints the `herd agent` line to run on its hosts, waits for its primary and has the
+    /// `herd proxy` at --proxy-api admit it.
+    Add {
+        #[command(flatten)]
+        dir: DataDirArg,
+        /// A multi-host cluster's store (then --data-dir names a directory holding the
+        /// proxy's API token in secrets/, needed beyond 127.0.0.1).
+        #[command(flatten)]
+        store: crate::hosts::StoreArgs,
+        /// With --dcs: the HTTP API (HOST:PORT, its --api-listen) of the `herd proxy` that
+        /// admits the group; without it the command stops once the group has a primary.
+        #[arg(long, value_name = "HOST:PORT", requires = "dcs")]
+        proxy_api: Option<String>,
+        /// With --dcs: how long to wait for the new group's primary.
+        #[arg(long, value_name = "SECONDS", default_value_t = 600)]
+        wait_timeout: u64,
+    },
 }
 
 /// Options of `herd backup`.
@@ -475,8 +491,26 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             crate::shard_move::rebalance(&places, &database, dry_run, wait).await
         }
         Command::Group {
-            command: GroupCommand::Add(dir),
-        } => crate::group_add::run(&dir.layout()?).await,
+            command:
+                GroupCommand::Add {
+                    dir,
+                    store,
+                    proxy_api,
+                    wait_timeout,
+                },
+        } => {
+            if store.given() {
+                crate::group_add_hosts::run(crate::group_add_hosts::AddArgs {
+                    store: &store,
+                    layout: dir.layout()?,
+                    proxy_api: proxy_api.as_deref(),
+                    wait: std::time::Duration::from_secs(wait_timeout),
+                })
+                .await
+            } else {
+                crate::group_add::run(&dir.layout()?).await
+            }
+        }
         Command::Copy { command } => crate::copy::run(command).await,
         Command::Backup(BackupArgs {
             command: Some(BackupCommand::List(dir)),
@@ -563,6 +597,12 @@ mod tests {
                 Command::Config {
                     command: ConfigCommand::Set { store, .. },
                 } => ("config", Some(store)),
+                Command::Group {
+                    command: GroupCommand::Add { store, .. },
+                } => ("group add", Some(store)),
+                Command::Shards {
+                    command: ShardsCommand::Rebalance { store, .. },
+                } => ("rebalance", Some(store)),
                 _ => ("other", None),
             };
             let store = store.unwrap_or_else(|| panic!("not a multi-host command: {line}"));

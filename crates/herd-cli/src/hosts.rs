@@ -359,13 +359,17 @@ pub async fn proxy(args: ProxyArgs) -> anyhow::Result<()> {
     // so (a client's connect timeout is shorter than an election). One bounded read of each
     // group first, so a proxy (re)started under a running cluster routes from its first poll.
     let known = crate::proxy_groups::groups_at_start(&root).await;
+    let (recorded, served) = known.unwrap_or((1, 1));
     let mut receivers = Vec::new();
     let mut followers = Vec::new();
-    for g in 0..known.unwrap_or(1) {
+    for g in 0..recorded {
         let (rx, follower) = crate::proxy_groups::group(&root, g).await;
         receivers.push(rx);
         followers.push(follower);
     }
+    // Groups recorded but not admitted yet (`herd group add --dcs` under way) are followed
+    // but not served until `POST /groups` admits them.
+    let pending = receivers.split_off(served.min(recorded).max(1) as usize);
     let group0 = receivers[0].clone();
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let login = herd_proxy::monitor::AdminLogin {
@@ -387,8 +391,12 @@ pub async fn proxy(args: ProxyArgs) -> anyhow::Result<()> {
     // The agents' elected coordinator resolves two-phase work left in doubt, once for the
     // cluster, not each proxy.
     proxy.ctx.leave_in_doubt_to_coordinator();
+    for rx in pending {
+        proxy.ctx.add_group(rx, shutdown_rx.clone());
+    }
     // A planned switchover of any group holds new work here instead of sending it to a
     // stopping primary.
+    let holds = crate::proxy_groups::Holds::new(proxy.ctx.clone());
     if let Some(api) = args.api_listen {
         let endpoint = format!("postgresql://postgres@{}/postgres", args.listen);
         crate::proxy_api::serve(
@@ -398,11 +406,16 @@ pub async fn proxy(args: ProxyArgs) -> anyhow::Result<()> {
             proxy.ctx.clone(),
             endpoint,
             None,
+            Some(crate::proxy_group_add::adder(
+                root.clone(),
+                proxy.ctx.clone(),
+                holds.clone(),
+                shutdown_rx.clone(),
+            )),
             shutdown_rx.clone(),
         )
         .await?;
     }
-    let holds = crate::proxy_groups::Holds::new(proxy.ctx.clone());
     for follower in followers {
         crate::proxy_groups::spawn(follower, &holds, shutdown_rx.clone());
     }

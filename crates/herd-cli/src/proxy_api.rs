@@ -4,8 +4,8 @@
 //! second; the agents' events in the store (promotions, fences, rejoins, restarts) are its
 //! timeline; `/metrics` is this
 //! proxy's counters; switchover, failover and `config set` go through the store like the CLI's
-//! `--dcs` verbs, restarts too (`hosts_restart`). Adding groups is not offered across hosts yet
-//! (409 says so).
+//! `--dcs` verbs, restarts too (`hosts_restart`). `POST /groups` admits the next group `herd
+//! group add --dcs` recorded (`proxy_group_add.rs`).
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
@@ -112,11 +112,8 @@ async fn dispatch(root: StoreClient, action: AdminAction) -> Result<String, Stri
              taken by `herd up` (docs/backup-status.md)"
                 .into(),
         ),
-        AdminAction::AddGroup => Err(
-            "not offered by a multi-host proxy yet: create every shard group with the cluster \
-             (--shard-groups)"
-                .into(),
-        ),
+        // Served by the `AddGroup` the embedding gives (`serve`); never reached without one.
+        AdminAction::AddGroup => Err("adding a shard group is not offered here".into()),
     }
 }
 
@@ -237,6 +234,8 @@ pub type AddGroup = Arc<
 
 /// Serves the API on `listen` until `shutdown`. Beyond 127.0.0.1 every request but the health
 /// checks needs the token kept in `layout`'s secrets (created on first use, mode 0600).
+/// `hosts_add_group`: a multi-host proxy's `POST /groups` (without `local`).
+#[allow(clippy::too_many_arguments)]
 pub async fn serve(
     listen: SocketAddr,
     layout: &Layout,
@@ -244,6 +243,7 @@ pub async fn serve(
     ctx: Arc<ProxyContext>,
     endpoint: String,
     local: Option<Local>,
+    hosts_add_group: Option<AddGroup>,
     shutdown: watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(listen)
@@ -299,7 +299,7 @@ pub async fn serve(
                 shutdown.clone(),
             ));
             let metrics: herd_api::MetricsSource = Arc::new(move || ctx.render_metrics());
-            (status_rx, metrics, None, None, None, None)
+            (status_rx, metrics, None, None, hosts_add_group, None)
         }
     };
     tokio::spawn(dashboard.clone().run_sampler(
@@ -311,7 +311,7 @@ pub async fn serve(
     // `herd up` on the agent engine: herd.toml is what the operator edits on one host (and
     // what the next `herd up` records in the store), so a change from the dashboard lands
     // there too, as `herd config set` writes it.
-    let toml = add_group.is_some().then(|| layout.clone());
+    let toml = restart_alone.is_some().then(|| layout.clone());
     let admin: herd_api::AdminSource = Arc::new(move |action| {
         if let (AdminAction::AddGroup, Some(add)) = (&action, &add_group) {
             return add();

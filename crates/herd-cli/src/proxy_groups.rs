@@ -23,10 +23,17 @@ pub struct Follower {
     tx: watch::Sender<Option<Assignment>>,
 }
 
-/// The cluster's number of shard groups, if it exists and the store answers within a second.
-pub async fn groups_at_start(root: &StoreClient) -> Option<u32> {
-    match tokio::time::timeout(FIRST_READ, herd_agent::groups::count(root)).await {
-        Ok(Ok(count)) => count,
+/// The cluster's shard groups, if it exists and the store answers within a second: how many
+/// are recorded, and how many of them the endpoint serves (a group `herd group add --dcs`
+/// recorded is served once a proxy admitted it).
+pub async fn groups_at_start(root: &StoreClient) -> Option<(u32, u32)> {
+    let both = async {
+        let count = herd_agent::groups::count(root).await?;
+        let served = herd_agent::groups::served(root).await?;
+        Ok::<_, String>(count.zip(served))
+    };
+    match tokio::time::timeout(FIRST_READ, both).await {
+        Ok(Ok(groups)) => groups,
         _ => None,
     }
 }
@@ -102,7 +109,9 @@ pub async fn learn(
 ) -> Result<(), String> {
     loop {
         let led_before = group0.borrow().is_some();
-        match herd_agent::groups::count(&root).await {
+        // The groups served (a group being added across hosts is admitted later, through
+        // `POST /groups`, and followed then).
+        match herd_agent::groups::served(&root).await {
             Ok(Some(1)) => return Ok(()),
             Ok(Some(n)) if led_before => {
                 return Err(format!(

@@ -245,6 +245,7 @@ pub async fn run(layout: Layout, config: Config) -> anyhow::Result<()> {
         proxy.ctx.clone(),
         endpoint,
         Some(local),
+        None,
         shutdown_rx.clone(),
     )
     .await

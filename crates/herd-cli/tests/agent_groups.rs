@@ -119,9 +119,14 @@ impl Groups {
     fn start_agent(&mut self, i: usize) {
         let (name, group) = AGENTS[i];
         std::fs::create_dir_all(self.agent_dir(i)).expect("agent dir");
-        // Logical WAL: a shard move copies its rows with a logical copy.
+        // Logical WAL: a shard move copies its rows with a logical copy. Written once: a
+        // rewrite while another agent starts could be read empty (wal_level replica).
         let config = self.dir.path().join("agent.toml");
-        std::fs::write(&config, "[postgres]\nwal_level = \"logical\"\n").expect("agent.toml");
+        if !config.exists() {
+            let partial = self.dir.path().join("agent.toml.part");
+            std::fs::write(&partial, "[postgres]\nwal_level = \"logical\"\n").expect("agent.toml");
+            std::fs::rename(&partial, &config).expect("agent.toml");
+        }
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
