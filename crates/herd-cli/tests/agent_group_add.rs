@@ -9,15 +9,12 @@
 mod common;
 
 use std::io::Read;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::hosts::{copy_dir, HERD};
+use common::agent_groups::Groups;
+use common::hosts::HERD;
 use herd_shard::{shard_sql, KeyType};
-use herd_testkit::etcd::EtcdCluster;
-use nix::sys::signal::{kill, Signal};
-use nix::unistd::Pid;
 
 /// Agents: (name, group).
 const AGENTS: [(&str, u32); 6] = [
@@ -28,213 +25,6 @@ const AGENTS: [(&str, u32); 6] = [
     ("c0", 2),
     ("c1", 2),
 ];
-
-struct Groups {
-    etcd: EtcdCluster,
-    dir: tempfile::TempDir,
-    base: u16,
-    agents: Vec<Option<Child>>,
-    proxy: Option<Child>,
-    cluster: String,
-}
-
-impl Groups {
-    fn dcs(&self) -> String {
-        common::hosts::etcd_url(&self.etcd)
-    }
-
-    fn agent_dir(&self, i: usize) -> PathBuf {
-        self.dir.path().join(AGENTS[i].0)
-    }
-
-    fn pg_port(&self, i: usize) -> u16 {
-        self.base + i as u16
-    }
-
-    fn api(&self, i: usize) -> String {
-        format!("127.0.0.1:{}", self.base + 6 + i as u16)
-    }
-
-    fn proxy_port(&self) -> u16 {
-        self.base + 12
-    }
-
-    fn proxy_api(&self) -> String {
-        format!("127.0.0.1:{}", self.base + 13)
-    }
-
-    fn password(&self) -> String {
-        std::fs::read_to_string(self.agent_dir(0).join("secrets/superuser.password"))
-            .expect("password")
-            .trim()
-            .to_string()
-    }
-
-    fn url(&self, port: u16) -> String {
-        format!(
-            "postgresql://postgres:{}@127.0.0.1:{port}/postgres?connect_timeout=2",
-            self.password()
-        )
-    }
-
-    /// A session through the proxy, waited for (30 s at most).
-    async fn connect_proxy(&self) -> tokio_postgres::Client {
-        let url = self.url(self.proxy_port());
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Some(c) = common::try_connect(&url).await {
-                return c;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "no session through the proxy within 30 s; logs:\n{}",
-                self.logs()
-            );
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    }
-
-    fn start_agent(&mut self, i: usize) {
-        let (name, group) = AGENTS[i];
-        std::fs::create_dir_all(self.agent_dir(i)).expect("agent dir");
-        if i > 0 {
-            copy_dir(
-                &self.agent_dir(0).join("secrets"),
-                &self.agent_dir(i).join("secrets"),
-            );
-        }
-        // Logical WAL: a shard move copies its rows with a logical copy.
-        // Written once: an agent starting meanwhile must not read it half written.
-        let config = self.dir.path().join("agent.toml");
-        if !config.exists() {
-            std::fs::write(&config, "[postgres]\nwal_level = \"logical\"\n").expect("agent.toml");
-        }
-        let log =
-            std::fs::File::create(self.dir.path().join(format!("{name}.log"))).expect("agent log");
-        let child = Command::new(HERD)
-            .arg("agent")
-            .args(["--dcs", &self.dcs(), "--cluster", &self.cluster])
-            .args(["--name", name, "--group", &group.to_string()])
-            .args(["--shard-groups", "2"])
-            .arg("--data-dir")
-            .arg(self.agent_dir(i))
-            .args(["--pg-port", &self.pg_port(i).to_string()])
-            .args(["--api-listen", &self.api(i)])
-            .args(["--ttl-ms", "6000", "--loop-wait-ms", "500"])
-            .args(["--safety-margin-ms", "2000", "--etcd-timeout-ms", "1000"])
-            .arg("--config")
-            .arg(&config)
-            .env("HERD_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("log"))
-            .stderr(log)
-            .spawn()
-            .expect("starting herd agent");
-        self.agents[i] = Some(child);
-    }
-
-    fn start_proxy(&mut self) {
-        copy_dir(
-            &self.agent_dir(0).join("secrets"),
-            &self.dir.path().join("proxy/secrets"),
-        );
-        let log = std::fs::File::create(self.dir.path().join("proxy.log")).expect("proxy log");
-        let child = Command::new(HERD)
-            .args(["proxy", "--dcs", &self.dcs(), "--cluster", &self.cluster])
-            .args(["--listen", &format!("127.0.0.1:{}", self.proxy_port())])
-            .args(["--api-listen", &self.proxy_api()])
-            .arg("--data-dir")
-            .arg(self.dir.path().join("proxy"))
-            .env("HERD_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("log"))
-            .stderr(log)
-            .spawn()
-            .expect("starting herd proxy");
-        self.proxy = Some(child);
-    }
-
-    /// `herd ARGS --dcs … --cluster …` within `limit`: its standard output (it must succeed).
-    fn herd_store(&self, args: &[&str], limit: Duration) -> String {
-        let mut cmd = Command::new(HERD);
-        cmd.args(args)
-            .args(["--dcs", &self.dcs(), "--cluster", &self.cluster]);
-        let out = herd_testkit::output_within(&mut cmd, limit).expect("herd exits in time");
-        assert!(
-            out.status.success(),
-            "herd {args:?}: {}\nlogs:\n{}",
-            herd_testkit::describe(&out),
-            self.logs()
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    fn role(&self, i: usize) -> Option<String> {
-        let password =
-            std::fs::read_to_string(self.agent_dir(0).join("secrets/superuser.password")).ok()?;
-        herd_testkit::agents::member(&self.api(i), password.trim())
-            .and_then(|m| m["role"].as_str().map(str::to_string))
-    }
-
-    fn logs(&self) -> String {
-        let names: Vec<&str> = AGENTS.iter().map(|a| a.0).chain(["proxy"]).collect();
-        herd_testkit::agents::log_tails(self.dir.path(), &names, 40)
-    }
-
-    fn wait_role(&self, i: usize, role: &str, timeout: Duration) {
-        let deadline = Instant::now() + timeout;
-        while self.role(i).as_deref() != Some(role) {
-            assert!(
-                Instant::now() < deadline,
-                "{} is not {role} after {timeout:?} (it is {:?}); logs:\n{}",
-                AGENTS[i].0,
-                self.role(i),
-                self.logs()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-
-    /// The primary among `members`, waited for.
-    fn wait_primary_of(&self, members: &[usize], timeout: Duration) -> usize {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(&p) = members
-                .iter()
-                .find(|&&i| self.role(i).as_deref() == Some("primary"))
-            {
-                return p;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "no primary among {members:?} after {timeout:?}; logs:\n{}",
-                self.logs()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-}
-
-impl Drop for Groups {
-    fn drop(&mut self) {
-        if let Some(mut p) = self.proxy.take() {
-            let _ = p.kill();
-            let _ = p.wait();
-        }
-        for i in 0..AGENTS.len() {
-            if let Some(mut a) = self.agents[i].take() {
-                let _ = kill(Pid::from_raw(a.id() as i32), Signal::SIGTERM);
-                let deadline = Instant::now() + Duration::from_secs(20);
-                while a.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
-                    std::thread::sleep(Duration::from_millis(100));
-                }
-                let _ = a.kill();
-                let _ = a.wait();
-            }
-            let _ = herd_pg::kill_server(&self.agent_dir(i).join("pgdata"));
-        }
-    }
-}
 
 /// Writes rows `from..to` through the proxy (each must be acknowledged).
 async fn write_rows(client: &tokio_postgres::Client, from: i64, to: i64) {
@@ -278,16 +68,7 @@ async fn shards_of(proxy: &tokio_postgres::Client, g: i32) -> Vec<i32> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_group_is_added_across_hosts_when_its_agents_join() {
-    let etcd = EtcdCluster::start(1);
-    let base = herd_testkit::free_port_block(16);
-    let mut g = Groups {
-        etcd,
-        dir: herd_testkit::scratch_dir(),
-        base,
-        agents: (0..AGENTS.len()).map(|_| None).collect(),
-        proxy: None,
-        cluster: format!("ga{base}"),
-    };
+    let mut g = Groups::new(&AGENTS, "ga");
     g.start_agent(0);
     g.wait_role(0, "primary", Duration::from_secs(60));
     for i in 1..4 {
@@ -315,7 +96,7 @@ async fn a_group_is_added_across_hosts_when_its_agents_join() {
         .args(["--name", "early", "--group", "2"])
         .arg("--data-dir")
         .arg(g.dir.path().join("early"))
-        .args(["--pg-port", &(base + 15).to_string()]);
+        .args(["--pg-port", &(g.base + 15).to_string()]);
     let out =
         herd_testkit::output_within(&mut early, Duration::from_secs(60)).expect("agent exits");
     let said = herd_testkit::describe(&out);
@@ -325,7 +106,7 @@ async fn a_group_is_added_across_hosts_when_its_agents_join() {
     );
 
     // A second proxy runs: the admission (a shard map change) is refused while it does.
-    let second_port = base + 14;
+    let second_port = g.base + 14;
     let mut second = Command::new(HERD)
         .args(["proxy", "--dcs", &g.dcs(), "--cluster", &g.cluster])
         .args(["--listen", &format!("127.0.0.1:{second_port}")])
@@ -439,7 +220,7 @@ async fn a_group_is_added_across_hosts_when_its_agents_join() {
     // Shards move there; every row is read back once.
     let secrets = g.agent_dir(0);
     let endpoint = format!("127.0.0.1:{}", g.proxy_port());
-    let out = g.herd_store(
+    let out = g.herd_store_within(
         &[
             "shards",
             "rebalance",

@@ -2,6 +2,7 @@
 
 #![allow(dead_code)]
 
+pub mod agent_groups;
 pub mod bench_child;
 pub mod copies;
 pub mod groups;
