@@ -9,6 +9,7 @@ pub mod groups;
 pub mod hosts;
 pub mod process;
 pub mod raw;
+pub mod sharded_hosts;
 pub mod webdriver;
 
 use std::time::Duration;
