@@ -250,7 +250,11 @@ impl Agent {
         let member = self.member(&observed);
         api::lock(&self.shared).member = Some(member.clone());
         if let Ok(r) = &read {
-            self.check_identity(r, &observed).await?;
+            if !self.check_identity(r, &observed).await? {
+                // Not known yet (the server did not answer in time): nothing is decided on a
+                // data directory that may be another cluster's; the next round asks again.
+                return Ok(());
+            }
             if let Err(e) = self.store.publish(&member, self.node.cfg.ttl).await {
                 tracing::warn!("cannot publish the heartbeat: {e}");
             }
@@ -545,20 +549,36 @@ impl Agent {
         }
     }
 
-    /// Refuses a data directory that belongs to another cluster.
-    async fn check_identity(&mut self, read: &Read, observed: &Observed) -> Result<(), AgentError> {
+    /// Refuses a data directory that belongs to another cluster: `Ok(true)` once it is known
+    /// to be this cluster's (or there is nothing to compare yet), `Ok(false)` while the server
+    /// could not tell (a slow start or a loaded machine: a timeout is no reason to stop the
+    /// agent for good, which is what an error here does).
+    async fn check_identity(
+        &mut self,
+        read: &Read,
+        observed: &Observed,
+    ) -> Result<bool, AgentError> {
         if self.identity_checked
             || !matches!(observed.local, Local::Primary | Local::Replica { .. })
         {
-            return Ok(());
+            return Ok(true);
         }
         let Some((init, _)) = &read.initialized else {
-            return Ok(());
+            return Ok(true);
         };
         if init.system_identifier.is_empty() {
-            return Ok(());
+            return Ok(true);
         }
-        let mine = self.node.system_identifier().await?;
+        let mine = match self.node.system_identifier().await {
+            Ok(mine) => mine,
+            Err(e) => {
+                tracing::warn!(
+                    "{}: cannot read the server's system identifier yet ({e}); asking again next round",
+                    self.node.cfg.name
+                );
+                return Ok(false);
+            }
+        };
         if mine != init.system_identifier {
             return Err(AgentError::OtherCluster {
                 dir: self.node.cfg.pgdata(),
@@ -567,7 +587,7 @@ impl Agent {
             });
         }
         self.identity_checked = true;
-        Ok(())
+        Ok(true)
     }
 
     /// With the store unreachable: the question to every known member whether it cannot reach
