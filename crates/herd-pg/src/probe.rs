@@ -39,6 +39,9 @@ pub async fn connect(spec: &ConnSpec) -> Result<Client, PgError> {
     connect_as(spec, "herd").await
 }
 
+/// How long data sent to a server may stay unacknowledged before the connection is dropped.
+const DEAD_LINK_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// [`connect`] with the `application_name` the server shows in `pg_stat_activity`.
 async fn connect_as(spec: &ConnSpec, application_name: &str) -> Result<Client, PgError> {
     let mut config = tokio_postgres::Config::new();
@@ -49,7 +52,14 @@ async fn connect_as(spec: &ConnSpec, application_name: &str) -> Result<Client, P
         .password(&spec.password)
         .dbname(&spec.dbname)
         .application_name(application_name)
-        .connect_timeout(spec.timeout);
+        .connect_timeout(spec.timeout)
+        // A host cut off sends no reset: a statement sent just before the cut would wait out
+        // TCP's retransmission back-off (minutes) without these.
+        .keepalives(true)
+        .keepalives_idle(Duration::from_secs(5))
+        .keepalives_interval(Duration::from_secs(2))
+        .keepalives_retries(3)
+        .tcp_user_timeout(DEAD_LINK_TIMEOUT);
     let connecting = config.connect(NoTls);
     let (client, connection) = tokio::time::timeout(spec.timeout, connecting)
         .await

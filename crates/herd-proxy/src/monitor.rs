@@ -53,7 +53,16 @@ pub async fn admin_connect_db(
         .password(&login.password)
         .dbname(database)
         .application_name(ADMIN_APPLICATION)
-        .connect_timeout(timeout);
+        .connect_timeout(timeout)
+        // As the pooled connections (`server.rs`): a host cut off sends no reset, and the map
+        // loads, recoveries and role copies run statements here without a deadline of their
+        // own: without these a statement sent just before a cut waits out TCP's back-off
+        // (minutes), and every session needing that map with it.
+        .keepalives(true)
+        .keepalives_idle(Duration::from_secs(5))
+        .keepalives_interval(Duration::from_secs(2))
+        .keepalives_retries(3)
+        .tcp_user_timeout(crate::server::SERVER_USER_TIMEOUT);
     let (client, conn) = tokio::time::timeout(timeout, config.connect(NoTls))
         .await
         .ok()?
