@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use axum::extract::{ConnectInfo, State};
+use axum::extract::{ConnectInfo, Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -34,6 +34,42 @@ pub struct Shared {
     pub group: u32,
     /// Steps taken since the agent started, by kind (renewals and waits not counted).
     pub decisions: std::collections::BTreeMap<&'static str, u64>,
+    /// While this member holds its group's leader lease: the instant its watchdog fences it
+    /// unless the lease is renewed first.
+    pub leading_until: Option<Instant>,
+}
+
+/// What a load balancer asks an agent about its node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Asked {
+    /// Is it the primary?
+    Primary,
+    /// Is it a replica that streams?
+    Replica,
+}
+
+/// The health answer for this agent's node, with the meaning the cluster's HTTP API gives
+/// `/primary/{node}` and `/replica/{node}`: the primary is the member whose record says
+/// `primary` *and* that holds its group's leader lease now (a former primary that lost the
+/// lease but has not been fenced yet is no longer one: writes sent there may be lost); a
+/// replica is a member in recovery that streams from the primary. `node`, when named, must be
+/// this agent's (404 otherwise: the agent answers for its own node only).
+pub fn health(shared: &Shared, node: Option<&str>, asked: Asked, now: Instant) -> StatusCode {
+    let Some(m) = shared.member.as_ref() else {
+        return StatusCode::SERVICE_UNAVAILABLE;
+    };
+    if node.is_some_and(|n| n != m.name) {
+        return StatusCode::NOT_FOUND;
+    }
+    let healthy = match asked {
+        Asked::Primary => m.role == "primary" && shared.leading_until.is_some_and(|t| t > now),
+        Asked::Replica => m.role == "replica" && m.streaming_from.is_some(),
+    };
+    if healthy {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    }
 }
 
 /// The state shared between the loop and the API.
@@ -103,6 +139,8 @@ pub fn router(api: Api) -> Router {
         .route("/member", get(member))
         .route("/primary", get(primary))
         .route("/replica", get(replica))
+        .route("/primary/{node}", get(primary_named))
+        .route("/replica/{node}", get(replica_named))
         .route("/failsafe", post(failsafe))
         .route("/metrics", get(metrics))
         .with_state(api)
@@ -154,20 +192,24 @@ async fn metrics(State(api): State<Api>) -> String {
     out
 }
 
-fn role_is(state: &SharedState, role: &str) -> StatusCode {
-    if lock(state).member.as_ref().is_some_and(|m| m.role == role) {
-        StatusCode::OK
-    } else {
-        StatusCode::SERVICE_UNAVAILABLE
-    }
+fn answer(api: &Api, node: Option<&str>, asked: Asked) -> StatusCode {
+    health(&lock(&api.state), node, asked, Instant::now())
 }
 
 async fn primary(State(api): State<Api>) -> StatusCode {
-    role_is(&api.state, "primary")
+    answer(&api, None, Asked::Primary)
 }
 
 async fn replica(State(api): State<Api>) -> StatusCode {
-    role_is(&api.state, "replica")
+    answer(&api, None, Asked::Replica)
+}
+
+async fn primary_named(State(api): State<Api>, Path(node): Path<String>) -> StatusCode {
+    answer(&api, Some(&node), Asked::Primary)
+}
+
+async fn replica_named(State(api): State<Api>, Path(node): Path<String>) -> StatusCode {
+    answer(&api, Some(&node), Asked::Replica)
 }
 
 /// A primary cut off from the store asks: "can you reach the store?" The member tries it now
@@ -287,6 +329,63 @@ pub async fn fetch_member(api: String, timeout: Duration, key: Arc<ApiKey>) -> F
 mod tests {
     use super::*;
     use herd_dcs::{Dcs, DcsError, Versioned};
+
+    fn member(role: &str, streaming: bool) -> Member {
+        Member {
+            name: "h1".into(),
+            instance: "i".into(),
+            role: role.into(),
+            pg_host: "10.0.0.1".into(),
+            pg_port: 5432,
+            api: String::new(),
+            lsn: None,
+            replayed: None,
+            streaming_from: streaming.then(|| "h0".to_string()),
+            socket: None,
+            tls_not_after: None,
+        }
+    }
+
+    #[test]
+    fn health_means_what_the_clusters_api_means() {
+        let now = Instant::now();
+        let later = Some(now + Duration::from_secs(3));
+        let past = Some(now - Duration::from_millis(1));
+        let (ok, down, none) = (
+            StatusCode::OK,
+            StatusCode::SERVICE_UNAVAILABLE,
+            StatusCode::NOT_FOUND,
+        );
+        // (record's role, streams, lease held until, node asked, question) → answer
+        let table = [
+            ("primary", false, later, None, Asked::Primary, ok),
+            ("primary", false, later, Some("h1"), Asked::Primary, ok),
+            // A primary whose lease ran out (not fenced yet) is no primary to write to.
+            ("primary", false, past, None, Asked::Primary, down),
+            ("primary", false, None, None, Asked::Primary, down),
+            ("primary", false, later, None, Asked::Replica, down),
+            ("replica", true, None, None, Asked::Replica, ok),
+            ("replica", true, None, Some("h1"), Asked::Replica, ok),
+            // In recovery but not streaming (a broken link, a clone under way).
+            ("replica", false, None, None, Asked::Replica, down),
+            ("replica", true, None, None, Asked::Primary, down),
+            // Another node's name: ask that node's agent or the cluster's API.
+            ("primary", false, later, Some("h2"), Asked::Primary, none),
+        ];
+        for (role, streaming, until, node, asked, want) in table {
+            let shared = Shared {
+                member: Some(member(role, streaming)),
+                leading_until: until,
+                ..Shared::default()
+            };
+            assert_eq!(
+                health(&shared, node, asked, now),
+                want,
+                "{role} streaming={streaming} until={until:?} {node:?} {asked:?}"
+            );
+        }
+        assert_eq!(health(&Shared::default(), None, Asked::Primary, now), down);
+    }
 
     /// A store cut off: every call fails, as etcd does from an isolated host.
     struct Unreachable(tokio::sync::watch::Sender<u64>);

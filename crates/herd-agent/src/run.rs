@@ -643,6 +643,7 @@ impl Agent {
 
     fn arm(&mut self, at: Instant) {
         self.fence_at = Some(at);
+        api::lock(&self.shared).leading_until = Some(at);
         if let Err(e) = self.deadline.arm(at) {
             tracing::error!("cannot arm the fencing watchdog: {e}");
         }
@@ -650,6 +651,7 @@ impl Agent {
 
     fn disarm(&mut self) {
         self.fence_at = None;
+        api::lock(&self.shared).leading_until = None;
         if let Err(e) = self.deadline.disarm() {
             tracing::error!("cannot disarm the fencing watchdog: {e}");
         }

@@ -15,6 +15,25 @@ pub struct SyncPlan {
     pub names: Vec<String>,
 }
 
+/// The members that may stand in the sync set this round: of those whose heartbeat is in the
+/// store (`heartbeat`), the ones replicating from this primary now (`connected`); when none
+/// is, every one of them, as before any standby streams (an empty list would acknowledge
+/// commits that no standby holds; a list of standbys that do not stream makes them wait).
+///
+/// A member that never streams (a certificate of another CA, a clone that keeps failing) must
+/// not enter the recorded set while others stream: it cannot hold any acknowledged commit,
+/// yet a failover's quorum proof would wait to hear from it once it is gone. Leaving the list
+/// never weakens the commit mode: `ANY k`/`FIRST k` keep their `k`, so a list shorter than
+/// `k` makes commits wait instead.
+pub fn candidates(heartbeat: &[String], connected: &dyn Fn(&str) -> bool) -> Vec<String> {
+    let streaming: Vec<String> = heartbeat.iter().filter(|m| connected(m)).cloned().collect();
+    if streaming.is_empty() {
+        heartbeat.to_vec()
+    } else {
+        streaming
+    }
+}
+
 /// Decides the recorded set and the server's standby list.
 ///
 /// * `recorded`: the set in the store now; `present`: the other members whose heartbeat is in
@@ -67,6 +86,28 @@ mod tests {
 
     fn v(names: &[&str]) -> Vec<String> {
         names.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn only_members_that_replicate_are_candidates_while_one_does() {
+        let connected = |names: &'static [&'static str]| move |m: &str| names.contains(&m);
+        // (heartbeat, connected) → candidates
+        let table: [(&[&str], &'static [&'static str], &[&str]); 4] = [
+            // Nobody streams yet (a new cluster): every member, so commits wait for one.
+            (&["a", "b"], &[], &["a", "b"]),
+            // A member that never streams stays out while another does.
+            (&["a", "stranger"], &["a"], &["a"]),
+            (&["a", "b"], &["a", "b"], &["a", "b"]),
+            // A walsender without a heartbeat (a member gone from the store) is no candidate.
+            (&["a"], &["a", "gone"], &["a"]),
+        ];
+        for (heartbeat, on, want) in table {
+            assert_eq!(
+                candidates(&v(heartbeat), &connected(on)),
+                v(want),
+                "{heartbeat:?} / {on:?}"
+            );
+        }
     }
 
     #[test]

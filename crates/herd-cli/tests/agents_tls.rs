@@ -134,57 +134,6 @@ async fn replication_runs_over_verified_tls_and_a_stranger_cannot_join() {
         .await
         .expect("a write through the proxy");
 
-    // A change of primary over TLS (before the stranger below joins: a member that never
-    // streams still enters the recorded sync set, and once it is gone failover waits for it):
-    // the primary's agent stops (its server with it), a standby takes over, and the former
-    // primary, started again, rejoins (pg_rewind, else a clone, both verifying the new
-    // primary's certificate) and streams over TLS.
-    drop((client, through));
-    let child = hosts.agents[primary].take().expect("the primary's agent");
-    stop(child);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let leader = loop {
-        if let Some(p) = hosts.primary().filter(|p| *p != primary) {
-            break p;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no new primary\n{}",
-            hosts.logs()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    };
-    hosts.start_agent(primary);
-    hosts.wait_role(primary, "replica", Duration::from_secs(90));
-    let client = common::try_connect(&hosts.node_url(leader))
-        .await
-        .expect("the new primary answers");
-    let mut seen = (0, 0);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while seen != (2, 2) {
-        assert!(
-            Instant::now() < deadline,
-            "after the change of primary, standbys over TLS / all: {seen:?}\n{}",
-            hosts.logs()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        let row = client.query_one(over_tls, &[]).await.expect("pg_stat_ssl");
-        seen = (row.get::<_, i64>(0), row.get::<_, i64>(1));
-    }
-    let rows = client
-        .query("select x from t", &[])
-        .await
-        .expect("the row written before");
-    assert_eq!(rows.len(), 1);
-    let rejoin = std::fs::read_to_string(hosts.dir.path().join(format!("h{primary}.log")))
-        .unwrap_or_default();
-    for line in rejoin
-        .lines()
-        .filter(|l| l.contains("ewind") || l.contains("Rejoin") || l.contains("Clone"))
-    {
-        eprintln!("h{primary} rejoining: {line}");
-    }
-
     // A member whose secrets carry another cluster's CA: it issues itself a certificate of
     // that CA and verifies the primary's with it, which fails.
     let other = hosts.dir.path().join("other");
@@ -247,6 +196,57 @@ async fn replication_runs_over_verified_tls_and_a_stranger_cannot_join() {
         !stranger.join("pgdata/PG_VERSION").exists(),
         "a member of another CA cloned the primary"
     );
+
+    // A change of primary over TLS, after the stranger above came and went (a member that
+    // never streams stays out of the recorded sync set while another streams, so the
+    // failover's quorum proof does not wait for it): the primary's agent stops (its server with it), a standby takes over, and the former
+    // primary, started again, rejoins (pg_rewind, else a clone, both verifying the new
+    // primary's certificate) and streams over TLS.
+    drop((client, through));
+    let child = hosts.agents[primary].take().expect("the primary's agent");
+    stop(child);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let leader = loop {
+        if let Some(p) = hosts.primary().filter(|p| *p != primary) {
+            break p;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no new primary\n{}",
+            hosts.logs()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    hosts.start_agent(primary);
+    hosts.wait_role(primary, "replica", Duration::from_secs(90));
+    let client = common::try_connect(&hosts.node_url(leader))
+        .await
+        .expect("the new primary answers");
+    let mut seen = (0, 0);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while seen != (2, 2) {
+        assert!(
+            Instant::now() < deadline,
+            "after the change of primary, standbys over TLS / all: {seen:?}\n{}",
+            hosts.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let row = client.query_one(over_tls, &[]).await.expect("pg_stat_ssl");
+        seen = (row.get::<_, i64>(0), row.get::<_, i64>(1));
+    }
+    let rows = client
+        .query("select x from t", &[])
+        .await
+        .expect("the row written before");
+    assert_eq!(rows.len(), 1);
+    let rejoin = std::fs::read_to_string(hosts.dir.path().join(format!("h{primary}.log")))
+        .unwrap_or_default();
+    for line in rejoin
+        .lines()
+        .filter(|l| l.contains("ewind") || l.contains("Rejoin") || l.contains("Clone"))
+    {
+        eprintln!("h{primary} rejoining: {line}");
+    }
 
     // The CA's certificate without its key and no issued certificate: a clear refusal.
     let keyless = hosts.dir.path().join("h4");

@@ -12,14 +12,15 @@ impl Agent {
         probe: &herd_pg::PrimaryProbe,
     ) -> Result<(), AgentError> {
         let me = self.node.cfg.name.clone();
-        let present: Vec<String> = read
+        let heartbeat: Vec<String> = read
             .store
             .members
             .iter()
             .filter(|m| m.name != me)
             .map(|m| m.name.clone())
             .collect();
-        let missing: Vec<String> = present
+        // Every member gets its slot (it must have one before it can stream) …
+        let missing: Vec<String> = heartbeat
             .iter()
             .filter(|m| !self.slotted.contains(*m))
             .cloned()
@@ -28,6 +29,10 @@ impl Agent {
             self.node.ensure_slots(&missing).await?;
             self.slotted.extend(missing);
         }
+        // … but only members that replicate from this primary stand in the sync set.
+        let present = crate::sync::candidates(&heartbeat, &|name: &str| {
+            probe.replication.iter().any(|r| r.application_name == name)
+        });
         let flushed = |name: &str| {
             probe
                 .replication
