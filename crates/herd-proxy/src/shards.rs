@@ -28,7 +28,7 @@ mod new_group;
 
 pub use add_group::Admitted;
 use definitions::{sequence_strides, table_ddl};
-pub use gate::{ChangeToken, GateFuture, MapGate};
+pub use gate::{ChangeScope, ChangeToken, GateFuture, MapGate};
 use in_doubt::recover_ddl;
 pub use in_doubt::{resolve_database, resolve_in_doubt, IN_DOUBT_AFTER_S, TXN_DECISIONS_DDL};
 
@@ -147,6 +147,7 @@ impl ProxyContext {
         {
             return Ok(m);
         }
+        let generation = self.hold_generation();
         let map = if self.groups() > 1 {
             self.wait_to_load_map(database).await?;
             // Roles made directly on group 0 reach the other groups before sessions need them.
@@ -191,8 +192,11 @@ impl ProxyContext {
         };
         let map =
             Arc::new(map.unwrap_or_else(|| ShardMap::new(self.groups(), DEFAULT_SHARD_COUNT)));
-        if let Ok(mut m) = self.shard_maps.maps.lock() {
-            m.insert(database.to_string(), map.clone());
+        // A hold that began (or ended) during the read may be a change this map predates.
+        if self.hold_generation() == generation {
+            if let Ok(mut m) = self.shard_maps.maps.lock() {
+                m.insert(database.to_string(), map.clone());
+            }
         }
         Ok(map)
     }

@@ -101,7 +101,7 @@ impl ProxyContext {
         }
         // No map changes (moves, new distributed tables) and no other preparation meanwhile;
         // with several proxies (a `MapGate`), none other may be routing by the maps meanwhile.
-        let _one_change = self.begin_map_change("(every database)").await?;
+        let _one_change = self.begin_groups_change().await?;
         let one_preparation = self.shard_maps.preparing.lock().await;
         self.sync_roles_upto("postgres", &[], group + 1).await?;
         let (databases, databases_created) = self.copy_databases(group).await?;

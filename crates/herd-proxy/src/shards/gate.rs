@@ -3,8 +3,9 @@
 //! shard moved) would leave the others routing by the old map, sending rows to the wrong group
 //! or reading a moved shard where it no longer is. The embedding provides a [`MapGate`]: a
 //! change goes ahead only when the gate says no other proxy can be routing by a map read before
-//! it, and a proxy reads (and keeps using) maps only while the gate allows it. Without a gate
-//! (one `herd up`, one proxy) nothing is checked.
+//! it (each has acknowledged a hold, during which it forgets its maps and waits), and a proxy
+//! reads (and keeps using) maps only while the gate allows it. Without a gate (one `herd up`,
+//! one proxy) nothing is checked.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -19,15 +20,41 @@ pub type GateFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, String>> + Se
 /// What a change holds until it is over (dropping it ends the change).
 pub type ChangeToken = Box<dyn Send + Sync>;
 
+/// What a change touches, and so what the other proxies must do meanwhile.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ChangeScope {
+    /// A map (a table distributed, a shard moved): every other proxy holds its statements that
+    /// need a map until the change ends, then reads the new map.
+    Map,
+    /// The groups themselves (a group admitted): the other proxies would have to serve the new
+    /// group first, which they do not do on their own yet, so none may run meanwhile.
+    Groups,
+}
+
 /// The rules a multi-proxy embedding enforces around shard maps.
 pub trait MapGate: Send + Sync {
     /// Before this proxy commits a change of `database`'s map: a token to hold until the
-    /// change is committed or abandoned, or why it must be refused.
-    fn begin_change<'a>(&'a self, database: &'a str) -> GateFuture<'a, ChangeToken>;
+    /// change is committed or abandoned, or why it must be refused. `scope` says whether the
+    /// other proxies may keep serving through it.
+    fn begin_change<'a>(
+        &'a self,
+        database: &'a str,
+        scope: ChangeScope,
+    ) -> GateFuture<'a, ChangeToken>;
     /// Whether this proxy may route by the maps it holds now (cheap: checked per statement).
     fn may_use_maps(&self) -> Result<(), String>;
     /// Before this proxy reads `database`'s map: waits while another proxy changes a map.
     fn before_load<'a>(&'a self, database: &'a str) -> GateFuture<'a, ()>;
+    /// Whether another proxy's map change holds this one now: the maps held are forgotten, and
+    /// statements that need one wait in [`MapGate::before_load`] for the change to end.
+    fn held(&self) -> bool {
+        false
+    }
+    /// Changes whenever a hold begins or ends: a map read across one is used by the statement
+    /// that read it, not kept.
+    fn hold_generation(&self) -> u64 {
+        0
+    }
 }
 
 impl ProxyContext {
@@ -48,10 +75,26 @@ impl ProxyContext {
         &self,
         database: &str,
     ) -> Result<(tokio::sync::MutexGuard<'_, ()>, Option<ChangeToken>), ProxyError> {
+        self.begin_change(database, ChangeScope::Map).await
+    }
+
+    /// [`ProxyContext::begin_map_change`] for a change of the groups themselves.
+    pub(super) async fn begin_groups_change(
+        &self,
+    ) -> Result<(tokio::sync::MutexGuard<'_, ()>, Option<ChangeToken>), ProxyError> {
+        self.begin_change("(every database)", ChangeScope::Groups)
+            .await
+    }
+
+    async fn begin_change(
+        &self,
+        database: &str,
+        scope: ChangeScope,
+    ) -> Result<(tokio::sync::MutexGuard<'_, ()>, Option<ChangeToken>), ProxyError> {
         let lock = self.shard_maps.changing.lock().await;
         let token = match self.map_gate() {
             Some(gate) => Some(
-                gate.begin_change(database)
+                gate.begin_change(database, scope)
                     .await
                     .map_err(|why| refused("55000", why))?,
             ),
@@ -66,12 +109,25 @@ impl ProxyContext {
         let Some(gate) = self.map_gate() else {
             return Ok(());
         };
-        gate.may_use_maps().map_err(|why| {
+        let forget = || {
             if let Ok(mut m) = self.shard_maps.maps.lock() {
                 m.clear();
             }
+        };
+        gate.may_use_maps().map_err(|why| {
+            forget();
             ProxyError::Unavailable(why)
-        })
+        })?;
+        if gate.held() {
+            // Another proxy changes a map: the next read (after the change) is the map.
+            forget();
+        }
+        Ok(())
+    }
+
+    /// With a gate: its hold generation now (see [`MapGate::hold_generation`]).
+    pub(super) fn hold_generation(&self) -> u64 {
+        self.map_gate().map_or(0, |g| g.hold_generation())
     }
 
     /// With a gate: waits (as it says) before a map is read.
