@@ -5,7 +5,9 @@
 //! implicit transaction outside a block (all or none, an error skipping to the Sync), the
 //! client's own block otherwise, a leading BEGIN and a trailing COMMIT in the pipeline —
 //! with the same rows after, and no prepared transaction left. What cannot run so (a
-//! savepoint between the statements) is refused with 0A000 before anything runs.
+//! savepoint between the statements) is refused with 0A000 before anything runs; a pipeline
+//! closed by Flush with no Sync outside a block is refused at once, and what the client sends
+//! next is discarded up to its Sync, as PostgreSQL does after an error.
 
 use herd_wire::encode;
 use tokio_postgres::Client;
