@@ -318,6 +318,45 @@ async fn copy_in_spanning(herd: &mut Raw, client: &Client, groups: &[String]) {
         .expect("count")
         .get(0);
     assert_eq!(logged, 60);
+    // The same through the extended protocol (tokio-postgres): the COPY's end waits for its
+    // Sync, then COMMIT ends both groups' parts.
+    client.batch_execute("begin").await.expect("begin");
+    client
+        .execute(
+            &format!("update cp set note = 'extended' where id = {on_1}"),
+            &[],
+        )
+        .await
+        .expect("a row of group 1");
+    let mut sink = Box::pin(
+        client
+            .copy_in::<_, bytes::Bytes>("copy cp_log from stdin")
+            .await
+            .expect("copy_in in a spanning transaction"),
+    );
+    sink.send(bytes::Bytes::from(text_rows(4000..4010).concat()))
+        .await
+        .expect("send");
+    let n = tokio::time::timeout(COPY_LIMIT, sink.as_mut().finish())
+        .await
+        .expect("the COPY ends in time")
+        .expect("finish");
+    assert_eq!(n, 10);
+    tokio::time::timeout(COPY_LIMIT, client.batch_execute("commit"))
+        .await
+        .expect("COMMIT in time")
+        .expect("COMMIT of a transaction spanning groups after an extended COPY");
+    let note: String = client
+        .query_one(&format!("select note from cp where id = {on_1}"), &[])
+        .await
+        .expect("group 1's part committed")
+        .get(0);
+    let logged: i64 = client
+        .query_one("select count(*) from cp_log where id >= 4000", &[])
+        .await
+        .expect("group 0's part committed")
+        .get(0);
+    assert_eq!((note.as_str(), logged), ("extended", 10));
     // COPY into the distributed table inside a block: refused before the copy starts.
     herd.query("begin");
     let got = read(&copy_in_simple(
