@@ -4,7 +4,7 @@
 //! "refused"; any other difference is "wrong", and the test fails on any wrong answer.
 //!
 //! Statements come from a seeded grammar (`differential/gen.rs`, `shapes.rs`, `known.rs`,
-//! `edges.rs`) over distributed, co-located, reference and local tables
+//! `edges.rs`, `joined_writes.rs`: UPDATE … FROM, DELETE … USING and CTEs moving rows) over distributed, co-located, reference and local tables
 //! (`differential/schema.rs`). Each runs on both servers in the simple protocol (parameters
 //! inlined as literals, text results) and, when it has parameters, in four extended modes: a
 //! named statement with server-inferred types, one prepared with declared int2/int4/int8/text
@@ -31,6 +31,8 @@ mod compare;
 mod edges;
 #[path = "differential/gen.rs"]
 mod gen;
+#[path = "differential/joined_writes.rs"]
+mod joined_writes;
 #[path = "differential/known.rs"]
 mod known;
 #[path = "differential/plain.rs"]

@@ -10,6 +10,8 @@
 //! included, with no prepared transaction left behind.
 
 mod common;
+#[path = "sharding_statements/copies.rs"]
+mod copies;
 #[path = "sharding_statements/insert_select.rs"]
 mod insert_select;
 #[path = "sharding_statements/pipelines.rs"]
@@ -66,6 +68,7 @@ async fn statements_across_groups_answer_as_one_server() {
         pipelines::pipelines(&client, &url, &groups).await;
         writes::writes(&client, &groups).await;
         insert_select::insert_select(&client, &url, &groups).await;
+        copies::copies(&client, &url, &groups).await;
     })
     .await
     .expect("the test's time limit");

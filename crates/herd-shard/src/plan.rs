@@ -510,11 +510,22 @@ fn plan_by_conditions(
     }
 }
 
+/// Why the general path takes no write (`UPDATE … FROM`, `DELETE … USING`, subqueries,
+/// data-modifying WITH across groups): appended to such a refusal.
+const NO_GENERAL_WRITE: &str = "; a write whose rows span shard groups is not run \
+     through the general path: it would read them in one transaction (postgres_fdw's, one \
+     snapshot per group) and write them in others, which one server's single statement never \
+     does (a row changed in between would be written from a stale read) — run the read as a \
+     SELECT and write by key";
+
 /// A refusal for want of a construct: a SELECT takes the general path (group 0, over every
-/// group's rows), anything else is refused with `why`.
+/// group's rows), anything else is refused with `why` (and why the general path does not
+/// take it).
 fn general_if_read(facts: &KeyFacts, why: String) -> Plan {
     if facts.kind == StmtKind::Select && !facts.select_into && !facts.modifying_cte {
         Plan::General { why }
+    } else if matches!(facts.kind, StmtKind::Update | StmtKind::Delete) || facts.modifying_cte {
+        Plan::Refuse(format!("{why}{NO_GENERAL_WRITE}"))
     } else {
         Plan::Refuse(why)
     }

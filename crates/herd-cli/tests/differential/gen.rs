@@ -232,6 +232,8 @@ impl Gen {
             55..=61 => self.modifying_cte(),
             62..=68 => self.dml(),
             69..=75 => self.special(),
+            76..=78 => self.joined_write(),
+            79..=80 => self.moving_cte(),
             _ => self.edge(),
         }
     }

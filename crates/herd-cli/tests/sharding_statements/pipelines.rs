@@ -5,7 +5,9 @@
 //! implicit transaction outside a block (all or none, an error skipping to the Sync), the
 //! client's own block otherwise, a leading BEGIN and a trailing COMMIT in the pipeline —
 //! with the same rows after, and no prepared transaction left. What cannot run so (a
-//! savepoint between the statements) is refused with 0A000 before anything runs.
+//! savepoint between the statements) is refused with 0A000 before anything runs; a pipeline
+//! closed by Flush with no Sync outside a block is refused at once, and what the client sends
+//! next is discarded up to its Sync, as PostgreSQL does after an error.
 
 use herd_wire::encode;
 use tokio_postgres::Client;
@@ -230,6 +232,22 @@ pub async fn pipelines(client: &Client, url: &str, groups: &[String]) {
         "{got:?}"
     );
     assert_eq!(got.last().map(String::as_str), Some("ready I"), "{got:?}");
+    // Flushed with no Sync yet: the refusal comes at once (the client waits for it), and,
+    // as PostgreSQL after an error, what the client sends next is discarded up to its Sync,
+    // which alone is answered: the second pipeline's statements do not run.
+    let mut unsynced = flushed("acct");
+    unsynced.truncate(unsynced.len() - 5);
+    herd.send(&unsynced);
+    let refusal = herd.recv();
+    assert_eq!(refusal.tag, b'E', "{}", refusal.text());
+    assert_eq!(refusal.code().as_deref(), Some("0A000"));
+    herd.send(&pipeline(
+        "acct",
+        &[(take, &["1000", a]), (give, &["1000", b])],
+    ));
+    let got = read(&herd.until_ready());
+    assert_eq!(got, ["ready I"], "skipped up to the Sync");
+    same_rows(client, "flushed without a Sync, then skipped").await;
     // A failure inside the block leaves it failed until ROLLBACK, as one server does.
     same(&mut herd, &mut one, "begin", |_| {
         let mut q = Vec::new();

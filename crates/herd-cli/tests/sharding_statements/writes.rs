@@ -2,8 +2,9 @@
 //! with the same statements over the one-server copies: `UPDATE … FROM` a reference table,
 //! `DELETE … USING` a co-located table joined on the key (with RETURNING), and data-modifying
 //! `WITH` whose parts are all on one group by key. Refused with 0A000, nothing written: a join
-//! not on the key, and a data-modifying `WITH` whose parts are on different groups or on every
-//! group.
+//! not on the key (`UPDATE … FROM`, `DELETE … USING`, a subquery: the refusal says why the
+//! general path takes no write), and a data-modifying `WITH` whose parts are on different
+//! groups or on every group.
 
 use tokio_postgres::Client;
 
@@ -88,7 +89,16 @@ pub async fn writes(client: &Client, groups: &[String]) {
         ),
     )
     .await;
-    // Not on the key: refused, nothing written.
+    // Not on the key (joined rows on several groups): refused, saying why the general path
+    // takes no write; nothing written.
+    for shape in [
+        "update ORDERS set o_comment = 'no' from LINEITEM where l_linenumber = o_orderkey",
+        "delete from ORDERS using LINEITEM where l_quantity = o_nationkey and l_linenumber = 2",
+        "update ORDERS set o_comment = 'no' where o_orderkey in \
+         (select l_linenumber from LINEITEM)",
+    ] {
+        refused_0a000(client, shape, "not run through the general path").await;
+    }
     refused_0a000(
         client,
         "update ORDERS set o_comment = 'no' from LINEITEM where l_linenumber = o_orderkey",
@@ -143,6 +153,14 @@ pub async fn writes(client: &Client, groups: &[String]) {
              o_comment from d"
         ),
         "one shard group",
+    )
+    .await;
+    // Rows moved between tables across groups (the brief's shape): refused.
+    refused_0a000(
+        client,
+        "with moved as (delete from LINEITEM where l_quantity = 6 returning *) \
+         insert into ORDERS select l_orderkey + 5000, 0, 0, 0, l_comment from moved",
+        "data-modifying WITH",
     )
     .await;
     same_tables(client, "refused data-modifying WITH").await;

@@ -81,6 +81,9 @@ pub struct Tracker {
     /// The server is in COPY FROM STDIN (it sent CopyInResponse) until the client's CopyDone
     /// or CopyFail: PostgreSQL ignores a `Sync` meanwhile, so none is expected to be answered.
     copy_in: bool,
+    /// That COPY was started by an extended-protocol Execute: after the client's CopyDone or
+    /// CopyFail the server answers nothing more until the client's next `Sync`.
+    copy_extended: bool,
     /// Client requests still to come whose answers the client already has (a unit run again,
     /// see [`Tracker::given`]), and whether the first after them is a `Describe` of a statement
     /// whose `ParameterDescription` it has too.
@@ -241,7 +244,8 @@ impl Tracker {
     /// Bind, Execute, Sync) are answered by nobody; the one after CopyDone is.
     fn enter_copy_in(&mut self) {
         self.copy_in = true;
-        if self.queue.front().map(|p| p.expect) == Some(Expect::Execute) {
+        self.copy_extended = self.queue.front().map(|p| p.expect) == Some(Expect::Execute);
+        if self.copy_extended {
             while self.queue.get(1).map(|p| p.expect) == Some(Expect::Sync) {
                 self.queue.remove(1);
             }
@@ -253,9 +257,16 @@ impl Tracker {
         self.copy_in
     }
 
+    /// The COPY under way was started by an extended-protocol Execute: its CopyDone or
+    /// CopyFail leaves the batch open until the client's next `Sync`.
+    pub fn copy_owes_sync(&self) -> bool {
+        self.copy_in && self.copy_extended
+    }
+
     /// The client's CopyDone or CopyFail was sent: `Sync`s count again.
     pub fn copy_ended(&mut self) {
         self.copy_in = false;
+        self.copy_extended = false;
     }
 
     /// No answers outstanding: the server is between messages.
@@ -426,6 +437,7 @@ impl Tracker {
         }
         self.skipping = false;
         self.copy_in = false;
+        self.copy_extended = false;
         self.seen_parameter_description = false;
         d.forward = !swallow;
         if d.forward {

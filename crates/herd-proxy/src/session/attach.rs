@@ -505,6 +505,15 @@ impl Session {
             open = match frame.tag {
                 tag::SYNC | tag::QUERY | tag::FUNCTION_CALL => false,
                 tag::FLUSH => open,
+                // A COPY's rows continue the statement that started it. Its end closes a
+                // simple query's COPY (ReadyForQuery follows), while an extended-protocol
+                // COPY's server answers nothing until the client's next Sync, which must go
+                // on to it. (Counting every copy message as opening a batch made the next
+                // unit of a transaction skip `transaction_boundary`: a COMMIT after a psql
+                // COPY in a transaction spanning groups was refused on one part, and the
+                // session left failed.)
+                tag::COPY_DATA => open,
+                tag::COPY_DONE | tag::COPY_FAIL => t.att.tracker.copy_owes_sync(),
                 _ => true,
             };
             // The last message the client has sent so far, with its batch still open.
@@ -570,6 +579,10 @@ impl Session {
             // Inside a transaction the proxy began for the client, the error fails it.
             let status = if self.in_transaction() { b'E' } else { b'I' };
             encode::ready_for_query(&mut out, status)?;
+        } else if self.attached.is_none() && lone_message(unit) != Some(tag::FLUSH) {
+            // Closed by Flush: the client goes on sending before its Sync, and PostgreSQL
+            // would discard all of it after an error (a server attached does so itself).
+            self.skip_to_sync = true;
         }
         self.out.buf.extend_from_slice(&out);
         Ok(())

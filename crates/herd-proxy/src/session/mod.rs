@@ -166,6 +166,10 @@ pub struct Session {
     /// That transaction failed (a statement was refused before any server saw it): as in
     /// PostgreSQL, everything but its end fails with 25P02, and COMMIT rolls it back.
     pending_failed: bool,
+    /// An extended-protocol unit closed by Flush (not Sync) was refused with no server
+    /// attached: as PostgreSQL after an error, the client's messages are discarded up to its
+    /// next Sync, which gets ReadyForQuery (`place_now.rs`).
+    skip_to_sync: bool,
     /// The key this client proved at login (for new server connections).
     creds: Option<Arc<crate::pool::Credentials>>,
     /// The other groups' parts of a transaction that spans shard groups: servers idle in
@@ -288,6 +292,7 @@ pub async fn serve_client(tcp: TcpStream, ctx: Arc<ProxyContext>) {
         names_dirty: false,
         pending_begin: None,
         pending_failed: false,
+        skip_to_sync: false,
         pools: Vec::new(),
         routed: Vec::new(),
         primary_watch: None,

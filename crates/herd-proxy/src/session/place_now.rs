@@ -69,6 +69,9 @@ impl Session {
     /// Places `unit` (complete, arrived while detached) when nothing needs waiting.
     pub(super) fn place_now(&mut self, unit: Bytes) -> Result<Placed, ProxyError> {
         let only = lone_message(&unit);
+        if self.skip_to_sync {
+            return self.skip_unit(&unit).map(Placed::Done);
+        }
         if only == Some(tag::TERMINATE) && self.parked.is_empty() {
             // The client leaves between transactions (every transaction of a client that
             // connects per transaction ends so): nothing to place, and the general path's
@@ -194,5 +197,26 @@ impl Session {
         }
         lease.conn.reported.clear();
         Some(lease)
+    }
+
+    /// A unit after a refused one closed by Flush: discarded up to and including its Sync,
+    /// which gets ReadyForQuery (failed inside a transaction), as PostgreSQL skips messages
+    /// after an extended-protocol error. `Ok(false)`: the client said Terminate.
+    fn skip_unit(&mut self, unit: &[u8]) -> Result<bool, ProxyError> {
+        let mut rest = unit;
+        while let Some((frame, used)) = herd_wire::split_frame(rest, usize::MAX)? {
+            rest = &rest[used..];
+            match frame.tag {
+                tag::TERMINATE => return Ok(false),
+                tag::SYNC => {
+                    self.skip_to_sync = false;
+                    let status = if self.in_transaction() { b'E' } else { b'I' };
+                    herd_wire::encode::ready_for_query(&mut self.out.buf, status)?;
+                    return Ok(true);
+                }
+                _ => {}
+            }
+        }
+        Ok(true)
     }
 }

@@ -94,6 +94,19 @@ fn reads_lacking_a_construct_take_the_general_path_and_writes_do_not() {
             run(sql, &[])
         );
     }
+    // UPDATE … FROM / DELETE … USING not on the keys: the refusal says why the general path
+    // does not take a write.
+    for sql in [
+        "update orders set n = i.n from items i where i.v = orders.v",
+        "delete from orders using items i where i.v = orders.v",
+        "update orders set n = 1 where customer_id in (select customer_id from orders where v = 'x')",
+    ] {
+        assert!(
+            refused(&run(sql, &[]), "not run through the general path"),
+            "{sql}: {:?}",
+            run(sql, &[])
+        );
+    }
 }
 
 #[test]

@@ -345,7 +345,12 @@ fn copy_in_through_the_extended_protocol() {
     assert!(t.in_copy());
     // A Sync the client sends during the copy is ignored by the server too.
     assert!(!t.sent(Expect::Sync, false, None));
+    assert!(
+        t.copy_owes_sync(),
+        "its end leaves the batch open until a Sync"
+    );
     t.copy_ended();
+    assert!(!t.copy_owes_sync());
     assert!(!t.in_copy());
     t.sent(Expect::Sync, false, None);
     t.on_server_message(&msg(b'C'), &mut out);
@@ -356,6 +361,7 @@ fn copy_in_through_the_extended_protocol() {
     // A simple query's COPY: no Sync involved, the Query is answered up to ReadyForQuery.
     t.sent(Expect::Query, false, None);
     t.on_server_message(&msg(b'G'), &mut out);
+    assert!(!t.copy_owes_sync(), "ReadyForQuery follows its end");
     t.copy_ended();
     t.on_server_message(&msg(b'C'), &mut out);
     t.on_server_message(&rfq(b'I'), &mut out);
