@@ -10,8 +10,10 @@
 //! transfers run through it, then restarted. Checks: the bank's total never changes, every
 //! acknowledged row is present exactly once, no prepared transaction stays on any group (the
 //! agents' coordinator resolves what the killed proxy left), and no probe instant sees two
-//! writable nodes in one group (each node probed from inside its host). Needs root (`ip
-//! netns`), as CI has. Not covered yet: the coordinator killed during a shard move.
+//! writable nodes in one group (each node probed from inside its host). Last, a table is
+//! distributed through one proxy while writes run through both: the other proxy's rows land by
+//! the new map. Needs root (`ip netns`), as CI has. Not covered yet: the coordinator killed
+//! during a shard move.
 
 mod common;
 
@@ -425,6 +427,43 @@ async fn sharded_cluster_over_hosts_survives_host_loss_cuts_and_proxy_kills() {
     wait_progress(&s, &record, "after a proxy was killed").await;
     s.start_proxy(1);
     wait_progress(&s, &record, "after the proxy came back").await;
+
+    // 4. A shard map change through one proxy while writes run through both: the other one
+    //    holds (acknowledged in its registration) and then routes by the new map.
+    let changer = common::connect(&s.proxy_url(1)).await;
+    changer
+        .batch_execute("create table late (id bigint primary key)")
+        .await
+        .expect("create late");
+    let began = Instant::now();
+    changer
+        .simple_query("select herd.create_distributed_table('late', 'id')")
+        .await
+        .expect("a map change with writes running through both proxies");
+    eprintln!(
+        "table distributed under load with two proxies: {} ms",
+        began.elapsed().as_millis()
+    );
+    let values: Vec<String> = (1..=40).map(|i| format!("({i})")).collect();
+    common::connect(&s.proxy_url(0))
+        .await
+        .batch_execute(&format!("insert into late values {}", values.join(", ")))
+        .await
+        .expect("rows through the other proxy");
+    for g in 0..GROUPS {
+        let k = s.wait_primary(g, None, Duration::from_secs(30));
+        let n: i64 = common::connect(&s.node_url(k))
+            .await
+            .query_one("select count(*) from late", &[])
+            .await
+            .expect("late on a group")
+            .get(0);
+        assert!(
+            n > 0 && n < 40,
+            "group {g} holds {n} of the 40 rows the other proxy wrote after the change"
+        );
+    }
+    wait_progress(&s, &record, "after the map change").await;
 
     stop.store(true, Ordering::SeqCst);
     for t in threads {
