@@ -71,6 +71,7 @@ impl Node {
             password: self.secrets.superuser.clone(),
             dbname: "postgres".into(),
             timeout: Duration::from_secs(2),
+            tls: self.tls.as_ref().map(|t| t.client.clone()),
         }
     }
 

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use herd_core::{Lsn, SyncState};
-use tokio_postgres::{Client, NoTls, Statement};
+use tokio_postgres::{Client, Statement};
 
 use crate::PgError;
 
@@ -22,6 +22,9 @@ pub struct ConnSpec {
     pub dbname: String,
     /// Bound on connecting and on each probe.
     pub timeout: Duration,
+    /// TLS to the server (`None`: plain TCP); with it a server that declines TLS or whose
+    /// certificate does not verify is an error, never a plain connection.
+    pub tls: Option<crate::ClientTls>,
 }
 
 impl std::fmt::Debug for ConnSpec {
@@ -50,19 +53,14 @@ async fn connect_as(spec: &ConnSpec, application_name: &str) -> Result<Client, P
         .dbname(&spec.dbname)
         .application_name(application_name)
         .connect_timeout(spec.timeout);
-    let connecting = config.connect(NoTls);
-    let (client, connection) = tokio::time::timeout(spec.timeout, connecting)
+    let connecting = crate::connect_config(&mut config, spec.tls.as_ref());
+    tokio::time::timeout(spec.timeout, connecting)
         .await
         .map_err(|_| PgError::Timeout(format!("connecting to {spec:?} timed out")))?
         .map_err(|source| PgError::Sql {
             context: format!("connecting to {spec:?}"),
             source,
-        })?;
-    tokio::spawn(async move {
-        // Ends when the client is dropped or the server goes away; either is not an error here.
-        let _ = connection.await;
-    });
-    Ok(client)
+        })
 }
 
 /// What a server said about itself.
@@ -259,7 +257,8 @@ impl Prober {
             && self.spec.port == spec.port
             && self.spec.user == spec.user
             && self.spec.password == spec.password
-            && self.spec.dbname == spec.dbname;
+            && self.spec.dbname == spec.dbname
+            && self.spec.tls.as_ref().map(|t| t.mode()) == spec.tls.as_ref().map(|t| t.mode());
         if !same {
             self.client = None;
         }
