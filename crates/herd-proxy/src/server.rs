@@ -12,8 +12,10 @@ use herd_wire::{encode, split_frame};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpStream, UnixStream};
 
+use crate::tls_stream::TlsSocket;
 use crate::topology::Endpoint;
 use crate::ProxyError;
+use herd_pg::ClientTls;
 
 /// Largest message accepted from a server (PostgreSQL's own limit is 1 GiB).
 const MAX_SERVER_MESSAGE: usize = 1 << 30;
@@ -40,14 +42,71 @@ fn bound_dead_links(s: &TcpStream) -> std::io::Result<()> {
 }
 
 /// The socket to a server: its Unix-domain socket when it runs on this host (pgbench -S
-/// measured 16–31 % more transactions per second over it than over TCP loopback), TCP otherwise.
+/// measured 16–31 % more transactions per second over it than over TCP loopback), TCP otherwise,
+/// TLS over TCP when `[proxy] server_tls` asks for it.
 #[derive(Debug)]
 enum ServerStream {
     Tcp(TcpStream),
     Unix(UnixStream),
+    Tls(Box<TlsSocket>),
 }
 
+/// Why a server connection could not be opened.
+#[derive(Debug)]
+enum Opening {
+    /// The socket: refused, unreachable.
+    Io(std::io::Error),
+    /// TLS: the server declined it, or its certificate did not verify.
+    Tls(String),
+}
+
+impl From<std::io::Error> for Opening {
+    fn from(e: std::io::Error) -> Self {
+        Opening::Io(e)
+    }
+}
+
+/// PostgreSQL's SSLRequest: length 8, code 80877103.
+const SSL_REQUEST: [u8; 8] = [0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f];
+
 impl ServerStream {
+    /// [`ServerStream::connect`], then TLS when `tls` is given: an SSLRequest, the server's
+    /// `S`, the handshake. A server that answers `N` or whose certificate does not verify is an
+    /// error, never a plain connection. A Unix socket (this host's server, `herd up`) stays
+    /// plain: it never leaves the host.
+    async fn open(ep: &Endpoint, tls: Option<&ClientTls>) -> Result<ServerStream, Opening> {
+        let stream = ServerStream::connect(ep).await?;
+        let (tls, mut tcp) = match (tls, stream) {
+            (Some(tls), ServerStream::Tcp(tcp)) => (tls, tcp),
+            (_, stream) => return Ok(stream),
+        };
+        tcp.write_all(&SSL_REQUEST).await?;
+        let mut answer = [0u8; 1];
+        tcp.read_exact(&mut answer).await?;
+        match answer[0] {
+            b'S' => {}
+            b'N' => {
+                return Err(Opening::Tls(
+                    "the server does not serve TLS (ssl = off: is the cluster's CA on its host?)"
+                        .into(),
+                ))
+            }
+            other => {
+                return Err(Opening::Tls(format!(
+                    "the server answered the SSLRequest with {other:#04x}"
+                )))
+            }
+        }
+        let conn = tls.connection(&ep.host).map_err(Opening::Tls)?;
+        let t = TlsSocket::handshake(tcp, rustls::Connection::Client(conn))
+            .await
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::InvalidData => Opening::Tls(e.to_string()),
+                _ => Opening::Io(e),
+            })?;
+        Ok(ServerStream::Tls(Box::new(t)))
+    }
+
     /// Connects to `ep`'s socket when it has one that accepts, else over TCP: a server adopted
     /// from before Herd gave it a socket, or one whose socket is gone, is still reachable.
     async fn connect(ep: &Endpoint) -> std::io::Result<ServerStream> {
@@ -71,6 +130,7 @@ impl ServerStream {
         match self {
             ServerStream::Tcp(s) => s.write_all(bytes).await,
             ServerStream::Unix(s) => s.write_all(bytes).await,
+            ServerStream::Tls(t) => t.write_all(bytes).await,
         }
     }
 
@@ -78,27 +138,40 @@ impl ServerStream {
         match self {
             ServerStream::Tcp(s) => s.read_buf(buf).await,
             ServerStream::Unix(s) => s.read_buf(buf).await,
+            ServerStream::Tls(t) => t.read_buf(buf).await,
         }
     }
 
+    /// A raw read of the socket (for TLS: of the encrypted stream), only to tell whether an
+    /// idle connection was closed or sent something: either makes it unusable.
     fn try_read(&self, buf: &mut [u8]) -> std::io::Result<usize> {
         match self {
             ServerStream::Tcp(s) => s.try_read(buf),
             ServerStream::Unix(s) => s.try_read(buf),
+            ServerStream::Tls(t) => t.tcp().try_read(buf),
         }
     }
 
-    fn try_read_buf(&self, buf: &mut BytesMut) -> std::io::Result<usize> {
+    fn try_read_buf(&mut self, buf: &mut BytesMut) -> std::io::Result<usize> {
         match self {
             ServerStream::Tcp(s) => crate::drained::read_drained(s, buf),
             ServerStream::Unix(s) => crate::drained::read_drained(s, buf),
+            ServerStream::Tls(t) => t.try_read_buf(buf),
         }
     }
 
-    fn try_write(&self, buf: &[u8]) -> std::io::Result<usize> {
+    fn try_write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         match self {
             ServerStream::Tcp(s) => s.try_write(buf),
             ServerStream::Unix(s) => s.try_write(buf),
+            ServerStream::Tls(t) => t.try_write(buf),
+        }
+    }
+
+    fn has_backlog(&self) -> bool {
+        match self {
+            ServerStream::Tls(t) => t.has_backlog(),
+            _ => false,
         }
     }
 
@@ -106,6 +179,7 @@ impl ServerStream {
         match self {
             ServerStream::Tcp(s) => s.poll_read_ready(cx),
             ServerStream::Unix(s) => s.poll_read_ready(cx),
+            ServerStream::Tls(t) => t.poll_readable(cx),
         }
     }
 
@@ -113,6 +187,7 @@ impl ServerStream {
         match self {
             ServerStream::Tcp(s) => s.poll_write_ready(cx),
             ServerStream::Unix(s) => s.poll_write_ready(cx),
+            ServerStream::Tls(t) => t.poll_writable(cx),
         }
     }
 }
@@ -167,6 +242,7 @@ impl std::fmt::Debug for ServerConn {
 impl ServerConn {
     /// Connects to `ep` as `user` on `database`, proving the user's identity with the SCRAM
     /// `ClientKey` recovered when the client logged in to the proxy (no password is stored).
+    /// Over TLS when `tls` is given.
     pub async fn connect(
         ep: &Endpoint,
         user: &str,
@@ -174,6 +250,7 @@ impl ServerConn {
         key: &ClientKey,
         verifier: &Verifier,
         timeout: Duration,
+        tls: Option<&ClientTls>,
     ) -> Result<ServerConn, ProxyError> {
         Self::connect_with(
             ep,
@@ -181,6 +258,7 @@ impl ServerConn {
             key,
             verifier,
             timeout,
+            tls,
         )
         .await
     }
@@ -193,12 +271,18 @@ impl ServerConn {
         key: &ClientKey,
         verifier: &Verifier,
         timeout: Duration,
+        tls: Option<&ClientTls>,
     ) -> Result<ServerConn, ProxyError> {
         let what = format!("connecting to {} ({}:{})", ep.name, ep.host, ep.port);
-        let stream = tokio::time::timeout(timeout, ServerStream::connect(ep))
+        let stream = tokio::time::timeout(timeout, ServerStream::open(ep, tls))
             .await
             .map_err(|_| ProxyError::Unavailable(format!("{what}: timed out")))?
-            .map_err(|e| ProxyError::io(what.clone(), e))?;
+            .map_err(|e| match e {
+                Opening::Io(e) => ProxyError::io(what.clone(), e),
+                Opening::Tls(cause) => {
+                    ProxyError::ServerTls(crate::error::server_tls_failure(ep, &cause))
+                }
+            })?;
         let mut conn = ServerConn {
             stream,
             rbuf: BytesMut::with_capacity(16 * 1024),
@@ -316,6 +400,17 @@ impl ServerConn {
         self.stream
             .poll_readable(cx)
             .map_err(|e| ProxyError::io(format!("reading from {}", self.endpoint.name), e))
+    }
+
+    /// Encrypted bytes wait for the socket (TLS only): the relay waits for it to be writable
+    /// and calls [`ServerConn::try_send`] (with nothing new, it only flushes).
+    pub fn has_backlog(&self) -> bool {
+        self.stream.has_backlog()
+    }
+
+    /// Whether the connection is encrypted.
+    pub fn is_tls(&self) -> bool {
+        matches!(self.stream, ServerStream::Tls(_))
     }
 
     /// Ready once the server socket may be written.
