@@ -133,6 +133,44 @@ async fn replication_runs_over_verified_tls_and_a_stranger_cannot_join() {
         .batch_execute("create table t (x int); insert into t values (1)")
         .await
         .expect("a write through the proxy");
+    // The proxy's pooled connection serving this session runs over TLS (the server's view of
+    // its own backend), and so do the proxy's monitoring sessions and the agents' probes.
+    let proxied_ssl = through
+        .query_one(
+            "select ssl from pg_stat_ssl where pid = pg_backend_pid()",
+            &[],
+        )
+        .await
+        .expect("pg_stat_ssl through the proxy");
+    assert!(
+        proxied_ssl.get::<_, bool>(0),
+        "a proxied session reached the server without TLS"
+    );
+    let own = "select application_name, bool_and(ssl), count(*) \
+               from pg_stat_ssl join pg_stat_activity using (pid) \
+               where application_name in ('herd-probe', 'herd-proxy-monitor') \
+               group by 1 order by 1";
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let sessions = loop {
+        let rows = client.query(own, &[]).await.expect("pg_stat_activity");
+        let seen: Vec<(String, bool, i64)> = rows
+            .iter()
+            .map(|r| (r.get(0), r.get(1), r.get(2)))
+            .collect();
+        if seen.len() == 2 || Instant::now() > deadline {
+            break seen;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    eprintln!("Herd's own sessions on the primary (name, all over TLS, count): {sessions:?}");
+    assert_eq!(
+        sessions
+            .iter()
+            .map(|s| (s.0.as_str(), s.1))
+            .collect::<Vec<_>>(),
+        [("herd-probe", true), ("herd-proxy-monitor", true)],
+        "{sessions:?}"
+    );
 
     // A change of primary over TLS (before the stranger below joins: a member that never
     // streams still enters the recorded sync set, and once it is gone failover waits for it):
@@ -247,6 +285,7 @@ async fn replication_runs_over_verified_tls_and_a_stranger_cannot_join() {
         !stranger.join("pgdata/PG_VERSION").exists(),
         "a member of another CA cloned the primary"
     );
+    a_proxy_of_another_ca_refuses_the_servers(&hosts, &other).await;
 
     // The CA's certificate without its key and no issued certificate: a clear refusal.
     let keyless = hosts.dir.path().join("h4");
@@ -264,6 +303,67 @@ async fn replication_runs_over_verified_tls_and_a_stranger_cannot_join() {
     assert!(
         said.contains("herd certs issue h4 --host 127.0.0.1"),
         "{said}"
+    );
+}
+
+/// A proxy whose secrets carry another cluster's CA: the servers' certificates do not verify,
+/// so it never talks to them in plain, and a client is told why (SQLSTATE 08001, the node and
+/// rustls's reason).
+async fn a_proxy_of_another_ca_refuses_the_servers(hosts: &Hosts, other: &std::path::Path) {
+    let dir = hosts.dir.path().join("proxy-other-ca");
+    copy_dir(
+        &hosts.dir.path().join("proxy/secrets"),
+        &dir.join("secrets"),
+    );
+    std::fs::copy(other.join("secrets/ca.crt"), dir.join("secrets/ca.crt")).expect("the other CA");
+    let port = herd_testkit::free_port_block(1);
+    let log_path = hosts.dir.path().join("proxy-other-ca.log");
+    let log = std::fs::File::create(&log_path).expect("log");
+    let child = Command::new(HERD)
+        .args(["proxy", "--dcs", &hosts.dcs(), "--cluster", &hosts.cluster])
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .arg("--data-dir")
+        .arg(&dir)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().expect("log"))
+        .stderr(log)
+        .spawn()
+        .expect("starting the proxy of another CA");
+    let url = format!(
+        "postgresql://postgres:{}@127.0.0.1:{port}/postgres?connect_timeout=5",
+        hosts.password()
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut last = String::new();
+    let refusal = loop {
+        match tokio_postgres::connect(&url, tokio_postgres::NoTls).await {
+            Ok((c, conn)) => {
+                tokio::spawn(conn);
+                match c.simple_query("select 1").await {
+                    Ok(_) => last = "served a query".into(),
+                    Err(e) => last = format!("{e:?}"),
+                }
+            }
+            Err(e) => match e.as_db_error() {
+                Some(db) if db.code().code() == "08001" => break db.message().to_string(),
+                _ => last = format!("{e:?}"),
+            },
+        }
+        if Instant::now() > deadline {
+            break String::new();
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    stop(child);
+    let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+    assert!(
+        !refusal.is_empty(),
+        "no 08001 from a proxy of another CA within 30 s (last: {last})\n{log}"
+    );
+    eprintln!("a proxy of another CA says: {refusal}");
+    assert!(
+        refusal.contains("TLS to node h") && refusal.contains("invalid peer certificate"),
+        "{refusal}"
     );
 }
 
