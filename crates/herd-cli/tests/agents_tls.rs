@@ -146,6 +146,18 @@ async fn replication_runs_over_verified_tls_and_a_stranger_cannot_join() {
         proxied_ssl.get::<_, bool>(0),
         "a proxied session reached the server without TLS"
     );
+    // Messages larger than the sockets' buffers both ways over the proxy's TLS to the server
+    // (its writes then wait with encrypted bytes held back, its reads span many records).
+    let big = "x".repeat(8 << 20);
+    through
+        .execute("insert into t values (length($1::text))", &[&big])
+        .await
+        .expect("8 MiB to the server over TLS");
+    let back = through
+        .query_one("select repeat('y', 8 << 20)", &[])
+        .await
+        .expect("8 MiB from the server over TLS");
+    assert_eq!(back.get::<_, String>(0).len(), 8 << 20);
     let own = "select application_name, bool_and(ssl), count(*) \
                from pg_stat_ssl join pg_stat_activity using (pid) \
                where application_name in ('herd-probe', 'herd-proxy-monitor') \
@@ -210,10 +222,11 @@ async fn replication_runs_over_verified_tls_and_a_stranger_cannot_join() {
         seen = (row.get::<_, i64>(0), row.get::<_, i64>(1));
     }
     let rows = client
-        .query("select x from t", &[])
+        .query("select x from t order by x", &[])
         .await
-        .expect("the row written before");
-    assert_eq!(rows.len(), 1);
+        .expect("the rows written before");
+    let xs: Vec<i32> = rows.iter().map(|r| r.get(0)).collect();
+    assert_eq!(xs, [1, 8 << 20]);
     let rejoin = std::fs::read_to_string(hosts.dir.path().join(format!("h{primary}.log")))
         .unwrap_or_default();
     for line in rejoin
@@ -429,6 +442,22 @@ async fn across_namespaces_replication_takes_tls_with_a_cluster_certificate_only
             "{name}'s certificate: {seen:?}"
         );
     }
+    // The proxy (this process's namespace) reaches the primary at its own address over TLS,
+    // the certificate verified for that address.
+    let through = common::try_connect(&hosts.proxy_url())
+        .await
+        .expect("the proxy serves");
+    let row = through
+        .query_one(
+            "select ssl, host(client_addr) from pg_stat_ssl join pg_stat_activity using (pid) \
+             where pid = pg_backend_pid()",
+            &[],
+        )
+        .await
+        .expect("pg_stat_ssl through the proxy");
+    let (ssl, from): (bool, String) = (row.get(0), row.get(1));
+    eprintln!("a proxied session: ssl {ssl}, from {from}");
+    assert!(ssl && !from.starts_with("127."), "ssl {ssl}, from {from}");
 
     let at = format!(
         "host={} port={} user=replicator replication=true",
