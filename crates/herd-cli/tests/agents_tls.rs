@@ -458,6 +458,43 @@ async fn across_namespaces_replication_takes_tls_with_a_cluster_certificate_only
     let (ssl, from): (bool, String) = (row.get(0), row.get(1));
     eprintln!("a proxied session: ssl {ssl}, from {from}");
     assert!(ssl && !from.starts_with("127."), "ssl {ssl}, from {from}");
+    // Other roles than the superuser take TLS from other hosts (`hostssl`): an application's
+    // role is refused in plain straight to the server, and served through the proxy.
+    client
+        .batch_execute("create role app login password 'app-secret'")
+        .await
+        .expect("create role");
+    let plain = tokio_postgres::connect(
+        &format!(
+            "host={} port={} user=app password=app-secret dbname=postgres connect_timeout=5",
+            hosts.pg_host(primary),
+            hosts.pg_port(primary)
+        ),
+        tokio_postgres::NoTls,
+    )
+    .await;
+    let refused = match plain {
+        Ok(_) => panic!("an application role logged in without TLS from another host"),
+        Err(e) => format!("{e:?}"),
+    };
+    assert!(refused.contains("no encryption"), "{refused}");
+    let app = common::try_connect(&format!(
+        "postgresql://app:app-secret@127.0.0.1:{}/postgres?connect_timeout=5",
+        hosts.proxy_port()
+    ))
+    .await
+    .expect("the application's role through the proxy");
+    let row = app
+        .query_one(
+            "select ssl from pg_stat_ssl where pid = pg_backend_pid()",
+            &[],
+        )
+        .await
+        .expect("pg_stat_ssl as app");
+    assert!(
+        row.get::<_, bool>(0),
+        "the app's pooled session is not over TLS"
+    );
 
     let at = format!(
         "host={} port={} user=replicator replication=true",
