@@ -23,6 +23,7 @@ pub mod restore_point;
 mod roles;
 pub mod router;
 pub mod server;
+mod server_stream;
 pub mod session;
 pub mod shards;
 pub mod tls;

@@ -9,10 +9,9 @@ use bytes::BytesMut;
 use herd_scram::{ClientExchange, ClientKey, Verifier};
 use herd_wire::backend::{Authentication, BackendKeyData, DataRow, ErrorFields, ParameterStatus};
 use herd_wire::{encode, split_frame};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpStream, UnixStream};
 
-use crate::tls_stream::TlsSocket;
+pub use crate::server_stream::SERVER_USER_TIMEOUT;
+use crate::server_stream::{Opening, ServerStream};
 use crate::topology::Endpoint;
 use crate::ProxyError;
 use herd_pg::ClientTls;
@@ -21,176 +20,6 @@ use herd_pg::ClientTls;
 const MAX_SERVER_MESSAGE: usize = 1 << 30;
 /// Statements kept prepared per server connection before the oldest is closed.
 pub const PREPARED_CAPACITY: usize = 256;
-
-/// How long data sent to a server may stay unacknowledged before the connection is dropped.
-pub const SERVER_USER_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Bounds how long a pooled server connection outlives a dead link (a cut network sends no
-/// reset): keep-alives probe it after 5 s idle, every 2 s, 3 times, and TCP_USER_TIMEOUT drops
-/// it when sent data stays unacknowledged for [`SERVER_USER_TIMEOUT`]. Otherwise a connection
-/// that lived through a cut waits out TCP's retransmission back-off after the link heals
-/// (retries doubling from 0.2 s: ~13 s after a 12 s cut), and the client's statement with it.
-/// The servers do the same on their side (`herd_pg::render_server_conf`).
-fn bound_dead_links(s: &TcpStream) -> std::io::Result<()> {
-    let sock = socket2::SockRef::from(s);
-    let keepalive = socket2::TcpKeepalive::new()
-        .with_time(Duration::from_secs(5))
-        .with_interval(Duration::from_secs(2))
-        .with_retries(3);
-    sock.set_tcp_keepalive(&keepalive)?;
-    sock.set_tcp_user_timeout(Some(SERVER_USER_TIMEOUT))
-}
-
-/// The socket to a server: its Unix-domain socket when it runs on this host (pgbench -S
-/// measured 16–31 % more transactions per second over it than over TCP loopback), TCP otherwise,
-/// TLS over TCP when `[proxy] server_tls` asks for it.
-#[derive(Debug)]
-enum ServerStream {
-    Tcp(TcpStream),
-    Unix(UnixStream),
-    Tls(Box<TlsSocket>),
-}
-
-/// Why a server connection could not be opened.
-#[derive(Debug)]
-enum Opening {
-    /// The socket: refused, unreachable.
-    Io(std::io::Error),
-    /// TLS: the server declined it, or its certificate did not verify.
-    Tls(String),
-}
-
-impl From<std::io::Error> for Opening {
-    fn from(e: std::io::Error) -> Self {
-        Opening::Io(e)
-    }
-}
-
-/// PostgreSQL's SSLRequest: length 8, code 80877103.
-const SSL_REQUEST: [u8; 8] = [0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f];
-
-impl ServerStream {
-    /// [`ServerStream::connect`], then TLS when `tls` is given: an SSLRequest, the server's
-    /// `S`, the handshake. A server that answers `N` or whose certificate does not verify is an
-    /// error, never a plain connection. A Unix socket (this host's server, `herd up`) stays
-    /// plain: it never leaves the host.
-    async fn open(ep: &Endpoint, tls: Option<&ClientTls>) -> Result<ServerStream, Opening> {
-        let stream = ServerStream::connect(ep).await?;
-        let (tls, mut tcp) = match (tls, stream) {
-            (Some(tls), ServerStream::Tcp(tcp)) => (tls, tcp),
-            (_, stream) => return Ok(stream),
-        };
-        tcp.write_all(&SSL_REQUEST).await?;
-        let mut answer = [0u8; 1];
-        tcp.read_exact(&mut answer).await?;
-        match answer[0] {
-            b'S' => {}
-            b'N' => {
-                return Err(Opening::Tls(
-                    "the server does not serve TLS (ssl = off: is the cluster's CA on its host?)"
-                        .into(),
-                ))
-            }
-            other => {
-                return Err(Opening::Tls(format!(
-                    "the server answered the SSLRequest with {other:#04x}"
-                )))
-            }
-        }
-        let conn = tls.connection(&ep.host).map_err(Opening::Tls)?;
-        let t = TlsSocket::handshake(tcp, rustls::Connection::Client(conn))
-            .await
-            .map_err(|e| match e.kind() {
-                std::io::ErrorKind::InvalidData => Opening::Tls(e.to_string()),
-                _ => Opening::Io(e),
-            })?;
-        Ok(ServerStream::Tls(Box::new(t)))
-    }
-
-    /// Connects to `ep`'s socket when it has one that accepts, else over TCP: a server adopted
-    /// from before Herd gave it a socket, or one whose socket is gone, is still reachable.
-    async fn connect(ep: &Endpoint) -> std::io::Result<ServerStream> {
-        if let Some(path) = &ep.socket {
-            match UnixStream::connect(path).await {
-                Ok(s) => return Ok(ServerStream::Unix(s)),
-                Err(e) => tracing::debug!(
-                    node = %ep.name,
-                    "socket {} refused ({e}); using TCP",
-                    path.display()
-                ),
-            }
-        }
-        let s = TcpStream::connect((ep.host.as_str(), ep.port)).await?;
-        s.set_nodelay(true)?;
-        bound_dead_links(&s)?;
-        Ok(ServerStream::Tcp(s))
-    }
-
-    async fn write_all(&mut self, bytes: &[u8]) -> std::io::Result<()> {
-        match self {
-            ServerStream::Tcp(s) => s.write_all(bytes).await,
-            ServerStream::Unix(s) => s.write_all(bytes).await,
-            ServerStream::Tls(t) => t.write_all(bytes).await,
-        }
-    }
-
-    async fn read_buf(&mut self, buf: &mut BytesMut) -> std::io::Result<usize> {
-        match self {
-            ServerStream::Tcp(s) => s.read_buf(buf).await,
-            ServerStream::Unix(s) => s.read_buf(buf).await,
-            ServerStream::Tls(t) => t.read_buf(buf).await,
-        }
-    }
-
-    /// A raw read of the socket (for TLS: of the encrypted stream), only to tell whether an
-    /// idle connection was closed or sent something: either makes it unusable.
-    fn try_read(&self, buf: &mut [u8]) -> std::io::Result<usize> {
-        match self {
-            ServerStream::Tcp(s) => s.try_read(buf),
-            ServerStream::Unix(s) => s.try_read(buf),
-            ServerStream::Tls(t) => t.tcp().try_read(buf),
-        }
-    }
-
-    fn try_read_buf(&mut self, buf: &mut BytesMut) -> std::io::Result<usize> {
-        match self {
-            ServerStream::Tcp(s) => crate::drained::read_drained(s, buf),
-            ServerStream::Unix(s) => crate::drained::read_drained(s, buf),
-            ServerStream::Tls(t) => t.try_read_buf(buf),
-        }
-    }
-
-    fn try_write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        match self {
-            ServerStream::Tcp(s) => s.try_write(buf),
-            ServerStream::Unix(s) => s.try_write(buf),
-            ServerStream::Tls(t) => t.try_write(buf),
-        }
-    }
-
-    fn has_backlog(&self) -> bool {
-        match self {
-            ServerStream::Tls(t) => t.has_backlog(),
-            _ => false,
-        }
-    }
-
-    fn poll_readable(&self, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        match self {
-            ServerStream::Tcp(s) => s.poll_read_ready(cx),
-            ServerStream::Unix(s) => s.poll_read_ready(cx),
-            ServerStream::Tls(t) => t.poll_readable(cx),
-        }
-    }
-
-    fn poll_writable(&self, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        match self {
-            ServerStream::Tcp(s) => s.poll_write_ready(cx),
-            ServerStream::Unix(s) => s.poll_write_ready(cx),
-            ServerStream::Tls(t) => t.poll_writable(cx),
-        }
-    }
-}
 
 /// An authenticated server connection.
 pub struct ServerConn {
@@ -674,42 +503,6 @@ pub enum Lookup {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// The options are read back from the kernel on a real connection.
-    #[tokio::test]
-    async fn tcp_server_connections_bound_dead_links() {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("listen");
-        let port = listener.local_addr().expect("addr").port();
-        let ep = Endpoint {
-            name: herd_core::NodeName::from_text("node0"),
-            host: "127.0.0.1".into(),
-            port,
-            socket: None,
-        };
-        let (stream, accepted) = tokio::join!(ServerStream::connect(&ep), listener.accept());
-        let _peer = accepted.expect("accept");
-        let ServerStream::Tcp(tcp) = stream.expect("connect") else {
-            panic!("no socket given: TCP expected");
-        };
-        let sock = socket2::SockRef::from(&tcp);
-        assert!(sock.keepalive().expect("SO_KEEPALIVE"));
-        assert_eq!(
-            sock.tcp_keepalive_time().expect("idle"),
-            Duration::from_secs(5)
-        );
-        assert_eq!(
-            sock.tcp_keepalive_interval().expect("interval"),
-            Duration::from_secs(2)
-        );
-        assert_eq!(sock.tcp_keepalive_retries().expect("count"), 3);
-        assert_eq!(
-            sock.tcp_user_timeout().expect("TCP_USER_TIMEOUT"),
-            Some(SERVER_USER_TIMEOUT)
-        );
-        assert!(tcp.nodelay().expect("nodelay"));
-    }
 
     #[test]
     fn generations_make_older_copies_stale() {
