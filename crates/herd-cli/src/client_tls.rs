@@ -49,3 +49,35 @@ pub fn to_servers(proxy: &ProxyConfig, secrets: &Path) -> anyhow::Result<Option<
     }
     ClientTls::new(mode, &ca).context("setting up TLS to the servers (proxy.server_tls)")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with(server_tls: &str) -> ProxyConfig {
+        ProxyConfig {
+            server_tls: server_tls.into(),
+            ..ProxyConfig::default()
+        }
+    }
+
+    #[test]
+    fn server_tls_follows_the_cluster_ca_and_never_downgrades() {
+        let secrets = tempfile::tempdir().expect("tempdir");
+        let mode =
+            |setting: &str| to_servers(&with(setting), secrets.path()).map(|t| t.map(|t| t.mode()));
+        assert_eq!(mode("auto").expect("no CA"), None);
+        assert_eq!(mode("off").expect("off"), None);
+        assert_eq!(
+            mode("require").expect("no CA needed"),
+            Some(TlsMode::Require)
+        );
+        let e = mode("verify-full").expect_err("no CA").to_string();
+        assert!(e.contains("ca.crt is missing"), "{e}");
+        assert!(mode("verify-ca").is_err());
+        let ca = herd_certs::ClusterCa::generate("t").expect("CA");
+        std::fs::write(secrets.path().join(herd_certs::CA_CERT), &ca.cert_pem).expect("ca.crt");
+        assert_eq!(mode("auto").expect("CA"), Some(TlsMode::VerifyFull));
+        assert_eq!(mode("off").expect("off"), None);
+    }
+}

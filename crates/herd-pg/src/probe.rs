@@ -33,7 +33,11 @@ impl std::fmt::Debug for ConnSpec {
             f,
             "{}@{}:{}/{}",
             self.user, self.host, self.port, self.dbname
-        )
+        )?;
+        match &self.tls {
+            Some(tls) => write!(f, " over TLS ({:?})", tls.mode()),
+            None => Ok(()),
+        }
     }
 }
 
