@@ -236,6 +236,8 @@ pub async fn copy_superuser_verifier(
                 host: m.pg_host.clone(),
                 port: m.pg_port,
                 password: password.to_string(),
+                // Another server: its certificate names the address dialled.
+                tls: to.tls.as_ref().map(|t| t.dialled()),
                 ..to.clone()
             };
         }

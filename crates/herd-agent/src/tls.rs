@@ -30,6 +30,10 @@ pub struct NodeTls {
     pub not_after: i64,
     /// When [`NodeTls::renew_if_due`] looks next.
     pub next_check: std::time::Instant,
+    /// The agent's own connections to its server (probes, administration): verify-full
+    /// against the CA, the certificate naming the advertised address whichever local address
+    /// is dialled.
+    pub client: herd_pg::ClientTls,
 }
 
 /// How often a running agent looks whether its certificate is due for renewal.
@@ -170,10 +174,17 @@ pub fn prepare(
         .map_err(|e| AgentError::Setup(format!("reading {}: {e}", server.cert_file.display())))
         .and_then(|pem| herd_certs::info(&pem).map_err(setup))?
         .not_after;
+    let client = herd_pg::ClientTls::new(herd_pg::TlsMode::VerifyFull, &ca_file)
+        .and_then(|t| match t {
+            Some(t) => t.expecting(&cfg.pg_advertise),
+            None => Err(herd_pg::PgError::Tls("verify-full gave no settings".into())),
+        })
+        .map_err(|e| AgentError::Setup(e.to_string()))?;
     Ok(Some(NodeTls {
         ca_file,
         server,
         not_after,
+        client,
         next_check: std::time::Instant::now() + RENEWAL_CHECK,
     }))
 }
@@ -229,6 +240,9 @@ mod tests {
             server,
             not_after: 0,
             next_check: std::time::Instant::now(),
+            client: herd_pg::ClientTls::new(herd_pg::TlsMode::VerifyFull, &secrets.join(CA_CERT))
+                .expect("CA")
+                .expect("verify-full"),
         };
         assert!(!tls
             .renew_if_due(&secrets, "h1", &names, now)

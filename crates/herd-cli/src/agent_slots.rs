@@ -78,6 +78,7 @@ pub fn spawn(
                 password: password.clone(),
                 dbname: "postgres".into(),
                 timeout: Duration::from_secs(2),
+                tls: None,
             };
             let replica = ReplicaRef {
                 name: me.clone(),

@@ -1,9 +1,11 @@
-//! The endpoint's client TLS from the `[proxy]` settings (and `herd proxy`'s flags).
+//! The endpoint's client TLS from the `[proxy]` settings (and `herd proxy`'s flags), and the
+//! proxy's TLS to the servers (`proxy.server_tls`).
 
 use std::path::Path;
 
 use anyhow::Context;
 use herd_config::ProxyConfig;
+use herd_pg::{ClientTls, TlsMode};
 use herd_proxy::tls::ServerTls;
 
 /// Loads the certificate and key named by `proxy` (relative paths from `base`, the directory of
@@ -23,4 +25,59 @@ pub fn load(proxy: &ProxyConfig, base: &Path) -> anyhow::Result<Option<ServerTls
     let tls = ServerTls::load(&cert, &key, proxy.tls_required)
         .context("setting up TLS for the endpoint's clients")?;
     Ok(Some(tls))
+}
+
+/// TLS from the proxy to the servers: `proxy.server_tls` resolved against the cluster's CA in
+/// `secrets` (`auto`: verify-full when `ca.crt` is there, plain without). `verify-full`
+/// without the CA is an error, not a quiet downgrade.
+pub fn to_servers(proxy: &ProxyConfig, secrets: &Path) -> anyhow::Result<Option<ClientTls>> {
+    let ca = secrets.join(herd_certs::CA_CERT);
+    let has_ca = ca.exists();
+    let Some(mode) = TlsMode::resolve(&proxy.server_tls, has_ca) else {
+        anyhow::bail!(
+            "proxy.server_tls = {:?}: expected auto, off, require or verify-full",
+            proxy.server_tls
+        );
+    };
+    if mode == TlsMode::VerifyFull && !has_ca {
+        anyhow::bail!(
+            "proxy.server_tls = verify-full needs the cluster's CA, and {} is missing: copy the \
+             secrets directory from an agent's host (or `herd certs init` before the first agent \
+             starts), or set proxy.server_tls = \"off\"",
+            ca.display()
+        );
+    }
+    ClientTls::new(mode, &ca).context("setting up TLS to the servers (proxy.server_tls)")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with(server_tls: &str) -> ProxyConfig {
+        ProxyConfig {
+            server_tls: server_tls.into(),
+            ..ProxyConfig::default()
+        }
+    }
+
+    #[test]
+    fn server_tls_follows_the_cluster_ca_and_never_downgrades() {
+        let secrets = tempfile::tempdir().expect("tempdir");
+        let mode =
+            |setting: &str| to_servers(&with(setting), secrets.path()).map(|t| t.map(|t| t.mode()));
+        assert_eq!(mode("auto").expect("no CA"), None);
+        assert_eq!(mode("off").expect("off"), None);
+        assert_eq!(
+            mode("require").expect("no CA needed"),
+            Some(TlsMode::Require)
+        );
+        let e = mode("verify-full").expect_err("no CA").to_string();
+        assert!(e.contains("ca.crt is missing"), "{e}");
+        assert!(mode("verify-ca").is_err());
+        let ca = herd_certs::ClusterCa::generate("t").expect("CA");
+        std::fs::write(secrets.path().join(herd_certs::CA_CERT), &ca.cert_pem).expect("ca.crt");
+        assert_eq!(mode("auto").expect("CA"), Some(TlsMode::VerifyFull));
+        assert_eq!(mode("off").expect("off"), None);
+    }
 }

@@ -78,6 +78,7 @@ async fn resolve_round(root: &StoreClient, layout: &Layout) -> Result<(), String
         password: password.clone(),
         dbname: dbname.into(),
         timeout: Duration::from_secs(2),
+        tls: None,
     };
     let connect = |g: usize, dbname: &str| {
         let spec = spec(g, dbname);

@@ -131,6 +131,7 @@ pub(crate) fn superuser_spec(
         password: password(layout)?,
         dbname: database.into(),
         timeout: Duration::from_secs(5),
+        tls: None,
     })
 }
 
@@ -191,6 +192,7 @@ pub(crate) async fn roles_client(
         password: password(layout)?,
         dbname: database.to_string(),
         timeout: Duration::from_secs(5),
+        tls: None,
     };
     let client = herd_pg::connect(&spec)
         .await

@@ -354,6 +354,13 @@ pub async fn proxy(args: ProxyArgs) -> anyhow::Result<()> {
     }
     config.tls_required |= args.tls_required;
     let tls = crate::client_tls::load(&config, &base)?;
+    let server_tls = crate::client_tls::to_servers(&config, &layout.secrets())?;
+    tracing::info!(
+        "TLS to the servers: {}",
+        server_tls
+            .as_ref()
+            .map_or("off".to_string(), |t| format!("{:?}", t.mode()))
+    );
     let root = args.store.open().await?;
     // Serve at once: until a member leads, logins are refused with 57P03 and a message saying
     // so (a client's connect timeout is shorter than an election). One bounded read of each
@@ -375,6 +382,7 @@ pub async fn proxy(args: ProxyArgs) -> anyhow::Result<()> {
     let login = herd_proxy::monitor::AdminLogin {
         user: herd_cluster::SUPERUSER.into(),
         password: secrets.superuser.clone(),
+        tls: server_tls,
     };
     // Registered before it serves anyone: shard map changes see every proxy that may route.
     let registry = crate::proxy_registry::Registry::start(

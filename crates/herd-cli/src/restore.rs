@@ -488,6 +488,7 @@ async fn recover(cluster: &Cluster, pg: &Pg, verifiers: &Verifiers) -> anyhow::R
         password: String::new(),
         dbname: "postgres".into(),
         timeout: Duration::from_secs(10),
+        tls: None,
     };
     let deadline = std::time::Instant::now() + Duration::from_secs(3600);
     let client = loop {

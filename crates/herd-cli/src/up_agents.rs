@@ -96,6 +96,14 @@ pub async fn run(layout: Layout, config: Config) -> anyhow::Result<()> {
     } else {
         shards
     };
+    if !matches!(config.proxy.server_tls.as_str(), "auto" | "off") {
+        anyhow::bail!(
+            "proxy.server_tls = {:?} is for `herd proxy` in front of agents on several hosts: \
+             `herd up`'s servers listen on loopback and Unix sockets only and serve no TLS; \
+             leave it at \"auto\" (or \"off\")",
+            config.proxy.server_tls
+        );
+    }
     let host = Arc::new(Host::start(layout.clone(), config.clone(), pg.clone()).await?);
     let root = StoreClient::new(host.root());
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
@@ -110,6 +118,8 @@ pub async fn run(layout: Layout, config: Config) -> anyhow::Result<()> {
     let login = herd_proxy::monitor::AdminLogin {
         user: herd_cluster::SUPERUSER.into(),
         password: host.secrets().superuser.clone(),
+        // `herd up`'s servers never serve TLS (loopback, Unix sockets).
+        tls: None,
     };
     let proxy = herd_proxy::Proxy::start(
         config.proxy.clone(),

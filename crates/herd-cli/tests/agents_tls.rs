@@ -133,6 +133,56 @@ async fn replication_runs_over_verified_tls_and_a_stranger_cannot_join() {
         .batch_execute("create table t (x int); insert into t values (1)")
         .await
         .expect("a write through the proxy");
+    // The proxy's pooled connection serving this session runs over TLS (the server's view of
+    // its own backend), and so do the proxy's monitoring sessions and the agents' probes.
+    let proxied_ssl = through
+        .query_one(
+            "select ssl from pg_stat_ssl where pid = pg_backend_pid()",
+            &[],
+        )
+        .await
+        .expect("pg_stat_ssl through the proxy");
+    assert!(
+        proxied_ssl.get::<_, bool>(0),
+        "a proxied session reached the server without TLS"
+    );
+    // Messages larger than the sockets' buffers both ways over the proxy's TLS to the server
+    // (its writes then wait with encrypted bytes held back, its reads span many records).
+    let big = "x".repeat(8 << 20);
+    through
+        .execute("insert into t values (length($1::text))", &[&big])
+        .await
+        .expect("8 MiB to the server over TLS");
+    let back = through
+        .query_one("select repeat('y', 8 << 20)", &[])
+        .await
+        .expect("8 MiB from the server over TLS");
+    assert_eq!(back.get::<_, String>(0).len(), 8 << 20);
+    let own = "select application_name, bool_and(ssl), count(*) \
+               from pg_stat_ssl join pg_stat_activity using (pid) \
+               where application_name in ('herd-probe', 'herd-proxy-monitor') \
+               group by 1 order by 1";
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let sessions = loop {
+        let rows = client.query(own, &[]).await.expect("pg_stat_activity");
+        let seen: Vec<(String, bool, i64)> = rows
+            .iter()
+            .map(|r| (r.get(0), r.get(1), r.get(2)))
+            .collect();
+        if seen.len() == 2 || Instant::now() > deadline {
+            break seen;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    eprintln!("Herd's own sessions on the primary (name, all over TLS, count): {sessions:?}");
+    assert_eq!(
+        sessions
+            .iter()
+            .map(|s| (s.0.as_str(), s.1))
+            .collect::<Vec<_>>(),
+        [("herd-probe", true), ("herd-proxy-monitor", true)],
+        "{sessions:?}"
+    );
 
     // A member whose secrets carry another cluster's CA: it issues itself a certificate of
     // that CA and verifies the primary's with it, which fails.
@@ -196,6 +246,7 @@ async fn replication_runs_over_verified_tls_and_a_stranger_cannot_join() {
         !stranger.join("pgdata/PG_VERSION").exists(),
         "a member of another CA cloned the primary"
     );
+    a_proxy_of_another_ca_refuses_the_servers(&hosts, &other).await;
 
     // A change of primary over TLS, after the stranger above came and went (a member that
     // never streams stays out of the recorded sync set while another streams, so the
@@ -235,10 +286,11 @@ async fn replication_runs_over_verified_tls_and_a_stranger_cannot_join() {
         seen = (row.get::<_, i64>(0), row.get::<_, i64>(1));
     }
     let rows = client
-        .query("select x from t", &[])
+        .query("select x from t order by x", &[])
         .await
-        .expect("the row written before");
-    assert_eq!(rows.len(), 1);
+        .expect("the rows written before");
+    let xs: Vec<i32> = rows.iter().map(|r| r.get(0)).collect();
+    assert_eq!(xs, [1, 8 << 20]);
     let rejoin = std::fs::read_to_string(hosts.dir.path().join(format!("h{primary}.log")))
         .unwrap_or_default();
     for line in rejoin
@@ -264,6 +316,67 @@ async fn replication_runs_over_verified_tls_and_a_stranger_cannot_join() {
     assert!(
         said.contains("herd certs issue h4 --host 127.0.0.1"),
         "{said}"
+    );
+}
+
+/// A proxy whose secrets carry another cluster's CA: the servers' certificates do not verify,
+/// so it never talks to them in plain, and a client is told why (SQLSTATE 08001, the node and
+/// rustls's reason).
+async fn a_proxy_of_another_ca_refuses_the_servers(hosts: &Hosts, other: &std::path::Path) {
+    let dir = hosts.dir.path().join("proxy-other-ca");
+    copy_dir(
+        &hosts.dir.path().join("proxy/secrets"),
+        &dir.join("secrets"),
+    );
+    std::fs::copy(other.join("secrets/ca.crt"), dir.join("secrets/ca.crt")).expect("the other CA");
+    let port = herd_testkit::free_port_block(1);
+    let log_path = hosts.dir.path().join("proxy-other-ca.log");
+    let log = std::fs::File::create(&log_path).expect("log");
+    let child = Command::new(HERD)
+        .args(["proxy", "--dcs", &hosts.dcs(), "--cluster", &hosts.cluster])
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .arg("--data-dir")
+        .arg(&dir)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().expect("log"))
+        .stderr(log)
+        .spawn()
+        .expect("starting the proxy of another CA");
+    let url = format!(
+        "postgresql://postgres:{}@127.0.0.1:{port}/postgres?connect_timeout=5",
+        hosts.password()
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut last = String::new();
+    let refusal = loop {
+        match tokio_postgres::connect(&url, tokio_postgres::NoTls).await {
+            Ok((c, conn)) => {
+                tokio::spawn(conn);
+                match c.simple_query("select 1").await {
+                    Ok(_) => last = "served a query".into(),
+                    Err(e) => last = format!("{e:?}"),
+                }
+            }
+            Err(e) => match e.as_db_error() {
+                Some(db) if db.code().code() == "08001" => break db.message().to_string(),
+                _ => last = format!("{e:?}"),
+            },
+        }
+        if Instant::now() > deadline {
+            break String::new();
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    stop(child);
+    let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+    assert!(
+        !refusal.is_empty(),
+        "no 08001 from a proxy of another CA within 30 s (last: {last})\n{log}"
+    );
+    eprintln!("a proxy of another CA says: {refusal}");
+    assert!(
+        refusal.contains("TLS to node h") && refusal.contains("invalid peer certificate"),
+        "{refusal}"
     );
 }
 
@@ -329,6 +442,59 @@ async fn across_namespaces_replication_takes_tls_with_a_cluster_certificate_only
             "{name}'s certificate: {seen:?}"
         );
     }
+    // The proxy (this process's namespace) reaches the primary at its own address over TLS,
+    // the certificate verified for that address.
+    let through = common::try_connect(&hosts.proxy_url())
+        .await
+        .expect("the proxy serves");
+    let row = through
+        .query_one(
+            "select ssl, host(client_addr) from pg_stat_ssl join pg_stat_activity using (pid) \
+             where pid = pg_backend_pid()",
+            &[],
+        )
+        .await
+        .expect("pg_stat_ssl through the proxy");
+    let (ssl, from): (bool, String) = (row.get(0), row.get(1));
+    eprintln!("a proxied session: ssl {ssl}, from {from}");
+    assert!(ssl && !from.starts_with("127."), "ssl {ssl}, from {from}");
+    // Other roles than the superuser take TLS from other hosts (`hostssl`): an application's
+    // role is refused in plain straight to the server, and served through the proxy.
+    client
+        .batch_execute("create role app login password 'app-secret'")
+        .await
+        .expect("create role");
+    let plain = tokio_postgres::connect(
+        &format!(
+            "host={} port={} user=app password=app-secret dbname=postgres connect_timeout=5",
+            hosts.pg_host(primary),
+            hosts.pg_port(primary)
+        ),
+        tokio_postgres::NoTls,
+    )
+    .await;
+    let refused = match plain {
+        Ok(_) => panic!("an application role logged in without TLS from another host"),
+        Err(e) => format!("{e:?}"),
+    };
+    assert!(refused.contains("no encryption"), "{refused}");
+    let app = common::try_connect(&format!(
+        "postgresql://app:app-secret@127.0.0.1:{}/postgres?connect_timeout=5",
+        hosts.proxy_port()
+    ))
+    .await
+    .expect("the application's role through the proxy");
+    let row = app
+        .query_one(
+            "select ssl from pg_stat_ssl where pid = pg_backend_pid()",
+            &[],
+        )
+        .await
+        .expect("pg_stat_ssl as app");
+    assert!(
+        row.get::<_, bool>(0),
+        "the app's pooled session is not over TLS"
+    );
 
     let at = format!(
         "host={} port={} user=replicator replication=true",

@@ -85,6 +85,8 @@ impl Cluster {
             password: self.secrets.superuser.clone(),
             dbname: "postgres".into(),
             timeout: Duration::from_secs(10),
+            // `herd up`'s servers listen on loopback only and never serve TLS.
+            tls: None,
         }
     }
 

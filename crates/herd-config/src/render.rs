@@ -107,6 +107,8 @@ pub fn render(config: &Config) -> String {
             opt(&c.proxy.tls_key_file), q("")),
         ("proxy", "tls_required", "Refuse clients that do not use TLS (true | false).",
             c.proxy.tls_required.to_string(), d.proxy.tls_required.to_string()),
+        ("proxy", "server_tls", "TLS to the servers: auto (verify-full when secrets/ca.crt exists, else off) | verify-full | require | off.",
+            q(&c.proxy.server_tls), q(&d.proxy.server_tls)),
         ("backup", "enabled",
             "Continuous WAL archiving and backups with pgBackRest (`herd backup`, `herd restore`); true | false.",
             c.backup.enabled.to_string(), d.backup.enabled.to_string()),

@@ -279,6 +279,11 @@ pub struct ProxyConfig {
     pub tls_key_file: String,
     /// Clients that do not ask for TLS are refused.
     pub tls_required: bool,
+    /// TLS from the proxy to the servers (pooled and administrative connections): `auto`
+    /// (verify-full when the cluster has a CA, `secrets/ca.crt`; off without), `verify-full`
+    /// (the certificate of the cluster's CA and naming the address dialled), `require`
+    /// (encrypted, not verified) or `off`.
+    pub server_tls: String,
 }
 
 impl Default for ProxyConfig {
@@ -299,6 +304,7 @@ impl Default for ProxyConfig {
             tls_cert_file: String::new(),
             tls_key_file: String::new(),
             tls_required: false,
+            server_tls: "auto".into(),
         }
     }
 }

@@ -160,6 +160,13 @@ impl Config {
                 "false unless proxy.tls_cert_file and proxy.tls_key_file are set",
             ));
         }
+        if !["auto", "off", "require", "verify-full"].contains(&x.server_tls.as_str()) {
+            return Err(ConfigError::invalid(
+                "proxy.server_tls",
+                &x.server_tls,
+                "one of auto, off, require, verify-full",
+            ));
+        }
         let b = &self.backup;
         if b.retention_full == 0 || b.retention_full > 9_999_999 {
             // pgBackRest's own bounds for repo1-retention-full.

@@ -248,18 +248,19 @@ pub fn render_server_conf_with(s: &ServerSettings, tls: Option<&ServerTls>) -> S
 /// Renders `pg_hba.conf`: SCRAM-SHA-256 for everyone (TCP and the cluster's private socket),
 /// nothing trusted.
 pub fn render_hba(listen_address: IpAddr, replication_user: &str) -> String {
-    render_hba_with(listen_address, replication_user, false)
+    render_hba_with(listen_address, replication_user, "postgres", false)
 }
 
-/// Renders `pg_hba.conf` as [`render_hba`]; with `tls_replication`, replication from beyond
-/// loopback is accepted over TLS only (`hostssl`) from a member holding a certificate of the
-/// cluster's CA (`clientcert=verify-ca`: the certificate names its host, not the replication
-/// role), besides the password. Other logins from beyond loopback stay `host` (TLS or not):
-/// the proxies' connections to the servers do not speak TLS yet.
+/// Renders `pg_hba.conf` as [`render_hba`]; with `cluster_tls` (the cluster has a CA), logins
+/// from beyond loopback take TLS (`hostssl`): replication from a member holding a certificate of
+/// the cluster's CA (`clientcert=verify-ca`: the certificate names its host, not the replication
+/// role) besides the password, and every role but `superuser` over TLS. The superuser stays
+/// `host` (TLS or not): `herd-cli`'s coordinator and group-add tasks still log in without TLS.
 pub fn render_hba_with(
     listen_address: IpAddr,
     replication_user: &str,
-    tls_replication: bool,
+    superuser: &str,
+    cluster_tls: bool,
 ) -> String {
     let mut out = String::from(
         "# Written by Herd. SCRAM-SHA-256 for every user; no trust, no peer.\n\
@@ -270,17 +271,22 @@ pub fn render_hba_with(
         out,
         "host replication {replication_user} 127.0.0.1/32 scram-sha-256"
     );
-    if !listen_address.is_loopback() {
-        // The operator chose to listen beyond loopback: accept password logins from anywhere.
-        out.push_str("host all all 0.0.0.0/0 scram-sha-256\n");
-        let (kind, cert) = if tls_replication {
-            ("hostssl", " clientcert=verify-ca")
-        } else {
-            ("host", "")
-        };
+    if listen_address.is_loopback() {
+        return out;
+    }
+    // The operator chose to listen beyond loopback: accept password logins from anywhere.
+    if cluster_tls {
+        let _ = writeln!(out, "host all {superuser} 0.0.0.0/0 scram-sha-256");
+        out.push_str("hostssl all all 0.0.0.0/0 scram-sha-256\n");
         let _ = writeln!(
             out,
-            "{kind} replication {replication_user} 0.0.0.0/0 scram-sha-256{cert}"
+            "hostssl replication {replication_user} 0.0.0.0/0 scram-sha-256 clientcert=verify-ca"
+        );
+    } else {
+        out.push_str("host all all 0.0.0.0/0 scram-sha-256\n");
+        let _ = writeln!(
+            out,
+            "host replication {replication_user} 0.0.0.0/0 scram-sha-256"
         );
     }
     out
@@ -549,7 +555,7 @@ mod tests {
              sslcert='/d/tls/h1.crt' sslkey='/d/tls/h1.key'"
         );
         // Replication from other hosts over TLS only; loopback and other logins unchanged.
-        let wide = render_hba_with(IpAddr::from([10, 0, 0, 5]), "replicator", true);
+        let wide = render_hba_with(IpAddr::from([10, 0, 0, 5]), "replicator", "herd", true);
         assert!(wide.contains(
             "\nhostssl replication replicator 0.0.0.0/0 scram-sha-256 clientcert=verify-ca\n"
         ));
@@ -558,9 +564,10 @@ mod tests {
             "{wide}"
         );
         assert!(wide.contains("\nhost replication replicator 127.0.0.1/32 scram-sha-256\n"));
-        assert!(wide.contains("\nhost all all 0.0.0.0/0 scram-sha-256\n"));
+        assert!(wide.contains("\nhost all herd 0.0.0.0/0 scram-sha-256\nhostssl all all 0.0.0.0/0"));
+        assert!(!wide.contains("\nhost all all 0.0.0.0/0"), "{wide}");
         assert_eq!(
-            render_hba_with(IpAddr::from([10, 0, 0, 5]), "replicator", false),
+            render_hba_with(IpAddr::from([10, 0, 0, 5]), "replicator", "herd", false),
             render_hba(IpAddr::from([10, 0, 0, 5]), "replicator")
         );
     }

@@ -65,6 +65,9 @@ pub enum PgError {
     /// A server did not answer in time.
     #[error("{0}")]
     Timeout(String),
+    /// TLS to the servers could not be set up (the CA file, a name).
+    #[error("TLS to the servers: {0}")]
+    Tls(String),
     /// A server answered with something Herd cannot interpret.
     #[error("unexpected answer from {context}: {detail}")]
     Protocol {

@@ -12,6 +12,7 @@ mod files;
 mod osuser;
 mod probe;
 mod slotfile;
+mod tls;
 
 pub use archiver::ArchiverRow;
 pub use bin::{PgBinaries, PG_MAJOR};
@@ -33,3 +34,4 @@ pub use probe::{
     probe, probe_shared, scram_verifier, ConnSpec, PrimaryProbe, Probe, Prober, ReplicaProbe,
     ReplicationRow, SharedProber, PROBE_APPLICATION,
 };
+pub use tls::{connect_config, ClientTls, TlsMode};

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use herd_core::{Lsn, SyncState};
-use tokio_postgres::{Client, NoTls, Statement};
+use tokio_postgres::{Client, Statement};
 
 use crate::PgError;
 
@@ -22,6 +22,9 @@ pub struct ConnSpec {
     pub dbname: String,
     /// Bound on connecting and on each probe.
     pub timeout: Duration,
+    /// TLS to the server (`None`: plain TCP); with it a server that declines TLS or whose
+    /// certificate does not verify is an error, never a plain connection.
+    pub tls: Option<crate::ClientTls>,
 }
 
 impl std::fmt::Debug for ConnSpec {
@@ -30,7 +33,11 @@ impl std::fmt::Debug for ConnSpec {
             f,
             "{}@{}:{}/{}",
             self.user, self.host, self.port, self.dbname
-        )
+        )?;
+        match &self.tls {
+            Some(tls) => write!(f, " over TLS ({:?})", tls.mode()),
+            None => Ok(()),
+        }
     }
 }
 
@@ -60,19 +67,14 @@ async fn connect_as(spec: &ConnSpec, application_name: &str) -> Result<Client, P
         .keepalives_interval(Duration::from_secs(2))
         .keepalives_retries(3)
         .tcp_user_timeout(DEAD_LINK_TIMEOUT);
-    let connecting = config.connect(NoTls);
-    let (client, connection) = tokio::time::timeout(spec.timeout, connecting)
+    let connecting = crate::connect_config(&mut config, spec.tls.as_ref());
+    tokio::time::timeout(spec.timeout, connecting)
         .await
         .map_err(|_| PgError::Timeout(format!("connecting to {spec:?} timed out")))?
         .map_err(|source| PgError::Sql {
             context: format!("connecting to {spec:?}"),
             source,
-        })?;
-    tokio::spawn(async move {
-        // Ends when the client is dropped or the server goes away; either is not an error here.
-        let _ = connection.await;
-    });
-    Ok(client)
+        })
 }
 
 /// What a server said about itself.
@@ -269,7 +271,8 @@ impl Prober {
             && self.spec.port == spec.port
             && self.spec.user == spec.user
             && self.spec.password == spec.password
-            && self.spec.dbname == spec.dbname;
+            && self.spec.dbname == spec.dbname
+            && self.spec.tls.as_ref().map(|t| t.mode()) == spec.tls.as_ref().map(|t| t.mode());
         if !same {
             self.client = None;
         }

@@ -1,13 +1,8 @@
 //! A client's connection, plain or TLS, with the readiness-style calls the session's relay is
-//! built on (`readable`, `try_read_buf`, `writable`, `try_write`).
-//!
-//! rustls is a synchronous state machine, which fits that style directly: records are pulled
-//! from the socket with non-blocking reads, decrypted into the session's buffer, and encrypted
-//! output is pushed with non-blocking writes. What rustls could not write yet is the stream's
-//! *backlog*: the relay keeps waiting for the socket to be writable while there is one, even
-//! when its own outbox is empty.
+//! built on (`readable`, `try_read_buf`, `writable`, `try_write`); the TLS side is
+//! [`crate::tls_stream::TlsSocket`].
 
-use std::io::{self, Read, Write};
+use std::io;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
@@ -15,8 +10,7 @@ use bytes::BytesMut;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
-/// Plaintext accepted from the session per `try_write` (rustls encrypts it at once).
-const WRITE_CHUNK: usize = 64 * 1024;
+use crate::tls_stream::TlsSocket;
 
 /// A client connection.
 #[derive(Debug)]
@@ -24,40 +18,7 @@ pub enum ClientStream {
     /// No encryption.
     Plain(TcpStream),
     /// TLS, after a completed handshake.
-    Tls(Box<TlsClient>),
-}
-
-/// A TLS connection driven without blocking.
-#[derive(Debug)]
-pub struct TlsClient {
-    tcp: TcpStream,
-    conn: rustls::ServerConnection,
-    /// rustls may hold decrypted bytes the session has not taken (right after the handshake).
-    plaintext_pending: bool,
-    /// The peer closed its side of the socket.
-    eof: bool,
-}
-
-/// The socket as `std::io::Read`, never blocking.
-struct SockRead<'a>(&'a TcpStream);
-
-impl Read for SockRead<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        self.0.try_read(buf)
-    }
-}
-
-/// The socket as `std::io::Write`, never blocking.
-struct SockWrite<'a>(&'a TcpStream);
-
-impl Write for SockWrite<'_> {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.0.try_write(buf)
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
+    Tls(Box<TlsSocket>),
 }
 
 fn would_block(e: &io::Error) -> bool {
@@ -69,7 +30,7 @@ impl ClientStream {
     pub fn set_nodelay(&self) {
         let tcp = match self {
             ClientStream::Plain(s) => s,
-            ClientStream::Tls(t) => &t.tcp,
+            ClientStream::Tls(t) => t.tcp(),
         };
         let _ = tcp.set_nodelay(true);
     }
@@ -83,8 +44,7 @@ impl ClientStream {
     pub async fn readable(&self) -> io::Result<()> {
         match self {
             ClientStream::Plain(s) => s.readable().await,
-            ClientStream::Tls(t) if t.plaintext_pending || t.eof => Ok(()),
-            ClientStream::Tls(t) => t.tcp.readable().await,
+            ClientStream::Tls(t) => t.readable().await,
         }
     }
 
@@ -92,7 +52,7 @@ impl ClientStream {
     pub async fn writable(&self) -> io::Result<()> {
         match self {
             ClientStream::Plain(s) => s.writable().await,
-            ClientStream::Tls(t) => t.tcp.writable().await,
+            ClientStream::Tls(t) => t.tcp().writable().await,
         }
     }
 
@@ -101,8 +61,7 @@ impl ClientStream {
     pub fn poll_readable(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self {
             ClientStream::Plain(s) => s.poll_read_ready(cx),
-            ClientStream::Tls(t) if t.plaintext_pending || t.eof => Poll::Ready(Ok(())),
-            ClientStream::Tls(t) => t.tcp.poll_read_ready(cx),
+            ClientStream::Tls(t) => t.poll_readable(cx),
         }
     }
 
@@ -110,7 +69,7 @@ impl ClientStream {
     pub fn poll_writable(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self {
             ClientStream::Plain(s) => s.poll_write_ready(cx),
-            ClientStream::Tls(t) => t.tcp.poll_write_ready(cx),
+            ClientStream::Tls(t) => t.poll_writable(cx),
         }
     }
 
@@ -118,7 +77,7 @@ impl ClientStream {
     pub fn has_backlog(&self) -> bool {
         match self {
             ClientStream::Plain(_) => false,
-            ClientStream::Tls(t) => t.conn.wants_write(),
+            ClientStream::Tls(t) => t.has_backlog(),
         }
     }
 
@@ -152,25 +111,17 @@ impl ClientStream {
     }
 
     /// Writes all of `data` and the backlog.
-    pub async fn write_all(&mut self, mut data: &[u8]) -> io::Result<()> {
-        if let ClientStream::Plain(s) = self {
-            return s.write_all(data).await;
+    pub async fn write_all(&mut self, data: &[u8]) -> io::Result<()> {
+        match self {
+            ClientStream::Plain(s) => s.write_all(data).await,
+            ClientStream::Tls(t) => t.write_all(data).await,
         }
-        while !data.is_empty() || self.has_backlog() {
-            match self.try_write(data) {
-                Ok(n) => data = data.get(n..).unwrap_or_default(),
-                Err(e) if would_block(&e) => self.writable().await?,
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(())
     }
 
     /// Ends TLS with a close_notify (best effort: the client may be gone).
     pub fn close_notify(&mut self) {
         if let ClientStream::Tls(t) = self {
-            t.conn.send_close_notify();
-            let _ = t.flush();
+            t.close_notify();
         }
     }
 
@@ -181,118 +132,7 @@ impl ClientStream {
         config: Arc<rustls::ServerConfig>,
     ) -> io::Result<ClientStream> {
         let conn = rustls::ServerConnection::new(config).map_err(io::Error::other)?;
-        let mut t = TlsClient {
-            tcp,
-            conn,
-            plaintext_pending: true,
-            eof: false,
-        };
-        loop {
-            while t.conn.wants_write() {
-                match t.flush() {
-                    Ok(()) => {}
-                    Err(e) if would_block(&e) => t.tcp.writable().await?,
-                    Err(e) => return Err(e),
-                }
-            }
-            if !t.conn.is_handshaking() {
-                return Ok(ClientStream::Tls(Box::new(t)));
-            }
-            t.tcp.readable().await?;
-            match t.conn.read_tls(&mut SockRead(&t.tcp)) {
-                Ok(0) => {
-                    return Err(io::Error::new(
-                        io::ErrorKind::UnexpectedEof,
-                        "the client closed the connection during the TLS handshake",
-                    ))
-                }
-                Ok(_) => t.process()?,
-                Err(e) if would_block(&e) => {}
-                Err(e) => return Err(e),
-            }
-        }
-    }
-}
-
-impl TlsClient {
-    /// Decrypts what was received; on a TLS error the alert rustls queued is sent (best
-    /// effort) so the client learns why.
-    fn process(&mut self) -> io::Result<()> {
-        match self.conn.process_new_packets() {
-            Ok(_) => Ok(()),
-            Err(e) => {
-                let _ = self.flush();
-                Err(io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    format!("TLS: {e}"),
-                ))
-            }
-        }
-    }
-
-    /// Writes encrypted output until none is left or the socket is full (`WouldBlock`).
-    fn flush(&mut self) -> io::Result<()> {
-        while self.conn.wants_write() {
-            self.conn.write_tls(&mut SockWrite(&self.tcp))?;
-        }
-        Ok(())
-    }
-
-    /// Moves all decrypted bytes rustls holds into `buf`; `Ok(None)` when it holds none.
-    fn take_plaintext(&mut self, buf: &mut BytesMut) -> io::Result<Option<usize>> {
-        let mut total = 0;
-        loop {
-            let start = buf.len();
-            buf.resize(start + 16 * 1024, 0);
-            let read = self.conn.reader().read(&mut buf[start..]);
-            let n = *read.as_ref().unwrap_or(&0);
-            buf.truncate(start + n);
-            match read {
-                Ok(0) => return Ok(Some(total)), // close_notify: the end (after what came before)
-                Ok(n) => total += n,
-                Err(e) if would_block(&e) => {
-                    return Ok((total > 0).then_some(total));
-                }
-                // The peer closed the socket without close_notify: treat as the end.
-                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(Some(total)),
-                Err(e) => return Err(e),
-            }
-        }
-    }
-
-    fn try_read_buf(&mut self, buf: &mut BytesMut) -> io::Result<usize> {
-        loop {
-            if let Some(n) = self.take_plaintext(buf)? {
-                return Ok(n);
-            }
-            self.plaintext_pending = false;
-            if self.eof {
-                return Ok(0);
-            }
-            match self.conn.read_tls(&mut SockRead(&self.tcp)) {
-                Ok(0) => self.eof = true,
-                Ok(_) => {}
-                Err(e) => return Err(e), // WouldBlock included: wait for the socket
-            }
-            self.process()?;
-            // Post-handshake messages (key updates) may want an answer.
-            match self.flush() {
-                Err(e) if !would_block(&e) => return Err(e),
-                _ => {}
-            }
-        }
-    }
-
-    fn try_write(&mut self, data: &[u8]) -> io::Result<usize> {
-        self.flush()?; // WouldBlock: the backlog first
-        if data.is_empty() {
-            return Ok(0);
-        }
-        let chunk = data.get(..WRITE_CHUNK).unwrap_or(data);
-        let n = self.conn.writer().write(chunk)?;
-        match self.flush() {
-            Err(e) if !would_block(&e) => Err(e),
-            _ => Ok(n), // what is left is the backlog
-        }
+        let t = TlsSocket::handshake(tcp, rustls::Connection::Server(conn)).await?;
+        Ok(ClientStream::Tls(Box::new(t)))
     }
 }

@@ -32,6 +32,10 @@ pub enum ProxyError {
     /// (e.g. its FATAL after `pg_terminate_backend`).
     #[error("{0}")]
     Ended(String),
+    /// TLS to a server failed: its certificate did not verify, or it does not serve TLS.
+    /// Never followed by a plain connection.
+    #[error("{0}")]
+    ServerTls(String),
     /// Waiting for a pooled connection took too long.
     #[error(
         "no server connection became free within {0} ms (pool exhausted: proxy.pool_size \
@@ -50,6 +54,7 @@ impl ProxyError {
             ProxyError::AuthFailed(_) => "28P01",
             ProxyError::Unavailable(_) => "57P03",
             ProxyError::Ended(_) => "08006",
+            ProxyError::ServerTls(_) => "08001",
             ProxyError::PoolTimeout(_) => "53300",
         }
     }
@@ -60,6 +65,16 @@ impl ProxyError {
             source,
         }
     }
+}
+
+/// What clients are told when TLS to a server fails: the node, its address and the cause.
+pub(crate) fn server_tls_failure(ep: &herd_core::Endpoint, cause: &str) -> String {
+    format!(
+        "TLS to node {} ({}:{}) failed: {cause}; Herd does not fall back to plain connections \
+         ([proxy] server_tls; the servers' certificates must be of the cluster's CA and name the \
+         address they are reached at)",
+        ep.name, ep.host, ep.port
+    )
 }
 
 impl From<herd_wire::WireError> for ProxyError {

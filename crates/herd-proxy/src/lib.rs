@@ -23,9 +23,11 @@ pub mod restore_point;
 mod roles;
 pub mod router;
 pub mod server;
+mod server_stream;
 pub mod session;
 pub mod shards;
 pub mod tls;
+pub mod tls_stream;
 pub mod topology;
 pub mod users;
 mod views;
@@ -425,7 +427,7 @@ impl Proxy {
         }
         let groups = views.len() as u32;
         let ctx = Arc::new(ProxyContext {
-            pools: Pools::new(config.pool_size as usize),
+            pools: Pools::new(config.pool_size as usize, login.tls.clone()),
             config,
             views: RwLock::new(views),
             visible: std::sync::atomic::AtomicU32::new(groups),

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use herd_core::Lsn;
 use tokio::sync::watch;
-use tokio_postgres::{Client, NoTls, Statement};
+use tokio_postgres::{Client, Statement};
 
 use crate::topology::{
     next_membership, Assignment, Endpoint, LagLimits, LsnHistory, ReplicaView, TopologyView,
@@ -20,6 +20,9 @@ pub struct AdminLogin {
     pub user: String,
     /// Its password.
     pub password: String,
+    /// TLS to the servers (`[proxy] server_tls`), for these connections and the pooled ones;
+    /// `None`: plain.
+    pub tls: Option<herd_pg::ClientTls>,
 }
 
 impl std::fmt::Debug for AdminLogin {
@@ -45,6 +48,27 @@ pub async fn admin_connect_db(
     database: &str,
     timeout: Duration,
 ) -> Option<Client> {
+    admin_connect_checked(ep, login, database, timeout)
+        .await
+        .ok()
+}
+
+/// Why an administrative connection failed.
+#[derive(Debug)]
+pub enum AdminConnectError {
+    /// TLS to the server failed (the message names the node and the cause).
+    Tls(String),
+    /// Anything else (refused, timed out, login failed).
+    Other,
+}
+
+/// [`admin_connect_db`], telling a TLS failure apart.
+pub async fn admin_connect_checked(
+    ep: &Endpoint,
+    login: &AdminLogin,
+    database: &str,
+    timeout: Duration,
+) -> Result<Client, AdminConnectError> {
     let mut config = tokio_postgres::Config::new();
     config
         .host(&ep.host)
@@ -54,8 +78,8 @@ pub async fn admin_connect_db(
         .dbname(database)
         .application_name(ADMIN_APPLICATION)
         .connect_timeout(timeout)
-        // As the pooled connections (`server.rs`): a host cut off sends no reset, and the map
-        // loads, recoveries and role copies run statements here without a deadline of their
+        // As the pooled connections (`server_stream.rs`): a host cut off sends no reset, and the
+        // map loads, recoveries and role copies run statements here without a deadline of their
         // own: without these a statement sent just before a cut waits out TCP's back-off
         // (minutes), and every session needing that map with it.
         .keepalives(true)
@@ -63,14 +87,30 @@ pub async fn admin_connect_db(
         .keepalives_interval(Duration::from_secs(2))
         .keepalives_retries(3)
         .tcp_user_timeout(crate::server::SERVER_USER_TIMEOUT);
-    let (client, conn) = tokio::time::timeout(timeout, config.connect(NoTls))
-        .await
-        .ok()?
-        .ok()?;
-    tokio::spawn(async move {
-        let _ = conn.await;
-    });
-    Some(client)
+    let connecting = herd_pg::connect_config(&mut config, login.tls.as_ref());
+    match tokio::time::timeout(timeout, connecting).await {
+        Ok(Ok(client)) => Ok(client),
+        Ok(Err(e)) if login.tls.is_some() && is_tls_failure(&e) => {
+            Err(AdminConnectError::Tls(tls_failure(ep, &e)))
+        }
+        Ok(Err(e)) => {
+            tracing::debug!(node = %ep.name, "administrative connection failed: {e}");
+            Err(AdminConnectError::Other)
+        }
+        Err(_) => Err(AdminConnectError::Other),
+    }
+}
+
+/// tokio-postgres reports a failed handshake (and a server declining TLS) as "error
+/// performing TLS handshake"; its error kinds are not public.
+fn is_tls_failure(e: &tokio_postgres::Error) -> bool {
+    e.to_string().contains("TLS handshake")
+}
+
+/// The message clients get: the node, its address and the cause.
+fn tls_failure(ep: &Endpoint, e: &tokio_postgres::Error) -> String {
+    let cause = std::error::Error::source(e).map_or_else(|| e.to_string(), |s| s.to_string());
+    crate::error::server_tls_failure(ep, &cause)
 }
 
 /// Poll results of one node: `(in_recovery, lsn)`.
@@ -87,14 +127,22 @@ struct Polled {
     poll: Statement,
 }
 
-/// Connects to `ep` and prepares the poll there.
-async fn connect_polled(ep: &Endpoint, login: &AdminLogin, timeout: Duration) -> Option<Polled> {
-    let client = admin_connect(ep, login, timeout).await?;
+/// Connects to `ep` and prepares the poll there; `Err(Some(reason))` when TLS failed.
+async fn connect_polled(
+    ep: &Endpoint,
+    login: &AdminLogin,
+    timeout: Duration,
+) -> Result<Polled, Option<String>> {
+    let client = match admin_connect_checked(ep, login, "postgres", timeout).await {
+        Ok(c) => c,
+        Err(AdminConnectError::Tls(why)) => return Err(Some(why)),
+        Err(AdminConnectError::Other) => return Err(None),
+    };
     let poll = tokio::time::timeout(timeout, client.prepare(POLL_SQL))
         .await
-        .ok()?
-        .ok()?;
-    Some(Polled { client, poll })
+        .map_err(|_| None)?
+        .map_err(|_| None)?;
+    Ok(Polled { client, poll })
 }
 
 async fn poll(polled: &Polled, timeout: Duration) -> Poll {
@@ -157,25 +205,36 @@ pub async fn run<A>(
             let existing = clients.remove(&ep);
             let login = login.clone();
             async move {
-                let client = match existing {
-                    Some(c) => Some(c),
-                    None => connect_polled(&ep, &login, timeout).await,
+                let (client, tls_error) = match existing {
+                    Some(c) => (Some(c), None),
+                    None => match connect_polled(&ep, &login, timeout).await {
+                        Ok(c) => (Some(c), None),
+                        Err(why) => (None, why),
+                    },
                 };
                 let result = match &client {
                     Some(c) => poll(c, timeout).await,
                     None => None,
                 };
-                (ep, client, result)
+                (ep, client, result, tls_error)
             }
         });
         let results = futures_join(polls).await;
         let now = Instant::now();
         let mut by_node: HashMap<Endpoint, Poll> = HashMap::new();
-        for (ep, client, result) in results {
+        let mut tls_error: Option<String> = None;
+        for (ep, client, result, why) in results {
             if let Some(c) = client {
                 clients.insert(ep.clone(), c);
             }
+            // The primary's reason first: it is the one writes wait for.
+            if why.is_some() && (tls_error.is_none() || ep == assign.primary) {
+                tls_error = why;
+            }
             by_node.insert(ep, result);
+        }
+        if tls_error.is_some() && tls_error != views.borrow().tls_error {
+            tracing::warn!("{}", tls_error.as_deref().unwrap_or_default());
         }
         let primary_poll = by_node.get(&assign.primary).cloned().flatten();
         let (primary, primary_lsn) = match primary_poll {
@@ -211,6 +270,7 @@ pub async fn run<A>(
             replicas,
             durable_replicas: assign.durable_replicas,
             electing: false,
+            tls_error,
         }));
     }
 }

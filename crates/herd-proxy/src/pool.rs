@@ -16,6 +16,7 @@ use self::slots::Slots;
 use crate::server::ServerConn;
 use crate::topology::Endpoint;
 use crate::ProxyError;
+use herd_pg::ClientTls;
 
 /// Identifies one pool.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -73,6 +74,8 @@ impl Eq for dyn PoolKeyParts + '_ {}
 /// Connections to one node for one user and database.
 pub struct Pool {
     key: PoolKey,
+    /// TLS to the node (`[proxy] server_tls`).
+    tls: Option<ClientTls>,
     /// Slots and idle connections. Boxed: a connection moves in and out of the idle list and
     /// through leases on every transaction, and a pointer moves cheaper than the whole thing.
     slots: Arc<Slots<Box<ServerConn>>>,
@@ -195,6 +198,7 @@ impl Pool {
                     &creds.key,
                     &creds.verifier,
                     connect_timeout,
+                    self.tls.as_ref(),
                 )
                 .await?;
                 Box::new(conn)
@@ -291,14 +295,16 @@ impl Pool {
 /// Every pool of the proxy.
 pub struct Pools {
     size: usize,
+    tls: Option<ClientTls>,
     pools: Mutex<HashMap<PoolKey, Arc<Pool>>>,
 }
 
 impl Pools {
-    /// Pools of at most `size` connections each.
-    pub fn new(size: usize) -> Self {
+    /// Pools of at most `size` connections each, over TLS when `tls` is given.
+    pub fn new(size: usize, tls: Option<ClientTls>) -> Self {
         Pools {
             size,
+            tls,
             pools: Mutex::new(HashMap::new()),
         }
     }
@@ -321,12 +327,18 @@ impl Pools {
         };
         let pool = Arc::new(Pool {
             key: key.clone(),
+            tls: self.tls.clone(),
             slots: Arc::new(Slots::new(self.size)),
             outstanding: AtomicUsize::new(0),
             waits: WaitCounters::default(),
         });
         pools.insert(key, pool.clone());
         pool
+    }
+
+    /// TLS to the servers, when configured.
+    pub fn tls(&self) -> Option<&ClientTls> {
+        self.tls.as_ref()
     }
 
     /// Closes the idle connections of every pool to `database` (on any node): a database
@@ -383,7 +395,7 @@ mod tests {
 
     #[test]
     fn pools_are_found_by_their_parts() {
-        let pools = Pools::new(2);
+        let pools = Pools::new(2, None);
         let a = pools.get_by(&ep(0), "u", "db");
         assert!(Arc::ptr_eq(&a, &pools.get_by(&ep(0), "u", "db")));
         assert_eq!(a.endpoint(), &ep(0));

@@ -9,113 +9,17 @@ use bytes::BytesMut;
 use herd_scram::{ClientExchange, ClientKey, Verifier};
 use herd_wire::backend::{Authentication, BackendKeyData, DataRow, ErrorFields, ParameterStatus};
 use herd_wire::{encode, split_frame};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpStream, UnixStream};
 
+pub use crate::server_stream::SERVER_USER_TIMEOUT;
+use crate::server_stream::{Opening, ServerStream};
 use crate::topology::Endpoint;
 use crate::ProxyError;
+use herd_pg::ClientTls;
 
 /// Largest message accepted from a server (PostgreSQL's own limit is 1 GiB).
 const MAX_SERVER_MESSAGE: usize = 1 << 30;
 /// Statements kept prepared per server connection before the oldest is closed.
 pub const PREPARED_CAPACITY: usize = 256;
-
-/// How long data sent to a server may stay unacknowledged before the connection is dropped.
-pub const SERVER_USER_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Bounds how long a pooled server connection outlives a dead link (a cut network sends no
-/// reset): keep-alives probe it after 5 s idle, every 2 s, 3 times, and TCP_USER_TIMEOUT drops
-/// it when sent data stays unacknowledged for [`SERVER_USER_TIMEOUT`]. Otherwise a connection
-/// that lived through a cut waits out TCP's retransmission back-off after the link heals
-/// (retries doubling from 0.2 s: ~13 s after a 12 s cut), and the client's statement with it.
-/// The servers do the same on their side (`herd_pg::render_server_conf`).
-fn bound_dead_links(s: &TcpStream) -> std::io::Result<()> {
-    let sock = socket2::SockRef::from(s);
-    let keepalive = socket2::TcpKeepalive::new()
-        .with_time(Duration::from_secs(5))
-        .with_interval(Duration::from_secs(2))
-        .with_retries(3);
-    sock.set_tcp_keepalive(&keepalive)?;
-    sock.set_tcp_user_timeout(Some(SERVER_USER_TIMEOUT))
-}
-
-/// The socket to a server: its Unix-domain socket when it runs on this host (pgbench -S
-/// measured 16–31 % more transactions per second over it than over TCP loopback), TCP otherwise.
-#[derive(Debug)]
-enum ServerStream {
-    Tcp(TcpStream),
-    Unix(UnixStream),
-}
-
-impl ServerStream {
-    /// Connects to `ep`'s socket when it has one that accepts, else over TCP: a server adopted
-    /// from before Herd gave it a socket, or one whose socket is gone, is still reachable.
-    async fn connect(ep: &Endpoint) -> std::io::Result<ServerStream> {
-        if let Some(path) = &ep.socket {
-            match UnixStream::connect(path).await {
-                Ok(s) => return Ok(ServerStream::Unix(s)),
-                Err(e) => tracing::debug!(
-                    node = %ep.name,
-                    "socket {} refused ({e}); using TCP",
-                    path.display()
-                ),
-            }
-        }
-        let s = TcpStream::connect((ep.host.as_str(), ep.port)).await?;
-        s.set_nodelay(true)?;
-        bound_dead_links(&s)?;
-        Ok(ServerStream::Tcp(s))
-    }
-
-    async fn write_all(&mut self, bytes: &[u8]) -> std::io::Result<()> {
-        match self {
-            ServerStream::Tcp(s) => s.write_all(bytes).await,
-            ServerStream::Unix(s) => s.write_all(bytes).await,
-        }
-    }
-
-    async fn read_buf(&mut self, buf: &mut BytesMut) -> std::io::Result<usize> {
-        match self {
-            ServerStream::Tcp(s) => s.read_buf(buf).await,
-            ServerStream::Unix(s) => s.read_buf(buf).await,
-        }
-    }
-
-    fn try_read(&self, buf: &mut [u8]) -> std::io::Result<usize> {
-        match self {
-            ServerStream::Tcp(s) => s.try_read(buf),
-            ServerStream::Unix(s) => s.try_read(buf),
-        }
-    }
-
-    fn try_read_buf(&self, buf: &mut BytesMut) -> std::io::Result<usize> {
-        match self {
-            ServerStream::Tcp(s) => crate::drained::read_drained(s, buf),
-            ServerStream::Unix(s) => crate::drained::read_drained(s, buf),
-        }
-    }
-
-    fn try_write(&self, buf: &[u8]) -> std::io::Result<usize> {
-        match self {
-            ServerStream::Tcp(s) => s.try_write(buf),
-            ServerStream::Unix(s) => s.try_write(buf),
-        }
-    }
-
-    fn poll_readable(&self, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        match self {
-            ServerStream::Tcp(s) => s.poll_read_ready(cx),
-            ServerStream::Unix(s) => s.poll_read_ready(cx),
-        }
-    }
-
-    fn poll_writable(&self, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        match self {
-            ServerStream::Tcp(s) => s.poll_write_ready(cx),
-            ServerStream::Unix(s) => s.poll_write_ready(cx),
-        }
-    }
-}
 
 /// An authenticated server connection.
 pub struct ServerConn {
@@ -167,6 +71,7 @@ impl std::fmt::Debug for ServerConn {
 impl ServerConn {
     /// Connects to `ep` as `user` on `database`, proving the user's identity with the SCRAM
     /// `ClientKey` recovered when the client logged in to the proxy (no password is stored).
+    /// Over TLS when `tls` is given.
     pub async fn connect(
         ep: &Endpoint,
         user: &str,
@@ -174,6 +79,7 @@ impl ServerConn {
         key: &ClientKey,
         verifier: &Verifier,
         timeout: Duration,
+        tls: Option<&ClientTls>,
     ) -> Result<ServerConn, ProxyError> {
         Self::connect_with(
             ep,
@@ -181,6 +87,7 @@ impl ServerConn {
             key,
             verifier,
             timeout,
+            tls,
         )
         .await
     }
@@ -193,12 +100,18 @@ impl ServerConn {
         key: &ClientKey,
         verifier: &Verifier,
         timeout: Duration,
+        tls: Option<&ClientTls>,
     ) -> Result<ServerConn, ProxyError> {
         let what = format!("connecting to {} ({}:{})", ep.name, ep.host, ep.port);
-        let stream = tokio::time::timeout(timeout, ServerStream::connect(ep))
+        let stream = tokio::time::timeout(timeout, ServerStream::open(ep, tls))
             .await
             .map_err(|_| ProxyError::Unavailable(format!("{what}: timed out")))?
-            .map_err(|e| ProxyError::io(what.clone(), e))?;
+            .map_err(|e| match e {
+                Opening::Io(e) => ProxyError::io(what.clone(), e),
+                Opening::Tls(cause) => {
+                    ProxyError::ServerTls(crate::error::server_tls_failure(ep, &cause))
+                }
+            })?;
         let mut conn = ServerConn {
             stream,
             rbuf: BytesMut::with_capacity(16 * 1024),
@@ -316,6 +229,17 @@ impl ServerConn {
         self.stream
             .poll_readable(cx)
             .map_err(|e| ProxyError::io(format!("reading from {}", self.endpoint.name), e))
+    }
+
+    /// Encrypted bytes wait for the socket (TLS only): the relay waits for it to be writable
+    /// and calls [`ServerConn::try_send`] (with nothing new, it only flushes).
+    pub fn has_backlog(&self) -> bool {
+        self.stream.has_backlog()
+    }
+
+    /// Whether the connection is encrypted.
+    pub fn is_tls(&self) -> bool {
+        matches!(self.stream, ServerStream::Tls(_))
     }
 
     /// Ready once the server socket may be written.
@@ -579,42 +503,6 @@ pub enum Lookup {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// The options are read back from the kernel on a real connection.
-    #[tokio::test]
-    async fn tcp_server_connections_bound_dead_links() {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("listen");
-        let port = listener.local_addr().expect("addr").port();
-        let ep = Endpoint {
-            name: herd_core::NodeName::from_text("node0"),
-            host: "127.0.0.1".into(),
-            port,
-            socket: None,
-        };
-        let (stream, accepted) = tokio::join!(ServerStream::connect(&ep), listener.accept());
-        let _peer = accepted.expect("accept");
-        let ServerStream::Tcp(tcp) = stream.expect("connect") else {
-            panic!("no socket given: TCP expected");
-        };
-        let sock = socket2::SockRef::from(&tcp);
-        assert!(sock.keepalive().expect("SO_KEEPALIVE"));
-        assert_eq!(
-            sock.tcp_keepalive_time().expect("idle"),
-            Duration::from_secs(5)
-        );
-        assert_eq!(
-            sock.tcp_keepalive_interval().expect("interval"),
-            Duration::from_secs(2)
-        );
-        assert_eq!(sock.tcp_keepalive_retries().expect("count"), 3);
-        assert_eq!(
-            sock.tcp_user_timeout().expect("TCP_USER_TIMEOUT"),
-            Some(SERVER_USER_TIMEOUT)
-        );
-        assert!(tcp.nodelay().expect("nodelay"));
-    }
 
     #[test]
     fn generations_make_older_copies_stale() {

@@ -39,6 +39,9 @@ pub struct TopologyView {
     /// elected a leader. Logins are refused at once then (there is nobody to wait for yet),
     /// where a primary that is merely down is waited for.
     pub electing: bool,
+    /// The last poll could not reach a node over TLS (its certificate did not verify, it does
+    /// not serve TLS): the reason, naming the node, told to clients that find no server.
+    pub tls_error: Option<String>,
 }
 
 impl TopologyView {
@@ -154,6 +157,7 @@ mod tests {
             replicas,
             electing: false,
             durable_replicas: k,
+            tls_error: None,
         };
         assert_eq!(
             view(1, vec![]).durable_lsn(),

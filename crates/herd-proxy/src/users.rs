@@ -188,6 +188,7 @@ mod tests {
         Users::new(AdminLogin {
             user: "herd".into(),
             password: "secret".into(),
+            tls: None,
         })
     }
 

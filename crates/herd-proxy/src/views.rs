@@ -174,6 +174,9 @@ impl ProxyContext {
                     if view.electing {
                         return Some(Err(no_leader_yet(group)));
                     }
+                    if let Some(why) = &view.tls_error {
+                        return Some(Err(ProxyError::ServerTls(why.clone())));
+                    }
                 }
                 if views.changed().await.is_err() {
                     return None;
@@ -223,6 +226,9 @@ impl ProxyContext {
                 .filter(|r| r.healthy)
                 .map(|r| r.endpoint.clone()),
         );
+        if let (true, Some(why)) = (servers.is_empty(), &view.tls_error) {
+            return Err(ProxyError::ServerTls(why.clone()));
+        }
         Ok(servers)
     }
 }

@@ -181,6 +181,7 @@ mod tests {
             ],
             durable_replicas: 1,
             electing: false,
+            tls_error: None,
         };
         use Consistency::*;
         let rep = |c: Vec<usize>, confirm: Option<u64>| Target::Replica {

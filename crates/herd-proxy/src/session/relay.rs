@@ -284,7 +284,12 @@ impl Session {
         let write_client = !self.out.is_empty() || self.client.has_backlog();
         let attached = self.attached.is_some();
         let read_server = attached && self.out.len() < OUT_LIMIT;
-        let write_server = attached && !self.sout.is_empty();
+        // Also while TLS holds encrypted bytes the socket did not take yet (the outbox may be
+        // empty by then): they are the end of what was sent.
+        let write_server = self
+            .attached
+            .as_ref()
+            .is_some_and(|a| !self.sout.is_empty() || a.lease.conn.has_backlog());
         // Detached with complete messages but no end of their batch yet: a deadline for them.
         let partial =
             (!attached && !next_complete && herd_wire::split_frame(&self.cbuf, max)?.is_some())

@@ -152,6 +152,7 @@ pub async fn relay(
         &creds.key,
         &creds.verifier,
         CONNECT_TIMEOUT,
+        ctx.pools.tls(),
     )
     .await?;
     ctx.metrics.inc("herd_replication_connections_total", "");

@@ -302,6 +302,7 @@ mod tests {
         let admin = crate::monitor::AdminLogin {
             user: "herd".into(),
             password: "s'cret".into(),
+            tls: None,
         };
         let cols = vec![Table {
             key: "public.orders".into(),
