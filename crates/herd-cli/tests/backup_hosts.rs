@@ -1,0 +1,229 @@
+//! Backups across hosts: three `herd agent`s, each host in its own network namespace, whose
+//! herd.toml has `[backup]` with a repository on the file system every namespace sees (as an
+//! NFS mount would be across real hosts).
+
+mod common;
+
+use std::io::BufRead;
+use std::process::{Command, Stdio};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use common::hosts::{Hosts, HERD};
+use herd_testkit::netns::Lab;
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
+/// Writes through the proxy all along; `herd backup --dcs` (a second one at the same moment is
+/// refused, naming the rule); kill -9 of the primary's agent and server; writes on the new
+/// primary; then `herd restore --to latest --repository …` into a new directory holds every
+/// acknowledged write, those after the failover included (the archive followed the new
+/// primary, timeline history and all).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backup_across_hosts_restores_every_acknowledged_write_after_a_failover() {
+    let lab = match Lab::build(3) {
+        Ok(lab) => lab,
+        Err(e) if !Lab::available() => {
+            eprintln!("SKIPPED: network namespaces need root and `ip netns` ({e})");
+            return;
+        }
+        Err(e) => panic!("building the network namespaces: {e}"),
+    };
+    let hosts = Hosts::start_in_configured(lab, "[backup]\nrepository = \"@DIR@/repo\"\n");
+    let repo = hosts.dir.path().join("repo");
+    let (stop, record, threads) = common::hosts::start_checker(&hosts).await;
+    let acked = || record.lock().expect("record").acknowledged.len();
+    hosts.wait_writes(&acked, "at first");
+
+    // A backup, and a second one asked while it runs: refused.
+    let started = Instant::now();
+    let mut first = Command::new(HERD)
+        .args(["backup", "--dcs", &hosts.dcs(), "--cluster", &hosts.cluster])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("herd backup");
+    let stderr = first.stderr.take().expect("stderr");
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    let reader = std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = tx.send(line);
+        }
+    });
+    let mut first_err = Vec::new();
+    loop {
+        let line = rx
+            .recv_timeout(Duration::from_secs(60))
+            .unwrap_or_else(|_| {
+                panic!("herd backup asked nobody: {first_err:?}\n{}", hosts.logs())
+            });
+        first_err.push(line.clone());
+        if line.contains("backup: asked") {
+            break;
+        }
+    }
+    let mut second = Command::new(HERD);
+    second.args([
+        "backup",
+        "--dcs",
+        &hosts.dcs(),
+        "--cluster",
+        &hosts.cluster,
+        "--group",
+        "0",
+    ]);
+    let second = herd_testkit::output_within(&mut second, Duration::from_secs(60))
+        .expect("the second herd backup exits");
+    let said = String::from_utf8_lossy(&second.stderr);
+    assert!(
+        !second.status.success()
+            && said.contains("another backup of shard group 0")
+            && said.contains("one backup at a time per group"),
+        "a second backup while one runs: {}",
+        herd_testkit::describe(&second)
+    );
+    let deadline = Instant::now() + Duration::from_secs(300);
+    let status = loop {
+        if let Some(status) = first.try_wait().expect("wait") {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "herd backup still runs after 300 s\n{}",
+            hosts.logs()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    reader.join().expect("reader");
+    first_err.extend(rx.try_iter());
+    let mut out = String::new();
+    std::io::Read::read_to_string(&mut first.stdout.take().expect("stdout"), &mut out)
+        .expect("stdout");
+    assert!(
+        status.success() && out.contains("Shard group 0: backup"),
+        "herd backup: {status}\n{out}\n{}\n{}",
+        first_err.join("\n"),
+        hosts.logs()
+    );
+    eprintln!(
+        "backup across hosts: {:.1} s ({})",
+        started.elapsed().as_secs_f64(),
+        out.lines().next().unwrap_or_default()
+    );
+    assert!(
+        repo.join("backup/herd-g0").is_dir(),
+        "the backup is in the shared repository"
+    );
+    hosts.wait_writes(&acked, "after the backup");
+
+    // kill -9 of the primary's agent and server: another host takes over and archives.
+    let old = hosts.wait_primary("before the failover");
+    let postmaster = hosts.postmaster(old).expect("postmaster pid");
+    hosts.signal_agent(old, Signal::SIGKILL);
+    let _ = kill(Pid::from_raw(postmaster), Signal::SIGKILL);
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let new = loop {
+        if let Some(p) = (0..3).find(|&i| i != old && hosts.role(i).as_deref() == Some("primary")) {
+            break p;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no failover after 90 s\n{}",
+            hosts.logs()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    hosts.wait_writes(&acked, "after the failover");
+    stop.store(true, Ordering::SeqCst);
+    for t in threads {
+        t.join().expect("checker thread");
+    }
+    let record = std::mem::take(&mut *record.lock().expect("record"));
+    assert!(record.two_writable.is_empty(), "{:?}", record.two_writable);
+
+    // The new primary's current segment archived (as archive_timeout would, sooner).
+    let primary = common::connect(&hosts.node_url(new)).await;
+    let segment: String = primary
+        .query_one("select pg_walfile_name(pg_switch_wal())", &[])
+        .await
+        .expect("pg_switch_wal")
+        .get(0);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let last: String = primary
+            .query_one(
+                "select coalesce(last_archived_wal, '') from pg_stat_archiver",
+                &[],
+            )
+            .await
+            .expect("pg_stat_archiver")
+            .get(0);
+        if last >= segment {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "segment {segment} not archived after 60 s (last {last:?})\n{}",
+            hosts.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(
+        std::fs::read_dir(repo.join("archive/herd-g0"))
+            .expect("archive")
+            .flatten()
+            .any(|d| std::fs::read_dir(d.path())
+                .into_iter()
+                .flatten()
+                .flatten()
+                .any(|f| f.file_name().to_string_lossy().ends_with(".history"))),
+        "the new timeline's history file is archived"
+    );
+
+    // Restored into a new directory from the repository alone: every acknowledged write.
+    let restored = common::cluster();
+    let port = restored.port.to_string();
+    let repo_arg = repo.display().to_string();
+    let out = restored.herd(&[
+        "restore",
+        "--to",
+        "latest",
+        "--repository",
+        &repo_arg,
+        "--port",
+        &port,
+    ]);
+    assert!(
+        out.status.success(),
+        "restore: {}",
+        herd_testkit::describe(&out)
+    );
+    restored.up(&[]);
+    let client = common::connect(&restored.url(&["--primary"])).await;
+    let present: std::collections::HashSet<i64> = client
+        .query("select id from acked", &[])
+        .await
+        .expect("read the restored rows")
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let lost: Vec<&i64> = record
+        .acknowledged
+        .iter()
+        .filter(|id| !present.contains(id))
+        .collect();
+    assert!(
+        lost.is_empty(),
+        "{} of {} acknowledged writes missing from the restore: {lost:?}",
+        lost.len(),
+        record.acknowledged.len()
+    );
+    eprintln!(
+        "{} acknowledged writes (before and after the failover), all restored",
+        record.acknowledged.len()
+    );
+}
