@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use herd_agent::config::AgentConfig;
 use herd_agent::store::StoreClient;
-use herd_backup::{BackupKind, Paths, PgNode, Runner, Setup, Stanza};
+use herd_backup::{BackupKind, Paths, PgNode, Runner, Schedule, Setup, Stanza};
 use herd_cluster::{Layout, Secrets};
 use herd_config::BackupConfig;
 use herd_dcs::Dcs;
@@ -97,10 +97,12 @@ fn unreachable_repository() -> anyhow::Result<PathBuf> {
     anyhow::bail!("[backup] names neither a repository directory nor [backup.s3]")
 }
 
-/// Starts the task that creates the stanza while this agent leads and runs the backups asked
-/// of it, until `shutdown`. `dcs`: the group's view of the store.
+/// Starts the task that creates the stanza while this agent leads, takes the scheduled backups
+/// then (`[backup] full_every_s`, `incr_every_s`) and runs the backups asked of it, until
+/// `shutdown`. `dcs`: the group's view of the store.
 pub fn spawn(
     cfg: &AgentConfig,
+    backup: &BackupConfig,
     dcs: Arc<dyn Dcs>,
     shutdown: watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
@@ -117,6 +119,10 @@ pub fn spawn(
         dcs,
         layout,
         runner,
+        schedule: Schedule {
+            full_every_s: backup.full_every_s,
+            incr_every_s: backup.incr_every_s,
+        },
     };
     tokio::spawn(task.run(shutdown));
     Ok(())
@@ -129,12 +135,14 @@ struct Task {
     dcs: Arc<dyn Dcs>,
     layout: Layout,
     runner: Runner,
+    schedule: Schedule,
 }
 
 impl Task {
     async fn run(self, mut shutdown: watch::Receiver<bool>) {
         let mut stanza_ready = false;
         let mut last_try: Option<Instant> = None;
+        let mut last_look: Option<Instant> = None;
         loop {
             if *shutdown.borrow() {
                 return;
@@ -145,6 +153,18 @@ impl Task {
             } else if !stanza_ready && last_try.is_none_or(|t| t.elapsed() > STANZA_RETRY) {
                 last_try = Some(Instant::now());
                 stanza_ready = self.create_stanza().await;
+            }
+            // Scheduled backups: by the group's leader only, under the same lease as a
+            // `herd backup`, so one runs at a time whichever agent leads.
+            if leading
+                && stanza_ready
+                && self.schedule.is_on()
+                && last_look.is_none_or(|t| t.elapsed() >= self.schedule.tick())
+            {
+                last_look = Some(Instant::now());
+                if let Err(e) = self.scheduled().await {
+                    tracing::warn!("scheduled backup (tried again at the next look): {e:#}");
+                }
             }
             if let Err(e) = self.take_request().await {
                 tracing::warn!("backup request: {e:#}");
@@ -259,8 +279,15 @@ impl Task {
             request.kind,
             self.group
         );
-        let (state, message) = match self.backup(&request.kind).await {
-            Ok(text) => (State::Done, text),
+        let kind = request
+            .kind
+            .parse::<BackupKind>()
+            .map_err(anyhow::Error::msg);
+        let (state, message) = match kind {
+            Ok(kind) => match self.backup(kind).await {
+                Ok(text) => (State::Done, text),
+                Err(e) => (State::Failed, format!("{e:#}")),
+            },
             Err(e) => (State::Failed, format!("{e:#}")),
         };
         tracing::info!("backup of shard group {}: {message}", self.group);
@@ -269,9 +296,46 @@ impl Task {
         Ok(())
     }
 
+    /// Takes the backup the schedule says is due, if any, under the group's backup lease (a
+    /// `herd backup` running holds it: this one waits for the next look).
+    async fn scheduled(&self) -> anyhow::Result<()> {
+        let runner = self.with_password()?;
+        let stanza = herd_backup::stanza(self.group);
+        let backups = tokio::task::spawn_blocking(move || {
+            let json = runner.run(
+                Some(&stanza),
+                "info",
+                &["--output=json".into()],
+                &mut |_| {},
+            )?;
+            herd_backup::parse_info(&json, &stanza)
+        })
+        .await??;
+        let now = (herd_core::unix_ms() / 1000) as i64;
+        let Some(kind) = self.schedule.due(&backups, now) else {
+            return Ok(());
+        };
+        let (me, ttl) = (self.me.clone(), LOCK_TTL);
+        if !blocking(&self.dcs, move |dcs| dcs.acquire_lease(LOCK, &me, ttl)).await? {
+            tracing::info!("a scheduled backup waits: another backup of the group runs");
+            return Ok(());
+        }
+        let result = self.backup(kind).await;
+        self.release().await;
+        tracing::info!(
+            "scheduled {} backup of shard group {}: {}",
+            kind.as_str(),
+            self.group,
+            match &result {
+                Ok(text) => text.clone(),
+                Err(e) => format!("failed: {e:#}"),
+            }
+        );
+        result.map(drop)
+    }
+
     /// Runs pgBackRest's backup (from this host's primary), renewing the lease meanwhile.
-    async fn backup(&self, kind: &str) -> anyhow::Result<String> {
-        let kind: BackupKind = kind.parse().map_err(anyhow::Error::msg)?;
+    async fn backup(&self, kind: BackupKind) -> anyhow::Result<String> {
         let runner = self.with_password()?;
         let stanza = herd_backup::stanza(self.group);
         let work = tokio::task::spawn_blocking(move || {
@@ -335,5 +399,33 @@ impl Task {
         if let Err(e) = blocking(&self.dcs, move |dcs| dcs.release_lease(LOCK, &me)).await {
             tracing::warn!("releasing the backup lease (it expires by itself): {e:#}");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_agents_repository_is_shared_storage_or_s3() {
+        let named = |repository: &str| BackupConfig {
+            repository: repository.into(),
+            ..BackupConfig::default()
+        };
+        assert_eq!(
+            repository(&named("/mnt/backups/herd")).expect("absolute"),
+            Some(PathBuf::from("/mnt/backups/herd"))
+        );
+        for relative in ["", "backup-repo", "./repo"] {
+            let err = repository(&named(relative))
+                .expect_err(relative)
+                .to_string();
+            assert!(err.contains("absolute path"), "{relative}: {err}");
+        }
+        let s3 = BackupConfig {
+            s3: Some(herd_config::S3Config::default()),
+            ..BackupConfig::default()
+        };
+        assert_eq!(repository(&s3).expect("s3"), None);
     }
 }

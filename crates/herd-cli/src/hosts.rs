@@ -269,6 +269,7 @@ pub async fn agent(args: AgentArgs) -> anyhow::Result<()> {
         // The stanza while this agent leads, and the backups `herd backup --dcs` asks of it.
         crate::agent_backup::spawn(
             &cfg,
+            &file_config.backup,
             herd_agent::groups::scoped(dcs.clone(), cfg.group),
             shutdown_rx.clone(),
         )?;

@@ -227,3 +227,95 @@ async fn a_backup_across_hosts_restores_every_acknowledged_write_after_a_failove
         record.acknowledged.len()
     );
 }
+
+/// The backups in `config`'s repository as (label, start, stop), read with pgBackRest itself.
+fn backups(config: &std::path::Path) -> Vec<(String, i64, i64)> {
+    let out = Command::new("pgbackrest")
+        .arg(format!("--config={}", config.display()))
+        .args(["--stanza=herd-g0", "info", "--output=json"])
+        .output()
+        .expect("pgbackrest info");
+    let info: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    info[0]["backup"]
+        .as_array()
+        .map(|list| {
+            list.iter()
+                .map(|b| {
+                    (
+                        b["label"].as_str().unwrap_or_default().to_string(),
+                        b["timestamp"]["start"].as_i64().unwrap_or_default(),
+                        b["timestamp"]["stop"].as_i64().unwrap_or_default(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Scheduled backups across hosts (`full_every_s`, `incr_every_s`): taken by the group's
+/// leader, one at a time; after kill -9 of the primary the new leader's agent goes on with the
+/// schedule, never overlapping a backup.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scheduled_backups_across_hosts_follow_the_leader_one_at_a_time() {
+    let hosts = Hosts::start_configured(
+        "[backup]\nrepository = \"@DIR@/repo\"\nfull_every_s = 3600\nincr_every_s = 4\n",
+    );
+    let first = hosts.wait_primary("at first");
+    let config = |i: usize| hosts.agent_dir(i).join("backup/pgbackrest.conf");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !backups(&config(first)).iter().any(|b| b.0.ends_with('I')) {
+        assert!(
+            Instant::now() < deadline,
+            "no full then incremental backup within 120 s: {:?}\n{}",
+            backups(&config(first)),
+            hosts.logs()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let killed_at = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs() as i64;
+    let postmaster = hosts.postmaster(first).expect("postmaster pid");
+    hosts.signal_agent(first, Signal::SIGKILL);
+    let _ = kill(Pid::from_raw(postmaster), Signal::SIGKILL);
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let next = loop {
+        if let Some(p) = (0..3).find(|&i| i != first && hosts.role(i).as_deref() == Some("primary"))
+        {
+            break p;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no failover after 90 s\n{}",
+            hosts.logs()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !backups(&config(next)).iter().any(|b| b.1 > killed_at) {
+        assert!(
+            Instant::now() < deadline,
+            "no scheduled backup by the new leader within 120 s: {:?}\n{}",
+            backups(&config(next)),
+            hosts.logs()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let log = std::fs::read_to_string(hosts.dir.path().join(format!("{}.log", Hosts::name(next))))
+        .expect("the new leader's log");
+    assert!(
+        log.contains("scheduled incr backup of shard group 0")
+            || log.contains("scheduled full backup of shard group 0"),
+        "the new leader's agent took it:\n{}",
+        hosts.logs()
+    );
+    let list = backups(&config(next));
+    for pair in list.windows(2) {
+        assert!(pair[0].2 <= pair[1].1, "backups overlap: {list:?}");
+    }
+    eprintln!(
+        "{} scheduled backups, none overlapping: {list:?}",
+        list.len()
+    );
+}
