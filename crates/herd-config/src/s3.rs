@@ -110,10 +110,13 @@ mod tests {
         }
     }
 
+    /// A change to a good configuration, and the key its refusal names.
+    type Case = (fn(&mut S3Config), &'static str);
+
     #[test]
     fn each_setting_is_checked() {
         assert!(good().validate().is_ok());
-        let cases: Vec<(fn(&mut S3Config), &str)> = vec![
+        let cases: Vec<Case> = vec![
             (|c| c.bucket.clear(), "backup.s3.bucket"),
             (|c| c.endpoint.clear(), "backup.s3.endpoint"),
             (|c| c.region.clear(), "backup.s3.region"),
