@@ -302,14 +302,20 @@ async fn scheduled_backups_across_hosts_follow_the_leader_one_at_a_time() {
         );
         std::thread::sleep(Duration::from_millis(500));
     }
-    let log = std::fs::read_to_string(hosts.dir.path().join(format!("{}.log", Hosts::name(next))))
-        .expect("the new leader's log");
-    assert!(
-        log.contains("scheduled incr backup of shard group 0")
-            || log.contains("scheduled full backup of shard group 0"),
-        "the new leader's agent took it:\n{}",
-        hosts.logs()
-    );
+    // Its agent logs the backup once pgBackRest listed it: a moment after it appears.
+    let log_file = hosts.dir.path().join(format!("{}.log", Hosts::name(next)));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !std::fs::read_to_string(&log_file)
+        .unwrap_or_default()
+        .contains("backup of shard group 0: backup")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the new leader's agent did not log the backup:\n{}",
+            hosts.logs()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
     let list = backups(&config(next));
     for pair in list.windows(2) {
         assert!(pair[0].2 <= pair[1].1, "backups overlap: {list:?}");
@@ -318,4 +324,41 @@ async fn scheduled_backups_across_hosts_follow_the_leader_one_at_a_time() {
         "{} scheduled backups, none overlapping: {list:?}",
         list.len()
     );
+
+    // Bad input, refused clearly: a group the cluster does not have; an agent whose
+    // repository is not the same path on every host, or whose S3 settings are incomplete.
+    let mut cmd = Command::new(HERD);
+    cmd.args(["backup", "--dcs", &hosts.dcs(), "--cluster", &hosts.cluster])
+        .args(["--group", "3"]);
+    let out = herd_testkit::output_within(&mut cmd, Duration::from_secs(60)).expect("exits");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("has 1 shard group(s)"),
+        "{err}"
+    );
+    for (toml, says) in [
+        (
+            "[backup]\nrepository = \"backups\"\n",
+            "must be an absolute path",
+        ),
+        ("[backup]\nenabled = true\n", "must be an absolute path"),
+        (
+            "[backup.s3]\nbucket = \"b\"\nendpoint = \"s3.example\"\ncredentials_file = \"k\"\n",
+            "backup.s3.region",
+        ),
+    ] {
+        let file = hosts.dir.path().join("bad.toml");
+        std::fs::write(&file, toml).expect("bad.toml");
+        let fresh = hosts.dir.path().join("fresh");
+        let mut cmd = Command::new(HERD);
+        cmd.args(["agent", "--dcs", &hosts.dcs(), "--cluster", &hosts.cluster])
+            .args(["--name", "h9", "--api-listen", "127.0.0.1:0"])
+            .arg("--data-dir")
+            .arg(&fresh)
+            .arg("--config")
+            .arg(&file);
+        let out = herd_testkit::output_within(&mut cmd, Duration::from_secs(60)).expect("exits");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains(says), "{toml}: {err}");
+    }
 }
