@@ -49,6 +49,9 @@ pub struct AgentConfig {
     /// `data_dir/backup/pgbackrest.conf`, which `herd agent` writes from `[backup]` before
     /// the server starts. (`herd up`'s nodes read `[backup]` from their herd.toml instead.)
     pub backup: bool,
+    /// With `backup`: seconds a completed WAL file may wait before the archive counts as
+    /// behind (`[backup] archive_lag_warning_s`).
+    pub archive_lag_warning_s: u64,
 }
 
 /// One node's files inside a `herd up` data directory (today's `nodes/<node>/`,

@@ -24,6 +24,8 @@ pub struct Observed {
     pub primary: Option<PrimaryProbe>,
     /// As a replica: its replayed position.
     pub replayed: Option<Lsn>,
+    /// As primary with `[backup]` across hosts: its WAL archiving health.
+    pub archiving: Option<herd_core::ArchiveStatus>,
 }
 
 /// The agent's node.
@@ -132,6 +134,7 @@ impl Node {
             local,
             primary: None,
             replayed: None,
+            archiving: None,
         };
         if !dir.join("PG_VERSION").exists() {
             return none(Local::Empty);
@@ -152,8 +155,10 @@ impl Node {
                 local: Local::Primary,
                 primary: Some(p),
                 replayed: None,
+                archiving: self.archiving().await,
             },
             Ok(Probe::Replica(r)) => Observed {
+                archiving: None,
                 local: Local::Replica {
                     upstream: self.upstream.clone(),
                     streaming: r.receiver_status.as_deref() == Some("streaming"),
@@ -167,6 +172,20 @@ impl Node {
                 none(Local::NotAnswering)
             }
         }
+    }
+
+    /// Across hosts with `[backup]`: the archiver's statistics over the probe's kept
+    /// connection (`herd up` reads them in herd-cluster's status instead).
+    async fn archiving(&self) -> Option<herd_core::ArchiveStatus> {
+        if !self.cfg.backup || self.cfg.paths.is_some() {
+            return None;
+        }
+        let kept = self.prober.lock().await;
+        let prober = kept.as_ref()?;
+        Some(crate::archiving::archive_status(
+            prober.archiver().await,
+            self.cfg.archive_lag_warning_s,
+        ))
     }
 
     /// The server settings with `upstream` (a replica) or as primary.

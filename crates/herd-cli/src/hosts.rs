@@ -237,6 +237,7 @@ pub async fn agent(args: AgentArgs) -> anyhow::Result<()> {
         postgres,
         paths: None,
         backup,
+        archive_lag_warning_s: file_config.backup.archive_lag_warning_s,
     };
     if backup {
         // Before the server starts: its archive_command reads this configuration.

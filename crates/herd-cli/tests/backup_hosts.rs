@@ -172,6 +172,27 @@ async fn a_backup_across_hosts_restores_every_acknowledged_write_after_a_failove
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    // `herd status --dcs` shows the new primary's archiving, read by its agent.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let status: serde_json::Value =
+            serde_json::from_str(&hosts.herd_store(&["status", "--json"])).expect("status JSON");
+        let archiving = &status["archiving"];
+        if archiving["last_archived_wal"]
+            .as_str()
+            .is_some_and(|w| w >= segment.as_str())
+        {
+            assert!(archiving["warning"].is_null(), "{archiving}");
+            let text = hosts.herd_store(&["status"]);
+            assert!(text.contains("WAL archiving: last archived"), "{text}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "herd status --dcs shows no archiving up to {segment}: {archiving}"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
     assert!(
         std::fs::read_dir(repo.join("archive/herd-g0"))
             .expect("archive")
