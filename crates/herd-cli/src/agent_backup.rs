@@ -72,10 +72,9 @@ pub fn prepare(cfg: &AgentConfig, backup: &BackupConfig, config_dir: &Path) -> a
     let s3 = crate::backup_setup::s3_repo(backup, config_dir)?;
     let setup = Setup {
         paths: Paths::new(&cfg.data_dir),
-        repository: match (&s3, repository(backup)?) {
-            (Some(_), _) => backup.s3_path().into(),
-            (None, Some(path)) => path,
-            (None, None) => unreachable_repository()?,
+        repository: match &s3 {
+            Some(_) => backup.s3_path().into(),
+            None => repository(backup)?.context("[backup] names no repository directory")?,
         },
         s3,
         retention_full: backup.retention_full,
@@ -91,10 +90,6 @@ pub fn prepare(cfg: &AgentConfig, backup: &BackupConfig, config_dir: &Path) -> a
     setup
         .write(owner.as_ref())
         .context("writing pgBackRest's configuration")
-}
-
-fn unreachable_repository() -> anyhow::Result<PathBuf> {
-    anyhow::bail!("[backup] names neither a repository directory nor [backup.s3]")
 }
 
 /// Starts the task that creates the stanza while this agent leads, takes the scheduled backups

@@ -346,6 +346,41 @@ async fn scheduled_backups_across_hosts_follow_the_leader_one_at_a_time() {
         list.len()
     );
 
+    // A `herd proxy` with its API gives the new primary's archiving in `/metrics`.
+    let api = hosts.base + 7;
+    let mut proxy = Command::new(HERD)
+        .args(["proxy", "--dcs", &hosts.dcs(), "--cluster", &hosts.cluster])
+        .args(["--listen", &format!("127.0.0.1:{}", hosts.base + 3)])
+        .args(["--api-listen", &format!("127.0.0.1:{api}")])
+        .arg("--data-dir")
+        .arg(hosts.dir.path().join("proxy"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("herd proxy");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut last = String::new();
+    while !last.contains("herd_archive_last_archived_age_seconds{group=\"0\"}") {
+        if Instant::now() > deadline {
+            let _ = proxy.kill();
+            panic!("no archiving in the proxy's /metrics within 30 s:\n{last}");
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        last = ureq::get(&format!("http://127.0.0.1:{api}/metrics"))
+            .timeout(Duration::from_secs(5))
+            .call()
+            .ok()
+            .and_then(|r| r.into_string().ok())
+            .unwrap_or_default();
+    }
+    assert!(
+        last.contains("herd_archive_behind{group=\"0\"} 0"),
+        "{last}"
+    );
+    let _ = proxy.kill();
+    let _ = proxy.wait();
+
     // Bad input, refused clearly: a group the cluster does not have; an agent whose
     // repository is not the same path on every host, or whose S3 settings are incomplete.
     let mut cmd = Command::new(HERD);
