@@ -374,12 +374,12 @@ async fn scheduled_backups_across_hosts_follow_the_leader_one_at_a_time() {
             .and_then(|r| r.into_string().ok())
             .unwrap_or_default();
     }
+    let _ = proxy.kill();
+    let _ = proxy.wait();
     assert!(
         last.contains("herd_archive_behind{group=\"0\"} 0"),
         "{last}"
     );
-    let _ = proxy.kill();
-    let _ = proxy.wait();
 
     // Bad input, refused clearly: a group the cluster does not have; an agent whose
     // repository is not the same path on every host, or whose S3 settings are incomplete.
