@@ -45,6 +45,13 @@ pub struct AgentConfig {
     /// Where the node's files are when they are not under `data_dir` (`herd up`'s layout,
     /// shared by several nodes); `None`: `pgdata/`, `logs/` and `run/` of `data_dir`.
     pub paths: Option<NodePaths>,
+    /// Across hosts (`paths` is `None`): archive WAL with pgBackRest through
+    /// `data_dir/backup/pgbackrest.conf`, which `herd agent` writes from `[backup]` before
+    /// the server starts. (`herd up`'s nodes read `[backup]` from their herd.toml instead.)
+    pub backup: bool,
+    /// With `backup`: seconds a completed WAL file may wait before the archive counts as
+    /// behind (`[backup] archive_lag_warning_s`).
+    pub archive_lag_warning_s: u64,
 }
 
 /// One node's files inside a `herd up` data directory (today's `nodes/<node>/`,
@@ -108,6 +115,16 @@ impl AgentConfig {
         match &self.paths {
             Some(p) => p.pgdata.clone(),
             None => self.data_dir.join("pgdata"),
+        }
+    }
+
+    /// Where the server puts its Unix-domain socket: `herd up`'s socket directory, or across
+    /// hosts with backups on `data_dir/sockets` (pgBackRest connects over a socket only);
+    /// `None`: TCP only.
+    pub fn socket_dir(&self) -> Option<PathBuf> {
+        match &self.paths {
+            Some(p) => p.socket_dir.clone(),
+            None => self.backup.then(|| self.data_dir.join("sockets")),
         }
     }
 

@@ -35,7 +35,7 @@ pub enum Local {
 }
 
 /// What the store said this round.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Store {
     /// The cluster exists (its `initialize` key is written).
     pub initialized: bool,

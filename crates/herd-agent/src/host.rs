@@ -503,6 +503,8 @@ fn build_agent(
             run_dir: layout.run(),
             socket_dir: herd_pg::socket_dir_fits(&sockets).then_some(sockets),
         }),
+        backup: false,
+        archive_lag_warning_s: config.backup.archive_lag_warning_s,
     };
     let dcs = crate::groups::scoped(root.clone(), node.group);
     let shared = Arc::new(std::sync::Mutex::new(Shared {

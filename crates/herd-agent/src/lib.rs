@@ -25,6 +25,7 @@ pub mod sync;
 pub mod verbs;
 
 pub mod api;
+mod archiving;
 pub mod book;
 pub mod config;
 pub mod launch;

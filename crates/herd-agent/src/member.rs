@@ -29,7 +29,7 @@ pub fn member_key(name: &str) -> String {
 }
 
 /// How the node of one agent is doing, as its agent last saw it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Member {
     /// The agent's node name (also the replication slot and `application_name`).
     pub name: String,
@@ -57,6 +57,9 @@ pub struct Member {
     /// server's certificate, Unix seconds (`herd status --dcs` shows the days left).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls_not_after: Option<i64>,
+    /// As primary with `[backup]` across hosts: its WAL archiving health (`herd status --dcs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub archiving: Option<herd_core::ArchiveStatus>,
 }
 
 /// The cluster's PostgreSQL system identifier, fixed when it was created: a data directory of

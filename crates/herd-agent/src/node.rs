@@ -24,6 +24,8 @@ pub struct Observed {
     pub primary: Option<PrimaryProbe>,
     /// As a replica: its replayed position.
     pub replayed: Option<Lsn>,
+    /// As primary with `[backup]` across hosts: its WAL archiving health.
+    pub archiving: Option<herd_core::ArchiveStatus>,
 }
 
 /// The agent's node.
@@ -133,6 +135,7 @@ impl Node {
             local,
             primary: None,
             replayed: None,
+            archiving: None,
         };
         if !dir.join("PG_VERSION").exists() {
             return none(Local::Empty);
@@ -153,8 +156,10 @@ impl Node {
                 local: Local::Primary,
                 primary: Some(p),
                 replayed: None,
+                archiving: self.archiving().await,
             },
             Ok(Probe::Replica(r)) => Observed {
+                archiving: None,
                 local: Local::Replica {
                     upstream: self.upstream.clone(),
                     streaming: r.receiver_status.as_deref() == Some("streaming"),
@@ -170,6 +175,20 @@ impl Node {
         }
     }
 
+    /// Across hosts with `[backup]`: the archiver's statistics over the probe's kept
+    /// connection (`herd up` reads them in herd-cluster's status instead).
+    async fn archiving(&self) -> Option<herd_core::ArchiveStatus> {
+        if !self.cfg.backup || self.cfg.paths.is_some() {
+            return None;
+        }
+        let kept = self.prober.lock().await;
+        let prober = kept.as_ref()?;
+        Some(crate::archiving::archive_status(
+            prober.archiver().await,
+            self.cfg.archive_lag_warning_s,
+        ))
+    }
+
     /// The server settings with `upstream` (a replica) or as primary.
     fn settings(&self, upstream: Option<&Member>) -> ServerSettings {
         // `herd up` (its nodes have `paths`): herd.toml is read again at each start, as the
@@ -183,21 +202,24 @@ impl Node {
         let pg = host_config
             .as_ref()
             .map_or(&self.cfg.postgres, |c| &c.postgres);
-        let archive_command = host_config
-            .as_ref()
-            .filter(|c| c.backup.is_enabled())
-            .map(|_| {
-                herd_backup::archive_command(
-                    &herd_backup::Paths::new(self.layout.root()).config(),
-                    self.cfg.group,
-                    &self.cfg.pgdata(),
-                )
-            });
+        let archive_command = match &self.cfg.paths {
+            Some(_) => host_config
+                .as_ref()
+                .filter(|c| c.backup.is_enabled())
+                .map(|_| herd_backup::Paths::new(self.layout.root()).config()),
+            // Across hosts: the configuration `herd agent` wrote from its `[backup]`. Every
+            // node archives while it is primary, so the archive follows failovers.
+            None => self
+                .cfg
+                .backup
+                .then(|| herd_backup::Paths::new(&self.cfg.data_dir).config()),
+        }
+        .map(|config| herd_backup::archive_command(&config, self.cfg.group, &self.cfg.pgdata()));
         let (names, commit) = self.primary_settings.clone();
         ServerSettings {
             listen_address: self.cfg.pg_listen,
             port: self.cfg.pg_port,
-            socket_dir: self.cfg.paths.as_ref().and_then(|p| p.socket_dir.clone()),
+            socket_dir: self.cfg.socket_dir(),
             shared_buffers: pg.shared_buffers.clone(),
             max_connections: pg.max_connections,
             work_mem: pg.work_mem.clone(),
@@ -226,8 +248,6 @@ impl Node {
                     slot: self.cfg.name.clone(),
                 }
             }),
-            // `herd up`'s nodes archive as the supervisor engine's do; across hosts archiving
-            // is a later slice of backups (docs/backup-status.md).
             archive_command,
         }
     }
@@ -385,11 +405,18 @@ impl Node {
         Ok(())
     }
 
-    /// `herd up`'s nodes with `[backup]` on: pgBackRest, for the WAL a change of primary
-    /// must still archive (`host::archive`). `None` across hosts (a later slice of backups).
+    /// With `[backup]` on: pgBackRest, for the WAL a change of primary must still archive
+    /// (`host::archive`).
     fn host_backup(&self) -> Option<herd_backup::Runner> {
-        self.cfg.paths.as_ref()?;
-        crate::host::archive::runner(&self.layout, &self.pg)
+        if self.cfg.paths.is_some() {
+            return crate::host::archive::runner(&self.layout, &self.pg);
+        }
+        self.cfg.backup.then(|| herd_backup::Runner {
+            config: herd_backup::Paths::new(&self.cfg.data_dir).config(),
+            owner: self.pg.os_user().cloned(),
+            // `archive-push` connects to no server.
+            password: None,
+        })
     }
 
     /// Fencing: every process of the server is killed; it accepts no further write.

@@ -225,6 +225,7 @@ impl Agent {
                     local: Local::Busy(kind),
                     primary: None,
                     replayed: None,
+                    archiving: None,
                 },
                 None => self.node.observe().await,
             }
@@ -546,6 +547,7 @@ impl Agent {
                 .and_then(|p| p.socket_dir.as_deref())
                 .map(|dir| herd_pg::socket_path(dir, cfg.pg_port).display().to_string()),
             tls_not_after: self.node.tls.as_ref().map(|t| t.not_after),
+            archiving: observed.archiving.clone(),
         }
     }
 

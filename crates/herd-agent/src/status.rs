@@ -55,7 +55,10 @@ pub fn group_status(group: u32, store: &Store, endpoint: &str) -> ClusterStatus 
         group,
         groups: Vec::new(),
         copies: Vec::new(),
-        archiving: None,
+        // What the primary's agent read of its archiver (backups on across hosts).
+        archiving: leader
+            .filter(|m| m.role == "primary")
+            .and_then(|m| m.archiving.clone()),
     }
 }
 
@@ -190,6 +193,7 @@ mod tests {
             streaming_from: streaming.then(|| "a".to_string()),
             socket: None,
             tls_not_after: None,
+            archiving: None,
         }
     }
 
@@ -270,6 +274,7 @@ mod tests {
         let now = 1_000 * day;
         let with = |name: &str, end: Option<i64>| Member {
             tls_not_after: end,
+            archiving: None,
             ..m(name, "replica", 10, true)
         };
         assert!(

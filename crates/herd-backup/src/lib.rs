@@ -30,6 +30,6 @@ pub use points::{
 };
 pub use run::{BackupKind, Event, Runner};
 pub use schedule::Schedule;
-pub use setup::{archive_command, restore_command, stanza, Paths, PgNode, Setup, Stanza};
+pub use setup::{archive_command, restore_command, stanza, Paths, PgNode, S3Repo, Setup, Stanza};
 pub use target::{choose_set, valid_point_name, Target};
 pub use time::{format_utc, parse_timestamp};

@@ -110,13 +110,35 @@ pub struct Stanza {
     pub socket_dir: Option<PathBuf>,
 }
 
+/// A repository in an S3-compatible object store (`repo1-type=s3`): [`Setup::repository`] is
+/// then the path inside the bucket.
+#[derive(Clone, Debug, PartialEq)]
+pub struct S3Repo {
+    /// `repo1-s3-bucket`.
+    pub bucket: String,
+    /// `repo1-s3-endpoint` (a host name, optionally `:port`).
+    pub endpoint: String,
+    /// `repo1-s3-region`.
+    pub region: String,
+    /// `repo1-s3-uri-style`: `host` or `path`.
+    pub uri_style: String,
+    /// `repo1-s3-key`: the access key id.
+    pub key: String,
+    /// `repo1-s3-key-secret` (pgbackrest.conf is 0600, readable by the servers' user only).
+    pub key_secret: String,
+    /// `repo1-storage-verify-tls`.
+    pub verify_tls: bool,
+}
+
 /// Everything `pgbackrest.conf` says.
 #[derive(Clone, Debug)]
 pub struct Setup {
     /// The data directory's paths.
     pub paths: Paths,
-    /// The repository directory.
+    /// The repository directory (with [`Setup::s3`], the path inside the bucket).
     pub repository: PathBuf,
+    /// The repository is in an object store rather than a directory.
+    pub s3: Option<S3Repo>,
     /// Full backups kept.
     pub retention_full: u32,
     /// One per shard group.
@@ -133,6 +155,18 @@ impl Setup {
             let _ = writeln!(out, "{key}={value}");
         };
         set("repo1-path", self.repository.display().to_string());
+        if let Some(s3) = &self.s3 {
+            set("repo1-type", "s3".into());
+            set("repo1-s3-bucket", s3.bucket.clone());
+            set("repo1-s3-endpoint", s3.endpoint.clone());
+            set("repo1-s3-region", s3.region.clone());
+            set("repo1-s3-uri-style", s3.uri_style.clone());
+            set("repo1-s3-key", s3.key.clone());
+            set("repo1-s3-key-secret", s3.key_secret.clone());
+            if !s3.verify_tls {
+                set("repo1-storage-verify-tls", "n".into());
+            }
+        }
         set("repo1-retention-full", self.retention_full.to_string());
         set("log-path", self.paths.logs().display().to_string());
         set("lock-path", self.paths.locks().display().to_string());
@@ -183,6 +217,13 @@ impl Setup {
                 .unwrap_or_default(),
             detail,
         };
+        if self.s3.is_some() {
+            // Nothing local to create: pgBackRest reaches the bucket itself (`stanza-create`
+            // and `check` report a wrong key or an unreachable endpoint).
+            herd_pg::write_private(path, &self.render())
+                .map_err(|e| BackupError::io("writing", path, e))?;
+            return hand_over(owner, path);
+        }
         if !self.repository.exists() {
             std::fs::create_dir_all(&self.repository)
                 .map_err(|e| unwritable(format!("cannot create it ({e})")))?;
@@ -256,6 +297,7 @@ mod tests {
         Setup {
             paths: Paths::new(root),
             repository: root.join("backup-repo"),
+            s3: None,
             retention_full: 2,
             stanzas: vec![Stanza {
                 group: 0,
@@ -294,6 +336,48 @@ mod tests {
         ] {
             assert!(text.lines().any(|l| l == line), "missing {line} in\n{text}");
         }
+    }
+
+    #[test]
+    fn an_s3_repository_is_configured_for_pgbackrest() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let mut s = setup(tmp.path());
+        s.repository = PathBuf::from("/herd/main");
+        s.s3 = Some(S3Repo {
+            bucket: "herd-backups".into(),
+            endpoint: "minio.internal:9000".into(),
+            region: "us-east-1".into(),
+            uri_style: "path".into(),
+            key: "AKIAEXAMPLE".into(),
+            key_secret: "wJalr/EXAMPLEKEY".into(),
+            verify_tls: false,
+        });
+        let text = s.render();
+        for line in [
+            "repo1-path=/herd/main",
+            "repo1-type=s3",
+            "repo1-s3-bucket=herd-backups",
+            "repo1-s3-endpoint=minio.internal:9000",
+            "repo1-s3-region=us-east-1",
+            "repo1-s3-uri-style=path",
+            "repo1-s3-key=AKIAEXAMPLE",
+            "repo1-s3-key-secret=wJalr/EXAMPLEKEY",
+            "repo1-storage-verify-tls=n",
+            "[herd-g0]",
+        ] {
+            assert!(text.lines().any(|l| l == line), "missing {line} in\n{text}");
+        }
+        // Written without creating anything named like the bucket's path locally; 0600.
+        s.write(None).expect("write");
+        assert!(!Path::new("/herd/main").exists());
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(s.paths.config())
+            .expect("config")
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+        s.s3.as_mut().expect("s3").verify_tls = true;
+        assert!(!s.render().contains("verify-tls"));
     }
 
     #[test]

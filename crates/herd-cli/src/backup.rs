@@ -38,7 +38,7 @@ pub async fn run(layout: &Layout, kind: BackupKind, from_primary: bool) -> anyho
         );
     }
     let repository = config.backup.repository_path(layout.root());
-    if !repository.is_dir() {
+    if config.backup.s3.is_none() && !repository.is_dir() {
         // `herd up` created it: gone now, the WAL archived since is gone with it (or a mount
         // is missing). Not created again here, which would hide that.
         bail!(
@@ -296,7 +296,7 @@ fn seconds(epoch: i64) -> String {
     full.get(..19).unwrap_or(&full).to_string()
 }
 
-fn human_bytes(n: u64) -> String {
+pub fn human_bytes(n: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KB", "MB", "GB", "TB"];
     let mut v = n as f64;
     let mut unit = 0;

@@ -2,7 +2,7 @@
 //! each shard group) and the stanzas, written by `herd up` and refreshed by `herd backup`.
 
 use anyhow::Context;
-use herd_backup::{Paths, PgNode, Runner, Setup, Stanza};
+use herd_backup::{Paths, PgNode, Runner, S3Repo, Setup, Stanza};
 use herd_cluster::{ClusterState, Layout, Secrets};
 use herd_config::Config;
 use herd_pg::OsUser;
@@ -32,12 +32,50 @@ pub fn setup(layout: &Layout, config: &Config) -> anyhow::Result<Setup> {
             socket_dir: herd_pg::socket_dir_fits(&sockets).then_some(sockets),
         });
     }
+    let s3 = s3_repo(&config.backup, layout.root())?;
     Ok(Setup {
         paths: Paths::new(layout.root()),
-        repository: config.backup.repository_path(layout.root()),
+        repository: match s3 {
+            Some(_) => config.backup.s3_path().into(),
+            None => config.backup.repository_path(layout.root()),
+        },
+        s3,
         retention_full: config.backup.retention_full,
         stanzas,
     })
+}
+
+/// `[backup.s3]` as pgBackRest's settings, the access key read from its credentials file
+/// (relative to `base`, herd.toml's directory); `None` for a repository directory.
+pub fn s3_repo(
+    backup: &herd_config::BackupConfig,
+    base: &std::path::Path,
+) -> anyhow::Result<Option<S3Repo>> {
+    let Some(s3) = &backup.s3 else {
+        return Ok(None);
+    };
+    let file = base.join(&s3.credentials_file);
+    let text = std::fs::read_to_string(&file).with_context(|| {
+        format!(
+            "reading backup.s3.credentials_file {} (the access key id, then the secret)",
+            file.display()
+        )
+    })?;
+    let Some((key, key_secret)) = herd_config::parse_credentials(&text) else {
+        anyhow::bail!(
+            "{} must hold two lines: the S3 access key id, then the secret key",
+            file.display()
+        );
+    };
+    Ok(Some(S3Repo {
+        bucket: s3.bucket.clone(),
+        endpoint: s3.endpoint.clone(),
+        region: s3.region.clone(),
+        uri_style: s3.uri_style.clone(),
+        key,
+        key_secret,
+        verify_tls: s3.verify_tls,
+    }))
 }
 
 /// Runs pgBackRest with the cluster's configuration as the servers' OS user, with the

@@ -55,9 +55,9 @@ enum Command {
         #[command(subcommand)]
         command: crate::copy::CopyCommand,
     },
-    /// Back up shard group 0 with pgBackRest (needs `[backup]` in herd.toml): a full,
+    /// Back up every shard group with pgBackRest (needs `[backup]` in herd.toml): a full,
     /// differential or incremental backup, copied from a streaming standby when there is one;
-    /// `herd backup list` lists them.
+    /// `herd backup list` lists them. With --dcs, a multi-host cluster's, through its agents.
     Backup(BackupArgs),
     /// Restore a backed-up cluster into a new data directory, to a moment (point-in-time
     /// recovery) or to the end of its archived WAL; `herd up --data-dir NEW` then runs it.
@@ -184,6 +184,13 @@ pub struct BackupArgs {
     /// standby's are copied, sparing the primary).
     #[arg(long)]
     from_primary: bool,
+    /// A multi-host cluster: the backups are taken by its agents (the primary's of each group),
+    /// asked through its store; one at a time per group.
+    #[command(flatten)]
+    store: crate::hosts::StoreArgs,
+    /// With --dcs: back up this shard group only (default: every group, in turn).
+    #[arg(long, value_name = "G", requires = "dcs")]
+    group: Option<u32>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -520,6 +527,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             command: Some(BackupCommand::RestorePoint { name, dir }),
             ..
         }) => crate::restore_point::run(&dir.layout()?, &name).await,
+        Command::Backup(args) if args.store.given() => {
+            crate::backup_hosts::run(&args.store, args.group, args.kind).await
+        }
         Command::Backup(args) => {
             crate::backup::run(&args.dir.layout()?, args.kind, args.from_primary).await
         }

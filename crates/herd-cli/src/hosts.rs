@@ -185,7 +185,9 @@ pub struct AgentArgs {
     #[arg(long)]
     pub pg_bindir: Option<PathBuf>,
     /// A herd.toml whose [postgres] section sets the server's settings (shared_buffers,
-    /// wal_keep_size, … — the same keys as for `herd up`); the defaults otherwise.
+    /// wal_keep_size, … — the same keys as for `herd up`); the defaults otherwise. Its
+    /// [backup] (a repository every host sees, or [backup.s3]) turns on WAL archiving and
+    /// `herd backup --dcs`.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
 }
@@ -202,13 +204,15 @@ pub async fn agent(args: AgentArgs) -> anyhow::Result<()> {
         sync_standbys: args.sync_standbys.parse()?,
         ..ClusterSettings::default()
     };
-    let mut postgres = match &args.config {
-        Some(path) => herd_config::Config::load(path)?.postgres,
-        None => herd_config::PostgresConfig::default(),
+    let file_config = match &args.config {
+        Some(path) => herd_config::Config::load(path)?,
+        None => herd_config::Config::default(),
     };
+    let mut postgres = file_config.postgres.clone();
     if args.pg_bindir.is_some() {
         postgres.bindir = args.pg_bindir.clone();
     }
+    let backup = file_config.backup.is_enabled();
     let cfg = AgentConfig {
         name: args.name.clone(),
         group: args.group,
@@ -232,7 +236,19 @@ pub async fn agent(args: AgentArgs) -> anyhow::Result<()> {
         bootstrap,
         postgres,
         paths: None,
+        backup,
+        archive_lag_warning_s: file_config.backup.archive_lag_warning_s,
     };
+    if backup {
+        // Before the server starts: its archive_command reads this configuration.
+        let config_dir = args
+            .config
+            .as_deref()
+            .and_then(|p| absolute(p).ok())
+            .and_then(|p| p.parent().map(std::path::Path::to_path_buf))
+            .unwrap_or_default();
+        crate::agent_backup::prepare(&cfg, &file_config.backup, &config_dir)?;
+    }
     let dcs = args.store.open().await?.dcs();
     let mut watchdog = std::process::Command::new(
         std::env::current_exe().context("locating the herd binary for the watchdog")?,
@@ -250,6 +266,15 @@ pub async fn agent(args: AgentArgs) -> anyhow::Result<()> {
         herd_agent::groups::scoped(dcs.clone(), cfg.group),
         shutdown_rx.clone(),
     )?;
+    if backup {
+        // The stanza while this agent leads, and the backups `herd backup --dcs` asks of it.
+        crate::agent_backup::spawn(
+            &cfg,
+            &file_config.backup,
+            herd_agent::groups::scoped(dcs.clone(), cfg.group),
+            shutdown_rx.clone(),
+        )?;
+    }
     // Work done once for the whole cluster, by whichever agent holds the coordinator lease.
     crate::coordinator_tasks::spawn(
         dcs.clone(),

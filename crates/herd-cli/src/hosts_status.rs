@@ -117,7 +117,18 @@ fn group_doc(read: &Read) -> serde_json::Value {
         "sync_set": s.sync_set,
         "settings": s.settings,
         "handover": s.handover,
+        "archiving": archiving(read),
     })
+}
+
+/// The group primary's WAL archiving as its agent read it (`[backup]` on), as `herd status`
+/// shows it on one host.
+fn archiving(read: &Read) -> Option<&herd_core::ArchiveStatus> {
+    let s = &read.store;
+    s.members
+        .iter()
+        .find(|m| s.leader.as_deref() == Some(m.name.as_str()) && m.role == "primary")
+        .and_then(|m| m.archiving.as_ref())
 }
 
 /// Group 0 as the document always was (its fields at the top), and with several groups a
@@ -184,6 +195,9 @@ fn print_store(read: &Read) -> anyhow::Result<()> {
     }
     if s.members.is_empty() {
         crate::output::emitln!("(no member has published a heartbeat; are the agents running?)");
+    }
+    if let Some(a) = archiving(read) {
+        crate::output::emit!("{}", crate::status::archive_lines(a));
     }
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

@@ -1,8 +1,10 @@
 //! `herd`: one command for a highly available PostgreSQL cluster on this machine.
 
 mod admin;
+mod agent_backup;
 mod agent_slots;
 mod backup;
+mod backup_hosts;
 mod backup_schedule;
 mod backup_setup;
 mod bench;

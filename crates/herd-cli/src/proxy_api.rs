@@ -298,7 +298,15 @@ pub async fn serve(
                 dashboard.clone(),
                 shutdown.clone(),
             ));
-            let metrics: herd_api::MetricsSource = Arc::new(move || ctx.render_metrics());
+            // The primaries' archiving health, which their agents publish (backups on).
+            let archiving = status_rx.clone();
+            let metrics: herd_api::MetricsSource = Arc::new(move || {
+                format!(
+                    "{}{}",
+                    ctx.render_metrics(),
+                    herd_api::archive_metrics(&archiving.borrow())
+                )
+            });
             (status_rx, metrics, None, None, hosts_add_group, None)
         }
     };

@@ -397,6 +397,8 @@ async fn build(
     let source_setup = Setup {
         paths: Paths::new(layout.root()),
         repository: repository.to_path_buf(),
+        // A restore reads a repository directory (`--repository`, or the source's).
+        s3: None,
         retention_full: cluster.config.backup.retention_full,
         stanzas: vec![Stanza {
             group,

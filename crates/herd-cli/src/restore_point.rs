@@ -49,6 +49,10 @@ fn record(
     point: &RestorePoint,
 ) -> anyhow::Result<Option<String>> {
     herd_backup::record_point(&Paths::new(layout.root()).restore_points(), point)?;
+    if config.backup.s3.is_some() {
+        // No local directory to keep the copy in (a restore from the bucket is not offered yet).
+        return Ok(None);
+    }
     let copy = herd_backup::repository_points(&config.backup.repository_path(layout.root()));
     let kept = herd_backup::record_point(&copy, point)
         .map_err(anyhow::Error::from)

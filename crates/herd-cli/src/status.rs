@@ -244,7 +244,7 @@ fn group_table(s: &ClusterStatus) -> String {
 }
 
 /// The primary's WAL archiving in a line, and its warning in another.
-fn archive_lines(a: &ArchiveStatus) -> String {
+pub(crate) fn archive_lines(a: &ArchiveStatus) -> String {
     let age = |s: Option<f64>| s.map_or(String::new(), |s| format!(" {s:.0} s ago"));
     let mut out = match &a.last_archived_wal {
         Some(wal) => format!(

@@ -2,10 +2,12 @@
 //! values, and a commented rendering written into each data directory.
 
 mod render;
+mod s3;
 mod schema;
 mod validate;
 
 pub use render::render;
+pub use s3::{parse_credentials, S3Config};
 pub use schema::{
     BackupConfig, Changed, ClusterConfig, Config, DashboardConfig, GroupConfig, NetworkConfig,
     PostgresConfig, ProxyConfig, SupervisorConfig, MAX_SHARDS, WAL_COMPRESSIONS,

@@ -113,7 +113,7 @@ pub fn render(config: &Config) -> String {
             "Continuous WAL archiving and backups with pgBackRest (`herd backup`, `herd restore`); true | false.",
             c.backup.enabled.to_string(), d.backup.enabled.to_string()),
         ("backup", "repository",
-            "pgBackRest repository directory, relative to this file's directory; empty: <data-dir>/backup-repo. Setting it enables backups. (An S3-compatible repository is planned.)",
+            "pgBackRest repository directory, relative to this file's directory; empty: <data-dir>/backup-repo. Setting it enables backups. With [backup.s3], the path inside the bucket (default /herd).",
             opt(&c.backup.repository), q("")),
         ("backup", "retention_full", "Full backups kept; older ones and the WAL only they need expire after each backup.",
             c.backup.retention_full.to_string(), d.backup.retention_full.to_string()),
@@ -159,6 +159,23 @@ pub fn render(config: &Config) -> String {
         if let Some(s) = o.sync_standbys {
             let _ = writeln!(out, "sync_standbys = {}", q(&s.to_string()));
         }
+    }
+    if let Some(s3) = &c.backup.s3 {
+        let _ = write!(
+            out,
+            "\n# The backup repository in an S3-compatible store (backup.repository is the path inside\n\
+             # the bucket); credentials_file: the access key id, then the secret, one a line.\n[backup.s3]\n"
+        );
+        for (key, value) in [
+            ("bucket", &s3.bucket),
+            ("endpoint", &s3.endpoint),
+            ("region", &s3.region),
+            ("uri_style", &s3.uri_style),
+            ("credentials_file", &s3.credentials_file),
+        ] {
+            let _ = writeln!(out, "{key} = {}", q(value));
+        }
+        let _ = writeln!(out, "verify_tls = {}", s3.verify_tls);
     }
     out
 }
@@ -221,6 +238,19 @@ mod tests {
             "{text}"
         );
         let back = Config::parse(&text, Path::new("herd.toml")).expect("valid");
+        assert_eq!(back, c);
+        c.backup.repository = "/herd/main".into();
+        c.backup.s3 = Some(crate::S3Config {
+            bucket: "b".into(),
+            endpoint: "minio.internal:9000".into(),
+            region: "us-east-1".into(),
+            uri_style: "path".into(),
+            credentials_file: "s3.key".into(),
+            verify_tls: false,
+        });
+        let text = render(&c);
+        assert!(text.contains("[backup.s3]\nbucket = \"b\""), "{text}");
+        let back = Config::parse(&text, Path::new("herd.toml")).expect("valid with S3");
         assert_eq!(back, c);
         let defaults = render(&Config::default());
         assert!(defaults.contains("# bindir = \"\""), "{defaults}");

@@ -69,6 +69,10 @@ pub struct BackupConfig {
     /// Seconds between scheduled incremental backups (0: none; measured from the group's
     /// newest backup of any type).
     pub incr_every_s: u64,
+    /// `[backup.s3]`: the repository in an S3-compatible object store (`repository` is then
+    /// the path inside the bucket). Setting it enables backups.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub s3: Option<crate::S3Config>,
 }
 
 impl Default for BackupConfig {
@@ -80,6 +84,7 @@ impl Default for BackupConfig {
             archive_lag_warning_s: 300,
             full_every_s: 0,
             incr_every_s: 0,
+            s3: None,
         }
     }
 }
@@ -87,7 +92,17 @@ impl Default for BackupConfig {
 impl BackupConfig {
     /// Whether backups are configured: `enabled = true` or a repository named.
     pub fn is_enabled(&self) -> bool {
-        self.enabled || !self.repository.is_empty()
+        self.enabled || !self.repository.is_empty() || self.s3.is_some()
+    }
+
+    /// The path inside the bucket when the repository is in S3 (`repository`, default
+    /// `/herd`).
+    pub fn s3_path(&self) -> String {
+        if self.repository.is_empty() {
+            "/herd".into()
+        } else {
+            self.repository.clone()
+        }
     }
 
     /// The repository directory of the cluster whose data directory is `root`.

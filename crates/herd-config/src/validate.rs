@@ -203,6 +203,16 @@ impl Config {
                 "a directory path without newlines or '='",
             ));
         }
+        if let Some(s3) = &b.s3 {
+            s3.validate()?;
+            if !b.repository.is_empty() && !b.repository.starts_with('/') {
+                return Err(ConfigError::invalid(
+                    "backup.repository",
+                    &b.repository,
+                    "with [backup.s3], an absolute path inside the bucket (default /herd)",
+                ));
+            }
+        }
         let s = &self.supervisor;
         if s.probe_interval_ms == 0 || s.restart_backoff_ms == 0 || s.ready_timeout_s == 0 {
             return Err(ConfigError::invalid(

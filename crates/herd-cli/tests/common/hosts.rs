@@ -61,6 +61,12 @@ impl Hosts {
         Self::start_with(Some(lab), None)
     }
 
+    /// Three hosts, each in its own network namespace of `lab`, whose agents read `herd_toml`
+    /// (`@DIR@` in it: the test's directory, which every namespace sees).
+    pub fn start_in_configured(lab: Lab, herd_toml: &str) -> Hosts {
+        Self::start_with(Some(lab), Some(herd_toml))
+    }
+
     fn start_with(lab: Option<Lab>, herd_toml: Option<&str>) -> Hosts {
         let mut hosts = Self::prepare(lab, herd_toml);
         hosts.start_members();
@@ -88,6 +94,7 @@ impl Hosts {
         let dir = herd_testkit::scratch_dir();
         let agent_config = herd_toml.map(|text| {
             let path = dir.path().join("agent.toml");
+            let text = text.replace("@DIR@", &dir.path().display().to_string());
             std::fs::write(&path, text).expect("agent.toml");
             path
         });
