@@ -17,8 +17,9 @@
 //! Why this is enough: a newcomer registers before it serves anyone and reads maps after; a
 //! change takes the lease before it lists the registrations. Either the change sees the newcomer
 //! (and waits for its acknowledgement) or the newcomer sees the lease (and waits for the new
-//! map). Statements already past their map when a hold begins finish by it, as statements of
-//! the changing proxy itself do (the change's own locks on every group order them).
+//! map). Statements already past their map when a hold begins finish by it, and statements of
+//! transactions under way keep the map they had (`shard_map_in_transaction`), as the changing
+//! proxy's own do: they may hold locks the change waits for.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

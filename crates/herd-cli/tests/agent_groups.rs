@@ -204,29 +204,79 @@ async fn two_shard_groups_over_agents_fail_over_apart() {
             "the second proxy wrote the reference row to every group ({port})"
         );
     }
-    // Frozen, the second proxy acknowledges nothing: the change waits until its registration
-    // expires, then goes ahead; thawed, it routes by the new map.
-    kill(Pid::from_raw(second.id() as i32), Signal::SIGSTOP).expect("freeze the second proxy");
+    // A third proxy, frozen, acknowledges nothing: the change waits until its registration
+    // expires (about 5 s), then goes ahead; thawed, it routes by the new map. Meanwhile the
+    // second proxy is held: a transaction under way there goes on by the map it started with
+    // (it may hold locks a change waits for) instead of waiting for the change's end.
+    let third_port = g.base + 11;
+    let mut third = Command::new(HERD)
+        .args(["proxy", "--dcs", &g.dcs(), "--cluster", &g.cluster])
+        .args(["--listen", &format!("127.0.0.1:{third_port}")])
+        .arg("--data-dir")
+        .arg(g.dir.path().join("proxy"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(g.dir.path().join("proxy3.log")).expect("third proxy log"))
+        .spawn()
+        .expect("a third herd proxy");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let through_third = loop {
+        if let Some(c) = common::try_connect(&g.url(third_port)).await {
+            break c;
+        }
+        assert!(Instant::now() < deadline, "the third proxy serves");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let in_transaction = common::connect(&second_url).await;
+    in_transaction
+        .batch_execute("begin; select v from items where id = 1")
+        .await
+        .expect("a transaction under way through the second proxy");
+    kill(Pid::from_raw(third.id() as i32), Signal::SIGSTOP).expect("freeze the third proxy");
     proxy
         .batch_execute("create table more (id int primary key)")
         .await
         .expect("create more");
     let started = Instant::now();
-    proxy
-        .simple_query("select herd.create_distributed_table('more', 'id')")
-        .await
-        .expect("a map change while another proxy is frozen");
+    let changing = async {
+        let changed = proxy
+            .simple_query("select herd.create_distributed_table('more', 'id')")
+            .await;
+        (changed, Instant::now())
+    };
+    let during = async {
+        // By then the second proxy has acknowledged the hold (it looks every 200 ms).
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let read = in_transaction
+            .query("select v from items where id = 2", &[])
+            .await;
+        (read, Instant::now())
+    };
+    let ((changed, changed_at), (read, read_at)) = tokio::join!(changing, during);
+    changed.expect("a map change while another proxy is frozen");
+    read.expect("a statement of a transaction under way during the hold");
     eprintln!(
-        "table distributed with a frozen second proxy: {} ms",
-        started.elapsed().as_millis()
+        "table distributed with a frozen third proxy: {} ms; the held proxy's transaction went \
+         on after {} ms",
+        (changed_at - started).as_millis(),
+        (read_at - started).as_millis()
     );
-    kill(Pid::from_raw(second.id() as i32), Signal::SIGCONT).expect("thaw the second proxy");
+    assert!(
+        read_at < changed_at,
+        "the transaction under way waited for the change ({} ms after it)",
+        (read_at - changed_at).as_millis()
+    );
+    in_transaction
+        .batch_execute("commit")
+        .await
+        .expect("its commit");
+    kill(Pid::from_raw(third.id() as i32), Signal::SIGCONT).expect("thaw the third proxy");
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         // Refused (57P03) until its registration is fresh again; then by the new map.
         let rows: Vec<String> = (1..=40).map(|i| format!("({i})")).collect();
         let sql = format!("insert into more values {}", rows.join(", "));
-        match through_second.batch_execute(&sql).await {
+        match through_third.batch_execute(&sql).await {
             Ok(()) => break,
             Err(e) => assert!(
                 Instant::now() < deadline,
@@ -249,6 +299,9 @@ async fn two_shard_groups_over_agents_fail_over_apart() {
         on_groups.iter().all(|n| *n > 0) && on_groups.iter().sum::<i64>() == 40,
         "the thawed proxy spread the rows by the new map: {on_groups:?}"
     );
+    drop(through_third);
+    let _ = third.kill();
+    let _ = third.wait();
     drop(through_second);
     let _ = second.kill();
     let _ = second.wait();

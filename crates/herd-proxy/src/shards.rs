@@ -99,6 +99,11 @@ pub struct ShardMaps {
     gate: std::sync::RwLock<Option<Arc<dyn MapGate>>>,
     /// The general path's global relations on group 0, per database.
     global: global::GlobalCache,
+    /// While another proxy's map change holds this one: the maps held when it began, for the
+    /// statements of transactions under way (see [`ProxyContext::shard_map_in_transaction`]).
+    before_hold: Mutex<HashMap<String, Arc<ShardMap>>>,
+    /// The gate's hold generation when the names were last forgotten for a hold.
+    names_generation: std::sync::atomic::AtomicU64,
 }
 
 impl Default for ShardMaps {
@@ -115,6 +120,8 @@ impl Default for ShardMaps {
             names: names::NamesCache::default(),
             gate: std::sync::RwLock::default(),
             global: global::GlobalCache::default(),
+            before_hold: Mutex::default(),
+            names_generation: Default::default(),
         }
     }
 }
@@ -199,6 +206,30 @@ impl ProxyContext {
             }
         }
         Ok(map)
+    }
+
+    /// [`ProxyContext::shard_map`] for a statement of a transaction under way: while another
+    /// proxy's map change holds this one, the map held when the hold began, instead of waiting
+    /// for the change's end. The transaction may hold locks the change waits for (each would
+    /// wait for the other until the statement's wait ran out); it routes as the changing
+    /// proxy's own transactions under way do, by the map it started with.
+    pub async fn shard_map_in_transaction(
+        &self,
+        database: &str,
+    ) -> Result<Arc<ShardMap>, ProxyError> {
+        self.check_map_use()?;
+        if self.map_gate().is_some_and(|g| g.held()) {
+            let kept = self
+                .shard_maps
+                .before_hold
+                .lock()
+                .ok()
+                .and_then(|m| m.get(database).cloned());
+            if let Some(map) = kept {
+                return Ok(map);
+            }
+        }
+        self.shard_map(database).await
     }
 
     /// Forgets the cached map of `database` (dropped, or created again).

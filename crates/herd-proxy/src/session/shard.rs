@@ -81,7 +81,11 @@ impl Session {
         if self.ctx.groups() < 2 {
             return Ok(None);
         }
-        let mut map = self.ctx.shard_map(&self.database).await?;
+        let mut map = if self.in_transaction() {
+            self.ctx.shard_map_in_transaction(&self.database).await?
+        } else {
+            self.ctx.shard_map(&self.database).await?
+        };
         if !map.paused.is_empty() && self.in_transaction() {
             // A transaction under way does not wait for a switch (it may hold the very locks
             // the switch waits for): its statements go where the shard still is, and either

@@ -116,11 +116,31 @@ impl ProxyContext {
         };
         gate.may_use_maps().map_err(|why| {
             forget();
+            if let Ok(mut kept) = self.shard_maps.before_hold.lock() {
+                kept.clear();
+            }
             ProxyError::Unavailable(why)
         })?;
+        let generation = gate.hold_generation();
+        let names = &self.shard_maps.names_generation;
+        if names.swap(generation, std::sync::atomic::Ordering::SeqCst) != generation {
+            // A change through another proxy comes with DDL made through it: the names this
+            // one read may predate it (an INSERT without a column list into the new table
+            // would be refused until they are read again).
+            self.forget_all_names();
+        }
+        let mut kept = match self.shard_maps.before_hold.lock() {
+            Ok(k) => k,
+            Err(_) => return Ok(()),
+        };
         if gate.held() {
-            // Another proxy changes a map: the next read (after the change) is the map.
-            forget();
+            // Another proxy changes a map: the next read (after the change) is the map; the
+            // ones held now stay for transactions under way.
+            if let Ok(mut m) = self.shard_maps.maps.lock() {
+                kept.extend(m.drain());
+            }
+        } else if !kept.is_empty() {
+            kept.clear();
         }
         Ok(())
     }

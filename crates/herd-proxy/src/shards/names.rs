@@ -128,6 +128,14 @@ impl ProxyContext {
         m.get(database).map(|(_, n)| n.clone())
     }
 
+    /// Another proxy's map change began or ended: every database's names are read again (the
+    /// table it distributed was made through that proxy, maybe after this one read them).
+    pub(crate) fn forget_all_names(&self) {
+        if let Ok(mut m) = self.shard_maps.names.by_database.lock() {
+            m.clear();
+        }
+    }
+
     /// DDL ran through the endpoint in `database`: its names are read again before the next
     /// statement is planned.
     pub fn forget_names(&self, database: &str) {
