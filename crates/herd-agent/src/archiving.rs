@@ -8,33 +8,7 @@ use herd_pg::{ArchiverRow, PgError};
 /// The archiving health from one reading of the archiver, judged against `bound`
 /// (`[backup] archive_lag_warning_s`); a failed reading is a warning of its own.
 pub fn archive_status(row: Result<ArchiverRow, PgError>, bound: u64) -> ArchiveStatus {
-    match row {
-        Ok(r) => ArchiveStatus {
-            last_archived_wal: r.last_archived_wal,
-            last_archived_age_seconds: r.last_archived_age,
-            failed_count: r.failed_count.max(0) as u64,
-            last_failed_wal: r.last_failed_wal,
-            last_failed_age_seconds: r.last_failed_age,
-            pending: r.pending.max(0) as u64,
-            behind_seconds: r.oldest_pending_age.unwrap_or(0.0).max(0.0),
-            warning_after_seconds: bound,
-            warning: None,
-        }
-        .judge(),
-        Err(e) => ArchiveStatus {
-            last_archived_wal: None,
-            last_archived_age_seconds: None,
-            failed_count: 0,
-            last_failed_wal: None,
-            last_failed_age_seconds: None,
-            pending: 0,
-            behind_seconds: 0.0,
-            warning_after_seconds: bound,
-            warning: Some(format!(
-                "cannot read the primary's archiver statistics: {e}"
-            )),
-        },
-    }
+    herd_cluster::archive_status_of(row, bound)
 }
 
 #[cfg(test)]

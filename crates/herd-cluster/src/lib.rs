@@ -27,4 +27,4 @@ pub use progress::{Progress, SilentProgress};
 pub use runfiles::{read_supervisor, supervisor_running, SupervisorLock};
 pub use secrets::Secrets;
 pub use state::ClusterState;
-pub use status::{observe, observe_with, Observation, Probers};
+pub use status::{archive_status_of, observe, observe_with, Observation, Probers};

@@ -126,7 +126,16 @@ fn archive_status(
     cluster: &Cluster,
     row: Result<herd_pg::ArchiverRow, herd_pg::PgError>,
 ) -> ArchiveStatus {
-    let bound = cluster.config.backup.archive_lag_warning_s;
+    archive_status_of(row, cluster.config.backup.archive_lag_warning_s)
+}
+
+/// The archiving health from one reading of the archiver, judged against `bound`
+/// (`[backup] archive_lag_warning_s`); a failed reading is a warning of its own. (The agents
+/// across hosts judge their primary's reading with it too.)
+pub fn archive_status_of(
+    row: Result<herd_pg::ArchiverRow, herd_pg::PgError>,
+    bound: u64,
+) -> ArchiveStatus {
     match row {
         Ok(r) => ArchiveStatus {
             last_archived_wal: r.last_archived_wal,
