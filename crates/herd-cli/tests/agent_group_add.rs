@@ -107,21 +107,7 @@ async fn a_group_is_added_across_hosts_when_its_agents_join() {
 
     // A second proxy runs: the admission (a shard map change) is refused while it does.
     let second_port = g.base + 14;
-    let mut second = Command::new(HERD)
-        .args(["proxy", "--dcs", &g.dcs(), "--cluster", &g.cluster])
-        .args(["--listen", &format!("127.0.0.1:{second_port}")])
-        .arg("--data-dir")
-        .arg(g.dir.path().join("proxy"))
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(g.dir.path().join("proxy2.log")).expect("second proxy log"))
-        .spawn()
-        .expect("a second herd proxy");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while common::try_connect(&g.url(second_port)).await.is_none() {
-        assert!(Instant::now() < deadline, "the second proxy serves");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let (mut second, _) = g.extra_proxy(second_port, "proxy2").await;
 
     // `herd group add --dcs`: records group 2 and says how to start its agents, waits for its
     // primary, then asks the proxy (started before group 2 existed) to admit it.

@@ -7,7 +7,7 @@
 
 mod common;
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::agent_groups::Groups;
@@ -137,25 +137,7 @@ async fn two_shard_groups_over_agents_fail_over_apart() {
     // other runs (it acknowledges the hold, forgets its maps and reads the new one after), and
     // while the other is frozen (its registration expires, then it reads the map again).
     let second_port = g.base + 10;
-    let mut second = Command::new(HERD)
-        .args(["proxy", "--dcs", &g.dcs(), "--cluster", &g.cluster])
-        .args(["--listen", &format!("127.0.0.1:{second_port}")])
-        .arg("--data-dir")
-        .arg(g.dir.path().join("proxy"))
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(g.dir.path().join("proxy2.log")).expect("second proxy log"))
-        .spawn()
-        .expect("a second herd proxy");
-    let second_url = g.url(second_port);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let through_second = loop {
-        if let Some(c) = common::try_connect(&second_url).await {
-            break c;
-        }
-        assert!(Instant::now() < deadline, "the second proxy serves");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    let (mut second, through_second) = g.extra_proxy(second_port, "proxy2").await;
     let status: serde_json::Value =
         serde_json::from_str(&g.herd_store(&["status", "--json"])).expect("status json");
     let listens: Vec<&str> = status["proxies"]
@@ -209,25 +191,8 @@ async fn two_shard_groups_over_agents_fail_over_apart() {
     // second proxy is held: a transaction under way there goes on by the map it started with
     // (it may hold locks a change waits for) instead of waiting for the change's end.
     let third_port = g.base + 11;
-    let mut third = Command::new(HERD)
-        .args(["proxy", "--dcs", &g.dcs(), "--cluster", &g.cluster])
-        .args(["--listen", &format!("127.0.0.1:{third_port}")])
-        .arg("--data-dir")
-        .arg(g.dir.path().join("proxy"))
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(g.dir.path().join("proxy3.log")).expect("third proxy log"))
-        .spawn()
-        .expect("a third herd proxy");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let through_third = loop {
-        if let Some(c) = common::try_connect(&g.url(third_port)).await {
-            break c;
-        }
-        assert!(Instant::now() < deadline, "the third proxy serves");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
-    let in_transaction = common::connect(&second_url).await;
+    let (mut third, through_third) = g.extra_proxy(third_port, "proxy3").await;
+    let in_transaction = common::connect(&g.url(second_port)).await;
     in_transaction
         .batch_execute("begin; select v from items where id = 1")
         .await

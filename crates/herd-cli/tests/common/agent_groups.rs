@@ -111,6 +111,37 @@ impl Groups {
             .to_string()
     }
 
+    /// Starts another `herd proxy` of the cluster listening on `port` (its log in `<name>.log`)
+    /// and waits (30 s at most) until it serves; the process and a client of it.
+    // The child is returned: its caller kills and waits for it.
+    #[allow(clippy::zombie_processes)]
+    pub async fn extra_proxy(&self, port: u16, name: &str) -> (Child, tokio_postgres::Client) {
+        let log =
+            std::fs::File::create(self.dir.path().join(format!("{name}.log"))).expect("proxy log");
+        let mut child = Command::new(HERD)
+            .args(["proxy", "--dcs", &self.dcs(), "--cluster", &self.cluster])
+            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .arg("--data-dir")
+            .arg(self.dir.path().join("proxy"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("another herd proxy");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(c) = super::try_connect(&self.url(port)).await {
+                return (child, c);
+            }
+            if Instant::now() >= deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("{name} does not serve after 30 s");
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
     pub fn url(&self, port: u16) -> String {
         format!(
             "postgresql://postgres:{}@127.0.0.1:{port}/postgres?connect_timeout=2",
