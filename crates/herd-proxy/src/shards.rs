@@ -102,8 +102,8 @@ pub struct ShardMaps {
     /// While another proxy's map change holds this one: the maps held when it began, for the
     /// statements of transactions under way (see [`ProxyContext::shard_map_in_transaction`]).
     before_hold: Mutex<HashMap<String, Arc<ShardMap>>>,
-    /// The gate's hold generation when the names were last forgotten for a hold.
-    names_generation: std::sync::atomic::AtomicU64,
+    /// The gate's hold generation the last statement saw (a change: a hold began or ended).
+    seen_generation: std::sync::atomic::AtomicU64,
 }
 
 impl Default for ShardMaps {
@@ -121,7 +121,7 @@ impl Default for ShardMaps {
             gate: std::sync::RwLock::default(),
             global: global::GlobalCache::default(),
             before_hold: Mutex::default(),
-            names_generation: Default::default(),
+            seen_generation: Default::default(),
         }
     }
 }

@@ -121,26 +121,27 @@ impl ProxyContext {
             }
             ProxyError::Unavailable(why)
         })?;
+        // Only at a hold's start or end (the generation moved since the last statement looked)
+        // is there anything to do: the per-statement cost is two atomic reads.
         let generation = gate.hold_generation();
-        let names = &self.shard_maps.names_generation;
-        if names.swap(generation, std::sync::atomic::Ordering::SeqCst) != generation {
+        let seen = &self.shard_maps.seen_generation;
+        if seen.swap(generation, std::sync::atomic::Ordering::SeqCst) != generation {
             // A change through another proxy comes with DDL made through it: the names this
             // one read may predate it (an INSERT without a column list into the new table
             // would be refused until they are read again).
             self.forget_all_names();
-        }
-        let mut kept = match self.shard_maps.before_hold.lock() {
-            Ok(k) => k,
-            Err(_) => return Ok(()),
-        };
-        if gate.held() {
-            // Another proxy changes a map: the next read (after the change) is the map; the
-            // ones held now stay for transactions under way.
-            if let Ok(mut m) = self.shard_maps.maps.lock() {
-                kept.extend(m.drain());
+            // The maps held are read again after the change, also when no statement looked
+            // while it ran; those of the hold's start stay for transactions under way.
+            let held: Vec<_> = match self.shard_maps.maps.lock() {
+                Ok(mut m) => m.drain().collect(),
+                Err(_) => Vec::new(),
+            };
+            if let Ok(mut kept) = self.shard_maps.before_hold.lock() {
+                kept.clear();
+                if gate.held() {
+                    kept.extend(held);
+                }
             }
-        } else if !kept.is_empty() {
-            kept.clear();
         }
         Ok(())
     }
