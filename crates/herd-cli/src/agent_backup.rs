@@ -296,16 +296,9 @@ impl Task {
     async fn scheduled(&self) -> anyhow::Result<()> {
         let runner = self.with_password()?;
         let stanza = herd_backup::stanza(self.group);
-        let backups = tokio::task::spawn_blocking(move || {
-            let json = runner.run(
-                Some(&stanza),
-                "info",
-                &["--output=json".into()],
-                &mut |_| {},
-            )?;
-            herd_backup::parse_info(&json, &stanza)
-        })
-        .await??;
+        let backups =
+            tokio::task::spawn_blocking(move || crate::backup::list_backups(&runner, &stanza))
+                .await??;
         let now = (herd_core::unix_ms() / 1000) as i64;
         let Some(kind) = self.schedule.due(&backups, now) else {
             return Ok(());
@@ -336,13 +329,7 @@ impl Task {
         let work = tokio::task::spawn_blocking(move || {
             let args = vec![format!("--type={}", kind.as_str())];
             runner.run(Some(&stanza), "backup", &args, &mut |_| {})?;
-            let json = runner.run(
-                Some(&stanza),
-                "info",
-                &["--output=json".into()],
-                &mut |_| {},
-            )?;
-            herd_backup::parse_info(&json, &stanza)
+            crate::backup::list_backups(&runner, &stanza)
         });
         tokio::pin!(work);
         let started = Instant::now();
