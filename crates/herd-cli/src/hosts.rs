@@ -420,7 +420,7 @@ pub async fn proxy(args: ProxyArgs) -> anyhow::Result<()> {
         herd_proxy::Proxy::start(config, receivers, login, listener, tls, shutdown_rx.clone());
     proxy
         .ctx
-        .set_map_gate(Arc::new(crate::proxy_registry::Gate(registry)));
+        .set_map_gate(Arc::new(crate::proxy_registry::Gate(registry.clone())));
     // The agents' elected coordinator resolves two-phase work left in doubt, once for the
     // cluster, not each proxy.
     proxy.ctx.leave_in_doubt_to_coordinator();
@@ -430,6 +430,14 @@ pub async fn proxy(args: ProxyArgs) -> anyhow::Result<()> {
     // A planned switchover of any group holds new work here instead of sending it to a
     // stopping primary.
     let holds = crate::proxy_groups::Holds::new(proxy.ctx.clone());
+    // Groups admitted through another proxy are served here too, once this proxy serves the
+    // groups the cluster was created with (at once, or when it learnt them).
+    let admitted = crate::proxy_groups::Admitted::new(
+        root.clone(),
+        proxy.ctx.clone(),
+        holds.clone(),
+        shutdown_rx.clone(),
+    );
     if let Some(api) = args.api_listen {
         let endpoint = format!("postgresql://postgres@{}/postgres", args.listen);
         crate::proxy_api::serve(
@@ -453,14 +461,19 @@ pub async fn proxy(args: ProxyArgs) -> anyhow::Result<()> {
         crate::proxy_groups::spawn(follower, &holds, shutdown_rx.clone());
     }
     let learning = match known {
-        Some(_) => None,
-        None => Some(tokio::spawn(crate::proxy_groups::learn(
-            root,
-            proxy.ctx.clone(),
-            group0,
-            holds,
-            shutdown_rx,
-        ))),
+        Some(_) => {
+            registry.serve_groups(admitted);
+            None
+        }
+        None => Some(tokio::spawn(async move {
+            let learnt =
+                crate::proxy_groups::learn(root, proxy.ctx.clone(), group0, holds, shutdown_rx)
+                    .await;
+            if learnt.is_ok() {
+                registry.serve_groups(admitted);
+            }
+            learnt
+        })),
     };
     eprintln!("Serving the cluster on {}", args.listen);
     let outcome = match learning {

@@ -3,9 +3,10 @@
 //! have started before the group was recorded), waits (bounded) until it reaches the group's
 //! primary, then admits it as `herd up` does (`ProxyContext::admit_group`: roles, databases,
 //! tables, reference rows, map). Admission changes the shard maps, so it goes through the
-//! proxy's `MapGate` (`proxy_registry.rs`): refused while another proxy is registered. Once
-//! admitted, the store records it (`herd_agent::groups::record_admitted`), so proxies started
-//! from then on serve it at once.
+//! proxy's `MapGate` (`proxy_registry.rs`): the other proxies hold meanwhile, and the gate
+//! records the admission in the store (`herd_agent::groups::record_admitted`) and waits until
+//! they serve the group before the hold ends; proxies started from then on serve it at once.
+//! The record here again after admission only finishes one whose record failed before.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

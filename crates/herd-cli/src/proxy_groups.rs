@@ -138,3 +138,54 @@ pub async fn learn(
         }
     }
 }
+
+/// Serves the shard groups another proxy admitted (`proxy_registry::GroupServer`): follows
+/// each one this proxy does not follow yet, then counts them.
+pub struct Admitted {
+    root: StoreClient,
+    ctx: Arc<ProxyContext>,
+    holds: Arc<Holds>,
+    shutdown: watch::Receiver<bool>,
+    /// One catch-up at a time (a group is followed once).
+    one_at_a_time: tokio::sync::Mutex<()>,
+}
+
+impl Admitted {
+    /// For the proxy of `ctx`.
+    pub fn new(
+        root: StoreClient,
+        ctx: Arc<ProxyContext>,
+        holds: Arc<Holds>,
+        shutdown: watch::Receiver<bool>,
+    ) -> Arc<Admitted> {
+        Arc::new(Admitted {
+            root,
+            ctx,
+            holds,
+            shutdown,
+            one_at_a_time: tokio::sync::Mutex::new(()),
+        })
+    }
+}
+
+impl crate::proxy_registry::GroupServer for Admitted {
+    fn served(&self) -> u32 {
+        self.ctx.groups()
+    }
+
+    fn serve(
+        &self,
+        groups: u32,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>> {
+        Box::pin(async move {
+            let _one = self.one_at_a_time.lock().await;
+            for g in self.ctx.known_groups()..groups {
+                let (rx, follower) = group(&self.root, g).await;
+                self.ctx.add_group(rx, self.shutdown.clone());
+                spawn(follower, &self.holds, self.shutdown.clone());
+            }
+            self.ctx.serve_admitted_groups(groups);
+            tracing::info!("serving {} shard groups", self.ctx.groups());
+        })
+    }
+}

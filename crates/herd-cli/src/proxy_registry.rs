@@ -14,6 +14,14 @@
 //!   its own registration is fresh (renewed within half its TTL): a proxy cut off from the store
 //!   stops routing before its key can expire and let a change go ahead unseen.
 //!
+//! * a shard group admitted through one proxy (`herd group add --dcs`) is a change of the same
+//!   kind: the others hold as for a map; once the group holds what every group shares, the
+//!   admitting proxy records it in the store and waits until every other proxy serves it too
+//!   (each looks at the record with the lease, follows and counts the group, and writes how many
+//!   groups it serves into its registration) before the hold ends. A proxy that serves fewer
+//!   groups than the store records routes nothing by a map until it caught up: it would write
+//!   reference tables and run DDL on the groups before the new one only.
+//!
 //! Why this is enough: a newcomer registers before it serves anyone and reads maps after; a
 //! change takes the lease before it lists the registrations. Either the change sees the newcomer
 //! (and waits for its acknowledgement) or the newcomer sees the lease (and waits for the new
@@ -21,8 +29,10 @@
 //! transactions under way keep the map they had (`shard_map_in_transaction`), as the changing
 //! proxy's own do: they may hold locks the change waits for.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use herd_agent::store::StoreClient;
@@ -47,10 +57,31 @@ const HOLD_POLL: Duration = Duration::from_millis(200);
 /// How long a change waits for every other proxy's acknowledgement: long enough for the key
 /// of a proxy that died or was cut off to expire (it is then no longer listed).
 const ACK_WAIT: Duration = Duration::from_secs(8);
+/// Attempts at recording a group's admission in the store.
+const RECORD_TRIES: u32 = 5;
+
+/// How a proxy serves shard groups another proxy admitted.
+pub trait GroupServer: Send + Sync {
+    /// How many groups this proxy serves now.
+    fn served(&self) -> u32;
+    /// Follows and serves the groups up to `groups` (the admitting proxy made them hold what
+    /// every group shares).
+    fn serve(&self, groups: u32) -> Pin<Box<dyn Future<Output = ()> + Send + '_>>;
+}
+
+/// Another registered proxy, as its registration says.
+struct Other {
+    id: String,
+    /// The hold it acknowledged.
+    held_for: Option<String>,
+    /// How many groups it serves (absent: it does not follow admissions yet).
+    groups: Option<u32>,
+}
 
 /// This proxy's registration and the map rules.
 pub struct Registry {
     dcs: Arc<dyn Dcs>,
+    root: StoreClient,
     id: String,
     started: Instant,
     /// When the last successful renewal was sent (ms since `started`; 0: never).
@@ -67,6 +98,12 @@ pub struct Registry {
     generation: AtomicU64,
     /// Distinguishes this proxy's successive changes in the lease holder's name.
     changes: AtomicU64,
+    /// How this proxy serves groups admitted elsewhere (set once it serves its first groups).
+    server: OnceLock<Arc<dyn GroupServer>>,
+    /// How many groups the store says the endpoint serves (last read).
+    store_served: AtomicU32,
+    /// When the store was last read for holds and groups (ms since `started`; 0: never).
+    polled_ms: AtomicU64,
 }
 
 impl Registry {
@@ -84,6 +121,7 @@ impl Registry {
         );
         let registry = Arc::new(Registry {
             dcs: root.dcs(),
+            root: root.clone(),
             id,
             started: Instant::now(),
             renewed_ms: AtomicU64::new(0),
@@ -92,6 +130,9 @@ impl Registry {
             held_for: std::sync::Mutex::default(),
             generation: AtomicU64::new(0),
             changes: AtomicU64::new(0),
+            server: OnceLock::new(),
+            store_served: AtomicU32::new(0),
+            polled_ms: AtomicU64::new(0),
         });
         // Until it is registered it routes nothing by a shard map ([`Gate::may_use_maps`]); the
         // store being down now does not stop the endpoint from serving everything else.
@@ -127,9 +168,16 @@ impl Registry {
         Ok(registry)
     }
 
+    /// From now on serves the groups other proxies admit (see the module's documentation).
+    pub fn serve_groups(&self, server: Arc<dyn GroupServer>) {
+        let _ = self.server.set(server);
+    }
+
     /// Looks at the `map_change` lease: another proxy's hold is acknowledged (at once, in this
-    /// proxy's registration), and its end noted.
+    /// proxy's registration), and its end noted. Groups admitted through another proxy are
+    /// served.
     async fn follow_hold(&self) {
+        let sent = self.started.elapsed().as_millis() as u64;
         let dcs = self.dcs.clone();
         let Ok(Ok(holder)) =
             tokio::task::spawn_blocking(move || dcs.lease_holder(MAP_CHANGE)).await
@@ -137,6 +185,24 @@ impl Registry {
             // The store unreachable: the registration goes stale and the maps with it.
             return;
         };
+        let mut caught_up = false;
+        if let Some(server) = self.server.get() {
+            let Ok(served) = herd_agent::groups::served(&self.root).await else {
+                return;
+            };
+            let served = served.unwrap_or(1);
+            self.store_served.fetch_max(served, Ordering::SeqCst);
+            let here = server.served();
+            if served > here {
+                tracing::info!(
+                    "shard group(s) {here}..{} admitted through another herd proxy: serving them",
+                    served - 1
+                );
+                server.serve(served).await;
+                caught_up = server.served() > here;
+            }
+        }
+        self.polled_ms.store(sent.max(1), Ordering::Relaxed);
         let other = holder.filter(|h| proxy_of(h) != self.id);
         let changed = {
             let mut held = self.held_for.lock().unwrap_or_else(|e| e.into_inner());
@@ -148,6 +214,11 @@ impl Registry {
             }
         };
         if !changed {
+            if caught_up {
+                if let Err(e) = self.renew().await {
+                    tracing::warn!("cannot say in the store which groups this proxy serves: {e}");
+                }
+            }
             return;
         }
         self.generation.fetch_add(1, Ordering::SeqCst);
@@ -169,8 +240,13 @@ impl Registry {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
-        serde_json::to_vec(&serde_json::json!({ "listen": self.listen, "held_for": held }))
-            .unwrap_or_default()
+        let groups = self.server.get().map(|s| s.served());
+        serde_json::to_vec(&serde_json::json!({
+            "listen": self.listen,
+            "held_for": held,
+            "groups": groups,
+        }))
+        .unwrap_or_default()
     }
 
     async fn renew(&self) -> Result<(), String> {
@@ -189,8 +265,9 @@ impl Registry {
         Ok(())
     }
 
-    /// The other proxies registered now, each with the hold it acknowledged.
-    async fn others(&self) -> Result<Vec<(String, Option<String>)>, String> {
+    /// The other proxies registered now, each with the hold it acknowledged and the groups it
+    /// serves.
+    async fn others(&self) -> Result<Vec<Other>, String> {
         let dcs = self.dcs.clone();
         let keys = tokio::task::spawn_blocking(move || dcs.list(PROXIES))
             .await
@@ -199,26 +276,35 @@ impl Registry {
         Ok(keys
             .into_iter()
             .map(|(k, v)| {
-                let held = serde_json::from_slice::<serde_json::Value>(&v.value)
-                    .ok()
-                    .and_then(|j| j["held_for"].as_str().map(str::to_string));
-                (k.trim_start_matches(PROXIES).to_string(), held)
+                let j = serde_json::from_slice::<serde_json::Value>(&v.value).unwrap_or_default();
+                Other {
+                    id: k.trim_start_matches(PROXIES).to_string(),
+                    held_for: j["held_for"].as_str().map(str::to_string),
+                    groups: j["groups"].as_u64().map(|n| n as u32),
+                }
             })
-            .filter(|(id, _)| *id != self.id)
+            .filter(|o| o.id != self.id)
             .collect())
     }
 
     /// Waits (at most [`ACK_WAIT`]) until every other registered proxy acknowledged the hold
     /// `owner`; the ones that did not, when time is up.
     async fn wait_acknowledged(&self, owner: &str) -> Result<Vec<String>, String> {
+        self.wait_for_others(|o| o.held_for.as_deref() == Some(owner))
+            .await
+    }
+
+    /// Waits (at most [`ACK_WAIT`]) until every other registered proxy is `done`; the ones
+    /// that are not, when time is up.
+    async fn wait_for_others(&self, done: impl Fn(&Other) -> bool) -> Result<Vec<String>, String> {
         let deadline = Instant::now() + ACK_WAIT;
         loop {
             let missing: Vec<String> = self
                 .others()
                 .await?
                 .into_iter()
-                .filter(|(_, held)| held.as_deref() != Some(owner))
-                .map(|(id, _)| id)
+                .filter(|o| !done(o))
+                .map(|o| o.id)
                 .collect();
             if missing.is_empty() || Instant::now() >= deadline {
                 return Ok(missing);
@@ -289,20 +375,6 @@ impl MapGate for Gate {
                 owner: owner.clone(),
                 one_at_a_time: Some(guard),
             };
-            if scope == ChangeScope::Groups {
-                // The others would have to serve the new group before routing by a map that
-                // places shards there: they are stopped for the moment instead.
-                let others: Vec<String> = r.others().await?.into_iter().map(|(id, _)| id).collect();
-                if !others.is_empty() {
-                    drop(held);
-                    return Err(format!(
-                        "{} other herd proxy process(es) serve this cluster ({}); a shard group is                          admitted through one proxy while the others are stopped (they would not                          serve the new group yet). Stop them for the admission (they register                          again when started), then run it again",
-                        others.len(),
-                        others.join(", ")
-                    ));
-                }
-                return Ok(Box::new(held) as ChangeToken);
-            }
             let missing = r.wait_acknowledged(&owner).await?;
             if !missing.is_empty() {
                 drop(held);
@@ -313,7 +385,52 @@ impl MapGate for Gate {
                     ACK_WAIT.as_secs()
                 ));
             }
+            if scope == ChangeScope::Groups {
+                tracing::info!("every other herd proxy holds for the shard group admission");
+            }
             Ok(Box::new(held) as ChangeToken)
+        })
+    }
+
+    fn groups_admitted(&self, groups: u32) -> GateFuture<'_, ()> {
+        Box::pin(async move {
+            let r = &self.0;
+            let mut last = String::new();
+            let mut recorded = false;
+            for _ in 0..RECORD_TRIES {
+                let dcs = r.dcs.clone();
+                match tokio::task::spawn_blocking(move || {
+                    herd_agent::groups::record_admitted(&dcs, groups - 1)
+                })
+                .await
+                {
+                    Ok(Ok(())) => {
+                        recorded = true;
+                        break;
+                    }
+                    Ok(Err(e)) => last = e,
+                    Err(e) => last = e.to_string(),
+                }
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+            if !recorded {
+                return Err(format!("recording it in the store failed: {last}"));
+            }
+            r.store_served.fetch_max(groups, Ordering::SeqCst);
+            let missing = r
+                .wait_for_others(|o| o.groups.is_some_and(|n| n >= groups))
+                .await?;
+            if !missing.is_empty() {
+                // Recorded: they route nothing by a map until they serve it (`may_use_maps`).
+                tracing::warn!(
+                    "herd proxy process(es) {} do not serve shard group {} yet after {} s; they \
+                     refuse statements that need a shard map until they do",
+                    missing.join(", "),
+                    groups - 1,
+                    ACK_WAIT.as_secs()
+                );
+            }
+            Ok(())
         })
     }
 
@@ -339,6 +456,24 @@ impl MapGate for Gate {
                  shard map until it does (another proxy may have changed it)",
                 now.saturating_sub(renewed) as f64 / 1000.0
             ));
+        }
+        if let Some(server) = r.server.get() {
+            let polled = r.polled_ms.load(Ordering::Relaxed);
+            if polled == 0 || now.saturating_sub(polled) > (TTL / 2).as_millis() as u64 {
+                return Err(format!(
+                    "this herd proxy has not read the store's shard groups for {:.1} s: it does \
+                     not route by the shard map until it does",
+                    now.saturating_sub(polled) as f64 / 1000.0
+                ));
+            }
+            let (recorded, here) = (r.store_served.load(Ordering::SeqCst), server.served());
+            if recorded > here {
+                return Err(format!(
+                    "the cluster serves {recorded} shard groups and this herd proxy {here} so \
+                     far: it routes by the shard map again once it serves the new group(s), in \
+                     a moment"
+                ));
+            }
         }
         Ok(())
     }

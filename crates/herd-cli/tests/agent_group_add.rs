@@ -2,9 +2,11 @@
 //! of two `herd agent`s each and one `herd proxy` (as `agent_groups.rs`). A distributed table
 //! has rows; an agent `--group 2` refuses until `herd group add --dcs … --proxy-api …` records
 //! group 2; its two agents start, and the proxy — started before the group existed — admits
-//! it once a second proxy is gone (refused while it runs, then the command run again finishes
-//! the same group): the new group holds the table, empty. `herd shards rebalance --dcs` moves shards there; every row is read
-//! back through the proxy exactly once, and new rows by key land on group 2 for its shards.
+//! it while a second proxy runs and writes rows by key all along: the new group holds the
+//! table, empty, and the reference table with its rows; the second proxy serves group 2 too
+//! (a reference-table row and a column added through it reach group 2). `herd shards
+//! rebalance --dcs` moves shards there; every row is read back through the proxy exactly once,
+//! and new rows by key land on group 2 for its shards.
 
 mod common;
 
@@ -87,6 +89,18 @@ async fn a_group_is_added_across_hosts_when_its_agents_join() {
         .await
         .expect("distribute");
     write_rows(&proxy, 0, 200).await;
+    proxy
+        .batch_execute("create table kinds (id int primary key, name text)")
+        .await
+        .expect("create the reference table");
+    proxy
+        .simple_query("select herd.create_reference_table('kinds')")
+        .await
+        .expect("reference table");
+    proxy
+        .batch_execute("insert into kinds values (1, 'before')")
+        .await
+        .expect("a reference row");
 
     // An agent of a group not recorded yet refuses, saying what to do.
     let mut early = Command::new(HERD);
@@ -105,9 +119,30 @@ async fn a_group_is_added_across_hosts_when_its_agents_join() {
         "{said}"
     );
 
-    // A second proxy runs: the admission (a shard map change) is refused while it does.
+    // A second proxy runs, and writes rows by key through it all along the admission (they
+    // wait while it holds, then go on).
     let second_port = g.base + 14;
-    let (mut second, _) = g.extra_proxy(second_port, "proxy2").await;
+    let (mut second, through_second) = g.extra_proxy(second_port, "proxy2").await;
+    let through_second = std::sync::Arc::new(through_second);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (client, stop) = (through_second.clone(), stop.clone());
+        tokio::spawn(async move {
+            let mut written = 0i64;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) && written < 2000 {
+                let id = 5000 + written;
+                let params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&id, &"p2"];
+                let write = client.execute("insert into items (id, v) values ($1, $2)", &params);
+                match tokio::time::timeout(Duration::from_secs(60), write).await {
+                    Ok(Ok(_)) => written += 1,
+                    Ok(Err(e)) => return Err(format!("insert {id} through proxy2: {e}")),
+                    Err(_) => return Err(format!("insert {id} through proxy2 timed out")),
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Ok(written)
+        })
+    };
 
     // `herd group add --dcs`: records group 2 and says how to start its agents, waits for its
     // primary, then asks the proxy (started before group 2 existed) to admit it.
@@ -159,33 +194,18 @@ async fn a_group_is_added_across_hosts_when_its_agents_join() {
     if let Some(mut e) = add.stderr.take() {
         let _ = e.read_to_string(&mut err);
     }
+    let text = std::fs::read_to_string(&out_path).unwrap_or_default();
     assert!(
-        !status.success() && err.contains("other herd proxy process(es) serve this cluster"),
-        "refused while another proxy runs: {status}\n{err}"
+        status.success(),
+        "herd group add with a second proxy running: {status}\n{err}\n{text}\nlogs:\n{}",
+        g.logs()
     );
-    let _ = second.kill();
-    let _ = second.wait();
-
-    // Run again once the second proxy's registration expired: it finishes group 2 (it does not
-    // record a group 3).
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let text = loop {
-        let out = herd_testkit::output_within(&mut group_add(&out_path), Duration::from_secs(300))
-            .expect("herd group add exits");
-        // output_within takes the command's output itself.
-        let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        if out.status.success() {
-            break text;
-        }
-        let said = herd_testkit::describe(&out);
-        assert!(
-            said.contains("other herd proxy process(es) serve this cluster")
-                && Instant::now() < deadline,
-            "herd group add again: {said}\n{text}\nlogs:\n{}",
-            g.logs()
-        );
-        std::thread::sleep(Duration::from_secs(1));
-    };
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let by_second = writer
+        .await
+        .expect("writer task")
+        .unwrap_or_else(|e| panic!("{e}\nlogs:\n{}", g.logs()));
+    assert!(by_second > 0, "rows were written through proxy2");
     assert!(
         text.contains("shard group 2 is recorded") && text.contains("shard group 2 added"),
         "{text}"
@@ -201,6 +221,38 @@ async fn a_group_is_added_across_hosts_when_its_agents_join() {
         rows_on(&g.url(g.pg_port(g2)), &[], shard_count).await.0,
         0,
         "the new group holds the table, empty"
+    );
+
+    // The second proxy serves group 2 too: a reference row and a column added through it
+    // reach group 2 (a proxy still serving two groups would write groups 0 and 1 only).
+    for sql in [
+        "insert into kinds values (2, 'after')",
+        "alter table kinds add column note text",
+    ] {
+        tokio::time::timeout(Duration::from_secs(60), through_second.batch_execute(sql))
+            .await
+            .unwrap_or_else(|_| panic!("{sql} through proxy2 timed out"))
+            .unwrap_or_else(|e| panic!("{sql} through proxy2: {e:?}\nlogs:\n{}", g.logs()));
+    }
+    let on_g2 = common::connect(&g.url(g.pg_port(g2))).await;
+    let row = on_g2
+        .query_one(
+            "select count(*), count(*) filter (where name = 'after'), \
+             (select count(*) from information_schema.columns \
+              where table_name = 'kinds' and column_name = 'note') from kinds",
+            &[],
+        )
+        .await
+        .expect("kinds on group 2");
+    assert_eq!(
+        (
+            row.get::<_, i64>(0),
+            row.get::<_, i64>(1),
+            row.get::<_, i64>(2)
+        ),
+        (2, 1, 1),
+        "group 2 holds the reference row copied at admission, the one written through proxy2, \
+         and the column added through it"
     );
 
     // Shards move there; every row is read back once.
@@ -225,9 +277,10 @@ async fn a_group_is_added_across_hosts_when_its_agents_join() {
         .query_one("select count(*), count(distinct id) from items", &[])
         .await
         .expect("count after the rebalance");
+    let before = 200 + by_second;
     assert_eq!(
         (row.get::<_, i64>(0), row.get::<_, i64>(1)),
-        (200, 200),
+        (before, before),
         "every row once after the rebalance"
     );
 
@@ -247,7 +300,10 @@ async fn a_group_is_added_across_hosts_when_its_agents_join() {
     assert!(expected > 0, "some new keys belong to group 2's shards");
     let new_on2: i64 = common::connect(&g.url(g.pg_port(g2)))
         .await
-        .query_one("select count(*) from items where id >= 1000", &[])
+        .query_one(
+            "select count(*) from items where id >= 1000 and id < 1100",
+            &[],
+        )
         .await
         .expect("new rows on group 2")
         .get(0);
@@ -264,14 +320,16 @@ async fn a_group_is_added_across_hosts_when_its_agents_join() {
         assert_eq!(misplaced, 0, "group {group} holds only rows of its shards");
         total += all;
     }
-    assert_eq!(total, 300, "each row on one group");
+    assert_eq!(total, before + 100, "each row on one group");
     let row = proxy
         .query_one("select count(*), count(distinct id) from items", &[])
         .await
         .expect("final count");
     assert_eq!(
         (row.get::<_, i64>(0), row.get::<_, i64>(1)),
-        (300, 300),
+        (before + 100, before + 100),
         "every row once through the proxy"
     );
+    let _ = second.kill();
+    let _ = second.wait();
 }

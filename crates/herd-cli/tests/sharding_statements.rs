@@ -431,6 +431,79 @@ async fn strings_of_statements(client: &Client, groups: &[String]) {
             .get(0);
         assert_eq!(n, 0);
     }
+    // Writes to a reference table in a string (`kinds`; `kinds_one` lives on group 0 alone):
+    // in the string's transaction like the others, all or none.
+    for t in ["kinds", "kinds_one"] {
+        client
+            .batch_execute(&format!("create table {t} (id int primary key, name text)"))
+            .await
+            .expect("kinds");
+    }
+    client
+        .batch_execute("select herd.create_reference_table('kinds')")
+        .await
+        .expect("reference table");
+    let kinds_same = |shape: String| async move {
+        let got = answer(
+            client,
+            &shape.replace("KINDS", "kinds").replace("ACCT", "acct"),
+        )
+        .await;
+        let want = answer(
+            client,
+            &shape
+                .replace("KINDS", "kinds_one")
+                .replace("ACCT", "acct_one"),
+        )
+        .await;
+        assert_eq!(got, want, "{shape}");
+        got
+    };
+    let got = kinds_same(format!(
+        "insert into KINDS values (1, 'a'); insert into KINDS values (2, 'b'); {}",
+        transfer(1, "+ 1")
+    ))
+    .await;
+    assert_eq!(
+        got,
+        ["complete 1", "complete 1", "complete 1", "complete 1"]
+    );
+    let got = kinds_same(
+        "BEGIN; update KINDS set name = 'c' where id = 2; insert into KINDS values (3, 'd'); COMMIT"
+            .to_string(),
+    )
+    .await;
+    assert_eq!(
+        got,
+        ["complete 0", "complete 1", "complete 1", "complete 0"]
+    );
+    // A duplicate key undoes the whole string: no row 4 on any group.
+    let got = kinds_same(
+        "insert into KINDS values (4, 'e'); insert into KINDS values (1, 'again')".to_string(),
+    )
+    .await;
+    assert_eq!(got, ["error 23505"]);
+    kinds_same("select id, name from KINDS order by id".to_string()).await;
+    same(balances.to_string()).await;
+    for group in groups {
+        let rows: Vec<(i32, String)> = connect(group)
+            .await
+            .query("select id, name from kinds order by id", &[])
+            .await
+            .expect("kinds on a group")
+            .iter()
+            .map(|r| (r.get(0), r.get(1)))
+            .collect();
+        assert_eq!(
+            rows,
+            [
+                (1, "a".to_string()),
+                (2, "c".to_string()),
+                (3, "d".to_string())
+            ],
+            "every group holds the same reference rows"
+        );
+    }
     // Still refused: other transaction control, a COMMIT without BEGIN, DDL, a statement
     // refused on its own (nothing of the string runs).
     for (sql, needle) in [

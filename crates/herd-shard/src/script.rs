@@ -65,12 +65,14 @@ pub fn script(
             | Plan::AllGroups { .. }
             | Plan::WriteAllGroups(_)
             | Plan::InsertSplit(_)
-            | Plan::InsertSelect(_) => {}
+            | Plan::InsertSelect(_)
+            | Plan::WriteReference { .. } => {}
             Plan::Refuse(why) | Plan::General { why } => return Err(why.clone()),
-            _ => {
+            Plan::Everywhere(_) | Plan::EachGroup { .. } | Plan::CopyIn(_) | Plan::CopyOut(_) => {
                 return Err(
-                    "a statement of this query string runs on every shard group outside a \
-                     transaction (DDL, COPY, a write to a reference table): send it alone"
+                    "a statement of this query string runs on every shard group in a \
+                     transaction of its own (DDL or COPY on a distributed or reference table): \
+                     send it alone"
                         .into(),
                 )
             }
@@ -228,6 +230,34 @@ mod tests {
         )
         .expect_err("a BEGIN inside a transaction");
         assert!(why.contains("leading BEGIN"), "{why}");
+    }
+
+    /// Writes to reference tables run in the string's transaction like any other write
+    /// (every group applies them, all or none).
+    #[test]
+    fn reference_writes_run_in_the_strings_transaction() {
+        let reference = || Plan::WriteReference {
+            table: "kinds".into(),
+            tag: "INSERT 0",
+            columns: Vec::new(),
+        };
+        let steps = script(
+            &[
+                s("insert into kinds values (1)", Control::None, reference()),
+                s("update t set v = 1 where id = 1", Control::None, g(1)),
+            ],
+            false,
+        )
+        .expect("accepted");
+        assert_eq!(
+            texts(&steps),
+            [
+                ("BEGIN", true),
+                ("insert into kinds values (1)", false),
+                ("update t set v = 1 where id = 1", false),
+                ("COMMIT", true),
+            ]
+        );
     }
 
     #[test]

@@ -265,7 +265,17 @@ impl Groups {
     }
 
     pub fn logs(&self) -> String {
-        let names: Vec<&str> = self.members.iter().map(|a| a.0).chain(["proxy"]).collect();
+        // Extra proxies' logs too, when they ran (`extra_proxy`).
+        let extra = ["proxy2", "proxy3"]
+            .into_iter()
+            .filter(|n| self.dir.path().join(format!("{n}.log")).exists());
+        let names: Vec<&str> = self
+            .members
+            .iter()
+            .map(|a| a.0)
+            .chain(["proxy"])
+            .chain(extra)
+            .collect();
         herd_testkit::agents::log_tails(self.dir.path(), &names, 60)
     }
 

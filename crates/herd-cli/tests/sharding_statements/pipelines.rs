@@ -171,6 +171,44 @@ pub async fn pipelines(client: &Client, url: &str, groups: &[String]) {
         )
     });
     same_rows(client, "write on every group").await;
+    // A write to a reference table (`kinds`, made by `strings_of_statements`; `kinds_one` on
+    // group 0 alone) in the pipeline's implicit transaction: every group, all or none.
+    let with_reference = |t: &str, failing: bool| {
+        let kinds = if t == "acct" { "kinds" } else { "kinds_one" };
+        let insert = format!("insert into {kinds} values ($1, $2)");
+        let id = if failing { "11" } else { "10" };
+        let last: Statement<'_> = if failing {
+            (fail, &["0", b])
+        } else {
+            (give, &["1", b])
+        };
+        pipeline(t, &[(insert.as_str(), &[id, "p"]), (take, &["1", a]), last])
+    };
+    let got = same(&mut herd, &mut one, "reference write", |t| {
+        with_reference(t, false)
+    });
+    assert_eq!(got.last().map(String::as_str), Some("ready I"), "{got:?}");
+    assert!(!got.iter().any(|m| m.starts_with("error")), "{got:?}");
+    let got = same(&mut herd, &mut one, "reference write undone", |t| {
+        with_reference(t, true)
+    });
+    assert!(got.contains(&"error 22012".to_string()), "{got:?}");
+    same_rows(client, "reference write").await;
+    for group in groups {
+        let ids: Vec<i32> = connect(group)
+            .await
+            .query("select id from kinds where id >= 10 order by id", &[])
+            .await
+            .expect("kinds on a group")
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        assert_eq!(
+            ids,
+            [10],
+            "the pipeline's reference row on every group, not the undone one"
+        );
+    }
 
     // Inside the client's transaction block: the pipeline runs in it (ReadyForQuery `T`),
     // COMMIT ends it on both groups.

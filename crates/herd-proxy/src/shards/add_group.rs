@@ -10,8 +10,10 @@
 //!    nothing the new group could miss is under way;
 //! 3. per database, Herd's schema, the mapped tables, the reference tables' rows and the map
 //!    (`new_group::prepare`), and the distributed tables' sequences re-spaced;
-//! 4. the proxy counts the group (every map is read again), the roles are copied once more,
-//!    the triggers go and the waiting statements run — on every group, the new one included.
+//! 4. the proxy counts the group (every map is read again) — with several proxies, the gate
+//!    records it and waits until the others count it too ([`super::MapGate::groups_admitted`])
+//!    — the roles are copied once more, the triggers go and the waiting statements run — on
+//!    every group, the new one included.
 //!
 //! The new group holds no shard until `herd shards rebalance` or `herd shards move` gives it
 //! some. A step that fails undoes the triggers and leaves the group out of the endpoint (its
@@ -112,7 +114,7 @@ impl ProxyContext {
         let hold_began = std::time::Instant::now();
         self.set_adding_group(true);
         let mut guarded = Vec::new();
-        let prepared = self
+        let mut prepared = self
             .prepare_databases(group, &databases, &mut guarded, &mut admitted)
             .await;
         // Released before the map is read again: a session that reloads it takes this lock
@@ -122,13 +124,26 @@ impl ProxyContext {
         // group holds everything now; a session's own preparation finds nothing left to do.
         drop(one_preparation);
         if prepared.is_ok() {
-            self.visible
-                .store(group + 1, std::sync::atomic::Ordering::Release);
-            if let Ok(mut maps) = self.shard_maps.maps.lock() {
-                // Read again with the new group (which holds the same map now).
-                maps.clear();
+            self.serve_admitted_groups(group + 1);
+            // With other proxies (a gate): they serve the group too before the triggers go and
+            // their hold ends, or none of them routes by a map until it does.
+            if let Some(gate) = self.map_gate() {
+                if let Err(why) = gate.groups_admitted(group + 1).await {
+                    self.visible
+                        .store(group, std::sync::atomic::Ordering::Release);
+                    self.forget_maps();
+                    prepared = Err(refused(
+                        "55000",
+                        format!(
+                            "shard group {group} is ready but its admission could not be \
+                             recorded for the other proxies ({why}); it is not served"
+                        ),
+                    ));
+                }
             }
-            tokio::time::sleep(SETTLE).await;
+            if prepared.is_ok() {
+                tokio::time::sleep(SETTLE).await;
+            }
         }
         for (database, client) in &guarded {
             if let Err(e) = drop_guards(client).await {
@@ -143,6 +158,25 @@ impl ProxyContext {
         }
         tracing::warn!(group, %admitted, "a shard group was added to the endpoint");
         Ok(admitted)
+    }
+
+    /// Serves the groups up to `groups` (never fewer than now, never more than followed): a
+    /// group admitted here, or, with several proxies, one another proxy admitted (it made the
+    /// group hold what every group shares). The maps are read again with the new groups.
+    pub fn serve_admitted_groups(&self, groups: u32) {
+        let groups = groups.min(self.known_groups());
+        let before = self
+            .visible
+            .fetch_max(groups, std::sync::atomic::Ordering::AcqRel);
+        if before < groups {
+            self.forget_maps();
+        }
+    }
+
+    fn forget_maps(&self) {
+        if let Ok(mut maps) = self.shard_maps.maps.lock() {
+            maps.clear();
+        }
     }
 
     /// Step 3 for every database with distributed tables: guards on group 0 (kept in

@@ -26,8 +26,8 @@ pub enum ChangeScope {
     /// A map (a table distributed, a shard moved): every other proxy holds its statements that
     /// need a map until the change ends, then reads the new map.
     Map,
-    /// The groups themselves (a group admitted): the other proxies would have to serve the new
-    /// group first, which they do not do on their own yet, so none may run meanwhile.
+    /// The groups themselves (a group admitted): as for a map, and before the change ends the
+    /// other proxies serve the new group too ([`MapGate::groups_admitted`]).
     Groups,
 }
 
@@ -54,6 +54,15 @@ pub trait MapGate: Send + Sync {
     /// that read it, not kept.
     fn hold_generation(&self) -> u64 {
         0
+    }
+    /// Called by a [`ChangeScope::Groups`] change once this proxy serves `groups` groups (the
+    /// last one just admitted), before the change ends: records the admission where the other
+    /// proxies read it, and waits (bounded) until they serve the new group too, so none of them
+    /// writes reference tables or runs DDL on the groups before it once the hold is over. An
+    /// error means the record may be missing: the caller stops serving the group.
+    fn groups_admitted(&self, groups: u32) -> GateFuture<'_, ()> {
+        let _ = groups;
+        Box::pin(async { Ok(()) })
     }
 }
 
