@@ -27,6 +27,9 @@ pub struct Coordinator {
     pub ttl: Duration,
     /// How long between rounds of work while the lease is held.
     pub every: Duration,
+    /// Told whether the lease is held (after each renewal): long work started by a round
+    /// (a shard move) stops when it is lost.
+    pub held: Option<Arc<watch::Sender<bool>>>,
 }
 
 impl Coordinator {
@@ -63,6 +66,9 @@ impl Coordinator {
                 }
                 held = now_held;
             }
+            if let Some(tx) = &self.held {
+                tx.send_if_modified(|h| std::mem::replace(h, now_held) != now_held);
+            }
             let due = last_round.is_none_or(|t| t.elapsed() >= self.every);
             if held && due {
                 last_round = Some(tokio::time::Instant::now());
@@ -74,6 +80,9 @@ impl Coordinator {
                 _ = tokio::time::sleep(renew) => {}
                 _ = shutdown.changed() => break,
             }
+        }
+        if let Some(tx) = &self.held {
+            tx.send_replace(false);
         }
         if held {
             let (dcs, me) = (dcs.clone(), self.me.clone());
@@ -101,6 +110,7 @@ mod tests {
                 me: me.into(),
                 ttl: Duration::from_millis(600),
                 every: Duration::from_millis(50),
+                held: None,
             };
             let dcs = dcs.clone();
             let task = tokio::spawn(c.run(

@@ -1,7 +1,9 @@
 //! What `herd agent`'s coordinator does for the whole cluster while its agent holds the
 //! coordinator lease (`herd_agent::coordinator`): two-phase work left in doubt (DDL, writes and
 //! COPY across shard groups whose session or proxy died between the phases) is resolved here,
-//! once for the cluster, instead of by every `herd proxy`.
+//! once for the cluster, instead of by every `herd proxy`; shard moves asked with `herd shards
+//! move|rebalance --dcs` run here too (`move_requests.rs`), one at a time, resumed by the next
+//! holder when this one dies.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -27,18 +29,33 @@ pub fn spawn(
     ttl: Duration,
     shutdown: watch::Receiver<bool>,
 ) {
+    let (held_tx, held) = watch::channel(false);
     let coordinator = Coordinator {
         me,
         ttl,
         every: EVERY,
+        held: Some(Arc::new(held_tx)),
     };
     let root = StoreClient::new(dcs.clone());
     let layout = Layout::new(&data_dir);
+    // The moves outlive a round (each is bounded by half the lease): they run beside the
+    // rounds, while the lease is held, started again by a round when none runs.
+    let moves: Arc<std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>> = Arc::default();
     tokio::spawn(coordinator.run(
         dcs,
         move || {
-            let (root, layout) = (root.clone(), layout.clone());
+            let (root, layout, held, moves) =
+                (root.clone(), layout.clone(), held.clone(), moves.clone());
             async move {
+                if let Ok(mut running) = moves.lock() {
+                    if running.as_ref().is_none_or(|t| t.is_finished()) {
+                        *running = Some(tokio::spawn(crate::move_requests::run_requests(
+                            root.clone(),
+                            layout.clone(),
+                            held,
+                        )));
+                    }
+                }
                 if let Err(why) = resolve_round(&root, &layout).await {
                     tracing::debug!("in-doubt resolution skipped this round: {why}");
                 }

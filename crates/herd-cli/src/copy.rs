@@ -345,7 +345,7 @@ pub(crate) async fn wait_initial_copy(
 pub(crate) async fn ensure_logical(
     layout: &Layout,
     group: u32,
-    progress: &TermProgress,
+    progress: &dyn herd_cluster::Progress,
 ) -> anyhow::Result<()> {
     let level: String = primary_client(&source_group(layout, group)?, "postgres")
         .await?
@@ -364,7 +364,7 @@ pub(crate) async fn ensure_logical(
 async fn enable_logical(
     layout: &Layout,
     group: u32,
-    progress: &TermProgress,
+    progress: &dyn herd_cluster::Progress,
 ) -> anyhow::Result<()> {
     if herd_cluster::read_supervisor(layout).is_none() {
         bail!(

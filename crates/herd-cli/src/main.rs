@@ -31,6 +31,7 @@ mod hosts_admin;
 mod hosts_restart;
 mod hosts_status;
 mod move_places;
+mod move_requests;
 mod output;
 mod progress;
 mod proxy_api;

@@ -6,13 +6,13 @@
 
 use anyhow::Context;
 use herd_agent::store::StoreClient;
-use herd_cluster::{Layout, Progress};
+use herd_cluster::Layout;
 use herd_copy::{CopySpec, Store};
 use tokio_postgres::Client;
 
 use crate::copy::{endpoint_client, primary_client, source_group, SourceClients};
 use crate::copy_hosts;
-use crate::progress::TermProgress;
+use herd_cluster::Progress;
 
 /// The cluster a move runs on.
 pub enum Places {
@@ -103,7 +103,7 @@ impl Places {
     }
 
     /// Group `spec.group`'s primary must run with `wal_level = logical`.
-    pub async fn ensure_logical(&self, g: u32, progress: &TermProgress) -> anyhow::Result<()> {
+    pub async fn ensure_logical(&self, g: u32, progress: &dyn Progress) -> anyhow::Result<()> {
         match self {
             Places::Local { layout } => crate::copy::ensure_logical(layout, g, progress).await,
             Places::Hosts { .. } => {
@@ -117,7 +117,7 @@ impl Places {
     pub async fn create_copy(
         &self,
         spec: &CopySpec,
-        progress: &TermProgress,
+        progress: &dyn Progress,
     ) -> anyhow::Result<()> {
         let phase = |text: &str| progress.phase(&format!("copy: {text}"));
         match self {

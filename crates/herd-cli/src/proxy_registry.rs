@@ -505,6 +505,23 @@ impl MapGate for Gate {
     }
 }
 
+/// Where the registered proxies serve clients (`listen` of each registration).
+pub async fn listens(dcs: &Arc<dyn Dcs>) -> Result<Vec<String>, String> {
+    let dcs = dcs.clone();
+    let keys = tokio::task::spawn_blocking(move || dcs.list(PROXIES))
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())?;
+    Ok(keys
+        .into_iter()
+        .filter_map(|(_, v)| {
+            serde_json::from_slice::<serde_json::Value>(&v.value)
+                .ok()
+                .and_then(|j| j["listen"].as_str().map(str::to_string))
+        })
+        .collect())
+}
+
 /// The proxy a `map_change` holder's name belongs to (`<proxy id>#<change>`).
 fn proxy_of(holder: &str) -> &str {
     holder.split('#').next().unwrap_or(holder)

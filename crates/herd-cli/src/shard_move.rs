@@ -18,13 +18,13 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use herd_cluster::Progress;
 use herd_copy::{CopySpec, TableSpec};
 use herd_shard::ShardMap;
 use tokio_postgres::Client;
 
 use crate::move_places::Places;
 use crate::progress::TermProgress;
+use herd_cluster::Progress;
 
 /// Copy lag under which the switch is tried (what is left arrives while statements wait).
 const SWITCH_LAG_BYTES: u64 = 256 * 1024;
@@ -65,8 +65,26 @@ pub async fn places(
     })
 }
 
-/// `herd shards move`.
+/// `herd shards move` run by this process: on one host, or across hosts by the cluster's
+/// coordinator (`move_requests.rs`), which calls [`run_with`].
 pub async fn run(places: &Places, args: MoveArgs<'_>) -> anyhow::Result<()> {
+    if let Places::Hosts { root, endpoint, .. } = places {
+        return crate::move_requests::request_and_follow(root, endpoint, &args).await;
+    }
+    let progress = TermProgress::new();
+    let summary = run_with(places, args, &progress).await?;
+    drop(progress);
+    crate::output::emitln!("{summary}");
+    Ok(())
+}
+
+/// Moves (or with `cancel` takes back) one shard, showing its phases on `progress`; what it
+/// did, in one sentence. Run again, it resumes where an interrupted run stopped.
+pub async fn run_with(
+    places: &Places,
+    args: MoveArgs<'_>,
+    progress: &dyn Progress,
+) -> anyhow::Result<String> {
     let started = Instant::now();
     let groups = places.groups().await?;
     if groups < 2 {
@@ -74,9 +92,8 @@ pub async fn run(places: &Places, args: MoveArgs<'_>) -> anyhow::Result<()> {
     }
     let endpoint = places.endpoint(args.database).await?;
     let map = read_map(&places.primary(0, args.database).await?).await?;
-    let progress = TermProgress::new();
     if args.cancel {
-        return cancel(places, &endpoint, &map, &args, &progress).await;
+        return cancel(places, &endpoint, &map, &args, progress).await;
     }
     let shard = args.shard;
     let from = match map.moves.get(&shard) {
@@ -102,7 +119,7 @@ pub async fn run(places: &Places, args: MoveArgs<'_>) -> anyhow::Result<()> {
         if from == to {
             bail!("shard {shard} is on group {to} already");
         }
-        places.ensure_logical(from, &progress).await?;
+        places.ensure_logical(from, progress).await?;
         progress.phase(&format!(
             "shard {shard}: recording the move from group {from} to {to}"
         ));
@@ -125,19 +142,18 @@ pub async fn run(places: &Places, args: MoveArgs<'_>) -> anyhow::Result<()> {
                 "shard {shard}: group {to} changed primary during the copy; copying again"
             ));
             places.drop_copy(&spec).await?;
-            delete_rows(places, to, &map, args.database, shard, &progress).await?;
+            delete_rows(places, to, &map, args.database, shard, progress).await?;
             restarted = true;
         }
-        copy_rows(places, &spec, &progress, args.wait).await?;
-        pause = Some(switch(&endpoint, &spec, places, &progress, shard, args.wait).await?);
+        copy_rows(places, &spec, progress, args.wait).await?;
+        pause = Some(switch(&endpoint, &spec, places, progress, shard, args.wait).await?);
     }
     progress.phase(&format!("shard {shard}: dropping the move's copy"));
     places.drop_copy(&spec).await?;
-    let deleted = delete_rows(places, from, &map, args.database, shard, &progress).await?;
+    let deleted = delete_rows(places, from, &map, args.database, shard, progress).await?;
     herd_function(&endpoint, "move_finish", &[&shard.to_string()]).await?;
     progress.done(&format!("shard {shard}: moved"));
-    drop(progress);
-    crate::output::emitln!(
+    Ok(format!(
         "shard {shard} moved from group {from} to group {to} in {:.1} s: {deleted} rows deleted on group {from}{}{}",
         started.elapsed().as_secs_f64(),
         pause.map_or(String::new(), |p| format!("; {p}")),
@@ -146,8 +162,7 @@ pub async fn run(places: &Places, args: MoveArgs<'_>) -> anyhow::Result<()> {
         } else {
             String::new()
         }
-    );
-    Ok(())
+    ))
 }
 
 /// `herd shards rebalance`: every shard group gets an even share of the shards (a move under
@@ -221,7 +236,7 @@ pub async fn rebalance(
 async fn copy_rows(
     places: &Places,
     spec: &CopySpec,
-    progress: &TermProgress,
+    progress: &dyn Progress,
     wait: Duration,
 ) -> anyhow::Result<()> {
     if places.copy(&spec.name).await?.is_none() {
@@ -248,7 +263,7 @@ async fn switch(
     endpoint: &Client,
     spec: &CopySpec,
     places: &Places,
-    progress: &TermProgress,
+    progress: &dyn Progress,
     shard: u32,
     wait: Duration,
 ) -> anyhow::Result<String> {
@@ -313,7 +328,7 @@ async fn delete_rows(
     map: &ShardMap,
     database: &str,
     shard: u32,
-    progress: &TermProgress,
+    progress: &dyn Progress,
 ) -> anyhow::Result<u64> {
     let client = places.primary(group, database).await?;
     client
@@ -354,12 +369,11 @@ async fn cancel(
     endpoint: &Client,
     map: &ShardMap,
     args: &MoveArgs<'_>,
-    progress: &TermProgress,
-) -> anyhow::Result<()> {
+    progress: &dyn Progress,
+) -> anyhow::Result<String> {
     let shard = args.shard;
     let Some(m) = map.moves.get(&shard) else {
-        crate::output::emitln!("shard {shard} is not moving");
-        return Ok(());
+        return Ok(format!("shard {shard} is not moving"));
     };
     if map.switched(shard) {
         bail!(
@@ -373,11 +387,10 @@ async fn cancel(
     let deleted = delete_rows(places, m.to, map, args.database, shard, progress).await?;
     herd_function(endpoint, "move_cancel", &[&shard.to_string()]).await?;
     progress.done(&format!("shard {shard}: move cancelled"));
-    crate::output::emitln!(
+    Ok(format!(
         "the move of shard {shard} to group {} is cancelled: {deleted} copied rows deleted there; the shard stays on group {}",
         m.to, m.from
-    );
-    Ok(())
+    ))
 }
 
 /// The move's copy: every distributed table's rows of the shard, and its marker row, from

@@ -49,7 +49,7 @@ pub async fn create(
     spec: &CopySpec,
     sources: &Source<'_>,
     endpoint: (&str, u16),
-    progress: &dyn Fn(&str),
+    progress: &(dyn Fn(&str) + Sync),
 ) -> Result<Created, CopyError> {
     spec.validate()?;
     let source = sources.primary;
@@ -413,7 +413,7 @@ pub async fn wait_copied(
     spec: &CopySpec,
     target: &Client,
     limit: Duration,
-    progress: &dyn Fn(&str),
+    progress: &(dyn Fn(&str) + Sync),
 ) -> Result<(), CopyError> {
     let name = spec.object_name();
     let started = Instant::now();

@@ -11,6 +11,9 @@ use crate::{Dcs, DcsError, Versioned};
 const GROUPS: &str = "groups/";
 /// The root prefix of the multi-host proxies' registrations (not any group's keys).
 pub const PROXIES: &str = "proxies/";
+/// The root prefix of the shard moves asked of the cluster's coordinator (not any group's
+/// keys).
+pub const SHARD_MOVES: &str = "shard_moves/";
 
 /// A [`Dcs`] whose keys and leases are those of `inner` under a prefix: a group's agents use
 /// the names they would in a one-group cluster (`leader`, `members/<name>`, `sync`).
@@ -30,9 +33,14 @@ impl Scoped {
             Scoped {
                 inner,
                 prefix: String::new(),
-                // Other groups' keys, and the proxies' registrations (cluster-wide, renewed
-                // every second: group 0's agents must not run a round for each).
-                hidden: vec![GROUPS.to_string(), PROXIES.to_string()],
+                // Other groups' keys, the proxies' registrations (cluster-wide, renewed
+                // every second: group 0's agents must not run a round for each) and the
+                // shard moves' records (cluster-wide, written at each phase).
+                hidden: vec![
+                    GROUPS.to_string(),
+                    PROXIES.to_string(),
+                    SHARD_MOVES.to_string(),
+                ],
             }
         } else {
             Scoped {
