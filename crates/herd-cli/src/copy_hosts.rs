@@ -131,7 +131,8 @@ pub(crate) fn superuser_spec(
         password: password(layout)?,
         dbname: database.into(),
         timeout: Duration::from_secs(5),
-        tls: None,
+        // The member's certificate names its advertised address, which this dials.
+        tls: crate::client_tls::to_cluster(layout)?,
     })
 }
 
@@ -192,6 +193,7 @@ pub(crate) async fn roles_client(
         password: password(layout)?,
         dbname: database.to_string(),
         timeout: Duration::from_secs(5),
+        // A `herd proxy`, not a server: it relays to the servers over TLS itself.
         tls: None,
     };
     let client = herd_pg::connect(&spec)
