@@ -29,6 +29,15 @@
 //!   planned per row of the outer table (TPC-H Q20 ran minutes instead of a second); it costs
 //!   a remote EXPLAIN per foreign table when a general read is planned.
 //!
+//! - TLS between the servers: when group 0's primary serves TLS with a CA (`ssl` on and
+//!   `ssl_ca_file` set: a multi-host cluster with a CA, whose servers take every login from
+//!   other hosts over TLS only), each server says `sslmode 'verify-full'` and `sslrootcert` =
+//!   that server's own `ssl_ca_file` (a file its OS user reads already): every node's
+//!   certificate must be of the cluster's CA and name the address in `host`. Without (one-host
+//!   clusters, no CA) libpq's default as before. The path is part of the spec, and group 0's
+//!   primary part of what is checked, so a new primary whose CA file lies elsewhere (another
+//!   `--data-dir`) rebuilds the servers.
+//!
 //! Built when a general statement first needs it (and again when the tables' columns, the
 //! groups or their nodes change), not in the map's two-phase commit: the objects depend on the
 //! topology and on DDL too, and on group 0 only.
@@ -113,7 +122,13 @@ impl ProxyContext {
     ) -> Result<Arc<GlobalTables>, ProxyError> {
         let nodes = self.group_nodes(map.groups());
         let tables: Vec<&str> = map.distributed().map(|(t, ..)| t).collect();
-        let asked = format!("{tables:?} {nodes:?} {database}");
+        // Group 0's primary: its CA file is the servers' `sslrootcert` (see the module's docs).
+        let coordinating = self
+            .view_of(0)
+            .primary
+            .as_ref()
+            .map(|e| (e.host.clone(), e.port));
+        let asked = format!("{tables:?} {nodes:?} {database} {coordinating:?}");
         let fresh = |g: &Arc<GlobalTables>| g.checked_as(names, &asked);
         if let Some(g) = self.cached_global(database).filter(fresh) {
             return Ok(g);
@@ -141,8 +156,22 @@ impl ProxyContext {
                 readers: r.get(3),
             })
             .collect();
-        let spec = spec_of(&columns, &nodes, database, &self.admin.user);
-        build_if_needed(&mut client, &spec, &columns, &nodes, database, &self.admin).await?;
+        let ca: Option<String> = client
+            .query_one(SERVER_CA, &[])
+            .await
+            .map_err(|e| failed("reading group 0's TLS settings", e))?
+            .get(0);
+        let spec = spec_of(&columns, &nodes, database, &self.admin.user, ca.as_deref());
+        build_if_needed(
+            &mut client,
+            &spec,
+            &columns,
+            &nodes,
+            ca.as_deref(),
+            database,
+            &self.admin,
+        )
+        .await?;
         let global = Arc::new(GlobalTables {
             relations: columns
                 .iter()
@@ -181,9 +210,28 @@ impl ProxyContext {
     }
 }
 
-/// What the objects are built from: compared with `herd_global.built` on group 0.
-fn spec_of(columns: &[Table], nodes: &[Vec<(String, u16)>], database: &str, admin: &str) -> String {
-    format!("v3 {database} {admin} {nodes:?} {columns:?}")
+/// The CA file group 0's server verifies other servers with, when it serves TLS with one.
+const SERVER_CA: &str = "SELECT CASE WHEN current_setting('ssl')::bool \
+     THEN nullif(current_setting('ssl_ca_file'), '') END";
+
+/// What the objects are built from: compared with `herd_global.built` on group 0. `ca`: the
+/// servers' `sslrootcert` (verify-full), `None` for libpq's default.
+fn spec_of(
+    columns: &[Table],
+    nodes: &[Vec<(String, u16)>],
+    database: &str,
+    admin: &str,
+    ca: Option<&str>,
+) -> String {
+    format!("v4 {database} {admin} {nodes:?} {ca:?} {columns:?}")
+}
+
+/// A foreign server's TLS options: verify-full against `ca` (a file on the server), or none.
+fn tls_options(ca: Option<&str>) -> String {
+    match ca {
+        Some(ca) => format!(", sslmode 'verify-full', sslrootcert {}", literal(ca)),
+        None => String::new(),
+    }
 }
 
 async fn build_if_needed(
@@ -191,6 +239,7 @@ async fn build_if_needed(
     spec: &str,
     columns: &[Table],
     nodes: &[Vec<(String, u16)>],
+    ca: Option<&str>,
     database: &str,
     admin: &crate::monitor::AdminLogin,
 ) -> Result<(), ProxyError> {
@@ -213,7 +262,7 @@ async fn build_if_needed(
             return tx.commit().await.map_err(err);
         }
     }
-    tx.batch_execute(&build_sql(spec, columns, nodes, database, admin))
+    tx.batch_execute(&build_sql(spec, columns, nodes, database, admin, ca))
         .await
         .map_err(err)?;
     tx.commit().await.map_err(err)
@@ -226,6 +275,7 @@ fn build_sql(
     nodes: &[Vec<(String, u16)>],
     database: &str,
     admin: &crate::monitor::AdminLogin,
+    ca: Option<&str>,
 ) -> String {
     let ident = |s: &str| format!("\"{}\"", s.replace('"', "\"\""));
     let mut sql = String::from(
@@ -248,12 +298,13 @@ CREATE TABLE herd_global.built (spec text NOT NULL);
         sql.push_str(&format!(
             "CREATE SERVER herd_group_{g} FOREIGN DATA WRAPPER postgres_fdw OPTIONS (host {}, \
              port {}, dbname {}, target_session_attrs 'read-write', async_capable 'true', \
-             use_remote_estimate 'true', fetch_size '10000', application_name 'herd_general');
+             use_remote_estimate 'true', fetch_size '10000', application_name 'herd_general'{});
 CREATE USER MAPPING FOR {} SERVER herd_group_{g} OPTIONS (user {}, password {});
 ",
             literal(&hosts.join(",")),
             literal(&ports.join(",")),
             literal(database),
+            tls_options(ca),
             ident(&admin.user),
             literal(&admin.user),
             literal(&admin.password),
@@ -314,9 +365,13 @@ mod tests {
             vec![("127.0.0.1".to_string(), 5432)],
             vec![("127.0.0.1".to_string(), 5433), ("127.0.0.1".into(), 5434)],
         ];
-        let spec = spec_of(&cols, &nodes, "db", "herd");
+        let spec = spec_of(&cols, &nodes, "db", "herd", None);
         assert!(!spec.contains("cret"), "the spec is readable: no password");
-        let sql = build_sql(&spec, &cols, &nodes, "db", &admin);
+        let sql = build_sql(&spec, &cols, &nodes, "db", &admin, None);
+        assert!(
+            !sql.contains("sslmode"),
+            "no CA: libpq's default, as before"
+        );
         assert!(sql.contains("host '127.0.0.1,127.0.0.1', port '5433,5434'"));
         assert!(sql.contains("password 's''cret'"));
         assert_eq!(
@@ -331,5 +386,29 @@ mod tests {
         assert!(sql.contains("GRANT SELECT ON herd_global.t_42 TO app, \"Odd\";"));
         assert!(!sql.contains("t_42 TO PUBLIC"), "only the table's readers");
         assert!(sql.contains("table_name 'orders'"));
+    }
+
+    #[test]
+    fn with_a_ca_every_server_verifies_its_nodes_with_the_servers_ca_file() {
+        let admin = crate::monitor::AdminLogin {
+            user: "herd".into(),
+            password: "pw".into(),
+            tls: None,
+        };
+        let nodes = vec![
+            vec![("10.0.0.1".to_string(), 5432)],
+            vec![("10.0.0.2".to_string(), 5432)],
+        ];
+        let ca = "/var/lib/herd/secrets/ca'.crt";
+        let spec = spec_of(&[], &nodes, "db", "herd", Some(ca));
+        assert_ne!(
+            spec,
+            spec_of(&[], &nodes, "db", "herd", None),
+            "a CA rebuilds"
+        );
+        let sql = build_sql(&spec, &[], &nodes, "db", &admin, Some(ca));
+        let tls = "application_name 'herd_general', sslmode 'verify-full', \
+                   sslrootcert '/var/lib/herd/secrets/ca''.crt');";
+        assert_eq!(sql.matches(tls).count(), 2, "every group's server: {sql}");
     }
 }
