@@ -137,7 +137,7 @@ impl Places {
                 let clients = SourceClients::open(layout, &source, &spec.database).await?;
                 let host = source.host().to_string();
                 let endpoint = (host.as_str(), source.config.network.port);
-                herd_copy::manage::create(spec, &clients.source(), endpoint, &phase).await?;
+                herd_copy::manage::create(spec, &clients.source(), endpoint, false, &phase).await?;
                 Store::new(layout.copies()).save(spec)?;
             }
             Places::Hosts {
@@ -151,7 +151,12 @@ impl Places {
                     primary: &primary,
                     roles: roles.as_ref().unwrap_or(&primary),
                 };
-                herd_copy::manage::create(spec, &source, (&endpoint.0, endpoint.1), &phase).await?;
+                // The target is a group's primary of this cluster: its subscription verifies
+                // the endpoint when the cluster has a CA and the endpoint serves a certificate
+                // of it.
+                let at = (endpoint.0.as_str(), endpoint.1);
+                let verify = copy_hosts::endpoint_verifies(layout, at, &spec.database).await?;
+                herd_copy::manage::create(spec, &source, at, verify, &phase).await?;
                 copy_hosts::write(root, &spec.name, revision, serde_json::to_vec(spec)?).await?;
             }
         }

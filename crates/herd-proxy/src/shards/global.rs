@@ -156,18 +156,18 @@ impl ProxyContext {
                 readers: r.get(3),
             })
             .collect();
-        let ca: Option<String> = client
-            .query_one(SERVER_CA, &[])
+        let row = client
+            .query_one(SERVER_TLS, &[])
             .await
-            .map_err(|e| failed("reading group 0's TLS settings", e))?
-            .get(0);
-        let spec = spec_of(&columns, &nodes, database, &self.admin.user, ca.as_deref());
+            .map_err(|e| failed("reading group 0's TLS settings", e))?;
+        let tls = ServerFiles::of(row.get(0), row.get(1), row.get(2), row.get(3));
+        let spec = spec_of(&columns, &nodes, database, &self.admin.user, tls.as_ref());
         build_if_needed(
             &mut client,
             &spec,
             &columns,
             &nodes,
-            ca.as_deref(),
+            tls.as_ref(),
             database,
             &self.admin,
         )
@@ -210,27 +210,50 @@ impl ProxyContext {
     }
 }
 
-/// The CA file group 0's server verifies other servers with, when it serves TLS with one.
-const SERVER_CA: &str = "SELECT CASE WHEN current_setting('ssl')::bool \
-     THEN nullif(current_setting('ssl_ca_file'), '') END";
+/// Group 0's server's TLS settings: whether it serves TLS, its CA, certificate and key files.
+const SERVER_TLS: &str = "SELECT current_setting('ssl')::bool, current_setting('ssl_ca_file'), \
+     current_setting('ssl_cert_file'), current_setting('ssl_key_file')";
 
-/// What the objects are built from: compared with `herd_global.built` on group 0. `ca`: the
-/// servers' `sslrootcert` (verify-full), `None` for libpq's default.
+/// The files group 0's server serves TLS with, which its OS user reads: its foreign servers
+/// verify the other servers with the CA (`sslrootcert`) and present the certificate and key
+/// (`sslcert`, `sslkey` in the user mapping). Without them libpq would look for the OS user's
+/// `~/.postgresql/postgresql.crt`, and fail on one it may not read (seen: a server started by
+/// root keeps root's `HOME`).
+#[derive(Debug, PartialEq)]
+struct ServerFiles {
+    ca: String,
+    cert: String,
+    key: String,
+}
+
+impl ServerFiles {
+    /// The files when the server serves TLS with a CA, else `None`.
+    fn of(ssl: bool, ca: String, cert: String, key: String) -> Option<ServerFiles> {
+        (ssl && !ca.is_empty()).then_some(ServerFiles { ca, cert, key })
+    }
+}
+
+/// What the objects are built from: compared with `herd_global.built` on group 0. `tls`: the
+/// servers' verify-full settings, `None` for libpq's default.
 fn spec_of(
     columns: &[Table],
     nodes: &[Vec<(String, u16)>],
     database: &str,
     admin: &str,
-    ca: Option<&str>,
+    tls: Option<&ServerFiles>,
 ) -> String {
-    format!("v4 {database} {admin} {nodes:?} {ca:?} {columns:?}")
+    format!("v4 {database} {admin} {nodes:?} {tls:?} {columns:?}")
 }
 
-/// A foreign server's TLS options: verify-full against `ca` (a file on the server), or none.
-fn tls_options(ca: Option<&str>) -> String {
-    match ca {
-        Some(ca) => format!(", sslmode 'verify-full', sslrootcert {}", literal(ca)),
-        None => String::new(),
+/// A foreign server's TLS options (verify-full against the CA file on the server), and its
+/// user mapping's (the server's certificate and key); none without.
+fn tls_options(tls: Option<&ServerFiles>) -> (String, String) {
+    match tls {
+        Some(t) => (
+            format!(", sslmode 'verify-full', sslrootcert {}", literal(&t.ca)),
+            format!(", sslcert {}, sslkey {}", literal(&t.cert), literal(&t.key)),
+        ),
+        None => (String::new(), String::new()),
     }
 }
 
@@ -239,7 +262,7 @@ async fn build_if_needed(
     spec: &str,
     columns: &[Table],
     nodes: &[Vec<(String, u16)>],
-    ca: Option<&str>,
+    tls: Option<&ServerFiles>,
     database: &str,
     admin: &crate::monitor::AdminLogin,
 ) -> Result<(), ProxyError> {
@@ -262,7 +285,7 @@ async fn build_if_needed(
             return tx.commit().await.map_err(err);
         }
     }
-    tx.batch_execute(&build_sql(spec, columns, nodes, database, admin, ca))
+    tx.batch_execute(&build_sql(spec, columns, nodes, database, admin, tls))
         .await
         .map_err(err)?;
     tx.commit().await.map_err(err)
@@ -275,8 +298,9 @@ fn build_sql(
     nodes: &[Vec<(String, u16)>],
     database: &str,
     admin: &crate::monitor::AdminLogin,
-    ca: Option<&str>,
+    tls: Option<&ServerFiles>,
 ) -> String {
+    let (server_tls, mapping_tls) = tls_options(tls);
     let ident = |s: &str| format!("\"{}\"", s.replace('"', "\"\""));
     let mut sql = String::from(
         "DROP SCHEMA IF EXISTS herd_global CASCADE;
@@ -299,15 +323,16 @@ CREATE TABLE herd_global.built (spec text NOT NULL);
             "CREATE SERVER herd_group_{g} FOREIGN DATA WRAPPER postgres_fdw OPTIONS (host {}, \
              port {}, dbname {}, target_session_attrs 'read-write', async_capable 'true', \
              use_remote_estimate 'true', fetch_size '10000', application_name 'herd_general'{});
-CREATE USER MAPPING FOR {} SERVER herd_group_{g} OPTIONS (user {}, password {});
+CREATE USER MAPPING FOR {} SERVER herd_group_{g} OPTIONS (user {}, password {}{});
 ",
             literal(&hosts.join(",")),
             literal(&ports.join(",")),
             literal(database),
-            tls_options(ca),
+            server_tls,
             ident(&admin.user),
             literal(&admin.user),
             literal(&admin.password),
+            mapping_tls,
         ));
     }
     for t in columns {
@@ -399,16 +424,29 @@ mod tests {
             vec![("10.0.0.1".to_string(), 5432)],
             vec![("10.0.0.2".to_string(), 5432)],
         ];
-        let ca = "/var/lib/herd/secrets/ca'.crt";
-        let spec = spec_of(&[], &nodes, "db", "herd", Some(ca));
+        let files = |ssl: bool, ca: &str| {
+            ServerFiles::of(
+                ssl,
+                ca.into(),
+                "/d/tls/h1.crt".into(),
+                "/d/tls/h1.key".into(),
+            )
+        };
+        assert_eq!(files(false, "/d/ca.crt"), None, "no TLS served");
+        assert_eq!(files(true, ""), None, "no CA");
+        let tls = files(true, "/var/lib/herd/secrets/ca'.crt");
+        let ca = tls.as_ref();
+        let spec = spec_of(&[], &nodes, "db", "herd", ca);
         assert_ne!(
             spec,
             spec_of(&[], &nodes, "db", "herd", None),
             "a CA rebuilds"
         );
-        let sql = build_sql(&spec, &[], &nodes, "db", &admin, Some(ca));
+        let sql = build_sql(&spec, &[], &nodes, "db", &admin, ca);
         let tls = "application_name 'herd_general', sslmode 'verify-full', \
                    sslrootcert '/var/lib/herd/secrets/ca''.crt');";
         assert_eq!(sql.matches(tls).count(), 2, "every group's server: {sql}");
+        let mapping = "password 'pw', sslcert '/d/tls/h1.crt', sslkey '/d/tls/h1.key');";
+        assert_eq!(sql.matches(mapping).count(), 2, "every mapping: {sql}");
     }
 }
