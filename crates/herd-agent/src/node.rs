@@ -258,12 +258,8 @@ impl Node {
             self.log_watch.reset();
         }
         let dir = self.cfg.pgdata();
-        let hba = herd_pg::render_hba_with(
-            self.cfg.pg_listen,
-            REPLICATION_USER,
-            SUPERUSER,
-            self.tls.is_some(),
-        );
+        let hba =
+            herd_pg::render_hba_with(self.cfg.pg_listen, REPLICATION_USER, self.tls.is_some());
         let server_tls = self.tls.as_ref().map(|t| &t.server);
         self.pg
             .write_conf_with(&dir, &self.settings(upstream), server_tls, &hba)?;

@@ -41,6 +41,17 @@ pub fn spawn(
         cfg.pg_listen.to_string()
     };
     let port = cfg.pg_port;
+    // With a CA (not for `herd up`-style nodes, which serve no TLS) the servers take the
+    // superuser from other hosts over TLS only; this server's certificate names its advertised
+    // address, not the listen address dialled here.
+    let tls = match cfg.paths {
+        Some(_) => None,
+        None => crate::client_tls::to_cluster(&layout)?,
+    };
+    let local_tls = match &tls {
+        Some(t) => Some(t.expecting(&cfg.pg_advertise)?),
+        None => None,
+    };
     let store = StoreClient::new(group);
     tokio::spawn(async move {
         let mut sync = SlotSync::default();
@@ -71,18 +82,18 @@ pub fn spawn(
             if mine.role != "replica" || mine.streaming_from.as_deref() != Some(&leader.name) {
                 continue;
             }
-            let spec = |host: &str, port: u16| ConnSpec {
+            let spec = |host: &str, port: u16, tls: &Option<herd_pg::ClientTls>| ConnSpec {
                 host: host.to_string(),
                 port,
                 user: herd_cluster::SUPERUSER.into(),
                 password: password.clone(),
                 dbname: "postgres".into(),
                 timeout: Duration::from_secs(2),
-                tls: None,
+                tls: tls.clone(),
             };
             let replica = ReplicaRef {
                 name: me.clone(),
-                conn: spec(&local_host, port),
+                conn: spec(&local_host, port, &local_tls),
                 datadir: datadir.clone(),
             };
             let restart_store = store.clone();
@@ -94,7 +105,7 @@ pub fn spawn(
                         .map_err(|e| format!("{e:#}"))
                 })
             });
-            let primary = spec(&leader.pg_host, leader.pg_port);
+            let primary = spec(&leader.pg_host, leader.pg_port, &tls);
             if let Err(e) = sync.round(&pg, &primary, &[replica], &restart).await {
                 tracing::debug!("copy slots: {e}");
             }

@@ -50,6 +50,21 @@ pub fn to_servers(proxy: &ProxyConfig, secrets: &Path) -> anyhow::Result<Option<
     ClientTls::new(mode, &ca).context("setting up TLS to the servers (proxy.server_tls)")
 }
 
+/// TLS for `herd-cli`'s own connections to a multi-host cluster's servers (the coordinator's
+/// tasks, copies and shard moves across hosts, the replicas' copy slots): `verify-full` against
+/// the cluster's CA in `layout`'s `secrets/ca.crt` when the cluster has one, as the proxies'
+/// `auto`; plain without. An unreadable CA is an error, never a plain connection: with a CA the
+/// servers take every role from beyond loopback over TLS only.
+pub fn to_cluster(layout: &herd_cluster::Layout) -> anyhow::Result<Option<ClientTls>> {
+    let ca = layout.secrets().join(herd_certs::CA_CERT);
+    let mode = if ca.exists() {
+        TlsMode::VerifyFull
+    } else {
+        TlsMode::Off
+    };
+    ClientTls::new(mode, &ca).context("setting up TLS to the cluster's servers")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -79,5 +94,21 @@ mod tests {
         std::fs::write(secrets.path().join(herd_certs::CA_CERT), &ca.cert_pem).expect("ca.crt");
         assert_eq!(mode("auto").expect("CA"), Some(TlsMode::VerifyFull));
         assert_eq!(mode("off").expect("off"), None);
+    }
+
+    #[test]
+    fn the_cli_follows_the_cluster_ca() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let layout = herd_cluster::Layout::new(dir.path());
+        std::fs::create_dir_all(layout.secrets()).expect("secrets");
+        assert!(to_cluster(&layout).expect("no CA").is_none());
+        let ca_file = layout.secrets().join(herd_certs::CA_CERT);
+        std::fs::write(&ca_file, "").expect("empty ca.crt");
+        let e = to_cluster(&layout).expect_err("an empty CA").to_string();
+        assert!(e.contains("TLS to the cluster's servers"), "{e}");
+        let ca = herd_certs::ClusterCa::generate("t").expect("CA");
+        std::fs::write(&ca_file, &ca.cert_pem).expect("ca.crt");
+        let tls = to_cluster(&layout).expect("CA").expect("TLS with a CA");
+        assert_eq!(tls.mode(), TlsMode::VerifyFull);
     }
 }

@@ -75,6 +75,8 @@ async fn resolve_round(root: &StoreClient, layout: &Layout) -> Result<(), String
     let password = Secrets::load(layout)
         .map_err(|e| format!("no secrets: {e}"))?
         .superuser;
+    // With a CA the primaries take the superuser from other hosts over TLS only.
+    let tls = crate::client_tls::to_cluster(layout).map_err(|e| format!("{e:#}"))?;
     let mut primaries = Vec::new();
     for g in 0..groups {
         let store = StoreClient::new(herd_agent::groups::scoped(root.dcs(), g));
@@ -95,7 +97,7 @@ async fn resolve_round(root: &StoreClient, layout: &Layout) -> Result<(), String
         password: password.clone(),
         dbname: dbname.into(),
         timeout: Duration::from_secs(2),
-        tls: None,
+        tls: tls.clone(),
     };
     let connect = |g: usize, dbname: &str| {
         let spec = spec(g, dbname);

@@ -292,7 +292,8 @@ async fn create(args: CreateArgs) -> anyhow::Result<()> {
     let host = group.host().to_string();
     let endpoint = (host.as_str(), group.config.network.port);
     let phase = |text: &str| progress.phase(text);
-    let created = herd_copy::manage::create(&spec, &clients.source(), endpoint, &phase).await?;
+    let created =
+        herd_copy::manage::create(&spec, &clients.source(), endpoint, false, &phase).await?;
     store.save(&spec)?;
     progress.done(&format!(
         "copy {} created: {} table(s){}",

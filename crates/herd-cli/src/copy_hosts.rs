@@ -131,7 +131,8 @@ pub(crate) fn superuser_spec(
         password: password(layout)?,
         dbname: database.into(),
         timeout: Duration::from_secs(5),
-        tls: None,
+        // The member's certificate names its advertised address, which this dials.
+        tls: crate::client_tls::to_cluster(layout)?,
     })
 }
 
@@ -192,12 +193,56 @@ pub(crate) async fn roles_client(
         password: password(layout)?,
         dbname: database.to_string(),
         timeout: Duration::from_secs(5),
+        // A `herd proxy`, not a server: it relays to the servers over TLS itself.
         tls: None,
     };
     let client = herd_pg::connect(&spec)
         .await
         .with_context(|| format!("connecting to the endpoint {host}:{port}"))?;
     Ok(Some(client))
+}
+
+/// Whether a subscription on one of the cluster's servers can verify the endpoint `(host,
+/// port)`: the cluster has a CA and the endpoint serves TLS with a certificate of it naming
+/// `host` (tried as the superuser). When not, says so: the subscription then reaches the
+/// endpoint as before (libpq's `sslmode=prefer`), and the endpoint relays it to the source
+/// over verified TLS.
+pub(crate) async fn endpoint_verifies(
+    layout: &Layout,
+    (host, port): (&str, u16),
+    database: &str,
+) -> anyhow::Result<bool> {
+    let Some(tls) = crate::client_tls::to_cluster(layout)? else {
+        return Ok(false);
+    };
+    let spec = ConnSpec {
+        host: host.to_string(),
+        port,
+        user: herd_cluster::SUPERUSER.into(),
+        password: password(layout)?,
+        dbname: database.to_string(),
+        timeout: Duration::from_secs(5),
+        tls: Some(tls),
+    };
+    match herd_pg::connect(&spec).await {
+        Ok(_) => {
+            eprintln!(
+                "the destination's subscription verifies the endpoint {host}:{port} \
+                 (sslmode=verify-full, the cluster's CA)"
+            );
+            Ok(true)
+        }
+        Err(e) => {
+            eprintln!(
+                "note: the endpoint {host}:{port} does not serve TLS with a certificate of the \
+                 cluster's CA ({e}); the destination's subscription reaches it as before and \
+                 the endpoint relays it to the source over verified TLS. To verify that leg \
+                 too, give every proxy a certificate (`herd certs issue NAME --host {host}`, \
+                 then --tls-cert/--tls-key)"
+            );
+            Ok(false)
+        }
+    }
 }
 
 /// Refuses, with what to do, a source primary (of shard group `group`) without
@@ -245,7 +290,9 @@ pub async fn create(
     };
     let progress = TermProgress::new();
     let phase = |text: &str| progress.phase(text);
-    let created = herd_copy::manage::create(&spec, &source, (&host, port), &phase).await?;
+    // Any server can be a copy's target: its CA is not known to be the cluster's, so its
+    // subscription reaches the endpoint as before (see docs/multi-host.md, "TLS").
+    let created = herd_copy::manage::create(&spec, &source, (&host, port), false, &phase).await?;
     let encoded = serde_json::to_vec(&spec)?;
     if let Err(e) = write(&root, &spec.name, revision, encoded).await {
         // Not recorded: undo, so nothing is left that no command knows of.

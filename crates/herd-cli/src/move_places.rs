@@ -66,6 +66,9 @@ impl Places {
                 let leader = copy_hosts::leader_member(root, 0).await?;
                 let mut spec = copy_hosts::superuser_spec(&leader, layout, database)?;
                 (spec.host, spec.port) = endpoint.clone();
+                // The endpoint is a `herd proxy`, not a server: it serves TLS only when given a
+                // certificate (`--tls-cert`), and relays to the servers over TLS itself.
+                spec.tls = None;
                 herd_pg::connect(&spec).await.with_context(|| {
                     format!("connecting to the endpoint {}:{}", endpoint.0, endpoint.1)
                 })
@@ -85,13 +88,21 @@ impl Places {
                 copy_hosts::superuser_spec(&leader, layout, database)?
             }
         };
-        Ok(herd_copy::conninfo(&[
+        let mut pairs = vec![
             ("host", spec.host.clone()),
             ("port", spec.port.to_string()),
             ("user", spec.user.clone()),
             ("password", spec.password.clone()),
             ("dbname", database.to_string()),
-        ]))
+        ];
+        if let (Places::Hosts { layout, .. }, Some(_)) = (self, &spec.tls) {
+            // With a CA the primary takes the superuser from other hosts over TLS only;
+            // herd-copy's target connection does libpq's verify-full with this CA.
+            pairs.push(("sslmode", "verify-full".into()));
+            let ca = layout.secrets().join(herd_certs::CA_CERT);
+            pairs.push(("sslrootcert", ca.display().to_string()));
+        }
+        Ok(herd_copy::conninfo(&pairs))
     }
 
     /// The copy named `name`, if it exists.
@@ -126,7 +137,7 @@ impl Places {
                 let clients = SourceClients::open(layout, &source, &spec.database).await?;
                 let host = source.host().to_string();
                 let endpoint = (host.as_str(), source.config.network.port);
-                herd_copy::manage::create(spec, &clients.source(), endpoint, &phase).await?;
+                herd_copy::manage::create(spec, &clients.source(), endpoint, false, &phase).await?;
                 Store::new(layout.copies()).save(spec)?;
             }
             Places::Hosts {
@@ -140,7 +151,12 @@ impl Places {
                     primary: &primary,
                     roles: roles.as_ref().unwrap_or(&primary),
                 };
-                herd_copy::manage::create(spec, &source, (&endpoint.0, endpoint.1), &phase).await?;
+                // The target is a group's primary of this cluster: its subscription verifies
+                // the endpoint when the cluster has a CA and the endpoint serves a certificate
+                // of it.
+                let at = (endpoint.0.as_str(), endpoint.1);
+                let verify = copy_hosts::endpoint_verifies(layout, at, &spec.database).await?;
+                herd_copy::manage::create(spec, &source, at, verify, &phase).await?;
                 copy_hosts::write(root, &spec.name, revision, serde_json::to_vec(spec)?).await?;
             }
         }

@@ -68,9 +68,7 @@ async fn with_a_ca(lab: Option<Lab>) -> Hosts {
     hosts.wait_proxy_listening();
     let primary = hosts.wait_primary("with TLS on");
     // Every standby streams over TLS, as the primary sees it.
-    let client = common::try_connect(&hosts.node_url(primary))
-        .await
-        .expect("the primary answers");
+    let client = superuser_over_tls(&hosts, primary).await;
     let over_tls = "select count(*) filter (where ssl), count(*) \
                     from pg_stat_ssl join pg_stat_replication using (pid)";
     let mut seen = (0, 0);
@@ -380,6 +378,31 @@ async fn a_proxy_of_another_ca_refuses_the_servers(hosts: &Hosts, other: &std::p
     );
 }
 
+/// The superuser on host `i`'s server over verified TLS (the cluster's CA, the certificate for
+/// the address dialled), as `herd-cli`'s tasks connect: with a CA the servers take no plain
+/// login from other hosts, the superuser's included. Retried for 30 s at most.
+async fn superuser_over_tls(hosts: &Hosts, i: usize) -> tokio_postgres::Client {
+    let ca = hosts.agent_dir(0).join("secrets").join(herd_certs::CA_CERT);
+    let tls = herd_pg::ClientTls::new(herd_pg::TlsMode::VerifyFull, &ca)
+        .expect("the cluster's CA")
+        .expect("TLS settings");
+    let mut config: tokio_postgres::Config = hosts.node_url(i).parse().expect("node URL");
+    config.application_name("herd-test");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match herd_pg::connect_config(&mut config, Some(&tls)).await {
+            Ok(client) => return client,
+            Err(e) => assert!(
+                Instant::now() < deadline,
+                "the superuser over TLS to {}: {e}\n{}",
+                hosts.pg_host(i),
+                hosts.logs()
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 /// psql from this process (another host than the primary's, in the namespaces' set-up) over
 /// a replication connection (`IDENTIFY_SYSTEM`) with `conninfo`; Err with its message.
 fn replication_psql(hosts: &Hosts, conninfo: &str) -> Result<String, String> {
@@ -415,9 +438,48 @@ async fn across_namespaces_replication_takes_tls_with_a_cluster_certificate_only
     };
     let hosts = with_a_ca(Some(lab)).await;
     let primary = hosts.wait_primary("with TLS on");
-    let client = common::try_connect(&hosts.node_url(primary))
-        .await
-        .expect("the primary answers");
+    let client = superuser_over_tls(&hosts, primary).await;
+    // The superuser too takes TLS from other hosts (no `host all postgres` line any more):
+    // plain from this host's address, with the right password, is refused.
+    let plain = tokio::time::timeout(
+        Duration::from_secs(10),
+        tokio_postgres::connect(&hosts.node_url(primary), tokio_postgres::NoTls),
+    )
+    .await
+    .expect("the server answers within 10 s");
+    let refused = match plain {
+        Ok(_) => panic!("the superuser logged in without TLS from another host"),
+        Err(e) => format!("{e:?}"),
+    };
+    eprintln!("the superuser in plain from another host: {refused}");
+    assert!(refused.contains("no encryption"), "{refused}");
+    // herd-cli's own tasks reach the servers over verified TLS: each replica's agent keeps its
+    // copy slots in line (`agent_slots.rs`) through a superuser session on the primary from
+    // its own host, which the primary sees encrypted.
+    let tasks = "select host(client_addr), ssl from pg_stat_ssl join pg_stat_activity using (pid) \
+                 where application_name = 'herd' and usename = 'postgres' \
+                 and host(client_addr) not like '127.%' order by 1";
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let sessions = loop {
+        let rows = client.query(tasks, &[]).await.expect("pg_stat_activity");
+        let seen: Vec<(String, bool)> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
+        if seen.len() >= 2 || Instant::now() > deadline {
+            break seen;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    eprintln!("herd-cli's sessions on the primary from other hosts (address, ssl): {sessions:?}");
+    let others: Vec<String> = (0..3)
+        .filter(|&i| i != primary)
+        .map(|i| hosts.pg_host(i))
+        .collect();
+    assert_eq!(
+        sessions.iter().map(|s| s.0.clone()).collect::<Vec<_>>(),
+        others,
+        "one copy-slot keeper per replica: {sessions:?}\n{}",
+        hosts.logs()
+    );
+    assert!(sessions.iter().all(|s| s.1), "{sessions:?}");
     let rows = client
         .query(
             "select application_name, client_addr::text, coalesce(client_dn, '') \
@@ -458,8 +520,8 @@ async fn across_namespaces_replication_takes_tls_with_a_cluster_certificate_only
     let (ssl, from): (bool, String) = (row.get(0), row.get(1));
     eprintln!("a proxied session: ssl {ssl}, from {from}");
     assert!(ssl && !from.starts_with("127."), "ssl {ssl}, from {from}");
-    // Other roles than the superuser take TLS from other hosts (`hostssl`): an application's
-    // role is refused in plain straight to the server, and served through the proxy.
+    // Other roles take TLS from other hosts (`hostssl`) as well: an application's role is
+    // refused in plain straight to the server, and served through the proxy.
     client
         .batch_execute("create role app login password 'app-secret'")
         .await

@@ -44,11 +44,16 @@ pub fn exists_already(name: &str) -> CopyError {
 /// checks first that no copy of that name exists ([`exists_already`]) and keeps the definition
 /// once this returns: in the data directory's [`crate::Store`] on one host, in the store of the
 /// agents on several.
-/// `wal_level` must already be `logical` on the source.
+/// `wal_level` must already be `logical` on the source. `verify_endpoint`: the target is a
+/// server of the same cluster with a CA, and the endpoint serves a certificate of that CA for
+/// `endpoint`'s host (the caller checked): the subscription then says `sslmode=verify-full`
+/// with the target's own `ssl_ca_file`, and a target without one is refused before anything
+/// is made.
 pub async fn create(
     spec: &CopySpec,
     sources: &Source<'_>,
     endpoint: (&str, u16),
+    verify_endpoint: bool,
     progress: &(dyn Fn(&str) + Sync),
 ) -> Result<Created, CopyError> {
     spec.validate()?;
@@ -66,6 +71,10 @@ pub async fn create(
     progress("reading the source's table definitions");
     let defs = published_tables(spec, source).await?;
     let target = crate::target::connect(&spec.target).await?;
+    let tls = match verify_endpoint {
+        true => Some(target_tls(&target).await?),
+        false => None,
+    };
     progress("creating the publication and the copy's role on the source");
     let password: String = rand::thread_rng()
         .sample_iter(&Alphanumeric)
@@ -83,7 +92,10 @@ pub async fn create(
     };
     progress("creating the subscription on the target (it makes the slot on the source)");
     let name = spec.object_name();
-    let conninfo = source_conninfo(endpoint, spec.group, &spec.database, &name, &password);
+    let mut conninfo = source_conninfo(endpoint, spec.group, &spec.database, &name, &password);
+    if let Some((ca, cert, key)) = &tls {
+        conninfo = crate::spec::verify_full(&conninfo, ca, cert, key);
+    }
     if let Err(e) = target
         .batch_execute(&spec.create_subscription(&conninfo))
         .await
@@ -95,6 +107,30 @@ pub async fn create(
     Ok(Created {
         tables: defs.iter().map(|d| d.table.clone()).collect(),
         created_on_target,
+    })
+}
+
+/// The files the target server serves TLS with, which its OS user reads (`ssl_ca_file`,
+/// `ssl_cert_file`, `ssl_key_file`): its subscription verifies the endpoint with the CA and
+/// presents the certificate (else libpq looks for the OS user's `~/.postgresql/postgresql.crt`
+/// and fails on one it may not read). An error when it serves no TLS with a CA.
+async fn target_tls(target: &Client) -> Result<(String, String, String), CopyError> {
+    let row = target
+        .query_one(
+            "SELECT current_setting('ssl')::bool, current_setting('ssl_ca_file'), \
+             current_setting('ssl_cert_file'), current_setting('ssl_key_file')",
+            &[],
+        )
+        .await
+        .map_err(|e| CopyError::sql("reading the target's TLS settings", &e))?;
+    let (ssl, ca): (bool, String) = (row.get(0), row.get(1));
+    let files = (ssl && !ca.is_empty()).then(|| (ca, row.get(2), row.get(3)));
+    files.ok_or_else(|| {
+        CopyError::Invalid(
+            "the target serves no TLS with a CA (ssl, ssl_ca_file), so its subscription cannot \
+             verify the endpoint; nothing was made"
+                .into(),
+        )
     })
 }
 

@@ -166,6 +166,18 @@ pub fn source_conninfo(
     conninfo(&pairs)
 }
 
+/// `conninfo` with the server's certificate checked against the CA in `ca_file` and its names
+/// against the host dialled, presenting `cert` and `key` (files on the server that connects).
+pub fn verify_full(conninfo: &str, ca_file: &str, cert: &str, key: &str) -> String {
+    let tls = self::conninfo(&[
+        ("sslmode", "verify-full".to_string()),
+        ("sslrootcert", ca_file.to_string()),
+        ("sslcert", cert.to_string()),
+        ("sslkey", key.to_string()),
+    ]);
+    format!("{conninfo} {tls}")
+}
+
 /// A libpq key=value connection string of `pairs`, each value quoted.
 pub fn conninfo(pairs: &[(&str, String)]) -> String {
     pairs
@@ -283,6 +295,21 @@ mod tests {
                 "WITH (slot_name = 'herd_copy_eu_orders', create_slot = true, copy_data = true)"
             ),
             "{sql}"
+        );
+    }
+
+    #[test]
+    fn verified_conninfo_names_the_ca_file_quoted() {
+        let c = verify_full(
+            "host='p' port='7000'",
+            "/d/secrets/c'a.crt",
+            "/d/h.crt",
+            "/d/h.key",
+        );
+        assert_eq!(
+            c,
+            "host='p' port='7000' sslmode='verify-full' sslrootcert='/d/secrets/c\\'a.crt' \
+             sslcert='/d/h.crt' sslkey='/d/h.key'"
         );
     }
 

@@ -248,18 +248,19 @@ pub fn render_server_conf_with(s: &ServerSettings, tls: Option<&ServerTls>) -> S
 /// Renders `pg_hba.conf`: SCRAM-SHA-256 for everyone (TCP and the cluster's private socket),
 /// nothing trusted.
 pub fn render_hba(listen_address: IpAddr, replication_user: &str) -> String {
-    render_hba_with(listen_address, replication_user, "postgres", false)
+    render_hba_with(listen_address, replication_user, false)
 }
 
 /// Renders `pg_hba.conf` as [`render_hba`]; with `cluster_tls` (the cluster has a CA), logins
 /// from beyond loopback take TLS (`hostssl`): replication from a member holding a certificate of
 /// the cluster's CA (`clientcert=verify-ca`: the certificate names its host, not the replication
-/// role) besides the password, and every role but `superuser` over TLS. The superuser stays
-/// `host` (TLS or not): `herd-cli`'s coordinator and group-add tasks still log in without TLS.
+/// role) besides the password, and every other role, the superuser included, over TLS: every
+/// connection Herd makes from another host (proxies, agents, `herd-cli`'s tasks, postgres_fdw
+/// and subscriptions between the servers) is verified TLS then. Loopback and the local socket
+/// are unchanged.
 pub fn render_hba_with(
     listen_address: IpAddr,
     replication_user: &str,
-    superuser: &str,
     cluster_tls: bool,
 ) -> String {
     let mut out = String::from(
@@ -276,7 +277,6 @@ pub fn render_hba_with(
     }
     // The operator chose to listen beyond loopback: accept password logins from anywhere.
     if cluster_tls {
-        let _ = writeln!(out, "host all {superuser} 0.0.0.0/0 scram-sha-256");
         out.push_str("hostssl all all 0.0.0.0/0 scram-sha-256\n");
         let _ = writeln!(
             out,
@@ -554,8 +554,8 @@ mod tests {
             "host=10.0.0.1 port=5432 sslmode=verify-full sslrootcert='/d/secrets/ca\\'.crt' \
              sslcert='/d/tls/h1.crt' sslkey='/d/tls/h1.key'"
         );
-        // Replication from other hosts over TLS only; loopback and other logins unchanged.
-        let wide = render_hba_with(IpAddr::from([10, 0, 0, 5]), "replicator", "herd", true);
+        // Every login from other hosts over TLS only, the superuser's too; loopback unchanged.
+        let wide = render_hba_with(IpAddr::from([10, 0, 0, 5]), "replicator", true);
         assert!(wide.contains(
             "\nhostssl replication replicator 0.0.0.0/0 scram-sha-256 clientcert=verify-ca\n"
         ));
@@ -564,10 +564,17 @@ mod tests {
             "{wide}"
         );
         assert!(wide.contains("\nhost replication replicator 127.0.0.1/32 scram-sha-256\n"));
-        assert!(wide.contains("\nhost all herd 0.0.0.0/0 scram-sha-256\nhostssl all all 0.0.0.0/0"));
-        assert!(!wide.contains("\nhost all all 0.0.0.0/0"), "{wide}");
+        assert!(wide.contains("\nhostssl all all 0.0.0.0/0 scram-sha-256\n"));
+        assert!(wide.contains("\nhost all all 127.0.0.1/32 scram-sha-256\n"));
+        assert!(wide.contains("\nlocal all all scram-sha-256\n"));
+        // Beyond loopback, no `host` line (TLS or not) for any role.
+        let plain_wide: Vec<&str> = wide
+            .lines()
+            .filter(|l| l.starts_with("host ") && !l.contains("127.0.0.1/32"))
+            .collect();
+        assert!(plain_wide.is_empty(), "{plain_wide:?} in\n{wide}");
         assert_eq!(
-            render_hba_with(IpAddr::from([10, 0, 0, 5]), "replicator", "herd", false),
+            render_hba_with(IpAddr::from([10, 0, 0, 5]), "replicator", false),
             render_hba(IpAddr::from([10, 0, 0, 5]), "replicator")
         );
     }

@@ -211,6 +211,11 @@ impl Groups {
     }
 
     pub fn start_proxy(&mut self) {
+        self.start_proxy_with(&[]);
+    }
+
+    /// [`Groups::start_proxy`] with more arguments (`--tls-cert …`).
+    pub fn start_proxy_with(&mut self, extra: &[&str]) {
         let secrets = self.dir.path().join("proxy/secrets");
         if !secrets.exists() {
             copy_dir(&self.agent_dir(0).join("secrets"), &secrets);
@@ -222,6 +227,7 @@ impl Groups {
             .args(["--api-listen", &self.proxy_api()])
             .arg("--data-dir")
             .arg(self.dir.path().join("proxy"))
+            .args(extra)
             .env(
                 "HERD_LOG",
                 std::env::var("HERD_TEST_PROXY_LOG").unwrap_or_else(|_| "info".into()),

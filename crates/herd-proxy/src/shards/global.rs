@@ -29,6 +29,15 @@
 //!   planned per row of the outer table (TPC-H Q20 ran minutes instead of a second); it costs
 //!   a remote EXPLAIN per foreign table when a general read is planned.
 //!
+//! - TLS between the servers: when group 0's primary serves TLS with a CA (`ssl` on and
+//!   `ssl_ca_file` set: a multi-host cluster with a CA, whose servers take every login from
+//!   other hosts over TLS only), each server says `sslmode 'verify-full'` and `sslrootcert` =
+//!   that server's own `ssl_ca_file` (a file its OS user reads already): every node's
+//!   certificate must be of the cluster's CA and name the address in `host`. Without (one-host
+//!   clusters, no CA) libpq's default as before. The path is part of the spec, and group 0's
+//!   primary part of what is checked, so a new primary whose CA file lies elsewhere (another
+//!   `--data-dir`) rebuilds the servers.
+//!
 //! Built when a general statement first needs it (and again when the tables' columns, the
 //! groups or their nodes change), not in the map's two-phase commit: the objects depend on the
 //! topology and on DDL too, and on group 0 only.
@@ -113,7 +122,13 @@ impl ProxyContext {
     ) -> Result<Arc<GlobalTables>, ProxyError> {
         let nodes = self.group_nodes(map.groups());
         let tables: Vec<&str> = map.distributed().map(|(t, ..)| t).collect();
-        let asked = format!("{tables:?} {nodes:?} {database}");
+        // Group 0's primary: its CA file is the servers' `sslrootcert` (see the module's docs).
+        let coordinating = self
+            .view_of(0)
+            .primary
+            .as_ref()
+            .map(|e| (e.host.clone(), e.port));
+        let asked = format!("{tables:?} {nodes:?} {database} {coordinating:?}");
         let fresh = |g: &Arc<GlobalTables>| g.checked_as(names, &asked);
         if let Some(g) = self.cached_global(database).filter(fresh) {
             return Ok(g);
@@ -141,8 +156,22 @@ impl ProxyContext {
                 readers: r.get(3),
             })
             .collect();
-        let spec = spec_of(&columns, &nodes, database, &self.admin.user);
-        build_if_needed(&mut client, &spec, &columns, &nodes, database, &self.admin).await?;
+        let row = client
+            .query_one(SERVER_TLS, &[])
+            .await
+            .map_err(|e| failed("reading group 0's TLS settings", e))?;
+        let tls = ServerFiles::of(row.get(0), row.get(1), row.get(2), row.get(3));
+        let spec = spec_of(&columns, &nodes, database, &self.admin.user, tls.as_ref());
+        build_if_needed(
+            &mut client,
+            &spec,
+            &columns,
+            &nodes,
+            tls.as_ref(),
+            database,
+            &self.admin,
+        )
+        .await?;
         let global = Arc::new(GlobalTables {
             relations: columns
                 .iter()
@@ -181,9 +210,51 @@ impl ProxyContext {
     }
 }
 
-/// What the objects are built from: compared with `herd_global.built` on group 0.
-fn spec_of(columns: &[Table], nodes: &[Vec<(String, u16)>], database: &str, admin: &str) -> String {
-    format!("v3 {database} {admin} {nodes:?} {columns:?}")
+/// Group 0's server's TLS settings: whether it serves TLS, its CA, certificate and key files.
+const SERVER_TLS: &str = "SELECT current_setting('ssl')::bool, current_setting('ssl_ca_file'), \
+     current_setting('ssl_cert_file'), current_setting('ssl_key_file')";
+
+/// The files group 0's server serves TLS with, which its OS user reads: its foreign servers
+/// verify the other servers with the CA (`sslrootcert`) and present the certificate and key
+/// (`sslcert`, `sslkey` in the user mapping). Without them libpq would look for the OS user's
+/// `~/.postgresql/postgresql.crt`, and fail on one it may not read (seen: a server started by
+/// root keeps root's `HOME`).
+#[derive(Debug, PartialEq)]
+struct ServerFiles {
+    ca: String,
+    cert: String,
+    key: String,
+}
+
+impl ServerFiles {
+    /// The files when the server serves TLS with a CA, else `None`.
+    fn of(ssl: bool, ca: String, cert: String, key: String) -> Option<ServerFiles> {
+        (ssl && !ca.is_empty()).then_some(ServerFiles { ca, cert, key })
+    }
+}
+
+/// What the objects are built from: compared with `herd_global.built` on group 0. `tls`: the
+/// servers' verify-full settings, `None` for libpq's default.
+fn spec_of(
+    columns: &[Table],
+    nodes: &[Vec<(String, u16)>],
+    database: &str,
+    admin: &str,
+    tls: Option<&ServerFiles>,
+) -> String {
+    format!("v4 {database} {admin} {nodes:?} {tls:?} {columns:?}")
+}
+
+/// A foreign server's TLS options (verify-full against the CA file on the server), and its
+/// user mapping's (the server's certificate and key); none without.
+fn tls_options(tls: Option<&ServerFiles>) -> (String, String) {
+    match tls {
+        Some(t) => (
+            format!(", sslmode 'verify-full', sslrootcert {}", literal(&t.ca)),
+            format!(", sslcert {}, sslkey {}", literal(&t.cert), literal(&t.key)),
+        ),
+        None => (String::new(), String::new()),
+    }
 }
 
 async fn build_if_needed(
@@ -191,6 +262,7 @@ async fn build_if_needed(
     spec: &str,
     columns: &[Table],
     nodes: &[Vec<(String, u16)>],
+    tls: Option<&ServerFiles>,
     database: &str,
     admin: &crate::monitor::AdminLogin,
 ) -> Result<(), ProxyError> {
@@ -213,7 +285,7 @@ async fn build_if_needed(
             return tx.commit().await.map_err(err);
         }
     }
-    tx.batch_execute(&build_sql(spec, columns, nodes, database, admin))
+    tx.batch_execute(&build_sql(spec, columns, nodes, database, admin, tls))
         .await
         .map_err(err)?;
     tx.commit().await.map_err(err)
@@ -226,7 +298,9 @@ fn build_sql(
     nodes: &[Vec<(String, u16)>],
     database: &str,
     admin: &crate::monitor::AdminLogin,
+    tls: Option<&ServerFiles>,
 ) -> String {
+    let (server_tls, mapping_tls) = tls_options(tls);
     let ident = |s: &str| format!("\"{}\"", s.replace('"', "\"\""));
     let mut sql = String::from(
         "DROP SCHEMA IF EXISTS herd_global CASCADE;
@@ -248,15 +322,17 @@ CREATE TABLE herd_global.built (spec text NOT NULL);
         sql.push_str(&format!(
             "CREATE SERVER herd_group_{g} FOREIGN DATA WRAPPER postgres_fdw OPTIONS (host {}, \
              port {}, dbname {}, target_session_attrs 'read-write', async_capable 'true', \
-             use_remote_estimate 'true', fetch_size '10000', application_name 'herd_general');
-CREATE USER MAPPING FOR {} SERVER herd_group_{g} OPTIONS (user {}, password {});
+             use_remote_estimate 'true', fetch_size '10000', application_name 'herd_general'{});
+CREATE USER MAPPING FOR {} SERVER herd_group_{g} OPTIONS (user {}, password {}{});
 ",
             literal(&hosts.join(",")),
             literal(&ports.join(",")),
             literal(database),
+            server_tls,
             ident(&admin.user),
             literal(&admin.user),
             literal(&admin.password),
+            mapping_tls,
         ));
     }
     for t in columns {
@@ -314,9 +390,13 @@ mod tests {
             vec![("127.0.0.1".to_string(), 5432)],
             vec![("127.0.0.1".to_string(), 5433), ("127.0.0.1".into(), 5434)],
         ];
-        let spec = spec_of(&cols, &nodes, "db", "herd");
+        let spec = spec_of(&cols, &nodes, "db", "herd", None);
         assert!(!spec.contains("cret"), "the spec is readable: no password");
-        let sql = build_sql(&spec, &cols, &nodes, "db", &admin);
+        let sql = build_sql(&spec, &cols, &nodes, "db", &admin, None);
+        assert!(
+            !sql.contains("sslmode"),
+            "no CA: libpq's default, as before"
+        );
         assert!(sql.contains("host '127.0.0.1,127.0.0.1', port '5433,5434'"));
         assert!(sql.contains("password 's''cret'"));
         assert_eq!(
@@ -331,5 +411,42 @@ mod tests {
         assert!(sql.contains("GRANT SELECT ON herd_global.t_42 TO app, \"Odd\";"));
         assert!(!sql.contains("t_42 TO PUBLIC"), "only the table's readers");
         assert!(sql.contains("table_name 'orders'"));
+    }
+
+    #[test]
+    fn with_a_ca_every_server_verifies_its_nodes_with_the_servers_ca_file() {
+        let admin = crate::monitor::AdminLogin {
+            user: "herd".into(),
+            password: "pw".into(),
+            tls: None,
+        };
+        let nodes = vec![
+            vec![("10.0.0.1".to_string(), 5432)],
+            vec![("10.0.0.2".to_string(), 5432)],
+        ];
+        let files = |ssl: bool, ca: &str| {
+            ServerFiles::of(
+                ssl,
+                ca.into(),
+                "/d/tls/h1.crt".into(),
+                "/d/tls/h1.key".into(),
+            )
+        };
+        assert_eq!(files(false, "/d/ca.crt"), None, "no TLS served");
+        assert_eq!(files(true, ""), None, "no CA");
+        let tls = files(true, "/var/lib/herd/secrets/ca'.crt");
+        let ca = tls.as_ref();
+        let spec = spec_of(&[], &nodes, "db", "herd", ca);
+        assert_ne!(
+            spec,
+            spec_of(&[], &nodes, "db", "herd", None),
+            "a CA rebuilds"
+        );
+        let sql = build_sql(&spec, &[], &nodes, "db", &admin, ca);
+        let tls = "application_name 'herd_general', sslmode 'verify-full', \
+                   sslrootcert '/var/lib/herd/secrets/ca''.crt');";
+        assert_eq!(sql.matches(tls).count(), 2, "every group's server: {sql}");
+        let mapping = "password 'pw', sslcert '/d/tls/h1.crt', sslkey '/d/tls/h1.key');";
+        assert_eq!(sql.matches(mapping).count(), 2, "every mapping: {sql}");
     }
 }
