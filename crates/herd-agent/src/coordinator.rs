@@ -60,7 +60,10 @@ impl Coordinator {
             let now_held = self.hold(&dcs).await;
             if now_held != held {
                 if now_held {
-                    tracing::info!("{} coordinates the cluster (in-doubt resolution)", self.me);
+                    tracing::info!(
+                        "{} coordinates the cluster (in-doubt resolution, shard moves)",
+                        self.me
+                    );
                 } else {
                     tracing::info!("{} no longer coordinates the cluster", self.me);
                 }

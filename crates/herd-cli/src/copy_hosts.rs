@@ -206,14 +206,15 @@ pub(crate) async fn roles_client(
 /// port)`: the cluster has a CA and the endpoint serves TLS with a certificate of it naming
 /// `host` (tried as the superuser). When not, says so: the subscription then reaches the
 /// endpoint as before (libpq's `sslmode=prefer`), and the endpoint relays it to the source
-/// over verified TLS.
+/// over verified TLS. The sentence that says which, for the user (none without a CA): the
+/// move runs in the coordinator, so its caller returns it with the move's outcome.
 pub(crate) async fn endpoint_verifies(
     layout: &Layout,
     (host, port): (&str, u16),
     database: &str,
-) -> anyhow::Result<bool> {
+) -> anyhow::Result<(bool, Option<String>)> {
     let Some(tls) = crate::client_tls::to_cluster(layout)? else {
-        return Ok(false);
+        return Ok((false, None));
     };
     let spec = ConnSpec {
         host: host.to_string(),
@@ -225,23 +226,23 @@ pub(crate) async fn endpoint_verifies(
         tls: Some(tls),
     };
     match herd_pg::connect(&spec).await {
-        Ok(_) => {
-            eprintln!(
+        Ok(_) => Ok((
+            true,
+            Some(format!(
                 "the destination's subscription verifies the endpoint {host}:{port} \
                  (sslmode=verify-full, the cluster's CA)"
-            );
-            Ok(true)
-        }
-        Err(e) => {
-            eprintln!(
+            )),
+        )),
+        Err(e) => Ok((
+            false,
+            Some(format!(
                 "note: the endpoint {host}:{port} does not serve TLS with a certificate of the \
                  cluster's CA ({e}); the destination's subscription reaches it as before and \
                  the endpoint relays it to the source over verified TLS. To verify that leg \
                  too, give every proxy a certificate (`herd certs issue NAME --host {host}`, \
                  then --tls-cert/--tls-key)"
-            );
-            Ok(false)
-        }
+            )),
+        )),
     }
 }
 

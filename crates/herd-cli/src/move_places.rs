@@ -124,12 +124,13 @@ impl Places {
         }
     }
 
-    /// Creates the copy `spec` and records it.
+    /// Creates the copy `spec` and records it; across hosts with a CA, the sentence saying
+    /// whether its subscription verifies the endpoint.
     pub async fn create_copy(
         &self,
         spec: &CopySpec,
         progress: &dyn Progress,
-    ) -> anyhow::Result<()> {
+    ) -> anyhow::Result<Option<String>> {
         let phase = |text: &str| progress.phase(&format!("copy: {text}"));
         match self {
             Places::Local { layout } => {
@@ -139,6 +140,7 @@ impl Places {
                 let endpoint = (host.as_str(), source.config.network.port);
                 herd_copy::manage::create(spec, &clients.source(), endpoint, false, &phase).await?;
                 Store::new(layout.copies()).save(spec)?;
+                Ok(None)
             }
             Places::Hosts {
                 root,
@@ -155,12 +157,16 @@ impl Places {
                 // the endpoint when the cluster has a CA and the endpoint serves a certificate
                 // of it.
                 let at = (endpoint.0.as_str(), endpoint.1);
-                let verify = copy_hosts::endpoint_verifies(layout, at, &spec.database).await?;
+                let (verify, said) =
+                    copy_hosts::endpoint_verifies(layout, at, &spec.database).await?;
+                if let Some(said) = &said {
+                    progress.phase(said);
+                }
                 herd_copy::manage::create(spec, &source, at, verify, &phase).await?;
                 copy_hosts::write(root, &spec.name, revision, serde_json::to_vec(spec)?).await?;
+                Ok(said)
             }
         }
-        Ok(())
     }
 
     /// Drops the copy `spec` if it is still there: the target's subscription, the source's
@@ -169,6 +175,43 @@ impl Places {
         if self.copy(&spec.name).await?.is_none() {
             return Ok(());
         }
+        self.drop_copy_objects(spec).await?;
+        match self {
+            Places::Local { layout } => Store::new(layout.copies()).remove(&spec.name)?,
+            Places::Hosts { root, .. } => {
+                let (_, revision) = copy_hosts::load(root, &spec.name).await?;
+                copy_hosts::write(root, &spec.name, revision, Vec::new()).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether the servers hold objects of the copy `spec` (its subscription on the target,
+    /// its publication on the source): left by a run cut before it recorded the copy.
+    pub async fn copy_left_behind(&self, spec: &CopySpec) -> anyhow::Result<bool> {
+        let name = spec.object_name();
+        let target = herd_copy::target::connect(&spec.target).await?;
+        let subscribed = target
+            .query_opt("select 1 from pg_subscription where subname = $1", &[&name])
+            .await
+            .context("looking for the copy's subscription on the target")?
+            .is_some();
+        if subscribed {
+            return Ok(true);
+        }
+        Ok(self
+            .primary(spec.group, &spec.database)
+            .await?
+            .query_opt("select 1 from pg_publication where pubname = $1", &[&name])
+            .await
+            .context("looking for the copy's publication on the source")?
+            .is_some())
+    }
+
+    /// Drops whatever exists of the copy `spec` on the servers (its record aside): what a run
+    /// cut between making the objects and recording the copy left, before it is made again.
+    /// Each drop is a no-op for what does not exist.
+    pub async fn drop_copy_objects(&self, spec: &CopySpec) -> anyhow::Result<()> {
         let target = herd_copy::target::connect(&spec.target).await?;
         herd_copy::manage::drop_target_side(spec, &target).await?;
         match self {
@@ -176,21 +219,18 @@ impl Places {
                 let source = source_group(layout, spec.group)?;
                 let clients = SourceClients::open(layout, &source, &spec.database).await?;
                 herd_copy::manage::drop_source_side(spec, &clients.source()).await?;
-                Store::new(layout.copies()).remove(&spec.name)?;
             }
             Places::Hosts {
                 root,
                 layout,
                 endpoint,
             } => {
-                let (_, revision) = copy_hosts::load(root, &spec.name).await?;
                 let (primary, roles) = self.source_clients(spec, layout, root, endpoint).await?;
                 let source = herd_copy::manage::Source {
                     primary: &primary,
                     roles: roles.as_ref().unwrap_or(&primary),
                 };
                 herd_copy::manage::drop_source_side(spec, &source).await?;
-                copy_hosts::write(root, &spec.name, revision, Vec::new()).await?;
             }
         }
         Ok(())

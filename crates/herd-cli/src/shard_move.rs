@@ -114,6 +114,7 @@ pub async fn run_with(
     let switched = map.switched(shard);
     let spec = copy_spec(&map, places, to, args.database, shard, from).await?;
     let mut pause = None;
+    let mut tls_note = None;
     let mut restarted = false;
     if !switched {
         if from == to {
@@ -144,8 +145,18 @@ pub async fn run_with(
             places.drop_copy(&spec).await?;
             delete_rows(places, to, &map, args.database, shard, progress).await?;
             restarted = true;
+        } else if places.copy(&spec.name).await?.is_none() && places.copy_left_behind(&spec).await?
+        {
+            // A run cut between making the copy's objects and recording it (a coordinator
+            // killed there): what it made goes, with the rows it may have copied, and the copy
+            // is made again.
+            progress.phase(&format!(
+                "shard {shard}: removing what an interrupted run left of the move's copy"
+            ));
+            places.drop_copy_objects(&spec).await?;
+            delete_rows(places, to, &map, args.database, shard, progress).await?;
         }
-        copy_rows(places, &spec, progress, args.wait).await?;
+        tls_note = copy_rows(places, &spec, progress, args.wait).await?;
         pause = Some(switch(&endpoint, &spec, places, progress, shard, args.wait).await?);
     }
     progress.phase(&format!("shard {shard}: dropping the move's copy"));
@@ -154,14 +165,15 @@ pub async fn run_with(
     herd_function(&endpoint, "move_finish", &[&shard.to_string()]).await?;
     progress.done(&format!("shard {shard}: moved"));
     Ok(format!(
-        "shard {shard} moved from group {from} to group {to} in {:.1} s: {deleted} rows deleted on group {from}{}{}",
+        "shard {shard} moved from group {from} to group {to} in {:.1} s: {deleted} rows deleted on group {from}{}{}{}",
         started.elapsed().as_secs_f64(),
         pause.map_or(String::new(), |p| format!("; {p}")),
         if restarted {
             format!("; the copy started over after group {to} changed primary")
         } else {
             String::new()
-        }
+        },
+        tls_note.map_or(String::new(), |n| format!("\n{n}"))
     ))
 }
 
@@ -232,15 +244,16 @@ pub async fn rebalance(
 }
 
 /// Creates the move's copy (unless an interrupted run did) and waits until it has copied and
-/// caught up.
+/// caught up; what creating it said about TLS, if it was created now.
 async fn copy_rows(
     places: &Places,
     spec: &CopySpec,
     progress: &dyn Progress,
     wait: Duration,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Option<String>> {
+    let mut said = None;
     if places.copy(&spec.name).await?.is_none() {
-        places.create_copy(spec, progress).await?;
+        said = places.create_copy(spec, progress).await?;
     }
     let target = herd_copy::target::connect(&spec.target).await?;
     let last = std::sync::Mutex::new(String::new());
@@ -254,7 +267,7 @@ async fn copy_rows(
     };
     herd_copy::manage::wait_copied(spec, &target, wait, &report).await?;
     progress.done("the shard's rows are copied; changes stream");
-    Ok(())
+    Ok(said)
 }
 
 /// Waits for the copy to catch up, then switches (retrying a switch that ran out of time).
