@@ -553,6 +553,10 @@ impl Session {
             // units are not kept).
             att.retry_unit = None;
             att.status = status;
+            if status == b'I' {
+                // The block's cursors ended with it.
+                att.cursor = None;
+            }
             att.undo.clear();
             att.bound.clear();
             note_schema_change(&self.ctx, att, status);
@@ -614,6 +618,7 @@ fn apply_effects(
             Effect::DiscardAll => {
                 state.reset_all();
                 state.statements.clear();
+                state.general_prepared.clear();
                 prepared.clear();
             }
             Effect::Consistency(level) => state.consistency = level,

@@ -102,7 +102,15 @@ impl Translator<'_> {
                     _ => Query::decode(frame.body)?.sql,
                 };
                 let analysis = self.query_analysis(sql);
+                let wrote = self.att.wrote;
                 self.note(&analysis);
+                // A BEGIN goes to the primary but writes nothing: a block on a server the
+                // session keeps (pinned) has not written for it (general reads check this).
+                if analysis.reason == herd_sql::Reason::TransactionControl
+                    && super::shard::first_word_is(sql, &["begin", "start"])
+                {
+                    self.att.wrote = wrote;
+                }
                 match self.deallocate(sql, to_server)? {
                     Some(sql) => encode::query(to_server, sql)?,
                     None => to_server.extend_from_slice(frame.raw),
@@ -169,7 +177,7 @@ impl Translator<'_> {
     /// Why a Query or Bind cannot run on the attached server's shard group (a transaction
     /// stays on the group of its first statement), if it cannot; or the general path's
     /// statement that runs in its place.
-    fn wrong_group(&self, frame: &Frame<'_>) -> Result<Option<Here>, ProxyError> {
+    fn wrong_group(&mut self, frame: &Frame<'_>) -> Result<Option<Here>, ProxyError> {
         let Some(map) = self.map else {
             return Ok(None);
         };
@@ -236,6 +244,29 @@ impl Translator<'_> {
                 )));
             }
         }
+        let text: &[u8] = match frame.tag {
+            tag::QUERY => Query::decode(frame.body)?.sql,
+            _ => sql_of_bind.as_deref().unwrap_or_default(),
+        };
+        // A block holding a cursor on group 0 stays there: a read across groups takes the
+        // general path there instead of every group's part.
+        let plan = match plan {
+            herd_shard::Plan::AllGroups { table }
+                if self.att.cursor.is_some() && self.att.group == 0 =>
+            {
+                herd_shard::Plan::General {
+                    why: format!(
+                        "{table} is distributed, and this transaction block holds a cursor on \
+                         group 0's server"
+                    ),
+                }
+            }
+            p => p,
+        };
+        // A block holding a cursor, a general prepared statement's EXECUTE (`cursors.rs`).
+        if let Some(verdict) = self.held_here(&plan, text, map) {
+            return Ok(Some(verdict));
+        }
         // A read the fast paths cannot answer: the general path, on group 0.
         if let Some(verdict) = self.general_here(
             &plan,
@@ -245,9 +276,17 @@ impl Translator<'_> {
             map,
             resolver.as_ref(),
         )? {
+            if let Here::General(sql, _) = &verdict {
+                self.note_general(sql);
+            }
             return Ok(Some(verdict));
         }
         let here = self.att.group;
+        if matches!(plan, herd_shard::Plan::Anywhere)
+            || matches!(plan, herd_shard::Plan::Group { group, .. } if group == here)
+        {
+            self.note_cursor(text);
+        }
         Ok(match plan {
             herd_shard::Plan::Refuse(why) => Some(why),
             herd_shard::Plan::Everywhere(_)
@@ -622,10 +661,16 @@ impl Translator<'_> {
             Some(None) => {
                 // DEALLOCATE ALL: everything prepared on this server and by this client is gone.
                 self.state.statements.clear();
+                self.state.general_prepared.clear();
                 self.att.lease.conn.prepared.clear();
                 Ok(None)
             }
             Some(Some(name)) => {
+                if !self.state.general_prepared.is_empty() {
+                    self.state
+                        .general_prepared
+                        .remove(&*String::from_utf8_lossy(&name));
+                }
                 let Some(stmt) = self.state.statements.remove(&name) else {
                     return Ok(None);
                 };
