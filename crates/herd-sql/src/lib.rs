@@ -48,7 +48,7 @@ pub use keys::{
 pub use session::{search_path_of, split_path};
 pub use shape::shape_key;
 pub use split::{insert_rows, nondeterministic_syntax, statements};
-pub use wrapped::{executed, wrapped, Wrapped, Wrapper};
+pub use wrapped::{wrapped, Wrapped, Wrapper};
 
 use std::ops::Range;
 

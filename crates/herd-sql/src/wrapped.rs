@@ -1,5 +1,4 @@
-//! Statements that wrap a query: `DECLARE … CURSOR FOR <query>`, `COPY (<query>) TO STDOUT`
-//! and `PREPARE name AS <query>`. Their shard group is the wrapped query's (planned as a
+//! Statements that wrap a query: `DECLARE … CURSOR FOR <query>` and `COPY (<query>) TO`. Their shard group is the wrapped query's (planned as a
 //! statement of its own), so the wrapped query is taken out of them here, deparsed.
 
 use pg_query::protobuf::node;
@@ -20,11 +19,6 @@ pub enum Wrapper {
         /// To the client (`STDOUT`), not a server file or program.
         client: bool,
     },
-    /// `PREPARE name [(types)] AS query`.
-    Prepare {
-        /// The prepared statement's name.
-        name: String,
-    },
 }
 
 /// A statement wrapping a query, and that query.
@@ -34,11 +28,9 @@ pub struct Wrapped {
     pub wrapper: Wrapper,
     /// The wrapped query, deparsed (for planning; the client's text is what runs).
     pub query: String,
-    /// The wrapped query is a SELECT (or VALUES, or a set operation), not a write.
-    pub read: bool,
 }
 
-/// The query `sql` wraps when it is one `DECLARE CURSOR`, `COPY (query) TO` or `PREPARE`;
+/// The query `sql` wraps when it is one `DECLARE CURSOR` or `COPY (query) TO`;
 /// `None` for anything else (or SQL that does not parse).
 pub fn wrapped(sql: &str) -> Option<Wrapped> {
     let parsed = std::panic::catch_unwind(|| pg_query::parse(sql, 0))
@@ -61,37 +53,12 @@ pub fn wrapped(sql: &str) -> Option<Wrapped> {
             },
             c.query.clone()?,
         ),
-        node::Node::PrepareStmt(p) => (
-            Wrapper::Prepare {
-                name: p.name.clone(),
-            },
-            p.query.clone()?,
-        ),
         _ => return None,
     };
-    let read = matches!(inner.node, Some(node::Node::SelectStmt(_)));
     let mut only = tree.clone();
     only.stmts[0].stmt = Some(inner);
     let query = pg_query::deparse(&only, Default::default()).ok()?;
-    Some(Wrapped {
-        wrapper,
-        query,
-        read,
-    })
-}
-
-/// The name of the prepared statement `sql` executes when it is one `EXECUTE name [(…)]`.
-pub fn executed(sql: &str) -> Option<String> {
-    let parsed = std::panic::catch_unwind(|| pg_query::parse(sql, 0))
-        .ok()?
-        .ok()?;
-    let [raw] = parsed.protobuf.stmts.as_slice() else {
-        return None;
-    };
-    match raw.stmt.as_ref()?.node.as_ref()? {
-        node::Node::ExecuteStmt(e) => Some(e.name.clone()),
-        _ => None,
-    }
+    Some(Wrapped { wrapper, query })
 }
 
 #[cfg(test)]
@@ -99,59 +66,33 @@ mod tests {
     use super::*;
 
     #[test]
-    fn executed_names() {
-        assert_eq!(executed("execute q(1, 'a')").as_deref(), Some("q"));
-        assert_eq!(executed("EXECUTE \"Q\"").as_deref(), Some("Q"));
-        assert_eq!(executed("EXECUTE Q").as_deref(), Some("q"));
-        assert_eq!(executed("select 1"), None);
-        assert_eq!(executed("execute q; execute r"), None);
-    }
-
-    #[test]
     fn the_wrapped_query_comes_out() {
-        let cases: &[(&str, Wrapper, &str, bool)] = &[
+        let cases: &[(&str, Wrapper, &str)] = &[
             (
                 "declare c cursor for select a from t where k = 1",
                 Wrapper::Cursor { hold: false },
                 "SELECT a FROM t WHERE k = 1",
-                true,
             ),
             (
                 "DECLARE c SCROLL CURSOR WITH HOLD FOR SELECT * FROM t",
                 Wrapper::Cursor { hold: true },
                 "SELECT * FROM t",
-                true,
             ),
             (
                 "copy (select a, b from t order by a) to stdout with (format csv)",
                 Wrapper::CopyTo { client: true },
                 "SELECT a, b FROM t ORDER BY a",
-                true,
             ),
             (
                 "COPY (SELECT 1 FROM t) TO '/tmp/x'",
                 Wrapper::CopyTo { client: false },
                 "SELECT 1 FROM t",
-                true,
-            ),
-            (
-                "prepare q(int) as select * from t where k = $1",
-                Wrapper::Prepare { name: "q".into() },
-                "SELECT * FROM t WHERE k = $1",
-                true,
-            ),
-            (
-                "PREPARE w AS DELETE FROM t WHERE k = $1",
-                Wrapper::Prepare { name: "w".into() },
-                "DELETE FROM t WHERE k = $1",
-                false,
             ),
         ];
-        for (sql, wrapper, query, read) in cases {
+        for (sql, wrapper, query) in cases {
             let got = wrapped(sql).unwrap_or_else(|| panic!("{sql}"));
             assert_eq!(&got.wrapper, wrapper, "{sql}");
             assert_eq!(got.query, *query, "{sql}");
-            assert_eq!(got.read, *read, "{sql}");
         }
     }
 
@@ -163,6 +104,7 @@ mod tests {
             "copy t from stdin",
             "declare c cursor for select 1; select 2",
             "execute q(1)",
+            "prepare q as select * from t",
             "not sql at all",
         ] {
             assert_eq!(wrapped(sql), None, "{sql}");

@@ -68,35 +68,19 @@ pub(super) fn plan_sql(
             .unwrap_or(ParamValue::Missing)
     };
     let plan = herd_shard::plan(facts.as_ref(), &relations, map, &param);
-    // A refused DECLARE CURSOR, COPY (query) TO or PREPARE: planned by the query it wraps
+    // A refused DECLARE CURSOR or COPY (query) TO: planned by the query it wraps
     // (only refusals are looked at again, so nothing is added to what runs on one group).
     let wraps = |f: &herd_sql::KeyFacts| {
-        matches!(
-            f.utility.as_deref(),
-            Some("DeclareCursorStmt" | "CopyStmt" | "PrepareStmt")
-        )
+        matches!(f.utility.as_deref(), Some("DeclareCursorStmt" | "CopyStmt"))
     };
     if matches!(plan, Plan::Refuse(_)) && facts.as_ref().is_some_and(wraps) {
         if let Some(w) = herd_sql::wrapped(&text) {
-            // A PREPARE's parameters get their values at each EXECUTE: planned as NULLs.
-            let nulls;
-            let inner_params = match w.wrapper {
-                herd_sql::Wrapper::Prepare { .. } => {
-                    nulls = vec![ParamValue::Null; PREPARED_PARAMS];
-                    &nulls[..]
-                }
-                _ => params,
-            };
-            let inner = plan_sql(ctx, map, names, w.query.as_bytes(), inner_params);
-            return herd_shard::wrapped_plan(&w.wrapper, w.read, inner, plan);
+            let inner = plan_sql(ctx, map, names, w.query.as_bytes(), params);
+            return herd_shard::wrapped_plan(&w.wrapper, inner, plan);
         }
     }
     plan
 }
-
-/// How many parameters of a SQL PREPARE are planned (as NULLs); one beyond has no value and
-/// the PREPARE is refused as before.
-const PREPARED_PARAMS: usize = 256;
 
 /// Resolves the statement's names in place and adds what its views and functions read to
 /// `relations`; `Err` with the reason to refuse it.

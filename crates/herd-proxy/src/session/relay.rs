@@ -618,7 +618,6 @@ fn apply_effects(
             Effect::DiscardAll => {
                 state.reset_all();
                 state.statements.clear();
-                state.general_prepared.clear();
                 prepared.clear();
             }
             Effect::Consistency(level) => state.consistency = level,

@@ -162,9 +162,6 @@ pub struct SessionState {
     /// A statement kept on a server is reused only under the path it was prepared with:
     /// PostgreSQL would analyse it again under another and may refuse to (0A000).
     pub path: u64,
-    /// The names of the SQL-level prepared statements (`PREPARE name AS …`) prepared on the
-    /// general path: their EXECUTE reads every group through group 0 (`cursors.rs`).
-    pub general_prepared: std::collections::HashSet<String>,
 }
 
 impl SessionState {
@@ -184,7 +181,6 @@ impl SessionState {
             local_path: None,
             path_unknown: false,
             path: 0,
-            general_prepared: Default::default(),
         }
     }
 

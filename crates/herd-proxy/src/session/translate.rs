@@ -102,15 +102,7 @@ impl Translator<'_> {
                     _ => Query::decode(frame.body)?.sql,
                 };
                 let analysis = self.query_analysis(sql);
-                let wrote = self.att.wrote;
                 self.note(&analysis);
-                // A BEGIN goes to the primary but writes nothing: a block on a server the
-                // session keeps (pinned) has not written for it (general reads check this).
-                if analysis.reason == herd_sql::Reason::TransactionControl
-                    && super::shard::first_word_is(sql, &["begin", "start"])
-                {
-                    self.att.wrote = wrote;
-                }
                 match self.deallocate(sql, to_server)? {
                     Some(sql) => encode::query(to_server, sql)?,
                     None => to_server.extend_from_slice(frame.raw),
@@ -661,16 +653,10 @@ impl Translator<'_> {
             Some(None) => {
                 // DEALLOCATE ALL: everything prepared on this server and by this client is gone.
                 self.state.statements.clear();
-                self.state.general_prepared.clear();
                 self.att.lease.conn.prepared.clear();
                 Ok(None)
             }
             Some(Some(name)) => {
-                if !self.state.general_prepared.is_empty() {
-                    self.state
-                        .general_prepared
-                        .remove(&*String::from_utf8_lossy(&name));
-                }
                 let Some(stmt) = self.state.statements.remove(&name) else {
                     return Ok(None);
                 };
