@@ -78,6 +78,44 @@ pub(super) async fn cursors(client: &Client, url: &str, groups: &[String]) {
         ],
     )
     .await;
+    // Through the extended protocol with a parameter (as drivers' server-side cursors send
+    // it): across groups and by key.
+    for (decl, param) in [
+        (
+            "declare e cursor for select o_orderkey, o_totalprice from ORDERS \
+             where o_nationkey = $1 order by 2, 1",
+            2i64,
+        ),
+        (
+            "declare e cursor for select * from ORDERS where o_orderkey = $1",
+            keys[1],
+        ),
+    ] {
+        let mut answers = Vec::new();
+        for (c, one) in [(client, false), (&one, true)] {
+            c.batch_execute("begin").await.expect("begin");
+            let decl = over(decl, one);
+            let declared = if decl.contains("o_nationkey") {
+                c.execute(decl.as_str(), &[&(param as i32)]).await
+            } else {
+                c.execute(decl.as_str(), &[&param]).await
+            };
+            declared.unwrap_or_else(|e| panic!("{decl}: {e:?}"));
+            let mut got = Vec::new();
+            for fetch in ["fetch 3 from e", "fetch all from e"] {
+                let rows = c.query(fetch, &[]).await.expect("fetch");
+                got.push(
+                    rows.iter()
+                        .map(|r| format!("{:?}", r.get::<_, i64>(0)))
+                        .collect::<Vec<_>>(),
+                );
+            }
+            c.batch_execute("commit").await.expect("commit");
+            answers.push(got);
+        }
+        assert_eq!(answers[0], answers[1], "{decl}");
+        assert!(!answers[0].concat().is_empty(), "{decl}: rows");
+    }
     // By key: the cursor on the key's group, the block's statements by that key with it.
     for k in &keys {
         same_answers(
