@@ -236,8 +236,9 @@ impl Translator<'_> {
                 )));
             }
         }
+        // Only its first word is looked at: a Query's body as it is (the text and its NUL).
         let text: &[u8] = match frame.tag {
-            tag::QUERY => Query::decode(frame.body)?.sql,
+            tag::QUERY => frame.body,
             _ => sql_of_bind.as_deref().unwrap_or_default(),
         };
         // A block holding a cursor on group 0 stays there: a read across groups takes the
