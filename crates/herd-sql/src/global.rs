@@ -16,9 +16,7 @@ use pg_query::protobuf::node;
 use serde_json::Value;
 
 use crate::hide::{name_end, names_of, quote_ident, scan};
-
-/// PostgreSQL's `CURSOR_OPT_HOLD` (`DECLARE … WITH HOLD`).
-const CURSOR_OPT_HOLD: i32 = 0x0020;
+use crate::wrapped::CURSOR_OPT_HOLD;
 
 /// `sql` with every read of a table that `global(schema, name)` maps (`schema` as written,
 /// `None` when unqualified) replaced by the relation it returns (SQL text, already quoted).
@@ -54,7 +52,7 @@ pub fn globalize(
     if !plain {
         return Err(
             "the general path runs reads only (a SELECT, a cursor declared without \
-             WITH HOLD, COPY (SELECT …) TO STDOUT, PREPARE of a SELECT)"
+             WITH HOLD, COPY (SELECT …) TO STDOUT)"
                 .into(),
         );
     }

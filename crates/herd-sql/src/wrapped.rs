@@ -4,7 +4,7 @@
 use pg_query::protobuf::node;
 
 /// PostgreSQL's `CURSOR_OPT_HOLD` (`DECLARE … WITH HOLD`).
-const CURSOR_OPT_HOLD: i32 = 0x0020;
+pub(crate) const CURSOR_OPT_HOLD: i32 = 0x0020;
 
 /// What wraps the query.
 #[derive(Debug, Clone, PartialEq, Eq)]

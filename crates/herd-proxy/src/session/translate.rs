@@ -256,7 +256,7 @@ impl Translator<'_> {
             }
             p => p,
         };
-        // A block holding a cursor, a general prepared statement's EXECUTE (`cursors.rs`).
+        // A block holding a cursor stays on its server (`cursors.rs`).
         if let Some(verdict) = self.held_here(&plan, text, map) {
             return Ok(Some(verdict));
         }
