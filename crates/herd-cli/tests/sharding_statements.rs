@@ -12,6 +12,8 @@
 mod common;
 #[path = "sharding_statements/copies.rs"]
 mod copies;
+#[path = "sharding_statements/cursors.rs"]
+mod cursors;
 #[path = "sharding_statements/insert_select.rs"]
 mod insert_select;
 #[path = "sharding_statements/pipelines.rs"]
@@ -69,6 +71,7 @@ async fn statements_across_groups_answer_as_one_server() {
         writes::writes(&client, &groups).await;
         insert_select::insert_select(&client, &url, &groups).await;
         copies::copies(&client, &url, &groups).await;
+        cursors::cursors(&client, &url, &groups).await;
     })
     .await
     .expect("the test's time limit");

@@ -20,7 +20,7 @@ pub use hash::{partition_hash, shard_sql, virtual_shard, KeyType, KeyValue, Pars
 pub use map::{qualified, rebalance, ShardMap, ShardMove, TableKind, DEFAULT_SHARD_COUNT, PAUSED};
 pub use names::{path_schemas, Body, Names, SearchPath};
 pub use plan::{
-    param_type_alike, plan, plan_several, shared_object_plan, uniqueness_message, CopyIn, CopyOut,
-    InsertSelect, ParamValue, Plan,
+    param_type_alike, plan, plan_several, shared_object_plan, uniqueness_message, wrapped_plan,
+    CopyIn, CopyOut, InsertSelect, ParamValue, Plan,
 };
 pub use script::{script, Control, ScriptStep};

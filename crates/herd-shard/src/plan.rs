@@ -10,11 +10,13 @@ use crate::{KeyType, KeyValue, ShardMap, TableKind};
 mod ddl;
 mod insert;
 mod modifying_with;
+mod wrapped;
 
 use ddl::ddl_plan;
 pub use ddl::{shared_object_plan, uniqueness_message};
 use insert::{plan_insert, Dist};
 use modifying_with::modifying_with_plan;
+pub use wrapped::wrapped_plan;
 
 /// A parameter's value as a Bind carries it.
 #[derive(Debug, Clone, PartialEq, Eq)]

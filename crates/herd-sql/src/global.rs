@@ -6,7 +6,8 @@
 //! herd_global.t_16384 AS orders`): the rest of the text stays the client's own, so column
 //! names, literals and comments come out exactly as written.
 //!
-//! Only a plain read qualifies: one SELECT (or VALUES/set operation), without `INTO` and
+//! Only a plain read qualifies: one SELECT (or VALUES/set operation; or a `DECLARE` without
+//! `WITH HOLD` or a `COPY (…) TO STDOUT` of one), without `INTO` and
 //! without `FOR UPDATE`/`FOR SHARE` (row locks through postgres_fdw would be taken in
 //! transactions of its own, not the client's). Anything else is an error, never a statement
 //! that reads part of the rows.
@@ -15,6 +16,7 @@ use pg_query::protobuf::node;
 use serde_json::Value;
 
 use crate::hide::{name_end, names_of, quote_ident, scan};
+use crate::wrapped::CURSOR_OPT_HOLD;
 
 /// `sql` with every read of a table that `global(schema, name)` maps (`schema` as written,
 /// `None` when unqualified) replaced by the relation it returns (SQL text, already quoted).
@@ -28,11 +30,31 @@ pub fn globalize(
     let [raw] = parsed.protobuf.stmts.as_slice() else {
         return Err("the general path runs one statement at a time".into());
     };
-    if !matches!(
-        raw.stmt.as_ref().and_then(|s| s.node.as_ref()),
-        Some(node::Node::SelectStmt(_))
-    ) {
-        return Err("the general path runs reads (SELECT) only".into());
+    let select = |q: &Option<Box<pg_query::protobuf::Node>>| {
+        matches!(
+            q.as_deref().and_then(|n| n.node.as_ref()),
+            Some(node::Node::SelectStmt(_))
+        )
+    };
+    // A read, or a statement that wraps one and keeps its rows within the client's session:
+    // a cursor of the transaction (not WITH HOLD: it would outlive the transaction on one
+    // server connection), COPY of the rows to the client.
+    let plain = match raw.stmt.as_ref().and_then(|s| s.node.as_ref()) {
+        Some(node::Node::SelectStmt(_)) => true,
+        Some(node::Node::DeclareCursorStmt(d)) => {
+            d.options & CURSOR_OPT_HOLD == 0 && select(&d.query)
+        }
+        Some(node::Node::CopyStmt(c)) => {
+            !c.is_from && c.filename.is_empty() && !c.is_program && select(&c.query)
+        }
+        _ => false,
+    };
+    if !plain {
+        return Err(
+            "the general path runs reads only (a SELECT, a cursor declared without \
+             WITH HOLD, COPY (SELECT …) TO STDOUT)"
+                .into(),
+        );
     }
     let tree = serde_json::to_value(&parsed.protobuf.stmts).map_err(|e| e.to_string())?;
     let mut refusal = None;
@@ -145,6 +167,15 @@ mod tests {
                 "SELECT 'orders' /* orders */ FROM orders",
                 "SELECT 'orders' /* orders */ FROM herd_global.t_1 AS \"orders\"",
             ),
+            // Statements that wrap a read.
+            (
+                "DECLARE c CURSOR FOR SELECT * FROM orders o ORDER BY 1",
+                "DECLARE c CURSOR FOR SELECT * FROM herd_global.t_1 o ORDER BY 1",
+            ),
+            (
+                "copy (select id from orders) to stdout (format csv)",
+                "copy (select id from herd_global.t_1 AS \"orders\") to stdout (format csv)",
+            ),
         ];
         for (sql, want) in cases {
             assert_eq!(g(sql).as_deref(), Ok(*want), "{sql}");
@@ -162,6 +193,12 @@ mod tests {
             "SELECT * INTO t2 FROM orders",
             "INSERT INTO orders SELECT * FROM lineitem",
             "SELECT FROM WHERE",
+            "DECLARE c CURSOR WITH HOLD FOR SELECT * FROM orders",
+            "DECLARE c CURSOR FOR SELECT * FROM orders FOR UPDATE",
+            "COPY (SELECT * FROM orders) TO '/tmp/x'",
+            "COPY orders TO STDOUT",
+            "COPY (DELETE FROM orders RETURNING *) TO STDOUT",
+            "PREPARE q AS SELECT * FROM orders",
         ] {
             assert!(g(sql).is_err(), "{sql}");
         }

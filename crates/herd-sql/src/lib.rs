@@ -29,6 +29,7 @@ mod shape;
 mod split;
 mod template;
 mod walk;
+mod wrapped;
 
 pub use bodies::{body_reads, BodyReads};
 pub use cache::{CacheStats, ClassifierCache};
@@ -47,6 +48,7 @@ pub use keys::{
 pub use session::{search_path_of, split_path};
 pub use shape::shape_key;
 pub use split::{insert_rows, nondeterministic_syntax, statements};
+pub use wrapped::{wrapped, Wrapped, Wrapper};
 
 use std::ops::Range;
 

@@ -253,10 +253,39 @@ pub async fn copies(client: &Client, url: &str, groups: &[String]) {
         outs.push(lines);
     }
     assert_eq!(outs[0], outs[1], "extended-protocol COPY TO STDOUT");
-    // COPY (query) TO of a distributed table: refused with its SQLSTATE, not answered from
-    // one group; the session goes on.
-    let msgs = herd.query("copy (select * from cp where id > 10) to stdout");
+    // COPY (query) TO STDOUT over the distributed table: run on the general path (group 0
+    // over the global relations), byte for byte one server's answer, in every format; by key,
+    // on the key's group. To a server file: refused (0A000), the session goes on.
+    for sql in [
+        "copy (select * from CP where id > 10 order by id) to stdout",
+        "copy (select id, note from CP order by note, id) to stdout with (format csv, header)",
+        "copy (select count(*), sum(id) from CP) to stdout (format binary)",
+        "copy (select c.id, count(*) from CP c join CP d on d.note = c.note where c.id < 40 \
+         group by 1 order by 1) to stdout",
+        "copy (select * from CP where id = 7) to stdout (format csv)",
+    ] {
+        let mut answers = Vec::new();
+        for table in ["cp", "cp_one"] {
+            let msgs = herd.query(sql.replace("CP", table));
+            let bytes: Vec<u8> = msgs
+                .iter()
+                .filter(|m| m.tag == b'd')
+                .flat_map(|m| m.body.iter().copied())
+                .collect();
+            answers.push((read(&msgs), bytes));
+        }
+        assert!(
+            answers[0] == answers[1],
+            "{sql}: {:?} {:?}",
+            answers[0].0,
+            answers[1].0
+        );
+        assert_eq!(answers[0].0[0], "H", "{sql}: {:?}", answers[0].0);
+    }
+    let msgs = herd.query("copy (select * from cp where id > 10) to '/tmp/herd-copy-refused'");
     assert_eq!(read(&msgs), ["error 0A000", "ready I"]);
+    let msgs = herd.query("select count(*) from cp");
+    assert_eq!(read(&msgs), ["T", "D", "complete SELECT 1", "ready I"]);
 
     copy_in_spanning(&mut herd, client, groups).await;
 }

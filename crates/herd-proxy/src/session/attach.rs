@@ -427,6 +427,7 @@ impl Session {
             // anything gives its server back.
             ready_idle: true,
             batch_open: false,
+            cursor: None,
         }
     }
 

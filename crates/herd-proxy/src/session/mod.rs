@@ -12,6 +12,7 @@ mod bound;
 mod combine;
 mod copy;
 mod copy_out;
+mod cursors;
 mod database;
 mod ddl;
 mod ending;
@@ -99,6 +100,9 @@ struct Attached {
     ready_idle: bool,
     /// Client messages of a batch not yet closed by Sync were forwarded.
     batch_open: bool,
+    /// A cursor was declared in the transaction block on this server (`Some(true)`: on the
+    /// general path): the block stays on this server until it ends (`cursors.rs`).
+    cursor: Option<bool>,
 }
 
 impl Attached {

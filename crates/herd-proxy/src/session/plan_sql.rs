@@ -67,7 +67,19 @@ pub(super) fn plan_sql(
             .cloned()
             .unwrap_or(ParamValue::Missing)
     };
-    herd_shard::plan(facts.as_ref(), &relations, map, &param)
+    let plan = herd_shard::plan(facts.as_ref(), &relations, map, &param);
+    // A refused DECLARE CURSOR or COPY (query) TO: planned by the query it wraps
+    // (only refusals are looked at again, so nothing is added to what runs on one group).
+    let wraps = |f: &herd_sql::KeyFacts| {
+        matches!(f.utility.as_deref(), Some("DeclareCursorStmt" | "CopyStmt"))
+    };
+    if matches!(plan, Plan::Refuse(_)) && facts.as_ref().is_some_and(wraps) {
+        if let Some(w) = herd_sql::wrapped(&text) {
+            let inner = plan_sql(ctx, map, names, w.query.as_bytes(), params);
+            return herd_shard::wrapped_plan(&w.wrapper, inner, plan);
+        }
+    }
+    plan
 }
 
 /// Resolves the statement's names in place and adds what its views and functions read to

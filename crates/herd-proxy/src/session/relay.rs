@@ -553,6 +553,10 @@ impl Session {
             // units are not kept).
             att.retry_unit = None;
             att.status = status;
+            if status == b'I' {
+                // The block's cursors ended with it.
+                att.cursor = None;
+            }
             att.undo.clear();
             att.bound.clear();
             note_schema_change(&self.ctx, att, status);

@@ -594,7 +594,7 @@ impl Session {
 
 /// Whether the statement's first word is one of `words` (lower case), without allocating: this
 /// runs for every unit of a sharded cluster, and most statements are not DDL.
-fn first_word_is(sql: &[u8], words: &[&str]) -> bool {
+pub(super) fn first_word_is(sql: &[u8], words: &[&str]) -> bool {
     let start = sql
         .iter()
         .position(|b| !b.is_ascii_whitespace())

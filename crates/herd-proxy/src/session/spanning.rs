@@ -62,6 +62,9 @@ impl Session {
         };
         let idle = att.tracker.is_idle() && self.sout.is_empty() && att.ready_idle;
         let (group, status, pinned) = (att.group, att.status, att.pinned);
+        // A block holding a cursor stays on its server (`cursors.rs`): a statement for
+        // another group is refused there by the translator.
+        let pinned = pinned || att.cursor.is_some();
         let unit = self.cbuf[..n].to_vec();
         if !self.parked.is_empty() {
             if let Some(commit) = self.ends_transaction(&unit) {

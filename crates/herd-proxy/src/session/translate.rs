@@ -169,7 +169,7 @@ impl Translator<'_> {
     /// Why a Query or Bind cannot run on the attached server's shard group (a transaction
     /// stays on the group of its first statement), if it cannot; or the general path's
     /// statement that runs in its place.
-    fn wrong_group(&self, frame: &Frame<'_>) -> Result<Option<Here>, ProxyError> {
+    fn wrong_group(&mut self, frame: &Frame<'_>) -> Result<Option<Here>, ProxyError> {
         let Some(map) = self.map else {
             return Ok(None);
         };
@@ -236,6 +236,30 @@ impl Translator<'_> {
                 )));
             }
         }
+        // Only its first word is looked at: a Query's body as it is (the text and its NUL).
+        let text: &[u8] = match frame.tag {
+            tag::QUERY => frame.body,
+            _ => sql_of_bind.as_deref().unwrap_or_default(),
+        };
+        // A block holding a cursor on group 0 stays there: a read across groups takes the
+        // general path there instead of every group's part.
+        let plan = match plan {
+            herd_shard::Plan::AllGroups { table }
+                if self.att.cursor.is_some() && self.att.group == 0 =>
+            {
+                herd_shard::Plan::General {
+                    why: format!(
+                        "{table} is distributed, and this transaction block holds a cursor on \
+                         group 0's server"
+                    ),
+                }
+            }
+            p => p,
+        };
+        // A block holding a cursor stays on its server (`cursors.rs`).
+        if let Some(verdict) = self.held_here(&plan, text, map) {
+            return Ok(Some(verdict));
+        }
         // A read the fast paths cannot answer: the general path, on group 0.
         if let Some(verdict) = self.general_here(
             &plan,
@@ -245,9 +269,17 @@ impl Translator<'_> {
             map,
             resolver.as_ref(),
         )? {
+            if let Here::General(sql, _) = &verdict {
+                self.note_general(sql);
+            }
             return Ok(Some(verdict));
         }
         let here = self.att.group;
+        if matches!(plan, herd_shard::Plan::Anywhere)
+            || matches!(plan, herd_shard::Plan::Group { group, .. } if group == here)
+        {
+            self.note_cursor(text);
+        }
         Ok(match plan {
             herd_shard::Plan::Refuse(why) => Some(why),
             herd_shard::Plan::Everywhere(_)
