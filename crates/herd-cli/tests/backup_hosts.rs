@@ -118,6 +118,53 @@ async fn a_backup_across_hosts_restores_every_acknowledged_write_after_a_failove
         repo.join("backup/herd-g0").is_dir(),
         "the backup is in the shared repository"
     );
+    // `herd backup list --dcs` lists it from the repository the agents' herd.toml names.
+    let label = std::fs::read_dir(repo.join("backup/herd-g0"))
+        .expect("the stanza's backups")
+        .flatten()
+        .map(|d| d.file_name().to_string_lossy().into_owned())
+        .find(|n| n.ends_with('F') && n.starts_with(|c: char| c.is_ascii_digit()))
+        .expect("a full backup's directory");
+    let agents_toml = hosts.agent_config.clone().expect("the agents' herd.toml");
+    let mut list = Command::new(HERD);
+    list.args([
+        "backup",
+        "list",
+        "--dcs",
+        &hosts.dcs(),
+        "--cluster",
+        &hosts.cluster,
+    ])
+    .arg("--config")
+    .arg(&agents_toml);
+    let listed = herd_testkit::output_within(&mut list, Duration::from_secs(60))
+        .expect("herd backup list --dcs exits");
+    let text = String::from_utf8_lossy(&listed.stdout);
+    assert!(
+        listed.status.success()
+            && text
+                .lines()
+                .any(|l| l.starts_with(&label) && l.contains("full")),
+        "herd backup list --dcs shows {label}: {}",
+        herd_testkit::describe(&listed)
+    );
+    eprintln!("herd backup list --dcs:\n{text}");
+    let mut bare = Command::new(HERD);
+    bare.args([
+        "backup",
+        "list",
+        "--dcs",
+        &hosts.dcs(),
+        "--cluster",
+        &hosts.cluster,
+    ]);
+    let bare = herd_testkit::output_within(&mut bare, Duration::from_secs(60))
+        .expect("herd backup list --dcs without --config exits");
+    assert!(
+        !bare.status.success() && String::from_utf8_lossy(&bare.stderr).contains("--config"),
+        "without --config: {}",
+        herd_testkit::describe(&bare)
+    );
     hosts.wait_writes(&acked, "after the backup");
 
     // kill -9 of the primary's agent and server: another host takes over and archives.
