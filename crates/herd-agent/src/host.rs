@@ -36,6 +36,7 @@ use crate::watchdog::Deadline;
 use crate::AgentError;
 
 pub mod archive;
+pub mod from_repository;
 pub mod migrate;
 pub mod projection;
 

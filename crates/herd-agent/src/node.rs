@@ -307,20 +307,33 @@ impl Node {
         Ok(())
     }
 
-    /// Clones `leader` and starts following it. A partial copy is removed on failure.
+    /// Clones `leader` and starts following it. A partial copy is removed on failure. A node
+    /// of `herd up` with `[backup] replicas_from_repository` is restored from the repository's
+    /// newest backup instead when there is one (`host::from_repository`).
     pub async fn clone_from(&mut self, leader: &Member) -> Result<(), AgentError> {
         let dir = self.cfg.pgdata();
-        let result = self
-            .pg
-            .basebackup(
+        let restored = self.cfg.paths.is_some()
+            && crate::host::from_repository::restore_standby(
+                &self.layout,
+                &self.pg,
+                self.cfg.group,
                 &dir,
-                &leader.pg_host,
-                leader.pg_port,
-                REPLICATION_USER,
-                &self.cfg.name,
-                &Secrets::pgpass(&self.layout),
             )
             .await;
+        let result = if restored {
+            Ok(())
+        } else {
+            self.pg
+                .basebackup(
+                    &dir,
+                    &leader.pg_host,
+                    leader.pg_port,
+                    REPLICATION_USER,
+                    &self.cfg.name,
+                    &Secrets::pgpass(&self.layout),
+                )
+                .await
+        };
         if let Err(e) = result {
             let _ = std::fs::remove_dir_all(&dir);
             return Err(e.into());
