@@ -506,6 +506,7 @@ fn build_agent(
         }),
         backup: false,
         archive_lag_warning_s: config.backup.archive_lag_warning_s,
+        replicas_from_repository: config.backup.replicas_from_repository,
     };
     let dcs = crate::groups::scoped(root.clone(), node.group);
     let shared = Arc::new(std::sync::Mutex::new(Shared {

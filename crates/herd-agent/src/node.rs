@@ -312,14 +312,23 @@ impl Node {
     /// newest backup instead when there is one (`host::from_repository`).
     pub async fn clone_from(&mut self, leader: &Member) -> Result<(), AgentError> {
         let dir = self.cfg.pgdata();
-        let restored = self.cfg.paths.is_some()
-            && crate::host::from_repository::restore_standby(
-                &self.layout,
-                &self.pg,
-                self.cfg.group,
-                &dir,
-            )
-            .await;
+        let restored = match (&self.cfg.paths, self.host_backup()) {
+            (Some(_), _) => {
+                crate::host::from_repository::restore_standby(
+                    &self.layout,
+                    &self.pg,
+                    self.cfg.group,
+                    &dir,
+                )
+                .await
+            }
+            // Across hosts: this node's own configuration (the shared repository, its
+            // directory as pg1-path).
+            (None, Some(runner)) if self.cfg.replicas_from_repository => {
+                crate::host::from_repository::restore_with(runner, self.cfg.group, &dir).await
+            }
+            _ => false,
+        };
         let result = if restored {
             Ok(())
         } else {

@@ -558,6 +558,14 @@ async fn a_replica_built_from_the_repository_streams_and_has_the_rows() {
         },
     )
     .await;
+    // The standby fetches what it lacks from the archive through the cluster's configuration.
+    let auto = std::fs::read_to_string(dir.join("postgresql.auto.conf")).unwrap_or_default();
+    let config = c.data_dir().join("backup/pgbackrest.conf");
+    assert!(
+        auto.lines().any(|l| l.starts_with("restore_command")
+            && l.contains(&format!("--config={}", config.display()))),
+        "pgBackRest's restore_command: {auto}"
+    );
     let db = connect(&c.url(&["--primary"])).await;
     db.batch_execute("insert into items select generate_series(201, 210)")
         .await

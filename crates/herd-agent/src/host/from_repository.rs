@@ -1,5 +1,5 @@
-//! Replicas of `herd up` built from the backup repository (`[backup] replicas_from_repository =
-//! true`): `pgbackrest restore --type=standby` of the group's newest backup into the new
+//! Replicas built from the backup repository (`[backup] replicas_from_repository = true`; `herd
+//! up`'s nodes and `herd agent`s across hosts alike): `pgbackrest restore --type=standby` of the group's newest backup into the new
 //! replica's directory instead of pg_basebackup of the primary. The primary then only streams
 //! the WAL written since the backup's end (the restored standby first replays what the archive
 //! holds, through the `restore_command` pgBackRest writes into `postgresql.auto.conf`), rather
@@ -63,6 +63,13 @@ pub async fn restore_standby(layout: &Layout, pg: &Pg, group: u32, pgdata: &Path
     else {
         return false;
     };
+    restore_with(runner, group, pgdata).await
+}
+
+/// Restores the group's newest backup into `pgdata` as a standby with `runner` (pgBackRest as
+/// the servers' OS user with the node's configuration); `true` when it did, `false`: make it
+/// with pg_basebackup (the reason is logged; a partial restore is removed).
+pub async fn restore_with(runner: herd_backup::Runner, group: u32, pgdata: &Path) -> bool {
     let stanza = herd_backup::stanza(group);
     let (lister, s) = (runner.clone(), stanza.clone());
     let listed = tokio::task::spawn_blocking(move || {
