@@ -36,7 +36,7 @@ pub const COPIES: [&str; 5] = [
     "herd backup (standby)",
     "herd backup --from-primary",
     "herd restore --to latest",
-    "copy of a pg_basebackup (cp -a)",
+    "cp -a of a pg_basebackup",
 ];
 
 /// The index in [`COPIES`] of each copy's baseline: pg_basebackup for the backups, the copy of

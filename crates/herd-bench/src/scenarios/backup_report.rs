@@ -70,7 +70,7 @@ pub fn chart(r: &Results, path: &Path) -> Result<(), BenchError> {
         )],
         reference: None,
         legend: SeriesLabelPosition::UpperRight,
-        width: 900,
+        width: 1000,
     };
     grouped(&bars, path)
 }
