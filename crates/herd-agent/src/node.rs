@@ -314,18 +314,22 @@ impl Node {
         let dir = self.cfg.pgdata();
         let restored = match (&self.cfg.paths, self.host_backup()) {
             (Some(_), _) => {
+                let primary = self.system_of(leader).await;
                 crate::host::from_repository::restore_standby(
                     &self.layout,
                     &self.pg,
                     self.cfg.group,
                     &dir,
+                    primary,
                 )
                 .await
             }
             // Across hosts: this node's own configuration (the shared repository, its
             // directory as pg1-path).
             (None, Some(runner)) if self.cfg.replicas_from_repository => {
-                crate::host::from_repository::restore_with(runner, self.cfg.group, &dir).await
+                let primary = self.system_of(leader).await;
+                crate::host::from_repository::restore_with(runner, self.cfg.group, &dir, primary)
+                    .await
             }
             _ => false,
         };
@@ -590,6 +594,25 @@ impl Node {
                 Err(_) => return,
             }
         }
+    }
+
+    /// `leader`'s system identifier (`None` when it cannot be read), which a backup a replica
+    /// is restored from must match.
+    async fn system_of(&self, leader: &Member) -> Option<u64> {
+        let spec = ConnSpec {
+            host: leader.pg_host.clone(),
+            port: leader.pg_port,
+            ..self.spec()
+        };
+        let client = herd_pg::connect(&spec).await.ok()?;
+        let row = client
+            .query_one(
+                "select system_identifier::text from pg_control_system()",
+                &[],
+            )
+            .await
+            .ok()?;
+        row.get::<_, String>(0).parse().ok()
     }
 
     /// The running server's system identifier.

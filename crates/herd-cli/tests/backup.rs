@@ -517,7 +517,37 @@ async fn a_replica_built_from_the_repository_streams_and_has_the_rows() {
     db.batch_execute("insert into items select generate_series(101, 200)")
         .await
         .expect("rows after the backup");
+    // What the agent checks before a restore: pgBackRest names the backup's cluster by the
+    // system identifier of the primary.
+    let system: String = db
+        .query_one(
+            "select system_identifier::text from pg_control_system()",
+            &[],
+        )
+        .await
+        .expect("system identifier")
+        .get(0);
     drop(db);
+    let info = std::process::Command::new("pgbackrest")
+        .arg(format!(
+            "--config={}",
+            c.data_dir().join("backup/pgbackrest.conf").display()
+        ))
+        .args([
+            "--stanza=herd-g0",
+            "--log-level-file=off",
+            "info",
+            "--output=json",
+        ])
+        .output()
+        .expect("pgbackrest info");
+    let info: serde_json::Value = serde_json::from_slice(&info.stdout).unwrap_or_default();
+    let db_id = &info[0]["backup"][0]["database"]["id"];
+    let described = info[0]["db"]
+        .as_array()
+        .and_then(|dbs| dbs.iter().find(|d| &d["id"] == db_id))
+        .map(|d| d["system-id"].to_string());
+    assert_eq!(described, Some(system), "{info}");
 
     // The replica's directory is lost (moved away, its server killed): its agent builds it
     // again, from the repository.

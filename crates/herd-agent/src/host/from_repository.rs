@@ -29,23 +29,36 @@ pub enum CloneSource {
     },
 }
 
-/// The choice, from whether herd.toml asks for it and the group's backups (oldest first, as
-/// `pgbackrest info` lists them) or why they could not be listed.
-pub fn choose(asked: bool, listed: Result<&[BackupInfo], String>) -> CloneSource {
+/// The choice, from whether herd.toml asks for it, the group's backups (oldest first, as
+/// `pgbackrest info` lists them) or why they could not be listed, and the primary's system
+/// identifier (`None`: it could not be read). The newest backup must be of the primary's
+/// cluster: a repository shared by mistake with another cluster would give a replica that
+/// never streams.
+pub fn choose(
+    asked: bool,
+    listed: Result<&[BackupInfo], String>,
+    primary: Option<u64>,
+) -> CloneSource {
+    let basebackup = |why: String| CloneSource::Basebackup { why: Some(why) };
     if !asked {
         return CloneSource::Basebackup { why: None };
     }
-    match listed {
-        Err(e) => CloneSource::Basebackup {
-            why: Some(format!("the repository could not be read ({e})")),
-        },
+    let newest = match listed {
+        Err(e) => return basebackup(format!("the repository could not be read ({e})")),
         Ok(list) => match list.last() {
-            Some(newest) => CloneSource::Repository {
-                label: newest.label.clone(),
-            },
-            None => CloneSource::Basebackup {
-                why: Some("the repository holds no backup of the group yet".into()),
-            },
+            Some(newest) => newest,
+            None => return basebackup("the repository holds no backup of the group yet".into()),
+        },
+    };
+    match (newest.system_id, primary) {
+        (_, None) => basebackup("the primary's system identifier could not be read".into()),
+        (Some(theirs), Some(ours)) if theirs != ours => basebackup(format!(
+            "the repository's newest backup {} is of another PostgreSQL cluster (system \
+             identifier {theirs}, the primary's {ours})",
+            newest.label
+        )),
+        _ => CloneSource::Repository {
+            label: newest.label.clone(),
         },
     }
 }
@@ -53,7 +66,13 @@ pub fn choose(asked: bool, listed: Result<&[BackupInfo], String>) -> CloneSource
 /// When herd.toml of `layout` asks for it, restores the group's newest backup into `pgdata`
 /// (which does not exist yet) as a standby; `true` when it did. `false`: make it with
 /// pg_basebackup (the reason is logged; a partial restore is removed).
-pub async fn restore_standby(layout: &Layout, pg: &Pg, group: u32, pgdata: &Path) -> bool {
+pub async fn restore_standby(
+    layout: &Layout,
+    pg: &Pg,
+    group: u32,
+    pgdata: &Path,
+    primary: Option<u64>,
+) -> bool {
     let asked = herd_config::Config::load(&layout.config())
         .map(|c| c.backup.is_enabled() && c.backup.replicas_from_repository)
         .unwrap_or(false);
@@ -63,13 +82,19 @@ pub async fn restore_standby(layout: &Layout, pg: &Pg, group: u32, pgdata: &Path
     else {
         return false;
     };
-    restore_with(runner, group, pgdata).await
+    restore_with(runner, group, pgdata, primary).await
 }
 
 /// Restores the group's newest backup into `pgdata` as a standby with `runner` (pgBackRest as
 /// the servers' OS user with the node's configuration); `true` when it did, `false`: make it
 /// with pg_basebackup (the reason is logged; a partial restore is removed).
-pub async fn restore_with(runner: herd_backup::Runner, group: u32, pgdata: &Path) -> bool {
+/// `primary`: the primary's system identifier, which the backup's must match.
+pub async fn restore_with(
+    runner: herd_backup::Runner,
+    group: u32,
+    pgdata: &Path,
+    primary: Option<u64>,
+) -> bool {
     let stanza = herd_backup::stanza(group);
     let (lister, s) = (runner.clone(), stanza.clone());
     let listed = tokio::task::spawn_blocking(move || {
@@ -79,7 +104,7 @@ pub async fn restore_with(runner: herd_backup::Runner, group: u32, pgdata: &Path
     .await
     .map_err(|e| e.to_string())
     .and_then(|r| r.map_err(|e| e.to_string()));
-    let label = match choose(true, listed.as_deref().map_err(Clone::clone)) {
+    let label = match choose(true, listed.as_deref().map_err(Clone::clone), primary) {
         CloneSource::Repository { label } => label,
         CloneSource::Basebackup { why } => {
             tracing::info!(
@@ -144,26 +169,36 @@ mod tests {
             size: 3,
             repo_size: 4,
             stop_lsn: None,
+            system_id: Some(7),
         }
     }
 
     #[test]
-    fn the_newest_backup_or_pg_basebackup_and_why() {
+    fn the_newest_backup_of_the_primarys_cluster_or_pg_basebackup_and_why() {
         let two = [
             backup("20261129-040000F"),
             backup("20261129-050000F_20261129-051000I"),
         ];
-        type Case<'a> = (bool, Result<&'a [BackupInfo], String>, CloneSource);
-        let cases: [Case; 5] = [
-            (false, Ok(&two), CloneSource::Basebackup { why: None }),
-            (
-                false,
-                Err("x".into()),
-                CloneSource::Basebackup { why: None },
-            ),
+        let mut unknown = backup("20261129-060000F");
+        unknown.system_id = None;
+        let unknown = [unknown];
+        let why = |s: &str| CloneSource::Basebackup {
+            why: Some(s.into()),
+        };
+        let off = CloneSource::Basebackup { why: None };
+        type Case<'a> = (
+            bool,
+            Result<&'a [BackupInfo], String>,
+            Option<u64>,
+            CloneSource,
+        );
+        let cases: [Case; 8] = [
+            (false, Ok(&two), Some(7), off.clone()),
+            (false, Err("x".into()), Some(7), off),
             (
                 true,
                 Ok(&two),
+                Some(7),
                 CloneSource::Repository {
                     label: "20261129-050000F_20261129-051000I".into(),
                 },
@@ -171,20 +206,43 @@ mod tests {
             (
                 true,
                 Ok(&[]),
-                CloneSource::Basebackup {
-                    why: Some("the repository holds no backup of the group yet".into()),
-                },
+                Some(7),
+                why("the repository holds no backup of the group yet"),
             ),
             (
                 true,
                 Err("missing stanza".into()),
-                CloneSource::Basebackup {
-                    why: Some("the repository could not be read (missing stanza)".into()),
+                Some(7),
+                why("the repository could not be read (missing stanza)"),
+            ),
+            (
+                true,
+                Ok(&two),
+                Some(8),
+                why(
+                    "the repository's newest backup 20261129-050000F_20261129-051000I is of \
+                     another PostgreSQL cluster (system identifier 7, the primary's 8)",
+                ),
+            ),
+            (
+                true,
+                Ok(&two),
+                None,
+                why("the primary's system identifier could not be read"),
+            ),
+            // pgBackRest did not say: the restored standby's own identity check still refuses
+            // another cluster once it runs.
+            (
+                true,
+                Ok(&unknown),
+                Some(7),
+                CloneSource::Repository {
+                    label: "20261129-060000F".into(),
                 },
             ),
         ];
-        for (asked, listed, want) in cases {
-            assert_eq!(choose(asked, listed), want);
+        for (asked, listed, primary, want) in cases {
+            assert_eq!(choose(asked, listed, primary), want);
         }
     }
 }
