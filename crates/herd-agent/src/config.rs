@@ -52,6 +52,10 @@ pub struct AgentConfig {
     /// With `backup`: seconds a completed WAL file may wait before the archive counts as
     /// behind (`[backup] archive_lag_warning_s`).
     pub archive_lag_warning_s: u64,
+    /// With `backup` across hosts: a replica this agent clones is restored from the
+    /// repository's newest backup instead of pg_basebackup when there is one (`[backup]
+    /// replicas_from_repository`; `herd up`'s nodes read it from their herd.toml instead).
+    pub replicas_from_repository: bool,
 }
 
 /// One node's files inside a `herd up` data directory (today's `nodes/<node>/`,

@@ -36,6 +36,7 @@ use crate::watchdog::Deadline;
 use crate::AgentError;
 
 pub mod archive;
+pub mod from_repository;
 pub mod migrate;
 pub mod projection;
 
@@ -505,6 +506,7 @@ fn build_agent(
         }),
         backup: false,
         archive_lag_warning_s: config.backup.archive_lag_warning_s,
+        replicas_from_repository: config.backup.replicas_from_repository,
     };
     let dcs = crate::groups::scoped(root.clone(), node.group);
     let shared = Arc::new(std::sync::Mutex::new(Shared {

@@ -303,20 +303,46 @@ impl Node {
         Ok(())
     }
 
-    /// Clones `leader` and starts following it. A partial copy is removed on failure.
+    /// Clones `leader` and starts following it. A partial copy is removed on failure. A node
+    /// of `herd up` with `[backup] replicas_from_repository` is restored from the repository's
+    /// newest backup instead when there is one (`host::from_repository`).
     pub async fn clone_from(&mut self, leader: &Member) -> Result<(), AgentError> {
         let dir = self.cfg.pgdata();
-        let result = self
-            .pg
-            .basebackup(
-                &dir,
-                &leader.pg_host,
-                leader.pg_port,
-                REPLICATION_USER,
-                &self.cfg.name,
-                &Secrets::pgpass(&self.layout),
-            )
-            .await;
+        let restored = match (&self.cfg.paths, self.host_backup()) {
+            (Some(_), _) => {
+                let primary = self.system_of(leader).await;
+                crate::host::from_repository::restore_standby(
+                    &self.layout,
+                    &self.pg,
+                    self.cfg.group,
+                    &dir,
+                    primary,
+                )
+                .await
+            }
+            // Across hosts: this node's own configuration (the shared repository, its
+            // directory as pg1-path).
+            (None, Some(runner)) if self.cfg.replicas_from_repository => {
+                let primary = self.system_of(leader).await;
+                crate::host::from_repository::restore_with(runner, self.cfg.group, &dir, primary)
+                    .await
+            }
+            _ => false,
+        };
+        let result = if restored {
+            Ok(())
+        } else {
+            self.pg
+                .basebackup(
+                    &dir,
+                    &leader.pg_host,
+                    leader.pg_port,
+                    REPLICATION_USER,
+                    &self.cfg.name,
+                    &Secrets::pgpass(&self.layout),
+                )
+                .await
+        };
         if let Err(e) = result {
             let _ = std::fs::remove_dir_all(&dir);
             return Err(e.into());
@@ -564,6 +590,25 @@ impl Node {
                 Err(_) => return,
             }
         }
+    }
+
+    /// `leader`'s system identifier (`None` when it cannot be read), which a backup a replica
+    /// is restored from must match.
+    async fn system_of(&self, leader: &Member) -> Option<u64> {
+        let spec = ConnSpec {
+            host: leader.pg_host.clone(),
+            port: leader.pg_port,
+            ..self.spec()
+        };
+        let client = herd_pg::connect(&spec).await.ok()?;
+        let row = client
+            .query_one(
+                "select system_identifier::text from pg_control_system()",
+                &[],
+            )
+            .await
+            .ok()?;
+        row.get::<_, String>(0).parse().ok()
     }
 
     /// The running server's system identifier.

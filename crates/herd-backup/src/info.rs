@@ -21,6 +21,9 @@ pub struct BackupInfo {
     pub repo_size: u64,
     /// The WAL position from which it is consistent (`lsn.stop`), when pgBackRest reports it.
     pub stop_lsn: Option<herd_core::Lsn>,
+    /// The system identifier of the PostgreSQL cluster it holds (the stanza's `db` entry its
+    /// `database.id` names), when pgBackRest reports it.
+    pub system_id: Option<u64>,
 }
 
 /// The backups of `stanza` in pgBackRest's JSON info, oldest first; an empty list when the
@@ -35,6 +38,9 @@ pub fn parse_info(json: &str, stanza: &str) -> Result<Vec<BackupInfo>, BackupErr
     let Some(entry) = stanzas.iter().find(|s| s["name"] == stanza) else {
         return Ok(Vec::new());
     };
+    // The stanza's databases (one, or more after a `stanza-upgrade`), by id.
+    let system_of =
+        |id: &Value| entry["db"].as_array()?.iter().find(|d| &d["id"] == id)?["system-id"].as_u64();
     let mut out = Vec::new();
     for b in entry["backup"].as_array().map(Vec::as_slice).unwrap_or(&[]) {
         // A backup pgBackRest found damaged is no restore source.
@@ -52,6 +58,7 @@ pub fn parse_info(json: &str, stanza: &str) -> Result<Vec<BackupInfo>, BackupErr
             size: b["info"]["size"].as_u64().unwrap_or(0),
             repo_size: b["info"]["repository"]["delta"].as_u64().unwrap_or(0),
             stop_lsn: b["lsn"]["stop"].as_str().and_then(|l| l.parse().ok()),
+            system_id: system_of(&b["database"]["id"]),
         });
     }
     out.sort_by_key(|b| b.stop);
@@ -66,6 +73,7 @@ mod tests {
       "max":"000000010000000000000006","min":"000000010000000000000003"}],
       "backup":[
         {"label":"20261128-134501F_20261128-134601I","type":"incr","error":false,
+         "database":{"id":1,"repo-key":1},
          "timestamp":{"start":1795873560,"stop":1795873562},
          "info":{"size":23000000,"delta":8192,"repository":{"size":3000000,"delta":2000}}},
         {"label":"20261128-134501F","type":"full","error":false,
@@ -73,6 +81,7 @@ mod tests {
          "lsn":{"start":"0/7000028","stop":"0/7000100"},
          "info":{"size":23000000,"delta":23000000,"repository":{"size":3000000,"delta":3000000}}}
       ],
+      "db":[{"id":1,"repo-key":1,"system-id":7442418394873927193,"version":"15"}],
       "name":"herd-g0","status":{"code":0,"message":"ok"}}]"#;
 
     #[test]
@@ -90,6 +99,8 @@ mod tests {
         assert_eq!(list[1].stop_lsn, None);
         assert_eq!(list[1].kind, "incr");
         assert_eq!(list[1].repo_size, 2000);
+        assert_eq!(list[0].system_id, None, "no database id");
+        assert_eq!(list[1].system_id, Some(7_442_418_394_873_927_193));
     }
 
     #[test]

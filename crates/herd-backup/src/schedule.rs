@@ -69,6 +69,7 @@ mod tests {
             size: 0,
             repo_size: 0,
             stop_lsn: None,
+            system_id: None,
         }
     }
 

@@ -163,6 +163,7 @@ mod tests {
             repo_size: 0,
             // Positions grow with time in these tables: a backup ending at second s ends at s.
             stop_lsn: Some(Lsn(stop as u64)),
+            system_id: None,
         }
     }
 

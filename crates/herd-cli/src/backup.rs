@@ -250,12 +250,20 @@ pub fn list(layout: &Layout) -> anyhow::Result<()> {
             rows.push((group, b));
         }
     }
+    let empty = format!(
+        "No backup yet in {}: take one with `herd backup`.",
+        config.backup.repository_path(layout.root()).display()
+    );
+    print_list(&rows, groups, &empty);
+    Ok(())
+}
+
+/// Prints `rows` (group, backup) as `herd backup list` does (a GROUP column when the cluster
+/// has several groups), or `empty` when there is none.
+pub fn print_list(rows: &[(u32, BackupInfo)], groups: u32, empty: &str) {
     if rows.is_empty() {
-        crate::output::emitln!(
-            "No backup yet in {}: take one with `herd backup`.",
-            config.backup.repository_path(layout.root()).display()
-        );
-        return Ok(());
+        crate::output::emitln!("{empty}");
+        return;
     }
     let group_col = |g: &str| {
         if groups > 1 {
@@ -274,7 +282,7 @@ pub fn list(layout: &Layout) -> anyhow::Result<()> {
         "SIZE",
         "REPO"
     );
-    for (group, b) in &rows {
+    for (group, b) in rows {
         out.push_str(&format!(
             "{}{:<36} {:<5} {:<20} {:<20} {:>10} {:>10}\n",
             group_col(&group.to_string()),
@@ -287,7 +295,6 @@ pub fn list(layout: &Layout) -> anyhow::Result<()> {
         ));
     }
     crate::output::emitln!("{}", out.trim_end());
-    Ok(())
 }
 
 /// `YYYY-MM-DD HH:MM:SS` (UTC) of seconds since the epoch.

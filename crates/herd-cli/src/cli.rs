@@ -195,8 +195,9 @@ pub struct BackupArgs {
 
 #[derive(Debug, Subcommand)]
 enum BackupCommand {
-    /// The backups in the repository: label, type, start and stop times, sizes.
-    List(DataDirArg),
+    /// The backups in the repository: label, type, start and stop times, sizes. With --dcs, a
+    /// multi-host cluster's, from the repository its agents' herd.toml (--config) names.
+    List(BackupListArgs),
     /// A named point in the WAL of the running cluster (pg_create_restore_point on its
     /// primary), for `herd restore --to NAME`; one shard group only, for now.
     RestorePoint {
@@ -205,6 +206,20 @@ enum BackupCommand {
         #[command(flatten)]
         dir: DataDirArg,
     },
+}
+
+/// Options of `herd backup list`.
+#[derive(Debug, Args)]
+pub struct BackupListArgs {
+    #[command(flatten)]
+    dir: DataDirArg,
+    /// A multi-host cluster: every shard group's backups (the store says how many groups).
+    #[command(flatten)]
+    store: crate::hosts::StoreArgs,
+    /// With --dcs: the herd.toml the agents read (`herd agent --config FILE`); its [backup]
+    /// names the repository.
+    #[arg(long, value_name = "FILE", requires = "dcs")]
+    config: Option<PathBuf>,
 }
 
 /// `--data-dir`, shared by every command.
@@ -520,9 +535,15 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Copy { command } => crate::copy::run(command).await,
         Command::Backup(BackupArgs {
-            command: Some(BackupCommand::List(dir)),
+            command: Some(BackupCommand::List(list)),
             ..
-        }) => crate::backup::list(&dir.layout()?),
+        }) if list.store.given() => {
+            crate::backup_list_hosts::run(&list.store, list.config.as_deref()).await
+        }
+        Command::Backup(BackupArgs {
+            command: Some(BackupCommand::List(list)),
+            ..
+        }) => crate::backup::list(&list.dir.layout()?),
         Command::Backup(BackupArgs {
             command: Some(BackupCommand::RestorePoint { name, dir }),
             ..

@@ -238,6 +238,7 @@ pub async fn agent(args: AgentArgs) -> anyhow::Result<()> {
         paths: None,
         backup,
         archive_lag_warning_s: file_config.backup.archive_lag_warning_s,
+        replicas_from_repository: backup && file_config.backup.replicas_from_repository,
     };
     if backup {
         // Before the server starts: its archive_command reads this configuration.

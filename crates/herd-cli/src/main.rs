@@ -5,6 +5,7 @@ mod agent_backup;
 mod agent_slots;
 mod backup;
 mod backup_hosts;
+mod backup_list_hosts;
 mod backup_schedule;
 mod backup_setup;
 mod bench;

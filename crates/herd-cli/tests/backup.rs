@@ -471,3 +471,158 @@ async fn archiving_follows_failover_and_switchover() {
         "acknowledged writes missing after the restore: {missing:?}"
     );
 }
+
+/// `[backup] replicas_from_repository = true`: a new cluster's replica is made with
+/// pg_basebackup (no backup exists yet); once one does, a replica whose directory is gone is
+/// built again from it (`pgbackrest restore --type=standby`, then the archive and streaming),
+/// has every row, the rows written after the backup included, and streams what follows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_built_from_the_repository_streams_and_has_the_rows() {
+    let c = cluster();
+    std::fs::create_dir_all(c.data_dir()).expect("data dir");
+    std::fs::write(
+        c.data_dir().join("herd.toml"),
+        "[backup]\nenabled = true\nreplicas_from_repository = true\n",
+    )
+    .expect("herd.toml");
+    c.up(&["--replicas", "1"]);
+    let logs = || -> String {
+        std::fs::read_dir(c.data_dir().join("logs"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| std::fs::read_to_string(e.path()).unwrap_or_default())
+            .collect()
+    };
+    assert!(
+        logs().contains("building the replica with pg_basebackup"),
+        "no backup yet: pg_basebackup\n{}",
+        c.log_tails()
+    );
+    let db = connect(&c.url(&["--primary"])).await;
+    db.batch_execute(
+        "create table items(id int primary key);
+         insert into items select generate_series(1, 100);",
+    )
+    .await
+    .expect("first rows");
+    c.herd_ok(&["backup", "--type", "full"]);
+    let label = c
+        .herd_ok(&["backup", "list"])
+        .lines()
+        .find(|l| l.contains(" full "))
+        .and_then(|l| l.split_whitespace().next())
+        .expect("the backup's label")
+        .to_string();
+    db.batch_execute("insert into items select generate_series(101, 200)")
+        .await
+        .expect("rows after the backup");
+    // What the agent checks before a restore: pgBackRest names the backup's cluster by the
+    // system identifier of the primary.
+    let system: String = db
+        .query_one(
+            "select system_identifier::text from pg_control_system()",
+            &[],
+        )
+        .await
+        .expect("system identifier")
+        .get(0);
+    drop(db);
+    let info = std::process::Command::new("pgbackrest")
+        .arg(format!(
+            "--config={}",
+            c.data_dir().join("backup/pgbackrest.conf").display()
+        ))
+        .args([
+            "--stanza=herd-g0",
+            "--log-level-file=off",
+            "info",
+            "--output=json",
+        ])
+        .output()
+        .expect("pgbackrest info");
+    let info: serde_json::Value = serde_json::from_slice(&info.stdout).unwrap_or_default();
+    let db_id = &info[0]["backup"][0]["database"]["id"];
+    let described = info[0]["db"]
+        .as_array()
+        .and_then(|dbs| dbs.iter().find(|d| &d["id"] == db_id))
+        .map(|d| d["system-id"].to_string());
+    assert_eq!(described, Some(system), "{info}");
+
+    // The replica's directory is lost (moved away, its server killed): its agent builds it
+    // again, from the repository.
+    let replica = common::nodes_with_role(&c.status(), "replica")[0]["name"]
+        .as_str()
+        .expect("replica name")
+        .to_string();
+    let dir = c.data_dir().join("nodes").join(&replica);
+    let aside = c.data_dir().join("lost-replica");
+    std::fs::rename(&dir, &aside).expect("move the replica's directory away");
+    let pid: i32 = std::fs::read_to_string(aside.join("postmaster.pid"))
+        .expect("postmaster.pid")
+        .lines()
+        .next()
+        .and_then(|l| l.trim().parse().ok())
+        .expect("the replica's postmaster pid");
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+    let wanted = format!("building the replica from backup {label} of the repository");
+    let _ = std::fs::remove_dir_all(&aside);
+    herd_testkit::wait_until(Duration::from_secs(120), "the replica restored", || {
+        logs().contains(&wanted).then_some(())
+    });
+    let url = c.url(&["--replica", &replica]);
+    common::eventually(
+        Duration::from_secs(120),
+        "the restored replica has the 200 rows",
+        || {
+            let url = url.clone();
+            async move {
+                match common::try_connect(&url).await {
+                    Some(r) => common::count(&r, "items").await == Some(200),
+                    None => false,
+                }
+            }
+        },
+    )
+    .await;
+    // The standby fetches what it lacks from the archive through the cluster's configuration.
+    let auto = std::fs::read_to_string(dir.join("postgresql.auto.conf")).unwrap_or_default();
+    let config = c.data_dir().join("backup/pgbackrest.conf");
+    assert!(
+        auto.lines().any(|l| l.starts_with("restore_command")
+            && l.contains(&format!("--config={}", config.display()))),
+        "pgBackRest's restore_command: {auto}"
+    );
+    let db = connect(&c.url(&["--primary"])).await;
+    db.batch_execute("insert into items select generate_series(201, 210)")
+        .await
+        .expect("rows after the restore");
+    common::eventually(
+        Duration::from_secs(60),
+        "the restored replica streams",
+        || {
+            let (db, replica) = (&db, replica.clone());
+            async move {
+                db.query_opt(
+                    "select 1 from pg_stat_replication where application_name = $1 \
+                     and state = 'streaming'",
+                    &[&replica],
+                )
+                .await
+                .ok()
+                .flatten()
+                .is_some()
+            }
+        },
+    )
+    .await;
+    let r = connect(&url).await;
+    common::eventually(Duration::from_secs(30), "row 210 on the replica", || {
+        let r = &r;
+        async move { common::count(r, "items").await == Some(210) }
+    })
+    .await;
+}

@@ -118,6 +118,53 @@ async fn a_backup_across_hosts_restores_every_acknowledged_write_after_a_failove
         repo.join("backup/herd-g0").is_dir(),
         "the backup is in the shared repository"
     );
+    // `herd backup list --dcs` lists it from the repository the agents' herd.toml names.
+    let label = std::fs::read_dir(repo.join("backup/herd-g0"))
+        .expect("the stanza's backups")
+        .flatten()
+        .map(|d| d.file_name().to_string_lossy().into_owned())
+        .find(|n| n.ends_with('F') && n.starts_with(|c: char| c.is_ascii_digit()))
+        .expect("a full backup's directory");
+    let agents_toml = hosts.agent_config.clone().expect("the agents' herd.toml");
+    let mut list = Command::new(HERD);
+    list.args([
+        "backup",
+        "list",
+        "--dcs",
+        &hosts.dcs(),
+        "--cluster",
+        &hosts.cluster,
+    ])
+    .arg("--config")
+    .arg(&agents_toml);
+    let listed = herd_testkit::output_within(&mut list, Duration::from_secs(60))
+        .expect("herd backup list --dcs exits");
+    let text = String::from_utf8_lossy(&listed.stdout);
+    assert!(
+        listed.status.success()
+            && text
+                .lines()
+                .any(|l| l.starts_with(&label) && l.contains("full")),
+        "herd backup list --dcs shows {label}: {}",
+        herd_testkit::describe(&listed)
+    );
+    eprintln!("herd backup list --dcs:\n{text}");
+    let mut bare = Command::new(HERD);
+    bare.args([
+        "backup",
+        "list",
+        "--dcs",
+        &hosts.dcs(),
+        "--cluster",
+        &hosts.cluster,
+    ]);
+    let bare = herd_testkit::output_within(&mut bare, Duration::from_secs(60))
+        .expect("herd backup list --dcs without --config exits");
+    assert!(
+        !bare.status.success() && String::from_utf8_lossy(&bare.stderr).contains("--config"),
+        "without --config: {}",
+        herd_testkit::describe(&bare)
+    );
     hosts.wait_writes(&acked, "after the backup");
 
     // kill -9 of the primary's agent and server: another host takes over and archives.
@@ -279,7 +326,8 @@ fn backups(config: &std::path::Path) -> Vec<(String, i64, i64)> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scheduled_backups_across_hosts_follow_the_leader_one_at_a_time() {
     let hosts = Hosts::start_configured(
-        "[backup]\nrepository = \"@DIR@/repo\"\nfull_every_s = 3600\nincr_every_s = 4\n",
+        "[backup]\nrepository = \"@DIR@/repo\"\nfull_every_s = 3600\nincr_every_s = 4\n\
+         replicas_from_repository = true\n",
     );
     let first = hosts.wait_primary("at first");
     let config = |i: usize| hosts.agent_dir(i).join("backup/pgbackrest.conf");
@@ -344,6 +392,37 @@ async fn scheduled_backups_across_hosts_follow_the_leader_one_at_a_time() {
     eprintln!(
         "{} scheduled backups, none overlapping: {list:?}",
         list.len()
+    );
+
+    // `replicas_from_repository`: the remaining replica loses its directory (moved away, its
+    // server killed); its agent rebuilds it from the repository's newest backup, not
+    // pg_basebackup of the new primary, and it follows the primary again.
+    let other = (0..3)
+        .find(|&i| i != first && i != next)
+        .expect("a third member");
+    let pgdata = hosts.agent_dir(other).join("pgdata");
+    let pid = hosts.postmaster(other).expect("the replica's postmaster");
+    let aside = hosts.agent_dir(other).join("pgdata-lost");
+    std::fs::rename(&pgdata, &aside).expect("move the replica's directory away");
+    let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+    let other_log = hosts.dir.path().join(format!("{}.log", Hosts::name(other)));
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !std::fs::read_to_string(&other_log)
+        .unwrap_or_default()
+        .contains("building the replica from backup")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the replica was not rebuilt from the repository within 120 s:\n{}",
+            hosts.logs()
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let _ = std::fs::remove_dir_all(&aside);
+    hosts.wait_role(other, "replica", Duration::from_secs(120));
+    assert!(
+        pgdata.join("PG_VERSION").exists(),
+        "the rebuilt replica's directory"
     );
 
     // A `herd proxy` with its API gives the new primary's archiving in `/metrics`.

@@ -1,5 +1,5 @@
 //! `herd bench backup --quick`: a small cluster with `[backup]` on, pg_basebackup, `herd
-//! backup` from the standby and from the primary, `herd restore --to latest` each timed, the
+//! backup` from the standby and from the primary, `herd restore --to latest` and a copy of a pg_basebackup each timed, the
 //! primary's pgbench rate with and without backups running; results.json and report.md have
 //! the documented shape and the chart exists. No speed is asserted.
 
@@ -14,10 +14,11 @@ fn quick_backup_bench() {
     assert_eq!(b["scale"], 5, "{b}");
     assert!(b["cluster_bytes"].as_u64().unwrap_or(0) > 50 << 20, "{b}");
     let copies = b["copies"].as_array().expect("copies");
-    assert_eq!(copies.len(), 4, "{b}");
+    assert_eq!(copies.len(), 5, "{b}");
     for c in copies {
         assert!(c["median_s"].as_f64().unwrap_or(0.0) > 0.0, "{c}");
         assert!(c["mb_per_s"].as_f64().unwrap_or(0.0) > 0.0, "{c}");
+        assert!(c["vs_baseline"].as_f64().unwrap_or(0.0) > 0.0, "{c}");
     }
     let load = b["load"].as_array().expect("load");
     assert_eq!(load.len(), 3, "{b}");
@@ -31,5 +32,6 @@ fn quick_backup_bench() {
         "{report}\n{text}"
     );
     assert!(report.contains("| backup from the standby |"), "{report}");
+    assert!(report.contains("| cp -a of a pg_basebackup |"), "{report}");
     assert!(out.path().join("backup.svg").exists());
 }

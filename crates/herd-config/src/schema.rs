@@ -69,6 +69,11 @@ pub struct BackupConfig {
     /// Seconds between scheduled incremental backups (0: none; measured from the group's
     /// newest backup of any type).
     pub incr_every_s: u64,
+    /// Build a new replica of `herd up` with `pgbackrest restore --type=standby` from the
+    /// repository's newest backup (then the archive and streaming) instead of pg_basebackup of
+    /// the primary, sparing the primary the copy; pg_basebackup when the repository holds no
+    /// backup of the group or the restore fails.
+    pub replicas_from_repository: bool,
     /// `[backup.s3]`: the repository in an S3-compatible object store (`repository` is then
     /// the path inside the bucket). Setting it enables backups.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -84,6 +89,7 @@ impl Default for BackupConfig {
             archive_lag_warning_s: 300,
             full_every_s: 0,
             incr_every_s: 0,
+            replicas_from_repository: false,
             s3: None,
         }
     }

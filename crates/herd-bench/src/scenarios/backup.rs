@@ -1,7 +1,7 @@
 //! `herd bench backup` (issue #41): what a backup and a restore cost on this machine, side by
 //! side in one run. A one-host cluster (primary and one streaming standby, `[backup]` on) is
-//! loaded with pgbench's tables (scale 200, about 3 GB, by default); then, in rotated order each
-//! round:
+//! loaded with pgbench's tables (scale 80, about 1.2 GB, by default — a few minutes on two cores;
+//! `--scale 300` for about 4.5 GB); then, in rotated order each round:
 //!
 //! * `pg_basebackup` of the primary (plain format, WAL streamed, fast checkpoint): the copy every
 //!   PostgreSQL user knows, the baseline;
@@ -9,8 +9,11 @@
 //!   `--from-primary`;
 //! * `herd restore --to latest` of the newest backup into a new data directory (files and the
 //!   archived WAL replayed to its end);
+//! * a copy (`cp -a`) of a pg_basebackup taken before the rounds: restoring a pg_basebackup, the
+//!   restore's baseline;
 //!
-//! each as seconds and MB/s of the cluster's size. And the primary's pgbench TPC-B rate with no
+//! each as seconds and MB/s of the cluster's size, and its time over its baseline's
+//! (pg_basebackup for the backups, the copy of one for the restore). And the primary's pgbench TPC-B rate with no
 //! backup, while backups run from the standby, and while they run from the primary: what a
 //! backup costs the application, and what taking it from a standby spares.
 
@@ -28,12 +31,20 @@ use crate::report::{Machine, Results, Settings};
 use crate::{BenchError, BenchOptions};
 
 /// The copies timed, in the report's order.
-pub const COPIES: [&str; 4] = [
+pub const COPIES: [&str; 5] = [
     "pg_basebackup (primary)",
     "herd backup (standby)",
     "herd backup --from-primary",
     "herd restore --to latest",
+    "cp -a of a pg_basebackup",
 ];
+
+/// The index in [`COPIES`] of each copy's baseline: pg_basebackup for the backups, the copy of
+/// a pg_basebackup for the restore.
+pub const BASELINE: [usize; 5] = [0, 0, 0, 4, 4];
+
+/// Where the pg_basebackup the restore's baseline copies is kept (in the cluster's directory).
+const BASE_COPY: &str = "base-copy";
 
 /// One copy's figures (medians over the rounds).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -46,6 +57,9 @@ pub struct CopyRow {
     pub median_s: f64,
     /// The cluster's size over the median time, MB/s (10^6 bytes).
     pub mb_per_s: f64,
+    /// Median time over the baseline's median time ([`BASELINE`]; 1 for a baseline itself).
+    #[serde(default)]
+    pub vs_baseline: f64,
 }
 
 /// The primary's rate in one condition.
@@ -78,15 +92,12 @@ pub struct BackupResult {
 
 /// Runs the scenario.
 pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError> {
-    let scale = opts
-        .scale
-        .unwrap_or(if opts.quick { 5 } else { 200 })
-        .max(1);
+    let scale = opts.scale.unwrap_or(if opts.quick { 5 } else { 80 }).max(1);
     let rounds = opts
         .iterations
         .unwrap_or(if opts.quick { 1 } else { 3 })
         .max(1);
-    let duration = Duration::from_secs(opts.duration.unwrap_or(if opts.quick { 4 } else { 30 }));
+    let duration = Duration::from_secs(opts.duration.unwrap_or(if opts.quick { 4 } else { 20 }));
     let pgbench = Pgbench::locate()?;
     let basebackup = herd_pg::PgBinaries::locate(None)?.program("pg_basebackup");
     bar.set_message("starting a primary and a standby with [backup] on");
@@ -113,6 +124,9 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
     // A first backup, so the timed ones and the restore find a stanza and a base.
     bar.set_message("a first backup (stanza, archive check)");
     cluster.herd_limited(&["backup", "--type", "full"], 7200)?;
+    // And a pg_basebackup, which the restore's baseline copies.
+    bar.set_message("a pg_basebackup for the restore's baseline");
+    basebackup_into(&cluster, &basebackup, &cluster.dir().join(BASE_COPY))?;
     let mut seconds = vec![Vec::new(); COPIES.len()];
     let mut tps: Vec<Vec<f64>> = vec![Vec::new(); 3];
     let mut during_backups = [0u32; 3];
@@ -135,23 +149,8 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
             during_backups[k] += backups;
         }
     }
-    let copies = COPIES
-        .iter()
-        .zip(seconds)
-        .map(|(copy, s)| {
-            let median_s = median(&s).unwrap_or(0.0);
-            CopyRow {
-                copy: (*copy).into(),
-                mb_per_s: if median_s > 0.0 {
-                    cluster_bytes as f64 / 1e6 / median_s
-                } else {
-                    0.0
-                },
-                seconds: s,
-                median_s,
-            }
-        })
-        .collect();
+    let _ = std::fs::remove_dir_all(cluster.dir().join(BASE_COPY));
+    let copies = copy_rows(cluster_bytes, seconds);
     let base = median(&tps[0]).unwrap_or(0.0);
     let load = LOADS
         .iter()
@@ -184,25 +183,65 @@ const LOADS: [&str; 3] = [
     "backup from the primary",
 ];
 
+/// The copies' rows from each copy's seconds per round ([`COPIES`] order).
+fn copy_rows(cluster_bytes: u64, seconds: Vec<Vec<f64>>) -> Vec<CopyRow> {
+    let medians: Vec<f64> = seconds.iter().map(|s| median(s).unwrap_or(0.0)).collect();
+    COPIES
+        .iter()
+        .zip(seconds)
+        .enumerate()
+        .map(|(k, (copy, s))| {
+            let median_s = medians[k];
+            let base = medians[BASELINE[k]];
+            CopyRow {
+                copy: (*copy).into(),
+                mb_per_s: if median_s > 0.0 {
+                    cluster_bytes as f64 / 1e6 / median_s
+                } else {
+                    0.0
+                },
+                vs_baseline: if base > 0.0 { median_s / base } else { 0.0 },
+                seconds: s,
+                median_s,
+            }
+        })
+        .collect()
+}
+
+/// `pg_basebackup` of the primary into `target` (plain, WAL streamed, fast checkpoint).
+fn basebackup_into(
+    cluster: &ScratchCluster,
+    basebackup: &Path,
+    target: &Path,
+) -> Result<(), BenchError> {
+    let _ = std::fs::remove_dir_all(target);
+    let mut cmd = std::process::Command::new(basebackup);
+    cmd.args(["-X", "stream", "-c", "fast", "-F", "plain", "-d"])
+        .arg(replication_url(cluster)?)
+        .arg("-D")
+        .arg(target);
+    crate::process::run_limited("pg_basebackup", cmd, 7200).map(|_| ())
+}
+
 /// Seconds copy `k` of [`COPIES`] took.
 fn time_copy(cluster: &ScratchCluster, k: usize, basebackup: &Path) -> Result<f64, BenchError> {
     let target = cluster.dir().join(format!("copy-{k}"));
     let _ = std::fs::remove_dir_all(&target);
     let started = Instant::now();
     match k {
-        0 => {
-            let mut cmd = std::process::Command::new(basebackup);
-            cmd.args(["-X", "stream", "-c", "fast", "-F", "plain", "-d"])
-                .arg(replication_url(cluster)?)
-                .arg("-D")
-                .arg(&target);
-            crate::process::run_limited("pg_basebackup", cmd, 7200)?;
-        }
+        0 => basebackup_into(cluster, basebackup, &target)?,
         1 => {
             cluster.herd_limited(&["backup", "--type", "full"], 7200)?;
         }
         2 => {
             cluster.herd_limited(&["backup", "--type", "full", "--from-primary"], 7200)?;
+        }
+        4 => {
+            let mut cmd = std::process::Command::new("cp");
+            cmd.arg("-a")
+                .arg(cluster.dir().join(BASE_COPY))
+                .arg(&target);
+            crate::process::run_limited("cp -a (a pg_basebackup)", cmd, 7200)?;
         }
         _ => {
             let mut cmd = std::process::Command::new(cluster.herd_exe());
@@ -301,7 +340,8 @@ fn results(opts: &BenchOptions, rounds: u32, duration: Duration, r: BackupResult
         machine: Machine::detect(),
         settings: Settings {
             command: "pg_basebackup -X stream -c fast; herd backup --type full [--from-primary]; \
-                      herd restore --to latest; pgbench -n -c 4 -j 2 (TPC-B) on the primary"
+                      herd restore --to latest; cp -a of a pg_basebackup; pgbench -n -c 4 -j 2 \
+                      (TPC-B) on the primary"
                 .into(),
             rounds,
             duration_s: duration.as_secs(),
@@ -311,13 +351,16 @@ fn results(opts: &BenchOptions, rounds: u32, duration: Duration, r: BackupResult
             versions: Default::default(),
         },
         notes: vec![
-            "One 2-vCPU machine shared by the primary, the standby, pgBackRest, pg_basebackup \
-             and pgbench: figures are noisy, medians of the rounds; copies write to the same \
-             disk they read."
+            "2-core noisy machine: one machine shared by the primary, the standby, pgBackRest, \
+             pg_basebackup and pgbench: figures are noisy, medians of the rounds; copies write \
+             to the same disk they read."
                 .into(),
             "MB/s is the cluster's size (every database) over the copy's time; pgBackRest \
-             compresses (gz, its default), pg_basebackup's plain copy does not; the restore \
-             includes replaying the archived WAL to its end."
+             compresses (lz4, process-max=2, as Herd configures it), pg_basebackup's plain copy \
+             does not; the restore includes replaying the archived WAL to its end and starting \
+             the restored cluster's servers, the copy of a pg_basebackup is the file copy only. \
+             'vs baseline' is the median time over pg_basebackup's (backups) or the copy's \
+             (restore)."
                 .into(),
             "The primary's rate during backups: backups run one after the other for the whole \
              pgbench run; `backups` counts those that completed within it."

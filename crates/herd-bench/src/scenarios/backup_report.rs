@@ -17,7 +17,8 @@ pub fn table(r: &Results) -> String {
     };
     let mut md = format!(
         "Cluster: pgbench scale {}, {:.0} MB (every database).\n\n\
-         | copy | median s | MB/s | each round, s |\n|---|---|---|---|\n",
+         | copy | median s | MB/s | time vs baseline | each round, s |\n\
+         |---|---|---|---|---|\n",
         b.scale,
         b.cluster_bytes as f64 / 1e6
     );
@@ -25,13 +26,18 @@ pub fn table(r: &Results) -> String {
         let each: Vec<String> = c.seconds.iter().map(|s| format!("{s:.1}")).collect();
         let _ = writeln!(
             md,
-            "| {} | {:.1} | {:.1} | {} |",
+            "| {} | {:.1} | {:.1} | {:.2} | {} |",
             c.copy,
             c.median_s,
             c.mb_per_s,
+            c.vs_baseline,
             each.join(", ")
         );
     }
+    md.push_str(
+        "\nBaselines: pg_basebackup for the backups, the copy of a pg_basebackup for the \
+         restore.\n",
+    );
     md.push_str(
         "\n| primary's pgbench TPC-B | median tps | vs no backup | backups completed |\n\
          |---|---|---|---|\n",
@@ -64,7 +70,7 @@ pub fn chart(r: &Results, path: &Path) -> Result<(), BenchError> {
         )],
         reference: None,
         legend: SeriesLabelPosition::UpperRight,
-        width: 900,
+        width: 1000,
     };
     grouped(&bars, path)
 }
