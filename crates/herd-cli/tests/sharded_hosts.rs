@@ -12,8 +12,11 @@
 //! agents' coordinator resolves what the killed proxy left), and no probe instant sees two
 //! writable nodes in one group (each node probed from inside its host). Last, a table is
 //! distributed through one proxy while writes run through both: the other proxy's rows land by
-//! the new map. Needs root (`ip netns`), as CI has. Not covered yet: the coordinator killed
-//! during a shard move.
+//! the new map. Then a shard move under the same writes, the agent holding the coordinator
+//! lease (which runs it) killed with -9 as soon as it takes it: another agent resumes the
+//! move and the command that asked it follows it to its end. Needs root (`ip netns`), as CI
+//! has. The proxies listen on the database network's bridge (the hosts reach them: the
+//! move's subscription and its coordinator go through one).
 
 mod common;
 
@@ -262,6 +265,119 @@ async fn sessions(s: &Sharded) -> String {
     out
 }
 
+/// Step 5: a shard of group 0 moved to group 1 by the coordinator, whose agent is killed
+/// during the move (made a replica's agent first, so that its death fails nothing over: the
+/// host faults above cover that), then started again.
+async fn move_with_the_coordinator_killed(s: &mut Sharded) {
+    let store =
+        |args: &[&str]| common::hosts::herd_with_store(&etcd_url(&s.etcd), &s.cluster, args);
+    let status: serde_json::Value =
+        serde_json::from_str(&store(&["status", "--json"])).expect("status json");
+    let name = status["coordinator"]
+        .as_str()
+        .expect("a coordinator")
+        .to_string();
+    let holder = (0..HOSTS * GROUPS)
+        .find(|&k| Sharded::name(k) == name)
+        .expect("the holder is an agent");
+    if s.role(holder).as_deref() == Some("primary") {
+        let peer = members(group_of(holder))
+            .into_iter()
+            .find(|&k| k != holder && s.role(k).as_deref() == Some("replica"))
+            .expect("a replica to switch over to");
+        let out = store(&["switchover", "--to", &Sharded::name(peer)]);
+        assert!(out.contains("done"), "{out}");
+        s.wait_role(holder, "replica", Duration::from_secs(120));
+    }
+    let client = common::connect(&s.proxy_url(0)).await;
+    let shard: i32 = client
+        .query_one(
+            "select shard from herd.shards where shard_group = 0 and moving_to is null \
+             order by shard limit 1",
+            &[],
+        )
+        .await
+        .expect("a shard on group 0")
+        .get(0);
+    let out_path = s.dir.path().join("move.out");
+    let mut mover = std::process::Command::new(common::hosts::HERD)
+        .args(["shards", "move", &shard.to_string(), "--to", "1"])
+        .arg("--data-dir")
+        .arg(s.agent_dir(0))
+        .args(["--endpoint", &s.proxy_addr(0), "--wait-timeout", "180"])
+        .args(["--dcs", &etcd_url(&s.etcd), "--cluster", &s.cluster])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::fs::File::create(&out_path).expect("out"))
+        .stderr(std::fs::File::create(s.dir.path().join("move.err")).expect("err"))
+        .spawn()
+        .expect("herd shards move");
+    let dir = s.dir.path().to_path_buf();
+    let log_of = |k: usize| {
+        std::fs::read_to_string(dir.join(format!("{}.log", Sharded::name(k)))).unwrap_or_default()
+    };
+    let moving = format!("shard {shard} of postgres: moving");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let runner = loop {
+        if let Some(k) = (0..HOSTS * GROUPS).find(|&k| log_of(k).contains(&moving)) {
+            break k;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no agent took the move; logs:\n{}",
+            s.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(runner, holder, "the lease holder runs the move");
+    s.kill_agent(holder);
+    let deadline = Instant::now() + Duration::from_secs(300);
+    let status = loop {
+        if let Some(st) = mover.try_wait().expect("wait") {
+            break st;
+        }
+        if Instant::now() > deadline {
+            let _ = mover.kill();
+            panic!("herd shards move did not end in 300 s; logs:\n{}", s.logs());
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let text = std::fs::read_to_string(&out_path).unwrap_or_default();
+    let err = std::fs::read_to_string(s.dir.path().join("move.err")).unwrap_or_default();
+    assert!(
+        status.success() && text.contains(&format!("shard {shard} moved from group 0 to group 1")),
+        "the move ends though its coordinator died: {status}\n{text}\n{err}\nlogs:\n{}",
+        s.logs()
+    );
+    let resumed = format!("shard {shard} of postgres: resuming the move");
+    let finisher = (0..HOSTS * GROUPS).find(|&k| k != holder && log_of(k).contains(&resumed));
+    eprintln!(
+        "shard {shard} moved with the coordinator {} killed: {}",
+        Sharded::name(holder),
+        finisher.map_or(
+            "finished by the first holder before it died?".to_string(),
+            |k| { format!("resumed by {}", Sharded::name(k)) }
+        )
+    );
+    assert!(
+        finisher.is_some(),
+        "another agent resumed the move:\n{text}"
+    );
+    let row = client
+        .query_one(
+            "select shard_group, moving_to from herd.shards where shard = $1",
+            &[&shard],
+        )
+        .await
+        .expect("herd.shards");
+    assert_eq!(
+        (row.get::<_, i32>(0), row.get::<_, Option<i32>>(1)),
+        (1, None),
+        "the shard is on group 1, no move under way"
+    );
+    s.start_agent(holder);
+    s.wait_role(holder, "replica", Duration::from_secs(120));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sharded_cluster_over_hosts_survives_host_loss_cuts_and_proxy_kills() {
     let lab = match Lab::build(HOSTS) {
@@ -487,6 +603,12 @@ async fn sharded_cluster_over_hosts_survives_host_loss_cuts_and_proxy_kills() {
         );
     }
     wait_progress(&s, &record, "after the map change").await;
+
+    // 5. A shard move while writes run: the agent holding the coordinator lease, which runs
+    //    the move, is killed (-9) as soon as it takes it; another agent resumes it and the
+    //    command that asked follows it to its end.
+    move_with_the_coordinator_killed(&mut s).await;
+    wait_progress(&s, &record, "after the shard move").await;
 
     stop.store(true, Ordering::SeqCst);
     for t in threads {

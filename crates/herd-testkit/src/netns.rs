@@ -154,6 +154,13 @@ impl Lab {
         format!("10.{}.{net}.{}", self.subnet, i + 1)
     }
 
+    /// This process's address on a network (the bridge's side in the namespace that built the
+    /// lab): what the hosts reach a service started here at.
+    pub fn outside_ip(&self, link: Link) -> String {
+        let net = if link == Link::Store { 1 } else { 2 };
+        format!("10.{}.{net}.254", self.subnet)
+    }
+
     /// A command that runs `program` inside host `i`.
     pub fn command(&self, i: usize, program: &std::path::Path) -> Command {
         let mut cmd = Command::new("ip");

@@ -73,11 +73,21 @@ impl Sharded {
             .to_string()
     }
 
+    /// Where proxy `p` listens: on the database network's bridge, so that the hosts reach it
+    /// too (a shard move's subscription and the coordinator that runs the move go through it).
+    pub fn proxy_addr(&self, p: usize) -> String {
+        format!(
+            "{}:{}",
+            self.lab.outside_ip(Link::Database),
+            self.proxy_port(p)
+        )
+    }
+
     pub fn proxy_url(&self, p: usize) -> String {
         format!(
-            "postgresql://postgres:{}@127.0.0.1:{}/postgres?connect_timeout=2",
+            "postgresql://postgres:{}@{}/postgres?connect_timeout=2",
             self.password(),
-            self.proxy_port(p)
+            self.proxy_addr(p)
         )
     }
 
@@ -97,8 +107,15 @@ impl Sharded {
             .append(true)
             .open(self.dir.path().join(format!("{}.log", Self::name(k))))
             .expect("agent log");
+        // Logical WAL: a shard move copies its rows with a logical copy.
+        let config = self.dir.path().join("agent.toml");
+        if !config.exists() {
+            std::fs::write(&config, "[postgres]\nwal_level = \"logical\"\n").expect("agent.toml");
+        }
         let mut cmd = self.lab.command(host_of(k), std::path::Path::new(HERD));
         cmd.args(["agent", "--pg-listen", "0.0.0.0"])
+            .arg("--config")
+            .arg(&config)
             .args(["--pg-advertise", &self.pg_host(k)])
             .args(["--dcs", &etcd_url(&self.etcd), "--cluster", &self.cluster])
             .args(["--name", &Self::name(k)])
@@ -131,7 +148,7 @@ impl Sharded {
                 "--cluster",
                 &self.cluster,
             ])
-            .args(["--listen", &format!("127.0.0.1:{}", self.proxy_port(p))])
+            .args(["--listen", &self.proxy_addr(p)])
             .arg("--data-dir")
             .arg(self.dir.path().join("proxy"))
             .env(
@@ -194,6 +211,14 @@ impl Sharded {
                 self.logs()
             );
             std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// Kills agent `k`'s process with -9 (its server and watchdog left to themselves).
+    pub fn kill_agent(&mut self, k: usize) {
+        if let Some(mut a) = self.agents[k].take() {
+            let _ = kill(Pid::from_raw(a.id() as i32), Signal::SIGKILL);
+            let _ = a.wait();
         }
     }
 
