@@ -149,9 +149,18 @@ impl Registry {
                     _ = tokio::time::sleep(RENEW) => {}
                     _ = renewals.changed() => return,
                 }
-                if let Err(e) = r.renew().await {
-                    tracing::warn!("cannot renew this proxy's registration in the store: {e}");
-                }
+                // Each renewal on its own: one call stuck on an etcd member that just died
+                // (it answers only at the store's timeout) must not hold back the next, which
+                // may reach a live member, or the registration goes stale and the proxy stops
+                // routing by its maps (seen in `herd bench failover --hosts 3 --shards 2`).
+                let r = r.clone();
+                tokio::spawn(async move {
+                    if let Err(e) = r.renew().await {
+                        tracing::warn!(
+                            "cannot renew this proxy's registration in the store: {e}"
+                        );
+                    }
+                });
             }
         });
         let r = registry.clone();
@@ -261,7 +270,8 @@ impl Registry {
             .map_err(|e| e.to_string())?
             .map_err(|e| e.to_string())?;
         // The send time, not the answer's: the key may expire TTL after the call began.
-        self.renewed_ms.store(sent.max(1), Ordering::Relaxed);
+        // Renewals overlap: a late answer to an older one must not move the time back.
+        self.renewed_ms.fetch_max(sent.max(1), Ordering::Relaxed);
         Ok(())
     }
 
@@ -459,7 +469,9 @@ impl MapGate for Gate {
         }
         if let Some(server) = r.server.get() {
             let polled = r.polled_ms.load(Ordering::Relaxed);
-            if polled == 0 || now.saturating_sub(polled) > (TTL / 2).as_millis() as u64 {
+            // Within a registration's life: an admission waits ACK_WAIT (longer) for every
+            // proxy to serve its group, so one that read nothing for that long refuses first.
+            if polled == 0 || now.saturating_sub(polled) > TTL.as_millis() as u64 {
                 return Err(format!(
                     "this herd proxy has not read the store's shard groups for {:.1} s: it does \
                      not route by the shard map until it does",

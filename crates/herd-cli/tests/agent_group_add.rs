@@ -80,14 +80,7 @@ async fn a_group_is_added_across_hosts_when_its_agents_join() {
     let g1 = g.wait_primary_of(&[2, 3], Duration::from_secs(90));
     g.start_proxy();
     let proxy = g.connect_proxy().await;
-    proxy
-        .batch_execute("create table items (id bigint primary key, v text)")
-        .await
-        .expect("create through the proxy");
-    proxy
-        .simple_query("select herd.create_distributed_table('items', 'id')")
-        .await
-        .expect("distribute");
+    common::shards::distributed_table(&proxy, "items", "v text").await;
     write_rows(&proxy, 0, 200).await;
     proxy
         .batch_execute("create table kinds (id int primary key, name text)")

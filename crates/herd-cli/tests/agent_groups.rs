@@ -94,14 +94,7 @@ async fn two_shard_groups_over_agents_fail_over_apart() {
 
     g.start_proxy();
     let proxy = g.connect_proxy().await;
-    proxy
-        .batch_execute("create table items (id bigint primary key, v text)")
-        .await
-        .expect("create through the proxy");
-    proxy
-        .simple_query("select herd.create_distributed_table('items', 'id')")
-        .await
-        .expect("distribute");
+    common::shards::distributed_table(&proxy, "items", "v text").await;
     // Two-phase DDL left in doubt on group 1 (as a proxy that died between the phases leaves
     // it): one whose decision row group 0 holds (to be committed), one without (rolled back).
     // The agents' coordinator resolves them once they are old enough (checked at the end).
@@ -360,15 +353,7 @@ async fn two_shard_groups_over_agents_fail_over_apart() {
 
     // An online shard move across hosts, through the proxy: a shard of group 0 goes to group
     // 1 (a logical copy, the switch, the source's rows deleted); every row stays readable once.
-    let shard: i32 = proxy
-        .query_one(
-            "select shard from herd.shards where shard_group = 0 and moving_to is null \
-             order by shard limit 1",
-            &[],
-        )
-        .await
-        .expect("a shard on group 0")
-        .get(0);
+    let shard = common::shards::first_shard_of(&proxy, 0).await;
     let before: i64 = proxy
         .query_one("select count(*) from items", &[])
         .await
@@ -393,15 +378,8 @@ async fn two_shard_groups_over_agents_fail_over_apart() {
         out.contains(&format!("shard {shard} moved from group 0 to group 1")),
         "{out}"
     );
-    let row = proxy
-        .query_one(
-            "select shard_group, moving_to from herd.shards where shard = $1",
-            &[&shard],
-        )
-        .await
-        .expect("herd.shards");
     assert_eq!(
-        (row.get::<_, i32>(0), row.get::<_, Option<i32>>(1)),
+        common::shards::placement(&proxy, shard).await,
         (1, None),
         "the shard is on group 1, no move under way"
     );

@@ -77,14 +77,7 @@ async fn fdw_and_shard_moves_verify_the_servers_and_the_endpoint() {
         key.to_str().expect("utf-8 path"),
     ]);
     let proxy = g.connect_proxy().await;
-    proxy
-        .batch_execute("create table items (id bigint primary key, v int)")
-        .await
-        .expect("create through the proxy");
-    proxy
-        .simple_query("select herd.create_distributed_table('items', 'id')")
-        .await
-        .expect("distribute");
+    common::shards::distributed_table(&proxy, "items", "v int").await;
     proxy
         .batch_execute("insert into items select i, i % 7 from generate_series(1, 200) i")
         .await
@@ -145,15 +138,7 @@ async fn fdw_and_shard_moves_verify_the_servers_and_the_endpoint() {
     assert!(fdw.0 > 0 && fdw.0 == fdw.1, "{fdw:?}\n{}", g.logs());
 
     // A shard move: the destination's subscription reaches the proxy with verify-full.
-    let shard: i32 = proxy
-        .query_one(
-            "select shard from herd.shards where shard_group = 0 and moving_to is null \
-             order by shard limit 1",
-            &[],
-        )
-        .await
-        .expect("a shard on group 0")
-        .get(0);
+    let shard = common::shards::first_shard_of(&proxy, 0).await;
     let endpoint = format!("127.0.0.1:{}", g.proxy_port());
     let (ok, out) = herd(&[
         "shards",

@@ -56,14 +56,7 @@ async fn a_move_goes_on_when_the_coordinator_dies() {
     );
     g.start_proxy();
     let proxy = g.connect_proxy().await;
-    proxy
-        .batch_execute("create table items (id bigint primary key, v text)")
-        .await
-        .expect("create through the proxy");
-    proxy
-        .simple_query("select herd.create_distributed_table('items', 'id')")
-        .await
-        .expect("distribute");
+    common::shards::distributed_table(&proxy, "items", "v text").await;
     proxy
         .batch_execute("insert into items select i, 'x' from generate_series(1, 3000) as s(i)")
         .await
@@ -86,15 +79,7 @@ async fn a_move_goes_on_when_the_coordinator_dies() {
         g.wait_primary_of(&[2, 3], Duration::from_secs(30)),
     );
 
-    let shard: i32 = proxy
-        .query_one(
-            "select shard from herd.shards where shard_group = 0 and moving_to is null \
-             order by shard limit 1",
-            &[],
-        )
-        .await
-        .expect("a shard on group 0")
-        .get(0);
+    let shard = common::shards::first_shard_of(&proxy, 0).await;
     // The copy's rows cannot land on group 1 while this transaction holds its lock.
     let blocker = common::connect(&g.url(g.pg_port(target))).await;
     blocker
@@ -167,15 +152,8 @@ async fn a_move_goes_on_when_the_coordinator_dies() {
         g.logs()
     );
 
-    let row = proxy
-        .query_one(
-            "select shard_group, moving_to from herd.shards where shard = $1",
-            &[&shard],
-        )
-        .await
-        .expect("herd.shards");
     assert_eq!(
-        (row.get::<_, i32>(0), row.get::<_, Option<i32>>(1)),
+        common::shards::placement(&proxy, shard).await,
         (1, None),
         "the shard is on group 1, no move under way"
     );

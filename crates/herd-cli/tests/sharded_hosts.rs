@@ -290,15 +290,7 @@ async fn move_with_the_coordinator_killed(s: &mut Sharded) {
         s.wait_role(holder, "replica", Duration::from_secs(120));
     }
     let client = common::connect(&s.proxy_url(0)).await;
-    let shard: i32 = client
-        .query_one(
-            "select shard from herd.shards where shard_group = 0 and moving_to is null \
-             order by shard limit 1",
-            &[],
-        )
-        .await
-        .expect("a shard on group 0")
-        .get(0);
+    let shard = common::shards::first_shard_of(&client, 0).await;
     let out_path = s.dir.path().join("move.out");
     let mut mover = std::process::Command::new(common::hosts::HERD)
         .args(["shards", "move", &shard.to_string(), "--to", "1"])
@@ -362,15 +354,8 @@ async fn move_with_the_coordinator_killed(s: &mut Sharded) {
         finisher.is_some(),
         "another agent resumed the move:\n{text}"
     );
-    let row = client
-        .query_one(
-            "select shard_group, moving_to from herd.shards where shard = $1",
-            &[&shard],
-        )
-        .await
-        .expect("herd.shards");
     assert_eq!(
-        (row.get::<_, i32>(0), row.get::<_, Option<i32>>(1)),
+        common::shards::placement(&client, shard).await,
         (1, None),
         "the shard is on group 1, no move under way"
     );

@@ -10,6 +10,7 @@ pub mod hosts;
 pub mod process;
 pub mod raw;
 pub mod sharded_hosts;
+pub mod shards;
 pub mod webdriver;
 
 use std::time::Duration;
