@@ -35,7 +35,15 @@ const RTO_TARGET_S: f64 = 3.0;
 pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError> {
     match opts.hosts {
         None => {}
-        Some(3) => return super::failover_hosts::run(opts, bar),
+        Some(3) => {
+            return match opts.shards {
+                None | Some(1) => super::failover_hosts::run(opts, bar),
+                Some(2) => super::failover_shards::run(opts, bar),
+                Some(n) => Err(BenchError::Missing(format!(
+                    "herd bench failover --hosts 3 --shards {n}: only --shards 2 is supported"
+                ))),
+            }
+        }
         Some(n) => {
             return Err(BenchError::Missing(format!(
                 "herd bench failover --hosts {n}: only --hosts 3 is supported (three hosts as \
@@ -224,6 +232,7 @@ fn measure(
         acked_by_killed_primary: by_killed,
         writable_window_s: Vec::new(),
         two_writable: 0,
+        other_group: Vec::new(),
         acked: acked_total,
         lost: lost_total,
         failed_writes: failed_total,
@@ -322,6 +331,9 @@ pub(crate) struct Ack {
     pub(crate) port: u16,
 }
 
+/// The statement writing one id.
+pub(crate) type Statement = Box<dyn Fn(i64) -> String + Send>;
+
 /// A thread inserting ids `start..` through one connection, reconnecting on error.
 pub(crate) struct Writer {
     stop: Arc<AtomicBool>,
@@ -332,12 +344,27 @@ pub(crate) struct Writer {
 
 impl Writer {
     pub(crate) fn start(url: &str, start: i64) -> Writer {
+        Writer::start_with(
+            url,
+            start,
+            Box::new(|id| {
+                format!(
+                    "insert into {TABLE} (id) values ({id}) returning current_setting('port')::int"
+                )
+            }),
+        )
+    }
+
+    /// As [`Writer::start`], each write the statement `statement(id)` (its row, if any, names
+    /// the port of the server that committed it).
+    pub(crate) fn start_with(url: &str, start: i64, statement: Statement) -> Writer {
         let stop = Arc::new(AtomicBool::new(false));
         let acks = Arc::new(Mutex::new(Vec::new()));
         let failed = Arc::new(AtomicU64::new(0));
         let (s, a, f, url) = (stop.clone(), acks.clone(), failed.clone(), url.to_string());
-        let thread =
-            std::thread::spawn(move || block_on(write_loop(url, start, s, a, f)).unwrap_or(start));
+        let thread = std::thread::spawn(move || {
+            block_on(write_loop(url, start, statement, s, a, f)).unwrap_or(start)
+        });
         Writer {
             stop,
             acks,
@@ -389,6 +416,7 @@ impl Writer {
 async fn write_loop(
     url: String,
     mut id: i64,
+    statement: Statement,
     stop: Arc<AtomicBool>,
     acks: Arc<Mutex<Vec<Ack>>>,
     failed: Arc<AtomicU64>,
@@ -407,9 +435,7 @@ async fn write_loop(
             }
             continue;
         };
-        let statement = format!(
-            "insert into {TABLE} (id) values ({id}) returning current_setting('port')::int"
-        );
+        let statement = statement(id);
         id += 1;
         let sent = Instant::now();
         match tokio::time::timeout(Duration::from_secs(10), c.simple_query(&statement)).await {
