@@ -339,6 +339,8 @@ pub(crate) struct Writer {
     stop: Arc<AtomicBool>,
     acks: Arc<Mutex<Vec<Ack>>>,
     failed: Arc<AtomicU64>,
+    /// What failed writes were told, and how often (for the report's notes).
+    errors: Arc<Mutex<BTreeMap<String, u64>>>,
     thread: JoinHandle<i64>,
 }
 
@@ -361,16 +363,27 @@ impl Writer {
         let stop = Arc::new(AtomicBool::new(false));
         let acks = Arc::new(Mutex::new(Vec::new()));
         let failed = Arc::new(AtomicU64::new(0));
+        let errors = Arc::new(Mutex::new(BTreeMap::new()));
         let (s, a, f, url) = (stop.clone(), acks.clone(), failed.clone(), url.to_string());
+        let e = errors.clone();
         let thread = std::thread::spawn(move || {
-            block_on(write_loop(url, start, statement, s, a, f)).unwrap_or(start)
+            block_on(write_loop(url, start, statement, s, a, f, e)).unwrap_or(start)
         });
         Writer {
             stop,
             acks,
             failed,
+            errors,
             thread,
         }
+    }
+
+    /// What the failed writes so far were told, with how often.
+    pub(crate) fn errors(&self) -> BTreeMap<String, u64> {
+        self.errors
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// The first ack matching `pred`, once at least `min` has passed; `None` after `limit`.
@@ -420,6 +433,7 @@ async fn write_loop(
     stop: Arc<AtomicBool>,
     acks: Arc<Mutex<Vec<Ack>>>,
     failed: Arc<AtomicU64>,
+    errors: Arc<Mutex<BTreeMap<String, u64>>>,
 ) -> i64 {
     let mut client: Option<tokio_postgres::Client> = None;
     let pause = || tokio::time::sleep(Duration::from_millis(20));
@@ -438,7 +452,8 @@ async fn write_loop(
         let statement = statement(id);
         id += 1;
         let sent = Instant::now();
-        match tokio::time::timeout(Duration::from_secs(10), c.simple_query(&statement)).await {
+        let outcome = tokio::time::timeout(Duration::from_secs(10), c.simple_query(&statement));
+        match outcome.await {
             Ok(Ok(messages)) => {
                 let port = messages
                     .iter()
@@ -456,7 +471,19 @@ async fn write_loop(
                     port,
                 });
             }
-            _ => {
+            other => {
+                let told = match other {
+                    Ok(Err(e)) => e.as_db_error().map_or_else(
+                        || e.to_string(),
+                        |d| format!("{}: {}", d.code().code(), d.message()),
+                    ),
+                    _ => "no answer within 10 s".to_string(),
+                };
+                *errors
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .entry(told)
+                    .or_default() += 1;
                 failed.fetch_add(1, Ordering::SeqCst);
                 client = None;
                 pause().await;
