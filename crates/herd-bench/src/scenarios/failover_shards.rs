@@ -139,10 +139,10 @@ struct Round {
 fn told_notes(rounds: &[Round]) -> Vec<String> {
     (0..GROUPS)
         .filter_map(|g| {
-            let mut all: BTreeMap<&str, u64> = BTreeMap::new();
+            let mut all: BTreeMap<String, u64> = BTreeMap::new();
             for r in rounds {
                 for (told, n) in r.told.get(g).into_iter().flatten() {
-                    *all.entry(told.as_str()).or_default() += n;
+                    *all.entry(shape(told)).or_default() += n;
                 }
             }
             let list: Vec<String> = all.iter().map(|(t, n)| format!("{n}× \"{t}\"")).collect();
@@ -154,6 +154,33 @@ fn told_notes(rounds: &[Round]) -> Vec<String> {
             })
         })
         .collect()
+}
+
+/// `told` with every number (a duration, a port, an address) as `N`, so that messages that
+/// differ only there are counted together; codes such as `57P03` stay.
+fn shape(told: &str) -> String {
+    let chars: Vec<char> = told.chars().collect();
+    let mut out = String::with_capacity(told.len());
+    let mut i = 0;
+    while i < chars.len() {
+        let starts = chars[i].is_ascii_digit() && (i == 0 || !chars[i - 1].is_alphanumeric());
+        if !starts {
+            out.push(chars[i]);
+            i += 1;
+            continue;
+        }
+        let mut end = i;
+        while end < chars.len() && (chars[end].is_ascii_digit() || chars[end] == '.') {
+            end += 1;
+        }
+        if chars.get(end).is_some_and(|c| c.is_alphabetic()) {
+            out.extend(&chars[i..end]);
+        } else {
+            out.push('N');
+        }
+        i = end;
+    }
+    out
 }
 
 fn measure_all(
@@ -451,13 +478,15 @@ mod tests {
         let mut b = round(10.0, 0.9, 0.5, 0);
         a.told[1].insert("no answer within 10 s".into(), 2);
         b.told[1].insert("no answer within 10 s".into(), 1);
-        b.told[1].insert("57P03: not routing".into(), 4);
+        b.told[1].insert("57P03: not routing for 2.5 s".into(), 3);
+        b.told[1].insert("57P03: not routing for 12.75 s (10.1.2.3:5432)".into(), 1);
         let notes = told_notes(&[a, b]);
         assert_eq!(
             notes,
             [
-                "Group 1's failed writes (over every round) were told: 4× \"57P03: not routing\"; \
-              3× \"no answer within 10 s\"."
+                "Group 1's failed writes (over every round) were told: 3× \"57P03: not routing \
+                 for N s\"; 1× \"57P03: not routing for N s (N:N)\"; 3× \"no answer within N \
+                 s\"."
             ]
         );
     }
