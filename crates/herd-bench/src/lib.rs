@@ -56,6 +56,9 @@ pub struct BenchOptions {
     pub hosts: Option<u32>,
     /// `failover --hosts` only: the agents' lease TTL in milliseconds (their default otherwise).
     pub ttl_ms: Option<u64>,
+    /// `failover --hosts` only: shard groups of the cluster (each with a member on every host);
+    /// 2 measures one group's failover and the other group's writes meanwhile.
+    pub shards: Option<u32>,
     /// `proxy` only: every mode with the load generator apart (pgbench on cores of its own, the
     /// servers and the proxies on the others), as if pgbench ran on another machine.
     pub generator_apart: bool,

@@ -36,6 +36,10 @@ pub struct BenchArgs {
     /// failover --hosts only: the agents' leader lease TTL (default: the agents' 10 000).
     #[arg(long, value_name = "MS", requires = "hosts")]
     pub ttl_ms: Option<u64>,
+    /// failover --hosts only: shard groups, each with a member on every host (only 2): the
+    /// host of group 1's primary is killed; group 1's RTO and group 0's writes meanwhile.
+    #[arg(long, value_name = "N", requires = "hosts")]
+    pub shards: Option<u32>,
     /// proxy only: run every mode with the load generator apart — pgbench pinned to half of the
     /// cores, the servers and the proxies to the other half — as if pgbench ran on another
     /// machine (by default pgbench shares the cores, and two shapes run apart at the end).
@@ -63,6 +67,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         scale: args.scale,
         hosts: args.hosts,
         ttl_ms: args.ttl_ms,
+        shards: args.shards,
         generator_apart: args.generator_apart,
         herd_exe: std::env::current_exe().context("locating the herd binary")?,
         scratches: scratches.clone(),

@@ -31,8 +31,8 @@ mod results;
 
 pub use machine::{now_utc, utc, Machine};
 pub use results::{
-    FailoverResult, LagResult, ModeResult, Percentiles, ProcessCost, ReadScaling, Results,
-    Settings, TargetResult,
+    FailoverResult, LagResult, ModeResult, OtherGroup, Percentiles, ProcessCost, ReadScaling,
+    Results, Settings, TargetResult,
 };
 
 /// How targets are named in tables and charts.
@@ -50,6 +50,10 @@ pub fn label(target: &str) -> &str {
 /// The Markdown report: a heading, the machine, how it ran, the table and the notes.
 pub fn markdown(r: &Results) -> String {
     let command = &r.settings.command;
+    if r.scenario == "failover-shards" {
+        let body = crate::scenarios::failover_shards::body(r);
+        return document(r, &format!("Command: `{command}`."), &body);
+    }
     if !r.failover.is_empty() {
         return document(r, &format!("Command: `{command}`."), &failover_body(r));
     }
@@ -446,6 +450,7 @@ mod tests {
                 acked_by_killed_primary: vec![0, 2],
                 writable_window_s: Vec::new(),
                 two_writable: 0,
+                other_group: Vec::new(),
                 acked: 100,
                 lost: 0,
                 failed_writes: 3,

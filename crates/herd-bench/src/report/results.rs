@@ -202,10 +202,29 @@ pub struct FailoverResult {
     /// `--hosts`: probe instants at which two nodes accepted writes.
     #[serde(default)]
     pub two_writable: u64,
+    /// `--hosts 3 --shards 2`: per iteration, the other group's writes while the killed
+    /// host's group was without a primary.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub other_group: Vec<OtherGroup>,
     /// What this mode must reach, e.g. "RTO p50 ≤ 3 s, 0 lost".
     pub target: String,
     /// Whether `target` was reached.
     pub target_met: bool,
+}
+
+/// The writes of the group that kept its primary while another group failed over.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct OtherGroup {
+    /// Its acknowledged writes per second before the fault.
+    pub before_wps: f64,
+    /// Its acknowledged writes per second from the fault to the failed group's first
+    /// acknowledged write.
+    pub during_wps: f64,
+    /// `during_wps / before_wps`.
+    pub ratio: f64,
+    /// The longest time between two of its acknowledgements in that window (or from the
+    /// fault to the first), seconds.
+    pub longest_pause_s: f64,
 }
 
 /// Target name → figures, for one mode.

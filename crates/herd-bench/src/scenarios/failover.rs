@@ -35,7 +35,15 @@ const RTO_TARGET_S: f64 = 3.0;
 pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError> {
     match opts.hosts {
         None => {}
-        Some(3) => return super::failover_hosts::run(opts, bar),
+        Some(3) => {
+            return match opts.shards {
+                None | Some(1) => super::failover_hosts::run(opts, bar),
+                Some(2) => super::failover_shards::run(opts, bar),
+                Some(n) => Err(BenchError::Missing(format!(
+                    "herd bench failover --hosts 3 --shards {n}: only --shards 2 is supported"
+                ))),
+            }
+        }
         Some(n) => {
             return Err(BenchError::Missing(format!(
                 "herd bench failover --hosts {n}: only --hosts 3 is supported (three hosts as \
@@ -224,6 +232,7 @@ fn measure(
         acked_by_killed_primary: by_killed,
         writable_window_s: Vec::new(),
         two_writable: 0,
+        other_group: Vec::new(),
         acked: acked_total,
         lost: lost_total,
         failed_writes: failed_total,
@@ -322,28 +331,59 @@ pub(crate) struct Ack {
     pub(crate) port: u16,
 }
 
+/// The statement writing one id.
+pub(crate) type Statement = Box<dyn Fn(i64) -> String + Send>;
+
 /// A thread inserting ids `start..` through one connection, reconnecting on error.
 pub(crate) struct Writer {
     stop: Arc<AtomicBool>,
     acks: Arc<Mutex<Vec<Ack>>>,
     failed: Arc<AtomicU64>,
+    /// What failed writes were told, and how often (for the report's notes).
+    errors: Arc<Mutex<BTreeMap<String, u64>>>,
     thread: JoinHandle<i64>,
 }
 
 impl Writer {
     pub(crate) fn start(url: &str, start: i64) -> Writer {
+        Writer::start_with(
+            url,
+            start,
+            Box::new(|id| {
+                format!(
+                    "insert into {TABLE} (id) values ({id}) returning current_setting('port')::int"
+                )
+            }),
+        )
+    }
+
+    /// As [`Writer::start`], each write the statement `statement(id)` (its row, if any, names
+    /// the port of the server that committed it).
+    pub(crate) fn start_with(url: &str, start: i64, statement: Statement) -> Writer {
         let stop = Arc::new(AtomicBool::new(false));
         let acks = Arc::new(Mutex::new(Vec::new()));
         let failed = Arc::new(AtomicU64::new(0));
+        let errors = Arc::new(Mutex::new(BTreeMap::new()));
         let (s, a, f, url) = (stop.clone(), acks.clone(), failed.clone(), url.to_string());
-        let thread =
-            std::thread::spawn(move || block_on(write_loop(url, start, s, a, f)).unwrap_or(start));
+        let e = errors.clone();
+        let thread = std::thread::spawn(move || {
+            block_on(write_loop(url, start, statement, s, a, f, e)).unwrap_or(start)
+        });
         Writer {
             stop,
             acks,
             failed,
+            errors,
             thread,
         }
+    }
+
+    /// What the failed writes so far were told, with how often.
+    pub(crate) fn errors(&self) -> BTreeMap<String, u64> {
+        self.errors
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// The first ack matching `pred`, once at least `min` has passed; `None` after `limit`.
@@ -389,9 +429,11 @@ impl Writer {
 async fn write_loop(
     url: String,
     mut id: i64,
+    statement: Statement,
     stop: Arc<AtomicBool>,
     acks: Arc<Mutex<Vec<Ack>>>,
     failed: Arc<AtomicU64>,
+    errors: Arc<Mutex<BTreeMap<String, u64>>>,
 ) -> i64 {
     let mut client: Option<tokio_postgres::Client> = None;
     let pause = || tokio::time::sleep(Duration::from_millis(20));
@@ -407,12 +449,11 @@ async fn write_loop(
             }
             continue;
         };
-        let statement = format!(
-            "insert into {TABLE} (id) values ({id}) returning current_setting('port')::int"
-        );
+        let statement = statement(id);
         id += 1;
         let sent = Instant::now();
-        match tokio::time::timeout(Duration::from_secs(10), c.simple_query(&statement)).await {
+        let outcome = tokio::time::timeout(Duration::from_secs(10), c.simple_query(&statement));
+        match outcome.await {
             Ok(Ok(messages)) => {
                 let port = messages
                     .iter()
@@ -430,7 +471,19 @@ async fn write_loop(
                     port,
                 });
             }
-            _ => {
+            other => {
+                let told = match other {
+                    Ok(Err(e)) => e.as_db_error().map_or_else(
+                        || e.to_string(),
+                        |d| format!("{}: {}", d.code().code(), d.message()),
+                    ),
+                    _ => "no answer within 10 s".to_string(),
+                };
+                *errors
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .entry(told)
+                    .or_default() += 1;
                 failed.fetch_add(1, Ordering::SeqCst);
                 client = None;
                 pause().await;

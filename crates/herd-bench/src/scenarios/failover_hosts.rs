@@ -42,7 +42,7 @@ pub fn run(opts: &BenchOptions, bar: &ProgressBar) -> Result<Results, BenchError
     let progress = |m: &str| bar.set_message(m.to_string());
     let ttl_ms = opts.ttl_ms.unwrap_or(DEFAULT_TTL_MS);
     let ttl_s = ttl_ms as f64 / 1000.0;
-    let mut hosts = LabHosts::start(&opts.herd_exe, opts.ttl_ms, &opts.scratches, &progress)?;
+    let mut hosts = LabHosts::start(&opts.herd_exe, opts.ttl_ms, 1, &opts.scratches, &progress)?;
     let outcome = measure_all(&mut hosts, bar, iterations, ttl_s);
     hosts.keep_logs(&opts.out);
     let failover = outcome?;
@@ -205,6 +205,7 @@ impl Figures {
             failed_writes: self.failed,
             writable_window_s: self.windows,
             two_writable: two_writable.len() as u64,
+            other_group: Vec::new(),
             target: format!(
                 "RTO p50 ≤ {RTO_TARGET_S:.0} s, 0 lost, 0 instants with two writable nodes, \
                  isolated primary writable < TTL"

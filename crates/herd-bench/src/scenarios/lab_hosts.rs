@@ -1,6 +1,8 @@
 //! Three "hosts" for `herd bench failover --hosts 3`: Linux network namespaces (the testkit's
 //! lab), each running an etcd member, a `herd agent` with its default settings and that
-//! agent's PostgreSQL; `herd proxy` runs outside them. Faults take a whole host down (every
+//! agent's PostgreSQL; `herd proxy` runs outside them. With shard groups (`--shards 2`) each
+//! host runs one agent per group, so every group has a member on every host: agent `k` serves
+//! group `k / HOSTS` on host `k % HOSTS`. Faults take a whole host down (every
 //! process in its namespace killed, as a power loss) or cut it off the network. The lab is
 //! listed in the run's [`Scratches`] from before its namespaces are built, so an interrupted
 //! run removes it too; dropping the handle removes it otherwise, the same way (both run
@@ -20,6 +22,8 @@ use crate::BenchError;
 
 /// The hosts of the lab.
 pub const HOSTS: usize = 3;
+/// The most shard groups the lab runs (its port block is sized for them).
+pub const MAX_GROUPS: usize = 2;
 /// The longest wait for the cluster to be whole (a primary, every replica streaming from it).
 const WHOLE_LIMIT: Duration = Duration::from_secs(120);
 /// How long dropping the lab may take: the agents get 20 s together to stop their PostgreSQL,
@@ -35,6 +39,9 @@ pub struct LabHosts {
     path: PathBuf,
     dir: Option<tempfile::TempDir>,
     base: u16,
+    /// Shard groups: 1 for an unsharded cluster.
+    groups: usize,
+    /// Agent `k` serves group `k / HOSTS` on host `k % HOSTS`.
     agents: Vec<Option<Child>>,
     proxy: Option<Child>,
     cluster: String,
@@ -58,12 +65,13 @@ fn failed(what: &str, detail: impl Into<String>) -> BenchError {
 }
 
 impl LabHosts {
-    /// Builds the namespaces, starts etcd, the three agents (the first creates the cluster)
-    /// and the proxy, and waits until the cluster is whole.
+    /// Builds the namespaces, starts etcd, the agents (three per shard group; the first
+    /// creates the cluster) and the proxy, and waits until every group is whole.
     /// Listed in `scratches` from before the namespaces are built, until dropped.
     pub fn start(
         herd: &Path,
         ttl_ms: Option<u64>,
+        groups: usize,
         scratches: &Scratches,
         progress: &dyn Fn(&str),
     ) -> Result<LabHosts, BenchError> {
@@ -101,14 +109,17 @@ impl LabHosts {
         };
         // Refused once interrupted: nothing is built yet, and `dir`, dropped, removes itself.
         scratches.add_extra(&path, Stage::WithClusters, names.remove_by_hand(), stop)?;
-        let base = herd_testkit::free_port_block(10);
+        let groups = groups.clamp(1, MAX_GROUPS);
+        // PostgreSQL at base + k, APIs at base + 6 + k, the proxy at base + 12.
+        let base = herd_testkit::free_port_block(14);
         // From here on, dropping `hosts` (also on an error below) removes the lab.
         let hosts = LabHosts {
             herd: herd.to_path_buf(),
             path,
             dir: Some(dir),
             base,
-            agents: (0..HOSTS).map(|_| None).collect(),
+            groups,
+            agents: (0..HOSTS * groups).map(|_| None).collect(),
             proxy: None,
             cluster: format!("bench{base}"),
             ttl_ms,
@@ -158,7 +169,7 @@ impl LabHosts {
         hosts.wait_until("h0 to lead", WHOLE_LIMIT, |h| {
             h.role(0).as_deref() == Some("primary")
         })?;
-        for i in 1..HOSTS {
+        for i in 1..HOSTS * groups {
             copy_dir(
                 &hosts.agent_dir(0).join("secrets"),
                 &hosts.agent_dir(i).join("secrets"),
@@ -199,31 +210,45 @@ impl LabHosts {
             .expect("etcd runs once LabHosts::start returns")
     }
 
-    /// Host `i`'s name (also its member name).
+    /// Host `i`'s name (also its member name without shard groups).
     pub fn name(i: usize) -> String {
         format!("h{i}")
     }
 
-    fn agent_dir(&self, i: usize) -> PathBuf {
-        self.path.join(Self::name(i))
+    /// Agent `k`'s member name: its host's name, with its group's when sharded.
+    pub fn agent_name(&self, k: usize) -> String {
+        if self.groups == 1 {
+            Self::name(k)
+        } else {
+            format!("h{}g{}", host_of(k), k / HOSTS)
+        }
     }
 
-    /// Host `i`'s address on the database network.
-    pub fn pg_host(&self, i: usize) -> String {
-        self.lab().host_ip(i, Link::Database)
+    /// Shard groups of the cluster (1 when unsharded).
+    pub fn groups(&self) -> usize {
+        self.groups
     }
 
-    /// Host `i`'s PostgreSQL port (each host its own, so an acknowledgement names its server).
-    pub fn pg_port(&self, i: usize) -> u16 {
-        self.base + i as u16
+    fn agent_dir(&self, k: usize) -> PathBuf {
+        self.path.join(self.agent_name(k))
     }
 
-    fn api(&self, i: usize) -> String {
-        format!("{}:{}", self.pg_host(i), self.base + 4 + i as u16)
+    /// Agent `k`'s host's address on the database network.
+    pub fn pg_host(&self, k: usize) -> String {
+        self.lab().host_ip(host_of(k), Link::Database)
+    }
+
+    /// Agent `k`'s PostgreSQL port (each its own, so an acknowledgement names its server).
+    pub fn pg_port(&self, k: usize) -> u16 {
+        self.base + k as u16
+    }
+
+    fn api(&self, k: usize) -> String {
+        format!("{}:{}", self.pg_host(k), self.base + 6 + k as u16)
     }
 
     fn proxy_port(&self) -> u16 {
-        self.base + 8
+        self.base + 12
     }
 
     fn dcs(&self) -> String {
@@ -249,12 +274,12 @@ impl LabHosts {
         Ok(self.url_at("127.0.0.1", self.proxy_port(), &self.password()?))
     }
 
-    /// Host `i`'s PostgreSQL over the database network.
+    /// Agent `i`'s PostgreSQL over the database network.
     pub fn node_url(&self, i: usize) -> Result<String, BenchError> {
         Ok(self.url_at(&self.pg_host(i), self.pg_port(i), &self.password()?))
     }
 
-    /// Host `i`'s PostgreSQL over the host's own loopback (for a prober inside the host).
+    /// Agent `i`'s PostgreSQL over its host's own loopback (for a prober inside the host).
     pub fn local_url(&self, i: usize) -> Result<String, BenchError> {
         Ok(self.url_at("127.0.0.1", self.pg_port(i), &self.password()?))
     }
@@ -272,27 +297,38 @@ impl LabHosts {
             .map_err(|e| BenchError::io("opening", &path, e))
     }
 
-    /// Starts host `i`'s agent with its default timings (TTL 10 s unless `--ttl-ms`, loop 1 s,
-    /// margin 2.5 s).
+    /// Starts agent `i` with its default timings (TTL 10 s unless `--ttl-ms`, loop 1 s,
+    /// margin 2.5 s), in its group when sharded.
     pub fn start_agent(&mut self, i: usize) -> Result<(), BenchError> {
         let gate = Arc::clone(&self.names.torn_down);
         let _gate = open(&gate)?;
         let dir = self.agent_dir(i);
         std::fs::create_dir_all(&dir).map_err(|e| BenchError::io("creating", &dir, e))?;
-        let log = self.log(&Self::name(i))?;
+        let log = self.log(&self.agent_name(i))?;
         let err = log
             .try_clone()
             .map_err(|e| BenchError::io("opening", &self.path, e))?;
-        let mut cmd = self.lab().command(i, &self.herd);
+        let mut cmd = self.lab().command(host_of(i), &self.herd);
         cmd.args(["agent", "--pg-listen", "0.0.0.0"])
             .args(["--pg-advertise", &self.pg_host(i)])
             .args(["--dcs", &self.dcs(), "--cluster", &self.cluster])
-            .args(["--name", &Self::name(i)])
+            .args(["--name", &self.agent_name(i)])
             .arg("--data-dir")
             .arg(&dir)
             .args(["--pg-port", &self.pg_port(i).to_string()])
             .args(["--api-listen", &self.api(i)])
             .args(self.ttl_ms.map(|t| format!("--ttl-ms={t}")))
+            .args(
+                (self.groups > 1)
+                    .then(|| {
+                        [
+                            format!("--group={}", i / HOSTS),
+                            format!("--shard-groups={}", self.groups),
+                        ]
+                    })
+                    .into_iter()
+                    .flatten(),
+            )
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(err);
@@ -329,35 +365,44 @@ impl LabHosts {
     }
 
     /// The member record agent `i` serves, if it answers.
-    fn member(&self, i: usize) -> Option<serde_json::Value> {
+    pub fn member(&self, i: usize) -> Option<serde_json::Value> {
         herd_testkit::agents::member(&self.api(i), &self.password().ok()?)
     }
 
-    fn role(&self, i: usize) -> Option<String> {
+    /// Agent `i`'s role, if it answers.
+    pub fn role(&self, i: usize) -> Option<String> {
         self.member(i)
             .and_then(|m| m["role"].as_str().map(str::to_string))
     }
 
-    /// A primary, and every other member a replica streaming from it: the primary.
-    fn whole(&self) -> Option<usize> {
+    /// In group `g`, a primary and every other member a replica streaming from it: the
+    /// primary (an agent index).
+    fn whole(&self, g: usize) -> Option<usize> {
+        let ks: Vec<usize> = (g * HOSTS..(g + 1) * HOSTS).collect();
         let members: Vec<serde_json::Value> =
-            (0..HOSTS).map(|i| self.member(i)).collect::<Option<_>>()?;
+            ks.iter().map(|&k| self.member(k)).collect::<Option<_>>()?;
         let p = members.iter().position(|m| m["role"] == "primary")?;
-        let leader = Self::name(p);
+        let leader = self.agent_name(ks[p]);
         members
             .iter()
             .enumerate()
             .all(|(i, m)| {
                 i == p || (m["role"] == "replica" && m["streaming_from"] == leader.as_str())
             })
-            .then_some(p)
+            .then_some(ks[p])
     }
 
-    /// Waits until the cluster is whole; its primary.
+    /// Waits until the cluster is whole; its primary (group 0's when sharded; the agent index
+    /// is the host's then).
     pub fn wait_whole(&self) -> Result<usize, BenchError> {
+        Ok(self.wait_whole_groups()?[0])
+    }
+
+    /// Waits until every group is whole; each group's primary (an agent index).
+    pub fn wait_whole_groups(&self) -> Result<Vec<usize>, BenchError> {
         let deadline = Instant::now() + WHOLE_LIMIT;
         loop {
-            if let Some(p) = self.whole() {
+            if let Some(p) = (0..self.groups).map(|g| self.whole(g)).collect() {
                 return Ok(p);
             }
             if Instant::now() > deadline {
@@ -397,22 +442,57 @@ impl LabHosts {
                 nix::sys::signal::Signal::SIGKILL,
             );
         }
-        if let Some(mut a) = self.agents[i].take() {
-            let _ = a.wait();
+        for k in (i..self.agents.len()).step_by(HOSTS) {
+            if let Some(mut a) = self.agents[k].take() {
+                let _ = a.wait();
+            }
         }
         self.etcd_mut().kill(i);
     }
 
-    /// Host `i` back after a power loss: its etcd member, then its agent (which restarts its
-    /// PostgreSQL and rejoins).
+    /// Host `i` back after a power loss: its etcd member, then its agents (which restart
+    /// their PostgreSQL and rejoin).
     pub fn boot_host(&mut self, i: usize) -> Result<(), BenchError> {
         self.etcd_mut().restart(i);
-        self.start_agent(i)
+        for k in (i..self.agents.len()).step_by(HOSTS) {
+            self.start_agent(k)?;
+        }
+        Ok(())
+    }
+
+    /// `herd switchover --to` agent `k` (in its group), through the store.
+    pub fn switchover(&self, k: usize) -> Result<(), BenchError> {
+        let mut cmd = Command::new(&self.herd);
+        cmd.args(["switchover", "--to", &self.agent_name(k)]).args([
+            "--dcs",
+            &self.dcs(),
+            "--cluster",
+            &self.cluster,
+        ]);
+        match herd_testkit::output_within(&mut cmd, Duration::from_secs(90)) {
+            Some(out) if out.status.success() => Ok(()),
+            Some(out) => Err(self.failure(&format!(
+                "herd switchover --to {}: {}",
+                self.agent_name(k),
+                herd_testkit::describe(&out)
+            ))),
+            None => Err(self.failure("herd switchover did not finish within 90 s")),
+        }
+    }
+
+    /// The logs' names: every agent's, then the proxy's.
+    fn log_names(&self) -> Vec<String> {
+        (0..self.agents.len())
+            .map(|k| self.agent_name(k))
+            .chain(["proxy".to_string()])
+            .collect()
     }
 
     /// The last lines of every agent's and the proxy's log.
     pub fn logs(&self) -> String {
-        herd_testkit::agents::log_tails(&self.path, &["h0", "h1", "h2", "proxy"], 30)
+        let names = self.log_names();
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        herd_testkit::agents::log_tails(&self.path, &names, 30)
     }
 
     /// A failure with the logs attached.
@@ -426,7 +506,7 @@ impl LabHosts {
 
     /// Copies every log next to the report.
     pub fn keep_logs(&self, out: &Path) {
-        for name in ["h0", "h1", "h2", "proxy"] {
+        for name in self.log_names() {
             let from = self.path.join(format!("{name}.log"));
             let _ = std::fs::copy(&from, out.join(format!("hosts-{name}.log")));
         }
@@ -479,6 +559,11 @@ impl Drop for LabHosts {
         }
         self.scratches.release(&self.path);
     }
+}
+
+/// The host agent `k` runs on.
+pub fn host_of(k: usize) -> usize {
+    k % HOSTS
 }
 
 fn copy_dir(from: &Path, to: &Path) -> Result<(), BenchError> {

@@ -10,6 +10,8 @@ pub mod commit_waits;
 mod dataset;
 pub mod failover;
 pub mod failover_hosts;
+pub mod failover_shards;
+mod failover_shards_io;
 mod lab_hosts;
 mod lab_teardown;
 pub mod lag;

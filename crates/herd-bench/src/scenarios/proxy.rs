@@ -657,6 +657,7 @@ mod tests {
             scale: None,
             hosts: None,
             ttl_ms: None,
+            shards: None,
             generator_apart: false,
             scratches: Scratches::default(),
         };
