@@ -156,9 +156,7 @@ impl Registry {
                 let r = r.clone();
                 tokio::spawn(async move {
                     if let Err(e) = r.renew().await {
-                        tracing::warn!(
-                            "cannot renew this proxy's registration in the store: {e}"
-                        );
+                        tracing::warn!("cannot renew this proxy's registration in the store: {e}");
                     }
                 });
             }
