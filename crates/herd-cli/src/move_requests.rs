@@ -327,7 +327,8 @@ impl Progress for StoreProgress {
 }
 
 /// The coordinator's side: while `held` says the lease is held, runs the requested moves one
-/// at a time (one it was running first). Returns when the lease is lost or nothing is asked.
+/// at a time (one it was running first), looking for new ones every [`POLL`] (a rebalance
+/// asks for its moves one after the other). Returns when the lease is lost.
 pub async fn run_requests(root: StoreClient, layout: Layout, mut held: watch::Receiver<bool>) {
     let dcs = root.dcs();
     while *held.borrow() {
@@ -340,12 +341,16 @@ pub async fn run_requests(root: StoreClient, layout: Layout, mut held: watch::Re
                     .collect::<Vec<_>>(),
                 Err(e) => {
                     tracing::debug!("reading the shard moves asked: {e:#}");
-                    return;
+                    Vec::new()
                 }
             }
         };
         let Some(record) = next(&records).cloned() else {
-            return;
+            tokio::select! {
+                _ = tokio::time::sleep(POLL) => {}
+                _ = held.wait_for(|h| !*h) => return,
+            }
+            continue;
         };
         tokio::select! {
             _ = run_one(&root, &layout, &record) => {}
