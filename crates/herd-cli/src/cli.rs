@@ -96,11 +96,13 @@ enum ShardsCommand {
         #[command(flatten)]
         dir: DataDirArg,
         /// A multi-host cluster's store (then --data-dir names a directory holding its
-        /// secrets/, and --endpoint the `herd proxy` the move goes through).
+        /// secrets/, and --endpoint the `herd proxy` the move goes through). The agent holding
+        /// the cluster's coordinator lease runs the move (another resumes it if that one dies);
+        /// this command asks and follows it.
         #[command(flatten)]
         store: crate::hosts::StoreArgs,
         /// With --dcs: the `herd proxy` endpoint (HOST:PORT) the move's statements and its
-        /// copy go through.
+        /// copy go through (reachable from every agent's host).
         #[arg(long, value_name = "HOST:PORT")]
         endpoint: Option<String>,
         /// The virtual shard (0 to the map's shard count − 1; `SELECT * FROM herd.shards`).
@@ -124,11 +126,13 @@ enum ShardsCommand {
         #[command(flatten)]
         dir: DataDirArg,
         /// A multi-host cluster's store (then --data-dir names a directory holding its
-        /// secrets/, and --endpoint the `herd proxy` the move goes through).
+        /// secrets/, and --endpoint the `herd proxy` the move goes through). The agent holding
+        /// the cluster's coordinator lease runs the move (another resumes it if that one dies);
+        /// this command asks and follows it.
         #[command(flatten)]
         store: crate::hosts::StoreArgs,
         /// With --dcs: the `herd proxy` endpoint (HOST:PORT) the move's statements and its
-        /// copy go through.
+        /// copy go through (reachable from every agent's host).
         #[arg(long, value_name = "HOST:PORT")]
         endpoint: Option<String>,
         /// The database whose distributed tables move.
