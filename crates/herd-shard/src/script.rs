@@ -67,7 +67,15 @@ pub fn script(
             | Plan::InsertSplit(_)
             | Plan::InsertSelect(_)
             | Plan::WriteReference { .. } => {}
-            Plan::Refuse(why) | Plan::General { why } => return Err(why.clone()),
+            Plan::Refuse(why) => return Err(why.clone()),
+            // The general path answers a statement alone (it runs on group 0 over the global
+            // views, read-only), not one of a string's statements.
+            Plan::General { why } => {
+                return Err(format!(
+                    "{why}; in a query string of several statements this read is not answered \
+                     across groups: send it on its own"
+                ))
+            }
             Plan::Everywhere(_) | Plan::EachGroup { .. } | Plan::CopyIn(_) | Plan::CopyOut(_) => {
                 return Err(
                     "a statement of this query string runs on every shard group in a \
