@@ -5,9 +5,13 @@ compared with the same calls over a one-server copy of the table.
 Usage: psycopg_pipelines.py URL DISTRIBUTED ONE_SERVER_COPY. Exits non-zero on a difference.
 """
 
+import faulthandler
 import sys
 
 import psycopg
+
+# A hang shows where it is (the test kills the script at 100 s, which would say nothing).
+faulthandler.dump_traceback_later(60, exit=True)
 
 
 def run(url, table):

@@ -364,7 +364,29 @@ pub async fn pipelines(client: &Client, url: &str, groups: &[String]) {
         .args([url, "acct", "acct_one"])
         .env("PYTHONUNBUFFERED", "1");
     let (ok, output) = run_bounded(cmd, SCRIPT_TIMEOUT);
-    assert!(ok, "psycopg's executemany:\n{output}");
+    if !ok {
+        // Seen twice under load on 2026-11-29 (a COMMIT after a pipeline across groups got no
+        // answer): what each group's server was doing, for the next one to look at.
+        let mut state = String::new();
+        for (g, group) in groups.iter().enumerate() {
+            let direct = connect(group).await;
+            let rows = direct
+                .query(
+                    "select format('%s %s %s/%s xact %s: %s', pid, state, wait_event_type, \
+                     wait_event, backend_xid, left(query, 80)) from pg_stat_activity \
+                     where backend_type = 'client backend' and pid <> pg_backend_pid() \
+                     union all select format('prepared %s', gid) from pg_prepared_xacts \
+                     union all select format('lock %s %s %s granted=%s', pid, locktype, mode, \
+                     granted) from pg_locks where not granted",
+                    &[],
+                )
+                .await
+                .map(|r| r.iter().map(|r| r.get::<_, String>(0)).collect::<Vec<_>>())
+                .unwrap_or_default();
+            state.push_str(&format!("group {g}:\n  {}\n", rows.join("\n  ")));
+        }
+        panic!("psycopg's executemany:\n{output}\nservers:\n{state}");
+    }
     same_rows(client, "psycopg").await;
     // Nothing left prepared on either group.
     for group in groups {
