@@ -176,7 +176,11 @@ impl Registry {
     }
 
     /// From now on serves the groups other proxies admit (see the module's documentation).
+    /// Called right after the caller read the store's groups (at start, or once learnt): that
+    /// read counts as the first poll, so the first statements are not refused for want of one.
     pub fn serve_groups(&self, server: Arc<dyn GroupServer>) {
+        let now = self.started.elapsed().as_millis() as u64;
+        self.polled_ms.fetch_max(now.max(1), Ordering::Relaxed);
         let _ = self.server.set(server);
     }
 
