@@ -69,9 +69,11 @@ pub trait GroupServer: Send + Sync {
     fn serve(&self, groups: u32) -> Pin<Box<dyn Future<Output = ()> + Send + '_>>;
 }
 
-/// Another registered proxy, as its registration says.
+/// A registered proxy, as its registration says.
 struct Other {
     id: String,
+    /// Where it serves clients.
+    listen: Option<String>,
     /// The hold it acknowledged.
     held_for: Option<String>,
     /// How many groups it serves (absent: it does not follow admissions yet).
@@ -280,23 +282,9 @@ impl Registry {
     /// The other proxies registered now, each with the hold it acknowledged and the groups it
     /// serves.
     async fn others(&self) -> Result<Vec<Other>, String> {
-        let dcs = self.dcs.clone();
-        let keys = tokio::task::spawn_blocking(move || dcs.list(PROXIES))
-            .await
-            .map_err(|e| e.to_string())?
-            .map_err(|e| e.to_string())?;
-        Ok(keys
-            .into_iter()
-            .map(|(k, v)| {
-                let j = serde_json::from_slice::<serde_json::Value>(&v.value).unwrap_or_default();
-                Other {
-                    id: k.trim_start_matches(PROXIES).to_string(),
-                    held_for: j["held_for"].as_str().map(str::to_string),
-                    groups: j["groups"].as_u64().map(|n| n as u32),
-                }
-            })
-            .filter(|o| o.id != self.id)
-            .collect())
+        let mut all = registrations(&self.dcs).await?;
+        all.retain(|o| o.id != self.id);
+        Ok(all)
     }
 
     /// Waits (at most [`ACK_WAIT`]) until every other registered proxy acknowledged the hold
@@ -519,8 +507,8 @@ impl MapGate for Gate {
     }
 }
 
-/// Where the registered proxies serve clients (`listen` of each registration).
-pub async fn listens(dcs: &Arc<dyn Dcs>) -> Result<Vec<String>, String> {
+/// Every registered proxy, as its registration says (this one included).
+async fn registrations(dcs: &Arc<dyn Dcs>) -> Result<Vec<Other>, String> {
     let dcs = dcs.clone();
     let keys = tokio::task::spawn_blocking(move || dcs.list(PROXIES))
         .await
@@ -528,11 +516,24 @@ pub async fn listens(dcs: &Arc<dyn Dcs>) -> Result<Vec<String>, String> {
         .map_err(|e| e.to_string())?;
     Ok(keys
         .into_iter()
-        .filter_map(|(_, v)| {
-            serde_json::from_slice::<serde_json::Value>(&v.value)
-                .ok()
-                .and_then(|j| j["listen"].as_str().map(str::to_string))
+        .map(|(k, v)| {
+            let j = serde_json::from_slice::<serde_json::Value>(&v.value).unwrap_or_default();
+            Other {
+                id: k.trim_start_matches(PROXIES).to_string(),
+                listen: j["listen"].as_str().map(str::to_string),
+                held_for: j["held_for"].as_str().map(str::to_string),
+                groups: j["groups"].as_u64().map(|n| n as u32),
+            }
         })
+        .collect())
+}
+
+/// Where the registered proxies serve clients (`listen` of each registration).
+pub async fn listens(dcs: &Arc<dyn Dcs>) -> Result<Vec<String>, String> {
+    Ok(registrations(dcs)
+        .await?
+        .into_iter()
+        .filter_map(|o| o.listen)
         .collect())
 }
 
