@@ -46,7 +46,9 @@ pub async fn restart(
     let began = Instant::now();
     ctx.set_paused(true);
     let outcome = async {
-        pg.stop(&dir, herd_pg::StopMode::Fast)
+        // Not `pg_ctl stop -w`: the agent starts the server again as soon as the old one is
+        // gone, and pg_ctl would then wait for the new one's pid file (CI saw it time out).
+        pg.request_stop(&dir, herd_pg::StopMode::Fast)
             .await
             .with_context(|| format!("stopping {leader}"))?;
         loop {

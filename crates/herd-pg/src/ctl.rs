@@ -243,6 +243,29 @@ impl Pg {
             .map(drop)
     }
 
+    /// Asks the server to stop and returns without waiting for it to exit (`pg_ctl stop -W`).
+    /// For a caller that waits itself, for a new postmaster: an agent may start the server
+    /// again the moment the old one is gone, and `pg_ctl stop -w` would then wait, until its
+    /// timeout, for the new server's pid file to go away.
+    pub async fn request_stop(&self, datadir: &Path, mode: StopMode) -> Result<(), PgError> {
+        let mode = match mode {
+            StopMode::Fast => "fast",
+            StopMode::Immediate => "immediate",
+        };
+        let args = vec![
+            "stop".into(),
+            "-D".into(),
+            path_arg(datadir),
+            "-m".into(),
+            mode.into(),
+            "-W".into(),
+            "-s".into(),
+        ];
+        self.run("pg_ctl", parent(datadir), &args, Duration::from_secs(30))
+            .await
+            .map(drop)
+    }
+
     /// Promotes a standby and waits until it accepts writes.
     pub async fn promote(&self, datadir: &Path) -> Result<(), PgError> {
         let args = vec![
