@@ -261,6 +261,39 @@ pub async fn pipelines(client: &Client, url: &str, groups: &[String]) {
         q
     });
     same_rows(client, "flushed in a block").await;
+    // A lone Flush, then COMMIT in the same write (psycopg after an `executemany` with
+    // RETURNING: its Sync, then Flush and the COMMIT together), in a transaction spanning
+    // groups. The proxy forwarded the Flush, which the server does not answer, and the COMMIT
+    // waited for the server's outbox to drain with no socket left to say it had: no answer,
+    // ever (the psycopg hang found under load, 2026-11-29). Deterministic since it needs
+    // only this order of bytes.
+    same(&mut herd, &mut one, "begin", |_| {
+        let mut q = Vec::new();
+        encode::query(&mut q, "begin").expect("query");
+        q
+    });
+    same(&mut herd, &mut one, "transfer in a block", transfer);
+    for end in ["commit", "rollback"] {
+        let got = same(&mut herd, &mut one, &format!("flush, then {end}"), |_| {
+            let mut q = Vec::new();
+            encode::flush(&mut q);
+            encode::query(&mut q, end).expect("query");
+            q
+        });
+        assert_eq!(got.last().map(String::as_str), Some("ready I"), "{got:?}");
+        same(&mut herd, &mut one, "begin", |_| {
+            let mut q = Vec::new();
+            encode::query(&mut q, "begin").expect("query");
+            q
+        });
+        same(&mut herd, &mut one, "transfer in a block", transfer);
+    }
+    same(&mut herd, &mut one, "commit", |_| {
+        let mut q = Vec::new();
+        encode::query(&mut q, "commit").expect("query");
+        q
+    });
+    same_rows(client, "flush, then commit").await;
     // Outside one, refused before anything runs (the Sync then answers as usual).
     herd.send(&flushed("acct"));
     let got = read(&herd.until_ready());

@@ -253,7 +253,11 @@ impl Session {
             // Left to wait_io, which reports it through server_failed.
             Err(_) => return Ok(room),
         }
-        Ok(room || (was_full && self.sout.len() < SOUT_LIMIT))
+        // Emptied: a unit that waited for the server's outbox to drain (the end of a
+        // transaction spanning groups needs its server idle) can go on now. A message the
+        // server does not answer (a lone Flush) leaves no socket to say so: psycopg's Flush
+        // then COMMIT in one write hung the COMMIT forever.
+        Ok(room || (was_full && self.sout.len() < SOUT_LIMIT) || self.sout.is_empty())
     }
 
     /// One write of the client's outbox (through a running query string's filter first).
