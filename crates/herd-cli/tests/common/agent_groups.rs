@@ -23,6 +23,10 @@ pub struct Groups {
     pub agents: Vec<Option<Child>>,
     pub proxy: Option<Child>,
     pub cluster: String,
+    /// The pids of proxies started by [`Groups::extra_proxy`]: the test owns their `Child`,
+    /// and killing them is its job, but a test that panics first would leave them running
+    /// (they would serve on, against a cluster being torn down), so they go with the cluster.
+    extra: std::sync::Mutex<Vec<u32>>,
 }
 
 impl Groups {
@@ -40,6 +44,7 @@ impl Groups {
             agents: (0..members.len()).map(|_| None).collect(),
             proxy: None,
             cluster: format!("{prefix}{base}"),
+            extra: std::sync::Mutex::new(Vec::new()),
         }
     }
 
@@ -128,6 +133,9 @@ impl Groups {
             .stderr(log)
             .spawn()
             .expect("another herd proxy");
+        if let Ok(mut pids) = self.extra.lock() {
+            pids.push(child.id());
+        }
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             if let Some(c) = super::try_connect(&self.url(port)).await {
@@ -324,6 +332,16 @@ impl Drop for Groups {
         if let Some(mut p) = self.proxy.take() {
             let _ = p.kill();
             let _ = p.wait();
+        }
+        // Extra proxies still running (the test panicked before it stopped them): only a pid
+        // whose command line names this cluster's directory, as a pid may have been reused.
+        let dir = self.dir.path().to_string_lossy().into_owned();
+        for pid in self.extra.lock().map(|p| p.clone()).unwrap_or_default() {
+            let ours = std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(&dir));
+            if ours {
+                let _ = kill(Pid::from_raw(pid as i32), Signal::SIGKILL);
+            }
         }
         for i in 0..self.members.len() {
             if let Some(mut a) = self.agents[i].take() {
