@@ -99,7 +99,8 @@ fn query(q: i32) -> String {
         sql = sql.replace(&format!(":{}", i + 1), value);
     }
     // `interval '90' day (3)` is SQL's, not PostgreSQL's; Q15's stream number.
-    sql.replace(" day (3)", " day").replace("revenue:s", "revenue0")
+    sql.replace(" day (3)", " day")
+        .replace("revenue:s", "revenue0")
 }
 
 /// Query `q` as its statements, each sent alone: Q15 is a view over lineitem, the query

@@ -23,7 +23,9 @@ const LIMIT: Duration = Duration::from_secs(150);
 fn over(sql: &str, one: bool) -> String {
     let s = if one { "_one" } else { "" };
     let mut out = sql.to_string();
-    for name in ["ORDERS", "CUSTOMER", "V_JOIN", "V_AGG", "V_OVER", "V_MIXED", "V_SB"] {
+    for name in [
+        "ORDERS", "CUSTOMER", "V_JOIN", "V_AGG", "V_OVER", "V_MIXED", "V_SB",
+    ] {
         out = out.replace(name, &format!("{}{s}", name.to_lowercase()));
     }
     out
@@ -78,10 +80,12 @@ async fn views_over_distributed_tables_answer_as_one_server() {
         let explained = explained[0][0].as_deref().unwrap_or_default();
         assert!(explained.contains("general path"), "{explained}");
         extended(&client).await;
+        wrapped(&client).await;
         replace_and_drop(&client).await;
         transactions(&client).await;
         still_refused(&client).await;
         privileges(&client, &url).await;
+        unknown_path(&url).await;
     })
     .await
     .expect("the test's time limit");
@@ -172,6 +176,51 @@ async fn extended(client: &Client) {
     }
     assert!(!answers[1].is_empty());
     assert_eq!(answers[0], answers[1], "extended protocol");
+}
+
+/// A cursor and `COPY (SELECT …) TO STDOUT` over a view, as over a read across groups.
+async fn wrapped(client: &Client) {
+    let mut fetched = Vec::new();
+    for one in [false, true] {
+        let sql = over(
+            "declare c cursor for select * from V_AGG order by o_custkey",
+            one,
+        );
+        client.batch_execute("begin").await.expect("begin");
+        client.batch_execute(&sql).await.expect("declare");
+        fetched.push(simple(client, "fetch 4 from c").await);
+        fetched.push(simple(client, "fetch all from c").await);
+        client.batch_execute("commit").await.expect("commit");
+    }
+    assert!(!fetched[0].is_empty());
+    assert_eq!(fetched[0..2], fetched[2..4], "cursor over a view");
+    let mut copied = Vec::new();
+    for one in [false, true] {
+        let sql = over(
+            "copy (select * from V_JOIN order by o_orderkey) to stdout (format csv)",
+            one,
+        );
+        let stream = client.copy_out(&sql).await.expect("copy out");
+        let chunks: Vec<bytes::Bytes> = futures_util::TryStreamExt::try_collect(stream)
+            .await
+            .expect("copy data");
+        copied.push(chunks.concat());
+    }
+    assert!(!copied[0].is_empty());
+    assert_eq!(copied[0], copied[1], "COPY (SELECT … FROM view) TO STDOUT");
+    // In a block that made a table first (the catalog's names forgotten by the DDL): read
+    // over the global view still, as one server answers.
+    let read = "select * from V_AGG order by o_custkey";
+    let want = simple(client, &over(read, true)).await;
+    client
+        .batch_execute("begin; create table made_in_block (a int)")
+        .await
+        .expect("ddl in a block");
+    match client.simple_query(&over(read, false)).await {
+        Ok(_) => assert_eq!(simple(client, &over(read, false)).await, want),
+        Err(e) => assert_eq!(e.code(), Some(&SqlState::FEATURE_NOT_SUPPORTED), "{e}"),
+    }
+    client.batch_execute("rollback").await.expect("rollback");
 }
 
 /// CREATE OR REPLACE VIEW is followed at the next read; a dropped view is PostgreSQL's
@@ -283,6 +332,18 @@ async fn still_refused(client: &Client) {
     compare_one(client, "select count(*), sum(o_totalprice) from ORDERS").await;
 }
 
+/// A search_path Herd does not follow (`set_config()`): which view a name means is not
+/// known, so its read is refused rather than answered from group 0's rows.
+async fn unknown_path(url: &str) {
+    let client = connect(url).await;
+    client
+        .batch_execute("select set_config('search_path', 'public', false)")
+        .await
+        .expect("set_config");
+    refused(&client, "select * from v_agg", "set_config").await;
+    refused(&client, "select * from public.v_agg", "set_config").await;
+}
+
 /// A role reads a view it was granted over tables it may not read (the view's owner's
 /// privileges apply, as on one server); a view made by a role that may not read the table
 /// does not read it (42501).
@@ -309,9 +370,60 @@ async fn privileges(client: &Client, url: &str) {
             .expect_err("no SELECT on orders");
         assert_eq!(e.code(), Some(&SqlState::INSUFFICIENT_PRIVILEGE), "{e}");
     }
+    // A security_invoker view: the reader's privileges on the tables apply.
+    for one in [false, true] {
+        let sql = over(
+            "create view V_INV with (security_invoker) as select o_orderkey from ORDERS",
+            one,
+        )
+        .replace("V_INV", if one { "v_inv_one" } else { "v_inv" });
+        run_all(client, &[&sql]).await;
+    }
+    run_all(client, &["grant select on v_inv, v_inv_one to viewer"]).await;
+    for name in ["v_inv_one", "v_inv"] {
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let e = viewer
+                .simple_query(&format!("select count(*) from {name}"))
+                .await
+                .expect_err("security_invoker: no SELECT on orders");
+            if e.code() == Some(&SqlState::INSUFFICIENT_PRIVILEGE)
+                && e.as_db_error().is_some_and(|d| !d.message().contains(name))
+            {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "{name}: {e}");
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    }
+    run_all(
+        client,
+        &[
+            "grant select on orders to viewer",
+            "grant select on orders_one to viewer",
+        ],
+    )
+    .await;
+    let herd = granted(&viewer, "select count(*) from v_inv").await;
+    assert_eq!(
+        herd,
+        simple(&viewer, "select count(*) from v_inv_one").await
+    );
+    run_all(
+        client,
+        &[
+            "revoke select on orders from viewer",
+            "revoke select on orders_one from viewer",
+        ],
+    )
+    .await;
     // Its own view over a table it may not read: refused at the read, as on one server.
     for one in [false, true] {
-        let name = if one { "viewer_s.mine_one" } else { "viewer_s.mine" };
+        let name = if one {
+            "viewer_s.mine_one"
+        } else {
+            "viewer_s.mine"
+        };
         let sql = over("create view NAME as select o_orderkey from ORDERS", one);
         run_all(&viewer, &[&sql.replace("NAME", name)]).await;
     }

@@ -622,7 +622,13 @@ mod tests {
             .is_ok());
         // Without distributed tables an opaque function runs where its statement goes.
         assert!(n
-            .hidden_reads(&ShardMap::new(2, 32), &[], &["f_py".into()], &schemas, false)
+            .hidden_reads(
+                &ShardMap::new(2, 32),
+                &[],
+                &["f_py".into()],
+                &schemas,
+                false
+            )
             .is_ok());
     }
 

@@ -31,7 +31,9 @@ pub enum ViewUse {
 /// the global views cannot follow it).
 pub fn view_use(facts: Option<&KeyFacts>, temp: bool) -> ViewUse {
     match facts {
-        Some(f) if f.kind == StmtKind::Select && !f.select_into && !f.modifying_cte => ViewUse::Read,
+        Some(f) if f.kind == StmtKind::Select && !f.select_into && !f.modifying_cte => {
+            ViewUse::Read
+        }
         Some(f) if f.utility.as_deref() == Some("ViewStmt") && !temp => ViewUse::CreateView,
         _ => ViewUse::Other,
     }
@@ -41,12 +43,9 @@ pub fn view_use(facts: Option<&KeyFacts>, temp: bool) -> ViewUse {
 /// AS` / `CREATE MATERIALIZED VIEW`, `REFRESH MATERIALIZED VIEW`): the views among their
 /// tables are followed too, as a read's are.
 pub fn reads_its_tables(facts: Option<&KeyFacts>) -> bool {
-    facts.and_then(|f| f.utility.as_deref()).is_some_and(|u| {
-        matches!(
-            u,
-            "ViewStmt" | "CreateTableAsStmt" | "RefreshMatViewStmt"
-        )
-    })
+    facts
+        .and_then(|f| f.utility.as_deref())
+        .is_some_and(|u| matches!(u, "ViewStmt" | "CreateTableAsStmt" | "RefreshMatViewStmt"))
 }
 
 /// Why a write whose target is `target` (resolved) is refused, when it is a view over
@@ -159,7 +158,8 @@ mod tests {
                 key_type: KeyType::Int8,
             },
         );
-        m.tables.insert("public.nation".into(), TableKind::Reference);
+        m.tables
+            .insert("public.nation".into(), TableKind::Reference);
         (n, m)
     }
 
@@ -168,11 +168,21 @@ mod tests {
         let (n, m) = setup();
         let got = views_over_distributed(&n, &m);
         let at = |v: &str| got.iter().position(|x| x == v);
-        for v in ["public.v_top", "public.v_mid", "public.a_loop", "public.b_loop"] {
+        for v in [
+            "public.v_top",
+            "public.v_mid",
+            "public.a_loop",
+            "public.b_loop",
+        ] {
             assert!(at(v).is_some(), "{v}: {got:?}");
         }
         assert!(at("public.v_mid") < at("public.v_top"), "{got:?}");
-        for v in ["public.v_ref", "public.mv", "public.v_mv", "herd_global.v_1"] {
+        for v in [
+            "public.v_ref",
+            "public.mv",
+            "public.v_mv",
+            "herd_global.v_1",
+        ] {
             assert!(at(v).is_none(), "{v}: {got:?}");
         }
     }
@@ -190,16 +200,32 @@ mod tests {
             ("select * from v", false, ViewUse::Read),
             ("select * into t from v", false, ViewUse::Other),
             ("insert into v values (1)", false, ViewUse::Other),
-            ("create view w as select * from v", false, ViewUse::CreateView),
-            ("create or replace view w as select 1", false, ViewUse::CreateView),
-            ("create temp view w as select * from v", true, ViewUse::Other),
+            (
+                "create view w as select * from v",
+                false,
+                ViewUse::CreateView,
+            ),
+            (
+                "create or replace view w as select 1",
+                false,
+                ViewUse::CreateView,
+            ),
+            (
+                "create temp view w as select * from v",
+                true,
+                ViewUse::Other,
+            ),
             ("create table t as select * from v", false, ViewUse::Other),
         ];
         for (sql, temp, want) in cases {
             assert_eq!(view_use(facts(sql).as_ref(), *temp), *want, "{sql}");
         }
-        assert!(reads_its_tables(facts("create materialized view m as select * from v").as_ref()));
-        assert!(reads_its_tables(facts("refresh materialized view m").as_ref()));
+        assert!(reads_its_tables(
+            facts("create materialized view m as select * from v").as_ref()
+        ));
+        assert!(reads_its_tables(
+            facts("refresh materialized view m").as_ref()
+        ));
         assert!(!reads_its_tables(facts("drop view v").as_ref()));
     }
 }

@@ -49,11 +49,13 @@ pub(super) fn plan_sql(
         .collect();
     let mut facts = herd_sql::key_facts(&text);
     // A temporary object: it lives in one session's schema on one server.
-    let temp = classification.statements.iter().any(|s| {
-        s.session == herd_sql::SessionEffect::Pin(herd_sql::PinReason::TempTable)
-    });
+    let temp = classification
+        .statements
+        .iter()
+        .any(|s| s.session == herd_sql::SessionEffect::Pin(herd_sql::PinReason::TempTable));
     // Views over distributed tables the statement reads (view, its distributed table).
     let mut over_views: Vec<(String, String)> = Vec::new();
+    let mut refusal = None;
     if let Some(shared) = herd_shard::shared_object_plan(facts.as_ref(), map) {
         return shared;
     }
@@ -65,7 +67,8 @@ pub(super) fn plan_sql(
             .collect();
         let uses = herd_shard::view_use(facts.as_ref(), temp);
         match resolve_names(r, map, facts.as_mut(), &mut relations, &functions, uses) {
-            Err(why) => return Plan::Refuse(why),
+            // A DECLARE or COPY (query) TO is planned again by its query below.
+            Err(why) => refusal = Some(why),
             Ok(views) => over_views = views,
         }
     }
@@ -75,7 +78,11 @@ pub(super) fn plan_sql(
             .cloned()
             .unwrap_or(ParamValue::Missing)
     };
-    let plan = match herd_shard::plan(facts.as_ref(), &relations, map, &param) {
+    let planned = match refusal {
+        Some(why) => Plan::Refuse(why),
+        None => herd_shard::plan(facts.as_ref(), &relations, map, &param),
+    };
+    let plan = match planned {
         // A read through a view over distributed tables: say so, rather than the planner's
         // reason (the view is a relation of group 0 to it).
         Plan::General { .. } if !over_views.is_empty() => {
@@ -132,6 +139,25 @@ fn resolve_names(
                 "the session's search_path was changed with set_config(), which Herd does not \
                  follow, so it cannot tell which table {name} names: write it with its schema \
                  (or set search_path with SET)"
+            ));
+        }
+        // A view over distributed tables, under any schema the name may mean: its read would
+        // be answered over its global view, which needs the name resolved.
+        let over_view = |n: &String| {
+            let over = |v: &str| herd_shard::view_reads_distributed(r.names, map, v).is_some();
+            match r.names.relations.get(n) {
+                _ if n.contains('.') => over(n),
+                Some(schemas) if !ctes.contains(n) => {
+                    schemas.iter().any(|s| over(&format!("{s}.{n}")))
+                }
+                _ => false,
+            }
+        };
+        if let Some(name) = relations.iter().find(|n| over_view(n)) {
+            return Err(format!(
+                "the session's search_path was changed with set_config(), which Herd does not \
+                 follow, and {name} is (or may be) a view over distributed tables, read across \
+                 shard groups only with the session's names known: set search_path with SET"
             ));
         }
         if let Some(f) = functions

@@ -184,7 +184,15 @@ impl ProxyContext {
             columns: &columns,
             views_sql: &made.sql,
         };
-        build_if_needed(&mut client, &built, &nodes, tls.as_ref(), database, &self.admin).await?;
+        build_if_needed(
+            &mut client,
+            &built,
+            &nodes,
+            tls.as_ref(),
+            database,
+            &self.admin,
+        )
+        .await?;
         let global = Arc::new(GlobalTables {
             relations,
             views: made.views,
