@@ -193,6 +193,12 @@ impl ProxyContext {
             &self.admin,
         )
         .await?;
+        // Views PostgreSQL would not make (each is made on its own: one cannot keep the
+        // others, or the tables' global relations, from being built).
+        let mut made = made;
+        if !views.is_empty() {
+            super::global_views::refused_by_server(&mut client, &mut made).await?;
+        }
         let global = Arc::new(GlobalTables {
             relations,
             views: made.views,
@@ -340,6 +346,7 @@ CREATE SCHEMA herd_global;
 REVOKE ALL ON SCHEMA herd_global FROM PUBLIC;
 GRANT USAGE ON SCHEMA herd_global TO PUBLIC;
 CREATE TABLE herd_global.built (spec text NOT NULL);
+CREATE TABLE herd_global.refused (view text NOT NULL, why text NOT NULL);
 ",
     );
     for (g, group_nodes) in nodes.iter().enumerate() {

@@ -27,6 +27,7 @@ use std::collections::HashMap;
 use tokio_postgres::Client;
 
 use super::{failed, quote_qualified};
+use crate::roles::literal;
 use crate::ProxyError;
 
 /// A view over distributed tables, as its global view is made from.
@@ -131,14 +132,21 @@ pub(super) fn make(views: &[View], tables: &HashMap<String, String>) -> Made {
                 } else {
                     format!(" WITH ({})", v.options)
                 };
-                made.sql.push_str(&format!(
-                    "CREATE VIEW {name} ({}){with} AS {body};\nALTER VIEW {name} OWNER TO {};\n",
-                    v.columns, v.owner
-                ));
+                let mut statements = vec![
+                    format!("CREATE VIEW {name} ({}){with} AS {body}", v.columns),
+                    format!("ALTER VIEW {name} OWNER TO {}", v.owner),
+                ];
                 if !v.readers.is_empty() {
-                    made.sql
-                        .push_str(&format!("GRANT SELECT ON {name} TO {};\n", v.readers));
+                    statements.push(format!("GRANT SELECT ON {name} TO {}", v.readers));
                 }
+                if statements.iter().any(|s| s.contains(TAG)) {
+                    made.refused.insert(
+                        v.key.clone(),
+                        format!("its definition contains {TAG}, which Herd quotes it with"),
+                    );
+                    continue;
+                }
+                made.sql.push_str(&guarded(&v.key, &statements));
                 made.views.insert(v.key.clone(), name);
             }
             (Err(e), _) => {
@@ -153,6 +161,44 @@ pub(super) fn make(views: &[View], tables: &HashMap<String, String>) -> Made {
         }
     }
     made
+}
+
+/// The dollar-quote tag of a view's guarded statements.
+const TAG: &str = "$herd_view$";
+
+/// `statements` run as one, in a subtransaction: when PostgreSQL refuses one, none is kept
+/// and the view's key and the error are noted in `herd_global.refused`, so one view it cannot
+/// make keeps neither the others nor the tables' global relations from being built.
+fn guarded(key: &str, statements: &[String]) -> String {
+    let executes: Vec<String> = statements
+        .iter()
+        .map(|s| format!("EXECUTE {};", literal(s)))
+        .collect();
+    format!(
+        "DO {TAG} BEGIN {} EXCEPTION WHEN others THEN INSERT INTO herd_global.refused VALUES \
+         ({}, SQLERRM); END {TAG};\n",
+        executes.join(" "),
+        literal(key)
+    )
+}
+
+/// Moves the views PostgreSQL refused to make (`herd_global.refused`) from `made.views` to
+/// `made.refused`, with its error.
+pub(super) async fn refused_by_server(
+    client: &mut Client,
+    made: &mut Made,
+) -> Result<(), ProxyError> {
+    let rows = client
+        .query("SELECT view, why FROM herd_global.refused", &[])
+        .await
+        .map_err(|e| failed("reading the views the build could not make", e))?;
+    for r in rows {
+        let (key, why): (String, String) = (r.get(0), r.get(1));
+        made.views.remove(&key);
+        made.refused
+            .insert(key, format!("PostgreSQL refused its global view ({why})"));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -201,17 +247,20 @@ mod tests {
         assert_eq!(made.views["public.v_outer"], "herd_global.v_21");
         assert!(
             made.sql.contains(
-                "CREATE VIEW herd_global.v_20 (id, \"Total\") WITH (security_barrier=true) AS \
-                 SELECT orders.id,\n    orders.total\n   FROM herd_global.t_10 AS \"orders\"\n  \
-                 WHERE orders.total > 0;\nALTER VIEW herd_global.v_20 OWNER TO alice;\n\
-                 GRANT SELECT ON herd_global.v_20 TO alice, bob;\n"
+                "DO $herd_view$ BEGIN EXECUTE 'CREATE VIEW herd_global.v_20 (id, \"Total\") \
+                 WITH (security_barrier=true) AS SELECT orders.id,\n    orders.total\n   \
+                 FROM herd_global.t_10 AS \"orders\"\n  WHERE orders.total > 0'; \
+                 EXECUTE 'ALTER VIEW herd_global.v_20 OWNER TO alice'; \
+                 EXECUTE 'GRANT SELECT ON herd_global.v_20 TO alice, bob'; EXCEPTION WHEN \
+                 others THEN INSERT INTO herd_global.refused VALUES ('public.v_inner', SQLERRM); \
+                 END $herd_view$;\n"
             ),
             "{}",
             made.sql
         );
         assert!(
             made.sql
-                .contains("FROM herd_global.v_20 v JOIN public.nation n ON n.id = v.id;"),
+                .contains("FROM herd_global.v_20 v JOIN public.nation n ON n.id = v.id';"),
             "the view read through its global view, the other table as it is: {}",
             made.sql
         );
