@@ -330,6 +330,21 @@ async fn still_refused(client: &Client) {
         refused(client, sql, needle).await;
     }
     compare_one(client, "select count(*), sum(o_totalprice) from ORDERS").await;
+    // A materialized view over a reference table still lives on group 0, which holds every
+    // row of it, and refreshes there.
+    run_all(
+        client,
+        &[
+            "create materialized view mv_nation as select * from nation",
+            "insert into nation values (4, 'ETHIOPIA')",
+            "refresh materialized view mv_nation",
+        ],
+    )
+    .await;
+    assert_eq!(
+        simple(client, "select count(*) from mv_nation").await,
+        vec![vec![Some("5".to_string())]]
+    );
 }
 
 /// A search_path Herd does not follow (`set_config()`): which view a name means is not

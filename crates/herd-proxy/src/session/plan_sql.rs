@@ -207,7 +207,8 @@ fn resolve_names(
     }
     // What a CREATE VIEW / CREATE TABLE AS / REFRESH makes reads the views it names too.
     let mut read = relations.clone();
-    if herd_shard::reads_its_tables(facts.as_deref()) {
+    let makes = herd_shard::reads_its_tables(facts.as_deref());
+    if makes {
         for t in facts.as_deref().into_iter().flat_map(|f| &f.tables) {
             if !read.contains(&t.name) {
                 read.push(t.name.clone());
@@ -218,9 +219,10 @@ fn resolve_names(
     let hidden = r
         .names
         .hidden_reads(map, &read, functions, &schemas, views_ok)?;
-    // A CREATE VIEW stays a statement of group 0 (the catalog object): its views' tables
-    // are not its reads.
-    if uses != ViewUse::CreateView {
+    // Those statements are only checked: they are planned by the tables they name (a CREATE
+    // VIEW is the catalog object, of group 0; a REFRESH of a materialized view over reference
+    // tables runs on group 0, which holds their rows).
+    if !makes {
         for e in hidden.relations {
             if !relations.contains(&e) {
                 relations.push(e);
