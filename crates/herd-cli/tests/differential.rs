@@ -4,7 +4,8 @@
 //! "refused"; any other difference is "wrong", and the test fails on any wrong answer.
 //!
 //! Statements come from a seeded grammar (`differential/gen.rs`, `shapes.rs`, `known.rs`,
-//! `edges.rs`, `joined_writes.rs`: UPDATE … FROM, DELETE … USING and CTEs moving rows) over distributed, co-located, reference and local tables
+//! `edges.rs`, `joined_writes.rs`: UPDATE … FROM, DELETE … USING and CTEs moving rows; `views.rs`:
+//! reads of views over distributed tables) over distributed, co-located, reference and local tables
 //! (`differential/schema.rs`). Each runs on both servers in the simple protocol (parameters
 //! inlined as literals, text results) and, when it has parameters, in four extended modes: a
 //! named statement with server-inferred types, one prepared with declared int2/int4/int8/text
@@ -47,6 +48,8 @@ mod schema;
 mod send;
 #[path = "differential/shapes.rs"]
 mod shapes;
+#[path = "differential/views.rs"]
+mod views;
 
 use std::time::{Duration, Instant};
 

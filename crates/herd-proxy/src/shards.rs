@@ -20,6 +20,7 @@ mod definitions;
 mod distribute;
 mod gate;
 mod global;
+mod global_views;
 mod in_doubt;
 mod lookups;
 mod moves;

@@ -13,14 +13,19 @@ mod map;
 mod names;
 mod plan;
 mod script;
+mod views;
 
 pub use columns::{fill_insert_columns, qualify_columns};
 pub use copy::{CopyError, CopyFormat, CopySplitter, Routed};
 pub use hash::{partition_hash, shard_sql, virtual_shard, KeyType, KeyValue, ParseKeyError};
 pub use map::{qualified, rebalance, ShardMap, ShardMove, TableKind, DEFAULT_SHARD_COUNT, PAUSED};
-pub use names::{path_schemas, Body, Names, SearchPath};
+pub use names::{path_schemas, Body, Hidden, Names, SearchPath};
 pub use plan::{
     param_type_alike, plan, plan_several, shared_object_plan, uniqueness_message, wrapped_plan,
     CopyIn, CopyOut, InsertSelect, ParamValue, Plan,
 };
 pub use script::{script, Control, ScriptStep};
+pub use views::{
+    reads_its_tables, view_reads_distributed, view_use, views_over_distributed, write_through_view,
+    ViewUse,
+};

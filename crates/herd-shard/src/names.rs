@@ -36,6 +36,9 @@ pub struct Names {
     pub views: HashMap<String, Vec<String>>,
     /// View or materialized view (`schema.name`) → the functions (`schema.name`) it calls.
     pub view_calls: HashMap<String, Vec<String>>,
+    /// The materialized views among [`Names::views`] (`schema.name`): their rows were computed
+    /// when refreshed, on the one group that ran the refresh.
+    pub materialized: HashSet<String>,
     /// Function (`name` and `schema.name`, all overloads together) → what its bodies read.
     /// Functions of `pg_catalog`, `information_schema` and `herd`, and functions in C or
     /// internal code, are not listed: they read no table of the user's.
@@ -63,6 +66,29 @@ pub enum SearchPath {
     Set(Vec<String>),
     /// Changed in a way the proxy does not follow (`set_config()`).
     Unknown,
+}
+
+/// What a statement reads beyond the relations it names ([`Names::hidden_reads`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Hidden {
+    /// Relations read through its views and functions (`schema.name`).
+    pub relations: Vec<String>,
+    /// Views it names (`schema.name`) that read a distributed table (directly or through
+    /// other views), with the first such table: answered over their global views.
+    pub views: Vec<(String, String)>,
+}
+
+/// One walk through the views a relation of a statement reads.
+struct ViewWalk<'a> {
+    /// The relation the statement names (for messages).
+    top: &'a str,
+    schemas: &'a [String],
+    /// Where views over distributed tables are listed; `None`: such a view is refused.
+    views: Option<&'a mut Vec<(String, String)>>,
+    /// `top` is a function (whose body runs on one group).
+    function: bool,
+    seen: &'a mut HashSet<String>,
+    seen_fns: &'a mut HashSet<String>,
 }
 
 /// The schemas of a `search_path` value, in order (quotes removed; `"$user"` as `$user`).
@@ -179,64 +205,92 @@ impl Names {
     /// `Err` with the reason when one of them reads a distributed table (its rows are on
     /// every group, while the view's or function's query would run on one), or when a
     /// function's body cannot be read while distributed tables exist.
+    ///
+    /// `views_ok`: the statement is a read the general path can take (or a `CREATE VIEW`,
+    /// which lives on group 0 as the catalog object): a (plain, not materialized) view that
+    /// reads distributed tables is then no refusal — its distributed tables are among the
+    /// relations returned, and it is listed in [`Hidden::views`], so a read of it is planned
+    /// across groups and answered over its global view (`herd_global.v_<oid>`).
     pub fn hidden_reads(
         &self,
         map: &ShardMap,
         relations: &[String],
         functions: &[String],
         schemas: &[String],
-    ) -> Result<Vec<String>, String> {
-        let mut extra = Vec::new();
+        views_ok: bool,
+    ) -> Result<Hidden, String> {
+        let mut hidden = Hidden::default();
         let mut seen: HashSet<String> = HashSet::new();
         let mut seen_fns: HashSet<String> = HashSet::new();
         for r in relations {
-            self.view_reads(
-                map,
-                r,
-                r,
+            let mut walk = ViewWalk {
+                top: r,
                 schemas,
-                0,
-                (&mut seen, &mut seen_fns),
-                &mut extra,
-            )?;
+                views: views_ok.then_some(&mut hidden.views),
+                function: false,
+                seen: &mut seen,
+                seen_fns: &mut seen_fns,
+            };
+            self.view_reads(map, &mut walk, r, 0, &mut hidden.relations)?;
         }
         for f in functions {
-            self.function_reads(map, f, f, schemas, 0, &mut seen_fns, &mut extra)?;
+            self.function_reads(map, f, f, schemas, 0, &mut seen_fns, &mut hidden.relations)?;
         }
-        Ok(extra)
+        Ok(hidden)
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn view_reads(
         &self,
         map: &ShardMap,
-        top: &str,
+        walk: &mut ViewWalk<'_>,
         view: &str,
-        schemas: &[String],
         depth: usize,
-        (seen, seen_fns): (&mut HashSet<String>, &mut HashSet<String>),
         out: &mut Vec<String>,
     ) -> Result<(), String> {
         let qualified = crate::qualified(view);
         let Some(reads) = self.views.get(&qualified) else {
             return Ok(());
         };
-        if depth > MAX_DEPTH || !seen.insert(qualified.clone()) {
+        if depth > MAX_DEPTH || !walk.seen.insert(qualified.clone()) {
             return Ok(());
         }
+        let top = walk.top;
         for f in self.view_calls.get(&qualified).into_iter().flatten() {
-            self.function_reads(map, top, f, schemas, depth + 1, seen_fns, out)?;
+            self.function_reads(map, top, f, walk.schemas, depth + 1, walk.seen_fns, out)?;
         }
         for r in reads {
             if let Some(TableKind::Distributed { .. }) = map.table(r) {
-                return Err(format!(
-                    "view {top} reads distributed table {r}, whose rows are spread over the \
-                     shard groups, while a view is answered by one group: query {r} itself \
-                     (filtered by its shard key, or a SELECT Herd merges across groups)"
-                ));
+                if self.materialized.contains(&qualified) {
+                    return Err(format!(
+                        "materialized view {qualified} reads distributed table {r}: its rows \
+                         were computed on the one shard group that refreshed it, from that \
+                         group's rows only; use a plain view (answered across groups), or \
+                         query {r} itself"
+                    ));
+                }
+                if walk.function {
+                    return Err(format!(
+                        "function {top} reads view {qualified}, which reads distributed table \
+                         {r}, whose rows are spread over the shard groups, while a function \
+                         runs on one group: read the view in the statement itself"
+                    ));
+                }
+                let Some(views) = walk.views.as_deref_mut() else {
+                    return Err(format!(
+                        "view {top} reads distributed table {r}, whose rows are spread over the \
+                         shard groups, while this statement would run the view on one group \
+                         (only a read — SELECT, a cursor or COPY (SELECT …) TO STDOUT — is \
+                         answered across groups through a view): query {r} itself, or read \
+                         the view in a SELECT"
+                    ));
+                };
+                let named = crate::qualified(top);
+                if !views.iter().any(|(v, _)| *v == named) {
+                    views.push((named, r.clone()));
+                }
             }
             out.push(r.clone());
-            self.view_reads(map, top, r, schemas, depth + 1, (seen, seen_fns), out)?;
+            self.view_reads(map, walk, r, depth + 1, out)?;
         }
         Ok(())
     }
@@ -296,15 +350,17 @@ impl Names {
                             ));
                         }
                         let mut views_seen = HashSet::new();
-                        self.view_reads(
-                            map,
+                        // A function runs on one group: a view over distributed tables
+                        // read in its body stays refused.
+                        let mut walk = ViewWalk {
                             top,
-                            &r,
                             schemas,
-                            depth + 1,
-                            (&mut views_seen, seen),
-                            out,
-                        )?;
+                            views: None,
+                            function: true,
+                            seen: &mut views_seen,
+                            seen_fns: seen,
+                        };
+                        self.view_reads(map, &mut walk, &r, depth + 1, out)?;
                         out.push(r);
                     }
                     for c in calls {
@@ -521,7 +577,7 @@ mod tests {
             let rels: Vec<String> = rels.iter().map(|s| s.to_string()).collect();
             let fns: Vec<String> = fns.iter().map(|s| s.to_string()).collect();
             let e = n
-                .hidden_reads(&m, &rels, &fns, &schemas)
+                .hidden_reads(&m, &rels, &fns, &schemas, false)
                 .expect_err("refused");
             assert!(e.contains(needle), "{e}");
         };
@@ -543,20 +599,74 @@ mod tests {
         refused(&[], &["f_py"], "plpython3u");
         // Reference tables are on every group: fine, and reported as read.
         let extra = n
-            .hidden_reads(&m, &["public.v_ref".into()], &["f_ref".into()], &schemas)
-            .expect("answerable");
+            .hidden_reads(
+                &m,
+                &["public.v_ref".into()],
+                &["f_ref".into()],
+                &schemas,
+                false,
+            )
+            .expect("answerable")
+            .relations;
         assert!(extra.contains(&"public.regions".to_string()), "{extra:?}");
         // Under another path, the function's unqualified table is another one.
         let s2 = vec!["pg_catalog".to_string(), "s2".to_string()];
         let extra = n
-            .hidden_reads(&m, &[], &["f_count".into()], &s2)
-            .expect("s2.customers is not distributed");
+            .hidden_reads(&m, &[], &["f_count".into()], &s2, false)
+            .expect("s2.customers is not distributed")
+            .relations;
         assert_eq!(extra, vec!["s2.customers".to_string()]);
         // A function with a search_path of its own resolves by it.
-        assert!(n.hidden_reads(&m, &[], &["f_s2".into()], &schemas).is_ok());
+        assert!(n
+            .hidden_reads(&m, &[], &["f_s2".into()], &schemas, false)
+            .is_ok());
         // Without distributed tables an opaque function runs where its statement goes.
         assert!(n
-            .hidden_reads(&ShardMap::new(2, 32), &[], &["f_py".into()], &schemas)
+            .hidden_reads(
+                &ShardMap::new(2, 32),
+                &[],
+                &["f_py".into()],
+                &schemas,
+                false
+            )
             .is_ok());
+    }
+
+    #[test]
+    fn a_read_may_go_through_views_over_distributed_tables() {
+        let (mut n, m) = (names(), map());
+        let schemas = vec!["pg_catalog".to_string(), "public".to_string()];
+        // A read: the view (through another view) is listed, its table read.
+        let h = n
+            .hidden_reads(&m, &["public.v_all".into()], &[], &schemas, true)
+            .expect("a read goes through");
+        assert_eq!(
+            h.views,
+            vec![("public.v_all".to_string(), "public.customers".to_string())]
+        );
+        assert!(h.relations.contains(&"public.customers".to_string()));
+        assert!(h.relations.contains(&"public.v_inner".to_string()));
+        // A function reading the view still runs on one group: refused.
+        n.functions.insert(
+            "f_view".into(),
+            vec![Body::Reads {
+                relations: vec!["v_all".into()],
+                calls: vec![],
+                path: None,
+            }],
+        );
+        let e = n
+            .hidden_reads(&m, &[], &["f_view".into()], &schemas, true)
+            .expect_err("function");
+        assert!(
+            e.contains("function f_view reads view public.v_inner, which reads distributed"),
+            "{e}"
+        );
+        // A materialized view's rows are one group's: refused even for a read.
+        n.materialized.insert("public.v_inner".into());
+        let e = n
+            .hidden_reads(&m, &["public.v_all".into()], &[], &schemas, true)
+            .expect_err("materialized");
+        assert!(e.contains("materialized view public.v_inner"), "{e}");
     }
 }

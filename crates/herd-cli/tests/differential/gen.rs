@@ -234,6 +234,7 @@ impl Gen {
             69..=75 => self.special(),
             76..=78 => self.joined_write(),
             79..=80 => self.moving_cte(),
+            81..=83 => self.view_read(),
             _ => self.edge(),
         }
     }

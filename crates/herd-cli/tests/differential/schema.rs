@@ -12,6 +12,8 @@
 //! * `alt.customers`: a plain table that `search_path = alt, public` should name instead.
 //! * `cust_orders(int8)`, `all_orders()`: SQL functions reading `orders`; `plus1(int8)`: one
 //!   reading no table.
+//! * Views over distributed tables: `cust_totals` (an aggregate over customers ⟕ orders),
+//!   `order_regions` (orders, customers, `regions`, `tags`), `big_spenders` (over `cust_totals`).
 
 /// Where a set-up statement runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -87,6 +89,14 @@ pub fn setup() -> Vec<(String, Where)> {
          as $$ select count(*) from orders $$",
         "create function plus1(bigint) returns bigint language sql immutable \
          as $$ select $1 + 1 $$",
+        // Views over distributed tables (read in `views.rs`).
+        "create view cust_totals as select c.id, c.name, c.region_id, count(o.id) as n, \
+         sum(o.amount) as total from customers c left join orders o on o.customer_id = c.id \
+         group by c.id, c.name, c.region_id",
+        "create view order_regions as select o.id, o.customer_id, o.amount, o.status, \
+         r.name as region, t.label from orders o join customers c on c.id = o.customer_id \
+         left join regions r on r.id = c.region_id left join tags t on t.id = o.qty",
+        "create view big_spenders as select id, name, total from cust_totals where total > 100",
     ] {
         out.push((sql.to_string(), Where::Both));
     }

@@ -54,24 +54,37 @@ pub(super) fn general_sql(
             Some(s) => format!("{s}.{name}"),
             None => r.names.resolve(name, &schemas),
         };
+        let key = herd_shard::qualified(&resolved);
         match map.table(&resolved) {
             Some(TableKind::Distributed { .. }) => {
-                let key = herd_shard::qualified(&resolved);
                 let found = global.relations.get(&key).cloned();
                 if found.is_none() {
-                    *missing.borrow_mut() = Some(key);
+                    *missing.borrow_mut() = Some(format!(
+                        "{key} has no global table yet (distributed after they were built); retry"
+                    ));
                 }
                 found
+            }
+            // A view over distributed tables: its global view (`shards/global_views.rs`).
+            _ if global.views.contains_key(&key) => global.views.get(&key).cloned(),
+            _ if r.names.views.contains_key(&key) => {
+                if let Some(why) = global.refused_views.get(&key) {
+                    *missing.borrow_mut() = Some(format!("view {key} has no global view: {why}"));
+                } else if herd_shard::view_reads_distributed(r.names, map, &key).is_some() {
+                    *missing.borrow_mut() = Some(format!(
+                        "view {key} has no global view yet (made after they were built); retry"
+                    ));
+                }
+                None
             }
             _ => None,
         }
     })
     .map_err(|e| not(&e))?;
-    if let Some(table) = missing.into_inner() {
-        // A table the global relations were not built with would be read on group 0 only.
-        return Err(not(&format!(
-            "{table} has no global table yet (distributed after they were built); retry"
-        )));
+    if let Some(why) = missing.into_inner() {
+        // A table or view the global relations were not built with would be read on group 0
+        // only.
+        return Err(not(&why));
     }
     Ok(rewritten)
 }

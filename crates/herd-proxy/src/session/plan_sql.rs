@@ -2,7 +2,7 @@
 //! session, its parameters (from a Bind message's bytes), and the SQL of a refusal raised
 //! inside a transaction.
 
-use herd_shard::{ParamValue, Plan, ShardMap};
+use herd_shard::{ParamValue, Plan, ShardMap, ViewUse};
 
 use super::shard::NOT_SUPPORTED;
 use crate::ProxyContext;
@@ -48,6 +48,14 @@ pub(super) fn plan_sql(
         .flat_map(|s| s.relations.iter().cloned())
         .collect();
     let mut facts = herd_sql::key_facts(&text);
+    // A temporary object: it lives in one session's schema on one server.
+    let temp = classification
+        .statements
+        .iter()
+        .any(|s| s.session == herd_sql::SessionEffect::Pin(herd_sql::PinReason::TempTable));
+    // Views over distributed tables the statement reads (view, its distributed table).
+    let mut over_views: Vec<(String, String)> = Vec::new();
+    let mut refusal = None;
     if let Some(shared) = herd_shard::shared_object_plan(facts.as_ref(), map) {
         return shared;
     }
@@ -57,8 +65,11 @@ pub(super) fn plan_sql(
             .iter()
             .flat_map(|s| s.functions.iter().cloned())
             .collect();
-        if let Err(why) = resolve_names(r, map, facts.as_mut(), &mut relations, &functions) {
-            return Plan::Refuse(why);
+        let uses = herd_shard::view_use(facts.as_ref(), temp);
+        match resolve_names(r, map, facts.as_mut(), &mut relations, &functions, uses) {
+            // A DECLARE or COPY (query) TO is planned again by its query below.
+            Err(why) => refusal = Some(why),
+            Ok(views) => over_views = views,
         }
     }
     let param = |n: u32| {
@@ -67,7 +78,26 @@ pub(super) fn plan_sql(
             .cloned()
             .unwrap_or(ParamValue::Missing)
     };
-    let plan = herd_shard::plan(facts.as_ref(), &relations, map, &param);
+    let planned = match refusal {
+        Some(why) => Plan::Refuse(why),
+        None => herd_shard::plan(facts.as_ref(), &relations, map, &param),
+    };
+    let plan = match planned {
+        // A read through a view over distributed tables: say so, rather than the planner's
+        // reason (the view is a relation of group 0 to it).
+        Plan::General { .. } if !over_views.is_empty() => {
+            let (view, table) = &over_views[0];
+            Plan::General {
+                why: format!(
+                    "view {view} reads distributed table {table}, whose rows are spread over \
+                     the shard groups"
+                ),
+            }
+        }
+        // A temporary view over distributed tables: no global view can follow it.
+        Plan::Group { reason: "view", .. } if temp => Plan::Refuse(TEMP_VIEW.into()),
+        plan => plan,
+    };
     // A refused DECLARE CURSOR or COPY (query) TO: planned by the query it wraps
     // (only refusals are looked at again, so nothing is added to what runs on one group).
     let wraps = |f: &herd_sql::KeyFacts| {
@@ -90,7 +120,8 @@ fn resolve_names(
     mut facts: Option<&mut herd_sql::KeyFacts>,
     relations: &mut Vec<String>,
     functions: &[String],
-) -> Result<(), String> {
+    uses: ViewUse,
+) -> Result<Vec<(String, String)>, String> {
     let Some(schemas) = r.names.schemas_for(&r.path, r.user) else {
         // The path is not known: an unqualified name of a sharded table, or a function whose
         // body names tables, could mean anything.
@@ -110,6 +141,25 @@ fn resolve_names(
                  (or set search_path with SET)"
             ));
         }
+        // A view over distributed tables, under any schema the name may mean: its read would
+        // be answered over its global view, which needs the name resolved.
+        let over_view = |n: &String| {
+            let over = |v: &str| herd_shard::view_reads_distributed(r.names, map, v).is_some();
+            match r.names.relations.get(n) {
+                _ if n.contains('.') => over(n),
+                Some(schemas) if !ctes.contains(n) => {
+                    schemas.iter().any(|s| over(&format!("{s}.{n}")))
+                }
+                _ => false,
+            }
+        };
+        if let Some(name) = relations.iter().find(|n| over_view(n)) {
+            return Err(format!(
+                "the session's search_path was changed with set_config(), which Herd does not \
+                 follow, and {name} is (or may be) a view over distributed tables, read across \
+                 shard groups only with the session's names known: set search_path with SET"
+            ));
+        }
         if let Some(f) = functions
             .iter()
             .find(|f| r.names.functions.contains_key(*f))
@@ -120,7 +170,7 @@ fn resolve_names(
                  with SET"
             ));
         }
-        return Ok(());
+        return Ok(Vec::new());
     };
     r.names
         .resolve_statement(facts.as_deref_mut(), relations, &schemas);
@@ -146,19 +196,47 @@ fn resolve_names(
         .flat_map(|f| std::iter::once(f).chain(&f.with_parts))
         .filter(|f| written(f))
         .filter_map(|f| f.tables.first());
-    for t in targets.filter(|t| map.table(&t.name).is_some()) {
-        if let Some(why) = r.names.write_hooks_refusal(map, &t.name, &schemas) {
+    for t in targets {
+        if map.table(&t.name).is_some() {
+            if let Some(why) = r.names.write_hooks_refusal(map, &t.name, &schemas) {
+                return Err(why);
+            }
+        } else if let Some(why) = herd_shard::write_through_view(r.names, map, &t.name) {
             return Err(why);
         }
     }
-    let extra = r.names.hidden_reads(map, relations, functions, &schemas)?;
-    for e in extra {
-        if !relations.contains(&e) {
-            relations.push(e);
+    // What a CREATE VIEW / CREATE TABLE AS / REFRESH makes reads the views it names too.
+    let mut read = relations.clone();
+    let makes = herd_shard::reads_its_tables(facts.as_deref());
+    if makes {
+        for t in facts.as_deref().into_iter().flat_map(|f| &f.tables) {
+            if !read.contains(&t.name) {
+                read.push(t.name.clone());
+            }
         }
     }
-    Ok(())
+    let views_ok = uses != ViewUse::Other;
+    let hidden = r
+        .names
+        .hidden_reads(map, &read, functions, &schemas, views_ok)?;
+    // Those statements are only checked: they are planned by the tables they name (a CREATE
+    // VIEW is the catalog object, of group 0; a REFRESH of a materialized view over reference
+    // tables runs on group 0, which holds their rows).
+    if !makes {
+        for e in hidden.relations {
+            if !relations.contains(&e) {
+                relations.push(e);
+            }
+        }
+    }
+    Ok(hidden.views)
 }
+
+/// Why a temporary view over distributed tables is refused.
+const TEMP_VIEW: &str = "a temporary view over distributed tables is not supported: it lives \
+     in one session's schema on shard group 0, where Herd cannot make its global view (reads \
+     of it would see group 0's rows only); create a permanent view (CREATE VIEW, read across \
+     groups), or query the tables themselves";
 
 /// The parameters of a Bind (after its names): format codes, then values.
 pub(super) fn bind_params(rest: &[u8]) -> Vec<ParamValue> {

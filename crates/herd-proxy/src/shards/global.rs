@@ -57,6 +57,11 @@ use crate::{ProxyContext, ProxyError};
 pub struct GlobalTables {
     /// `schema.table` → `herd_global.t_<oid>`.
     pub relations: HashMap<String, String>,
+    /// Views over distributed tables: `schema.view` → `herd_global.v_<oid>`
+    /// (`global_views.rs`).
+    pub views: HashMap<String, String>,
+    /// Views over distributed tables without a global view: `schema.view` → why.
+    pub refused_views: HashMap<String, String>,
     /// What was checked: the names read (kept, so that a later read is never taken for this
     /// one) and the tables and nodes asked for.
     checked: (Arc<Names>, String),
@@ -156,27 +161,48 @@ impl ProxyContext {
                 readers: r.get(3),
             })
             .collect();
+        // The views over distributed tables, dependencies first, made over the tables'
+        // global relations.
+        let over = herd_shard::views_over_distributed(names, map);
+        let views = super::global_views::read(&mut client, &over).await?;
+        let relations: HashMap<String, String> = columns
+            .iter()
+            .map(|t| (t.key.clone(), format!("herd_global.t_{}", t.oid)))
+            .collect();
+        let made = super::global_views::make(&views, &relations);
         let row = client
             .query_one(SERVER_TLS, &[])
             .await
             .map_err(|e| failed("reading group 0's TLS settings", e))?;
         let tls = ServerFiles::of(row.get(0), row.get(1), row.get(2), row.get(3));
-        let spec = spec_of(&columns, &nodes, database, &self.admin.user, tls.as_ref());
+        let spec = format!(
+            "{} {views:?}",
+            spec_of(&columns, &nodes, database, &self.admin.user, tls.as_ref())
+        );
+        let built = Built {
+            spec: &spec,
+            columns: &columns,
+            views_sql: &made.sql,
+        };
         build_if_needed(
             &mut client,
-            &spec,
-            &columns,
+            &built,
             &nodes,
             tls.as_ref(),
             database,
             &self.admin,
         )
         .await?;
+        // Views PostgreSQL would not make (each is made on its own: one cannot keep the
+        // others, or the tables' global relations, from being built).
+        let mut made = made;
+        if !views.is_empty() {
+            super::global_views::refused_by_server(&mut client, &mut made).await?;
+        }
         let global = Arc::new(GlobalTables {
-            relations: columns
-                .iter()
-                .map(|t| (t.key.clone(), format!("herd_global.t_{}", t.oid)))
-                .collect(),
+            relations,
+            views: made.views,
+            refused_views: made.refused,
             checked: (names.clone(), asked),
         });
         if let Ok(mut m) = self.shard_maps.global.by_database.lock() {
@@ -242,7 +268,7 @@ fn spec_of(
     admin: &str,
     tls: Option<&ServerFiles>,
 ) -> String {
-    format!("v4 {database} {admin} {nodes:?} {tls:?} {columns:?}")
+    format!("v5 {database} {admin} {nodes:?} {tls:?} {columns:?}")
 }
 
 /// A foreign server's TLS options (verify-full against the CA file on the server), and its
@@ -257,10 +283,17 @@ fn tls_options(tls: Option<&ServerFiles>) -> (String, String) {
     }
 }
 
+/// What a build makes: its spec, the tables' global relations, the views' global views.
+struct Built<'a> {
+    spec: &'a str,
+    columns: &'a [Table],
+    /// The statements that make the global views (`global_views::make`).
+    views_sql: &'a str,
+}
+
 async fn build_if_needed(
     client: &mut Client,
-    spec: &str,
-    columns: &[Table],
+    built: &Built<'_>,
     nodes: &[Vec<(String, u16)>],
     tls: Option<&ServerFiles>,
     database: &str,
@@ -277,15 +310,15 @@ async fn build_if_needed(
         .map_err(err)?
         .get(0);
     if exists {
-        let built = tx
+        let rows = tx
             .query("SELECT spec FROM herd_global.built", &[])
             .await
             .map_err(err)?;
-        if built.len() == 1 && built[0].get::<_, String>(0) == spec {
+        if rows.len() == 1 && rows[0].get::<_, String>(0) == built.spec {
             return tx.commit().await.map_err(err);
         }
     }
-    tx.batch_execute(&build_sql(spec, columns, nodes, database, admin, tls))
+    tx.batch_execute(&build_sql(built, nodes, database, admin, tls))
         .await
         .map_err(err)?;
     tx.commit().await.map_err(err)
@@ -293,8 +326,7 @@ async fn build_if_needed(
 
 /// The statements that (re)create every object of the general path on group 0.
 fn build_sql(
-    spec: &str,
-    columns: &[Table],
+    built: &Built<'_>,
     nodes: &[Vec<(String, u16)>],
     database: &str,
     admin: &crate::monitor::AdminLogin,
@@ -314,6 +346,7 @@ CREATE SCHEMA herd_global;
 REVOKE ALL ON SCHEMA herd_global FROM PUBLIC;
 GRANT USAGE ON SCHEMA herd_global TO PUBLIC;
 CREATE TABLE herd_global.built (spec text NOT NULL);
+CREATE TABLE herd_global.refused (view text NOT NULL, why text NOT NULL);
 ",
     );
     for (g, group_nodes) in nodes.iter().enumerate() {
@@ -335,7 +368,7 @@ CREATE USER MAPPING FOR {} SERVER herd_group_{g} OPTIONS (user {}, password {}{}
             mapping_tls,
         ));
     }
-    for t in columns {
+    for t in built.columns {
         let (schema, name) = t.key.split_once('.').unwrap_or(("public", &t.key));
         let (oid, cols) = (t.oid, &t.columns);
         let mut branches = Vec::new();
@@ -362,9 +395,10 @@ CREATE USER MAPPING FOR {} SERVER herd_group_{g} OPTIONS (user {}, password {}{}
             ));
         }
     }
+    sql.push_str(built.views_sql);
     sql.push_str(&format!(
         "INSERT INTO herd_global.built VALUES ({});\n",
-        literal(spec)
+        literal(built.spec)
     ));
     sql
 }
@@ -392,7 +426,16 @@ mod tests {
         ];
         let spec = spec_of(&cols, &nodes, "db", "herd", None);
         assert!(!spec.contains("cret"), "the spec is readable: no password");
-        let sql = build_sql(&spec, &cols, &nodes, "db", &admin, None);
+        let built = Built {
+            spec: &spec,
+            columns: &cols,
+            views_sql: "CREATE VIEW herd_global.v_7 (id) AS SELECT 1;\n",
+        };
+        let sql = build_sql(&built, &nodes, "db", &admin, None);
+        assert!(
+            sql.find("CREATE VIEW herd_global.v_7") > sql.find("CREATE VIEW herd_global.t_42"),
+            "views after the tables' global relations"
+        );
         assert!(
             !sql.contains("sslmode"),
             "no CA: libpq's default, as before"
@@ -442,7 +485,12 @@ mod tests {
             spec_of(&[], &nodes, "db", "herd", None),
             "a CA rebuilds"
         );
-        let sql = build_sql(&spec, &[], &nodes, "db", &admin, ca);
+        let built = Built {
+            spec: &spec,
+            columns: &[],
+            views_sql: "",
+        };
+        let sql = build_sql(&built, &nodes, "db", &admin, ca);
         let tls = "application_name 'herd_general', sslmode 'verify-full', \
                    sslrootcert '/var/lib/herd/secrets/ca''.crt');";
         assert_eq!(sql.matches(tls).count(), 2, "every group's server: {sql}");

@@ -49,7 +49,12 @@ const VIEWS: &str = "SELECT vn.nspname || '.' || v.relname, d.refclassid = 'pg_p
      JOIN pg_rewrite r ON r.ev_class = v.oid \
      JOIN pg_depend d ON d.classid = 'pg_rewrite'::regclass AND d.objid = r.oid \
        AND d.refclassid IN ('pg_class'::regclass, 'pg_proc'::regclass) AND d.refobjid <> v.oid \
-     WHERE v.relkind IN ('v', 'm') AND vn.nspname NOT IN ('pg_catalog', 'information_schema')";
+     WHERE v.relkind IN ('v', 'm') \
+       AND vn.nspname NOT IN ('pg_catalog', 'information_schema', 'herd_global')";
+
+/// The materialized views.
+const MATERIALIZED: &str = "SELECT n.nspname || '.' || c.relname FROM pg_class c \
+     JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.relkind = 'm'";
 
 /// Functions and procedures of the user's (not PostgreSQL's, not Herd's, not in C), with what
 /// is needed to read their bodies and their own `search_path`.
@@ -173,6 +178,9 @@ async fn load(client: &Client) -> Result<Names, ProxyError> {
         if !list.contains(&target) {
             list.push(target);
         }
+    }
+    for row in client.query(MATERIALIZED, &[]).await.map_err(read)? {
+        names.materialized.insert(row.get(0));
     }
     for row in client.query(FUNCTIONS, &[]).await.map_err(read)? {
         let (schema, name, language, source): (String, String, String, String) =

@@ -126,6 +126,16 @@ pub(super) fn ddl_plan(f: &KeyFacts, table: &str, map: &ShardMap) -> Plan {
              while it is empty, create them, then distribute it again)"
         ));
     }
+    if kind == "ViewStmt" && reads_distributed(f, map) {
+        // The catalog object, made on group 0 as written and never read there directly: a
+        // read of it is answered over its global view (`herd_global.v_<oid>`, made from its
+        // definition), see docs/sharding-general.md. (A temporary one is refused by the
+        // caller, which knows the statement is temporary.)
+        return Plan::Group {
+            group: 0,
+            reason: "view",
+        };
+    }
     if matches!(kind, "ViewStmt" | "CreateTableAsStmt") && !reads_distributed(f, map) {
         // Over reference tables only: group 0 holds every row, so a view or table made there
         // (which lives on group 0, like every table not distributed) answers as one server.
@@ -283,17 +293,13 @@ fn rename_plan(ddl: Option<&herd_sql::DdlFacts>, table: &str, map: &ShardMap) ->
 /// run for all: the construct, why, and what to do instead.
 fn refusal(kind: &str, table: &str) -> String {
     match kind {
-        "ViewStmt" => format!(
-            "CREATE VIEW over distributed table {table} is not supported: the view would exist on shard group 0 \
-             only and read group 0's rows only; query {table} directly (the endpoint answers a \
-             SELECT across shard groups)"
-        ),
         "CreateTableAsStmt" => format!(
             "CREATE TABLE … AS (or CREATE MATERIALIZED VIEW) reading distributed table {table} is \
              not supported: \
-             it would run on one shard group and keep that group's rows only; create the table, \
-             then fill it with INSERT … SELECT (filtered by the shard key), or read the rows \
-             with a SELECT and insert them"
+             it would run on one shard group and keep that group's rows only (a materialized \
+             view's REFRESH too); create the table, then fill it with INSERT … SELECT \
+             (filtered by the shard key), or use a plain view (CREATE VIEW, read across \
+             groups)"
         ),
         "PrepareStmt" => format!(
             "SQL PREPARE of a statement on {table} is not supported: the endpoint places each \
