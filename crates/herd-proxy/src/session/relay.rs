@@ -93,6 +93,12 @@ impl Session {
         if self.script.is_some() && self.script_turn()? {
             return Ok(Step::Progress);
         }
+        if self.sql_prepared_waiting(max)
+            && self.out.len() < OUT_LIMIT
+            && Box::pin(self.sql_prepared_door(max)).await?
+        {
+            return Ok(Step::Progress);
+        }
         let Some(att) = self.attached.as_ref() else {
             if self.out.len() >= OUT_LIMIT {
                 return Ok(Step::Blocked);
@@ -618,6 +624,7 @@ fn apply_effects(
             Effect::DiscardAll => {
                 state.reset_all();
                 state.statements.clear();
+                state.sql_prepared.clear();
                 prepared.clear();
             }
             Effect::Consistency(level) => state.consistency = level,
