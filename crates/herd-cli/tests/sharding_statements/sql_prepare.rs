@@ -85,12 +85,23 @@ pub(super) async fn sql_prepare(url: &str, groups: &[String]) {
         format!("execute k({k0})"),
         format!("execute k({k1})"),
         "select * from EVENTS where id > 1000 order by id".into(),
+        // Prepared inside a block that is on group 1, run there and after it.
+        "begin".into(),
+        format!("execute k({k1})"),
+        "prepare inblock(bigint) as select count(*), max(o_orderkey) from ORDERS \
+         where o_custkey = $1"
+            .into(),
+        "execute inblock(3)".into(),
+        format!("execute up({k1}, 'b1')"),
+        "commit".into(),
+        "execute inblock(4)".into(),
+        format!("execute k({k1})"),
         // PostgreSQL's errors.
         "prepare k(int) as select 1".into(),
         "execute nope(1)".into(),
         "execute k(1, 2)".into(),
         "execute k".into(),
-        "execute k('x')".into(),
+        "execute g('x')".into(),
         "deallocate nope".into(),
         "prepare bad as select no_such_column from ORDERS".into(),
         "prepare bad as select * from no_such_table".into(),
@@ -127,7 +138,14 @@ pub(super) async fn sql_prepare(url: &str, groups: &[String]) {
     // it once; Herd does not evaluate it for the statement's groups).
     let prepare = "prepare e(bigint) as select o_comment from orders where o_orderkey = $1";
     assert_eq!(answer(&herd, prepare).await, vec!["complete 0".to_string()]);
+    // A key that is not a number: refused by the planner (0A000, as the same statement sent
+    // with that literal or as a Bind parameter), where one server says 22P02.
+    let got = answer(&herd, "execute e('x')").await;
+    assert!(got == ["error 0A000"] || got == ["error 22P02"], "{got:?}");
     let got = answer(&herd, "execute e(1 + 1)").await;
+    assert_eq!(got, vec!["error 0A000".to_string()]);
+    // In a string of several statements a PREPARE would be a server's own: still refused.
+    let got = answer(&herd, "prepare z as select * from orders; select 1").await;
     assert_eq!(got, vec!["error 0A000".to_string()]);
     // The session was never pinned: statements of both groups still run outside a block.
     for k in &keys {

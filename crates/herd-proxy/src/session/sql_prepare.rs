@@ -37,7 +37,7 @@ impl Session {
     /// be handled now (a sharded cluster in transaction pooling, nothing else owed): looked at
     /// before every unit, so only the first word of a simple query is read.
     pub(super) fn sql_prepared_waiting(&self, max: usize) -> bool {
-        if self.map.is_none() || self.cbuf.first() != Some(&tag::QUERY) {
+        if self.cbuf.first() != Some(&tag::QUERY) {
             return false;
         }
         if self.ctx.groups() <= 1
@@ -48,7 +48,9 @@ impl Session {
             return false;
         }
         if let Some(att) = &self.attached {
-            if !att.tracker.is_idle() || att.batch_open || att.tracker.in_copy() {
+            // A session pinned to its server (a server-side PREPARE from before anything was
+            // distributed, among others) keeps its statements there.
+            if att.pinned || !att.tracker.is_idle() || att.batch_open || att.tracker.in_copy() {
                 return false;
             }
         }
