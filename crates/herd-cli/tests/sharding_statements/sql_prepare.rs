@@ -147,6 +147,28 @@ pub(super) async fn sql_prepare(url: &str, groups: &[String]) {
     // In a string of several statements a PREPARE would be a server's own: still refused.
     let got = answer(&herd, "prepare z as select * from orders; select 1").await;
     assert_eq!(got, vec!["error 0A000".to_string()]);
+    // EXECUTE sent through the extended protocol (a driver's query() of the client's SQL):
+    // the same rows as one server's.
+    for (client, table) in [(&herd, "orders"), (&one, "orders_one")] {
+        let sql = format!(
+            "prepare x(bigint) as select o_orderkey, o_comment from {table} where o_orderkey = $1"
+        );
+        assert_eq!(answer(client, &sql).await, vec!["complete 0".to_string()]);
+    }
+    for k in [k0, k1, 1000] {
+        let sql = format!("execute x({k})");
+        let rows = |rows: Vec<tokio_postgres::Row>| -> Vec<(i64, Option<String>)> {
+            rows.iter().map(|r| (r.get(0), r.get(1))).collect()
+        };
+        let got = rows(herd.query(&sql, &[]).await.expect("extended EXECUTE"));
+        let want = rows(one.query(&sql, &[]).await.expect("extended EXECUTE"));
+        assert_eq!(got, want, "{sql}");
+    }
+    let e = herd
+        .query("execute nope(1)", &[])
+        .await
+        .expect_err("unknown");
+    assert_eq!(e.code().map(|c| c.code()), Some("26000"), "{e}");
     // The session was never pinned: statements of both groups still run outside a block.
     for k in &keys {
         let sql = format!("select o_orderkey from orders where o_orderkey = {k}");

@@ -12,7 +12,7 @@
 //! unit is placed, when it arrives alone as a simple query.
 
 use herd_sql::SqlPrepared;
-use herd_wire::frontend::{tag, Query};
+use herd_wire::frontend::{tag, Parse, Query};
 use herd_wire::{encode, split_frame};
 
 use super::state::SqlKept;
@@ -37,7 +37,7 @@ impl Session {
     /// be handled now (a sharded cluster in transaction pooling, nothing else owed): looked at
     /// before every unit, so only the first word of a simple query is read.
     pub(super) fn sql_prepared_waiting(&self, max: usize) -> bool {
-        if self.cbuf.first() != Some(&tag::QUERY) {
+        if !matches!(self.cbuf.first(), Some(&(tag::QUERY | tag::PARSE))) {
             return false;
         }
         if self.ctx.groups() <= 1
@@ -55,18 +55,68 @@ impl Session {
             }
         }
         match split_frame(&self.cbuf, max) {
-            Ok(Some((frame, _))) => frame
+            Ok(Some((frame, _))) if frame.tag == tag::QUERY => frame
                 .body
                 .split_last()
                 .is_some_and(|(_, sql)| herd_sql::may_be_sql_prepared(sql)),
+            // A Parse's body: its name, then its text (each ending with a NUL).
+            Ok(Some((frame, _))) => frame
+                .body
+                .iter()
+                .position(|b| *b == 0)
+                .and_then(|end| frame.body.get(end + 1..))
+                .is_some_and(herd_sql::may_be_sql_prepared),
             _ => false,
         }
+    }
+
+    /// An extended-protocol unit whose Parses run `EXECUTE` of statements the proxy keeps
+    /// (a driver sending the client's SQL through Parse/Bind): each such Parse's text becomes
+    /// the statement it runs, as for a simple query, and the unit goes on.
+    async fn extended_execute(&mut self, max: usize) -> Result<bool, ProxyError> {
+        let Some(len) = super::attach::unit_len(&self.cbuf, max)? else {
+            return Ok(false);
+        };
+        if self.active_map().await?.is_none() {
+            return Ok(false);
+        }
+        let mut out = Vec::with_capacity(len + 64);
+        let mut changed = false;
+        let mut rest = &self.cbuf[..len];
+        while let Some((frame, used)) = split_frame(rest, max)? {
+            rest = &rest[used..];
+            if frame.tag == tag::PARSE {
+                let p = Parse::decode(frame.body)?;
+                let execute = herd_sql::may_be_sql_prepared(p.query)
+                    .then(|| std::str::from_utf8(p.query).ok())
+                    .flatten()
+                    .and_then(herd_sql::sql_prepared);
+                if let Some(SqlPrepared::Execute { name, args }) = execute {
+                    if let Door::Replace(sql) = self.execute(&name, args) {
+                        encode::parse(&mut out, p.name, &sql, &p.param_types)?;
+                        changed = true;
+                        continue;
+                    }
+                }
+            }
+            out.extend_from_slice(frame.raw);
+        }
+        if changed {
+            let rest = self.cbuf.split_off(len);
+            self.cbuf.clear();
+            self.cbuf.extend_from_slice(&out);
+            self.cbuf.unsplit(rest);
+        }
+        Ok(false)
     }
 
     /// Handles a lone simple-query `PREPARE`, `EXECUTE`, `DEALLOCATE` or `DISCARD ALL` at the
     /// head of the client's buffer (when [`Session::sql_prepared_waiting`]): answered here
     /// (`Ok(true)`), or rewritten in place for the placement that follows.
     pub(super) async fn sql_prepared_door(&mut self, max: usize) -> Result<bool, ProxyError> {
+        if self.cbuf.first() == Some(&tag::PARSE) {
+            return self.extended_execute(max).await;
+        }
         let Some((frame, n)) = split_frame(&self.cbuf, max)? else {
             return Ok(false);
         };
@@ -109,13 +159,6 @@ impl Session {
         // for a transaction no server has seen), so it must change nothing here.
         let failed =
             self.pending_failed || self.attached.as_ref().is_some_and(|a| a.status == b'E');
-        let unknown = |name: &str| {
-            Door::Replace(raising(
-                "26000",
-                &format!("prepared statement \"{name}\" does not exist"),
-                None,
-            ))
-        };
         Ok(match command {
             SqlPrepared::Prepare { name, types, query } => {
                 if failed {
@@ -143,40 +186,7 @@ impl Session {
                     Err(e) => Door::Replace(raising(e.sqlstate(), &e.to_string(), None)),
                 }
             }
-            SqlPrepared::Execute { name, args } => {
-                let Some(kept) = self.state.sql_prepared.get(&name) else {
-                    // A protocol-level statement's name: as before (the server answers).
-                    if self.state.statements.contains_key(name.as_bytes()) {
-                        return Ok(Door::Pass);
-                    }
-                    return Ok(unknown(&name));
-                };
-                if args.len() != kept.types.len() {
-                    return Ok(Door::Replace(raising(
-                        "42601",
-                        &format!("wrong number of parameters for prepared statement \"{name}\""),
-                        Some(&format!(
-                            "Expected {} parameters but got {}.",
-                            kept.types.len(),
-                            args.len()
-                        )),
-                    )));
-                }
-                let Some(args) = args.into_iter().collect::<Option<Vec<String>>>() else {
-                    return Ok(Door::Replace(super::shard::raising_sql(
-                        "EXECUTE of a statement Herd keeps for a sharded cluster takes constants \
-                         as arguments (a literal, or a literal converted to a type), not \
-                         expressions: compute the value first and pass it as a constant",
-                    )));
-                };
-                match herd_sql::with_arguments(&kept.query, &args, &kept.types) {
-                    Some(sql) => Door::Replace(sql),
-                    None => Door::Replace(super::shard::raising_sql(
-                        "this prepared statement's parameters could not be given their \
-                         arguments: send the statement itself",
-                    )),
-                }
-            }
+            SqlPrepared::Execute { name, args } => self.execute(&name, args),
             SqlPrepared::Deallocate(Some(name)) => {
                 if failed {
                     return Ok(Door::Replace("SELECT 1".into()));
@@ -186,7 +196,7 @@ impl Session {
                 } else if self.state.statements.contains_key(name.as_bytes()) {
                     Door::Pass
                 } else {
-                    unknown(&name)
+                    unknown_statement(&name)
                 }
             }
             SqlPrepared::Deallocate(None) => {
@@ -203,6 +213,43 @@ impl Session {
                 Door::Pass
             }
         })
+    }
+
+    /// What `EXECUTE name(args)` becomes: the kept statement with its arguments written in,
+    /// or SQL that fails as PostgreSQL would.
+    fn execute(&self, name: &str, args: Vec<Option<String>>) -> Door {
+        let Some(kept) = self.state.sql_prepared.get(name) else {
+            // A protocol-level statement's name: as before (the server answers).
+            if self.state.statements.contains_key(name.as_bytes()) {
+                return Door::Pass;
+            }
+            return unknown_statement(name);
+        };
+        if args.len() != kept.types.len() {
+            return Door::Replace(raising(
+                "42601",
+                &format!("wrong number of parameters for prepared statement \"{name}\""),
+                Some(&format!(
+                    "Expected {} parameters but got {}.",
+                    kept.types.len(),
+                    args.len()
+                )),
+            ));
+        }
+        let Some(args) = args.into_iter().collect::<Option<Vec<String>>>() else {
+            return Door::Replace(super::shard::raising_sql(
+                "EXECUTE of a statement Herd keeps for a sharded cluster takes constants \
+                 as arguments (a literal, or a literal converted to a type), not \
+                 expressions: compute the value first and pass it as a constant",
+            ));
+        };
+        match herd_sql::with_arguments(&kept.query, &args, &kept.types) {
+            Some(sql) => Door::Replace(sql),
+            None => Door::Replace(super::shard::raising_sql(
+                "this prepared statement's parameters could not be given their \
+                 arguments: send the statement itself",
+            )),
+        }
     }
 
     /// PostgreSQL's check of `PREPARE name <types> AS <query>` on a group-0 primary, under the
@@ -232,6 +279,15 @@ impl Session {
             .map(|mut r| r.pop().flatten().unwrap_or_default())
             .collect())
     }
+}
+
+/// PostgreSQL's error for a name no statement has.
+fn unknown_statement(name: &str) -> Door {
+    Door::Replace(raising(
+        "26000",
+        &format!("prepared statement \"{name}\" does not exist"),
+        None,
+    ))
 }
 
 /// SQL that fails on the server with SQLSTATE `code`, `message` (and `detail`), as the
