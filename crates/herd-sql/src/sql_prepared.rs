@@ -21,14 +21,59 @@ pub enum SqlPrepared {
     Execute {
         /// The statement's name.
         name: String,
-        /// Each argument: its text when it is a constant (a literal, maybe converted to a
-        /// type: `'2024-01-01'::date`), `None` for any other expression.
-        args: Vec<Option<String>>,
+        /// Each argument.
+        args: Vec<Argument>,
     },
     /// `DEALLOCATE [PREPARE] name`, or `None` for `DEALLOCATE ALL`.
     Deallocate(Option<String>),
     /// `DISCARD ALL` (which deallocates every prepared statement too).
     DiscardAll,
+}
+
+/// An `EXECUTE` argument.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Argument {
+    /// A literal: its kind and its text as written.
+    Constant(ConstKind, String),
+    /// Anything else (an expression, a column, a literal converted to a type).
+    Expression,
+}
+
+/// The kind of a literal argument.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConstKind {
+    /// A quoted string (its type unknown until converted: the type's input function).
+    Text,
+    /// An integer or decimal number.
+    Number,
+    /// `true` / `false`.
+    Bool,
+    /// `NULL`.
+    Null,
+}
+
+/// Whether a literal of `kind` becomes the same value of type `type_name` (as PostgreSQL's
+/// `format_type` names it) through an explicit `CAST` as through the assignment conversion
+/// PostgreSQL applies to an `EXECUTE` argument: a quoted string or NULL always (the type's
+/// input function either way); a number to a numeric or string type; a boolean to boolean or
+/// a string type. Another pair may convert explicitly where an assignment is refused
+/// (`1` to boolean).
+pub fn assigned_as_cast(kind: ConstKind, type_name: &str) -> bool {
+    let string = matches!(
+        type_name,
+        "text" | "character varying" | "character" | "name"
+    );
+    match kind {
+        ConstKind::Text | ConstKind::Null => true,
+        ConstKind::Number => {
+            string
+                || matches!(
+                    type_name,
+                    "smallint" | "integer" | "bigint" | "numeric" | "real" | "double precision"
+                )
+        }
+        ConstKind::Bool => string || type_name == "boolean",
+    }
 }
 
 /// Whether `sql` starts with a word that may begin one of [`SqlPrepared`]'s commands (looked
@@ -121,7 +166,10 @@ pub fn sql_prepared(sql: &str) -> Option<SqlPrepared> {
                 .params
                 .iter()
                 .zip(args)
-                .map(|(p, text)| constant(p).then_some(text))
+                .map(|(p, text)| match constant(p) {
+                    Some(kind) => Argument::Constant(kind, text),
+                    None => Argument::Expression,
+                })
                 .collect();
             Some(SqlPrepared::Execute {
                 name: e.name.clone(),
@@ -139,12 +187,20 @@ pub fn sql_prepared(sql: &str) -> Option<SqlPrepared> {
     }
 }
 
-/// A literal, or a literal converted to a type (`'x'::date`, `date 'x'`, `CAST(1 AS int8)`).
-fn constant(n: &pg_query::protobuf::Node) -> bool {
-    match n.node.as_ref() {
-        Some(node::Node::AConst(_)) => true,
-        Some(node::Node::TypeCast(c)) => c.arg.as_deref().is_some_and(constant),
-        _ => false,
+/// The kind of literal `n` is, if it is one.
+fn constant(n: &pg_query::protobuf::Node) -> Option<ConstKind> {
+    use pg_query::protobuf::a_const::Val;
+    let Some(node::Node::AConst(c)) = n.node.as_ref() else {
+        return None;
+    };
+    if c.isnull {
+        return Some(ConstKind::Null);
+    }
+    match c.val.as_ref()? {
+        Val::Ival(_) | Val::Fval(_) => Some(ConstKind::Number),
+        Val::Sval(_) => Some(ConstKind::Text),
+        Val::Boolval(_) => Some(ConstKind::Bool),
+        Val::Bsval(_) => None,
     }
 }
 
@@ -199,14 +255,14 @@ mod tests {
                 Some(SqlPrepared::Execute {
                     name: "p1".into(),
                     args: vec![
-                        Some("5".into()),
-                        Some("'a,b'".into()),
-                        Some("-2".into()),
-                        Some("NULL".into()),
-                        Some("'2024-01-01'::date".into()),
-                        Some("true".into()),
-                        None,
-                        None,
+                        Argument::Constant(ConstKind::Number, "5".into()),
+                        Argument::Constant(ConstKind::Text, "'a,b'".into()),
+                        Argument::Constant(ConstKind::Number, "-2".into()),
+                        Argument::Constant(ConstKind::Null, "NULL".into()),
+                        Argument::Expression,
+                        Argument::Constant(ConstKind::Bool, "true".into()),
+                        Argument::Expression,
+                        Argument::Expression,
                     ],
                 }),
             ),
@@ -232,10 +288,40 @@ mod tests {
         for (sql, want) in cases {
             assert_eq!(sql_prepared(sql), want, "{sql}");
         }
+        assert_eq!(
+            sql_prepared("execute p(1.5, B'101')"),
+            Some(SqlPrepared::Execute {
+                name: "p".into(),
+                args: vec![
+                    Argument::Constant(ConstKind::Number, "1.5".into()),
+                    Argument::Expression
+                ],
+            })
+        );
         assert!(may_be_sql_prepared(b"  Execute p"));
         assert!(may_be_sql_prepared(b"DEALLOCATE ALL"));
         assert!(!may_be_sql_prepared(b"select 1"));
         assert!(!may_be_sql_prepared(b"exec"));
+    }
+
+    #[test]
+    fn conversions_that_match_an_assignment() {
+        use ConstKind::{Bool, Null, Number, Text};
+        let cases = [
+            (Text, "date", true),
+            (Null, "boolean", true),
+            (Number, "bigint", true),
+            (Number, "double precision", true),
+            (Number, "text", true),
+            (Number, "boolean", false),
+            (Number, "money", false),
+            (Bool, "boolean", true),
+            (Bool, "character varying", true),
+            (Bool, "integer", false),
+        ];
+        for (kind, ty, want) in cases {
+            assert_eq!(assigned_as_cast(kind, ty), want, "{kind:?} to {ty}");
+        }
     }
 
     #[test]

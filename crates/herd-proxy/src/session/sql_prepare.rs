@@ -11,7 +11,7 @@
 //! query; `DEALLOCATE` and `DISCARD ALL` forget them. Each command is handled before its
 //! unit is placed, when it arrives alone as a simple query.
 
-use herd_sql::SqlPrepared;
+use herd_sql::{Argument, SqlPrepared};
 use herd_wire::frontend::{tag, Parse, Query};
 use herd_wire::{encode, split_frame};
 
@@ -217,7 +217,7 @@ impl Session {
 
     /// What `EXECUTE name(args)` becomes: the kept statement with its arguments written in,
     /// or SQL that fails as PostgreSQL would.
-    fn execute(&self, name: &str, args: Vec<Option<String>>) -> Door {
+    fn execute(&self, name: &str, args: Vec<Argument>) -> Door {
         let Some(kept) = self.state.sql_prepared.get(name) else {
             // A protocol-level statement's name: as before (the server answers).
             if self.state.statements.contains_key(name.as_bytes()) {
@@ -236,14 +236,31 @@ impl Session {
                 )),
             ));
         }
-        let Some(args) = args.into_iter().collect::<Option<Vec<String>>>() else {
-            return Door::Replace(super::shard::raising_sql(
-                "EXECUTE of a statement Herd keeps for a sharded cluster takes constants \
-                 as arguments (a literal, or a literal converted to a type), not \
-                 expressions: compute the value first and pass it as a constant",
-            ));
-        };
-        match herd_sql::with_arguments(&kept.query, &args, &kept.types) {
+        let mut texts = Vec::with_capacity(args.len());
+        for (i, (arg, ty)) in args.into_iter().zip(&kept.types).enumerate() {
+            match arg {
+                Argument::Constant(kind, text) if herd_sql::assigned_as_cast(kind, ty) => {
+                    texts.push(text);
+                }
+                Argument::Constant(..) => {
+                    return Door::Replace(super::shard::raising_sql(&format!(
+                        "EXECUTE's argument {} is converted to {ty} as an assignment, which Herd \
+                         does not reproduce for a constant of that kind on a sharded cluster: \
+                         write it as a quoted literal ('…')",
+                        i + 1
+                    )));
+                }
+                Argument::Expression => {
+                    return Door::Replace(super::shard::raising_sql(
+                        "EXECUTE of a statement Herd keeps for a sharded cluster takes constants \
+                         as arguments (a quoted literal, a number, true/false or NULL), not \
+                         expressions or conversions: compute the value first and pass it as a \
+                         literal",
+                    ));
+                }
+            }
+        }
+        match herd_sql::with_arguments(&kept.query, &texts, &kept.types) {
             Some(sql) => Door::Replace(sql),
             None => Door::Replace(super::shard::raising_sql(
                 "this prepared statement's parameters could not be given their \
@@ -256,12 +273,13 @@ impl Session {
     /// session's settings: the parameter types it gives the statement (as type names), or its
     /// error. Nothing stays prepared there.
     async fn check_prepare(&mut self, types: &str, query: &str) -> Result<Vec<String>, ProxyError> {
-        let saved = self.group;
-        self.group = 0;
+        // Not a routed transaction: not counted in `herd_routed_total`.
         let view = self.ctx.view_of(0);
-        let leased = self.lease_primary(&view, "sql_prepare").await;
-        self.group = saved;
-        let (mut lease, _) = leased?;
+        let primary = match &view.primary {
+            Some(p) => p.clone(),
+            None => self.ctx.current_primary_of(0).await?,
+        };
+        let mut lease = self.lease(&primary).await?;
         let name = format!("{CHECK_NAME}_{}", self.ctx.next_token());
         let sql = format!(
             "PREPARE {name} {types} AS {query};\n\
