@@ -93,10 +93,7 @@ impl Session {
         if self.script.is_some() && self.script_turn()? {
             return Ok(Step::Progress);
         }
-        if self.sql_prepared_waiting(max)
-            && self.out.len() < OUT_LIMIT
-            && Box::pin(self.sql_prepared_door(max)).await?
-        {
+        if self.out.len() < OUT_LIMIT && self.sql_prepared_turn(max).await? {
             return Ok(Step::Progress);
         }
         let Some(att) = self.attached.as_ref() else {

@@ -33,10 +33,20 @@ enum Door {
 }
 
 impl Session {
+    /// The door's turn before a unit is taken: `Ok(true)` when it answered one. Only a unit
+    /// that may be one of these commands goes further, behind a box (the session's future
+    /// keeps the relay loop's size).
+    pub(super) async fn sql_prepared_turn(&mut self, max: usize) -> Result<bool, ProxyError> {
+        if !self.sql_prepared_waiting(max) {
+            return Ok(false);
+        }
+        Box::pin(self.sql_prepared_door(max)).await
+    }
+
     /// Whether the unit at the head of the client's buffer may be one of these commands, to
     /// be handled now (a sharded cluster in transaction pooling, nothing else owed): looked at
     /// before every unit, so only the first word of a simple query is read.
-    pub(super) fn sql_prepared_waiting(&self, max: usize) -> bool {
+    fn sql_prepared_waiting(&self, max: usize) -> bool {
         if !matches!(self.cbuf.first(), Some(&(tag::QUERY | tag::PARSE))) {
             return false;
         }
@@ -113,7 +123,7 @@ impl Session {
     /// Handles a lone simple-query `PREPARE`, `EXECUTE`, `DEALLOCATE` or `DISCARD ALL` at the
     /// head of the client's buffer (when [`Session::sql_prepared_waiting`]): answered here
     /// (`Ok(true)`), or rewritten in place for the placement that follows.
-    pub(super) async fn sql_prepared_door(&mut self, max: usize) -> Result<bool, ProxyError> {
+    async fn sql_prepared_door(&mut self, max: usize) -> Result<bool, ProxyError> {
         if self.cbuf.first() == Some(&tag::PARSE) {
             return self.extended_execute(max).await;
         }
