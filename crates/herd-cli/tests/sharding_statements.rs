@@ -18,6 +18,8 @@ mod cursors;
 mod insert_select;
 #[path = "sharding_statements/pipelines.rs"]
 mod pipelines;
+#[path = "sharding_statements/sql_prepare.rs"]
+mod sql_prepare;
 #[path = "sharding_statements/writes.rs"]
 mod writes;
 
@@ -72,6 +74,7 @@ async fn statements_across_groups_answer_as_one_server() {
         insert_select::insert_select(&client, &url, &groups).await;
         copies::copies(&client, &url, &groups).await;
         cursors::cursors(&client, &url, &groups).await;
+        sql_prepare::sql_prepare(&url, &groups).await;
     })
     .await
     .expect("the test's time limit");

@@ -346,10 +346,32 @@ fn bound(expr: Option<&Node>, what: &str) -> Result<Option<Bound>, String> {
         Some(node::Node::ParamRef(p)) => u32::try_from(p.number)
             .map(|n| Some(Bound::Param(n)))
             .map_err(|_| format!("{what}: bad parameter")),
+        // `CAST(3 AS smallint)` (how an SQL EXECUTE's argument is written in): an integer
+        // constant converted to an integer type is that constant.
+        Some(node::Node::TypeCast(c)) if integer_type(c.type_name.as_ref()) => {
+            match c.arg.as_deref().map(|a| bound(Some(a), what)) {
+                Some(Ok(b @ (None | Some(Bound::Const(_))))) => Ok(b),
+                _ => Err(unsupported(&format!(
+                    "{what} given as an expression (write a constant or a parameter)"
+                ))),
+            }
+        }
         _ => Err(unsupported(&format!(
             "{what} given as an expression (write a constant or a parameter)"
         ))),
     }
+}
+
+/// `int2`, `int4` or `int8`, without modifiers or array bounds.
+fn integer_type(t: Option<&protobuf::TypeName>) -> bool {
+    t.is_some_and(|t| {
+        t.typmods.is_empty()
+            && t.array_bounds.is_empty()
+            && matches!(
+                t.names.last().and_then(|n| n.node.as_ref()),
+                Some(node::Node::String(s)) if matches!(s.sval.as_str(), "int2" | "int4" | "int8")
+            )
+    })
 }
 
 fn int_const(n: i64) -> Node {

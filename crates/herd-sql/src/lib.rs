@@ -27,6 +27,7 @@ mod route;
 mod session;
 mod shape;
 mod split;
+mod sql_prepared;
 mod template;
 mod walk;
 mod wrapped;
@@ -48,6 +49,10 @@ pub use keys::{
 pub use session::{search_path_of, split_path};
 pub use shape::shape_key;
 pub use split::{insert_rows, nondeterministic_syntax, statements};
+pub use sql_prepared::{
+    assigned_as_cast, may_be_sql_prepared, sql_prepared, with_arguments, Argument, ConstKind,
+    SqlPrepared,
+};
 pub use wrapped::{wrapped, Wrapped, Wrapper};
 
 use std::ops::Range;

@@ -292,33 +292,90 @@ impl Gen {
 
     fn sql_prepare(&mut self) -> Case {
         let a = self.rng.range(1, 70);
-        let (prep, exec, ordered) = match self.rng.below(4) {
+        let b = self.rng.range(1, 70);
+        // Writes run in a block that is rolled back (the PREPARE in it outlives it, as in
+        // PostgreSQL, and the cleanup deallocates it).
+        let write = |prep: &str, exec: String, check: &str| Case {
+            class: "sql prepare/execute write",
+            before: vec!["begin".into(), prep.into()],
+            sql: exec,
+            command: true,
+            check: vec![check.into()],
+            cleanup: vec!["rollback".into(), "deallocate p1".into()],
+            ..Case::default()
+        };
+        let (prep, exec, ordered, again) = match self.rng.below(8) {
             0 => (
                 "prepare p1(bigint) as select id, name from customers where id = $1",
                 format!("execute p1({a})"),
                 false,
+                format!("execute p1({b})"),
             ),
             1 => (
                 "prepare p1(int) as select count(*), sum(amount) from orders where qty = $1",
                 format!("execute p1({})", self.rng.range(0, 5)),
                 false,
+                format!("execute p1({})", self.rng.range(0, 5)),
             ),
             2 => (
                 "prepare p1(int2) as select id from orders order by id limit $1",
                 format!("execute p1({})", self.rng.range(0, 9)),
                 true,
+                "execute p1(3)".into(),
             ),
-            _ => (
+            3 => (
                 "prepare p1(bigint) as select o.id from orders o join customers c on c.id = o.customer_id where c.id = $1",
                 format!("execute p1({a})"),
                 false,
+                format!("execute p1({b})"),
             ),
+            // A join not on the key (the general path), its parameter's type inferred.
+            4 => (
+                "prepare p1 as select c.tier, count(*) from orders o join customers c on c.id = o.qty where o.qty > $1 group by 1",
+                format!("execute p1({})", self.rng.range(0, 5)),
+                false,
+                "execute p1('2')".into(),
+            ),
+            // A write on every group, alone (it changes no value: later cases see the same rows).
+            5 => {
+                return Case {
+                    class: "sql prepare/execute write",
+                    before: vec![
+                        "prepare p1(int) as update orders set amount = amount where qty = $1"
+                            .into(),
+                    ],
+                    sql: format!("execute p1({})", self.rng.range(0, 5)),
+                    command: true,
+                    check: vec!["select count(*), sum(amount) from orders".into()],
+                    cleanup: vec!["deallocate p1".into()],
+                    ..Case::default()
+                }
+            }
+            6 => {
+                return write(
+                    "prepare p1(bigint, int) as update orders set qty = $2 where customer_id = $1",
+                    format!("execute p1({a}, {})", self.rng.range(0, 9)),
+                    "select count(*), sum(qty) from orders",
+                )
+            }
+            _ => {
+                return write(
+                    "prepare p1(bigint, bigint, int) as insert into orders (id, customer_id, amount, qty, status, placed) values ($1, $2, 1, $3, 'pp', date '2024-01-01')",
+                    format!(
+                        "execute p1({}, {a}, {})",
+                        self.rng.range(2000, 3000),
+                        self.rng.range(0, 9)
+                    ),
+                    "select count(*), sum(qty), count(*) filter (where status = 'pp') from orders",
+                )
+            }
         };
         Case {
             class: "sql prepare/execute",
             before: vec![prep.into()],
             sql: exec,
             ordered,
+            check: vec![again],
             cleanup: vec!["deallocate p1".into()],
             ..Case::default()
         }

@@ -3,7 +3,7 @@
 //! on group 0): a cursor over a read across groups lives on group 0 (the general path), one
 //! over a key on the key's group; `FETCH`/`MOVE`/`CLOSE` follow it; the block stays on the
 //! cursor's server (a statement for another group is refused there); `WITH HOLD` is refused.
-//! SQL PREPARE over distributed tables stays refused.
+//! (SQL PREPARE/EXECUTE: `sql_prepare.rs`.)
 
 use tokio_postgres::Client;
 
@@ -211,31 +211,4 @@ pub(super) async fn cursors(client: &Client, url: &str, groups: &[String]) {
         assert_eq!(answer(client, &sql).await.len(), 3, "{sql}");
     }
     assert_eq!(answer(client, "select count(*) from orders").await.len(), 3);
-    prepared(url, &keys).await;
-}
-
-/// SQL PREPARE of a statement on distributed tables stays refused (it would live on one
-/// server while its executions' rows are on any group); the session goes on unpinned.
-async fn prepared(url: &str, keys: &[i64]) {
-    let herd = connect(url).await;
-    for sql in [
-        "prepare q(int) as select count(*) from orders where o_nationkey = $1".to_string(),
-        format!(
-            "prepare s as select * from orders where o_orderkey = {}",
-            keys[0]
-        ),
-        "prepare w as delete from orders where o_custkey = 1".to_string(),
-    ] {
-        assert_eq!(code(&herd, &sql).await, "0A000", "{sql}");
-    }
-    for k in keys {
-        assert_eq!(
-            code(
-                &herd,
-                &format!("select * from orders where o_orderkey = {k}")
-            )
-            .await,
-            ""
-        );
-    }
 }

@@ -36,6 +36,7 @@ mod rows;
 mod script;
 mod shard;
 mod spanning;
+mod sql_prepare;
 mod startup;
 pub mod state;
 mod translate;

@@ -93,6 +93,9 @@ impl Session {
         if self.script.is_some() && self.script_turn()? {
             return Ok(Step::Progress);
         }
+        if self.out.len() < OUT_LIMIT && self.sql_prepared_turn(max).await? {
+            return Ok(Step::Progress);
+        }
         let Some(att) = self.attached.as_ref() else {
             if self.out.len() >= OUT_LIMIT {
                 return Ok(Step::Blocked);
@@ -622,6 +625,7 @@ fn apply_effects(
             Effect::DiscardAll => {
                 state.reset_all();
                 state.statements.clear();
+                state.sql_prepared.clear();
                 prepared.clear();
             }
             Effect::Consistency(level) => state.consistency = level,

@@ -123,6 +123,15 @@ impl RecentParse {
     }
 }
 
+/// A SQL-level prepared statement the proxy keeps (a sharded cluster).
+#[derive(Debug, Clone)]
+pub struct SqlKept {
+    /// The statement as the client wrote it.
+    pub query: String,
+    /// Its parameters' types, as PostgreSQL named them when it checked the statement.
+    pub types: Vec<String>,
+}
+
 /// Per-client state.
 #[derive(Debug)]
 pub struct SessionState {
@@ -150,6 +159,9 @@ pub struct SessionState {
     /// (passed through under its own names), so that each Bind is checked against the group
     /// of the session's server.
     pub passed: HashMap<Vec<u8>, Vec<u8>>,
+    /// A sharded cluster: the SQL-level prepared statements (`PREPARE`), by name, kept by
+    /// the proxy rather than a server (`sql_prepare.rs`).
+    pub sql_prepared: HashMap<String, SqlKept>,
     /// The client's encoding may hide ASCII bytes inside multibyte characters (SJIS, BIG5,
     /// GBK, UHC, GB18030, JOHAB): SQL with non-ASCII bytes is then not classified.
     pub unsafe_encoding: bool,
@@ -177,6 +189,7 @@ impl SessionState {
             unnamed: None,
             recent_parse: None,
             passed: HashMap::new(),
+            sql_prepared: HashMap::new(),
             unsafe_encoding: false,
             local_path: None,
             path_unknown: false,

@@ -302,10 +302,11 @@ fn refusal(kind: &str, table: &str) -> String {
              groups)"
         ),
         "PrepareStmt" => format!(
-            "SQL PREPARE of a statement on {table} is not supported: the endpoint places each \
-             statement by its shard key when it runs, which EXECUTE of a server-side prepared \
-             statement would bypass; use your driver's prepared statements (the extended \
-             protocol's Parse/Bind, placed per execution), or send the statement itself"
+            "SQL PREPARE of a statement on {table} is supported only alone in a simple query: \
+             the endpoint then keeps it and places each EXECUTE by its shard key, while a \
+             server-side prepared statement (in a string of several statements, or through the \
+             extended protocol) would run where it was prepared; send the PREPARE on its own, \
+             or use your driver's prepared statements (Parse/Bind, placed per execution)"
         ),
         "DeclareCursorStmt" => format!(
             "DECLARE … CURSOR over {table} is not supported: a cursor lives on one server, \

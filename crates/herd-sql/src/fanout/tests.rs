@@ -78,6 +78,20 @@ fn offset_is_applied_by_the_merge() {
     assert_eq!(f.limit, None);
     let f = plan("select id from accounts order by id limit 3000000000");
     assert_eq!(f.limit, Some(Bound::Const(3_000_000_000)));
+    // An SQL EXECUTE's argument written in: an integer constant converted to an integer type.
+    let f = plan("select id from accounts order by id limit (CAST(4 AS smallint)) offset 2::int8");
+    assert_eq!(
+        (f.limit, f.offset),
+        (Some(Bound::Const(4)), Some(Bound::Const(2)))
+    );
+    let f = plan("select id from accounts order by id limit CAST(NULL AS integer)");
+    assert_eq!(f.limit, None);
+    for sql in [
+        "select id from accounts order by id limit CAST(2.5 AS numeric)",
+        "select id from accounts order by id limit CAST(f() AS integer)",
+    ] {
+        assert!(refused(sql).contains("LIMIT"), "{sql}");
+    }
 }
 
 #[test]
