@@ -407,7 +407,7 @@ pub async fn proxy(args: ProxyArgs) -> anyhow::Result<()> {
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let login = herd_proxy::monitor::AdminLogin {
         user: herd_cluster::SUPERUSER.into(),
-        password: secrets.superuser.clone(),
+        password: secrets.superuser.clone().into(),
         tls: server_tls,
     };
     // Registered before it serves anyone: shard map changes see every proxy that may route.

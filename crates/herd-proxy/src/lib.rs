@@ -126,6 +126,16 @@ pub struct ProxyContext {
 }
 
 impl ProxyContext {
+    /// The superuser's password was rotated (`herd secrets rotate`): the proxy's own new
+    /// connections log in with `password` (those it keeps stay up, already authenticated),
+    /// and the next login as that role reads its verifier afresh instead of the one cached.
+    pub fn rotate_admin_password(&self, password: &str) {
+        if self.admin.password.set(password) {
+            self.users.forget(&self.admin.user);
+            tracing::info!("the superuser's password was rotated: new connections use the new one");
+        }
+    }
+
     /// Leaves the background resolution of two-phase work in doubt to the cluster's elected
     /// coordinator (`herd agent`), so that a cluster with many proxies resolves it in one place.
     /// Called right after [`Proxy::start`] (the resolver's first round comes seconds later).

@@ -18,8 +18,9 @@ use crate::topology::{
 pub struct AdminLogin {
     /// Role name.
     pub user: String,
-    /// Its password.
-    pub password: String,
+    /// Its password, shared by every copy of this login: `herd secrets rotate` replaces it in
+    /// place (see [`SharedPassword`]).
+    pub password: SharedPassword,
     /// TLS to the servers (`[proxy] server_tls`), for these connections and the pooled ones;
     /// `None`: plain.
     pub tls: Option<herd_pg::ClientTls>,
@@ -28,6 +29,41 @@ pub struct AdminLogin {
 impl std::fmt::Debug for AdminLogin {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "AdminLogin({})", self.user)
+    }
+}
+
+/// A password every clone of which sees a replacement: a rotation (`herd secrets rotate`)
+/// reaches each holder of the proxy's login at once, and the connections those holders keep
+/// stay up (already authenticated) while new ones log in with the new password.
+#[derive(Clone)]
+pub struct SharedPassword(Arc<std::sync::RwLock<String>>);
+
+impl SharedPassword {
+    /// The password now.
+    pub fn get(&self) -> String {
+        self.0.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Replaces it for every holder; `true` when it changed.
+    pub fn set(&self, password: &str) -> bool {
+        let mut kept = self.0.write().unwrap_or_else(|e| e.into_inner());
+        if *kept == password {
+            return false;
+        }
+        *kept = password.to_string();
+        true
+    }
+}
+
+impl From<String> for SharedPassword {
+    fn from(password: String) -> Self {
+        SharedPassword(Arc::new(std::sync::RwLock::new(password)))
+    }
+}
+
+impl From<&str> for SharedPassword {
+    fn from(password: &str) -> Self {
+        password.to_string().into()
     }
 }
 
@@ -74,7 +110,7 @@ pub async fn admin_connect_checked(
         .host(&ep.host)
         .port(ep.port)
         .user(&login.user)
-        .password(&login.password)
+        .password(login.password.get())
         .dbname(database)
         .application_name(ADMIN_APPLICATION)
         .connect_timeout(timeout)
