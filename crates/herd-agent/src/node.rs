@@ -104,7 +104,10 @@ impl Node {
     pub fn refresh_secrets(&mut self) {
         match Secrets::load(&self.layout) {
             Ok(now) if now != self.secrets => {
-                tracing::info!("the cluster's passwords changed in {}: using the new ones", self.layout.secrets().display());
+                tracing::info!(
+                    "the cluster's passwords changed in {}: using the new ones",
+                    self.layout.secrets().display()
+                );
                 self.secrets = now;
             }
             Ok(_) => {}

@@ -262,7 +262,7 @@ fn literal(s: &str) -> String {
 }
 
 /// How often the running cluster looks for rotated passwords.
-const FOLLOW_EVERY: Duration = Duration::from_secs(1);
+const FOLLOW_EVERY: Duration = Duration::from_millis(250);
 
 /// Hands the endpoint of `herd up` the superuser's password whenever `secrets/` holds a new
 /// one (`herd secrets rotate` in another process), until shutdown.

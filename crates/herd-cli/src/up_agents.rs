@@ -129,11 +129,7 @@ pub async fn run(layout: Layout, config: Config) -> anyhow::Result<()> {
         client_tls,
         shutdown_rx.clone(),
     );
-    crate::secrets_cmd::follow_rotations(
-        layout.clone(),
-        proxy.ctx.clone(),
-        shutdown_rx.clone(),
-    );
+    crate::secrets_cmd::follow_rotations(layout.clone(), proxy.ctx.clone(), shutdown_rx.clone());
     let holds = crate::proxy_groups::Holds::new(proxy.ctx.clone());
     for follower in followers {
         crate::proxy_groups::spawn(follower, &holds, shutdown_rx.clone());

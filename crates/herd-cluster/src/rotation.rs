@@ -108,7 +108,11 @@ mod tests {
             (false, true, Start::Fresh),
             (true, true, Start::Resume),
         ] {
-            assert_eq!(start(superuser, replication), expected, "{superuser} {replication}");
+            assert_eq!(
+                start(superuser, replication),
+                expected,
+                "{superuser} {replication}"
+            );
         }
     }
 
@@ -128,7 +132,10 @@ mod tests {
         assert_eq!(first.current, old);
         assert_ne!(first.next.superuser, old.superuser);
         assert_ne!(first.next.replication, old.replication);
-        assert_eq!(first.logins(), [old.superuser.as_str(), &first.next.superuser]);
+        assert_eq!(
+            first.logins(),
+            [old.superuser.as_str(), &first.next.superuser]
+        );
         for name in [SUPERUSER_FILE, REPLICATION_FILE] {
             assert_eq!(mode(&layout.secrets().join(format!("{name}{NEXT}"))), 0o600);
         }
@@ -136,7 +143,11 @@ mod tests {
         let again = Rotation::begin(&layout).expect("resume");
         assert!(again.resumed);
         assert_eq!(again.next, first.next);
-        assert_eq!(Secrets::load(&layout).expect("load"), old, "not replaced yet");
+        assert_eq!(
+            Secrets::load(&layout).expect("load"),
+            old,
+            "not replaced yet"
+        );
 
         again.finish(&layout, "replicator").expect("finish");
         assert_eq!(Secrets::load(&layout).expect("load"), first.next);
@@ -146,7 +157,10 @@ mod tests {
             assert!(!aside.exists(), "{name}.tmp left behind");
         }
         let pgpass = std::fs::read_to_string(Secrets::pgpass(&layout)).expect("pgpass");
-        assert_eq!(pgpass, format!("*:*:*:replicator:{}\n", first.next.replication));
+        assert_eq!(
+            pgpass,
+            format!("*:*:*:replicator:{}\n", first.next.replication)
+        );
         // Done: the next rotation starts afresh from the new passwords.
         let later = Rotation::begin(&layout).expect("later");
         assert!(!later.resumed);

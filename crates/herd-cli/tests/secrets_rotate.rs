@@ -1,0 +1,373 @@
+//! `herd secrets rotate` (issue #42 part 4) on a running `herd up` cluster: under a write
+//! load through the endpoint no transaction fails, the old passwords are refused afterwards
+//! and the new ones accepted, replication streams again after a replica restart (with the
+//! new replication password), the files stay 0600; a rotation cut short is finished by
+//! running it again; a stopped cluster is refused clearly.
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{connect, eventually, nodes_with_role, try_connect};
+use herd_scram::Verifier;
+use herd_testkit::TestCluster;
+
+fn secret(c: &TestCluster, name: &str) -> String {
+    std::fs::read_to_string(c.data_dir().join("secrets").join(name))
+        .unwrap_or_else(|e| panic!("reading secrets/{name}: {e}"))
+        .trim()
+        .to_string()
+}
+
+fn mode(path: &Path) -> u32 {
+    std::fs::metadata(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .permissions()
+        .mode()
+        & 0o777
+}
+
+/// `herd secrets rotate`, bounded; its output.
+async fn rotate(c: &TestCluster) -> std::process::Output {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_herd"));
+    cmd.args(["secrets", "rotate", "--data-dir"])
+        .arg(c.data_dir());
+    tokio::task::spawn_blocking(move || {
+        herd_testkit::output_within(&mut cmd, Duration::from_secs(120))
+            .expect("herd secrets rotate within 120 s")
+    })
+    .await
+    .expect("rotate task")
+}
+
+async fn rotate_ok(c: &TestCluster) -> String {
+    let out = rotate(c).await;
+    assert!(
+        out.status.success(),
+        "herd secrets rotate: {}",
+        herd_testkit::describe(&out)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Whether `role`'s stored verifier on `client`'s server is `password`'s.
+async fn verifies(client: &tokio_postgres::Client, role: &str, password: &str) -> bool {
+    let stored: String = client
+        .query_one(
+            "select rolpassword from pg_authid where rolname = $1",
+            &[&role],
+        )
+        .await
+        .expect("rolpassword")
+        .get(0);
+    let v = Verifier::parse(&stored).expect("a SCRAM verifier");
+    Verifier::from_password(password, v.salt(), v.iterations()) == v
+}
+
+fn with_password(url: &str, old: &str, new: &str) -> String {
+    assert!(url.contains(old), "{url} holds the password");
+    url.replace(old, new)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rotation_under_load_keeps_clients_and_replication() {
+    let c = common::cluster();
+    c.up(&["--replicas", "1"]);
+    let old_superuser = secret(&c, "superuser.password");
+    let old_replication = secret(&c, "replication.password");
+    let old_endpoint = c.url(&[]);
+    let old_primary = c.url(&["--primary"]);
+
+    let setup = connect(&old_endpoint).await;
+    setup
+        .batch_execute("create table ticks(id bigserial primary key, writer int not null)")
+        .await
+        .expect("create");
+
+    // Writers, each on one connection opened before the rotation, one transaction per insert.
+    let mut clients = Vec::new();
+    for _ in 0..4 {
+        clients.push(Arc::new(connect(&old_endpoint).await));
+    }
+    let load = Load::start(&clients, "ticks");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let before = load.done();
+    let said = rotate_ok(&c).await;
+    assert!(said.contains("Rotated"), "{said}");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (ok, errors) = load.stop().await;
+    eprintln!(
+        "load: {before} transactions before the rotation, {ok} in all, {} failed",
+        errors.len()
+    );
+    assert!(errors.is_empty(), "failed transactions: {errors:?}");
+    assert!(ok > before + 20, "the writers went on: {before} then {ok}");
+    // The connection opened before the rotation still works.
+    setup.batch_execute("select 1").await.expect("old session");
+
+    // New passwords in the files (0600, no leftovers), different from the old ones.
+    let new_superuser = secret(&c, "superuser.password");
+    let new_replication = secret(&c, "replication.password");
+    assert_ne!(new_superuser, old_superuser);
+    assert_ne!(new_replication, old_replication);
+    let secrets = c.data_dir().join("secrets");
+    for name in ["superuser.password", "replication.password", "pgpass"] {
+        assert_eq!(mode(&secrets.join(name)), 0o600, "{name}");
+    }
+    assert_eq!(mode(&secrets), 0o700);
+    for name in [
+        "superuser.password.next",
+        "replication.password.next",
+        "pgpass.tmp",
+    ] {
+        assert!(!secrets.join(name).exists(), "{name} left behind");
+    }
+    let pgpass = std::fs::read_to_string(secrets.join("pgpass")).expect("pgpass");
+    assert!(
+        pgpass.contains(&new_replication),
+        "pgpass has the new password"
+    );
+
+    // The old password is refused at the endpoint and at the primary, the new one accepted.
+    assert!(
+        try_connect(&old_endpoint).await.is_none(),
+        "old password at the endpoint"
+    );
+    assert!(
+        try_connect(&old_primary).await.is_none(),
+        "old password at the primary"
+    );
+    let new_endpoint = c.url(&[]);
+    assert_eq!(
+        new_endpoint,
+        with_password(&old_endpoint, &old_superuser, &new_superuser)
+    );
+    let endpoint = connect(&new_endpoint).await;
+    let primary = connect(&c.url(&["--primary"])).await;
+    assert!(verifies(&primary, "postgres", &new_superuser).await);
+    assert!(verifies(&primary, "replicator", &new_replication).await);
+    assert!(!verifies(&primary, "replicator", &old_replication).await);
+    // The standby has the new verifiers too (replicated).
+    let replica = connect(&c.url(&["--replica", "1"])).await;
+    assert!(verifies(&replica, "replicator", &new_replication).await);
+    drop(replica);
+
+    // A replica restarted after the rotation streams again: its walreceiver logs in with the
+    // new replication password (the old one no longer works).
+    let status = c.status();
+    let pid = nodes_with_role(&status, "replica")[0]["pid"]
+        .as_i64()
+        .expect("replica pid");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("kill -9 the replica");
+    eventually(
+        Duration::from_secs(90),
+        "the replica restarted and streaming",
+        || {
+            let c = &c;
+            async move {
+                c.try_status().is_some_and(|s| {
+                    let r = nodes_with_role(&s, "replica");
+                    r.len() == 1
+                        && r[0]["state"] == "streaming"
+                        && r[0]["pid"].as_i64() != Some(pid)
+                })
+            }
+        },
+    )
+    .await;
+    endpoint
+        .batch_execute("insert into ticks(writer) values (99)")
+        .await
+        .expect("a write after the restart");
+    eventually(
+        Duration::from_secs(30),
+        "the write on the replica",
+        || async {
+            match try_connect(&c.url(&["--replica", "1"])).await {
+                Some(r) => r
+                    .query_one("select count(*) from ticks where writer = 99", &[])
+                    .await
+                    .is_ok_and(|row| row.get::<_, i64>(0) == 1),
+                None => false,
+            }
+        },
+    )
+    .await;
+
+    // A switchover after the rotation, under the same sessions' writes: the new primary's
+    // server connections are opened for sessions that logged in with the old password (the
+    // endpoint logs them in with the key of the superuser's latest login), the old primary
+    // rejoins as a replica streaming with the new replication password.
+    let load = Load::start(&clients, "ticks");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let out = tokio::task::spawn_blocking({
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_herd"));
+        cmd.args(["switchover", "--to", "node1", "--data-dir"])
+            .arg(c.data_dir());
+        move || herd_testkit::output_within(&mut cmd, Duration::from_secs(120))
+    })
+    .await
+    .expect("switchover task")
+    .expect("switchover within 120 s");
+    assert!(
+        out.status.success(),
+        "switchover: {}",
+        herd_testkit::describe(&out)
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (ok, errors) = load.stop().await;
+    eprintln!(
+        "switchover: {ok} transactions, {} failed: {errors:?}",
+        errors.len()
+    );
+    assert!(
+        errors.iter().all(|e| !e.contains("password")),
+        "sessions from before the rotation refused: {errors:?}"
+    );
+    assert!(
+        errors.len() <= 4,
+        "at most one failed transaction per session: {errors:?}"
+    );
+    assert!(ok > 20, "the writers went on: {ok}");
+    eventually(
+        Duration::from_secs(90),
+        "node0 streaming from node1",
+        || {
+            let c = &c;
+            async move {
+                c.try_status().is_some_and(|s| {
+                    let r = nodes_with_role(&s, "replica");
+                    r.len() == 1 && r[0]["name"] == "node0" && r[0]["state"] == "streaming"
+                })
+            }
+        },
+    )
+    .await;
+    let primary = connect(&c.url(&["--primary"])).await;
+
+    // A rotation cut short after the servers changed (simulated: the next passwords written
+    // and set on the primary, the files not replaced) is finished by running it again.
+    let (next_superuser, next_replication) = (
+        "Nextsuperuser0123456789abcdefABCD",
+        "Nextreplication0123456789abcdefAB",
+    );
+    for (name, value) in [
+        ("superuser.password.next", next_superuser),
+        ("replication.password.next", next_replication),
+    ] {
+        let path = secrets.join(name);
+        std::fs::write(&path, format!("{value}\n")).expect("write .next");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).expect("0600");
+    }
+    primary
+        .batch_execute(&format!(
+            "alter role postgres password '{}'",
+            herd_pg::scram_verifier(next_superuser)
+        ))
+        .await
+        .expect("cut-short change");
+    let said = rotate_ok(&c).await;
+    assert!(said.contains("Rotated"), "{said}");
+    assert_eq!(secret(&c, "superuser.password"), next_superuser);
+    assert_eq!(secret(&c, "replication.password"), next_replication);
+    assert!(!secrets.join("superuser.password.next").exists());
+    let endpoint = connect(&c.url(&[])).await;
+    endpoint.batch_execute("select 1").await.expect("resumed");
+    let primary = connect(&c.url(&["--primary"])).await;
+    assert!(verifies(&primary, "replicator", next_replication).await);
+
+    // A stopped cluster is refused clearly; the files are left as they are.
+    c.herd_ok(&["down"]);
+    let out = rotate(&c).await;
+    assert!(
+        !out.status.success(),
+        "rotating a stopped cluster succeeded"
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("not running") && err.contains("herd up"),
+        "{err}"
+    );
+    assert_eq!(secret(&c, "superuser.password"), next_superuser);
+    assert!(!secrets.join("superuser.password.next").exists());
+}
+
+/// Writers on `clients`, one insert per transaction into `table`, until stopped.
+struct Load {
+    stop: Arc<AtomicBool>,
+    done: Arc<AtomicU64>,
+    errors: Arc<std::sync::Mutex<Vec<String>>>,
+    writers: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Load {
+    fn start(clients: &[Arc<tokio_postgres::Client>], table: &str) -> Load {
+        let stop = Arc::new(AtomicBool::new(false));
+        let done = Arc::new(AtomicU64::new(0));
+        let errors = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let mut writers = Vec::new();
+        for (w, client) in clients.iter().enumerate() {
+            let (client, stop, done, errors) =
+                (client.clone(), stop.clone(), done.clone(), errors.clone());
+            let sql = format!("insert into {table}(writer) values ({w})");
+            writers.push(tokio::spawn(async move {
+                while !stop.load(Ordering::Relaxed) {
+                    match tokio::time::timeout(Duration::from_secs(10), client.batch_execute(&sql))
+                        .await
+                    {
+                        Ok(Ok(())) => {
+                            done.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Ok(Err(e)) => errors.lock().expect("errors").push(format!("{e:?}")),
+                        Err(_) => errors
+                            .lock()
+                            .expect("errors")
+                            .push("no answer in 10 s".into()),
+                    }
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            }));
+        }
+        Load {
+            stop,
+            done,
+            errors,
+            writers,
+        }
+    }
+
+    fn done(&self) -> u64 {
+        self.done.load(Ordering::Relaxed)
+    }
+
+    /// Stops the writers: the transactions done, the errors met.
+    async fn stop(self) -> (u64, Vec<String>) {
+        self.stop.store(true, Ordering::Relaxed);
+        for w in self.writers {
+            w.await.expect("writer");
+        }
+        let errors = self.errors.lock().expect("errors").clone();
+        (self.done.load(Ordering::Relaxed), errors)
+    }
+}
+
+#[test]
+fn no_cluster_is_a_clear_error() {
+    let dir = herd_testkit::scratch_dir();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_herd"))
+        .args(["secrets", "rotate", "--data-dir"])
+        .arg(dir.path())
+        .output()
+        .expect("herd");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("error:") && err.contains("herd up"), "{err}");
+}
