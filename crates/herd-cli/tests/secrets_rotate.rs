@@ -45,7 +45,12 @@ async fn rotate(c: &TestCluster) -> std::process::Output {
 }
 
 async fn rotate_ok(c: &TestCluster) -> String {
+    let began = std::time::Instant::now();
     let out = rotate(c).await;
+    eprintln!(
+        "herd secrets rotate took {} ms",
+        began.elapsed().as_millis()
+    );
     assert!(
         out.status.success(),
         "herd secrets rotate: {}",
@@ -93,7 +98,7 @@ async fn rotation_under_load_keeps_clients_and_replication() {
     for _ in 0..4 {
         clients.push(Arc::new(connect(&old_endpoint).await));
     }
-    let load = Load::start(&clients, "ticks");
+    let load = Load::start(&clients, TICK);
     tokio::time::sleep(Duration::from_secs(2)).await;
     let before = load.done();
     let said = rotate_ok(&c).await;
@@ -206,7 +211,7 @@ async fn rotation_under_load_keeps_clients_and_replication() {
     // server connections are opened for sessions that logged in with the old password (the
     // endpoint logs them in with the key of the superuser's latest login), the old primary
     // rejoins as a replica streaming with the new replication password.
-    let load = Load::start(&clients, "ticks");
+    let load = Load::start(&clients, TICK);
     tokio::time::sleep(Duration::from_secs(1)).await;
     let out = tokio::task::spawn_blocking({
         let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_herd"));
@@ -300,6 +305,108 @@ async fn rotation_under_load_keeps_clients_and_replication() {
     assert!(!secrets.join("superuser.password.next").exists());
 }
 
+const TICK: &str = "insert into ticks(writer) values ({w})";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rotation_reaches_every_shard_group() {
+    let c = common::cluster();
+    c.up(&["--shards", "2", "--replicas", "0"]);
+    let old_superuser = secret(&c, "superuser.password");
+    let old_endpoint = c.url(&[]);
+    let setup = connect(&old_endpoint).await;
+    common::run_all(
+        &setup,
+        &[
+            "create table events (id bigint primary key, writer int not null)",
+            "select herd.create_distributed_table('events', 'id')",
+            "insert into events select g, g % 4 from generate_series(1, 100) g",
+        ],
+    )
+    .await;
+    // A read only the general path answers: group 0 gets postgres_fdw servers for both groups,
+    // whose user mappings hold the superuser's password.
+    let general = "select distinct on (writer) writer, id from events order by writer, id";
+    let first = common::text_rows(&setup, general).await;
+    assert_eq!(first.len(), 4, "{first:?}");
+
+    let mut clients = Vec::new();
+    for _ in 0..4 {
+        clients.push(Arc::new(connect(&old_endpoint).await));
+    }
+    let load = Load::start(&clients, "insert into events values ({n}, {w})");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let said = rotate_ok(&c).await;
+    assert!(said.contains("2 shard group(s)"), "{said}");
+    assert!(said.contains("2 global-table user mapping(s)"), "{said}");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (ok, errors) = load.stop().await;
+    eprintln!(
+        "load over 2 groups: {ok} transactions, {} failed",
+        errors.len()
+    );
+    assert!(errors.is_empty(), "failed transactions: {errors:?}");
+    assert!(ok > 20, "the writers wrote: {ok}");
+
+    let new_superuser = secret(&c, "superuser.password");
+    assert!(
+        try_connect(&old_endpoint).await.is_none(),
+        "old password at the endpoint"
+    );
+    let endpoint = connect(&c.url(&[])).await;
+    let rows: i64 = endpoint
+        .query_one("select count(*) from events", &[])
+        .await
+        .expect("count across groups")
+        .get(0);
+    assert_eq!(rows, 100 + ok as i64, "every acknowledged insert is there");
+    assert_eq!(common::text_rows(&endpoint, general).await, first);
+    let mut verifiers = Vec::new();
+    for g in ["0", "1"] {
+        let url = c.url(&["--group", g, "--primary"]);
+        let old = with_password(&url, &new_superuser, &old_superuser);
+        assert!(
+            try_connect(&old).await.is_none(),
+            "old password on group {g}"
+        );
+        let primary = connect(&url).await;
+        assert!(
+            verifies(&primary, "postgres", &new_superuser).await,
+            "group {g}"
+        );
+        let v: String = primary
+            .query_one(
+                "select rolpassword from pg_authid where rolname = 'postgres'",
+                &[],
+            )
+            .await
+            .expect("rolpassword")
+            .get(0);
+        verifiers.push(v);
+        if g == "0" {
+            let options: Vec<String> = primary
+                .query(
+                    "select array_to_string(umoptions, ',') from pg_user_mappings \
+                     where srvname like 'herd\\_group\\_%'",
+                    &[],
+                )
+                .await
+                .expect("mappings")
+                .iter()
+                .map(|r| r.get(0))
+                .collect();
+            assert_eq!(options.len(), 2, "{options:?}");
+            for o in &options {
+                assert!(
+                    o.contains(&format!("password={new_superuser}")),
+                    "mapping updated"
+                );
+            }
+        }
+    }
+    // One verifier, salt included, on every group: the endpoint logs in to each with one key.
+    assert_eq!(verifiers[0], verifiers[1]);
+}
+
 /// Writers on `clients`, one insert per transaction into `table`, until stopped.
 struct Load {
     stop: Arc<AtomicBool>,
@@ -309,7 +416,9 @@ struct Load {
 }
 
 impl Load {
-    fn start(clients: &[Arc<tokio_postgres::Client>], table: &str) -> Load {
+    /// `template`: the statement, `{w}` replaced by the writer's number and `{n}` by a number
+    /// no other statement of the load gets.
+    fn start(clients: &[Arc<tokio_postgres::Client>], template: &str) -> Load {
         let stop = Arc::new(AtomicBool::new(false));
         let done = Arc::new(AtomicU64::new(0));
         let errors = Arc::new(std::sync::Mutex::new(Vec::new()));
@@ -317,9 +426,12 @@ impl Load {
         for (w, client) in clients.iter().enumerate() {
             let (client, stop, done, errors) =
                 (client.clone(), stop.clone(), done.clone(), errors.clone());
-            let sql = format!("insert into {table}(writer) values ({w})");
+            let template = template.replace("{w}", &w.to_string());
             writers.push(tokio::spawn(async move {
+                let mut n = (w as u64 + 1) * 10_000_000;
                 while !stop.load(Ordering::Relaxed) {
+                    n += 1;
+                    let sql = template.replace("{n}", &n.to_string());
                     match tokio::time::timeout(Duration::from_secs(10), client.batch_execute(&sql))
                         .await
                     {
