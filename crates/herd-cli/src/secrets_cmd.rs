@@ -47,6 +47,9 @@ pub enum SecretsCommand {
     },
 }
 
+/// How long one group's change may take (its commit waits for its synchronous standbys).
+const CHANGE_WITHIN: Duration = Duration::from_secs(60);
+
 /// How long the endpoint is given to accept the new password.
 const CONFIRM_WITHIN: Duration = Duration::from_secs(20);
 
@@ -82,9 +85,20 @@ async fn rotate(layout: &Layout) -> anyhow::Result<()> {
     for cluster in &groups {
         primaries.push(primary(cluster, &rotation).await?);
     }
-    for (cluster, (_, client)) in groups.iter().zip(&primaries) {
-        set_passwords(client, &superuser, &replication)
+    for (cluster, (node, client)) in groups.iter().zip(&primaries) {
+        let change = set_passwords(client, &superuser, &replication);
+        tokio::time::timeout(CHANGE_WITHIN, change)
             .await
+            .map_err(|_| {
+                anyhow::anyhow!(
+                    "shard group {}: the change on {node} was not committed within {} s (its \
+                     commit waits for a synchronous standby that does not answer? see `herd \
+                     status`); run `herd secrets rotate` again once it does — it goes on with the \
+                     same passwords",
+                    cluster.group(),
+                    CHANGE_WITHIN.as_secs()
+                )
+            })?
             .with_context(|| format!("shard group {}", cluster.group()))?;
         eprintln!("shard group {}: passwords changed", cluster.group());
     }
@@ -285,4 +299,26 @@ pub fn follow_rotations(
             }
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quoting() {
+        for (raw, as_ident, as_literal) in [
+            ("postgres", "\"postgres\"", "'postgres'"),
+            ("herd_group_1", "\"herd_group_1\"", "'herd_group_1'"),
+            ("a\"b'c", "\"a\"\"b'c\"", "'a\"b''c'"),
+            (
+                "SCRAM-SHA-256$4096:c2FsdA==$a/b+c=:d/e+f=",
+                "\"SCRAM-SHA-256$4096:c2FsdA==$a/b+c=:d/e+f=\"",
+                "'SCRAM-SHA-256$4096:c2FsdA==$a/b+c=:d/e+f='",
+            ),
+        ] {
+            assert_eq!(ident(raw), as_ident);
+            assert_eq!(literal(raw), as_literal);
+        }
+    }
 }
