@@ -79,6 +79,9 @@ async fn rotate(layout: &Layout) -> anyhow::Result<()> {
     if rotation.resumed {
         eprintln!("Finishing the rotation that was cut short (secrets/*.next)…");
     }
+    // The running endpoint reads the next password before any server changes: its own new
+    // logins then try it when the current one is refused (see `follow_rotations`).
+    tokio::time::sleep(FOLLOW_EVERY * 2).await;
     let superuser = herd_pg::scram_verifier(&rotation.next.superuser);
     let replication = herd_pg::scram_verifier(&rotation.next.replication);
     let mut primaries = Vec::new();
@@ -278,14 +281,21 @@ fn literal(s: &str) -> String {
 /// How often the running cluster looks for rotated passwords.
 const FOLLOW_EVERY: Duration = Duration::from_millis(250);
 
-/// Hands the endpoint of `herd up` the superuser's password whenever `secrets/` holds a new
-/// one (`herd secrets rotate` in another process), until shutdown.
+/// Hands the endpoint the superuser's password whenever `secrets/` holds a new one (`herd
+/// secrets rotate` in another process, or a rotated directory copied here), and the next one
+/// while a rotation is under way (`superuser.password.next`: its own logins try it when the
+/// current one is refused, as the servers change before the files are replaced), until
+/// shutdown.
 pub fn follow_rotations(
     layout: Layout,
     ctx: std::sync::Arc<herd_proxy::ProxyContext>,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    let next_file = layout.secrets().join("superuser.password.next");
     tokio::spawn(async move {
+        let mut seen = herd_cluster::Secrets::load(&layout)
+            .ok()
+            .map(|s| s.superuser);
         loop {
             tokio::select! {
                 _ = tokio::time::sleep(FOLLOW_EVERY) => {}
@@ -294,8 +304,16 @@ pub fn follow_rotations(
             if *shutdown.borrow() {
                 return;
             }
+            let next = std::fs::read_to_string(&next_file)
+                .ok()
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty());
+            ctx.next_admin_password(next.as_deref());
             if let Ok(secrets) = herd_cluster::Secrets::load(&layout) {
-                ctx.rotate_admin_password(&secrets.superuser);
+                if seen.as_deref() != Some(secrets.superuser.as_str()) {
+                    ctx.rotate_admin_password(&secrets.superuser);
+                    seen = Some(secrets.superuser);
+                }
             }
         }
     });
