@@ -365,3 +365,29 @@ where
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rotated_password_reaches_every_copy() {
+        let login = AdminLogin {
+            user: "postgres".into(),
+            password: "old".into(),
+            tls: None,
+        };
+        let copy = login.clone();
+        assert_eq!(copy.password.next(), None);
+        login.password.set_next(Some("old"));
+        assert_eq!(copy.password.next(), None, "the next one equal to the current is none");
+        login.password.set_next(Some("new"));
+        assert_eq!(copy.password.next().as_deref(), Some("new"));
+        assert!(copy.password.set("new"));
+        assert!(!login.password.set("new"), "unchanged");
+        assert_eq!(login.password.get(), "new");
+        assert_eq!(login.password.next(), None, "taken up: nothing next");
+        login.password.set_next(None);
+        assert_eq!(format!("{copy:?}"), "AdminLogin(postgres)", "no password printed");
+    }
+}
