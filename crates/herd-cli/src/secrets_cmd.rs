@@ -75,6 +75,7 @@ async fn rotate(layout: &Layout) -> anyhow::Result<()> {
             layout.root().display()
         );
     }
+    refuse_during_copies(layout)?;
     let rotation = Rotation::begin(layout).context("preparing the next passwords")?;
     if rotation.resumed {
         eprintln!("Finishing the rotation that was cut short (secrets/*.next)…");
@@ -130,6 +131,33 @@ async fn rotate(layout: &Layout) -> anyhow::Result<()> {
         layout.secrets().display()
     );
     Ok(())
+}
+
+/// Refuses while a copy's definition holds the cluster's superuser password (a shard move
+/// under way keeps its target — a group's primary — as a URL with it, in `copies/`): the copy
+/// would lose its target halfway. A move takes minutes; rotate once it has finished.
+fn refuse_during_copies(layout: &Layout) -> anyhow::Result<()> {
+    let current = herd_cluster::Secrets::load(layout).context("the cluster's passwords")?;
+    let copies = herd_copy::Store::new(layout.copies())
+        .list()
+        .context("reading the copies' definitions")?;
+    if let Some(copy) = copies
+        .iter()
+        .find(|c| holds_password(&c.target, &current.superuser))
+    {
+        bail!(
+            "copy {} (a shard move under way?) reaches its target with the superuser's password; \
+             run `herd secrets rotate` once it has finished (`herd copy list`)",
+            copy.name
+        );
+    }
+    Ok(())
+}
+
+/// Whether a libpq URL or key=value string holds `password` (Herd's passwords are
+/// alphanumeric: it appears as is).
+fn holds_password(target: &str, password: &str) -> bool {
+    !password.is_empty() && target.contains(password)
 }
 
 /// Group `cluster`'s primary, logged in with the current password or, on a server a run cut
@@ -322,6 +350,23 @@ pub fn follow_rotations(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_copy_holding_the_password_is_found() {
+        let pw = "Abc123";
+        for (target, holds) in [
+            ("postgresql://postgres:Abc123@127.0.0.1:5432/shop", true),
+            (
+                "host=127.0.0.1 user=postgres password=Abc123 dbname=shop",
+                true,
+            ),
+            ("postgresql://app:other@10.0.0.1/shop", false),
+            ("host=10.0.0.1 user=app", false),
+        ] {
+            assert_eq!(holds_password(target, pw), holds, "{target}");
+        }
+        assert!(!holds_password("anything", ""));
+    }
 
     #[test]
     fn quoting() {

@@ -380,7 +380,11 @@ mod tests {
         let copy = login.clone();
         assert_eq!(copy.password.next(), None);
         login.password.set_next(Some("old"));
-        assert_eq!(copy.password.next(), None, "the next one equal to the current is none");
+        assert_eq!(
+            copy.password.next(),
+            None,
+            "the next one equal to the current is none"
+        );
         login.password.set_next(Some("new"));
         assert_eq!(copy.password.next().as_deref(), Some("new"));
         assert!(copy.password.set("new"));
@@ -388,6 +392,10 @@ mod tests {
         assert_eq!(login.password.get(), "new");
         assert_eq!(login.password.next(), None, "taken up: nothing next");
         login.password.set_next(None);
-        assert_eq!(format!("{copy:?}"), "AdminLogin(postgres)", "no password printed");
+        assert_eq!(
+            format!("{copy:?}"),
+            "AdminLogin(postgres)",
+            "no password printed"
+        );
     }
 }
