@@ -76,6 +76,11 @@ async fn rotate(layout: &Layout) -> anyhow::Result<()> {
         );
     }
     refuse_during_copies(layout)?;
+    // Found before anything changes: the password files are handed to the servers' OS user.
+    let pg = herd_pg::Pg::new(
+        herd_pg::PgBinaries::locate(groups[0].config.postgres.bindir.as_deref())?,
+        herd_pg::OsUser::for_servers(&groups[0].config.postgres.os_user)?,
+    );
     let rotation = Rotation::begin(layout).context("preparing the next passwords")?;
     if rotation.resumed {
         eprintln!("Finishing the rotation that was cut short (secrets/*.next)…");
@@ -111,17 +116,13 @@ async fn rotate(layout: &Layout) -> anyhow::Result<()> {
     rotation
         .finish(layout, REPLICATION_USER)
         .context("replacing the password files")?;
-    let pg = herd_pg::Pg::new(
-        herd_pg::PgBinaries::locate(groups[0].config.postgres.bindir.as_deref())?,
-        herd_pg::OsUser::for_servers(&groups[0].config.postgres.os_user)?,
-    );
     // The walreceivers (the servers' OS user) read the passfile.
     pg.hand_over(&layout.secrets())?;
     confirm(&groups[0], &rotation.next.superuser).await?;
     println!(
         "Rotated the passwords of {SUPERUSER} and {REPLICATION_USER} on {} shard group(s){}; \
          the new ones are in {}. Connected clients stay connected; new logins need the new \
-         password (`herd url --password`).",
+         password (`herd url` prints it).",
         groups.len(),
         if mappings > 0 {
             format!(" and {mappings} global-table user mapping(s)")
