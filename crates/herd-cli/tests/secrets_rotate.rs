@@ -289,6 +289,45 @@ async fn rotation_under_load_keeps_clients_and_replication() {
     let primary = connect(&c.url(&["--primary"])).await;
     assert!(verifies(&primary, "replicator", next_replication).await);
 
+    // A failover after the rotations: the agents promote and rejoin (a rewind or a clone of
+    // the old primary, as the superuser and the replication role) with the passwords they
+    // took up while running.
+    drop(primary);
+    common::kill_primary(&c);
+    eventually(
+        Duration::from_secs(120),
+        "node0 primary, node1 back streaming",
+        || {
+            let c = &c;
+            async move {
+                c.try_status().is_some_and(|s| {
+                    let p = nodes_with_role(&s, "primary");
+                    let r = nodes_with_role(&s, "replica");
+                    p.len() == 1
+                        && p[0]["name"] == "node0"
+                        && r.len() == 1
+                        && r[0]["name"] == "node1"
+                        && r[0]["state"] == "streaming"
+                })
+            }
+        },
+    )
+    .await;
+    eventually(
+        Duration::from_secs(30),
+        "writes through the endpoint",
+        || async {
+            match try_connect(&c.url(&[])).await {
+                Some(e) => e
+                    .batch_execute("insert into ticks(writer) values (100)")
+                    .await
+                    .is_ok(),
+                None => false,
+            }
+        },
+    )
+    .await;
+
     // A stopped cluster is refused clearly; the files are left as they are.
     c.herd_ok(&["down"]);
     let out = rotate(&c).await;
