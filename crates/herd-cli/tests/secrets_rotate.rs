@@ -521,4 +521,24 @@ fn no_cluster_is_a_clear_error() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("error:") && err.contains("herd up"), "{err}");
+    // A multi-host cluster: refused with the reason, before the store is asked.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_herd"))
+        .args([
+            "secrets",
+            "rotate",
+            "--dcs",
+            "etcd://127.0.0.1:1",
+            "--cluster",
+            "main",
+        ])
+        .arg("--data-dir")
+        .arg(dir.path())
+        .output()
+        .expect("herd");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("not built yet") && err.contains("nothing was changed"),
+        "{err}"
+    );
 }
