@@ -246,6 +246,8 @@ impl Host {
         crate::groups::raise_count(&self.root, group + 1).map_err(AgentError::Store)?;
         let timings = Timings::of(config);
         let stop = self.shutdown.subscribe();
+        // The passwords as they are now: `herd secrets rotate` may have replaced them.
+        let secrets = self.secrets();
         let new: Vec<_> = local_nodes(config)
             .into_iter()
             .filter(|n| n.group == group)
@@ -255,7 +257,7 @@ impl Host {
                         &self.layout,
                         config,
                         &self.pg,
-                        &self.secrets,
+                        &secrets,
                         &self.root,
                         &timings,
                     ),
@@ -299,9 +301,10 @@ impl Host {
             .clone()
     }
 
-    /// The cluster's passwords.
-    pub fn secrets(&self) -> &Secrets {
-        &self.secrets
+    /// The cluster's passwords as `secrets/` holds them now (`herd secrets rotate` replaces
+    /// them while the cluster runs); those read at start when the files cannot be read.
+    pub fn secrets(&self) -> Secrets {
+        Secrets::load(&self.layout).unwrap_or_else(|_| self.secrets.clone())
     }
 
     /// The first agent that stopped on its own (an error an operator must fix), if any.

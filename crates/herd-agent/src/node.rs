@@ -96,6 +96,25 @@ impl Node {
         }
     }
 
+    /// Takes up the passwords of `secrets/` when they changed (`herd secrets rotate` replaced
+    /// them, or an operator copied a rotated directory here): the connections this agent
+    /// keeps stay up (already authenticated), the ones it opens next log in with the new
+    /// password. Read every round — two small files — so a rotation reaches the agent within
+    /// a loop wait. A file that cannot be read keeps the passwords in use.
+    pub fn refresh_secrets(&mut self) {
+        match Secrets::load(&self.layout) {
+            Ok(now) if now != self.secrets => {
+                tracing::info!(
+                    "the cluster's passwords changed in {}: using the new ones",
+                    self.layout.secrets().display()
+                );
+                self.secrets = now;
+            }
+            Ok(_) => {}
+            Err(e) => tracing::debug!("reading the cluster's passwords: {e}"),
+        }
+    }
+
     /// At most once per [`crate::tls::RENEWAL_CHECK`]: renews the server's certificate when it
     /// is due and the CA's key is here, then reloads PostgreSQL (it reads its certificate again
     /// on reload: no restart, no connection dropped). A failure is logged and tried again at

@@ -182,6 +182,9 @@ impl Agent {
         loop {
             self.round().await?;
             self.node.renew_certificate().await;
+            if !self.node.fresh_secrets {
+                self.node.refresh_secrets();
+            }
             let mut wait = self.node.cfg.loop_wait;
             if let Some(at) = self.fence_at {
                 // Never sleep past the fencing instant.

@@ -68,6 +68,11 @@ enum Command {
         #[command(subcommand)]
         command: crate::certs::CertsCommand,
     },
+    /// The cluster's passwords: `herd secrets rotate` replaces them on the running cluster.
+    Secrets {
+        #[command(subcommand)]
+        command: crate::secrets_cmd::SecretsCommand,
+    },
     /// Run this host's PostgreSQL node of a multi-host cluster kept in etcd.
     Agent(crate::hosts::AgentArgs),
     /// The fencing watchdog `herd agent` starts (not for direct use).
@@ -560,6 +565,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Restore(args) => crate::restore::run(args).await,
         Command::Certs { command } => crate::certs::run(command),
+        Command::Secrets { command } => crate::secrets_cmd::run(command).await,
         Command::Agent(args) => crate::hosts::agent(args).await,
         Command::AgentWatchdog(args) => crate::hosts::watchdog(args),
         Command::Proxy(args) => crate::hosts::proxy(args).await,

@@ -407,7 +407,7 @@ pub async fn proxy(args: ProxyArgs) -> anyhow::Result<()> {
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let login = herd_proxy::monitor::AdminLogin {
         user: herd_cluster::SUPERUSER.into(),
-        password: secrets.superuser.clone(),
+        password: secrets.superuser.clone().into(),
         tls: server_tls,
     };
     // Registered before it serves anyone: shard map changes see every proxy that may route.
@@ -425,6 +425,8 @@ pub async fn proxy(args: ProxyArgs) -> anyhow::Result<()> {
     // The agents' elected coordinator resolves two-phase work left in doubt, once for the
     // cluster, not each proxy.
     proxy.ctx.leave_in_doubt_to_coordinator();
+    // A rotated secrets directory copied here (`herd secrets rotate`) is taken up at once.
+    crate::secrets_cmd::follow_rotations(layout.clone(), proxy.ctx.clone(), shutdown_rx.clone());
     for rx in pending {
         proxy.ctx.add_group(rx, shutdown_rx.clone());
     }

@@ -117,7 +117,7 @@ pub async fn run(layout: Layout, config: Config) -> anyhow::Result<()> {
     let mut receivers_ready = receivers.clone();
     let login = herd_proxy::monitor::AdminLogin {
         user: herd_cluster::SUPERUSER.into(),
-        password: host.secrets().superuser.clone(),
+        password: host.secrets().superuser.into(),
         // `herd up`'s servers never serve TLS (loopback, Unix sockets).
         tls: None,
     };
@@ -129,6 +129,7 @@ pub async fn run(layout: Layout, config: Config) -> anyhow::Result<()> {
         client_tls,
         shutdown_rx.clone(),
     );
+    crate::secrets_cmd::follow_rotations(layout.clone(), proxy.ctx.clone(), shutdown_rx.clone());
     let holds = crate::proxy_groups::Holds::new(proxy.ctx.clone());
     for follower in followers {
         crate::proxy_groups::spawn(follower, &holds, shutdown_rx.clone());

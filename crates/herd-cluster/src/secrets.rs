@@ -7,7 +7,7 @@ use rand::distributions::{Alphanumeric, DistString};
 use crate::{ClusterError, Layout};
 
 /// The cluster's passwords.
-#[derive(Clone)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct Secrets {
     /// The superuser's (`postgres`) password.
     pub superuser: String,
@@ -21,9 +21,9 @@ impl std::fmt::Debug for Secrets {
     }
 }
 
-const SUPERUSER_FILE: &str = "superuser.password";
-const REPLICATION_FILE: &str = "replication.password";
-const PGPASS_FILE: &str = "pgpass";
+pub(crate) const SUPERUSER_FILE: &str = "superuser.password";
+pub(crate) const REPLICATION_FILE: &str = "replication.password";
+pub(crate) const PGPASS_FILE: &str = "pgpass";
 const API_TOKEN_FILE: &str = "api-token";
 
 impl Secrets {
@@ -36,18 +36,21 @@ impl Secrets {
         }
     }
 
-    /// Writes the password files and the replication passfile, each with mode 0600.
+    /// Writes the password files and the replication passfile, each with mode 0600. Each file
+    /// is replaced whole (written aside, then renamed over): a reader — a walreceiver reading
+    /// its passfile, an agent reloading the passwords — sees the old file or the new one,
+    /// never a half-written one.
     pub fn save(&self, layout: &Layout, replication_user: &str) -> Result<(), ClusterError> {
         let dir = layout.secrets();
         std::fs::create_dir_all(&dir).map_err(|e| ClusterError::io("creating", &dir, e))?;
         std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700))
             .map_err(|e| ClusterError::io("restricting", &dir, e))?;
-        write_private(&dir.join(SUPERUSER_FILE), &format!("{}\n", self.superuser))?;
-        write_private(
+        replace_private(&dir.join(SUPERUSER_FILE), &format!("{}\n", self.superuser))?;
+        replace_private(
             &dir.join(REPLICATION_FILE),
             &format!("{}\n", self.replication),
         )?;
-        write_private(
+        replace_private(
             &Self::pgpass(layout),
             &format!("*:*:*:{replication_user}:{}\n", self.replication),
         )
@@ -55,8 +58,13 @@ impl Secrets {
 
     /// Reads the passwords back.
     pub fn load(layout: &Layout) -> Result<Secrets, ClusterError> {
+        Self::load_named(layout, "")
+    }
+
+    /// Reads the passwords of the files named with `suffix` (`""`: the current ones).
+    pub(crate) fn load_named(layout: &Layout, suffix: &str) -> Result<Secrets, ClusterError> {
         let read = |name: &str| {
-            let path = layout.secrets().join(name);
+            let path = layout.secrets().join(format!("{name}{suffix}"));
             std::fs::read_to_string(&path)
                 .map(|s| s.trim().to_string())
                 .map_err(|e| ClusterError::io("reading secret", path, e))
@@ -103,6 +111,17 @@ impl Secrets {
 
 fn write_private(path: &Path, text: &str) -> Result<(), ClusterError> {
     herd_pg::write_private(path, text).map_err(|e| ClusterError::io("writing", path, e))
+}
+
+/// Writes `path` (mode 0600) through a file beside it renamed over it: atomic for readers.
+pub(crate) fn replace_private(path: &Path, text: &str) -> Result<(), ClusterError> {
+    let mut aside = path.as_os_str().to_owned();
+    aside.push(".tmp");
+    let aside = PathBuf::from(aside);
+    // A leftover from a write cut short may have another mode: start afresh.
+    let _ = std::fs::remove_file(&aside);
+    write_private(&aside, text)?;
+    std::fs::rename(&aside, path).map_err(|e| ClusterError::io("renaming", &aside, e))
 }
 
 #[cfg(test)]

@@ -126,6 +126,23 @@ pub struct ProxyContext {
 }
 
 impl ProxyContext {
+    /// The superuser's password was rotated (`herd secrets rotate`): the proxy's own new
+    /// connections log in with `password` (those it keeps stay up, already authenticated),
+    /// and the next login as that role reads its verifier afresh instead of the one cached.
+    /// Called when the password files changed (the proxy's own logins may have taken up the
+    /// new password already, from [`ProxyContext::next_admin_password`]).
+    pub fn rotate_admin_password(&self, password: &str) {
+        self.admin.password.set(password);
+        self.users.forget(&self.admin.user);
+        tracing::info!("the superuser's password was rotated: new connections use the new one");
+    }
+
+    /// A rotation of the superuser's password is under way with `next` as the new one (`None`:
+    /// none is): the proxy's own logins try it when the current one is refused.
+    pub fn next_admin_password(&self, next: Option<&str>) {
+        self.admin.password.set_next(next);
+    }
+
     /// Leaves the background resolution of two-phase work in doubt to the cluster's elected
     /// coordinator (`herd agent`), so that a cluster with many proxies resolves it in one place.
     /// Called right after [`Proxy::start`] (the resolver's first round comes seconds later).

@@ -18,8 +18,9 @@ use crate::topology::{
 pub struct AdminLogin {
     /// Role name.
     pub user: String,
-    /// Its password.
-    pub password: String,
+    /// Its password, shared by every copy of this login: `herd secrets rotate` replaces it in
+    /// place (see [`SharedPassword`]).
+    pub password: SharedPassword,
     /// TLS to the servers (`[proxy] server_tls`), for these connections and the pooled ones;
     /// `None`: plain.
     pub tls: Option<herd_pg::ClientTls>,
@@ -28,6 +29,54 @@ pub struct AdminLogin {
 impl std::fmt::Debug for AdminLogin {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "AdminLogin({})", self.user)
+    }
+}
+
+/// A password every clone of which sees a replacement: a rotation (`herd secrets rotate`)
+/// reaches each holder of the proxy's login at once, and the connections those holders keep
+/// stay up (already authenticated) while new ones log in with the new password. During a
+/// rotation it also holds the next password, tried when the current one is refused (the
+/// servers change before the files naming the new one are in place).
+#[derive(Clone)]
+pub struct SharedPassword(Arc<std::sync::RwLock<(String, Option<String>)>>);
+
+impl SharedPassword {
+    /// The password now.
+    pub fn get(&self) -> String {
+        self.0.read().unwrap_or_else(|e| e.into_inner()).0.clone()
+    }
+
+    /// The next password of a rotation under way, when it differs from the current one.
+    pub fn next(&self) -> Option<String> {
+        let kept = self.0.read().unwrap_or_else(|e| e.into_inner());
+        kept.1.clone().filter(|n| *n != kept.0)
+    }
+
+    /// Replaces it for every holder; `true` when it changed.
+    pub fn set(&self, password: &str) -> bool {
+        let mut kept = self.0.write().unwrap_or_else(|e| e.into_inner());
+        if kept.0 == password {
+            return false;
+        }
+        kept.0 = password.to_string();
+        true
+    }
+
+    /// Records the next password of a rotation under way (`None`: none).
+    pub fn set_next(&self, next: Option<&str>) {
+        self.0.write().unwrap_or_else(|e| e.into_inner()).1 = next.map(str::to_string);
+    }
+}
+
+impl From<String> for SharedPassword {
+    fn from(password: String) -> Self {
+        SharedPassword(Arc::new(std::sync::RwLock::new((password, None))))
+    }
+}
+
+impl From<&str> for SharedPassword {
+    fn from(password: &str) -> Self {
+        password.to_string().into()
     }
 }
 
@@ -69,12 +118,37 @@ pub async fn admin_connect_checked(
     database: &str,
     timeout: Duration,
 ) -> Result<Client, AdminConnectError> {
+    let current = login.password.get();
+    match admin_attempt(ep, login, &current, database, timeout).await {
+        // Refused during a rotation: the server may have the next password already.
+        Err((AdminConnectError::Other, true)) => match login.password.next() {
+            Some(next) => match admin_attempt(ep, login, &next, database, timeout).await {
+                Ok(client) => {
+                    login.password.set(&next);
+                    Ok(client)
+                }
+                Err((e, _)) => Err(e),
+            },
+            None => Err(AdminConnectError::Other),
+        },
+        other => other.map_err(|(e, _)| e),
+    }
+}
+
+/// One administrative login with `password`; on failure, whether the password was refused.
+async fn admin_attempt(
+    ep: &Endpoint,
+    login: &AdminLogin,
+    password: &str,
+    database: &str,
+    timeout: Duration,
+) -> Result<Client, (AdminConnectError, bool)> {
     let mut config = tokio_postgres::Config::new();
     config
         .host(&ep.host)
         .port(ep.port)
         .user(&login.user)
-        .password(&login.password)
+        .password(password)
         .dbname(database)
         .application_name(ADMIN_APPLICATION)
         .connect_timeout(timeout)
@@ -91,13 +165,14 @@ pub async fn admin_connect_checked(
     match tokio::time::timeout(timeout, connecting).await {
         Ok(Ok(client)) => Ok(client),
         Ok(Err(e)) if login.tls.is_some() && is_tls_failure(&e) => {
-            Err(AdminConnectError::Tls(tls_failure(ep, &e)))
+            Err((AdminConnectError::Tls(tls_failure(ep, &e)), false))
         }
         Ok(Err(e)) => {
             tracing::debug!(node = %ep.name, "administrative connection failed: {e}");
-            Err(AdminConnectError::Other)
+            let refused = e.code() == Some(&tokio_postgres::error::SqlState::INVALID_PASSWORD);
+            Err((AdminConnectError::Other, refused))
         }
-        Err(_) => Err(AdminConnectError::Other),
+        Err(_) => Err((AdminConnectError::Other, false)),
     }
 }
 
@@ -289,4 +364,38 @@ where
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rotated_password_reaches_every_copy() {
+        let login = AdminLogin {
+            user: "postgres".into(),
+            password: "old".into(),
+            tls: None,
+        };
+        let copy = login.clone();
+        assert_eq!(copy.password.next(), None);
+        login.password.set_next(Some("old"));
+        assert_eq!(
+            copy.password.next(),
+            None,
+            "the next one equal to the current is none"
+        );
+        login.password.set_next(Some("new"));
+        assert_eq!(copy.password.next().as_deref(), Some("new"));
+        assert!(copy.password.set("new"));
+        assert!(!login.password.set("new"), "unchanged");
+        assert_eq!(login.password.get(), "new");
+        assert_eq!(login.password.next(), None, "taken up: nothing next");
+        login.password.set_next(None);
+        assert_eq!(
+            format!("{copy:?}"),
+            "AdminLogin(postgres)",
+            "no password printed"
+        );
+    }
 }

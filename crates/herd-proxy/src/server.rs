@@ -68,6 +68,10 @@ impl std::fmt::Debug for ServerConn {
     }
 }
 
+/// The SQLSTATE of a server connection refused for its credentials (invalid_password): the
+/// server refused the key, or its verifier is no longer the one the key was proved against.
+pub const PASSWORD_CHANGED: &str = "28P01";
+
 impl ServerConn {
     /// Connects to `ep` as `user` on `database`, proving the user's identity with the SCRAM
     /// `ClientKey` recovered when the client logged in to the proxy (no password is stored).
@@ -168,11 +172,21 @@ impl ServerConn {
                         self.send(&out).await?;
                     }
                     Authentication::SaslContinue { data } => {
-                        let fin = exchange.client_final(data).map_err(|e| {
-                            ProxyError::Unavailable(format!(
+                        let fin = exchange.client_final(data).map_err(|e| match e {
+                            // The role's password changed since the key was proved to the
+                            // proxy: the same as the server refusing it (see `lease`).
+                            herd_scram::ScramError::VerifierMismatch => ProxyError::Server {
+                                code: PASSWORD_CHANGED.into(),
+                                message: format!(
+                                    "password authentication failed on {}: the password \
+                                     changed since this session logged in",
+                                    self.endpoint.name
+                                ),
+                            },
+                            e => ProxyError::Unavailable(format!(
                                 "SCRAM with {}: {e}",
                                 self.endpoint.name
-                            ))
+                            )),
                         })?;
                         let mut out = Vec::new();
                         encode::sasl_response(&mut out, &fin)?;

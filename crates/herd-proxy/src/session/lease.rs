@@ -10,11 +10,16 @@ use herd_core::Lsn;
 use super::Session;
 use crate::pool::{Lease, Pool};
 use crate::router::choose::PrimaryReason;
+use crate::server::PASSWORD_CHANGED;
 use crate::topology::{Endpoint, TopologyView};
 use crate::ProxyError;
 
 /// How long opening a server connection may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a session whose user's password changed waits for a login with the new one before
+/// a new server connection is refused: `herd secrets rotate` logs in through the endpoint
+/// within a fraction of a second of changing the servers.
+const NEWER_CREDENTIALS_WAIT: Duration = Duration::from_secs(3);
 
 impl Session {
     pub(super) async fn lease_primary(
@@ -152,13 +157,47 @@ impl Session {
         self.creds.clone()
     }
 
+    /// The credentials of a later login of the session's user than `creds`, waited for at
+    /// most [`NEWER_CREDENTIALS_WAIT`].
+    async fn newer_credentials(
+        &self,
+        creds: &Arc<crate::pool::Credentials>,
+    ) -> Option<Arc<crate::pool::Credentials>> {
+        let deadline = Instant::now() + NEWER_CREDENTIALS_WAIT;
+        loop {
+            match self.ctx.users.credentials(&self.user) {
+                Some(latest) if !Arc::ptr_eq(&latest, creds) => return Some(latest),
+                _ if Instant::now() >= deadline => return None,
+                _ => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        }
+    }
+
     pub(super) async fn lease(&mut self, ep: &Endpoint) -> Result<Lease, ProxyError> {
         let creds = self.credentials().ok_or_else(|| {
             ProxyError::Unavailable("no credentials for this user; reconnect".into())
         })?;
         let pool = self.pool(ep);
         let wait = self.pool_wait();
-        let mut lease = pool.acquire(&creds, wait, CONNECT_TIMEOUT).await?;
+        let mut lease = match pool.acquire(&creds, wait, CONNECT_TIMEOUT).await {
+            Ok(lease) => lease,
+            // The user's password changed since this session logged in (`herd secrets rotate`,
+            // ALTER ROLE): a new server connection logs in with the key of the user's latest
+            // login to the proxy — waited for a moment, as a rotation logs in with the new
+            // password right after changing it.
+            Err(ProxyError::Server { code, message }) if code == PASSWORD_CHANGED => {
+                let latest =
+                    self.newer_credentials(&creds)
+                        .await
+                        .ok_or_else(|| ProxyError::Server {
+                            code,
+                            message: format!("{message}; reconnect with the new password"),
+                        })?;
+                self.creds = Some(latest.clone());
+                pool.acquire(&latest, wait, CONNECT_TIMEOUT).await?
+            }
+            Err(e) => return Err(e),
+        };
         lease.conn.reported.clear();
         if lease.conn.state_hash != self.state.hash {
             // Bring the server to the session's settings (one round trip, only when they differ).

@@ -364,7 +364,7 @@ CREATE USER MAPPING FOR {} SERVER herd_group_{g} OPTIONS (user {}, password {}{}
             server_tls,
             ident(&admin.user),
             literal(&admin.user),
-            literal(&admin.password),
+            literal(&admin.password.get()),
             mapping_tls,
         ));
     }
