@@ -538,3 +538,17 @@ async fn strings_of_statements(client: &Client, groups: &[String]) {
     }
     same(balances.to_string()).await;
 }
+
+/// A key of each group: the smallest `o_orderkey` of its rows of `orders`.
+async fn order_keys(groups: &[String]) -> Vec<i64> {
+    let mut keys = Vec::new();
+    for g in groups {
+        let row = connect(g)
+            .await
+            .query_one("select min(o_orderkey) from orders", &[])
+            .await
+            .expect("a key of the group");
+        keys.push(row.get::<_, i64>(0));
+    }
+    keys
+}

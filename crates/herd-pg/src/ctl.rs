@@ -223,21 +223,8 @@ impl Pg {
 
     /// Stops the server and waits for it to exit.
     pub async fn stop(&self, datadir: &Path, mode: StopMode) -> Result<(), PgError> {
-        let mode = match mode {
-            StopMode::Fast => "fast",
-            StopMode::Immediate => "immediate",
-        };
-        let args = vec![
-            "stop".into(),
-            "-D".into(),
-            path_arg(datadir),
-            "-m".into(),
-            mode.into(),
-            "-w".into(),
-            "-t".into(),
-            "120".into(),
-            "-s".into(),
-        ];
+        let mut args = stop_args(datadir, mode);
+        args.extend(["-w".into(), "-t".into(), "120".into()]);
         self.run("pg_ctl", parent(datadir), &args, Duration::from_secs(130))
             .await
             .map(drop)
@@ -248,19 +235,8 @@ impl Pg {
     /// again the moment the old one is gone, and `pg_ctl stop -w` would then wait, until its
     /// timeout, for the new server's pid file to go away.
     pub async fn request_stop(&self, datadir: &Path, mode: StopMode) -> Result<(), PgError> {
-        let mode = match mode {
-            StopMode::Fast => "fast",
-            StopMode::Immediate => "immediate",
-        };
-        let args = vec![
-            "stop".into(),
-            "-D".into(),
-            path_arg(datadir),
-            "-m".into(),
-            mode.into(),
-            "-W".into(),
-            "-s".into(),
-        ];
+        let mut args = stop_args(datadir, mode);
+        args.push("-W".into());
         self.run("pg_ctl", parent(datadir), &args, Duration::from_secs(30))
             .await
             .map(drop)
@@ -396,6 +372,22 @@ impl Pg {
             .await
             .map(drop)
     }
+}
+
+/// `pg_ctl stop` of `datadir` in `mode`, silent; the caller says whether it waits.
+fn stop_args(datadir: &Path, mode: StopMode) -> Vec<String> {
+    let mode = match mode {
+        StopMode::Fast => "fast",
+        StopMode::Immediate => "immediate",
+    };
+    vec![
+        "stop".into(),
+        "-D".into(),
+        path_arg(datadir),
+        "-m".into(),
+        mode.into(),
+        "-s".into(),
+    ]
 }
 
 fn path_arg(p: &Path) -> String {

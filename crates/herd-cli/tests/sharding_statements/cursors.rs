@@ -33,16 +33,7 @@ async fn code(client: &Client, sql: &str) -> String {
 }
 
 pub(super) async fn cursors(client: &Client, url: &str, groups: &[String]) {
-    // A key of each group (its rows of `orders`).
-    let mut keys = Vec::new();
-    for g in groups {
-        let row = connect(g)
-            .await
-            .query_one("select min(o_orderkey) from orders", &[])
-            .await
-            .expect("a key of the group");
-        keys.push(row.get::<_, i64>(0));
-    }
+    let keys = super::order_keys(groups).await;
     let one = connect(url).await;
     same_answers(
         client,

@@ -23,16 +23,7 @@ async fn same_answers(herd: &Client, one: &Client, what: &str, steps: &[String])
 }
 
 pub(super) async fn sql_prepare(url: &str, groups: &[String]) {
-    // A key of each group (its rows of `orders`).
-    let mut keys = Vec::new();
-    for g in groups {
-        let row = connect(g)
-            .await
-            .query_one("select min(o_orderkey) from orders", &[])
-            .await
-            .expect("a key of the group");
-        keys.push(row.get::<_, i64>(0));
-    }
+    let keys = super::order_keys(groups).await;
     let herd = connect(url).await;
     let one = connect(&groups[0]).await;
     let (k0, k1) = (keys[0], keys[1]);
