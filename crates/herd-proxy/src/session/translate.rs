@@ -14,8 +14,12 @@ use super::undo::Undo;
 use super::Attached;
 use crate::analysis::{analyze, reason_label, Analysis};
 use crate::router::track::Expect;
-use crate::server::{Lookup, PREPARED_CAPACITY};
 use crate::{ProxyContext, ProxyError};
+
+mod groups;
+mod kept;
+
+use kept::deallocate_target;
 
 /// What the caller does after a client message.
 #[derive(Debug, PartialEq, Eq)]
@@ -164,168 +168,6 @@ impl Translator<'_> {
             }
         }
         Ok(Flow::Continue)
-    }
-
-    /// Why a Query or Bind cannot run on the attached server's shard group (a transaction
-    /// stays on the group of its first statement), if it cannot; or the general path's
-    /// statement that runs in its place.
-    fn wrong_group(&mut self, frame: &Frame<'_>) -> Result<Option<Here>, ProxyError> {
-        let Some(map) = self.map else {
-            return Ok(None);
-        };
-        let mut sql_of_bind = None;
-        let mut bind_types = Vec::new();
-        // The names as last read (this check runs inside a transaction, without awaiting),
-        // however old: the routing of the unit has just read them (if 3 s old, a name would
-        // otherwise be taken as `public`'s, e.g. under `search_path = one`).
-        let names = self.ctx.last_names(self.database);
-        let resolver = names.as_deref().map(|names| super::shard::Resolver {
-            names,
-            path: self.state.search_path(),
-            user: self.user,
-        });
-        let plan = match frame.tag {
-            tag::QUERY => super::shard::plan_sql(
-                self.ctx,
-                map,
-                resolver.as_ref(),
-                Query::decode(frame.body)?.sql,
-                &[],
-            ),
-            tag::BIND => {
-                let b = Bind::decode(frame.body)?;
-                let stmt = if b.statement.is_empty() {
-                    self.state.unnamed.as_ref().map(|u| &*u.stmt)
-                } else {
-                    self.state.statements.get(b.statement).map(|s| &**s)
-                };
-                let types = stmt.map(|s| s.param_types.clone()).unwrap_or_default();
-                bind_types = types.clone();
-                let sql = stmt.map(|s| s.query.clone());
-                let Some(sql) = sql.or_else(|| self.state.passed.get(b.statement).cloned()) else {
-                    return Ok(None);
-                };
-                let plan = super::shard::plan_sql(
-                    self.ctx,
-                    map,
-                    resolver.as_ref(),
-                    &sql,
-                    &super::shard::typed_params(b.rest, &types),
-                );
-                sql_of_bind = Some(sql);
-                plan
-            }
-            _ => return Ok(None),
-        };
-        if self.spanning {
-            let text = match frame.tag {
-                tag::QUERY => Query::decode(frame.body)?.sql.to_vec(),
-                _ => sql_of_bind.clone().unwrap_or_default(),
-            };
-            let classified = self
-                .ctx
-                .classifier
-                .get_or_classify(&String::from_utf8_lossy(&text));
-            if classified
-                .statements
-                .iter()
-                .any(|s| s.tx != herd_sql::TxEffect::None)
-            {
-                return Ok(Some(Here::Refuse(
-                    super::spanning::SPANNING_CONTROL.to_string(),
-                )));
-            }
-        }
-        // Only its first word is looked at: a Query's body as it is (the text and its NUL).
-        let text: &[u8] = match frame.tag {
-            tag::QUERY => frame.body,
-            _ => sql_of_bind.as_deref().unwrap_or_default(),
-        };
-        // A block holding a cursor on group 0 stays there: a read across groups takes the
-        // general path there instead of every group's part.
-        let plan = match plan {
-            herd_shard::Plan::AllGroups { table }
-                if self.att.cursor.is_some() && self.att.group == 0 =>
-            {
-                herd_shard::Plan::General {
-                    why: format!(
-                        "{table} is distributed, and this transaction block holds a cursor on \
-                         group 0's server"
-                    ),
-                }
-            }
-            p => p,
-        };
-        // A block holding a cursor stays on its server (`cursors.rs`).
-        if let Some(verdict) = self.held_here(&plan, text, map) {
-            return Ok(Some(verdict));
-        }
-        // A read the fast paths cannot answer: the general path, on group 0.
-        if let Some(verdict) = self.general_here(
-            &plan,
-            frame,
-            sql_of_bind.as_deref(),
-            bind_types,
-            map,
-            resolver.as_ref(),
-        )? {
-            if let Here::General(sql, _) = &verdict {
-                self.note_general(sql);
-            }
-            return Ok(Some(verdict));
-        }
-        let here = self.att.group;
-        if matches!(plan, herd_shard::Plan::Anywhere)
-            || matches!(plan, herd_shard::Plan::Group { group, .. } if group == here)
-        {
-            self.note_cursor(text);
-        }
-        Ok(match plan {
-            herd_shard::Plan::Refuse(why) => Some(why),
-            herd_shard::Plan::Everywhere(_)
-            | herd_shard::Plan::EachGroup { .. }
-            | herd_shard::Plan::CopyIn(_)
-            | herd_shard::Plan::CopyOut(_) => Some(super::shard::ALONE.to_string()),
-            herd_shard::Plan::AllGroups { .. } => Some(super::shard::FAN_OUT_ALONE.to_string()),
-            herd_shard::Plan::WriteAllGroups(_)
-            | herd_shard::Plan::InsertSplit(_)
-            | herd_shard::Plan::InsertSelect(_)
-            | herd_shard::Plan::WriteReference { .. } => {
-                Some(super::shard::WRITE_ALL_ALONE.to_string())
-            }
-            herd_shard::Plan::Group { group, .. } if group != here => Some(format!(
-                "this statement's rows are on shard group {group}, but it came in one batch with \
-                 statements for group {here} (or the session is pinned to group {here}): inside a \
-                 transaction, send statements for another group in a query or Sync of their own"
-            )),
-            _ => None,
-        }
-        .map(Here::Refuse))
-    }
-
-    /// Makes the server itself fail `frame` with 0A000 and `why`, so its transaction aborts
-    /// as PostgreSQL's would: a Query becomes a DO block that raises; a Bind binds the client's
-    /// portal to such a block (its Execute raises).
-    fn refuse_here(
-        &mut self,
-        frame: &Frame<'_>,
-        why: &str,
-        to_server: &mut Vec<u8>,
-    ) -> Result<(), ProxyError> {
-        let sql = super::shard::raising_sql(why);
-        if frame.tag == tag::QUERY {
-            encode::query(to_server, &sql)?;
-            self.att.tracker.sent(Expect::Query, false, None);
-        } else {
-            let b = Bind::decode(frame.body)?;
-            encode::parse(to_server, "", &sql, &[])?;
-            self.att.tracker.sent(Expect::Parse, true, None);
-            // The server's unnamed statement is no longer the client's.
-            self.att.lease.conn.unnamed = None;
-            encode::bind_renamed(to_server, b.portal, "", &[0, 0, 0, 0, 0, 0])?;
-            self.att.tracker.sent(Expect::Bind, false, None);
-        }
-        Ok(())
     }
 
     /// Session pooling: messages that name statements go as they are. `None` for the others.
@@ -535,149 +377,6 @@ impl Translator<'_> {
         Ok(())
     }
 
-    /// Makes the server's unnamed statement the client's before a Bind or Describe uses it: the
-    /// client parsed it in an earlier unit, maybe on another server, or another client's
-    /// Parse replaced it here. Without one, the server's own is closed so the client gets
-    /// PostgreSQL's 26000 rather than someone else's statement.
-    fn ensure_unnamed(&mut self, to_server: &mut Vec<u8>) -> Result<(), ProxyError> {
-        let conn = &mut self.att.lease.conn;
-        match &self.state.unnamed {
-            Some(u) if conn.unnamed == Some(u.token) => {}
-            Some(u) => {
-                encode::parse(to_server, b"", &u.stmt.query, &u.stmt.param_types)?;
-                conn.unnamed = Some(u.token);
-                let token = u.token;
-                let id = self.record(Undo::Unnamed { token });
-                self.att.tracker.sent(Expect::Parse, true, Some(id));
-            }
-            None if conn.unnamed.is_some() => {
-                encode::close(to_server, KIND_STATEMENT, b"")?;
-                conn.unnamed = None;
-                self.att.tracker.sent(Expect::Close, true, None);
-            }
-            None => {}
-        }
-        Ok(())
-    }
-
-    /// Closes every statement kept on the server once they are all out of date
-    /// (`ServerConn::expired`): they are prepared again on demand. The Closes go ahead of the
-    /// client's message, their answers swallowed.
-    fn expire_kept(&mut self, to_server: &mut Vec<u8>) -> Result<(), ProxyError> {
-        let conn = &mut self.att.lease.conn;
-        if !std::mem::take(&mut conn.expired) {
-            return Ok(());
-        }
-        let mut names = conn.prepared.take_all();
-        names.append(&mut conn.stale);
-        for name in names {
-            encode::close(to_server, KIND_STATEMENT, &name)?;
-            self.att.tracker.sent(Expect::Close, true, None);
-        }
-        Ok(())
-    }
-
-    /// Prepares `stmt` on the server first if it lacks it; the answer is swallowed.
-    fn ensure_prepared(
-        &mut self,
-        stmt: &Statement,
-        to_server: &mut Vec<u8>,
-    ) -> Result<(), ProxyError> {
-        if self.fresh_here(stmt) {
-            return Ok(());
-        }
-        self.send_parse(stmt, true, None, to_server)
-    }
-
-    /// Whether the server holds `stmt` as the client knows it; a stale copy is queued for
-    /// closing.
-    fn fresh_here(&mut self, stmt: &Statement) -> bool {
-        let conn = &mut self.att.lease.conn;
-        match conn
-            .prepared
-            .lookup(&stmt.server_name, stmt.generation, stmt.path)
-        {
-            Lookup::Fresh => true,
-            Lookup::Stale => {
-                if !conn.stale.contains(&stmt.server_name) {
-                    conn.stale.push(stmt.server_name.clone());
-                }
-                false
-            }
-            Lookup::Absent => false,
-        }
-    }
-
-    /// Sends a Parse of `stmt` under its shared name (making room first, and closing a stale
-    /// copy); its answer reaches the client unless `swallow`.
-    fn send_parse(
-        &mut self,
-        stmt: &Statement,
-        swallow: bool,
-        client: Option<(Vec<u8>, Arc<Statement>)>,
-        to_server: &mut Vec<u8>,
-    ) -> Result<(), ProxyError> {
-        self.evict_if_full(to_server)?;
-        let conn = &mut self.att.lease.conn;
-        if let Some(pos) = conn.stale.iter().position(|n| *n == stmt.server_name) {
-            conn.stale.swap_remove(pos);
-            encode::close(to_server, KIND_STATEMENT, &stmt.server_name)?;
-            self.att.tracker.sent(Expect::Close, true, None);
-        }
-        encode::parse(to_server, &stmt.server_name, &stmt.query, &stmt.param_types)?;
-        // Read before the Parse reaches the server: a copy prepared while a schema change
-        // commits counts as older than it.
-        let generation = stmt.generation.max(self.ctx.schema_generation());
-        self.att
-            .lease
-            .conn
-            .prepared
-            .insert(stmt.server_name.clone(), generation, self.state.path);
-        let id = self.record(Undo::Parse {
-            server: Some(stmt.server_name.clone()),
-            client,
-        });
-        self.att.tracker.sent(Expect::Parse, swallow, Some(id));
-        Ok(())
-    }
-
-    /// SQL `DEALLOCATE` of a protocol-level statement: the server knows it by its shared name.
-    /// Returns the statement to send instead, after making sure the server has the statement
-    /// (so the DEALLOCATE succeeds as the client expects); `None` to send the text unchanged.
-    fn deallocate(
-        &mut self,
-        sql: &[u8],
-        to_server: &mut Vec<u8>,
-    ) -> Result<Option<String>, ProxyError> {
-        match deallocate_target(sql) {
-            None => Ok(None),
-            Some(None) => {
-                // DEALLOCATE ALL: everything prepared on this server and by this client is gone.
-                self.state.statements.clear();
-                self.att.lease.conn.prepared.clear();
-                Ok(None)
-            }
-            Some(Some(name)) => {
-                let Some(stmt) = self.state.statements.remove(&name) else {
-                    return Ok(None);
-                };
-                self.ensure_prepared(&stmt, to_server)?;
-                self.att.lease.conn.prepared.remove(&stmt.server_name);
-                Ok(Some(format!("DEALLOCATE \"{}\"", stmt.server_name)))
-            }
-        }
-    }
-
-    fn evict_if_full(&mut self, to_server: &mut Vec<u8>) -> Result<(), ProxyError> {
-        while self.att.lease.conn.prepared.len() >= PREPARED_CAPACITY {
-            if let Some(old) = self.att.lease.conn.prepared.pop_oldest() {
-                encode::close(to_server, KIND_STATEMENT, &old)?;
-                self.att.tracker.sent(Expect::Close, true, None);
-            }
-        }
-        Ok(())
-    }
-
     /// Keeps `undo` until the server has answered, under a fresh id for the tracker.
     fn record(&mut self, undo: Undo) -> u64 {
         *self.next_id += 1;
@@ -686,8 +385,6 @@ impl Translator<'_> {
         id
     }
 
-    /// Notes a statement's effects: a possible write (for the read-your-writes token), a pin,
-    /// and session settings (applied once the server confirms them).
     /// The analysis of a simple query: the routing's when it made one for this unit.
     fn query_analysis(&mut self, sql: &[u8]) -> Analysis {
         match self.known_query.take() {
@@ -696,6 +393,8 @@ impl Translator<'_> {
         }
     }
 
+    /// Notes a statement's effects: a possible write (for the read-your-writes token), a pin,
+    /// and session settings (applied once the server confirms them).
     fn note(&mut self, a: &Analysis) {
         self.att.wrote |= !a.read_only;
         self.att.pinned |= a.pin;
@@ -710,69 +409,5 @@ impl Translator<'_> {
         self.att.pinned |= stmt.pin;
         self.att.schema = self.att.schema.max(stmt.schema);
         self.att.effects.extend(stmt.effects.iter().cloned());
-    }
-}
-
-/// The target of a lone `DEALLOCATE [PREPARE] name | ALL`: `Some(None)` for ALL.
-fn deallocate_target(sql: &[u8]) -> Option<Option<Vec<u8>>> {
-    // Every simple query and Parse passes here and almost none is a DEALLOCATE: its first
-    // word is checked before any decoding or trimming (PostgreSQL's own whitespace is ASCII).
-    let start = sql
-        .iter()
-        .position(|b| !b.is_ascii_whitespace() && *b != 0x0b)?;
-    if !sql
-        .get(start..start + "deallocate".len())?
-        .eq_ignore_ascii_case(b"deallocate")
-    {
-        return None;
-    }
-    let text = std::str::from_utf8(sql).ok()?;
-    let text = text.trim().trim_end_matches(';').trim();
-    let mut words = text.split_whitespace();
-    if !words.next()?.eq_ignore_ascii_case("deallocate") {
-        return None;
-    }
-    let mut target = words.next()?;
-    if target.eq_ignore_ascii_case("prepare") {
-        target = words.next()?;
-    }
-    if words.next().is_some() {
-        return None;
-    }
-    if target.eq_ignore_ascii_case("all") {
-        return Some(None);
-    }
-    let name = match target.strip_prefix('"').and_then(|t| t.strip_suffix('"')) {
-        Some(quoted) => quoted.replace("\"\"", "\""),
-        None => target.to_lowercase(),
-    };
-    Some(Some(name.into_bytes()))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::deallocate_target;
-
-    #[test]
-    fn deallocate_forms() {
-        assert_eq!(deallocate_target(b"DEALLOCATE ALL"), Some(None));
-        assert_eq!(deallocate_target(b"deallocate prepare all;"), Some(None));
-        assert_eq!(
-            deallocate_target(b"DEALLOCATE _pg3_0"),
-            Some(Some(b"_pg3_0".to_vec()))
-        );
-        assert_eq!(
-            deallocate_target(b"DEALLOCATE \"Q1\""),
-            Some(Some(b"Q1".to_vec()))
-        );
-        assert_eq!(
-            deallocate_target(b"DEALLOCATE Q1"),
-            Some(Some(b"q1".to_vec()))
-        );
-        assert_eq!(deallocate_target(b"select 1"), None);
-        assert_eq!(deallocate_target(b"deallocate a b"), None);
-        assert_eq!(deallocate_target(b" \t\x0b\n DeAllocate all"), Some(None));
-        assert_eq!(deallocate_target(b"dealloc"), None);
-        assert_eq!(deallocate_target(b""), None);
     }
 }
