@@ -30,6 +30,8 @@ pub enum CertsCommand {
         #[command(flatten)]
         dir: DataDirArg,
     },
+    /// Replace the CA without downtime, in three steps run in order: --stage, --issue, --finish.
+    Rotate(crate::certs_rotate::RotateArgs),
 }
 
 /// Options of `herd certs issue`.
@@ -98,6 +100,7 @@ pub fn run(command: CertsCommand) -> anyhow::Result<()> {
             Ok(())
         }
         CertsCommand::Show { dir } => show(dir.layout()?.root(), now),
+        CertsCommand::Rotate(_) => anyhow::bail!("`herd certs rotate` runs asynchronously"),
     }
 }
 
@@ -152,9 +155,8 @@ fn show(data: &Path, now: i64) -> anyhow::Result<()> {
 /// The command that renews the certificate at `path`.
 fn renewal(path: &Path, info: &herd_certs::CertInfo) -> String {
     if path.file_name().is_some_and(|n| n == herd_certs::CA_CERT) {
-        return "the CA itself: make a new one with `herd certs init` in an empty secrets \
-                directory and issue every certificate from it again (`herd certs rotate` is \
-                not built yet)"
+        return "the CA itself: replace it without downtime with `herd certs rotate --stage`, \
+                then `--issue`, then `--finish`"
             .into();
     }
     let name = path.file_stem().map_or_else(

@@ -559,6 +559,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             crate::backup::run(&args.dir.layout()?, args.kind, args.from_primary).await
         }
         Command::Restore(args) => crate::restore::run(args).await,
+        Command::Certs {
+            command: crate::certs::CertsCommand::Rotate(args),
+        } => crate::certs_rotate::run(args).await,
         Command::Certs { command } => crate::certs::run(command),
         Command::Agent(args) => crate::hosts::agent(args).await,
         Command::AgentWatchdog(args) => crate::hosts::watchdog(args),
