@@ -1,0 +1,245 @@
+//! `herd certs rotate` (issue #42): three `herd agent`s on loopback with the cluster's CA and
+//! a proxy, a write every ~20 ms through the proxy; the CA is replaced in three steps
+//! (`--stage`, `--issue`, `--finish`), the secrets directory copied to every host after the
+//! first and the last as an operator would. After each step writes keep being acknowledged
+//! and both standbys stream over TLS; each step refuses out of order, and `--finish` is
+//! refused, naming it, while a member (h2, not given the next CA's key) is on the old CA.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::hosts::{Hosts, Record, HERD};
+
+/// Runs `herd ARGS` (60 s at most); (exit code, stdout + stderr).
+fn herd(args: &[&str]) -> (Option<i32>, String) {
+    let mut cmd = Command::new(HERD);
+    cmd.args(args);
+    let out = herd_testkit::output_within(&mut cmd, Duration::from_secs(60)).expect("herd exits");
+    (
+        out.status.code(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+/// `herd certs rotate --STEP` on h0's data directory, through the cluster's store.
+fn rotate(hosts: &Hosts, step: &str) -> (Option<i32>, String) {
+    let dir = hosts.agent_dir(0);
+    let dir = dir.to_str().expect("utf-8 path");
+    let dcs = hosts.dcs();
+    herd(&[
+        "certs",
+        "rotate",
+        &format!("--{step}"),
+        "--data-dir",
+        dir,
+        "--dcs",
+        &dcs,
+        "--cluster",
+        &hosts.cluster,
+    ])
+}
+
+/// Copies the secrets directory `from` to `to` as `rsync -a --delete` would: each file through
+/// a temporary one and a rename, files no longer in `from` removed (`except`: left out).
+fn copy_secrets(from: &Path, to: &Path, except: &[&str]) {
+    for entry in std::fs::read_dir(from).expect("read secrets") {
+        let entry = entry.expect("entry");
+        let name = entry.file_name();
+        if except.iter().any(|e| name == *e) {
+            continue;
+        }
+        let tmp = to.join(".copying");
+        std::fs::copy(entry.path(), &tmp).expect("copy");
+        std::fs::rename(&tmp, to.join(&name)).expect("rename");
+    }
+    for entry in std::fs::read_dir(to).expect("read copy") {
+        let entry = entry.expect("entry");
+        if !from.join(entry.file_name()).exists() {
+            std::fs::remove_file(entry.path()).expect("remove");
+        }
+    }
+}
+
+/// Every other host's (and the proxy's) secrets made h0's.
+fn copy_to_all(hosts: &Hosts, except_h2: &[&str]) {
+    let from = hosts.agent_dir(0).join("secrets");
+    copy_secrets(&from, &hosts.agent_dir(1).join("secrets"), &[]);
+    copy_secrets(&from, &hosts.agent_dir(2).join("secrets"), except_h2);
+    copy_secrets(&from, &hosts.dir.path().join("proxy/secrets"), &[]);
+}
+
+/// The superuser on node `i` over verified TLS (the CA file read again when it changes).
+async fn superuser_over_tls(hosts: &Hosts, i: usize) -> tokio_postgres::Client {
+    let ca = hosts.agent_dir(0).join("secrets").join(herd_certs::CA_CERT);
+    let tls = herd_pg::ClientTls::new(herd_pg::TlsMode::VerifyFull, &ca)
+        .expect("the cluster's CA")
+        .expect("TLS settings");
+    let mut config: tokio_postgres::Config = hosts.node_url(i).parse().expect("node URL");
+    config.application_name("herd-test");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match herd_pg::connect_config(&mut config, Some(&tls)).await {
+            Ok(client) => return client,
+            Err(e) => assert!(
+                Instant::now() < deadline,
+                "the superuser over TLS to {}: {e}\n{}",
+                hosts.pg_host(i),
+                hosts.logs()
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// After a step: new writes acknowledged through the proxy (20 more within 60 s), and both
+/// standbys streaming over TLS as a new verified connection to the primary sees it.
+async fn still_serving(hosts: &Hosts, record: &Arc<Mutex<Record>>, after: &str) {
+    let acked = || record.lock().expect("record").acknowledged.len();
+    let before = acked();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while acked() < before + 20 {
+        assert!(
+            Instant::now() < deadline,
+            "after {after}: writes stopped being acknowledged ({} then {}); errors: {:?}\n{}",
+            before,
+            acked(),
+            record.lock().expect("record").write_errors,
+            hosts.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let primary = hosts.wait_primary(after);
+    let client = superuser_over_tls(hosts, primary).await;
+    let over_tls = "select count(*) filter (where ssl), count(*) \
+                    from pg_stat_ssl join pg_stat_replication using (pid)";
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let row = client.query_one(over_tls, &[]).await.expect("pg_stat_ssl");
+        let seen = (row.get::<_, i64>(0), row.get::<_, i64>(1));
+        if seen == (2, 2) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "after {after}: standbys streaming over TLS / all: {seen:?}\n{}",
+            hosts.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    eprintln!("after {after}: {} writes acknowledged, both standbys on TLS", acked());
+}
+
+/// Waits (60 s) until the members' records show `want(i, issuer)` for every member.
+fn wait_issuers(hosts: &Hosts, want: &dyn Fn(usize, Option<&str>) -> bool, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let issuers: Vec<Option<String>> = (0..3)
+            .map(|i| {
+                hosts
+                    .member(i)
+                    .and_then(|m| m["tls_issuer"].as_str().map(str::to_string))
+            })
+            .collect();
+        if (0..3).all(|i| want(i, issuers[i].as_deref())) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: issuers {issuers:?}\n{}",
+            hosts.logs()
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_ca_is_replaced_in_three_steps_under_writes() {
+    let started = Instant::now();
+    let mut hosts = Hosts::prepare(None, None);
+    let first = hosts.agent_dir(0);
+    herd_cluster::Secrets::generate()
+        .save(
+            &herd_cluster::Layout::new(&first),
+            herd_cluster::REPLICATION_USER,
+        )
+        .expect("secrets");
+    let first_arg = first.to_str().expect("utf-8 path").to_string();
+    let (code, out) = herd(&["certs", "init", "--cluster", "rot", "--data-dir", &first_arg]);
+    assert_eq!(code, Some(0), "{out}");
+    let secrets = first.join("secrets");
+    let old_fp = herd_certs::fingerprint(
+        &std::fs::read_to_string(secrets.join("ca.crt")).expect("ca.crt"),
+    )
+    .expect("fingerprint");
+    hosts.start_members();
+    hosts.start_proxy();
+    hosts.wait_proxy_listening();
+    wait_issuers(&hosts, &|_, fp| fp == Some(old_fp.as_str()), "on the first CA");
+    let (stop, record, threads) = common::hosts::start_checker(&hosts).await;
+    still_serving(&hosts, &record, "start").await;
+
+    // Out of order: nothing staged yet.
+    for step in ["issue", "finish"] {
+        let (code, out) = rotate(&hosts, step);
+        assert_ne!(code, Some(0), "--{step} before --stage ran: {out}");
+        assert!(out.contains("run `herd certs rotate --stage` first"), "{out}");
+    }
+
+    // 1. Stage, and copy to every host: h2 gets the bundle but not the next CA's key.
+    let (code, out) = rotate(&hosts, "stage");
+    assert_eq!(code, Some(0), "{out}");
+    let (code, out) = rotate(&hosts, "stage");
+    assert_ne!(code, Some(0), "a second --stage ran: {out}");
+    assert!(out.contains("a rotation is under way"), "{out}");
+    let next_fp = herd_certs::rotate::next_fingerprint(&secrets)
+        .expect("next")
+        .expect("staged");
+    copy_to_all(&hosts, &["ca.next.key"]);
+    still_serving(&hosts, &record, "--stage").await;
+    let (code, out) = rotate(&hosts, "finish");
+    assert_ne!(code, Some(0), "--finish before --issue ran: {out}");
+    assert!(out.contains("run `herd certs rotate --issue` first"), "{out}");
+
+    // 2. Issue: h0 and h1 move to the next CA; h2, without its key, stays on the old one.
+    let (code, out) = rotate(&hosts, "issue");
+    assert_eq!(code, Some(0), "{out}");
+    wait_issuers(
+        &hosts,
+        &|i, fp| fp == Some(if i == 2 { old_fp.as_str() } else { next_fp.as_str() }),
+        "h0, h1 on the next CA, h2 on the old",
+    );
+    still_serving(&hosts, &record, "--issue (h2 on the old CA)").await;
+    let (code, out) = rotate(&hosts, "finish");
+    assert_ne!(code, Some(0), "--finish ran with h2 on the old CA: {out}");
+    assert!(out.contains("h2 still serve"), "{out}");
+    assert!(!out.contains("h0") && !out.contains("h1"), "{out}");
+
+    // h2 gets the next CA's key: it issues from it within a round.
+    copy_to_all(&hosts, &[]);
+    wait_issuers(&hosts, &|_, fp| fp == Some(next_fp.as_str()), "all on the next CA");
+    still_serving(&hosts, &record, "--issue").await;
+
+    // 3. Finish: the next CA alone, the old kept; copied to every host.
+    let (code, out) = rotate(&hosts, "finish");
+    assert_eq!(code, Some(0), "{out}");
+    let ca = std::fs::read_to_string(secrets.join("ca.crt")).expect("ca.crt");
+    assert_eq!(herd_certs::pem_blocks(&ca).len(), 1, "{ca}");
+    assert_eq!(herd_certs::fingerprint(&ca).expect("fp"), next_fp);
+    assert!(secrets.join("ca.old.crt").exists() && secrets.join("ca.old.key").exists());
+    assert!(!secrets.join("ca.next.crt").exists());
+    copy_to_all(&hosts, &[]);
+    still_serving(&hosts, &record, "--finish").await;
+    let (code, out) = rotate(&hosts, "finish");
+    assert_ne!(code, Some(0), "a second --finish ran: {out}");
+
+    common::hosts::finish(&hosts, &stop, threads, &record).await;
+    eprintln!("rotation test took {:?}", started.elapsed());
+}
