@@ -122,6 +122,13 @@ impl Node {
         let renewed = tls.renew_if_due(&secrets, &self.cfg.name, &names, now);
         let (cert, key) = (tls.server.cert_file.clone(), tls.server.key_file.clone());
         if ca_changed {
+            // A copied ca.crt belongs to whoever copied it: the servers' OS user must read it.
+            if let Err(e) = self.pg.hand_over(&tls.ca_file) {
+                tracing::warn!(
+                    "handing {} to the servers' OS user: {e}",
+                    tls.ca_file.display()
+                );
+            }
             tls.ca_stamp = stamp;
             tls.issuer = crate::tls::issuer_of(&tls.server.cert_file, &tls.ca_file);
             tracing::info!("{} changed: reloading the server", tls.ca_file.display());

@@ -249,13 +249,31 @@ mod tests {
         let fresh = files(true, true, false, false);
         let staged = files(true, true, true, true);
         let cases: Vec<(Step, Files, bool, &[MemberIssuer], Result<(), Refusal>)> = vec![
-            (Stage, files(false, false, false, false), false, &[], Err(NoCa)),
-            (Stage, files(true, false, false, false), false, &[], Err(NoCaKey)),
+            (
+                Stage,
+                files(false, false, false, false),
+                false,
+                &[],
+                Err(NoCa),
+            ),
+            (
+                Stage,
+                files(true, false, false, false),
+                false,
+                &[],
+                Err(NoCaKey),
+            ),
             (Stage, fresh, false, &[], Ok(())),
             (Stage, staged, false, &[], Err(Underway)),
             (Stage, staged, true, &on_next, Err(Underway)),
             (Issue, fresh, false, &[], Err(NotStaged)),
-            (Issue, files(true, true, true, false), false, &[], Err(NotBundled)),
+            (
+                Issue,
+                files(true, true, true, false),
+                false,
+                &[],
+                Err(NotBundled),
+            ),
             (Issue, staged, false, &mixed, Ok(())),
             (Issue, staged, true, &mixed, Ok(())),
             (Finish, fresh, false, &on_next, Err(NotStaged)),
@@ -293,9 +311,15 @@ mod tests {
         assert_eq!(before, files(true, true, false, false));
         let leaf_old = old.issue("h0", &["10.0.0.1".into()]).expect("old leaf");
         let fp = stage(secrets, "t").expect("stage");
-        assert_eq!(Files::read(secrets).expect("files"), files(true, true, true, true));
+        assert_eq!(
+            Files::read(secrets).expect("files"),
+            files(true, true, true, true)
+        );
         for f in [CA_CERT, CA_NEXT_CERT, CA_NEXT_KEY] {
-            let mode = std::fs::metadata(secrets.join(f)).expect(f).permissions().mode();
+            let mode = std::fs::metadata(secrets.join(f))
+                .expect(f)
+                .permissions()
+                .mode();
             assert_eq!(mode & 0o777, 0o600, "{f}");
         }
         let bundle = std::fs::read_to_string(secrets.join(CA_CERT)).expect("bundle");
@@ -312,7 +336,10 @@ mod tests {
         let loaded = ClusterCa::load(secrets).expect("load").expect("there");
         assert_eq!(loaded.cert_pem, old.cert_pem);
         finish(secrets).expect("finish");
-        assert_eq!(Files::read(secrets).expect("files"), files(true, true, false, false));
+        assert_eq!(
+            Files::read(secrets).expect("files"),
+            files(true, true, false, false)
+        );
         let only = std::fs::read_to_string(secrets.join(CA_CERT)).expect("ca");
         assert_eq!(pem_blocks(&only).len(), 1);
         assert!(crate::issued_by(&leaf_new.cert_pem, &only));

@@ -61,7 +61,11 @@ pub async fn run(args: RotateArgs) -> anyhow::Result<()> {
     if !args.store.given() {
         anyhow::bail!(
             "`herd certs rotate --{}` acts through the cluster's store: give --dcs and --cluster",
-            if step == Step::Issue { "issue" } else { "finish" }
+            if step == Step::Issue {
+                "issue"
+            } else {
+                "finish"
+            }
         );
     }
     let groups = args.store.groups().await?;

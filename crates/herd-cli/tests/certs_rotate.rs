@@ -79,6 +79,12 @@ fn copy_to_all(hosts: &Hosts, except_h2: &[&str]) {
 /// The superuser on node `i` over verified TLS (the CA file read again when it changes).
 async fn superuser_over_tls(hosts: &Hosts, i: usize) -> tokio_postgres::Client {
     let ca = hosts.agent_dir(0).join("secrets").join(herd_certs::CA_CERT);
+    trusting(hosts, i, &ca).await
+}
+
+/// The superuser on node `i`, trusting only the CA(s) in `ca` (30 s of tries): the server
+/// serves a certificate of that CA.
+async fn trusting(hosts: &Hosts, i: usize, ca: &Path) -> tokio_postgres::Client {
     let tls = herd_pg::ClientTls::new(herd_pg::TlsMode::VerifyFull, &ca)
         .expect("the cluster's CA")
         .expect("TLS settings");
@@ -90,9 +96,11 @@ async fn superuser_over_tls(hosts: &Hosts, i: usize) -> tokio_postgres::Client {
             Ok(client) => return client,
             Err(e) => assert!(
                 Instant::now() < deadline,
-                "the superuser over TLS to {}: {e}\n{}",
+                "the superuser over TLS to {}: {e:?}\n{}\n{}",
                 hosts.pg_host(i),
-                hosts.logs()
+                hosts.logs(),
+                std::fs::read_to_string(hosts.agent_dir(i).join("logs/postgresql.log"))
+                    .unwrap_or_default()
             ),
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -134,7 +142,10 @@ async fn still_serving(hosts: &Hosts, record: &Arc<Mutex<Record>>, after: &str) 
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    eprintln!("after {after}: {} writes acknowledged, both standbys on TLS", acked());
+    eprintln!(
+        "after {after}: {} writes acknowledged, both standbys on TLS",
+        acked()
+    );
 }
 
 /// Waits (60 s) until the members' records show `want(i, issuer)` for every member.
@@ -172,17 +183,26 @@ async fn the_ca_is_replaced_in_three_steps_under_writes() {
         )
         .expect("secrets");
     let first_arg = first.to_str().expect("utf-8 path").to_string();
-    let (code, out) = herd(&["certs", "init", "--cluster", "rot", "--data-dir", &first_arg]);
+    let (code, out) = herd(&[
+        "certs",
+        "init",
+        "--cluster",
+        "rot",
+        "--data-dir",
+        &first_arg,
+    ]);
     assert_eq!(code, Some(0), "{out}");
     let secrets = first.join("secrets");
-    let old_fp = herd_certs::fingerprint(
-        &std::fs::read_to_string(secrets.join("ca.crt")).expect("ca.crt"),
-    )
-    .expect("fingerprint");
+    let old_pem = std::fs::read_to_string(secrets.join("ca.crt")).expect("ca.crt");
+    let old_fp = herd_certs::fingerprint(&old_pem).expect("fingerprint");
     hosts.start_members();
     hosts.start_proxy();
     hosts.wait_proxy_listening();
-    wait_issuers(&hosts, &|_, fp| fp == Some(old_fp.as_str()), "on the first CA");
+    wait_issuers(
+        &hosts,
+        &|_, fp| fp == Some(old_fp.as_str()),
+        "on the first CA",
+    );
     let (stop, record, threads) = common::hosts::start_checker(&hosts).await;
     still_serving(&hosts, &record, "start").await;
 
@@ -190,7 +210,10 @@ async fn the_ca_is_replaced_in_three_steps_under_writes() {
     for step in ["issue", "finish"] {
         let (code, out) = rotate(&hosts, step);
         assert_ne!(code, Some(0), "--{step} before --stage ran: {out}");
-        assert!(out.contains("run `herd certs rotate --stage` first"), "{out}");
+        assert!(
+            out.contains("run `herd certs rotate --stage` first"),
+            "{out}"
+        );
     }
 
     // 1. Stage, and copy to every host: h2 gets the bundle but not the next CA's key.
@@ -206,17 +229,34 @@ async fn the_ca_is_replaced_in_three_steps_under_writes() {
     still_serving(&hosts, &record, "--stage").await;
     let (code, out) = rotate(&hosts, "finish");
     assert_ne!(code, Some(0), "--finish before --issue ran: {out}");
-    assert!(out.contains("run `herd certs rotate --issue` first"), "{out}");
+    assert!(
+        out.contains("run `herd certs rotate --issue` first"),
+        "{out}"
+    );
 
     // 2. Issue: h0 and h1 move to the next CA; h2, without its key, stays on the old one.
     let (code, out) = rotate(&hosts, "issue");
     assert_eq!(code, Some(0), "{out}");
     wait_issuers(
         &hosts,
-        &|i, fp| fp == Some(if i == 2 { old_fp.as_str() } else { next_fp.as_str() }),
+        &|i, fp| {
+            fp == Some(if i == 2 {
+                old_fp.as_str()
+            } else {
+                next_fp.as_str()
+            })
+        },
         "h0, h1 on the next CA, h2 on the old",
     );
     still_serving(&hosts, &record, "--issue (h2 on the old CA)").await;
+    // What the servers serve, not only what their files say: h0, h1 the next CA's, h2 the old.
+    let only_old = hosts.dir.path().join("only-old.crt");
+    std::fs::write(&only_old, &old_pem).expect("old CA alone");
+    let only_next = secrets.join("ca.next.crt");
+    for i in 0..2 {
+        trusting(&hosts, i, &only_next).await;
+    }
+    trusting(&hosts, 2, &only_old).await;
     let (code, out) = rotate(&hosts, "finish");
     assert_ne!(code, Some(0), "--finish ran with h2 on the old CA: {out}");
     assert!(out.contains("h2 still serve"), "{out}");
@@ -224,8 +264,15 @@ async fn the_ca_is_replaced_in_three_steps_under_writes() {
 
     // h2 gets the next CA's key: it issues from it within a round.
     copy_to_all(&hosts, &[]);
-    wait_issuers(&hosts, &|_, fp| fp == Some(next_fp.as_str()), "all on the next CA");
+    wait_issuers(
+        &hosts,
+        &|_, fp| fp == Some(next_fp.as_str()),
+        "all on the next CA",
+    );
     still_serving(&hosts, &record, "--issue").await;
+    for i in 0..3 {
+        trusting(&hosts, i, &only_next).await;
+    }
 
     // 3. Finish: the next CA alone, the old kept; copied to every host.
     let (code, out) = rotate(&hosts, "finish");
@@ -237,6 +284,9 @@ async fn the_ca_is_replaced_in_three_steps_under_writes() {
     assert!(!secrets.join("ca.next.crt").exists());
     copy_to_all(&hosts, &[]);
     still_serving(&hosts, &record, "--finish").await;
+    for i in 0..3 {
+        trusting(&hosts, i, &secrets.join("ca.crt")).await;
+    }
     let (code, out) = rotate(&hosts, "finish");
     assert_ne!(code, Some(0), "a second --finish ran: {out}");
 

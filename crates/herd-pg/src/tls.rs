@@ -178,7 +178,6 @@ fn build(mode: TlsMode, ca_file: &Path) -> Result<Option<rustls::ClientConfig>, 
 }
 
 impl ClientTls {
-
     /// The same, checking that the certificate names `name` whatever address is dialled.
     pub fn expecting(&self, name: &str) -> Result<ClientTls, PgError> {
         let expect = ServerName::try_from(name.to_string())
