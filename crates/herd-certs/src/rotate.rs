@@ -236,6 +236,9 @@ mod tests {
         }
     }
 
+    /// A step, the files, the issue flag, the member records, and the decision wanted.
+    type Case<'a> = (Step, Files, bool, &'a [MemberIssuer], Result<(), Refusal>);
+
     #[test]
     fn each_step_runs_only_in_its_turn() {
         use Refusal::*;
@@ -248,7 +251,7 @@ mod tests {
         ];
         let fresh = files(true, true, false, false);
         let staged = files(true, true, true, true);
-        let cases: Vec<(Step, Files, bool, &[MemberIssuer], Result<(), Refusal>)> = vec![
+        let cases: Vec<Case> = vec![
             (
                 Stage,
                 files(false, false, false, false),

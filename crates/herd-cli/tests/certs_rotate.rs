@@ -85,7 +85,7 @@ async fn superuser_over_tls(hosts: &Hosts, i: usize) -> tokio_postgres::Client {
 /// The superuser on node `i`, trusting only the CA(s) in `ca` (30 s of tries): the server
 /// serves a certificate of that CA.
 async fn trusting(hosts: &Hosts, i: usize, ca: &Path) -> tokio_postgres::Client {
-    let tls = herd_pg::ClientTls::new(herd_pg::TlsMode::VerifyFull, &ca)
+    let tls = herd_pg::ClientTls::new(herd_pg::TlsMode::VerifyFull, ca)
         .expect("the cluster's CA")
         .expect("TLS settings");
     let mut config: tokio_postgres::Config = hosts.node_url(i).parse().expect("node URL");
