@@ -225,6 +225,7 @@ mod tests {
             socket: None,
             tls_not_after: None,
             tls_issuer: None,
+            tls_trusts: Vec::new(),
             archiving: None,
         }
     }

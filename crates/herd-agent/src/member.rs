@@ -61,6 +61,10 @@ pub struct Member {
     /// waits until every member's is the next CA's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls_issuer: Option<String>,
+    /// The fingerprints of the CAs its `ca.crt` holds (two during a rotation; `herd certs
+    /// rotate --issue` waits until every member trusts the next CA).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tls_trusts: Vec<String>,
     /// As primary with `[backup]` across hosts: its WAL archiving health (`herd status --dcs`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub archiving: Option<herd_core::ArchiveStatus>,

@@ -131,6 +131,7 @@ impl Node {
             }
             tls.ca_stamp = stamp;
             tls.issuer = crate::tls::issuer_of(&tls.server.cert_file, &tls.ca_file);
+            tls.trusts = crate::tls::trusted(&tls.ca_file);
             tracing::info!("{} changed: reloading the server", tls.ca_file.display());
         }
         let result = match renewed {

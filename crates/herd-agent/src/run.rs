@@ -551,6 +551,12 @@ impl Agent {
                 .map(|dir| herd_pg::socket_path(dir, cfg.pg_port).display().to_string()),
             tls_not_after: self.node.tls.as_ref().map(|t| t.not_after),
             tls_issuer: self.node.tls.as_ref().and_then(|t| t.issuer.clone()),
+            tls_trusts: self
+                .node
+                .tls
+                .as_ref()
+                .map(|t| t.trusts.clone())
+                .unwrap_or_default(),
             archiving: observed.archiving.clone(),
         }
     }

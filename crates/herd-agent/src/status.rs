@@ -201,6 +201,7 @@ mod tests {
             socket: None,
             tls_not_after: None,
             tls_issuer: None,
+            tls_trusts: Vec::new(),
             archiving: None,
         }
     }
@@ -283,6 +284,7 @@ mod tests {
         let with = |name: &str, end: Option<i64>| Member {
             tls_not_after: end,
             tls_issuer: None,
+            tls_trusts: Vec::new(),
             archiving: None,
             ..m(name, "replica", 10, true)
         };

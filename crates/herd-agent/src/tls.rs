@@ -42,6 +42,8 @@ pub struct NodeTls {
     /// `ca.crt` as last seen (inode, size, time): a change makes the agent reload its server,
     /// which reads `ssl_ca_file` again on reload.
     pub ca_stamp: Option<CaStamp>,
+    /// The fingerprints of the CAs in `ca.crt` (the member record shows them).
+    pub trusts: Vec<String>,
 }
 
 /// What tells a changed CA file: inode (replaced by a rename), size, modification time.
@@ -75,6 +77,15 @@ fn issuing_ca(
         return Ok(None);
     }
     ClusterCa::load(secrets)
+}
+
+/// The fingerprints of the CAs in `ca_file` (empty when it cannot be read).
+pub fn trusted(ca_file: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(ca_file).unwrap_or_default();
+    herd_certs::pem_blocks(&text)
+        .iter()
+        .filter_map(|pem| herd_certs::fingerprint(pem).ok())
+        .collect()
 }
 
 /// The fingerprint of the CA in `ca_file` (a bundle during a rotation) that issued `cert_file`.
@@ -240,6 +251,7 @@ pub fn prepare(
         .map_err(|e| AgentError::Setup(e.to_string()))?;
     Ok(Some(NodeTls {
         issuer: issuer_of(&server.cert_file, &ca_file),
+        trusts: trusted(&ca_file),
         ca_stamp: ca_stamp(&ca_file),
         issue_from_next: false,
         ca_file,
@@ -307,6 +319,7 @@ mod tests {
             issuer: None,
             issue_from_next: false,
             ca_stamp: None,
+            trusts: Vec::new(),
         };
         assert!(!tls
             .renew_if_due(&secrets, "h1", &names, now)

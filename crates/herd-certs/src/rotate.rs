@@ -81,6 +81,8 @@ pub struct MemberIssuer {
     pub name: String,
     /// The fingerprint of the CA that issued its certificate (`None`: not reported).
     pub issuer: Option<String>,
+    /// The fingerprints of the CAs its `ca.crt` holds, as its agent last read it.
+    pub trusts: Vec<String>,
 }
 
 /// Why a step may not run now.
@@ -110,6 +112,13 @@ pub enum Refusal {
          `--stage` wrote; copy that one here"
     )]
     NotBundled,
+    /// Members whose `ca.crt` does not hold the next CA yet.
+    #[error(
+        "{} do not trust the next CA yet: copy the secrets directory `--stage` wrote to their \
+         hosts (their agents read ca.crt again within a round), then run `--issue` again",
+        .0.join(", ")
+    )]
+    NotTrusted(Vec<String>),
     /// `--finish` before `--issue`.
     #[error("the agents were not asked to issue from the next CA: run `herd certs rotate --issue` first")]
     NotIssued,
@@ -124,7 +133,9 @@ pub enum Refusal {
 }
 
 /// Whether `step` may run given the secrets `files`, whether the store's issue flag is set,
-/// the members' records and the next CA's fingerprint (`next_fp`, when there is one).
+/// the members' records and the next CA's fingerprint (`next_fp`, when there is one). `--issue`
+/// waits until every member trusts the next CA (else a member still on the old `ca.crt` would
+/// refuse the certificates the others issue themselves).
 pub fn may_run(
     step: Step,
     files: &Files,
@@ -143,7 +154,18 @@ pub fn may_run(
         Step::Stage => Ok(()),
         Step::Issue | Step::Finish if !files.next => Err(Refusal::NotStaged),
         Step::Issue | Step::Finish if !files.bundled => Err(Refusal::NotBundled),
-        Step::Issue => Ok(()),
+        Step::Issue => {
+            let strangers: Vec<String> = members
+                .iter()
+                .filter(|m| !next_fp.is_some_and(|fp| m.trusts.iter().any(|t| t == fp)))
+                .map(|m| m.name.clone())
+                .collect();
+            if strangers.is_empty() {
+                Ok(())
+            } else {
+                Err(Refusal::NotTrusted(strangers))
+            }
+        }
         Step::Finish if !issuing => Err(Refusal::NotIssued),
         Step::Finish => {
             let old: Vec<String> = members
@@ -233,6 +255,7 @@ mod tests {
         MemberIssuer {
             name: name.into(),
             issuer: issuer.map(Into::into),
+            trusts: vec!["O".into(), "N".into()],
         }
     }
 
@@ -249,6 +272,9 @@ mod tests {
             member("h1", Some("O")),
             member("h2", None),
         ];
+        let mut not_copied = mixed.clone();
+        not_copied[1].trusts = vec!["O".into()];
+        not_copied[2].trusts = Vec::new();
         let fresh = files(true, true, false, false);
         let staged = files(true, true, true, true);
         let cases: Vec<Case> = vec![
@@ -279,6 +305,13 @@ mod tests {
             ),
             (Issue, staged, false, &mixed, Ok(())),
             (Issue, staged, true, &mixed, Ok(())),
+            (
+                Issue,
+                staged,
+                false,
+                &not_copied,
+                Err(NotTrusted(vec!["h1".into(), "h2".into()])),
+            ),
             (Finish, fresh, false, &on_next, Err(NotStaged)),
             (Finish, staged, false, &on_next, Err(NotIssued)),
             (

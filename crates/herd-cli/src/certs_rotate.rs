@@ -86,6 +86,7 @@ pub async fn run(args: RotateArgs) -> anyhow::Result<()> {
                     m.name
                 },
                 issuer: m.tls_issuer,
+                trusts: m.tls_trusts,
             });
         }
     }

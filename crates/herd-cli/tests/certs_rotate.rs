@@ -2,8 +2,9 @@
 //! a proxy, a write every ~20 ms through the proxy; the CA is replaced in three steps
 //! (`--stage`, `--issue`, `--finish`), the secrets directory copied to every host after the
 //! first and the last as an operator would. After each step writes keep being acknowledged
-//! and both standbys stream over TLS; each step refuses out of order, and `--finish` is
-//! refused, naming it, while a member (h2, not given the next CA's key) is on the old CA.
+//! and both standbys stream over TLS; each step refuses out of order, `--issue` is refused,
+//! naming them, while members do not trust the next CA yet, and `--finish` is refused, naming
+//! it, while a member (h2, not given the next CA's key) is on the old CA.
 
 mod common;
 
@@ -225,6 +226,17 @@ async fn the_ca_is_replaced_in_three_steps_under_writes() {
     let next_fp = herd_certs::rotate::next_fingerprint(&secrets)
         .expect("next")
         .expect("staged");
+    // Not copied yet: h1 and h2 do not trust the next CA, so --issue waits for them.
+    let (code, out) = rotate(&hosts, "issue");
+    assert_ne!(
+        code,
+        Some(0),
+        "--issue ran before the hosts had the bundle: {out}"
+    );
+    assert!(
+        out.contains("do not trust the next CA yet") && out.contains("h1") && out.contains("h2"),
+        "{out}"
+    );
     copy_to_all(&hosts, &["ca.next.key"]);
     still_serving(&hosts, &record, "--stage").await;
     let (code, out) = rotate(&hosts, "finish");
@@ -235,8 +247,16 @@ async fn the_ca_is_replaced_in_three_steps_under_writes() {
     );
 
     // 2. Issue: h0 and h1 move to the next CA; h2, without its key, stays on the old one.
-    let (code, out) = rotate(&hosts, "issue");
-    assert_eq!(code, Some(0), "{out}");
+    // Every agent publishes what its ca.crt holds within a round of the copy.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (code, out) = rotate(&hosts, "issue");
+        if code == Some(0) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "--issue after the copy: {out}");
+        std::thread::sleep(Duration::from_millis(500));
+    }
     wait_issuers(
         &hosts,
         &|i, fp| {

@@ -20,6 +20,7 @@ pub(crate) fn member(name: &str, role: &str, lsn: u64) -> Member {
         socket: None,
         tls_not_after: None,
         tls_issuer: None,
+        tls_trusts: Vec::new(),
         archiving: None,
     }
 }
