@@ -436,10 +436,14 @@ fn name(common_name: &str) -> DistinguishedName {
 }
 
 /// Writes `text` to `path` with mode 0600 (created so; an existing file is replaced through a
-/// temporary one, so a reader never sees half a key).
+/// temporary one, so a reader never sees half a key, and keeps its owner when the writer may
+/// give it: a `ca.crt` the servers' OS user reads stays readable to it across
+/// `herd certs rotate`).
 pub fn write_private(path: &Path, text: &str) -> Result<(), CertError> {
     use std::io::Write as _;
+    use std::os::unix::fs::MetadataExt as _;
     use std::os::unix::fs::OpenOptionsExt as _;
+    let owner = std::fs::metadata(path).ok().map(|m| (m.uid(), m.gid()));
     let tmp = path.with_extension("tmp");
     let _ = std::fs::remove_file(&tmp);
     let mut f = std::fs::OpenOptions::new()
@@ -451,6 +455,10 @@ pub fn write_private(path: &Path, text: &str) -> Result<(), CertError> {
     f.write_all(text.as_bytes())
         .and_then(|()| f.sync_all())
         .map_err(|e| io("writing", &tmp, e))?;
+    if let Some((uid, gid)) = owner {
+        // Only root may give a file away; others write files that are theirs already.
+        let _ = std::os::unix::fs::fchown(&f, Some(uid), Some(gid));
+    }
     std::fs::rename(&tmp, path).map_err(|e| io("renaming into", path, e))
 }
 

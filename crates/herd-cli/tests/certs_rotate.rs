@@ -8,6 +8,7 @@
 
 mod common;
 
+use std::os::unix::fs::MetadataExt as _;
 use std::path::Path;
 use std::process::Command;
 use std::sync::{Arc, Mutex};
@@ -49,8 +50,10 @@ fn rotate(hosts: &Hosts, step: &str) -> (Option<i32>, String) {
 }
 
 /// Copies the secrets directory `from` to `to` as `rsync -a --delete` would: each file through
-/// a temporary one and a rename, files no longer in `from` removed (`except`: left out).
-fn copy_secrets(from: &Path, to: &Path, except: &[&str]) {
+/// a temporary one and a rename, files no longer in `from` removed (`except`: left out); the
+/// owner kept with `keep_owner`, else the copy is the copier's (as a plain `scp -r`: the agents
+/// hand a changed `ca.crt` to the servers' OS user).
+fn copy_secrets(from: &Path, to: &Path, except: &[&str], keep_owner: bool) {
     for entry in std::fs::read_dir(from).expect("read secrets") {
         let entry = entry.expect("entry");
         let name = entry.file_name();
@@ -59,6 +62,11 @@ fn copy_secrets(from: &Path, to: &Path, except: &[&str]) {
         }
         let tmp = to.join(".copying");
         std::fs::copy(entry.path(), &tmp).expect("copy");
+        // As rsync -a run as root: the owner kept (the servers' OS user reads ca.crt).
+        if keep_owner {
+            let meta = entry.metadata().expect("metadata");
+            std::os::unix::fs::chown(&tmp, Some(meta.uid()), Some(meta.gid())).expect("chown");
+        }
         std::fs::rename(&tmp, to.join(&name)).expect("rename");
     }
     for entry in std::fs::read_dir(to).expect("read copy") {
@@ -72,9 +80,9 @@ fn copy_secrets(from: &Path, to: &Path, except: &[&str]) {
 /// Every other host's (and the proxy's) secrets made h0's.
 fn copy_to_all(hosts: &Hosts, except_h2: &[&str]) {
     let from = hosts.agent_dir(0).join("secrets");
-    copy_secrets(&from, &hosts.agent_dir(1).join("secrets"), &[]);
-    copy_secrets(&from, &hosts.agent_dir(2).join("secrets"), except_h2);
-    copy_secrets(&from, &hosts.dir.path().join("proxy/secrets"), &[]);
+    copy_secrets(&from, &hosts.agent_dir(1).join("secrets"), &[], false);
+    copy_secrets(&from, &hosts.agent_dir(2).join("secrets"), except_h2, false);
+    copy_secrets(&from, &hosts.dir.path().join("proxy/secrets"), &[], false);
 }
 
 /// The superuser on node `i` over verified TLS (the CA file read again when it changes).
@@ -312,4 +320,131 @@ async fn the_ca_is_replaced_in_three_steps_under_writes() {
 
     common::hosts::finish(&hosts, &stop, threads, &record).await;
     eprintln!("rotation test took {:?}", started.elapsed());
+}
+
+/// Two shard groups of two agents: `--issue` flags both groups, `--finish` waits for the
+/// members of both, and the general path's postgres_fdw reads (group 0 reading group 1 over
+/// verified TLS) and writes through the proxy go on after each step.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn both_shard_groups_move_to_the_next_ca() {
+    use common::agent_groups::Groups;
+    const AGENTS: [(&str, u32); 4] = [("a0", 0), ("a1", 0), ("b0", 1), ("b1", 1)];
+    let mut g = Groups::new(&AGENTS, "gr");
+    let first = g.agent_dir(0);
+    std::fs::create_dir_all(&first).expect("agent dir");
+    herd_cluster::Secrets::generate()
+        .save(
+            &herd_cluster::Layout::new(&first),
+            herd_cluster::REPLICATION_USER,
+        )
+        .expect("secrets");
+    let first_arg = first.to_str().expect("utf-8 path").to_string();
+    let (code, out) = herd(&["certs", "init", "--cluster", "gr", "--data-dir", &first_arg]);
+    assert_eq!(code, Some(0), "{out}");
+    g.start_agent(0);
+    g.wait_role(0, "primary", Duration::from_secs(60));
+    for i in 1..AGENTS.len() {
+        g.start_agent(i);
+    }
+    g.wait_role(1, "replica", Duration::from_secs(60));
+    g.wait_primary_of(&[2, 3], Duration::from_secs(90));
+    g.start_proxy();
+    let proxy = g.connect_proxy().await;
+    common::shards::distributed_table(&proxy, "items", "v int").await;
+    let secrets = first.join("secrets");
+    let dcs = g.dcs();
+    let rotate = |step: &str| {
+        herd(&[
+            "certs",
+            "rotate",
+            &format!("--{step}"),
+            "--data-dir",
+            &first_arg,
+            "--dcs",
+            &dcs,
+            "--cluster",
+            &g.cluster,
+        ])
+    };
+    let copy_all = || {
+        for i in 1..AGENTS.len() {
+            copy_secrets(&secrets, &g.agent_dir(i).join("secrets"), &[], true);
+        }
+        copy_secrets(&secrets, &g.dir.path().join("proxy/secrets"), &[], true);
+    };
+    let mut next_id = 0;
+    let mut serves = |after: &'static str| {
+        next_id += 100;
+        let id = next_id;
+        let proxy = &proxy;
+        async move {
+            proxy
+                .execute(
+                    "insert into items select i, i % 7 from generate_series($1::int, $1::int + 99) i",
+                    &[&id],
+                )
+                .await
+                .unwrap_or_else(|e| panic!("after {after}: writes through the proxy: {e:?}"));
+            let rows = proxy
+                .query("select distinct on (v) v from items order by v", &[])
+                .await
+                .unwrap_or_else(|e| {
+                    panic!("after {after}: a general read over both groups: {e:?}")
+                });
+            assert_eq!(rows.len(), 7, "after {after}: every value once");
+        }
+    };
+    serves("start").await;
+
+    let (code, out) = rotate("stage");
+    assert_eq!(code, Some(0), "{out}");
+    let next_fp = herd_certs::rotate::next_fingerprint(&secrets)
+        .expect("next")
+        .expect("staged");
+    copy_all();
+    serves("--stage").await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (code, out) = rotate("issue");
+        if code == Some(0) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "--issue after the copy: {out}");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let password = g.password();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let issuers: Vec<Option<String>> = (0..AGENTS.len())
+            .map(|i| {
+                herd_testkit::agents::member(&g.api(i), &password)
+                    .and_then(|m| m["tls_issuer"].as_str().map(str::to_string))
+            })
+            .collect();
+        if issuers
+            .iter()
+            .all(|i| i.as_deref() == Some(next_fp.as_str()))
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "both groups on the next CA: {issuers:?}\n{}",
+            g.logs()
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    serves("--issue").await;
+    let (code, out) = rotate("finish");
+    assert_eq!(code, Some(0), "{out}");
+    copy_all();
+    serves("--finish").await;
+    // New sessions (new fdw connections, new pooled connections) once the servers reloaded.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let fresh = g.connect_proxy().await;
+    let rows = fresh
+        .query("select distinct on (v) v from items order by v", &[])
+        .await
+        .expect("a general read in a new session after --finish");
+    assert_eq!(rows.len(), 7);
 }
