@@ -377,6 +377,31 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_changed_ca_file_is_read_again_before_the_next_connection() {
+        let dir = tempfile::tempdir().expect("dir");
+        let ca = dir.path().join("ca.crt");
+        let old = herd_certs::ClusterCa::generate("t").expect("CA");
+        let next = herd_certs::ClusterCa::generate("t").expect("CA");
+        std::fs::write(&ca, &old.cert_pem).expect("ca");
+        let tls = ClientTls::new(TlsMode::VerifyFull, &ca)
+            .expect("CA")
+            .expect("verify-full");
+        let first = tls.current();
+        assert!(Arc::ptr_eq(&first, &tls.current()), "unchanged: kept");
+        // The bundle `herd certs rotate --stage` writes, through a rename.
+        let tmp = dir.path().join("ca.tmp");
+        std::fs::write(&tmp, format!("{}{}", old.cert_pem, next.cert_pem)).expect("bundle");
+        std::fs::rename(&tmp, &ca).expect("rename");
+        let second = tls.current();
+        assert!(!Arc::ptr_eq(&first, &second), "the bundle was not read");
+        // A clone shares the reload (the proxy's and agents' copies).
+        assert!(Arc::ptr_eq(&second, &tls.clone().current()));
+        // A broken file keeps the CA loaded before.
+        std::fs::write(&ca, "not a certificate").expect("garbage");
+        assert!(Arc::ptr_eq(&second, &tls.current()));
+    }
+
+    #[test]
     fn modes_resolve_by_the_ca() {
         let cases = [
             ("auto", true, Some(TlsMode::VerifyFull)),
