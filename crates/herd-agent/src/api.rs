@@ -343,6 +343,8 @@ mod tests {
             streaming_from: streaming.then(|| "h0".to_string()),
             socket: None,
             tls_not_after: None,
+            tls_issuer: None,
+            tls_trusts: Vec::new(),
             archiving: None,
         }
     }

@@ -224,6 +224,8 @@ mod tests {
             streaming_from: (role == "replica").then(|| "a".to_string()),
             socket: None,
             tls_not_after: None,
+            tls_issuer: None,
+            tls_trusts: Vec::new(),
             archiving: None,
         }
     }

@@ -57,6 +57,14 @@ pub struct Member {
     /// server's certificate, Unix seconds (`herd status --dcs` shows the days left).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls_not_after: Option<i64>,
+    /// The fingerprint of the CA that issued that certificate (`herd certs rotate --finish`
+    /// waits until every member's is the next CA's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_issuer: Option<String>,
+    /// The fingerprints of the CAs its `ca.crt` holds (two during a rotation; `herd certs
+    /// rotate --issue` waits until every member trusts the next CA).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tls_trusts: Vec<String>,
     /// As primary with `[backup]` across hosts: its WAL archiving health (`herd status --dcs`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub archiving: Option<herd_core::ArchiveStatus>,
@@ -122,6 +130,10 @@ pub struct ClusterSettings {
     /// `wal_compression` of every member (`None`: each agent's `[postgres]` setting).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wal_compression: Option<String>,
+    /// `herd certs rotate --issue`: every agent issues its certificate from the next CA
+    /// (`secrets/ca.next.*`); cleared by `--finish`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub issue_from_next_ca: bool,
 }
 
 impl Default for ClusterSettings {
@@ -131,6 +143,7 @@ impl Default for ClusterSettings {
             sync_standbys: SyncStandbys::default(),
             max_lag_on_failover: 1024 * 1024,
             wal_compression: None,
+            issue_from_next_ca: false,
         }
     }
 }

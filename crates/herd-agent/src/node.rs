@@ -117,29 +117,58 @@ impl Node {
 
     /// At most once per [`crate::tls::RENEWAL_CHECK`]: renews the server's certificate when it
     /// is due and the CA's key is here, then reloads PostgreSQL (it reads its certificate again
-    /// on reload: no restart, no connection dropped). A failure is logged and tried again at
-    /// the next check; the certificate in use stays until its end.
+    /// on reload: no restart, no connection dropped). Every round, for `herd certs rotate`:
+    /// a changed `ca.crt` (the bundle `--stage` wrote, or the new CA alone after `--finish`)
+    /// reloads the server so `ssl_ca_file` is read again, and once the store asks for the next
+    /// CA (`--issue`) the certificate is issued from it. A failure is logged and tried again
+    /// at the next check; the certificate in use stays until its end.
     pub async fn renew_certificate(&mut self) {
+        let secrets = self.layout.secrets();
         let Some(tls) = self.tls.as_mut() else { return };
-        if std::time::Instant::now() < tls.next_check {
+        let stamp = crate::tls::ca_stamp(&tls.ca_file);
+        let ca_changed = stamp.is_some() && stamp != tls.ca_stamp;
+        let hourly = std::time::Instant::now() >= tls.next_check;
+        if !hourly && !ca_changed && !tls.rotation_due(&secrets) {
             return;
         }
-        tls.next_check = std::time::Instant::now() + crate::tls::RENEWAL_CHECK;
+        if hourly {
+            tls.next_check = std::time::Instant::now() + crate::tls::RENEWAL_CHECK;
+        }
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs() as i64);
         let names = [self.cfg.pg_advertise.clone()];
-        let renewed = tls.renew_if_due(&self.layout.secrets(), &self.cfg.name, &names, now);
+        let renewed = tls.renew_if_due(&secrets, &self.cfg.name, &names, now);
         let (cert, key) = (tls.server.cert_file.clone(), tls.server.key_file.clone());
+        if ca_changed {
+            // A copied ca.crt belongs to whoever copied it: the servers' OS user must read it.
+            if let Err(e) = self.pg.hand_over(&tls.ca_file) {
+                tracing::warn!(
+                    "handing {} to the servers' OS user: {e}",
+                    tls.ca_file.display()
+                );
+            }
+            tls.ca_stamp = stamp;
+            tls.issuer = crate::tls::issuer_of(&tls.server.cert_file, &tls.ca_file);
+            tls.trusts = crate::tls::trusted(&tls.ca_file);
+            tracing::info!("{} changed: reloading the server", tls.ca_file.display());
+        }
         let result = match renewed {
-            Ok(false) => return,
-            Ok(true) => match self.pg.hand_over(&cert).and(self.pg.hand_over(&key)) {
-                Ok(()) => match herd_pg::postmaster_pid(&self.cfg.pgdata()) {
-                    Ok(Some(_)) => self.pg.reload(&self.cfg.pgdata()).await.map_err(Into::into),
-                    _ => Ok(()),
-                },
-                Err(e) => Err(e.into()),
-            },
+            Ok(false) if !ca_changed => return,
+            Ok(renewed) => {
+                let handed = if renewed {
+                    self.pg.hand_over(&cert).and(self.pg.hand_over(&key))
+                } else {
+                    Ok(())
+                };
+                match handed {
+                    Ok(()) => match herd_pg::postmaster_pid(&self.cfg.pgdata()) {
+                        Ok(Some(_)) => self.pg.reload(&self.cfg.pgdata()).await.map_err(Into::into),
+                        _ => Ok(()),
+                    },
+                    Err(e) => Err(e.into()),
+                }
+            }
             Err(e) => Err(e),
         };
         if let Err(e) = result {

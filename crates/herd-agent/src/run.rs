@@ -458,6 +458,9 @@ impl Agent {
     /// Applies the store's reloadable settings that concern every member (today
     /// `wal_compression`) to a running server; a failure is logged and tried again next round.
     async fn follow_settings(&mut self, read: &Read, local: &Local) {
+        if let Some(tls) = self.node.tls.as_mut() {
+            tls.issue_from_next = read.store.settings.issue_from_next_ca;
+        }
         let wanted = read.store.settings.wal_compression.clone();
         let upstream = match local {
             Local::Primary => None,
@@ -550,6 +553,13 @@ impl Agent {
                 .and_then(|p| p.socket_dir.as_deref())
                 .map(|dir| herd_pg::socket_path(dir, cfg.pg_port).display().to_string()),
             tls_not_after: self.node.tls.as_ref().map(|t| t.not_after),
+            tls_issuer: self.node.tls.as_ref().and_then(|t| t.issuer.clone()),
+            tls_trusts: self
+                .node
+                .tls
+                .as_ref()
+                .map(|t| t.trusts.clone())
+                .unwrap_or_default(),
             archiving: observed.archiving.clone(),
         }
     }

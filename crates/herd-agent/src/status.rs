@@ -149,10 +149,17 @@ pub fn certificate_lines(members: &[Member], now: i64) -> Vec<String> {
     let days = |t: i64| (t - now).div_euclid(86_400);
     let summary: Vec<String> = members
         .iter()
-        .map(|m| match m.tls_not_after {
-            Some(t) if t <= now => format!("{} EXPIRED", m.name),
-            Some(t) => format!("{} {} days", m.name, days(t)),
-            None => format!("{} no TLS", m.name),
+        .map(|m| {
+            let line = match m.tls_not_after {
+                Some(t) if t <= now => format!("{} EXPIRED", m.name),
+                Some(t) => format!("{} {} days", m.name, days(t)),
+                None => format!("{} no TLS", m.name),
+            };
+            // The issuer tells members on the old CA from those on the next during a rotation.
+            match &m.tls_issuer {
+                Some(ca) => format!("{line} (CA {ca})"),
+                None => line,
+            }
         })
         .collect();
     let mut lines = vec![format!("server certificates: {}", summary.join(", "))];
@@ -193,6 +200,8 @@ mod tests {
             streaming_from: streaming.then(|| "a".to_string()),
             socket: None,
             tls_not_after: None,
+            tls_issuer: None,
+            tls_trusts: Vec::new(),
             archiving: None,
         }
     }
@@ -274,6 +283,8 @@ mod tests {
         let now = 1_000 * day;
         let with = |name: &str, end: Option<i64>| Member {
             tls_not_after: end,
+            tls_issuer: None,
+            tls_trusts: Vec::new(),
             archiving: None,
             ..m(name, "replica", 10, true)
         };

@@ -34,6 +34,65 @@ pub struct NodeTls {
     /// against the CA, the certificate naming the advertised address whichever local address
     /// is dialled.
     pub client: herd_pg::ClientTls,
+    /// The fingerprint of the CA that issued the certificate (the member record shows it, so
+    /// `herd certs rotate --finish` knows who is still on the old CA).
+    pub issuer: Option<String>,
+    /// The store asks every agent to issue from the next CA (`herd certs rotate --issue`).
+    pub issue_from_next: bool,
+    /// `ca.crt` as last seen (inode, size, time): a change makes the agent reload its server,
+    /// which reads `ssl_ca_file` again on reload.
+    pub ca_stamp: Option<CaStamp>,
+    /// The fingerprints of the CAs in `ca.crt` (the member record shows them).
+    pub trusts: Vec<String>,
+}
+
+/// What tells a changed CA file: inode (replaced by a rename), size, modification time.
+pub type CaStamp = (u64, u64, Option<std::time::SystemTime>);
+
+/// `path`'s [`CaStamp`], `None` when it cannot be read.
+pub fn ca_stamp(path: &Path) -> Option<CaStamp> {
+    use std::os::unix::fs::MetadataExt as _;
+    let m = std::fs::metadata(path).ok()?;
+    Some((m.ino(), m.len(), m.modified().ok()))
+}
+
+/// The CA this member's certificate comes from now: the next CA of a rotation under way once
+/// the store asks for it (`from_next`) or once the certificate there is already the next's
+/// (an agent restarted mid-rotation keeps it); else the cluster's CA when its key is here;
+/// `None` without a key (the operator issues).
+fn issuing_ca(
+    secrets: &Path,
+    cert_file: &Path,
+    from_next: bool,
+) -> Result<Option<ClusterCa>, herd_certs::CertError> {
+    if let Some(next) = herd_certs::rotate::load_next(secrets)? {
+        let on_next = std::fs::read_to_string(cert_file)
+            .ok()
+            .is_some_and(|pem| herd_certs::issued_by(&pem, &next.cert_pem));
+        if from_next || on_next {
+            return Ok(Some(next));
+        }
+    }
+    if !secrets.join(CA_KEY).exists() {
+        return Ok(None);
+    }
+    ClusterCa::load(secrets)
+}
+
+/// The fingerprints of the CAs in `ca_file` (empty when it cannot be read).
+pub fn trusted(ca_file: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(ca_file).unwrap_or_default();
+    herd_certs::pem_blocks(&text)
+        .iter()
+        .filter_map(|pem| herd_certs::fingerprint(pem).ok())
+        .collect()
+}
+
+/// The fingerprint of the CA in `ca_file` (a bundle during a rotation) that issued `cert_file`.
+pub fn issuer_of(cert_file: &Path, ca_file: &Path) -> Option<String> {
+    let pem = std::fs::read_to_string(cert_file).ok()?;
+    let ca = std::fs::read_to_string(ca_file).ok()?;
+    herd_certs::issuer_fingerprint(&pem, &ca)
 }
 
 /// How often a running agent looks whether its certificate is due for renewal.
@@ -54,10 +113,9 @@ impl NodeTls {
         now: i64,
     ) -> Result<bool, AgentError> {
         let setup = |e: herd_certs::CertError| AgentError::Io(e.to_string());
-        if !secrets.join(CA_KEY).exists() {
-            return Ok(false);
-        }
-        let Some(ca) = ClusterCa::load(secrets).map_err(setup)? else {
+        let Some(ca) =
+            issuing_ca(secrets, &self.server.cert_file, self.issue_from_next).map_err(setup)?
+        else {
             return Ok(false);
         };
         let why = herd_certs::ensure_issued(
@@ -74,11 +132,25 @@ impl NodeTls {
             AgentError::Io(format!("reading {}: {e}", self.server.cert_file.display()))
         })?;
         self.not_after = herd_certs::info(&pem).map_err(setup)?.not_after;
+        self.issuer = issuer_of(&self.server.cert_file, &self.ca_file);
         tracing::info!(
             "renewed {} from the cluster's CA ({why:?})",
             self.server.cert_file.display()
         );
         Ok(true)
+    }
+
+    /// Whether the store asks for the next CA's certificate and this one is not yet (checked
+    /// every round while the flag is set: one file read and a signature check).
+    pub fn rotation_due(&self, secrets: &Path) -> bool {
+        if !self.issue_from_next {
+            return false;
+        }
+        let Ok(Some(next)) = herd_certs::rotate::load_next(secrets) else {
+            return false;
+        };
+        !std::fs::read_to_string(&self.server.cert_file)
+            .is_ok_and(|pem| herd_certs::issued_by(&pem, &next.cert_pem))
     }
 
     /// How this member connects to another: the CA, and its certificate as a client's.
@@ -130,10 +202,7 @@ pub fn prepare(
     };
     let names = vec![cfg.pg_advertise.clone()];
     let setup = |e: herd_certs::CertError| AgentError::Setup(e.to_string());
-    if has_key {
-        let ca = ClusterCa::load(&secrets)
-            .map_err(setup)?
-            .ok_or_else(|| AgentError::Setup(format!("cannot read {}", ca_file.display())))?;
+    if let Some(ca) = issuing_ca(&secrets, &server.cert_file, false).map_err(setup)? {
         if let Some(why) = herd_certs::ensure_issued(
             &ca,
             &server.cert_file,
@@ -181,6 +250,10 @@ pub fn prepare(
         })
         .map_err(|e| AgentError::Setup(e.to_string()))?;
     Ok(Some(NodeTls {
+        issuer: issuer_of(&server.cert_file, &ca_file),
+        trusts: trusted(&ca_file),
+        ca_stamp: ca_stamp(&ca_file),
+        issue_from_next: false,
         ca_file,
         server,
         not_after,
@@ -243,6 +316,10 @@ mod tests {
             client: herd_pg::ClientTls::new(herd_pg::TlsMode::VerifyFull, &secrets.join(CA_CERT))
                 .expect("CA")
                 .expect("verify-full"),
+            issuer: None,
+            issue_from_next: false,
+            ca_stamp: None,
+            trusts: Vec::new(),
         };
         assert!(!tls
             .renew_if_due(&secrets, "h1", &names, now)

@@ -127,8 +127,11 @@ impl ClusterCa {
             return Ok(None);
         }
         let read = |p: &Path| std::fs::read_to_string(p).map_err(|e| io("reading", p, e));
+        // During a rotation ca.crt is a bundle (this CA, then the next): the key is the first's.
+        let bundle = read(&crt)?;
+        let cert_pem = pem_blocks(&bundle).into_iter().next().unwrap_or(bundle);
         Ok(Some(ClusterCa {
-            cert_pem: read(&crt)?,
+            cert_pem,
             key_pem: read(&key)?,
         }))
     }
@@ -308,8 +311,47 @@ pub fn check(
     Ok(info)
 }
 
-/// Whether `pem` was signed by the CA certificate `ca_pem` (its signature checks out).
+/// Whether `pem` was signed by the CA certificate `ca_pem`, or by any of a bundle's (its
+/// signature checks out).
 pub fn issued_by(pem: &str, ca_pem: &str) -> bool {
+    pem_blocks(ca_pem).iter().any(|ca| issued_by_one(pem, ca))
+}
+
+/// The fingerprint of the CA of the bundle `ca_pem` that signed `pem` (see [`fingerprint`]).
+pub fn issuer_fingerprint(pem: &str, ca_pem: &str) -> Option<String> {
+    pem_blocks(ca_pem)
+        .iter()
+        .find(|ca| issued_by_one(pem, ca))
+        .and_then(|ca| fingerprint(ca).ok())
+}
+
+/// A certificate's short fingerprint: `sha256:` and the first 16 hex digits of the SHA-256 of
+/// its DER (enough to tell a cluster's CAs apart in member records and messages).
+pub fn fingerprint(pem: &str) -> Result<String, CertError> {
+    use sha2::Digest as _;
+    let digest = sha2::Sha256::digest(der(pem)?);
+    let hex: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
+    Ok(format!("sha256:{hex}"))
+}
+
+/// Every `CERTIFICATE` block of `text`, each as its own PEM text.
+pub fn pem_blocks(text: &str) -> Vec<String> {
+    const BEGIN: &str = "-----BEGIN CERTIFICATE-----";
+    const END: &str = "-----END CERTIFICATE-----";
+    let mut out = Vec::new();
+    let mut rest = text;
+    while let Some(start) = rest.find(BEGIN) {
+        let Some(len) = rest[start..].find(END) else {
+            break;
+        };
+        let end = start + len + END.len();
+        out.push(format!("{}\n", &rest[start..end]));
+        rest = &rest[end..];
+    }
+    out
+}
+
+fn issued_by_one(pem: &str, ca_pem: &str) -> bool {
     let (Ok(leaf), Ok(ca)) = (der(pem), der(ca_pem)) else {
         return false;
     };
@@ -394,10 +436,14 @@ fn name(common_name: &str) -> DistinguishedName {
 }
 
 /// Writes `text` to `path` with mode 0600 (created so; an existing file is replaced through a
-/// temporary one, so a reader never sees half a key).
-fn write_private(path: &Path, text: &str) -> Result<(), CertError> {
+/// temporary one, so a reader never sees half a key, and keeps its owner when the writer may
+/// give it: a `ca.crt` the servers' OS user reads stays readable to it across
+/// `herd certs rotate`).
+pub fn write_private(path: &Path, text: &str) -> Result<(), CertError> {
     use std::io::Write as _;
+    use std::os::unix::fs::MetadataExt as _;
     use std::os::unix::fs::OpenOptionsExt as _;
+    let owner = std::fs::metadata(path).ok().map(|m| (m.uid(), m.gid()));
     let tmp = path.with_extension("tmp");
     let _ = std::fs::remove_file(&tmp);
     let mut f = std::fs::OpenOptions::new()
@@ -409,8 +455,14 @@ fn write_private(path: &Path, text: &str) -> Result<(), CertError> {
     f.write_all(text.as_bytes())
         .and_then(|()| f.sync_all())
         .map_err(|e| io("writing", &tmp, e))?;
+    if let Some((uid, gid)) = owner {
+        // Only root may give a file away; others write files that are theirs already.
+        let _ = std::os::unix::fs::fchown(&f, Some(uid), Some(gid));
+    }
     std::fs::rename(&tmp, path).map_err(|e| io("renaming into", path, e))
 }
+
+pub mod rotate;
 
 #[cfg(test)]
 mod tests;

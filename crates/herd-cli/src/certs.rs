@@ -30,6 +30,8 @@ pub enum CertsCommand {
         #[command(flatten)]
         dir: DataDirArg,
     },
+    /// Replace the CA without downtime, in three steps run in order: --stage, --issue, --finish.
+    Rotate(crate::certs_rotate::RotateArgs),
 }
 
 /// Options of `herd certs issue`.
@@ -98,6 +100,7 @@ pub fn run(command: CertsCommand) -> anyhow::Result<()> {
             Ok(())
         }
         CertsCommand::Show { dir } => show(dir.layout()?.root(), now),
+        CertsCommand::Rotate(_) => anyhow::bail!("`herd certs rotate` runs asynchronously"),
     }
 }
 
@@ -113,16 +116,20 @@ fn show(data: &Path, now: i64) -> anyhow::Result<()> {
         );
     }
     let mut expiring = 0;
+    // Who issued each certificate (during `herd certs rotate`, ca.crt holds two CAs).
+    let trusted =
+        std::fs::read_to_string(data.join("secrets").join(herd_certs::CA_CERT)).unwrap_or_default();
     for path in found {
         let pem = std::fs::read_to_string(&path)?;
         match herd_certs::info(&pem) {
             Ok(info) => {
+                let issuer = issuer_note(&pem, &trusted);
                 let days = info.days_left(now);
                 let warn = days < RENEW_BEFORE_DAYS;
                 expiring += usize::from(warn);
                 let expired = info.not_after <= now;
                 crate::output::emitln!(
-                    "{}{}: {} [{}] {}",
+                    "{}{}: {} [{}] {}{issuer}",
                     if warn { "WARNING: " } else { "" },
                     path.display(),
                     info.subject,
@@ -149,12 +156,30 @@ fn show(data: &Path, now: i64) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `pem`'s fingerprint when it is a CA (every CA of a bundle), else the fingerprint of the CA
+/// of `trusted` (the cluster's `ca.crt`) that issued it.
+fn issuer_note(pem: &str, trusted: &str) -> String {
+    let blocks = herd_certs::pem_blocks(pem);
+    let own: Vec<String> = blocks
+        .iter()
+        .filter(|b| herd_certs::issued_by(b, b))
+        .filter_map(|b| herd_certs::fingerprint(b).ok())
+        .collect();
+    if !own.is_empty() {
+        return format!(", CA {}", own.join(" + "));
+    }
+    match herd_certs::issuer_fingerprint(pem, trusted) {
+        Some(fp) => format!(", issued by CA {fp}"),
+        None if trusted.is_empty() => String::new(),
+        None => ", issued by no CA in secrets/ca.crt".into(),
+    }
+}
+
 /// The command that renews the certificate at `path`.
 fn renewal(path: &Path, info: &herd_certs::CertInfo) -> String {
     if path.file_name().is_some_and(|n| n == herd_certs::CA_CERT) {
-        return "the CA itself: make a new one with `herd certs init` in an empty secrets \
-                directory and issue every certificate from it again (`herd certs rotate` is \
-                not built yet)"
+        return "the CA itself: replace it without downtime with `herd certs rotate --stage`, \
+                then `--issue`, then `--finish`"
             .into();
     }
     let name = path.file_stem().map_or_else(
@@ -189,6 +214,27 @@ fn collect(dir: &Path, out: &mut Vec<PathBuf>, depth: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn issuers_are_told_by_fingerprint() {
+        let old = ClusterCa::generate("t").expect("CA");
+        let next = ClusterCa::generate("t").expect("CA");
+        let fp = |ca: &ClusterCa| herd_certs::fingerprint(&ca.cert_pem).expect("fp");
+        let bundle = format!("{}{}", old.cert_pem, next.cert_pem);
+        let leaf = next.issue("h0", &["10.0.0.1".into()]).expect("leaf");
+        assert_eq!(
+            issuer_note(&leaf.cert_pem, &bundle),
+            format!(", issued by CA {}", fp(&next))
+        );
+        assert_eq!(
+            issuer_note(&leaf.cert_pem, &old.cert_pem),
+            ", issued by no CA in secrets/ca.crt"
+        );
+        assert_eq!(
+            issuer_note(&bundle, &bundle),
+            format!(", CA {} + {}", fp(&old), fp(&next))
+        );
+    }
 
     #[test]
     fn renewal_names_the_command_with_the_same_names_and_place() {

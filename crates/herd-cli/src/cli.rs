@@ -564,6 +564,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             crate::backup::run(&args.dir.layout()?, args.kind, args.from_primary).await
         }
         Command::Restore(args) => crate::restore::run(args).await,
+        Command::Certs {
+            command: crate::certs::CertsCommand::Rotate(args),
+        } => crate::certs_rotate::run(args).await,
         Command::Certs { command } => crate::certs::run(command),
         Command::Secrets { command } => crate::secrets_cmd::run(command).await,
         Command::Agent(args) => crate::hosts::agent(args).await,

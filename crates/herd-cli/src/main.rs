@@ -11,6 +11,7 @@ mod backup_setup;
 mod bench;
 mod bench_interrupt;
 mod certs;
+mod certs_rotate;
 mod cli;
 mod client_tls;
 mod commit_waits;

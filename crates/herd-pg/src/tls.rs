@@ -53,10 +53,13 @@ impl TlsMode {
     }
 }
 
-/// TLS settings for connections to the servers; cheap to clone.
+/// TLS settings for connections to the servers; cheap to clone. With `verify-full` the CA
+/// file is looked at (one `stat`) before each connection and read again when it changed, so a
+/// CA bundle written by `herd certs rotate --stage` (old CA then new) is trusted by running
+/// proxies and agents without a restart; an unreadable new file keeps the CA already loaded.
 #[derive(Clone)]
 pub struct ClientTls {
-    config: Arc<rustls::ClientConfig>,
+    config: Arc<Loaded>,
     /// The name the certificate must carry, when it is not the address dialled (an agent
     /// reaches its own server on a listen address, and the certificate names the advertised one).
     expect: Option<ServerName<'static>>,
@@ -82,6 +85,65 @@ impl ClientTls {
     /// TLS for `mode` (`None` for [`TlsMode::Off`]); `verify-full` trusts the CA in `ca_file`
     /// (PEM) only. An unreadable or empty CA file is an error, never a fallback to plain TCP.
     pub fn new(mode: TlsMode, ca_file: &Path) -> Result<Option<ClientTls>, PgError> {
+        let Some(config) = build(mode, ca_file)? else {
+            return Ok(None);
+        };
+        let watched = (mode == TlsMode::VerifyFull).then(|| ca_file.to_path_buf());
+        Ok(Some(ClientTls {
+            config: Arc::new(Loaded {
+                current: std::sync::Mutex::new((
+                    watched.as_deref().and_then(stamp),
+                    Arc::new(config),
+                )),
+                ca_file: watched,
+            }),
+            expect: None,
+            mode,
+        }))
+    }
+
+    /// The configuration for the next connection: read again when the CA file changed.
+    fn current(&self) -> Arc<rustls::ClientConfig> {
+        let loaded = &self.config;
+        let mut current = match loaded.current.lock() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        if let Some(file) = &loaded.ca_file {
+            let now = stamp(file);
+            if now.is_some() && now != current.0 {
+                match build(self.mode, file) {
+                    Ok(Some(config)) => *current = (now, Arc::new(config)),
+                    Ok(None) => {}
+                    Err(e) => {
+                        tracing::warn!("{e}; the CA loaded before stays in use");
+                        current.0 = now;
+                    }
+                }
+            }
+        }
+        current.1.clone()
+    }
+}
+
+/// A loaded configuration and the CA file it came from (`verify-full`).
+struct Loaded {
+    ca_file: Option<std::path::PathBuf>,
+    current: std::sync::Mutex<(Option<Stamp>, Arc<rustls::ClientConfig>)>,
+}
+
+/// What tells a changed CA file: its inode (a file replaced by a rename), size and time.
+type Stamp = (u64, u64, Option<std::time::SystemTime>);
+
+fn stamp(file: &Path) -> Option<Stamp> {
+    use std::os::unix::fs::MetadataExt as _;
+    let m = std::fs::metadata(file).ok()?;
+    Some((m.ino(), m.len(), m.modified().ok()))
+}
+
+/// The rustls configuration for `mode` and the CA in `ca_file` (`None` for `off`).
+fn build(mode: TlsMode, ca_file: &Path) -> Result<Option<rustls::ClientConfig>, PgError> {
+    {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()
@@ -111,13 +173,11 @@ impl ClientTls {
                 builder.with_root_certificates(roots).with_no_client_auth()
             }
         };
-        Ok(Some(ClientTls {
-            config: Arc::new(config),
-            expect: None,
-            mode,
-        }))
+        Ok(Some(config))
     }
+}
 
+impl ClientTls {
     /// The same, checking that the certificate names `name` whatever address is dialled.
     pub fn expecting(&self, name: &str) -> Result<ClientTls, PgError> {
         let expect = ServerName::try_from(name.to_string())
@@ -146,7 +206,7 @@ impl ClientTls {
     /// handshake itself.
     pub fn connection(&self, host: &str) -> Result<rustls::ClientConnection, String> {
         let name = self.server_name(host)?;
-        rustls::ClientConnection::new(self.config.clone(), name).map_err(|e| e.to_string())
+        rustls::ClientConnection::new(self.current(), name).map_err(|e| e.to_string())
     }
 
     fn server_name(&self, host: &str) -> Result<ServerName<'static>, String> {
@@ -224,7 +284,7 @@ impl MakeTlsConnect<tokio_postgres::Socket> for ClientTls {
 
     fn make_tls_connect(&mut self, domain: &str) -> Result<Connector, String> {
         Ok(Connector {
-            connector: tokio_rustls::TlsConnector::from(self.config.clone()),
+            connector: tokio_rustls::TlsConnector::from(self.current()),
             name: self.server_name(domain)?,
         })
     }
@@ -315,6 +375,31 @@ pub async fn connect_config(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_changed_ca_file_is_read_again_before_the_next_connection() {
+        let dir = tempfile::tempdir().expect("dir");
+        let ca = dir.path().join("ca.crt");
+        let old = herd_certs::ClusterCa::generate("t").expect("CA");
+        let next = herd_certs::ClusterCa::generate("t").expect("CA");
+        std::fs::write(&ca, &old.cert_pem).expect("ca");
+        let tls = ClientTls::new(TlsMode::VerifyFull, &ca)
+            .expect("CA")
+            .expect("verify-full");
+        let first = tls.current();
+        assert!(Arc::ptr_eq(&first, &tls.current()), "unchanged: kept");
+        // The bundle `herd certs rotate --stage` writes, through a rename.
+        let tmp = dir.path().join("ca.tmp");
+        std::fs::write(&tmp, format!("{}{}", old.cert_pem, next.cert_pem)).expect("bundle");
+        std::fs::rename(&tmp, &ca).expect("rename");
+        let second = tls.current();
+        assert!(!Arc::ptr_eq(&first, &second), "the bundle was not read");
+        // A clone shares the reload (the proxy's and agents' copies).
+        assert!(Arc::ptr_eq(&second, &tls.clone().current()));
+        // A broken file keeps the CA loaded before.
+        std::fs::write(&ca, "not a certificate").expect("garbage");
+        assert!(Arc::ptr_eq(&second, &tls.current()));
+    }
 
     #[test]
     fn modes_resolve_by_the_ca() {

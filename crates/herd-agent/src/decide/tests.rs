@@ -19,6 +19,8 @@ pub(crate) fn member(name: &str, role: &str, lsn: u64) -> Member {
         streaming_from: None,
         socket: None,
         tls_not_after: None,
+        tls_issuer: None,
+        tls_trusts: Vec::new(),
         archiving: None,
     }
 }
