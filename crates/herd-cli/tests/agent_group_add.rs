@@ -1,8 +1,9 @@
 //! `herd group add` on a multi-host cluster, modelled on loopback: one etcd, two shard groups
 //! of two `herd agent`s each and one `herd proxy` (as `agent_groups.rs`). A distributed table
-//! has rows; an agent `--group 2` refuses until `herd group add --dcs … --proxy-api …` records
-//! group 2; its two agents start, and the proxy — started before the group existed — admits
-//! it while a second proxy runs and writes rows by key all along: the new group holds the
+//! has rows; an agent `--group 2` refuses until `herd group add --dcs …` (no `--proxy-api`)
+//! records group 2; its two agents start, and the cluster's coordinator (an agent) has the
+//! proxy with an API — started before the group existed — admit it, and the command returns
+//! once it did, while a second proxy runs and writes rows by key all along: the new group holds the
 //! table, empty, and the reference table with its rows; the second proxy serves group 2 too
 //! (a reference-table row and a column added through it reach group 2). `herd shards
 //! rebalance --dcs` moves shards there; every row is read back through the proxy exactly once,
@@ -138,14 +139,15 @@ async fn a_group_is_added_across_hosts_when_its_agents_join() {
     };
 
     // `herd group add --dcs`: records group 2 and says how to start its agents, waits for its
-    // primary, then asks the proxy (started before group 2 existed) to admit it.
+    // primary, then follows its admission by the coordinator, which asks the proxy with an
+    // API (started before group 2 existed; the second has none) to admit it.
     let out_path = g.dir.path().join("group-add.out");
-    let (dcs, cluster, api) = (g.dcs(), g.cluster.clone(), g.proxy_api());
+    let (dcs, cluster) = (g.dcs(), g.cluster.clone());
     let proxy_dir = g.dir.path().join("proxy");
     let group_add = |out: &std::path::Path| {
         let mut cmd = Command::new(HERD);
         cmd.args(["group", "add", "--dcs", &dcs, "--cluster", &cluster])
-            .args(["--proxy-api", &api, "--wait-timeout", "180"])
+            .args(["--wait-timeout", "180"])
             .arg("--data-dir")
             .arg(&proxy_dir)
             .stdin(Stdio::null())
@@ -202,6 +204,10 @@ async fn a_group_is_added_across_hosts_when_its_agents_join() {
     assert!(
         text.contains("shard group 2 is recorded") && text.contains("shard group 2 added"),
         "{text}"
+    );
+    assert!(
+        err.contains("coordinator"),
+        "followed the coordinator: {err}"
     );
     let g2 = g.wait_primary_of(&[4, 5], Duration::from_secs(30));
     let shard_count: i64 = proxy
