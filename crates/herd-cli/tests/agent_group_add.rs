@@ -3,8 +3,8 @@
 //! has rows; an agent `--group 2` refuses until `herd group add --dcs …` (no `--proxy-api`)
 //! records group 2; its two agents start, and the cluster's coordinator (an agent) has the
 //! proxy with an API — started before the group existed — admit it, and the command returns
-//! once it did, while a second proxy runs and writes rows by key all along: the new group holds the
-//! table, empty, and the reference table with its rows; the second proxy serves group 2 too
+//! once it did, while a second proxy runs and writes rows by key all along: the new group holds
+//! the table, empty, and the reference table with its rows; the second proxy serves group 2 too
 //! (a reference-table row and a column added through it reach group 2). `herd shards
 //! rebalance --dcs` moves shards there; every row is read back through the proxy exactly once,
 //! and new rows by key land on group 2 for its shards.
@@ -205,9 +205,20 @@ async fn a_group_is_added_across_hosts_when_its_agents_join() {
         text.contains("shard group 2 is recorded") && text.contains("shard group 2 added"),
         "{text}"
     );
+    // The coordinator (one of the agents) asked the proxy with an API; the command followed.
+    let asked = format!(
+        "asking the herd proxy at {} to admit shard group 2",
+        g.proxy_api()
+    );
+    let by_coordinator = AGENTS.iter().any(|(name, _)| {
+        std::fs::read_to_string(g.dir.path().join(format!("{name}.log")))
+            .unwrap_or_default()
+            .contains(&asked)
+    });
     assert!(
-        err.contains("coordinator"),
-        "followed the coordinator: {err}"
+        by_coordinator && err.contains("following it"),
+        "the coordinator admitted group 2 and the command followed: {err}\nlogs:\n{}",
+        g.logs()
     );
     let g2 = g.wait_primary_of(&[4, 5], Duration::from_secs(30));
     let shard_count: i64 = proxy
