@@ -158,8 +158,9 @@ enum GroupCommand {
     /// backups), it receives the roles, databases, distributed tables' definitions, reference
     /// tables' rows and the shard map, then the endpoint uses it. It holds no shard until
     /// `herd shards rebalance`. With --dcs (a multi-host cluster): records the next group,
-    /// prints the `herd agent` line to run on its hosts, waits for its primary and has the
-    /// `herd proxy` at --proxy-api admit it.
+    /// prints the `herd agent` line to run on its hosts, waits for its primary and follows its
+    /// admission by the cluster's coordinator (an agent asks a registered `herd proxy` with an
+    /// API), or has the `herd proxy` at --proxy-api admit it.
     Add {
         #[command(flatten)]
         dir: DataDirArg,
@@ -168,10 +169,12 @@ enum GroupCommand {
         #[command(flatten)]
         store: crate::hosts::StoreArgs,
         /// With --dcs: the HTTP API (HOST:PORT, its --api-listen) of the `herd proxy` that
-        /// admits the group; without it the command stops once the group has a primary.
+        /// admits the group; without it the cluster's coordinator asks a registered proxy
+        /// with an API, and the command follows that until the group is admitted.
         #[arg(long, value_name = "HOST:PORT", requires = "dcs")]
         proxy_api: Option<String>,
-        /// With --dcs: how long to wait for the new group's primary.
+        /// With --dcs: how long to wait for the new group's primary, and then for its
+        /// admission.
         #[arg(long, value_name = "SECONDS", default_value_t = 600)]
         wait_timeout: u64,
     },

@@ -3,7 +3,8 @@
 //! COPY across shard groups whose session or proxy died between the phases) is resolved here,
 //! once for the cluster, instead of by every `herd proxy`; shard moves asked with `herd shards
 //! move|rebalance --dcs` run here too (`move_requests.rs`), one at a time, resumed by the next
-//! holder when this one dies.
+//! holder when this one dies; shard groups recorded by `herd group add --dcs` are admitted
+//! from here too (`group_admission.rs`: a registered proxy is asked once the group leads).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -30,6 +31,7 @@ pub fn spawn(
     shutdown: watch::Receiver<bool>,
 ) {
     let (held_tx, held) = watch::channel(false);
+    let name = me.clone();
     let coordinator = Coordinator {
         me,
         ttl,
@@ -41,12 +43,25 @@ pub fn spawn(
     // The moves outlive a round (each is bounded by half the lease): they run beside the
     // rounds, while the lease is held, started again by a round when none runs.
     let moves: Arc<std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>> = Arc::default();
+    // So do the admissions (a proxy's admission may take minutes).
+    let admissions: Arc<std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>> = Arc::default();
     tokio::spawn(coordinator.run(
         dcs,
         move || {
             let (root, layout, held, moves) =
                 (root.clone(), layout.clone(), held.clone(), moves.clone());
+            let (admissions, name) = (admissions.clone(), name.clone());
             async move {
+                if let Ok(mut running) = admissions.lock() {
+                    if running.as_ref().is_none_or(|t| t.is_finished()) {
+                        *running = Some(tokio::spawn(crate::group_admission::run(
+                            root.clone(),
+                            layout.clone(),
+                            name,
+                            held.clone(),
+                        )));
+                    }
+                }
                 if let Ok(mut running) = moves.lock() {
                     if running.as_ref().is_none_or(|t| t.is_finished()) {
                         *running = Some(tokio::spawn(crate::move_requests::run_requests(

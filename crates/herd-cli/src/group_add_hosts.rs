@@ -2,15 +2,19 @@
 //! multi-host cluster when its agents join. The command records the next group in the store
 //! (`herd_agent::groups::begin_addition`: agents started with `--group G` before that refuse,
 //! saying to run this first), prints the `herd agent` line the operator runs on the new group's
-//! hosts, waits (bounded, with progress) until the group has a primary, then asks a running
-//! `herd proxy` to admit it (`POST /groups` on its `--api-listen`, `proxy_group_add.rs`).
-//! Run again, it finishes an addition left unadmitted instead of recording another group.
+//! hosts, waits (bounded, with progress) until the group has a primary, then follows its
+//! admission by the cluster's coordinator (`group_admission.rs`: the agent holding the
+//! `coordinator` lease asks a registered `herd proxy` with an API) until the store records it.
+//! With `--proxy-api HOST:PORT` the command asks that proxy itself (`POST /groups`,
+//! `proxy_group_add.rs`), taking the same admission record first, so that two admissions
+//! never run at once. Run again, it finishes an addition left unadmitted instead of recording
+//! another group.
 
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use herd_agent::store::StoreClient;
-use herd_cluster::{Layout, Secrets};
+use herd_cluster::Layout;
 
 /// How often the wait says what it sees.
 const SAY_EVERY: Duration = Duration::from_secs(10);
@@ -48,16 +52,27 @@ pub async fn run(args: AddArgs<'_>) -> anyhow::Result<()> {
     let store = StoreClient::new(herd_agent::groups::scoped(root.dcs(), g));
     let primary = wait_primary(&store, g, args.wait).await?;
     crate::output::emitln!("shard group {g} has a primary: {primary}");
-    let Some(api) = args.proxy_api else {
-        crate::output::emitln!(
-            "Admit it through a running herd proxy (it then receives the roles, databases, \
-             tables and shard map): run this command again with --proxy-api HOST:PORT (the \
-             proxy's --api-listen)"
-        );
-        return Ok(());
+    let answer = match args.proxy_api {
+        None => {
+            eprintln!(
+                "the cluster's coordinator admits shard group {g} through a registered herd \
+                 proxy with an HTTP API (--api-listen); following it"
+            );
+            crate::group_admission::follow(&root, g, args.wait).await?
+        }
+        Some(api) => {
+            eprintln!("asking the herd proxy at {api} to admit shard group {g}");
+            let dcs = root.dcs();
+            let by = "herd group add";
+            match crate::group_admission::admit(&dcs, &args.layout, g, by, api).await? {
+                Some(answer) => answer,
+                None => {
+                    eprintln!("an admission of shard group {g} is under way; following it");
+                    crate::group_admission::follow(&root, g, args.wait).await?
+                }
+            }
+        }
     };
-    eprintln!("asking the herd proxy at {api} to admit shard group {g}");
-    let answer = post_groups(api, Secrets::read_api_token(&args.layout)).await?;
     crate::output::emitln!("{answer}");
     crate::output::emitln!(
         "Move shards there online: herd shards rebalance --dcs {dcs} --cluster {cluster} \
@@ -107,27 +122,4 @@ async fn wait_primary(store: &StoreClient, g: u32, wait: Duration) -> anyhow::Re
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-}
-
-/// `POST /groups` on the proxy's API at `api` (with the API token when one is kept).
-async fn post_groups(api: &str, token: Option<String>) -> anyhow::Result<String> {
-    let url = format!("http://{api}/groups");
-    tokio::task::spawn_blocking(move || {
-        let mut request = ureq::post(&url).timeout(Duration::from_secs(300));
-        if let Some(t) = token {
-            request = request.set("Authorization", &format!("Bearer {t}"));
-        }
-        match request.call() {
-            Ok(r) => Ok(r.into_string().unwrap_or_default()),
-            Err(ureq::Error::Status(_, r)) => Err(anyhow::anyhow!(
-                "the herd proxy did not admit the group: {}",
-                r.into_string().unwrap_or_default()
-            )),
-            Err(e) => Err(anyhow::anyhow!(
-                "cannot reach the herd proxy's HTTP API at {url}: {e}"
-            )),
-        }
-    })
-    .await
-    .context("the request thread failed")?
 }

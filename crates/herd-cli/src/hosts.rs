@@ -414,6 +414,10 @@ pub async fn proxy(args: ProxyArgs) -> anyhow::Result<()> {
     let registry = crate::proxy_registry::Registry::start(
         &root,
         &args.listen.to_string(),
+        // An API on every address is registered by no address the others could use.
+        args.api_listen
+            .filter(|a| !a.ip().is_unspecified())
+            .map(|a| a.to_string()),
         shutdown_rx.clone(),
     )
     .await?;

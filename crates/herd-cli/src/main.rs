@@ -26,6 +26,7 @@ mod down;
 mod group_add;
 mod group_add_agents;
 mod group_add_hosts;
+mod group_admission;
 mod host_restart;
 mod host_status;
 mod hosts;

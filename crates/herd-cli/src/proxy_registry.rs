@@ -74,6 +74,8 @@ struct Other {
     id: String,
     /// Where it serves clients.
     listen: Option<String>,
+    /// Where its HTTP API listens (absent: it serves none).
+    api: Option<String>,
     /// The hold it acknowledged.
     held_for: Option<String>,
     /// How many groups it serves (absent: it does not follow admissions yet).
@@ -94,6 +96,9 @@ pub struct Registry {
     changing: Arc<tokio::sync::Mutex<()>>,
     /// The address clients reach this proxy at (in its registration).
     listen: String,
+    /// Where this proxy's HTTP API listens (in its registration: the coordinator asks it to
+    /// admit shard groups, `group_admission.rs`).
+    api: Option<String>,
     /// The hold (another proxy's `map_change` holder) this proxy acknowledged, if one is on.
     held_for: std::sync::Mutex<Option<String>>,
     /// Bumped whenever a hold begins or ends: a map read across one is not kept.
@@ -109,11 +114,12 @@ pub struct Registry {
 }
 
 impl Registry {
-    /// Registers this proxy (`listen` is recorded with it), trying once before it returns, and
-    /// keeps the registration until `shutdown`.
+    /// Registers this proxy (`listen` and `api` are recorded with it), trying once before it
+    /// returns, and keeps the registration until `shutdown`.
     pub async fn start(
         root: &StoreClient,
         listen: &str,
+        api: Option<String>,
         shutdown: watch::Receiver<bool>,
     ) -> anyhow::Result<Arc<Registry>> {
         let id = format!(
@@ -129,6 +135,7 @@ impl Registry {
             renewed_ms: AtomicU64::new(0),
             changing: Arc::default(),
             listen: listen.to_string(),
+            api,
             held_for: std::sync::Mutex::default(),
             generation: AtomicU64::new(0),
             changes: AtomicU64::new(0),
@@ -256,6 +263,7 @@ impl Registry {
         let groups = self.server.get().map(|s| s.served());
         serde_json::to_vec(&serde_json::json!({
             "listen": self.listen,
+            "api": self.api,
             "held_for": held,
             "groups": groups,
         }))
@@ -521,6 +529,7 @@ async fn registrations(dcs: &Arc<dyn Dcs>) -> Result<Vec<Other>, String> {
             Other {
                 id: k.trim_start_matches(PROXIES).to_string(),
                 listen: j["listen"].as_str().map(str::to_string),
+                api: j["api"].as_str().map(str::to_string),
                 held_for: j["held_for"].as_str().map(str::to_string),
                 groups: j["groups"].as_u64().map(|n| n as u32),
             }
@@ -535,6 +544,17 @@ pub async fn listens(dcs: &Arc<dyn Dcs>) -> Result<Vec<String>, String> {
         .into_iter()
         .filter_map(|o| o.listen)
         .collect())
+}
+
+/// Where the registered proxies' HTTP APIs listen (`api` of each registration that has one).
+pub async fn apis(dcs: &Arc<dyn Dcs>) -> Result<Vec<String>, String> {
+    let mut apis: Vec<String> = registrations(dcs)
+        .await?
+        .into_iter()
+        .filter_map(|o| o.api)
+        .collect();
+    apis.sort();
+    Ok(apis)
 }
 
 /// The proxy a `map_change` holder's name belongs to (`<proxy id>#<change>`).

@@ -1,12 +1,14 @@
 //! `herd group add` on a multi-host cluster, modelled on loopback: one etcd, two shard groups
 //! of two `herd agent`s each and one `herd proxy` (as `agent_groups.rs`). A distributed table
-//! has rows; an agent `--group 2` refuses until `herd group add --dcs … --proxy-api …` records
-//! group 2; its two agents start, and the proxy — started before the group existed — admits
-//! it while a second proxy runs and writes rows by key all along: the new group holds the
-//! table, empty, and the reference table with its rows; the second proxy serves group 2 too
+//! has rows; an agent `--group 2` refuses until `herd group add --dcs …` (no `--proxy-api`)
+//! records group 2; its two agents start, and the cluster's coordinator (an agent) has the
+//! proxy with an API — started before the group existed — admit it, and the command returns
+//! once it did, while a second proxy runs and writes rows by key all along: the new group holds
+//! the table, empty, and the reference table with its rows; the second proxy serves group 2 too
 //! (a reference-table row and a column added through it reach group 2). `herd shards
 //! rebalance --dcs` moves shards there; every row is read back through the proxy exactly once,
-//! and new rows by key land on group 2 for its shards.
+//! and new rows by key land on group 2 for its shards. Group 3 is then added with
+//! `--proxy-api` (the command asks the proxy itself) and receives the reference rows.
 
 mod common;
 
@@ -19,13 +21,15 @@ use common::hosts::HERD;
 use herd_shard::{shard_sql, KeyType};
 
 /// Agents: (name, group).
-const AGENTS: [(&str, u32); 6] = [
+const AGENTS: [(&str, u32); 8] = [
     ("a0", 0),
     ("a1", 0),
     ("b0", 1),
     ("b1", 1),
     ("c0", 2),
     ("c1", 2),
+    ("d0", 3),
+    ("d1", 3),
 ];
 
 /// Writes rows `from..to` through the proxy (each must be acknowledged).
@@ -103,7 +107,7 @@ async fn a_group_is_added_across_hosts_when_its_agents_join() {
         .args(["--name", "early", "--group", "2"])
         .arg("--data-dir")
         .arg(g.dir.path().join("early"))
-        .args(["--pg-port", &(g.base + 15).to_string()]);
+        .args(["--pg-port", &(g.base + 19).to_string()]);
     let out =
         herd_testkit::output_within(&mut early, Duration::from_secs(60)).expect("agent exits");
     let said = herd_testkit::describe(&out);
@@ -114,7 +118,7 @@ async fn a_group_is_added_across_hosts_when_its_agents_join() {
 
     // A second proxy runs, and writes rows by key through it all along the admission (they
     // wait while it holds, then go on).
-    let second_port = g.base + 14;
+    let second_port = g.base + 18;
     let (mut second, through_second) = g.extra_proxy(second_port, "proxy2").await;
     let through_second = std::sync::Arc::new(through_second);
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -138,14 +142,15 @@ async fn a_group_is_added_across_hosts_when_its_agents_join() {
     };
 
     // `herd group add --dcs`: records group 2 and says how to start its agents, waits for its
-    // primary, then asks the proxy (started before group 2 existed) to admit it.
+    // primary, then follows its admission by the coordinator, which asks the proxy with an
+    // API (started before group 2 existed; the second has none) to admit it.
     let out_path = g.dir.path().join("group-add.out");
-    let (dcs, cluster, api) = (g.dcs(), g.cluster.clone(), g.proxy_api());
+    let (dcs, cluster) = (g.dcs(), g.cluster.clone());
     let proxy_dir = g.dir.path().join("proxy");
     let group_add = |out: &std::path::Path| {
         let mut cmd = Command::new(HERD);
         cmd.args(["group", "add", "--dcs", &dcs, "--cluster", &cluster])
-            .args(["--proxy-api", &api, "--wait-timeout", "180"])
+            .args(["--wait-timeout", "180"])
             .arg("--data-dir")
             .arg(&proxy_dir)
             .stdin(Stdio::null())
@@ -202,6 +207,21 @@ async fn a_group_is_added_across_hosts_when_its_agents_join() {
     assert!(
         text.contains("shard group 2 is recorded") && text.contains("shard group 2 added"),
         "{text}"
+    );
+    // The coordinator (one of the agents) asked the proxy with an API; the command followed.
+    let asked = format!(
+        "asking the herd proxy at {} to admit shard group 2",
+        g.proxy_api()
+    );
+    let by_coordinator = AGENTS.iter().any(|(name, _)| {
+        std::fs::read_to_string(g.dir.path().join(format!("{name}.log")))
+            .unwrap_or_default()
+            .contains(&asked)
+    });
+    assert!(
+        by_coordinator && err.contains("following it"),
+        "the coordinator admitted group 2 and the command followed: {err}\nlogs:\n{}",
+        g.logs()
     );
     let g2 = g.wait_primary_of(&[4, 5], Duration::from_secs(30));
     let shard_count: i64 = proxy
@@ -323,6 +343,58 @@ async fn a_group_is_added_across_hosts_when_its_agents_join() {
         (before + 100, before + 100),
         "every row once through the proxy"
     );
+
+    // `--proxy-api` still works: group 3 admitted through the named proxy (or, should the
+    // coordinator take the admission record first, followed to the same end).
+    let out3 = g.dir.path().join("group-add-3.out");
+    let mut add3 = Command::new(HERD)
+        .args(["group", "add", "--dcs", &g.dcs(), "--cluster", &g.cluster])
+        .args(["--proxy-api", &g.proxy_api(), "--wait-timeout", "180"])
+        .arg("--data-dir")
+        .arg(g.dir.path().join("proxy"))
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&out3).expect("out"))
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("herd group add --proxy-api");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !std::fs::read_to_string(&out3)
+        .unwrap_or_default()
+        .contains("shard group 3 is recorded in the store")
+    {
+        if Instant::now() > deadline || add3.try_wait().ok().flatten().is_some() {
+            let _ = add3.kill();
+            panic!("herd group add --proxy-api did not record group 3");
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    g.start_agent(6);
+    g.start_agent(7);
+    let deadline = Instant::now() + Duration::from_secs(300);
+    let status = loop {
+        if let Some(s) = add3.try_wait().expect("wait") {
+            break s;
+        }
+        if Instant::now() > deadline {
+            let _ = add3.kill();
+            panic!("herd group add --proxy-api did not finish within 300 s");
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let text = std::fs::read_to_string(&out3).unwrap_or_default();
+    assert!(
+        status.success() && text.contains("shard group 3 added"),
+        "herd group add --proxy-api: {status}\n{text}\nlogs:\n{}",
+        g.logs()
+    );
+    let g3 = g.wait_primary_of(&[6, 7], Duration::from_secs(30));
+    let kinds: i64 = common::connect(&g.url(g.pg_port(g3)))
+        .await
+        .query_one("select count(*) from kinds", &[])
+        .await
+        .expect("kinds on group 3")
+        .get(0);
+    assert_eq!(kinds, 2, "group 3 received the reference rows at admission");
     let _ = second.kill();
     let _ = second.wait();
 }

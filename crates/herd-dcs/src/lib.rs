@@ -19,7 +19,7 @@ pub use embedded::{EmbeddedDcs, EmbeddedError};
 pub use etcd::{EtcdConfig, EtcdDcs};
 pub use etcd_probe::{probe_endpoints, EndpointProbe, EndpointState};
 pub use memory::MemoryDcs;
-pub use scoped::{Scoped, PROXIES, SHARD_MOVES};
+pub use scoped::{Scoped, GROUP_ADMISSIONS, PROXIES, SHARD_MOVES};
 
 /// A value and the revision it was written at.
 #[derive(Clone, Debug, PartialEq, Eq)]

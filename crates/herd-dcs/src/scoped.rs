@@ -14,6 +14,9 @@ pub const PROXIES: &str = "proxies/";
 /// The root prefix of the shard moves asked of the cluster's coordinator (not any group's
 /// keys).
 pub const SHARD_MOVES: &str = "shard_moves/";
+/// The root prefix of the shard groups' admission records (`group_admissions/<g>`: who asks a
+/// proxy to admit a group recorded by `herd group add --dcs`, and how it went).
+pub const GROUP_ADMISSIONS: &str = "group_admissions/";
 
 /// A [`Dcs`] whose keys and leases are those of `inner` under a prefix: a group's agents use
 /// the names they would in a one-group cluster (`leader`, `members/<name>`, `sync`).
@@ -40,6 +43,7 @@ impl Scoped {
                     GROUPS.to_string(),
                     PROXIES.to_string(),
                     SHARD_MOVES.to_string(),
+                    GROUP_ADMISSIONS.to_string(),
                 ],
             }
         } else {
