@@ -40,6 +40,8 @@ use herd_dcs::Dcs;
 use herd_proxy::shards::{ChangeScope, ChangeToken, GateFuture, MapGate};
 use tokio::sync::watch;
 
+mod point;
+
 /// Prefix of the proxies' registrations.
 pub const PROXIES: &str = herd_dcs::PROXIES;
 /// The lease a map change holds (key `leases/map_change`).
@@ -106,6 +108,11 @@ pub struct Registry {
     store_served: AtomicU32,
     /// When the store was last read for holds and groups (ms since `started`; 0: never).
     polled_ms: AtomicU64,
+    /// This proxy's gate of two-phase commits' second phases, closed while another proxy
+    /// takes a restore point (`point.rs`); a point hold is not acknowledged before it is set.
+    commit_gate: OnceLock<herd_proxy::commit_gate::CommitGate>,
+    /// The gate closed for another proxy's restore point, and since when.
+    point_closed: std::sync::Mutex<Option<(herd_proxy::commit_gate::Closed, Instant)>>,
 }
 
 impl Registry {
@@ -135,6 +142,8 @@ impl Registry {
             server: OnceLock::new(),
             store_served: AtomicU32::new(0),
             polled_ms: AtomicU64::new(0),
+            commit_gate: OnceLock::new(),
+            point_closed: std::sync::Mutex::default(),
         });
         // Until it is registered it routes nothing by a shard map ([`Gate::may_use_maps`]); the
         // store being down now does not stop the endpoint from serving everything else.
@@ -196,6 +205,7 @@ impl Registry {
             tokio::task::spawn_blocking(move || dcs.lease_holder(MAP_CHANGE)).await
         else {
             // The store unreachable: the registration goes stale and the maps with it.
+            self.reopen_stale_point_gate();
             return;
         };
         let mut caught_up = false;
@@ -217,6 +227,11 @@ impl Registry {
         }
         self.polled_ms.store(sent.max(1), Ordering::Relaxed);
         let other = holder.filter(|h| proxy_of(h) != self.id);
+        if !self.follow_point(other.as_deref()).await {
+            // Not acknowledged (the point is refused, naming this proxy, unless the gate
+            // closes by the next look).
+            return;
+        }
         let changed = {
             let mut held = self.held_for.lock().unwrap_or_else(|e| e.into_inner());
             if *held != other {
@@ -315,6 +330,7 @@ impl Registry {
 
     async fn lease(&self, owner: &str, acquire: bool) -> Result<bool, String> {
         let (dcs, owner) = (self.dcs.clone(), owner.to_string());
+        // Every hold (a map change's or a restore point's) lives at most CHANGE_TTL.
         tokio::task::spawn_blocking(move || {
             if acquire {
                 dcs.acquire_lease(MAP_CHANGE, &owner, CHANGE_TTL)
