@@ -133,6 +133,11 @@ pub async fn take(
         .await
         .context("recording the restore point in the store")?;
     let mut lines = Vec::new();
+    let file = Paths::new(layout.root()).restore_points();
+    if let Some(dir) = file.parent() {
+        // A proxy's data directory holds only its secrets until its first point.
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
     for p in &outcome.written {
         let point = RestorePoint {
             name: name.to_string(),
@@ -143,7 +148,7 @@ pub async fn take(
             time: p.time,
             group: p.group,
         };
-        herd_backup::record_point(&Paths::new(layout.root()).restore_points(), &point)?;
+        herd_backup::record_point(&file, &point)?;
         lines.push(format!("  shard group {}: {}", p.group, point.lsn));
     }
     if let Some(e) = outcome.error {

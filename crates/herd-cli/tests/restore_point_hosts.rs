@@ -140,8 +140,7 @@ async fn a_restore_point_holds_every_proxy_or_is_refused() {
     assert!(text.contains("Restore point mid_load at"), "{text}");
     assert!(text.contains("on 2 shard groups"), "{text}");
     assert!(
-        text.contains("1 other herd proxy process(es) held theirs")
-            && text.contains(&second_id),
+        text.contains("1 other herd proxy process(es) held theirs") && text.contains(&second_id),
         "the second proxy acknowledged: {text}"
     );
     eprintln!(
@@ -151,7 +150,10 @@ async fn a_restore_point_holds_every_proxy_or_is_refused() {
     let points = std::fs::read_to_string(g.dir.path().join("proxy/backup/restore-points.tsv"))
         .expect("restore-points.tsv");
     assert_eq!(
-        points.lines().filter(|l| l.starts_with("mid_load\t")).count(),
+        points
+            .lines()
+            .filter(|l| l.starts_with("mid_load\t"))
+            .count(),
         2,
         "one record per group: {points}"
     );

@@ -241,9 +241,18 @@ mod tests {
         let expected = ["p1".to_string(), "p2".to_string()];
         // (registrations read now, the ones named)
         let cases: [(Vec<Other>, Vec<&str>); 4] = [
-            (vec![other("p1", Some("me#point-1")), other("p2", Some("me#point-1"))], vec![]),
+            (
+                vec![
+                    other("p1", Some("me#point-1")),
+                    other("p2", Some("me#point-1")),
+                ],
+                vec![],
+            ),
             (vec![other("p1", Some("me#point-1"))], vec!["p2"]),
-            (vec![other("p1", Some("me#point-0")), other("p2", None)], vec!["p1", "p2"]),
+            (
+                vec![other("p1", Some("me#point-0")), other("p2", None)],
+                vec!["p1", "p2"],
+            ),
             (vec![], vec!["p1", "p2"]),
         ];
         for (now, want) in cases {
