@@ -22,6 +22,10 @@
 //!   groups than the store records routes nothing by a map until it caught up: it would write
 //!   reference tables and run DDL on the groups before the new one only.
 //!
+//! * a restore point across the groups (`herd backup restore-point --dcs`) holds the others the
+//!   same way, and each also closes its gate of two-phase commits' second phases before it
+//!   acknowledges (`point.rs`).
+//!
 //! Why this is enough: a newcomer registers before it serves anyone and reads maps after; a
 //! change takes the lease before it lists the registrations. Either the change sees the newcomer
 //! (and waits for its acknowledgement) or the newcomer sees the lease (and waits for the new
