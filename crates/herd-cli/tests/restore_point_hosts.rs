@@ -5,7 +5,7 @@
 //! commits meanwhile (named in the answer), it is recorded in the store and the proxy's data
 //! directory, and the transfers go on (the balances still sum to the start). With the second
 //! proxy frozen (SIGSTOP) the point is refused, naming it, and nothing is recorded: the name
-//! is free again once it runs.
+//! is free again once it runs. Without --proxy-api, or with a bad name, a clear refusal.
 
 mod common;
 
@@ -131,6 +131,28 @@ async fn a_restore_point_holds_every_proxy_or_is_refused() {
         async move { n >= 20 }
     })
     .await;
+
+    // Bad input: without --proxy-api, or a name PostgreSQL's restore could not use.
+    let mut cmd = Command::new(HERD);
+    cmd.args(["backup", "restore-point", "no_api"]).args([
+        "--dcs",
+        &g.dcs(),
+        "--cluster",
+        &g.cluster,
+    ]);
+    let out = herd_testkit::output_within(&mut cmd, Duration::from_secs(60)).expect("exits");
+    assert!(
+        !out.status.success() && herd_testkit::describe(&out).contains("--proxy-api HOST:PORT"),
+        "{}",
+        herd_testkit::describe(&out)
+    );
+    let out = restore_point(&g, "1bad");
+    assert!(
+        !out.status.success()
+            && herd_testkit::describe(&out).contains("cannot name a restore point"),
+        "{}",
+        herd_testkit::describe(&out)
+    );
 
     // Taken through the first proxy, the second holding its second phases meanwhile.
     let started = Instant::now();
