@@ -210,13 +210,24 @@ enum BackupCommand {
     /// The backups in the repository: label, type, start and stop times, sizes. With --dcs, a
     /// multi-host cluster's, from the repository its agents' herd.toml (--config) names.
     List(BackupListArgs),
-    /// A named point in the WAL of the running cluster (pg_create_restore_point on its
-    /// primary), for `herd restore --to NAME`; one shard group only, for now.
+    /// A named point in the WAL of the running cluster (pg_create_restore_point on every shard
+    /// group's primary, two-phase commits held meanwhile), for `herd restore --to NAME`. With
+    /// --dcs (a multi-host cluster): taken by the `herd proxy` at --proxy-api, every other
+    /// registered proxy holding its two-phase commits too.
     RestorePoint {
         /// The point's name: a letter or '_' first, then letters, digits, '_', '-' or '.'.
         name: String,
+        /// (With --dcs: a directory holding the proxy's API token in secrets/, needed beyond
+        /// 127.0.0.1.)
         #[command(flatten)]
         dir: DataDirArg,
+        /// A multi-host cluster's store.
+        #[command(flatten)]
+        store: crate::hosts::StoreArgs,
+        /// With --dcs: the HTTP API (HOST:PORT, its --api-listen) of the `herd proxy` that
+        /// takes the point.
+        #[arg(long, value_name = "HOST:PORT", requires = "dcs")]
+        proxy_api: Option<String>,
     },
 }
 
@@ -557,9 +568,22 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             ..
         }) => crate::backup::list(&list.dir.layout()?),
         Command::Backup(BackupArgs {
-            command: Some(BackupCommand::RestorePoint { name, dir }),
+            command:
+                Some(BackupCommand::RestorePoint {
+                    name,
+                    dir,
+                    store,
+                    proxy_api,
+                }),
             ..
-        }) => crate::restore_point::run(&dir.layout()?, &name).await,
+        }) => {
+            if store.given() {
+                crate::restore_point_hosts::run(&store, &dir.layout()?, &name, proxy_api.as_deref())
+                    .await
+            } else {
+                crate::restore_point::run(&dir.layout()?, &name).await
+            }
+        }
         Command::Backup(args) if args.store.given() => {
             crate::backup_hosts::run(&args.store, args.group, args.kind).await
         }

@@ -426,6 +426,8 @@ pub async fn proxy(args: ProxyArgs) -> anyhow::Result<()> {
     proxy
         .ctx
         .set_map_gate(Arc::new(crate::proxy_registry::Gate(registry.clone())));
+    // Closed while another proxy takes a restore point across the groups.
+    registry.set_commit_gate(proxy.ctx.commits.clone());
     // The agents' elected coordinator resolves two-phase work left in doubt, once for the
     // cluster, not each proxy.
     proxy.ctx.leave_in_doubt_to_coordinator();
@@ -459,6 +461,12 @@ pub async fn proxy(args: ProxyArgs) -> anyhow::Result<()> {
                 proxy.ctx.clone(),
                 holds.clone(),
                 shutdown_rx.clone(),
+            )),
+            Some(point_taker(
+                proxy.ctx.clone(),
+                registry.clone(),
+                root.clone(),
+                layout.clone(),
             )),
             shutdown_rx.clone(),
         )
@@ -498,6 +506,31 @@ pub async fn proxy(args: ProxyArgs) -> anyhow::Result<()> {
     };
     let _ = shutdown_tx.send(true);
     outcome
+}
+
+/// `POST /restore-point` of this proxy: one point at a time, every other proxy held.
+fn point_taker(
+    ctx: Arc<herd_proxy::ProxyContext>,
+    registry: Arc<crate::proxy_registry::Registry>,
+    root: herd_agent::store::StoreClient,
+    layout: Layout,
+) -> crate::proxy_api::TakePoint {
+    let one = Arc::new(tokio::sync::Mutex::new(()));
+    Arc::new(move |name: String| {
+        let (ctx, registry, root, layout, one) = (
+            ctx.clone(),
+            registry.clone(),
+            root.clone(),
+            layout.clone(),
+            one.clone(),
+        );
+        Box::pin(async move {
+            let _one = one.lock().await;
+            crate::restore_point_hosts::take(&ctx, &registry, &root, &layout, &name)
+                .await
+                .map_err(|e| format!("{e:#}"))
+        })
+    })
 }
 
 #[cfg(test)]

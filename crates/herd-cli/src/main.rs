@@ -44,6 +44,7 @@ mod proxy_registry;
 mod restore;
 mod restore_groups;
 mod restore_point;
+mod restore_point_hosts;
 mod secrets_cmd;
 mod shard_move;
 mod shards;

@@ -107,11 +107,10 @@ async fn dispatch(root: StoreClient, action: AdminAction) -> Result<String, Stri
                 .await
                 .map_err(text)
         }
-        AdminAction::RestorePoint { .. } => Err(
-            "not offered by a multi-host cluster yet: restore points across shard groups are \
-             taken by `herd up` (docs/backup-status.md)"
-                .into(),
-        ),
+        // Served by the `TakePoint` a multi-host proxy gives, or by `herd up`'s own.
+        AdminAction::RestorePoint { .. } => {
+            Err("restore points are not offered by this endpoint".into())
+        }
         // Served by the `AddGroup` the embedding gives (`serve`); never reached without one.
         AdminAction::AddGroup => Err("adding a shard group is not offered here".into()),
     }
@@ -232,9 +231,21 @@ pub type AddGroup = Arc<
         + Sync,
 >;
 
+/// Takes a restore point across every group (its name), answering with what happened or why
+/// not (a multi-host proxy's `POST /restore-point`, `restore_point_hosts.rs`).
+pub type TakePoint = Arc<
+    dyn Fn(
+            String,
+        )
+            -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<String, String>> + Send>>
+        + Send
+        + Sync,
+>;
+
 /// Serves the API on `listen` until `shutdown`. Beyond 127.0.0.1 every request but the health
 /// checks needs the token kept in `layout`'s secrets (created on first use, mode 0600).
-/// `hosts_add_group`: a multi-host proxy's `POST /groups` (without `local`).
+/// `hosts_add_group`: a multi-host proxy's `POST /groups` (without `local`); `hosts_point` its
+/// `POST /restore-point`.
 #[allow(clippy::too_many_arguments)]
 pub async fn serve(
     listen: SocketAddr,
@@ -244,6 +255,7 @@ pub async fn serve(
     endpoint: String,
     local: Option<Local>,
     hosts_add_group: Option<AddGroup>,
+    hosts_point: Option<TakePoint>,
     shutdown: watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(listen)
@@ -323,6 +335,10 @@ pub async fn serve(
     let admin: herd_api::AdminSource = Arc::new(move |action| {
         if let (AdminAction::AddGroup, Some(add)) = (&action, &add_group) {
             return add();
+        }
+        // A multi-host proxy: every registered proxy holds its second phases meanwhile.
+        if let (AdminAction::RestorePoint { name }, Some(take)) = (&action, &hosts_point) {
+            return take(name.clone());
         }
         // `herd up`: the endpoint in this process holds the second phases of two-phase
         // commits while every group's point is written (the supervisor engine's rule).

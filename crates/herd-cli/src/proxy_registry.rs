@@ -22,6 +22,10 @@
 //!   groups than the store records routes nothing by a map until it caught up: it would write
 //!   reference tables and run DDL on the groups before the new one only.
 //!
+//! * a restore point across the groups (`herd backup restore-point --dcs`) holds the others the
+//!   same way, and each also closes its gate of two-phase commits' second phases before it
+//!   acknowledges (`point.rs`).
+//!
 //! Why this is enough: a newcomer registers before it serves anyone and reads maps after; a
 //! change takes the lease before it lists the registrations. Either the change sees the newcomer
 //! (and waits for its acknowledgement) or the newcomer sees the lease (and waits for the new
@@ -39,6 +43,8 @@ use herd_agent::store::StoreClient;
 use herd_dcs::Dcs;
 use herd_proxy::shards::{ChangeScope, ChangeToken, GateFuture, MapGate};
 use tokio::sync::watch;
+
+mod point;
 
 /// Prefix of the proxies' registrations.
 pub const PROXIES: &str = herd_dcs::PROXIES;
@@ -111,6 +117,11 @@ pub struct Registry {
     store_served: AtomicU32,
     /// When the store was last read for holds and groups (ms since `started`; 0: never).
     polled_ms: AtomicU64,
+    /// This proxy's gate of two-phase commits' second phases, closed while another proxy
+    /// takes a restore point (`point.rs`); a point hold is not acknowledged before it is set.
+    commit_gate: OnceLock<herd_proxy::commit_gate::CommitGate>,
+    /// The gate closed for another proxy's restore point, and since when.
+    point_closed: std::sync::Mutex<Option<(herd_proxy::commit_gate::Closed, Instant)>>,
 }
 
 impl Registry {
@@ -142,6 +153,8 @@ impl Registry {
             server: OnceLock::new(),
             store_served: AtomicU32::new(0),
             polled_ms: AtomicU64::new(0),
+            commit_gate: OnceLock::new(),
+            point_closed: std::sync::Mutex::default(),
         });
         // Until it is registered it routes nothing by a shard map ([`Gate::may_use_maps`]); the
         // store being down now does not stop the endpoint from serving everything else.
@@ -203,6 +216,7 @@ impl Registry {
             tokio::task::spawn_blocking(move || dcs.lease_holder(MAP_CHANGE)).await
         else {
             // The store unreachable: the registration goes stale and the maps with it.
+            self.reopen_stale_point_gate();
             return;
         };
         let mut caught_up = false;
@@ -224,6 +238,11 @@ impl Registry {
         }
         self.polled_ms.store(sent.max(1), Ordering::Relaxed);
         let other = holder.filter(|h| proxy_of(h) != self.id);
+        if !self.follow_point(other.as_deref()).await {
+            // Not acknowledged (the point is refused, naming this proxy, unless the gate
+            // closes by the next look).
+            return;
+        }
         let changed = {
             let mut held = self.held_for.lock().unwrap_or_else(|e| e.into_inner());
             if *held != other {
@@ -323,6 +342,7 @@ impl Registry {
 
     async fn lease(&self, owner: &str, acquire: bool) -> Result<bool, String> {
         let (dcs, owner) = (self.dcs.clone(), owner.to_string());
+        // Every hold (a map change's or a restore point's) lives at most CHANGE_TTL.
         tokio::task::spawn_blocking(move || {
             if acquire {
                 dcs.acquire_lease(MAP_CHANGE, &owner, CHANGE_TTL)

@@ -257,6 +257,7 @@ pub async fn run(layout: Layout, config: Config) -> anyhow::Result<()> {
         endpoint,
         Some(local),
         None,
+        None,
         shutdown_rx.clone(),
     )
     .await
