@@ -237,6 +237,7 @@ mod tests {
             listen: None,
             held_for: held.map(str::to_string),
             groups: None,
+            api: None,
         };
         let expected = ["p1".to_string(), "p2".to_string()];
         // (registrations read now, the ones named)
