@@ -161,22 +161,7 @@ pub async fn take(
         warning = warning.or(record(layout, &config, &point)?);
         lines.push(format!("  shard group {}: {}", p.group, point.lsn));
     }
-    if let Some(e) = outcome.error {
-        if outcome.written.is_empty() {
-            bail!("no restore point was taken: {e}");
-        }
-        bail!(
-            "the restore point {name} failed part way ({e}); written on {} of {} groups, \
-             recorded so the name is not used again, but a restore to it is refused",
-            outcome.written.len(),
-            proxy.groups()
-        );
-    }
-    let when = outcome
-        .written
-        .first()
-        .map(|p| herd_backup::format_utc(p.time))
-        .unwrap_or_default();
+    let when = crate::restore_point::settled(&outcome, name, proxy.groups())?;
     if let Some(w) = warning {
         lines.push(w);
     }
@@ -186,4 +171,29 @@ pub async fn take(
         outcome.held.as_secs_f64() * 1000.0,
         lines.join("\n")
     ))
+}
+
+/// The point's time (its first group's) once every group of `groups` holds it; the error
+/// otherwise: nothing taken, or taken on some groups only (recorded by the caller all the
+/// same, so the name is never used again).
+pub fn settled(
+    outcome: &herd_proxy::restore_point::PointOutcome,
+    name: &str,
+    groups: u32,
+) -> anyhow::Result<String> {
+    if let Some(e) = &outcome.error {
+        if outcome.written.is_empty() {
+            bail!("no restore point was taken: {e}");
+        }
+        bail!(
+            "the restore point {name} failed part way ({e}); written on {} of {groups} groups, \
+             recorded so the name is not used again, but a restore to it is refused",
+            outcome.written.len(),
+        );
+    }
+    Ok(outcome
+        .written
+        .first()
+        .map(|p| herd_backup::format_utc(p.time))
+        .unwrap_or_default())
 }

@@ -151,22 +151,7 @@ pub async fn take(
         herd_backup::record_point(&file, &point)?;
         lines.push(format!("  shard group {}: {}", p.group, point.lsn));
     }
-    if let Some(e) = outcome.error {
-        if outcome.written.is_empty() {
-            bail!("no restore point was taken: {e}");
-        }
-        bail!(
-            "the restore point {name} failed part way ({e}); written on {} of {} groups, \
-             recorded so the name is not used again, but a restore to it is refused",
-            outcome.written.len(),
-            proxy.groups()
-        );
-    }
-    let when = outcome
-        .written
-        .first()
-        .map(|p| herd_backup::format_utc(p.time))
-        .unwrap_or_default();
+    let when = crate::restore_point::settled(&outcome, name, proxy.groups())?;
     Ok(format!(
         "Restore point {name} at {when} on {} shard groups (two-phase commits held for {:.1} ms \
          here; {} other herd proxy process(es) held theirs: {}):\n{}",
