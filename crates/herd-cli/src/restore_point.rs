@@ -148,18 +148,9 @@ pub async fn take(
     let outcome = proxy.restore_point(name, COMMITS_WAIT).await;
     let mut lines = Vec::new();
     let mut warning = None;
-    for p in &outcome.written {
-        let point = RestorePoint {
-            name: name.to_string(),
-            lsn: p
-                .lsn
-                .parse()
-                .with_context(|| format!("reading group {}'s position {}", p.group, p.lsn))?,
-            time: p.time,
-            group: p.group,
-        };
+    for point in points(&outcome, name)? {
         warning = warning.or(record(layout, &config, &point)?);
-        lines.push(format!("  shard group {}: {}", p.group, point.lsn));
+        lines.push(format!("  shard group {}: {}", point.group, point.lsn));
     }
     let when = crate::restore_point::settled(&outcome, name, proxy.groups())?;
     if let Some(w) = warning {
@@ -196,4 +187,26 @@ pub fn settled(
         .first()
         .map(|p| herd_backup::format_utc(p.time))
         .unwrap_or_default())
+}
+
+/// The point's record for each group it was written on.
+pub fn points(
+    outcome: &herd_proxy::restore_point::PointOutcome,
+    name: &str,
+) -> anyhow::Result<Vec<RestorePoint>> {
+    outcome
+        .written
+        .iter()
+        .map(|p| {
+            Ok(RestorePoint {
+                name: name.to_string(),
+                lsn: p
+                    .lsn
+                    .parse()
+                    .with_context(|| format!("reading group {}'s position {}", p.group, p.lsn))?,
+                time: p.time,
+                group: p.group,
+            })
+        })
+        .collect()
 }

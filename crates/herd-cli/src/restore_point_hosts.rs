@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use herd_agent::store::StoreClient;
-use herd_backup::{Paths, RestorePoint};
+use herd_backup::Paths;
 use herd_cluster::Layout;
 use herd_dcs::{Dcs, DcsError};
 use serde::{Deserialize, Serialize};
@@ -138,18 +138,9 @@ pub async fn take(
         // A proxy's data directory holds only its secrets until its first point.
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
-    for p in &outcome.written {
-        let point = RestorePoint {
-            name: name.to_string(),
-            lsn: p
-                .lsn
-                .parse()
-                .with_context(|| format!("reading group {}'s position {}", p.group, p.lsn))?,
-            time: p.time,
-            group: p.group,
-        };
+    for point in crate::restore_point::points(&outcome, name)? {
         herd_backup::record_point(&file, &point)?;
-        lines.push(format!("  shard group {}: {}", p.group, point.lsn));
+        lines.push(format!("  shard group {}: {}", point.group, point.lsn));
     }
     let when = crate::restore_point::settled(&outcome, name, proxy.groups())?;
     Ok(format!(
