@@ -64,7 +64,7 @@ pub async fn run(args: AddArgs<'_>) -> anyhow::Result<()> {
             eprintln!("asking the herd proxy at {api} to admit shard group {g}");
             let dcs = root.dcs();
             let by = "herd group add";
-            match crate::group_admission::admit(&dcs, &args.layout, g, by, api).await? {
+            match crate::group_admission::admit(&dcs, &args.layout, g, by, api, None).await? {
                 Some(answer) => answer,
                 None => {
                     eprintln!("an admission of shard group {g} is under way; following it");

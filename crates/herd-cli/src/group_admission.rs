@@ -39,6 +39,12 @@ const POST_TIMEOUT: Duration = Duration::from_secs(300);
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
 /// How long the command waits for a coordinator before it says none runs.
 const UNTAKEN: Duration = Duration::from_secs(45);
+/// How long a coordinator's claim may name a proxy that is no longer registered before it is
+/// taken over: the proxy died with the admission (its registration lives 5 s and is renewed
+/// every second, so twice that is no passing renewal failure). Another proxy's admission is
+/// then safe to start: the map change goes through the store's `map_change` lease, which the
+/// dead proxy's expired with its registration.
+pub const ABANDONED_AFTER: Duration = Duration::from_secs(10);
 
 /// Where an admission stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -82,6 +88,9 @@ pub struct View<'a> {
     pub apis: &'a [String],
     /// That group's admission record.
     pub claim: Option<&'a Claim>,
+    /// How long this coordinator has seen the claim's proxy missing from the registrations
+    /// (zero while it is registered).
+    pub asked_missing: Duration,
     /// Now (seconds since the epoch).
     pub now_s: u64,
     /// Failed attempts in a row (this coordinator's).
@@ -138,15 +147,27 @@ fn under_way(claim: &Claim, now_s: u64) -> bool {
     claim.state == State::Admitting && now_s.saturating_sub(claim.at_s) < CLAIM_LIFE.as_secs()
 }
 
+/// Whether `claim` is a coordinator's admission through a proxy that is not registered (pure).
+/// Only coordinators' claims: their `api` was read from the registrations, so it names the
+/// proxy exactly; a `herd group add --proxy-api` claim names the address the user typed, which
+/// a registration may spell differently (its claim keeps [`CLAIM_LIFE`]).
+pub fn asks_missing_proxy(claim: &Claim, apis: &[String]) -> bool {
+    claim.state == State::Admitting
+        && claim.by.starts_with(COORDINATOR_BY)
+        && !apis.contains(&claim.api)
+}
+
 /// The coordinator's decision (pure).
 pub fn decide(view: &View<'_>) -> Step {
     if view.served >= view.recorded {
         return Step::Idle;
     }
     let group = view.served;
+    let abandoned =
+        |c: &Claim| asks_missing_proxy(c, view.apis) && view.asked_missing >= ABANDONED_AFTER;
     if let Some(c) = view
         .claim
-        .filter(|c| c.group == group && under_way(c, view.now_s))
+        .filter(|c| c.group == group && under_way(c, view.now_s) && !abandoned(c))
     {
         return Step::Busy(group, c.by.clone());
     }
@@ -173,6 +194,9 @@ pub fn backoff(failures: u32) -> Duration {
     let s = 2u64.saturating_pow(failures.min(16));
     Duration::from_secs(s).min(MAX_BACKOFF)
 }
+
+/// How a coordinator's claim names its writer.
+const COORDINATOR_BY: &str = "coordinator ";
 
 fn now_s() -> u64 {
     SystemTime::now()
@@ -204,16 +228,22 @@ pub async fn read(dcs: &Arc<dyn Dcs>, group: u32) -> anyhow::Result<Option<(Clai
         .map(|c| (c, v.revision)))
 }
 
-/// Takes group `group`'s admission for `by` asking `api`: `Ok(None)` when another admission
-/// is under way (its record), else the revision written.
+/// Takes group `group`'s admission for `by` asking `api`: `Err` with the record when another
+/// admission is under way, else the revision written. A claim equal to `abandoned` (one the
+/// caller saw name a proxy gone for [`ABANDONED_AFTER`]) is taken over; the compare-and-set
+/// keeps a claim written meanwhile.
 pub async fn claim(
     dcs: &Arc<dyn Dcs>,
     group: u32,
     by: &str,
     api: &str,
+    abandoned: Option<&Claim>,
 ) -> anyhow::Result<Result<u64, Claim>> {
     let now = read(dcs, group).await?;
-    if let Some((c, _)) = now.as_ref().filter(|(c, _)| under_way(c, now_s())) {
+    if let Some((c, _)) = now
+        .as_ref()
+        .filter(|(c, _)| under_way(c, now_s()) && Some(c) != abandoned)
+    {
         return Ok(Err(c.clone()));
     }
     let record = Claim {
@@ -305,12 +335,13 @@ pub async fn primary_of(root: &StoreClient, g: u32) -> Result<Option<String>, St
 /// keeps others from asking again meanwhile).
 pub async fn run(root: StoreClient, layout: Layout, me: String, mut held: watch::Receiver<bool>) {
     let dcs = root.dcs();
-    let by = format!("coordinator {me}");
+    let by = format!("{COORDINATOR_BY}{me}");
     let mut failures = 0u32;
     let mut retry_at = Instant::now();
     let mut said = String::new();
+    let mut missing = Missing::default();
     while *held.borrow() {
-        let step = match round(&root, failures, Instant::now() < retry_at).await {
+        let step = match round(&root, failures, Instant::now() < retry_at, &mut missing).await {
             Ok(step) => step,
             Err(e) => {
                 tracing::debug!("group admission skipped this round: {e:#}");
@@ -328,12 +359,22 @@ pub async fn run(root: StoreClient, layout: Layout, me: String, mut held: watch:
                 said = line;
             }
             if let Step::Admit { group, api } = step {
+                let abandoned = missing.abandoned().cloned();
+                let (d, l, b, a) = (dcs.clone(), layout.clone(), by.clone(), api.clone());
+                // Its own task: a lost lease does not cut the request, so its outcome is still
+                // written into the claim (which would otherwise say `admitting` until it ages
+                // out) while the next holder waits for it.
+                let mut request =
+                    tokio::spawn(
+                        async move { admit(&d, &l, group, &b, &a, abandoned.as_ref()).await },
+                    );
                 let outcome = tokio::select! {
-                    o = admit(&dcs, &layout, group, &by, &api) => o,
+                    o = &mut request => o.unwrap_or_else(|e| Err(anyhow::anyhow!("{e}"))),
                     _ = held.wait_for(|h| !*h) => {
                         tracing::warn!(
                             "the coordinator lease was lost while shard group {group} was being \
-                             admitted; the proxy goes on, the next holder follows"
+                             admitted; the proxy goes on and its outcome is recorded, the next \
+                             holder follows"
                         );
                         return;
                     }
@@ -364,11 +405,46 @@ pub async fn run(root: StoreClient, layout: Layout, me: String, mut held: watch:
     }
 }
 
+/// Since when this coordinator has seen a claim name a proxy that is not registered.
+#[derive(Default)]
+struct Missing {
+    seen: Option<(Claim, Instant)>,
+}
+
+impl Missing {
+    /// Notes this round's claim; how long its proxy has been missing.
+    fn note(&mut self, claim: Option<&Claim>, apis: &[String]) -> Duration {
+        match claim.filter(|c| asks_missing_proxy(c, apis)) {
+            Some(c) => {
+                if self.seen.as_ref().is_none_or(|(s, _)| s != c) {
+                    self.seen = Some((c.clone(), Instant::now()));
+                }
+                self.seen
+                    .as_ref()
+                    .map_or(Duration::ZERO, |(_, t)| t.elapsed())
+            }
+            None => {
+                self.seen = None;
+                Duration::ZERO
+            }
+        }
+    }
+
+    /// The claim seen missing its proxy for [`ABANDONED_AFTER`].
+    fn abandoned(&self) -> Option<&Claim> {
+        self.seen
+            .as_ref()
+            .filter(|(_, t)| t.elapsed() >= ABANDONED_AFTER)
+            .map(|(c, _)| c)
+    }
+}
+
 /// Reads what [`decide`] needs and decides (`None`: the store has no groups yet).
 async fn round(
     root: &StoreClient,
     failures: u32,
     backing_off: bool,
+    missing: &mut Missing,
 ) -> anyhow::Result<Option<Step>> {
     let recorded = herd_agent::groups::count(root)
         .await
@@ -391,28 +467,31 @@ async fn round(
         .await
         .map_err(anyhow::Error::msg)?;
     let claim = read(&dcs, served).await?.map(|(c, _)| c);
+    let asked_missing = missing.note(claim.as_ref(), &apis);
     Ok(Some(decide(&View {
         recorded,
         served,
         primary_up,
         apis: &apis,
         claim: claim.as_ref(),
+        asked_missing,
         now_s: now_s(),
         failures,
         backing_off,
     })))
 }
 
-/// Claims group `group`'s admission and asks the proxy at `api`; the proxy's answer
-/// (`Ok(None)`: another admission was under way).
+/// Claims group `group`'s admission (taking over `abandoned`, see [`claim`]) and asks the
+/// proxy at `api`; the proxy's answer (`Ok(None)`: another admission was under way).
 pub async fn admit(
     dcs: &Arc<dyn Dcs>,
     layout: &Layout,
     group: u32,
     by: &str,
     api: &str,
+    abandoned: Option<&Claim>,
 ) -> anyhow::Result<Option<String>> {
-    if claim(dcs, group, by, api).await?.is_err() {
+    if claim(dcs, group, by, api, abandoned).await?.is_err() {
         return Ok(None);
     }
     match post_groups(api, Secrets::read_api_token(layout)).await {
@@ -476,144 +555,4 @@ pub async fn follow(root: &StoreClient, g: u32, wait: Duration) -> anyhow::Resul
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn claim(group: u32, state: State, at_s: u64) -> Claim {
-        Claim {
-            group,
-            by: "coordinator a0".into(),
-            api: "10.0.0.9:8080".into(),
-            state,
-            text: String::new(),
-            at_s,
-        }
-    }
-
-    #[test]
-    fn the_coordinator_admits_a_recorded_group_whose_primary_is_up() {
-        let apis = vec!["10.0.0.8:8080".to_string(), "10.0.0.9:8080".to_string()];
-        let now = 10_000;
-        let admitting = claim(2, State::Admitting, now - 10);
-        let stale = claim(2, State::Admitting, now - CLAIM_LIFE.as_secs() - 1);
-        let failed = claim(2, State::Failed, now - 10);
-        let older = claim(1, State::Admitting, now - 10);
-        let admit = |api: &str| Step::Admit {
-            group: 2,
-            api: api.into(),
-        };
-        // (recorded, served, primary up, apis, claim, failures, backing off) -> step
-        type Case<'a> = (
-            u32,
-            u32,
-            bool,
-            &'a [String],
-            Option<&'a Claim>,
-            u32,
-            bool,
-            Step,
-        );
-        let cases: Vec<Case> = vec![
-            (3, 3, true, &apis, None, 0, false, Step::Idle),
-            (3, 3, false, &[], Some(&admitting), 0, false, Step::Idle),
-            (3, 2, false, &apis, None, 0, false, Step::WaitPrimary(2)),
-            (3, 2, true, &[], None, 0, false, Step::NoProxy(2)),
-            (3, 2, true, &apis, None, 0, false, admit("10.0.0.8:8080")),
-            (
-                3,
-                2,
-                true,
-                &apis,
-                Some(&admitting),
-                0,
-                false,
-                Step::Busy(2, "coordinator a0".into()),
-            ),
-            // A claim whose writer died is taken over; a finished or another group's is not in
-            // the way.
-            (
-                3,
-                2,
-                true,
-                &apis,
-                Some(&stale),
-                0,
-                false,
-                admit("10.0.0.8:8080"),
-            ),
-            (
-                3,
-                2,
-                true,
-                &apis,
-                Some(&failed),
-                0,
-                false,
-                admit("10.0.0.8:8080"),
-            ),
-            (
-                3,
-                2,
-                true,
-                &apis,
-                Some(&older),
-                0,
-                false,
-                admit("10.0.0.8:8080"),
-            ),
-            // After failures: back off, then the next proxy.
-            (3, 2, true, &apis, Some(&failed), 1, true, Step::BackOff(2)),
-            (
-                3,
-                2,
-                true,
-                &apis,
-                Some(&failed),
-                1,
-                false,
-                admit("10.0.0.9:8080"),
-            ),
-            (
-                3,
-                2,
-                true,
-                &apis,
-                Some(&failed),
-                2,
-                false,
-                admit("10.0.0.8:8080"),
-            ),
-        ];
-        for (recorded, served, primary_up, apis, claim, failures, backing_off, want) in cases {
-            let view = View {
-                recorded,
-                served,
-                primary_up,
-                apis,
-                claim,
-                now_s: now,
-                failures,
-                backing_off,
-            };
-            assert_eq!(decide(&view), want, "{view:?}");
-        }
-    }
-
-    #[test]
-    fn back_off_doubles_up_to_a_minute() {
-        let got: Vec<u64> = (0..8).map(|f| backoff(f).as_secs()).collect();
-        assert_eq!(got, vec![0, 2, 4, 8, 16, 32, 60, 60]);
-        assert_eq!(backoff(u32::MAX), MAX_BACKOFF);
-    }
-
-    #[test]
-    fn each_step_says_what_it_does() {
-        assert!(Step::NoProxy(2).describe().contains("--api-listen"));
-        assert!(Step::Admit {
-            group: 2,
-            api: "h:1".into()
-        }
-        .describe()
-        .contains("h:1"));
-    }
-}
+mod tests;

@@ -6,7 +6,8 @@
 //! once it did, while a second proxy runs and writes rows by key all along: the new group holds
 //! the table, empty, and the reference table with its rows; the second proxy serves group 2 too
 //! (a reference-table row and a column added through it reach group 2). `herd shards
-//! rebalance --dcs` moves shards there; every row is read back through the proxy exactly once,
+//! rebalance --dcs` moves shards there (group 2's admission first takes over a claim left by a
+//! coordinator whose proxy died: a planted `group_admissions/2` naming an unregistered proxy); every row is read back through the proxy exactly once,
 //! and new rows by key land on group 2 for its shards. Group 3 is then added with
 //! `--proxy-api` (the command asks the proxy itself) and receives the reference rows.
 
@@ -141,6 +142,31 @@ async fn a_group_is_added_across_hosts_when_its_agents_join() {
         })
     };
 
+    // A coordinator that died with its proxy mid-admission left a claim on group 2 naming a
+    // proxy that no longer registers: the live coordinator takes it over after
+    // `ABANDONED_AFTER` (10 s) instead of the claim's full life (330 s, beyond the command's
+    // 180 s wait below, which would then fail).
+    let ghost = serde_json::json!({
+        "group": 2, "by": "coordinator ghost", "api": "127.0.0.1:9", "state": "admitting",
+        "text": "asking the herd proxy at 127.0.0.1:9 to admit shard group 2",
+        "at_s": std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("clock")
+            .as_secs(),
+    });
+    let store = herd_dcs::EtcdDcs::connect(
+        &herd_dcs::EtcdConfig::from_url(&g.dcs(), &g.cluster).expect("store URL"),
+    )
+    .expect("the store");
+    herd_dcs::Dcs::compare_and_set(
+        &store,
+        &format!("{}2", herd_dcs::GROUP_ADMISSIONS),
+        0,
+        ghost.to_string().into_bytes(),
+    )
+    .expect("plant an abandoned claim");
+    drop(store);
+
     // `herd group add --dcs`: records group 2 and says how to start its agents, waits for its
     // primary, then follows its admission by the coordinator, which asks the proxy with an
     // API (started before group 2 existed; the second has none) to admit it.
@@ -208,6 +234,19 @@ async fn a_group_is_added_across_hosts_when_its_agents_join() {
         text.contains("shard group 2 is recorded") && text.contains("shard group 2 added"),
         "{text}"
     );
+    let store = herd_dcs::EtcdDcs::connect(
+        &herd_dcs::EtcdConfig::from_url(&g.dcs(), &g.cluster).expect("store URL"),
+    )
+    .expect("the store");
+    let record = herd_dcs::Dcs::get(&store, &format!("{}2", herd_dcs::GROUP_ADMISSIONS))
+        .expect("read the admission record")
+        .expect("group 2's admission record");
+    let record: serde_json::Value = serde_json::from_slice(&record.value).expect("json");
+    assert!(
+        record["state"] == "admitted" && record["by"] != "coordinator ghost",
+        "the live coordinator took the abandoned claim over: {record}"
+    );
+    drop(store);
     // The coordinator (one of the agents) asked the proxy with an API; the command followed.
     let asked = format!(
         "asking the herd proxy at {} to admit shard group 2",
