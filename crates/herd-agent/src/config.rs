@@ -56,6 +56,9 @@ pub struct AgentConfig {
     /// repository's newest backup instead of pg_basebackup when there is one (`[backup]
     /// replicas_from_repository`; `herd up`'s nodes read it from their herd.toml instead).
     pub replicas_from_repository: bool,
+    /// Dead-vs-hung timeouts and restart back-off (`herd up`: from `[supervisor]`; `herd
+    /// agent`: from its lease timings and its herd.toml's `[supervisor]`).
+    pub policy: crate::policy::Policy,
 }
 
 /// One node's files inside a `herd up` data directory (today's `nodes/<node>/`,

@@ -510,6 +510,7 @@ fn build_agent(
         backup: false,
         archive_lag_warning_s: config.backup.archive_lag_warning_s,
         replicas_from_repository: config.backup.replicas_from_repository,
+        policy: timings.policy,
     };
     let dcs = crate::groups::scoped(root.clone(), node.group);
     let shared = Arc::new(std::sync::Mutex::new(Shared {
@@ -551,7 +552,6 @@ fn build_agent(
         node.name.to_string(),
         StoreClient::new(root.clone()),
     )
-    .with_policy(timings.policy)
     .with_peer_fence(fence)
 }
 

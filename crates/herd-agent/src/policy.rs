@@ -45,6 +45,45 @@ impl Policy {
         }
     }
 
+    /// [`Policy::for_agent`] with the one-host settings of a herd.toml's `[supervisor]`, so
+    /// `herd agent --config herd.toml` honours the same keys as `herd up`:
+    /// `failover_timeout_ms` (never under two rounds), `hung_timeout_ms` (never under the
+    /// former, and capped at `ttl − safety_margin`: past that the watchdog fences a silent
+    /// leader anyway) and `restart_backoff_ms`. With `[supervisor]`'s defaults (2 s, 8 s,
+    /// 0.5 s) and the agent's (10 s TTL, 1 s loop wait, 2.5 s margin) it is
+    /// [`Policy::default`]. The second value says what was capped, for the log.
+    pub fn for_agent_config(
+        ttl: Duration,
+        loop_wait: Duration,
+        safety_margin: Duration,
+        supervisor: &herd_config::SupervisorConfig,
+    ) -> (Policy, Option<String>) {
+        let failover_timeout =
+            Duration::from_millis(supervisor.failover_timeout_ms).max(loop_wait * 2);
+        let wanted = Duration::from_millis(supervisor.hung_timeout_ms).max(failover_timeout);
+        let ceiling = ttl.saturating_sub(safety_margin).max(failover_timeout);
+        let capped = (wanted > ceiling
+            && supervisor.hung_timeout_ms
+                != herd_config::SupervisorConfig::default().hung_timeout_ms)
+            .then(|| {
+                format!(
+                    "supervisor.hung_timeout_ms = {} is longer than the lease allows (--ttl-ms \
+                     minus --safety-margin-ms = {} ms): a silent leader gives its lease up after \
+                     {} ms",
+                    supervisor.hung_timeout_ms,
+                    ceiling.as_millis(),
+                    ceiling.as_millis()
+                )
+            });
+        let policy = Policy {
+            restart_backoff: Duration::from_millis(supervisor.restart_backoff_ms.max(1)),
+            max_restart_backoff: MAX_RESTART_BACKOFF,
+            failover_timeout,
+            hung_timeout: wanted.min(ceiling),
+        };
+        (policy, capped)
+    }
+
     /// Delay before the next start attempt after `failed` failed ones: none before the first,
     /// then `restart_backoff` doubled per further failure, capped at `max_restart_backoff`.
     pub fn backoff(&self, failed: u32) -> Duration {
@@ -86,6 +125,51 @@ mod tests {
         assert_eq!(p.backoff(4), Duration::from_secs(4));
         assert_eq!(p.backoff(7), Duration::from_secs(30), "capped");
         assert_eq!(p.backoff(u32::MAX), Duration::from_secs(30));
+    }
+
+    #[test]
+    fn a_herd_toml_supervisor_section_sets_the_agent_timeouts() {
+        let (ttl, wait, margin) = (
+            Duration::from_secs(10),
+            Duration::from_secs(1),
+            Duration::from_millis(2500),
+        );
+        let defaults = herd_config::SupervisorConfig::default();
+        assert_eq!(
+            Policy::for_agent_config(ttl, wait, margin, &defaults),
+            (Policy::default(), None),
+            "the defaults of both give today's policy"
+        );
+        let set = |failover: u64, hung: u64, backoff: u64| herd_config::SupervisorConfig {
+            failover_timeout_ms: failover,
+            hung_timeout_ms: hung,
+            restart_backoff_ms: backoff,
+            ..herd_config::SupervisorConfig::default()
+        };
+        // (failover_timeout_ms, hung_timeout_ms, restart_backoff_ms) -> (failover, hung,
+        // back-off, capped)
+        let cases = [
+            ((3000, 6000, 200), (3000, 6000, 200, false)),
+            // Under two rounds: two rounds.
+            ((500, 6000, 500), (2000, 6000, 500, false)),
+            // Hung shorter than dead: the dead timeout.
+            ((4000, 1000, 500), (4000, 4000, 500, false)),
+            // Longer than the lease allows: capped and said.
+            ((2000, 20_000, 500), (2000, 7500, 500, true)),
+        ];
+        for ((f, h, b), (wf, wh, wb, capped)) in cases {
+            let (p, said) = Policy::for_agent_config(ttl, wait, margin, &set(f, h, b));
+            assert_eq!(
+                (
+                    p.failover_timeout.as_millis(),
+                    p.hung_timeout.as_millis(),
+                    p.restart_backoff.as_millis(),
+                    said.is_some()
+                ),
+                (wf, wh, wb, capped),
+                "{f} {h} {b}"
+            );
+        }
     }
 
     #[test]

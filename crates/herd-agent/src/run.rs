@@ -132,7 +132,7 @@ impl Agent {
         instance: String,
         root: StoreClient,
     ) -> Self {
-        let policy = Policy::for_agent(node.cfg.ttl, node.cfg.loop_wait, node.cfg.safety_margin);
+        let policy = node.cfg.policy;
         Agent {
             node,
             store,
@@ -157,12 +157,6 @@ impl Agent {
             root,
             peer_fence: None,
         }
-    }
-
-    /// With timings other than those derived from the lease (`herd up`'s `[supervisor]`).
-    pub fn with_policy(mut self, policy: Policy) -> Self {
-        self.policy = policy;
-        self
     }
 
     /// With a fence of the other local members' servers run before this one promotes.

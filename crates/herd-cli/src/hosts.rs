@@ -187,7 +187,8 @@ pub struct AgentArgs {
     /// A herd.toml whose [postgres] section sets the server's settings (shared_buffers,
     /// wal_keep_size, … — the same keys as for `herd up`); the defaults otherwise. Its
     /// [backup] (a repository every host sees, or [backup.s3]) turns on WAL archiving and
-    /// `herd backup --dcs`.
+    /// `herd backup --dcs`. Its [supervisor] failover_timeout_ms, hung_timeout_ms (at most
+    /// --ttl-ms minus --safety-margin-ms) and restart_backoff_ms apply as in `herd up`.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
 }
@@ -213,6 +214,20 @@ pub async fn agent(args: AgentArgs) -> anyhow::Result<()> {
         postgres.bindir = args.pg_bindir.clone();
     }
     let backup = file_config.backup.is_enabled();
+    let (ttl, loop_wait, safety_margin) = (
+        Duration::from_millis(args.ttl_ms),
+        Duration::from_millis(args.loop_wait_ms),
+        Duration::from_millis(args.safety_margin_ms),
+    );
+    let (policy, capped) = herd_agent::policy::Policy::for_agent_config(
+        ttl,
+        loop_wait,
+        safety_margin,
+        &file_config.supervisor,
+    );
+    if let Some(why) = capped {
+        tracing::warn!("{why}");
+    }
     let cfg = AgentConfig {
         name: args.name.clone(),
         group: args.group,
@@ -229,9 +244,9 @@ pub async fn agent(args: AgentArgs) -> anyhow::Result<()> {
             .api_advertise
             .clone()
             .unwrap_or_else(|| args.api_listen.to_string()),
-        ttl: Duration::from_millis(args.ttl_ms),
-        loop_wait: Duration::from_millis(args.loop_wait_ms),
-        safety_margin: Duration::from_millis(args.safety_margin_ms),
+        ttl,
+        loop_wait,
+        safety_margin,
         failsafe: !args.no_failsafe,
         bootstrap,
         postgres,
@@ -239,6 +254,7 @@ pub async fn agent(args: AgentArgs) -> anyhow::Result<()> {
         backup,
         archive_lag_warning_s: file_config.backup.archive_lag_warning_s,
         replicas_from_repository: backup && file_config.backup.replicas_from_repository,
+        policy,
     };
     if backup {
         // Before the server starts: its archive_command reads this configuration.

@@ -144,12 +144,14 @@ async fn agents_fail_over_fence_and_rejoin_without_losing_writes() {
 
 /// kill -9 of the primary's PostgreSQL postmaster only, its agent alive: the agent no longer
 /// restarts the server in place (it did before slice 8 of #39) while a replica can take over.
-/// It renews the lease for the failover timeout (2 s), then abdicates (fences, keeps the
-/// was-primary marker, releases the lease); a replica takes over at once and the old member
-/// rejoins as a replica through pg_rewind. No acknowledged write is lost, never two primaries.
+/// It renews the lease for the failover timeout (3.5 s here, from the agents' herd.toml
+/// `[supervisor] failover_timeout_ms`, as `herd up` reads it; 2 s by default), then abdicates
+/// (fences, keeps the was-primary marker, releases the lease); a replica takes over at once and
+/// the old member rejoins as a replica through pg_rewind. No acknowledged write is lost, never
+/// two primaries.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_server_under_live_agent_fails_over() {
-    let hosts = Hosts::start();
+    let hosts = Hosts::start_configured("[supervisor]\nfailover_timeout_ms = 3500\n");
     let (stop, record, threads) = start_checker(&hosts).await;
     let acked = || record.lock().expect("record").acknowledged.len();
     hosts.wait_writes(&acked, "at first");
@@ -180,10 +182,19 @@ async fn killed_server_under_live_agent_fails_over() {
             took.as_secs_f64(),
             Hosts::name(old)
         );
-        // The failover timeout (2 s) passed first: the server was given that long to be back.
+        // The failover timeout (3.5 s) passed first: the server was given that long to be back
+        // (less half a round of the agent's probe before the kill was noticed).
         assert!(
-            took >= Duration::from_millis(1500),
+            took >= Duration::from_millis(3000),
             "replaced after {took:?}"
+        );
+        let log =
+            std::fs::read_to_string(hosts.dir.path().join(format!("{}.log", Hosts::name(old))))
+                .unwrap_or_default();
+        assert!(
+            log.contains("takes over after 3.5 s (no postmaster)"),
+            "the agent's policy is the herd.toml's:\n{}",
+            hosts.logs()
         );
         hosts.wait_writes(&acked, "after the failover");
         assert!(

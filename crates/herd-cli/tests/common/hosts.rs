@@ -520,7 +520,24 @@ pub async fn start_checker(
     Arc<Mutex<Record>>,
     Vec<std::thread::JoinHandle<()>>,
 ) {
-    let client = super::connect(&hosts.proxy_url()).await;
+    // The proxy listens before it has followed the first leader from the store: until then it
+    // refuses logins with 57P03 ("retry in a few seconds"), which a loaded machine can stretch.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let client = loop {
+        match tokio_postgres::connect(&hosts.proxy_url(), tokio_postgres::NoTls).await {
+            Ok((client, conn)) => {
+                tokio::spawn(conn);
+                break client;
+            }
+            Err(e)
+                if e.code() == Some(&tokio_postgres::error::SqlState::CANNOT_CONNECT_NOW)
+                    && Instant::now() < deadline =>
+            {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => panic!("connecting to the proxy: {e} ({:?})", e.as_db_error()),
+        }
+    };
     client
         .batch_execute("create table acked (id bigint primary key)")
         .await

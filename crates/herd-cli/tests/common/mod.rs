@@ -27,7 +27,7 @@ pub fn cluster() -> TestCluster {
 pub async fn connect(url: &str) -> Client {
     let (client, conn) = tokio_postgres::connect(url, NoTls)
         .await
-        .unwrap_or_else(|e| panic!("connecting to {url}: {e}"));
+        .unwrap_or_else(|e| panic!("connecting to {url}: {e} ({:?})", e.as_db_error()));
     tokio::spawn(async move {
         let _ = conn.await;
     });
