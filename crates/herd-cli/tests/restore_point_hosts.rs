@@ -1,11 +1,13 @@
-//! `herd backup restore-point NAME --dcs … --proxy-api …` on a multi-host cluster, modelled
+//! `herd backup restore-point NAME --dcs …` on a multi-host cluster, modelled
 //! on loopback: one etcd, two shard groups of one `herd agent` each, two `herd proxy`
 //! processes. Bank transfers spanning the groups run through both proxies while the point is
 //! taken through the first: it is written on both groups, the second proxy held its two-phase
 //! commits meanwhile (named in the answer), it is recorded in the store and the proxy's data
 //! directory, and the transfers go on (the balances still sum to the start). With the second
 //! proxy frozen (SIGSTOP) the point is refused, naming it, and nothing is recorded: the name
-//! is free again once it runs. Without --proxy-api, or with a bad name, a clear refusal.
+//! is free again once it runs. The points are asked without --proxy-api (the proxy found through
+//! its registration's API) but the last, which names it; an unreachable --proxy-api or a bad
+//! name is a clear refusal.
 
 mod common;
 
@@ -41,15 +43,22 @@ async fn transfer(db: &tokio_postgres::Client, from: i64, to: i64, amount: i64) 
     true
 }
 
-/// `herd backup restore-point NAME --dcs … --proxy-api …` within 60 s.
-fn restore_point(g: &Groups, name: &str) -> std::process::Output {
+/// `herd backup restore-point NAME --dcs …` within 60 s: the proxy found in the store (its
+/// registration names its API), or the one at `api` (`--proxy-api`).
+fn restore_point_at(g: &Groups, name: &str, api: Option<&str>) -> std::process::Output {
     let mut cmd = Command::new(HERD);
     cmd.args(["backup", "restore-point", name])
-        .args(["--dcs", &g.dcs(), "--cluster", &g.cluster])
-        .args(["--proxy-api", &g.proxy_api()])
-        .arg("--data-dir")
-        .arg(g.dir.path().join("proxy"));
+        .args(["--dcs", &g.dcs(), "--cluster", &g.cluster]);
+    if let Some(api) = api {
+        cmd.args(["--proxy-api", api]);
+    }
+    cmd.arg("--data-dir").arg(g.dir.path().join("proxy"));
     herd_testkit::output_within(&mut cmd, Duration::from_secs(60)).expect("herd exits in time")
+}
+
+/// [`restore_point_at`] without `--proxy-api`.
+fn restore_point(g: &Groups, name: &str) -> std::process::Output {
+    restore_point_at(g, name, None)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -132,17 +141,14 @@ async fn a_restore_point_holds_every_proxy_or_is_refused() {
     })
     .await;
 
-    // Bad input: without --proxy-api, or a name PostgreSQL's restore could not use.
-    let mut cmd = Command::new(HERD);
-    cmd.args(["backup", "restore-point", "no_api"]).args([
-        "--dcs",
-        &g.dcs(),
-        "--cluster",
-        &g.cluster,
-    ]);
-    let out = herd_testkit::output_within(&mut cmd, Duration::from_secs(60)).expect("exits");
+    // Bad input: a --proxy-api nobody serves (named, nothing taken), or a name PostgreSQL's
+    // restore could not use.
+    let nobody = format!("127.0.0.1:{}", herd_testkit::free_port_block(1));
+    let out = restore_point_at(&g, "no_api", Some(&nobody));
     assert!(
-        !out.status.success() && herd_testkit::describe(&out).contains("--proxy-api HOST:PORT"),
+        !out.status.success()
+            && herd_testkit::describe(&out).contains("cannot reach the herd proxy's HTTP API")
+            && herd_testkit::describe(&out).contains("nothing was taken"),
         "{}",
         herd_testkit::describe(&out)
     );
@@ -154,7 +160,8 @@ async fn a_restore_point_holds_every_proxy_or_is_refused() {
         herd_testkit::describe(&out)
     );
 
-    // Taken through the first proxy, the second holding its second phases meanwhile.
+    // Taken through the first proxy (the only one serving an API: found through its
+    // registration, no --proxy-api), the second holding its second phases meanwhile.
     let started = Instant::now();
     let out = restore_point(&g, "mid_load");
     let text = herd_testkit::describe(&out);
@@ -221,7 +228,7 @@ async fn a_restore_point_holds_every_proxy_or_is_refused() {
     // Refused, the name is free: taken once the second proxy runs again.
     let mut retried = None;
     for _ in 0..5 {
-        let out = restore_point(&g, "frozen");
+        let out = restore_point_at(&g, "frozen", Some(&g.proxy_api()));
         if out.status.success() {
             retried = Some(out);
             break;
