@@ -159,7 +159,7 @@ async fn a_multi_host_cluster_is_restored_to_a_named_point_from_its_repository()
                     i += 1;
                     let a = on[0][(i + w) % on[0].len()];
                     let b = on[1][(i * 7 + w) % on[1].len()];
-                    let (from, to) = if i % 2 == 0 { (a, b) } else { (b, a) };
+                    let (from, to) = if i.is_multiple_of(2) { (a, b) } else { (b, a) };
                     let begun_after = after.load(Ordering::SeqCst);
                     let id = (w * 1_000_000 + i) as i64;
                     if transfer(&db, id, from, to, (i % 9 + 1) as i64).await {
