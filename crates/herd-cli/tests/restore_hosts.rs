@@ -34,14 +34,7 @@ async fn transfer(db: &tokio_postgres::Client, id: i64, from: i64, to: i64, amou
         format!("insert into done (id) values ({id})"),
         "commit".to_string(),
     ];
-    for s in &sql {
-        let done = tokio::time::timeout(Duration::from_secs(10), db.batch_execute(s)).await;
-        if !matches!(done, Ok(Ok(()))) {
-            let _ = db.batch_execute("rollback").await;
-            return false;
-        }
-    }
-    true
+    common::all_or_nothing(db, &sql).await
 }
 
 /// `herd ARGS` within `limit`.
@@ -55,12 +48,7 @@ fn herd(args: &[&str], limit: Duration) -> std::process::Output {
 /// current position (switched first): the points taken before are in the repository then.
 async fn archived(g: &Groups) {
     for i in 0..AGENTS.len() {
-        let url = format!(
-            "postgresql://postgres:{}@127.0.0.1:{}/postgres?connect_timeout=5",
-            g.password(),
-            g.pg_port(i)
-        );
-        let db = common::connect(&url).await;
+        let db = common::connect(&g.direct_url(i)).await;
         let row = db
             .query_one(
                 "select pg_walfile_name(pg_current_wal_lsn()), pg_switch_wal()::text",
@@ -102,12 +90,7 @@ async fn a_multi_host_cluster_is_restored_to_a_named_point_from_its_repository()
         ),
     )
     .expect("agent.toml");
-    g.start_agent(0);
-    g.wait_role(0, "primary", Duration::from_secs(60));
-    g.start_agent(1);
-    g.wait_role(1, "primary", Duration::from_secs(90));
-    g.start_proxy();
-    let db = g.connect_proxy().await;
+    let db = g.start_primaries_and_proxy().await;
     for sql in [
         "create table accounts (id bigint primary key, balance bigint not null)",
         "select herd.create_distributed_table('accounts', 'id')",
@@ -116,32 +99,9 @@ async fn a_multi_host_cluster_is_restored_to_a_named_point_from_its_repository()
     ] {
         db.simple_query(sql).await.expect(sql);
     }
-    let rows: Vec<String> = (1..=ACCOUNTS).map(|i| format!("({i}, {START})")).collect();
-    db.batch_execute(&format!(
-        "insert into accounts (id, balance) values {}",
-        rows.join(", ")
-    ))
-    .await
-    .expect("accounts");
+    common::fill_accounts(&db, ACCOUNTS, START).await;
     // Which group holds each account (group 0's primary is agent 0, group 1's agent 1).
-    let mut on: Vec<Vec<i64>> = Vec::new();
-    for i in 0..2 {
-        let url = format!(
-            "postgresql://postgres:{}@127.0.0.1:{}/postgres?connect_timeout=5",
-            g.password(),
-            g.pg_port(i)
-        );
-        let direct = common::connect(&url).await;
-        on.push(
-            direct
-                .query("select id from accounts order by id", &[])
-                .await
-                .expect("ids")
-                .iter()
-                .map(|r| r.get(0))
-                .collect(),
-        );
-    }
+    let on = common::accounts_by_group(&[g.direct_url(0), g.direct_url(1)]).await;
     assert!(on[0].len() >= 2 && on[1].len() >= 2, "{on:?}");
 
     // Transfers spanning the groups: (id, begun after the point) of each acknowledged one.

@@ -33,14 +33,7 @@ async fn transfer(db: &tokio_postgres::Client, from: i64, to: i64, amount: i64) 
         format!("update accounts set balance = balance + {amount} where id = {to}"),
         "commit".to_string(),
     ];
-    for s in &sql {
-        let done = tokio::time::timeout(Duration::from_secs(10), db.batch_execute(s)).await;
-        if !matches!(done, Ok(Ok(()))) {
-            let _ = db.batch_execute("rollback").await;
-            return false;
-        }
-    }
-    true
+    common::all_or_nothing(db, &sql).await
 }
 
 /// `herd backup restore-point NAME --dcs …` within 60 s: the proxy found in the store (its
@@ -64,44 +57,16 @@ fn restore_point(g: &Groups, name: &str) -> std::process::Output {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restore_point_holds_every_proxy_or_is_refused() {
     let mut g = Groups::new(&AGENTS, "rp");
-    g.start_agent(0);
-    g.wait_role(0, "primary", Duration::from_secs(60));
-    g.start_agent(1);
-    g.wait_role(1, "primary", Duration::from_secs(90));
-    g.start_proxy();
-    let db = g.connect_proxy().await;
+    let db = g.start_primaries_and_proxy().await;
     db.batch_execute("create table accounts (id bigint primary key, balance bigint not null)")
         .await
         .expect("table");
     db.simple_query("select herd.create_distributed_table('accounts', 'id')")
         .await
         .expect("distribute");
-    let rows: Vec<String> = (1..=ACCOUNTS).map(|i| format!("({i}, {START})")).collect();
-    db.batch_execute(&format!(
-        "insert into accounts (id, balance) values {}",
-        rows.join(", ")
-    ))
-    .await
-    .expect("accounts");
+    common::fill_accounts(&db, ACCOUNTS, START).await;
     // Which group holds each account (group 0's primary is agent 0, group 1's agent 1).
-    let mut on: Vec<Vec<i64>> = Vec::new();
-    for i in 0..2 {
-        let url = format!(
-            "postgresql://postgres:{}@127.0.0.1:{}/postgres?connect_timeout=5",
-            g.password(),
-            g.pg_port(i)
-        );
-        let direct = common::connect(&url).await;
-        on.push(
-            direct
-                .query("select id from accounts order by id", &[])
-                .await
-                .expect("ids")
-                .iter()
-                .map(|r| r.get(0))
-                .collect(),
-        );
-    }
+    let on = common::accounts_by_group(&[g.direct_url(0), g.direct_url(1)]).await;
     assert!(on[0].len() >= 2 && on[1].len() >= 2, "{on:?}");
 
     let second_port = g.base + 2 * AGENTS.len() as u16 + 2;
