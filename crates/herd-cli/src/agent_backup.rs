@@ -146,6 +146,7 @@ impl Task {
         let mut stanza_ready = false;
         let mut last_try: Option<Instant> = None;
         let mut last_look: Option<Instant> = None;
+        let mut points_failed: Option<Instant> = None;
         loop {
             if *shutdown.borrow() {
                 return;
@@ -172,11 +173,19 @@ impl Task {
             if let Err(e) = self.take_request().await {
                 tracing::warn!("backup request: {e:#}");
             }
-            // One writer of the repository's record of restore points: group 0's leader.
+            // One writer of the repository's record of restore points: group 0's leader (after
+            // a failure, every STANZA_RETRY rather than every second: one warning, not a flood).
             if let (true, 0, Some(repository)) = (leading, self.group, &self.repository) {
-                let owner = self.runner.owner.as_ref();
-                if let Err(e) = crate::agent_points::sync(&self.root, repository, owner).await {
-                    tracing::warn!("copying restore points into the repository: {e:#}");
+                if points_failed.is_none_or(|t| t.elapsed() > STANZA_RETRY) {
+                    let owner = self.runner.owner.as_ref();
+                    points_failed = None;
+                    if let Err(e) = crate::agent_points::sync(&self.root, repository, owner).await {
+                        points_failed = Some(Instant::now());
+                        tracing::warn!(
+                            "copying restore points into the repository (tried again in 10 s): \
+                             {e:#}"
+                        );
+                    }
                 }
             }
             tokio::select! {

@@ -7,8 +7,9 @@
 //! restore stops at the first record of a name, so a name written on any group is never used
 //! again. The record says what happened (taken, partial, refused) with each group's WAL
 //! position; a refused one (nothing written anywhere) frees the name. The proxy's data
-//! directory keeps the written groups' records too (`backup/restore-points.tsv`, the format
-//! `herd restore --to NAME` reads).
+//! directory keeps the written groups' records too (`backup/restore-points.tsv`), and group 0's
+//! leading agent copies them into the repository's `herd-restore-points.tsv`
+//! (`agent_points.rs`), which `herd restore --to NAME --repository DIR` reads.
 
 use std::sync::Arc;
 use std::time::Duration;
