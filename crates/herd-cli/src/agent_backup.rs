@@ -94,11 +94,13 @@ pub fn prepare(cfg: &AgentConfig, backup: &BackupConfig, config_dir: &Path) -> a
 
 /// Starts the task that creates the stanza while this agent leads, takes the scheduled backups
 /// then (`[backup] full_every_s`, `incr_every_s`) and runs the backups asked of it, until
-/// `shutdown`. `dcs`: the group's view of the store.
+/// `shutdown`; group 0's leader also copies the store's restore points into the repository's
+/// record (`agent_points.rs`). `dcs`: the group's view of the store; `root`: the cluster's.
 pub fn spawn(
     cfg: &AgentConfig,
     backup: &BackupConfig,
     dcs: Arc<dyn Dcs>,
+    root: Arc<dyn Dcs>,
     shutdown: watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
     let layout = Layout::new(&cfg.data_dir);
@@ -112,6 +114,8 @@ pub fn spawn(
         group: cfg.group,
         store: StoreClient::new(dcs.clone()),
         dcs,
+        root,
+        repository: repository(backup)?,
         layout,
         runner,
         schedule: Schedule {
@@ -128,6 +132,10 @@ struct Task {
     group: u32,
     store: StoreClient,
     dcs: Arc<dyn Dcs>,
+    /// The cluster's view of the store (restore points are the cluster's, not a group's).
+    root: Arc<dyn Dcs>,
+    /// The shared repository directory (`None`: S3, where no record of points is kept yet).
+    repository: Option<PathBuf>,
     layout: Layout,
     runner: Runner,
     schedule: Schedule,
@@ -138,6 +146,7 @@ impl Task {
         let mut stanza_ready = false;
         let mut last_try: Option<Instant> = None;
         let mut last_look: Option<Instant> = None;
+        let mut points_failed: Option<Instant> = None;
         loop {
             if *shutdown.borrow() {
                 return;
@@ -163,6 +172,21 @@ impl Task {
             }
             if let Err(e) = self.take_request().await {
                 tracing::warn!("backup request: {e:#}");
+            }
+            // One writer of the repository's record of restore points: group 0's leader (after
+            // a failure, every STANZA_RETRY rather than every second: one warning, not a flood).
+            if let (true, 0, Some(repository)) = (leading, self.group, &self.repository) {
+                if points_failed.is_none_or(|t| t.elapsed() > STANZA_RETRY) {
+                    let owner = self.runner.owner.as_ref();
+                    points_failed = None;
+                    if let Err(e) = crate::agent_points::sync(&self.root, repository, owner).await {
+                        points_failed = Some(Instant::now());
+                        tracing::warn!(
+                            "copying restore points into the repository (tried again in 10 s): \
+                             {e:#}"
+                        );
+                    }
+                }
             }
             tokio::select! {
                 _ = tokio::time::sleep(TICK) => {}

@@ -86,9 +86,12 @@ pub fn refusal(
 }
 
 /// `herd backup --dcs … [--group G] [--type T]`: every group in turn (or `group`), each from
-/// its primary's agent.
+/// its primary's agent; then, of every group of several, a restore point across them named
+/// `backup-<group 0's label>` (as `herd up`'s `herd backup` takes), through a registered proxy
+/// ([`crate::restore_point_hosts::request`]). `layout`: where the proxy's API token may be.
 pub async fn run(
     store: &crate::hosts::StoreArgs,
+    layout: &herd_cluster::Layout,
     group: Option<u32>,
     kind: BackupKind,
 ) -> anyhow::Result<()> {
@@ -100,16 +103,53 @@ pub async fn run(
         Some(g) => vec![g],
         None => (0..count).collect(),
     };
+    let every = groups.len() as u32 == count;
+    let mut first = None;
     for g in groups {
         let client = store.open_group(g).await?;
         let text = backup_group(&client, g, kind).await?;
         crate::output::emitln!("Shard group {g}: {text}");
+        first = first.or(Some(text));
     }
-    crate::output::emitln!(
-        "Restore with: herd restore --to latest --repository REPOSITORY --data-dir NEW-DIR \
-         (REPOSITORY: [backup] repository of the agents' herd.toml)"
-    );
+    if count == 1 {
+        crate::output::emitln!(
+            "Restore with: herd restore --to latest --repository REPOSITORY --data-dir NEW-DIR \
+             (REPOSITORY: [backup] repository of the agents' herd.toml)"
+        );
+        return Ok(());
+    }
+    // A point consistent across the groups right after the backups: a restore of the whole
+    // cluster needs one (each group's WAL alone is not consistent with the others').
+    let name = first.as_deref().and_then(point_name).filter(|_| every);
+    let Some(name) = name else {
+        crate::output::emitln!(
+            "No restore point taken (one group backed up): a restore of the cluster needs one \
+             taken across its groups after their backups: herd backup restore-point NAME --dcs …"
+        );
+        return Ok(());
+    };
+    eprintln!("backup: restore point {name} across the {count} shard groups …");
+    let root = store.open().await?;
+    match crate::restore_point_hosts::request(&root, layout, &name, None).await {
+        Ok(text) => crate::output::emitln!(
+            "{}\nRestore with: herd restore --to {name} --repository REPOSITORY --data-dir \
+             NEW-DIR (REPOSITORY: [backup] repository of the agents' herd.toml)",
+            text.trim_end()
+        ),
+        Err(e) => eprintln!(
+            "warning: no restore point with the backups ({e:#}); take one with `herd backup \
+             restore-point NAME --dcs …` before restoring to one"
+        ),
+    }
     Ok(())
+}
+
+/// The restore point taken with a backup whose agent said `text` ("backup LABEL (…) done …"):
+/// `backup-LABEL`, when that is a valid point name.
+fn point_name(text: &str) -> Option<String> {
+    let label = text.strip_prefix("backup ")?.split_whitespace().next()?;
+    let name = format!("backup-{label}");
+    herd_backup::valid_point_name(&name).then_some(name)
 }
 
 /// Asks the primary's agent of `group` for a backup and waits for its end.
@@ -299,6 +339,26 @@ mod tests {
                     assert!(got.contains(text) && got.contains("shard group 3"), "{got}");
                 }
             }
+        }
+    }
+
+    #[test]
+    fn the_point_with_a_backup_is_named_after_group_0s_label() {
+        let cases = [
+            (
+                "backup 20261129-113000F (full) done in 2.1 s, 22 MB of database (on a0, 3.0 s)",
+                Some("backup-20261129-113000F"),
+            ),
+            (
+                "backup 20261129-113000F_20261129-114000I (incr) done in 1.0 s",
+                Some("backup-20261129-113000F_20261129-114000I"),
+            ),
+            ("pgbackrest reported something else", None),
+            ("backup ", None),
+            ("backup a/b (full)", None),
+        ];
+        for (text, want) in cases {
+            assert_eq!(point_name(text).as_deref(), want, "{text}");
         }
     }
 

@@ -383,7 +383,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             }
         }
         Command::Backup(args) if args.store.given() => {
-            crate::backup_hosts::run(&args.store, args.group, args.kind).await
+            crate::backup_hosts::run(&args.store, &args.dir.layout()?, args.group, args.kind).await
         }
         Command::Backup(args) => {
             crate::backup::run(&args.dir.layout()?, args.kind, args.from_primary).await

@@ -289,6 +289,7 @@ pub async fn agent(args: AgentArgs) -> anyhow::Result<()> {
             &cfg,
             &file_config.backup,
             herd_agent::groups::scoped(dcs.clone(), cfg.group),
+            dcs.clone(),
             shutdown_rx.clone(),
         )?;
     }

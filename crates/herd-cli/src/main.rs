@@ -2,6 +2,7 @@
 
 mod admin;
 mod agent_backup;
+mod agent_points;
 mod agent_slots;
 mod backup;
 mod backup_hosts;

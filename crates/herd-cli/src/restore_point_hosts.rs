@@ -1,5 +1,5 @@
 //! `POST /restore-point?name=N` on a multi-host `herd proxy` (`herd backup restore-point NAME
-//! --dcs … --proxy-api HOST:PORT`): every other registered proxy holds its second phases of
+//! --dcs …`, asking a registered proxy's API or the one `--proxy-api HOST:PORT` names): every other registered proxy holds its second phases of
 //! two-phase commits (`proxy_registry/point.rs`), this one closes its own gate, and the point
 //! is written on every group's primary (herd-proxy `restore_point.rs`, the one-host code).
 //!
@@ -7,8 +7,9 @@
 //! restore stops at the first record of a name, so a name written on any group is never used
 //! again. The record says what happened (taken, partial, refused) with each group's WAL
 //! position; a refused one (nothing written anywhere) frees the name. The proxy's data
-//! directory keeps the written groups' records too (`backup/restore-points.tsv`, the format
-//! `herd restore --to NAME` reads).
+//! directory keeps the written groups' records too (`backup/restore-points.tsv`), and group 0's
+//! leading agent copies them into the repository's `herd-restore-points.tsv`
+//! (`agent_points.rs`), which `herd restore --to NAME --repository DIR` reads.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,6 +27,9 @@ use crate::proxy_registry::Registry;
 pub const POINTS: &str = "restore_points/";
 /// How long this proxy waits for its own second phases under way (as on one host).
 const COMMITS_WAIT: Duration = Duration::from_secs(5);
+/// How long `herd backup restore-point --dcs` waits for the point to reach the repository's
+/// record (group 0's leader looks every second).
+const REPOSITORY_WAIT: Duration = Duration::from_secs(15);
 
 /// A restore point's record in the store.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -38,6 +42,10 @@ pub struct Record {
     pub acknowledged: Vec<String>,
     /// Why it is not taken.
     pub error: Option<String>,
+    /// Copied into the repository's record of restore points by group 0's leading agent
+    /// (`agent_points.rs`), where a restore from the repository alone reads it.
+    #[serde(default)]
+    pub in_repository: bool,
 }
 
 /// Whether a name whose record is `existing` may be used: only when nothing was written.
@@ -101,6 +109,7 @@ pub async fn take(
         groups: Vec::new(),
         acknowledged: Vec::new(),
         error: None,
+        in_repository: false,
     };
     let revision = write(&dcs, &key, revision, &record)
         .await
@@ -154,8 +163,9 @@ pub async fn take(
     ))
 }
 
-/// `herd backup restore-point NAME --dcs … --cluster … --proxy-api HOST:PORT`: the name
-/// checked here (a clear error without a round trip), the point taken by the proxy.
+/// `herd backup restore-point NAME --dcs … --cluster … [--proxy-api HOST:PORT]`: the name
+/// checked here (a clear error without a round trip), the point taken by a proxy: the one at
+/// `proxy_api`, else a registered one (each registration names its API).
 pub async fn run(
     store: &crate::hosts::StoreArgs,
     layout: &Layout,
@@ -168,14 +178,21 @@ pub async fn run(
              '_', '-' or '.', at most 63 characters"
         );
     }
-    let Some(api) = proxy_api else {
-        bail!(
-            "a restore point of a multi-host cluster is taken by a running `herd proxy` (it \
-             holds the other proxies' two-phase commits meanwhile): run this command again with \
-             --proxy-api HOST:PORT (the proxy's --api-listen)"
-        );
-    };
     let root = store.open().await?;
+    let text = request(&root, layout, name, proxy_api).await?;
+    crate::output::emitln!("{}", text.trim_end());
+    Ok(())
+}
+
+/// Asks a proxy for the point `name` (refused here when the store has the name already): the
+/// proxy at `proxy_api`, else the registered proxies' APIs in turn until one answers. Only an
+/// unreachable proxy is passed over: one that answered (taken or refused) is the outcome.
+pub async fn request(
+    root: &StoreClient,
+    layout: &Layout,
+    name: &str,
+    proxy_api: Option<&str>,
+) -> anyhow::Result<String> {
     let key = format!("{POINTS}{name}");
     let dcs = root.dcs();
     if let Some(v) = blocking(move || dcs.get(&key)).await? {
@@ -187,28 +204,113 @@ pub async fn run(
             );
         }
     }
-    let url = format!("http://{api}/restore-point?name={name}");
+    let apis = match proxy_api {
+        Some(api) => vec![api.to_string()],
+        None => crate::proxy_registry::apis(&root.dcs())
+            .await
+            .map_err(|e| anyhow::anyhow!("reading the registered proxies: {e}"))?,
+    };
+    if apis.is_empty() {
+        bail!(
+            "a restore point of a multi-host cluster is taken by a running `herd proxy` (it \
+             holds the other proxies' two-phase commits meanwhile), and no registered proxy \
+             serves an HTTP API: start one with --api-listen, or name one with --proxy-api \
+             HOST:PORT"
+        );
+    }
     let token = herd_cluster::Secrets::read_api_token(layout);
-    let text = tokio::task::spawn_blocking(move || {
+    let mut unreachable = Vec::new();
+    for api in apis {
+        match post_point(&api, token.clone(), name).await? {
+            Ok(text) => {
+                let note = in_repository(root, name).await;
+                return Ok(format!("{}\n{note}", text.trim_end()));
+            }
+            Err(e) => {
+                eprintln!("restore point: {e}; trying the next registered proxy");
+                unreachable.push(e);
+            }
+        }
+    }
+    bail!(
+        "no herd proxy could be reached to take the point (nothing was taken):\n  {}",
+        unreachable.join("\n  ")
+    )
+}
+
+/// Waits (at most [`REPOSITORY_WAIT`]) until group 0's leading agent has copied the point
+/// `name` into the repository's record (`agent_points.rs`); a line saying where it is.
+async fn in_repository(root: &StoreClient, name: &str) -> String {
+    // Only an agent with [backup] publishes its archiving (and copies points).
+    let group0 = StoreClient::new(herd_agent::groups::scoped(root.dcs(), 0));
+    let archives = group0.read().await.is_ok_and(|r| {
+        r.store
+            .members
+            .iter()
+            .any(|m| r.store.leader.as_deref() == Some(m.name.as_str()) && m.archiving.is_some())
+    });
+    if !archives {
+        return "Recorded in the store only: the agents do not archive ([backup] in their \
+                herd.toml), so no repository keeps it"
+            .into();
+    }
+    let deadline = std::time::Instant::now() + REPOSITORY_WAIT;
+    loop {
+        let (dcs, key) = (root.dcs(), format!("{POINTS}{name}"));
+        let copied = blocking(move || dcs.get(&key))
+            .await
+            .ok()
+            .flatten()
+            .and_then(|v| serde_json::from_slice::<Record>(&v.value).ok())
+            .is_some_and(|r| r.in_repository);
+        if copied {
+            return format!(
+                "Recorded in the repository's herd-restore-points.tsv too. Restore to it with: \
+                 herd restore --to {name} --repository REPOSITORY --data-dir NEW-DIR"
+            );
+        }
+        if std::time::Instant::now() >= deadline {
+            return format!(
+                "warning: shard group 0's leading agent has not copied the point into the \
+                 repository's record within {} s (it does at its next look; its log says why \
+                 not): until then a restore from the repository alone cannot find {name}",
+                REPOSITORY_WAIT.as_secs()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+/// `POST /restore-point?name=` to the proxy's API at `api`: its answer (`Ok(Ok)`), its refusal
+/// (`Err`), or why it could not be reached (`Ok(Err)`: another proxy may be tried).
+async fn post_point(
+    api: &str,
+    token: Option<String>,
+    name: &str,
+) -> anyhow::Result<Result<String, String>> {
+    let url = format!("http://{api}/restore-point?name={name}");
+    tokio::task::spawn_blocking(move || {
         let mut request = ureq::post(&url).timeout(Duration::from_secs(300));
         if let Some(t) = token {
             request = request.set("Authorization", &format!("Bearer {t}"));
         }
         match request.call() {
-            Ok(r) => Ok(r.into_string().unwrap_or_default()),
+            Ok(r) => Ok(Ok(r.into_string().unwrap_or_default())),
+            Err(ureq::Error::Status(401, _)) => Err(anyhow::anyhow!(
+                "the herd proxy at {url} asks for its API token: copy its secrets/api_token \
+                 (0600) into --data-dir's secrets/"
+            )),
             Err(ureq::Error::Status(_, r)) => Err(anyhow::anyhow!(
                 "{}",
                 r.into_string().unwrap_or_default().trim()
             )),
-            Err(e) => Err(anyhow::anyhow!(
+            Err(e) => Ok(Err(format!(
                 "cannot reach the herd proxy's HTTP API at {url}: {e}"
-            )),
+            ))),
         }
     })
     .await
-    .context("the request thread failed")??;
-    crate::output::emitln!("{}", text.trim_end());
-    Ok(())
+    .context("the request thread failed")?
 }
 
 #[cfg(test)]
@@ -222,6 +324,7 @@ mod tests {
             groups: Vec::new(),
             acknowledged: Vec::new(),
             error: None,
+            in_repository: false,
         };
         assert!(name_free(None));
         assert!(name_free(Some(&with("refused"))));

@@ -29,23 +29,6 @@ fn refused(out: &std::process::Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
-/// The accounts held by each group's primary (index = group).
-async fn accounts_by_group(urls: &[String]) -> Vec<Vec<i64>> {
-    let mut on = Vec::new();
-    for url in urls {
-        let db = connect(url).await;
-        on.push(
-            db.query("select id from accounts order by id", &[])
-                .await
-                .expect("ids")
-                .iter()
-                .map(|r| r.get(0))
-                .collect(),
-        );
-    }
-    on
-}
-
 /// One transfer spanning the groups, `amount` from `from` to `to`, each leg logged with the
 /// transfer's id: both legs commit or neither.
 async fn transfer(db: &tokio_postgres::Client, id: i64, from: i64, to: i64, amount: i64) -> bool {
@@ -57,14 +40,7 @@ async fn transfer(db: &tokio_postgres::Client, id: i64, from: i64, to: i64, amou
         format!("insert into legs (transfer, account, delta) values ({id}, {to}, {amount})"),
         "commit".to_string(),
     ];
-    for s in &sql {
-        let done = tokio::time::timeout(Duration::from_secs(10), db.batch_execute(s)).await;
-        if !matches!(done, Ok(Ok(()))) {
-            let _ = db.batch_execute("rollback").await;
-            return false;
-        }
-    }
-    true
+    common::all_or_nothing(db, &sql).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -93,17 +69,11 @@ async fn a_restore_point_across_groups_never_holds_half_a_transfer() {
         .await
         .expect("distribute");
     }
-    let rows: Vec<String> = (1..=ACCOUNTS).map(|i| format!("({i}, {START})")).collect();
-    db.batch_execute(&format!(
-        "insert into accounts (id, balance) values {}",
-        rows.join(", ")
-    ))
-    .await
-    .expect("accounts");
+    common::fill_accounts(&db, ACCOUNTS, START).await;
     let direct: Vec<String> = (0..2)
         .map(|g| old.url(&["--group", &g.to_string(), "--primary"]))
         .collect();
-    let on = accounts_by_group(&direct).await;
+    let on = common::accounts_by_group(&direct).await;
     assert!(
         on[0].len() >= 2 && on[1].len() >= 2,
         "both groups hold accounts: {on:?}"

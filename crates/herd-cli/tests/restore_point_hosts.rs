@@ -1,11 +1,13 @@
-//! `herd backup restore-point NAME --dcs … --proxy-api …` on a multi-host cluster, modelled
+//! `herd backup restore-point NAME --dcs …` on a multi-host cluster, modelled
 //! on loopback: one etcd, two shard groups of one `herd agent` each, two `herd proxy`
 //! processes. Bank transfers spanning the groups run through both proxies while the point is
 //! taken through the first: it is written on both groups, the second proxy held its two-phase
 //! commits meanwhile (named in the answer), it is recorded in the store and the proxy's data
 //! directory, and the transfers go on (the balances still sum to the start). With the second
 //! proxy frozen (SIGSTOP) the point is refused, naming it, and nothing is recorded: the name
-//! is free again once it runs. Without --proxy-api, or with a bad name, a clear refusal.
+//! is free again once it runs. The points are asked without --proxy-api (the proxy found through
+//! its registration's API) but the last, which names it; an unreachable --proxy-api or a bad
+//! name is a clear refusal.
 
 mod common;
 
@@ -31,68 +33,40 @@ async fn transfer(db: &tokio_postgres::Client, from: i64, to: i64, amount: i64) 
         format!("update accounts set balance = balance + {amount} where id = {to}"),
         "commit".to_string(),
     ];
-    for s in &sql {
-        let done = tokio::time::timeout(Duration::from_secs(10), db.batch_execute(s)).await;
-        if !matches!(done, Ok(Ok(()))) {
-            let _ = db.batch_execute("rollback").await;
-            return false;
-        }
-    }
-    true
+    common::all_or_nothing(db, &sql).await
 }
 
-/// `herd backup restore-point NAME --dcs … --proxy-api …` within 60 s.
-fn restore_point(g: &Groups, name: &str) -> std::process::Output {
+/// `herd backup restore-point NAME --dcs …` within 60 s: the proxy found in the store (its
+/// registration names its API), or the one at `api` (`--proxy-api`).
+fn restore_point_at(g: &Groups, name: &str, api: Option<&str>) -> std::process::Output {
     let mut cmd = Command::new(HERD);
     cmd.args(["backup", "restore-point", name])
-        .args(["--dcs", &g.dcs(), "--cluster", &g.cluster])
-        .args(["--proxy-api", &g.proxy_api()])
-        .arg("--data-dir")
-        .arg(g.dir.path().join("proxy"));
+        .args(["--dcs", &g.dcs(), "--cluster", &g.cluster]);
+    if let Some(api) = api {
+        cmd.args(["--proxy-api", api]);
+    }
+    cmd.arg("--data-dir").arg(g.dir.path().join("proxy"));
     herd_testkit::output_within(&mut cmd, Duration::from_secs(60)).expect("herd exits in time")
+}
+
+/// [`restore_point_at`] without `--proxy-api`.
+fn restore_point(g: &Groups, name: &str) -> std::process::Output {
+    restore_point_at(g, name, None)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restore_point_holds_every_proxy_or_is_refused() {
     let mut g = Groups::new(&AGENTS, "rp");
-    g.start_agent(0);
-    g.wait_role(0, "primary", Duration::from_secs(60));
-    g.start_agent(1);
-    g.wait_role(1, "primary", Duration::from_secs(90));
-    g.start_proxy();
-    let db = g.connect_proxy().await;
+    let db = g.start_primaries_and_proxy().await;
     db.batch_execute("create table accounts (id bigint primary key, balance bigint not null)")
         .await
         .expect("table");
     db.simple_query("select herd.create_distributed_table('accounts', 'id')")
         .await
         .expect("distribute");
-    let rows: Vec<String> = (1..=ACCOUNTS).map(|i| format!("({i}, {START})")).collect();
-    db.batch_execute(&format!(
-        "insert into accounts (id, balance) values {}",
-        rows.join(", ")
-    ))
-    .await
-    .expect("accounts");
+    common::fill_accounts(&db, ACCOUNTS, START).await;
     // Which group holds each account (group 0's primary is agent 0, group 1's agent 1).
-    let mut on: Vec<Vec<i64>> = Vec::new();
-    for i in 0..2 {
-        let url = format!(
-            "postgresql://postgres:{}@127.0.0.1:{}/postgres?connect_timeout=5",
-            g.password(),
-            g.pg_port(i)
-        );
-        let direct = common::connect(&url).await;
-        on.push(
-            direct
-                .query("select id from accounts order by id", &[])
-                .await
-                .expect("ids")
-                .iter()
-                .map(|r| r.get(0))
-                .collect(),
-        );
-    }
+    let on = common::accounts_by_group(&[g.direct_url(0), g.direct_url(1)]).await;
     assert!(on[0].len() >= 2 && on[1].len() >= 2, "{on:?}");
 
     let second_port = g.base + 2 * AGENTS.len() as u16 + 2;
@@ -132,17 +106,14 @@ async fn a_restore_point_holds_every_proxy_or_is_refused() {
     })
     .await;
 
-    // Bad input: without --proxy-api, or a name PostgreSQL's restore could not use.
-    let mut cmd = Command::new(HERD);
-    cmd.args(["backup", "restore-point", "no_api"]).args([
-        "--dcs",
-        &g.dcs(),
-        "--cluster",
-        &g.cluster,
-    ]);
-    let out = herd_testkit::output_within(&mut cmd, Duration::from_secs(60)).expect("exits");
+    // Bad input: a --proxy-api nobody serves (named, nothing taken), or a name PostgreSQL's
+    // restore could not use.
+    let nobody = format!("127.0.0.1:{}", herd_testkit::free_port_block(1));
+    let out = restore_point_at(&g, "no_api", Some(&nobody));
     assert!(
-        !out.status.success() && herd_testkit::describe(&out).contains("--proxy-api HOST:PORT"),
+        !out.status.success()
+            && herd_testkit::describe(&out).contains("cannot reach the herd proxy's HTTP API")
+            && herd_testkit::describe(&out).contains("nothing was taken"),
         "{}",
         herd_testkit::describe(&out)
     );
@@ -154,7 +125,8 @@ async fn a_restore_point_holds_every_proxy_or_is_refused() {
         herd_testkit::describe(&out)
     );
 
-    // Taken through the first proxy, the second holding its second phases meanwhile.
+    // Taken through the first proxy (the only one serving an API: found through its
+    // registration, no --proxy-api), the second holding its second phases meanwhile.
     let started = Instant::now();
     let out = restore_point(&g, "mid_load");
     let text = herd_testkit::describe(&out);
@@ -221,7 +193,7 @@ async fn a_restore_point_holds_every_proxy_or_is_refused() {
     // Refused, the name is free: taken once the second proxy runs again.
     let mut retried = None;
     for _ in 0..5 {
-        let out = restore_point(&g, "frozen");
+        let out = restore_point_at(&g, "frozen", Some(&g.proxy_api()));
         if out.status.success() {
             retried = Some(out);
             break;

@@ -38,8 +38,8 @@ pub(crate) enum BackupCommand {
     List(BackupListArgs),
     /// A named point in the WAL of the running cluster (pg_create_restore_point on every shard
     /// group's primary, two-phase commits held meanwhile), for `herd restore --to NAME`. With
-    /// --dcs (a multi-host cluster): taken by the `herd proxy` at --proxy-api, every other
-    /// registered proxy holding its two-phase commits too.
+    /// --dcs (a multi-host cluster): taken by a registered `herd proxy` serving an HTTP API (or
+    /// the one at --proxy-api), every other registered proxy holding its two-phase commits too.
     RestorePoint {
         /// The point's name: a letter or '_' first, then letters, digits, '_', '-' or '.'.
         name: String,
@@ -51,7 +51,7 @@ pub(crate) enum BackupCommand {
         #[command(flatten)]
         store: crate::hosts::StoreArgs,
         /// With --dcs: the HTTP API (HOST:PORT, its --api-listen) of the `herd proxy` that
-        /// takes the point.
+        /// takes the point (default: a registered proxy's, each registration names its API).
         #[arg(long, value_name = "HOST:PORT", requires = "dcs")]
         proxy_api: Option<String>,
     },

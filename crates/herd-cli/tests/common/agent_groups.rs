@@ -150,6 +150,15 @@ impl Groups {
         }
     }
 
+    /// The superuser's URL of agent `i`'s server itself (not through the proxy).
+    pub fn direct_url(&self, i: usize) -> String {
+        format!(
+            "postgresql://postgres:{}@127.0.0.1:{}/postgres?connect_timeout=5",
+            self.password(),
+            self.pg_port(i)
+        )
+    }
+
     pub fn url(&self, port: u16) -> String {
         format!(
             "postgresql://postgres:{}@127.0.0.1:{port}/postgres?connect_timeout=2",
@@ -216,6 +225,17 @@ impl Groups {
             .spawn()
             .expect("starting herd agent");
         self.agents[i] = Some(child);
+    }
+
+    /// Starts each agent in turn (one per group, each its group's primary within 90 s), then
+    /// the proxy; a session through it.
+    pub async fn start_primaries_and_proxy(&mut self) -> tokio_postgres::Client {
+        for i in 0..self.members.len() {
+            self.start_agent(i);
+            self.wait_role(i, "primary", Duration::from_secs(90));
+        }
+        self.start_proxy();
+        self.connect_proxy().await
     }
 
     pub fn start_proxy(&mut self) {

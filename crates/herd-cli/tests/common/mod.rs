@@ -185,6 +185,47 @@ pub async fn text_rows(client: &Client, sql: &str) -> Vec<Vec<Option<String>>> {
         .collect()
 }
 
+/// Accounts 1..=`n` with balance `start` each in table `accounts (id, balance)`, in one INSERT.
+pub async fn fill_accounts(db: &Client, n: i64, start: i64) {
+    let rows: Vec<String> = (1..=n).map(|i| format!("({i}, {start})")).collect();
+    db.batch_execute(&format!(
+        "insert into accounts (id, balance) values {}",
+        rows.join(", ")
+    ))
+    .await
+    .expect("accounts");
+}
+
+/// The accounts held by each group's primary, read directly at `urls` (index = group).
+pub async fn accounts_by_group(urls: &[String]) -> Vec<Vec<i64>> {
+    let mut on = Vec::new();
+    for url in urls {
+        let db = connect(url).await;
+        on.push(
+            db.query("select id from accounts order by id", &[])
+                .await
+                .expect("ids")
+                .iter()
+                .map(|r| r.get(0))
+                .collect(),
+        );
+    }
+    on
+}
+
+/// Runs `sqls` (a transaction's statements, `begin` to `commit`) on `db`, each within 10 s:
+/// whether all of them succeeded (else it is rolled back).
+pub async fn all_or_nothing(db: &Client, sqls: &[String]) -> bool {
+    for s in sqls {
+        let done = tokio::time::timeout(Duration::from_secs(10), db.batch_execute(s)).await;
+        if !matches!(done, Ok(Ok(()))) {
+            let _ = db.batch_execute("rollback").await;
+            return false;
+        }
+    }
+    true
+}
+
 /// Runs each statement of `sqls` on `client` (a test's set-up), failing on the first error.
 pub async fn run_all(client: &Client, sqls: &[&str]) {
     for sql in sqls {
