@@ -20,6 +20,7 @@ impl Agent {
             }
         };
         let mut accepted = Vec::new();
+        let mut next_superuser = None;
         match record {
             None => {
                 self.rotation_ack = None;
@@ -41,6 +42,7 @@ impl Agent {
                     match standing {
                         Standing::Holds { next, .. } => {
                             accepted.push(ApiKey::from_password(&next.superuser));
+                            next_superuser = Some(next.superuser);
                         }
                         Standing::Renamed { previous, .. } => {
                             if let Some(previous) = previous {
@@ -62,9 +64,14 @@ impl Agent {
                     }
                     self.rotation_ack = Some(ack);
                 }
-                Err(e) => tracing::warn!("password rotation {}: {e}", record.id),
+                Err(e) => {
+                    tracing::warn!("password rotation {}: {e}", record.id);
+                    // Unchanged: what this member held stays usable.
+                    next_superuser = self.node.next_superuser.take();
+                }
             },
         }
+        self.node.next_superuser = next_superuser;
         accepted.insert(0, ApiKey::from_password(&self.node.secrets.superuser));
         api::lock(&self.shared).keys = accepted;
     }
