@@ -2,7 +2,8 @@
 //! load through the endpoint no transaction fails, the old passwords are refused afterwards
 //! and the new ones accepted, replication streams again after a replica restart (with the
 //! new replication password), the files stay 0600; a rotation cut short is finished by
-//! running it again; a stopped cluster is refused clearly.
+//! running it again; a stopped cluster is refused clearly. Across hosts (`--dcs`):
+//! `secrets_rotate_hosts.rs`.
 
 mod common;
 
@@ -521,7 +522,8 @@ fn no_cluster_is_a_clear_error() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("error:") && err.contains("herd up"), "{err}");
-    // A multi-host cluster: refused with the reason, before the store is asked.
+    // A multi-host cluster without a copy of its secrets: refused, naming the directory,
+    // before the store is asked (the command across hosts: secrets_rotate_hosts.rs).
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_herd"))
         .args([
             "secrets",
@@ -538,7 +540,8 @@ fn no_cluster_is_a_clear_error() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("not built yet") && err.contains("nothing was changed"),
+        err.contains("holding the cluster's secrets/")
+            && err.contains(&dir.path().display().to_string()),
         "{err}"
     );
 }
