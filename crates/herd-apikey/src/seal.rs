@@ -75,7 +75,7 @@ pub fn open(password: &str, sealed: &str) -> Result<Vec<u8>, SealError> {
 }
 
 fn unhex(s: &str) -> Option<Vec<u8>> {
-    if s.len() % 2 != 0 {
+    if !s.len().is_multiple_of(2) {
         return None;
     }
     (0..s.len())
