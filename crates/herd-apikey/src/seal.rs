@@ -61,7 +61,7 @@ pub fn seal(password: &str, plain: &[u8]) -> Result<String, SealError> {
 
 /// What `sealed` holds, if it was sealed under `password`.
 pub fn open(password: &str, sealed: &str) -> Result<Vec<u8>, SealError> {
-    let raw = unhex(sealed).ok_or(SealError::Malformed)?;
+    let raw = crate::unhex(sealed).ok_or(SealError::Malformed)?;
     if raw.len() < NONCE_LEN + CHACHA20_POLY1305.tag_len() {
         return Err(SealError::Malformed);
     }
@@ -72,16 +72,6 @@ pub fn open(password: &str, sealed: &str) -> Result<Vec<u8>, SealError> {
         .open_in_place(nonce, Aad::empty(), &mut data)
         .map_err(|_| SealError::WrongKey)?;
     Ok(plain.to_vec())
-}
-
-fn unhex(s: &str) -> Option<Vec<u8>> {
-    if !s.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
-        .collect()
 }
 
 #[cfg(test)]

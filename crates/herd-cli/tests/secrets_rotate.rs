@@ -8,12 +8,11 @@
 mod common;
 
 use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{connect, eventually, nodes_with_role, try_connect};
+use common::{connect, eventually, mode, nodes_with_role, try_connect};
 use herd_scram::Verifier;
 use herd_testkit::TestCluster;
 
@@ -22,14 +21,6 @@ fn secret(c: &TestCluster, name: &str) -> String {
         .unwrap_or_else(|e| panic!("reading secrets/{name}: {e}"))
         .trim()
         .to_string()
-}
-
-fn mode(path: &Path) -> u32 {
-    std::fs::metadata(path)
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-        .permissions()
-        .mode()
-        & 0o777
 }
 
 /// `herd secrets rotate`, bounded; its output.

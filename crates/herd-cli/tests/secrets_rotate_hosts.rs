@@ -13,7 +13,6 @@
 
 mod common;
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -21,7 +20,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::hosts::{copy_dir, Hosts, HERD};
-use common::try_connect;
+use common::{mode, try_connect};
 use herd_cluster::{Layout, Secrets};
 use nix::sys::signal::Signal;
 
@@ -47,14 +46,6 @@ fn rotate(hosts: &Hosts, op: &Path, wait: &str) -> (Option<i32>, String, Duratio
 
 fn url(host: &str, port: u16, password: &str) -> String {
     format!("postgresql://postgres:{password}@{host}:{port}/postgres?connect_timeout=3")
-}
-
-fn mode(path: &Path) -> u32 {
-    std::fs::metadata(path)
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-        .permissions()
-        .mode()
-        & 0o777
 }
 
 /// Whether the store still holds the rotation record (etcd's JSON gateway).
