@@ -8,6 +8,10 @@ use super::Agent;
 use crate::api;
 use crate::rotation::{follow, RotationRecord, Standing, SECRETS_ROTATION};
 
+/// The acknowledgement of a member that cannot open the record (its secrets are not the
+/// cluster's current ones): the command names it as not acknowledging.
+const REFUSED: &str = "cannot open";
+
 impl Agent {
     /// One round's look at the rotation record. A store that cannot be read keeps everything as
     /// it was (the next round looks again).
@@ -65,7 +69,11 @@ impl Agent {
                     self.rotation_ack = Some(ack);
                 }
                 Err(e) => {
-                    tracing::warn!("password rotation {}: {e}", record.id);
+                    // Said once per rotation, not every round.
+                    if self.rotation_ack.as_deref() != Some(REFUSED) {
+                        tracing::warn!("password rotation {}: {e}", record.id);
+                        self.rotation_ack = Some(REFUSED.into());
+                    }
                     // Unchanged: what this member held stays usable.
                     next_superuser = self.node.next_superuser.take();
                 }

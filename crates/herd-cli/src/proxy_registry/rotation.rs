@@ -23,6 +23,7 @@ impl Registry {
     pub fn follow_rotations(self: &Arc<Self>, layout: Layout, mut shutdown: watch::Receiver<bool>) {
         let registry = self.clone();
         tokio::spawn(async move {
+            let mut warned: Option<String> = None;
             loop {
                 tokio::select! {
                     _ = tokio::time::sleep(LOOK_EVERY) => {}
@@ -33,7 +34,11 @@ impl Registry {
                     Ok(Some(record)) => match follow(&layout, &record) {
                         Ok(standing) => Some(standing.ack()),
                         Err(e) => {
-                            tracing::warn!("password rotation {}: {e}", record.id);
+                            // Said once per rotation, not every second.
+                            if warned.as_deref() != Some(record.id.as_str()) {
+                                tracing::warn!("password rotation {}: {e}", record.id);
+                                warned = Some(record.id.clone());
+                            }
                             continue;
                         }
                     },
