@@ -172,6 +172,32 @@ async fn passwords_rotate_across_hosts_without_failing_a_write() {
         "the operator's current files changed"
     );
 
+    // Meanwhile the members that took them up hold them (0600) and h0's API answers requests
+    // signed with either key.
+    let staged = std::fs::read_to_string(op.join("secrets/superuser.password.next"))
+        .expect("the operator's copy staged the next password");
+    let staged = staged.trim();
+    let held = hosts.agent_dir(0).join("secrets/superuser.password.next");
+    assert_eq!(
+        std::fs::read_to_string(&held)
+            .expect("h0 holds the next password")
+            .trim(),
+        staged
+    );
+    assert_eq!(mode(&held), 0o600);
+    for (which, password) in [("current", old.superuser.as_str()), ("next", staged)] {
+        assert!(
+            herd_testkit::agents::member(&hosts.api(0), password).is_some(),
+            "h0's API refuses a request signed with the {which} key\n{}",
+            hosts.logs()
+        );
+    }
+
+    assert!(
+        herd_testkit::agents::member(&hosts.api(0), "a guess").is_none(),
+        "h0's API answers any key"
+    );
+
     // The rotation, resumed once h1 runs.
     let (code, out, took) = rotate(&hosts, &op, "60");
     assert_eq!(code, Some(0), "{out}\n{}", hosts.logs());
