@@ -16,6 +16,10 @@ use serde::{Deserialize, Serialize};
 /// The rotation record's key, at the store's root (one for every shard group).
 pub const SECRETS_ROTATION: &str = "secrets_rotation";
 
+/// The acknowledgement of a member whose secrets cannot open the record (they are not the
+/// cluster's current ones).
+pub const CANNOT_OPEN: &str = "cannot open";
+
 /// The check text sealed under the next superuser password.
 const CHECK: &[u8] = b"herd next passwords";
 
@@ -117,6 +121,24 @@ pub fn unacknowledged(
         })
         .map(|(name, _)| name.clone())
         .collect()
+}
+
+/// `herd status --dcs`'s line about a password rotation under way: each member's
+/// acknowledgement (`None` when no member shows one).
+pub fn status_line(members: &[crate::member::Member]) -> Option<String> {
+    let acks: Vec<String> = members
+        .iter()
+        .filter_map(|m| {
+            let ack = m.secrets_rotation.as_deref()?;
+            let what = match ack.split_once(' ') {
+                Some((_, "applied")) => "uses the new passwords",
+                _ if ack == CANNOT_OPEN => "cannot open them (another secrets directory?)",
+                _ => "holds the next passwords",
+            };
+            Some(format!("{} {what}", m.name))
+        })
+        .collect();
+    (!acks.is_empty()).then(|| format!("password rotation under way: {}", acks.join(", ")))
 }
 
 /// Where a member stands in a rotation, after [`follow`].
@@ -228,6 +250,26 @@ mod tests {
         );
         assert!(unacknowledged(&acks(&[("a", Some("r1"))]), "r1", false).is_empty());
         assert!(unacknowledged(&[], "r1", true).is_empty());
+    }
+
+    #[test]
+    fn the_status_line_names_each_members_standing() {
+        let mut members = vec![
+            crate::decide::tests::member("h0", "primary", 1),
+            crate::decide::tests::member("h1", "replica", 1),
+            crate::decide::tests::member("h2", "replica", 1),
+        ];
+        assert_eq!(status_line(&members), None);
+        members[0].secrets_rotation = Some(held("r1"));
+        members[1].secrets_rotation = Some(applied("r1"));
+        members[2].secrets_rotation = Some(CANNOT_OPEN.into());
+        assert_eq!(
+            status_line(&members).as_deref(),
+            Some(
+                "password rotation under way: h0 holds the next passwords, h1 uses the new \
+                 passwords, h2 cannot open them (another secrets directory?)"
+            )
+        );
     }
 
     fn mode(path: &std::path::Path) -> u32 {

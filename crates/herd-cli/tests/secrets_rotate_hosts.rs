@@ -197,6 +197,11 @@ async fn passwords_rotate_across_hosts_without_failing_a_write() {
         herd_testkit::agents::member(&hosts.api(0), "a guess").is_none(),
         "h0's API answers any key"
     );
+    let status = hosts.herd_store(&["status"]);
+    assert!(
+        status.contains("password rotation under way: h0 holds the next passwords"),
+        "{status}"
+    );
 
     // The rotation, resumed once h1 runs.
     let (code, out, took) = rotate(&hosts, &op, "60");

@@ -10,7 +10,7 @@ use crate::rotation::{follow, RotationRecord, Standing, SECRETS_ROTATION};
 
 /// The acknowledgement of a member that cannot open the record (its secrets are not the
 /// cluster's current ones): the command names it as not acknowledging.
-const REFUSED: &str = "cannot open";
+const REFUSED: &str = crate::rotation::CANNOT_OPEN;
 
 impl Agent {
     /// One round's look at the rotation record. A store that cannot be read keeps everything as
