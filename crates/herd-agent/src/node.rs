@@ -80,26 +80,6 @@ impl Node {
         }
     }
 
-    /// A superuser connection to its own server, with the current password or, during a
-    /// rotation across hosts, the next one when the current one is refused.
-    pub async fn connect(&self) -> Result<tokio_postgres::Client, herd_pg::PgError> {
-        match herd_pg::connect(&self.spec()).await {
-            Err(e) => match self.next_spec() {
-                Some(next) => herd_pg::connect(&next).await.map_err(|_| e),
-                None => Err(e),
-            },
-            ok => ok,
-        }
-    }
-
-    /// [`Node::spec`] with the next superuser password, while one is held.
-    fn next_spec(&self) -> Option<ConnSpec> {
-        self.next_superuser.as_ref().map(|next| ConnSpec {
-            password: next.clone(),
-            ..self.spec()
-        })
-    }
-
     /// A copy for a long action off the round ([`crate::jobs`]): the same paths, programs,
     /// passwords and settings; its own log watch and no kept probe connection. The agent's node
     /// takes back the upstream the job configured.
@@ -117,25 +97,6 @@ impl Node {
             log_watch: LogWatch::new(self.cfg.pg_log()),
             prober: SharedProber::default(),
             tls: self.tls.clone(),
-        }
-    }
-
-    /// Takes up the passwords of `secrets/` when they changed (`herd secrets rotate` replaced
-    /// them, or an operator copied a rotated directory here): the connections this agent
-    /// keeps stay up (already authenticated), the ones it opens next log in with the new
-    /// password. Read every round — two small files — so a rotation reaches the agent within
-    /// a loop wait. A file that cannot be read keeps the passwords in use.
-    pub fn refresh_secrets(&mut self) {
-        match Secrets::load(&self.layout) {
-            Ok(now) if now != self.secrets => {
-                tracing::info!(
-                    "the cluster's passwords changed in {}: using the new ones",
-                    self.layout.secrets().display()
-                );
-                self.secrets = now;
-            }
-            Ok(_) => {}
-            Err(e) => tracing::debug!("reading the cluster's passwords: {e}"),
         }
     }
 
@@ -699,3 +660,5 @@ impl Node {
         Ok(row.get(0))
     }
 }
+
+mod secrets;
