@@ -15,7 +15,7 @@ use axum::Router;
 
 use crate::member::Member;
 pub use herd_apikey::ApiKey;
-use herd_apikey::{Nonces, ANSWER, AUTHORIZATION};
+use herd_apikey::{Nonces, Refusal, ANSWER, AUTHORIZATION};
 
 /// What the API serves, updated by the agent's loop every round.
 #[derive(Debug, Default)]
@@ -37,6 +37,10 @@ pub struct Shared {
     /// While this member holds its group's leader lease: the instant its watchdog fences it
     /// unless the lease is renewed first.
     pub leading_until: Option<Instant>,
+    /// The keys requests may be signed with, when the loop set them (the current password's,
+    /// and during a password rotation across hosts the next or the previous one's); empty:
+    /// the key the API started with.
+    pub keys: Vec<ApiKey>,
 }
 
 /// What a load balancer asks an agent about its node.
@@ -101,30 +105,56 @@ impl Api {
         path: &str,
         headers: &HeaderMap,
         from: SocketAddr,
-    ) -> Result<String, Box<Response>> {
+    ) -> Result<(String, ApiKey), Box<Response>> {
         let header = headers.get(AUTHORIZATION).and_then(|v| v.to_str().ok());
+        let keys = {
+            let keys = &lock(&self.state).keys;
+            if keys.is_empty() {
+                vec![(*self.key).clone()]
+            } else {
+                keys.clone()
+            }
+        };
         let mut nonces = self.nonces.lock().unwrap_or_else(|p| p.into_inner());
-        self.key
-            .verify(method, path, header, &mut nonces)
-            .map_err(|refusal| {
-                tracing::warn!("refused {method} {path} from {from}: {refusal}");
-                let status =
-                    StatusCode::from_u16(refusal.status()).unwrap_or(StatusCode::FORBIDDEN);
-                (
-                    status,
-                    format!(
-                        "{refusal}: this API answers the cluster's agents, proxies and \
+        // The first key that verifies it; a refusal other than a bad signature (no header, a
+        // replay) is the same for every key.
+        let mut refused = Refusal::Missing;
+        for key in keys {
+            match key.verify(method, path, header, &mut nonces) {
+                Ok(nonce) => return Ok((nonce, key)),
+                Err(r) => {
+                    refused = r;
+                    if r != Refusal::BadSignature {
+                        break;
+                    }
+                }
+            }
+        }
+        Err(refused).map_err(|refusal| {
+            tracing::warn!("refused {method} {path} from {from}: {refusal}");
+            let status = StatusCode::from_u16(refusal.status()).unwrap_or(StatusCode::FORBIDDEN);
+            (
+                status,
+                format!(
+                    "{refusal}: this API answers the cluster's agents, proxies and \
                          operators only (requests signed with the cluster's key)\n"
-                    ),
-                )
-                    .into_response()
-                    .into()
-            })
+                ),
+            )
+                .into_response()
+                .into()
+        })
     }
 
     /// An answer to the request with `nonce`, signed as `what`.
-    fn signed(&self, what: &str, nonce: &str, status: StatusCode, body: Vec<u8>) -> Response {
-        let tag = self.key.answer(what, nonce, &body);
+    /// The answer is signed with the key that verified the request, which the asker holds.
+    fn signed(
+        &self,
+        (nonce, key): &(String, ApiKey),
+        what: &str,
+        status: StatusCode,
+        body: Vec<u8>,
+    ) -> Response {
+        let tag = key.answer(what, nonce, &body);
         let mut response = (status, body).into_response();
         if let Ok(value) = HeaderValue::from_str(&tag) {
             response.headers_mut().insert(ANSWER, value);
@@ -158,7 +188,7 @@ async fn member(
     let member = lock(&api.state).member.clone();
     match member.map(|m| serde_json::to_vec(&m)) {
         Some(Ok(body)) => {
-            let mut r = api.signed("member", &nonce, StatusCode::OK, body);
+            let mut r = api.signed(&nonce, "member", StatusCode::OK, body);
             r.headers_mut().insert(
                 axum::http::header::CONTENT_TYPE,
                 HeaderValue::from_static("application/json"),
@@ -230,12 +260,12 @@ async fn failsafe(
         let mut s = lock(&api.state);
         if check.unwrap_or(false) {
             s.store_reachable = true;
-            return api.signed("failsafe-refused", &nonce, StatusCode::CONFLICT, Vec::new());
+            return api.signed(&nonce, "failsafe-refused", StatusCode::CONFLICT, Vec::new());
         }
         s.store_reachable = false;
         s.promised_until = Some(Instant::now() + s.ttl);
     }
-    api.signed("failsafe-confirmed", &nonce, StatusCode::OK, Vec::new())
+    api.signed(&nonce, "failsafe-confirmed", StatusCode::OK, Vec::new())
 }
 
 /// How long a member tries the store when asked for a failsafe confirmation (the asking
@@ -346,6 +376,7 @@ mod tests {
             tls_issuer: None,
             tls_trusts: Vec::new(),
             archiving: None,
+            secrets_rotation: None,
         }
     }
 

@@ -536,6 +536,7 @@ fn build_agent(
         upstream: None,
         wal_compression: None,
         fresh_secrets: false,
+        next_superuser: None,
         log_watch: crate::pglog::LogWatch::new(cfg.pg_log()),
         prober: Default::default(),
         // `herd up`'s nodes listen on loopback only: no TLS between them.

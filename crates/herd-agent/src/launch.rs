@@ -130,6 +130,7 @@ pub async fn run(
         upstream: None,
         wal_compression: None,
         fresh_secrets,
+        next_superuser: None,
         log_watch: crate::pglog::LogWatch::new(cfg.pg_log()),
         prober: Default::default(),
         tls,

@@ -20,6 +20,7 @@ pub mod host;
 pub mod jobs;
 pub mod member;
 pub mod policy;
+pub mod rotation;
 pub mod status;
 pub mod sync;
 pub mod verbs;

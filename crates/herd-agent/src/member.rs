@@ -68,6 +68,11 @@ pub struct Member {
     /// As primary with `[backup]` across hosts: its WAL archiving health (`herd status --dcs`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub archiving: Option<herd_core::ArchiveStatus>,
+    /// Its acknowledgement of the password rotation under way (`herd secrets rotate --dcs`,
+    /// [`crate::rotation`]): `<id>` once it holds the next passwords, `<id> applied` once
+    /// they are its current ones.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secrets_rotation: Option<String>,
 }
 
 /// The cluster's PostgreSQL system identifier, fixed when it was created: a data directory of

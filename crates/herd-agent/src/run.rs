@@ -114,6 +114,11 @@ pub struct Agent {
     /// The server served (as primary or replica) since this agent started: a later start of
     /// it is a restart after it stopped, shown on the timeline.
     served: bool,
+    /// This member's acknowledgement of the password rotation under way (in its record).
+    rotation_ack: Option<String>,
+    /// The superuser password this member used before the rotation under way renamed it: its
+    /// API still accepts that key until the rotation's record is gone.
+    rotation_previous: Option<String>,
 }
 
 /// Given to the agents of `herd up` (several nodes on one host, one process): called with the
@@ -156,6 +161,8 @@ impl Agent {
             rounds: 0,
             root,
             peer_fence: None,
+            rotation_ack: None,
+            rotation_previous: None,
         }
     }
 
@@ -179,6 +186,7 @@ impl Agent {
             if !self.node.fresh_secrets {
                 self.node.refresh_secrets();
             }
+            self.follow_rotation().await;
             let mut wait = self.node.cfg.loop_wait;
             if let Some(at) = self.fence_at {
                 // Never sleep past the fencing instant.
@@ -555,6 +563,7 @@ impl Agent {
                 .map(|t| t.trusts.clone())
                 .unwrap_or_default(),
             archiving: observed.archiving.clone(),
+            secrets_rotation: self.rotation_ack.clone(),
         }
     }
 
@@ -682,6 +691,7 @@ impl Agent {
 
 mod act;
 mod keep_sync;
+mod secrets;
 
 #[cfg(test)]
 mod rounds;

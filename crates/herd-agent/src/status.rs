@@ -203,6 +203,7 @@ mod tests {
             tls_issuer: None,
             tls_trusts: Vec::new(),
             archiving: None,
+            secrets_rotation: None,
         }
     }
 

@@ -21,6 +21,8 @@ use hmac::{KeyInit, Mac};
 use rand::RngCore;
 use sha2::Sha256;
 
+pub mod seal;
+
 type HmacSha256 = hmac::Hmac<Sha256>;
 
 /// The request header that carries the signature.

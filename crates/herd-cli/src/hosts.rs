@@ -450,6 +450,8 @@ pub async fn proxy(args: ProxyArgs) -> anyhow::Result<()> {
     proxy.ctx.leave_in_doubt_to_coordinator();
     // A rotated secrets directory copied here (`herd secrets rotate`) is taken up at once.
     crate::secrets_cmd::follow_rotations(layout.clone(), proxy.ctx.clone(), shutdown_rx.clone());
+    // A rotation across hosts (`herd secrets rotate --dcs`) reaches it through the store.
+    registry.follow_rotations(layout.clone(), shutdown_rx.clone());
     for rx in pending {
         proxy.ctx.add_group(rx, shutdown_rx.clone());
     }

@@ -205,6 +205,9 @@ fn print_store(read: &Read) -> anyhow::Result<()> {
     for line in herd_agent::status::certificate_lines(&s.members, now) {
         crate::output::emitln!("{line}");
     }
+    if let Some(line) = herd_agent::rotation::status_line(&s.members) {
+        crate::output::emitln!("{line}");
+    }
     Ok(())
 }
 

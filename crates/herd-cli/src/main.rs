@@ -47,6 +47,7 @@ mod restore_groups;
 mod restore_point;
 mod restore_point_hosts;
 mod secrets_cmd;
+mod secrets_hosts;
 mod shard_move;
 mod shards;
 mod status;

@@ -45,6 +45,8 @@ use herd_proxy::shards::{ChangeScope, ChangeToken, GateFuture, MapGate};
 use tokio::sync::watch;
 
 mod point;
+mod rotation;
+pub use rotation::rotation_acks;
 
 /// Prefix of the proxies' registrations.
 pub const PROXIES: &str = herd_dcs::PROXIES;
@@ -86,6 +88,8 @@ struct Other {
     held_for: Option<String>,
     /// How many groups it serves (absent: it does not follow admissions yet).
     groups: Option<u32>,
+    /// Its acknowledgement of the password rotation under way.
+    secrets_rotation: Option<String>,
 }
 
 /// This proxy's registration and the map rules.
@@ -122,6 +126,8 @@ pub struct Registry {
     commit_gate: OnceLock<herd_proxy::commit_gate::CommitGate>,
     /// The gate closed for another proxy's restore point, and since when.
     point_closed: std::sync::Mutex<Option<(herd_proxy::commit_gate::Closed, Instant)>>,
+    /// This proxy's acknowledgement of a password rotation across hosts (`rotation.rs`).
+    secrets_rotation: std::sync::Mutex<Option<String>>,
 }
 
 impl Registry {
@@ -155,6 +161,7 @@ impl Registry {
             polled_ms: AtomicU64::new(0),
             commit_gate: OnceLock::new(),
             point_closed: std::sync::Mutex::default(),
+            secrets_rotation: std::sync::Mutex::default(),
         });
         // Until it is registered it routes nothing by a shard map ([`Gate::may_use_maps`]); the
         // store being down now does not stop the endpoint from serving everything else.
@@ -285,6 +292,7 @@ impl Registry {
             "api": self.api,
             "held_for": held,
             "groups": groups,
+            "secrets_rotation": *self.secrets_rotation.lock().unwrap_or_else(|e| e.into_inner()),
         }))
         .unwrap_or_default()
     }
@@ -552,6 +560,7 @@ async fn registrations(dcs: &Arc<dyn Dcs>) -> Result<Vec<Other>, String> {
                 api: j["api"].as_str().map(str::to_string),
                 held_for: j["held_for"].as_str().map(str::to_string),
                 groups: j["groups"].as_u64().map(|n| n as u32),
+                secrets_rotation: j["secrets_rotation"].as_str().map(str::to_string),
             }
         })
         .collect())

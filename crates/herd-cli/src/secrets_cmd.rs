@@ -20,8 +20,8 @@
 //! 5. the command logs in through the endpoint with the new password, which also hands the
 //!    endpoint's pools the new key at once.
 //!
-//! Multi-host clusters (`--dcs`) are not rotated by this command yet: see
-//! docs/multi-host.md, "Rotating the passwords".
+//! Multi-host clusters (`--dcs`): `secrets_hosts`, which shares this module's steps on the
+//! servers ([`login_primary`], [`change_group`], [`update_mappings`]).
 
 use std::time::{Duration, Instant};
 
@@ -44,9 +44,15 @@ pub enum SecretsCommand {
     Rotate {
         #[command(flatten)]
         dir: DataDirArg,
-        /// A multi-host cluster: not supported yet (refused with the reason).
+        /// A multi-host cluster (--dcs, --cluster): DATA/secrets is a copy of the cluster's
+        /// secrets; the next passwords reach every agent and proxy through the store before
+        /// any server changes.
         #[command(flatten)]
         store: crate::hosts::StoreArgs,
+        /// With --dcs: how long to wait for every agent and proxy to take up the next
+        /// passwords (and, after the change, to start using them).
+        #[arg(long, default_value = "30", value_name = "SECONDS")]
+        wait: u64,
     },
 }
 
@@ -59,12 +65,9 @@ const CONFIRM_WITHIN: Duration = Duration::from_secs(20);
 /// Runs a `herd secrets` command.
 pub async fn run(command: SecretsCommand) -> anyhow::Result<()> {
     match command {
-        SecretsCommand::Rotate { store, .. } if store.given() => bail!(
-            "herd secrets rotate --dcs: rotating a multi-host cluster's passwords is not built \
-             yet (designed in docs/multi-host.md, \"Rotating the passwords\": the next passwords \
-             reach every member through the store before any server changes); nothing was \
-             changed"
-        ),
+        SecretsCommand::Rotate { dir, store, wait } if store.given() => {
+            crate::secrets_hosts::rotate(&dir.layout()?, &store, Duration::from_secs(wait)).await
+        }
         SecretsCommand::Rotate { dir, .. } => rotate(&dir.layout()?).await,
     }
 }
@@ -104,24 +107,14 @@ async fn rotate(layout: &Layout) -> anyhow::Result<()> {
         primaries.push(primary(cluster, &rotation).await?);
     }
     for (cluster, (node, client)) in groups.iter().zip(&primaries) {
-        let change = set_passwords(client, &superuser, &replication);
-        tokio::time::timeout(CHANGE_WITHIN, change)
-            .await
-            .map_err(|_| {
-                anyhow::anyhow!(
-                    "shard group {}: the change on {node} was not committed within {} s (its \
-                     commit waits for a synchronous standby that does not answer? see `herd \
-                     status`); run `herd secrets rotate` again once it does — it goes on with the \
-                     same passwords",
-                    cluster.group(),
-                    CHANGE_WITHIN.as_secs()
-                )
-            })?
-            .with_context(|| format!("shard group {}", cluster.group()))?;
-        eprintln!("shard group {}: passwords changed", cluster.group());
+        change_group(cluster.group(), node, client, (&superuser, &replication)).await?;
     }
     let (_, group0) = &primaries[0];
-    let mappings = update_mappings(&groups[0], group0, &rotation).await?;
+    let base = herd_pg::ConnSpec {
+        password: rotation.next.superuser.clone(),
+        ..groups[0].conn_spec(&groups[0].state.primary)
+    };
+    let mappings = update_mappings(group0, &base).await?;
     rotation
         .finish(layout, REPLICATION_USER)
         .context("replacing the password files")?;
@@ -174,11 +167,30 @@ fn holds_password(target: &str, password: &str) -> bool {
 /// short already changed, the next one.
 async fn primary(cluster: &Cluster, rotation: &Rotation) -> anyhow::Result<(String, Client)> {
     let node = cluster.state.primary.clone();
+    let client = login_primary(
+        cluster.group(),
+        &node.to_string(),
+        &cluster.conn_spec(&node),
+        &rotation.logins(),
+    )
+    .await?;
+    Ok((node.to_string(), client))
+}
+
+/// Logs in to `node`, group `group`'s primary, with the first of `passwords` it accepts (the
+/// current one, then the next one: a server a run cut short already changed), and checks it
+/// is the primary. Shared by one host and hosts.
+pub(crate) async fn login_primary(
+    group: u32,
+    node: &str,
+    base: &herd_pg::ConnSpec,
+    passwords: &[&str],
+) -> anyhow::Result<Client> {
     let mut failures = Vec::new();
-    for password in rotation.logins() {
+    for password in passwords {
         let spec = herd_pg::ConnSpec {
             password: password.to_string(),
-            ..cluster.conn_spec(&node)
+            ..base.clone()
         };
         match herd_pg::connect(&spec).await {
             Ok(client) => {
@@ -189,23 +201,47 @@ async fn primary(cluster: &Cluster, rotation: &Rotation) -> anyhow::Result<(Stri
                     .get(0);
                 if standby {
                     bail!(
-                        "shard group {}: {node}, its recorded primary, is a standby now (a \
+                        "shard group {group}: {node}, its recorded primary, is a standby now (a \
                          failover under way?); run `herd secrets rotate` again in a moment — \
-                         it goes on with the same passwords",
-                        cluster.group()
+                         it goes on with the same passwords"
                     );
                 }
-                return Ok((node.to_string(), client));
+                return Ok(client);
             }
             Err(e) => failures.push(e.to_string()),
         }
     }
     bail!(
-        "shard group {}: cannot log in to its primary {node} with the current or the next \
+        "shard group {group}: cannot log in to its primary {node} with the current or the next \
          password: {}",
-        cluster.group(),
         failures.join("; ")
     )
+}
+
+/// Changes both roles' passwords on group `group`'s primary `node` to the next ones (their
+/// SCRAM verifiers, computed once by the caller so every group gets the same), bounded by
+/// [`CHANGE_WITHIN`]. Shared by one host and hosts.
+pub(crate) async fn change_group(
+    group: u32,
+    node: &str,
+    client: &Client,
+    (superuser, replication): (&str, &str),
+) -> anyhow::Result<()> {
+    let change = set_passwords(client, superuser, replication);
+    tokio::time::timeout(CHANGE_WITHIN, change)
+        .await
+        .map_err(|_| {
+            anyhow::anyhow!(
+                "shard group {group}: the change on {node} was not committed within {} s (its \
+                 commit waits for a synchronous standby that does not answer? see `herd \
+                 status`); run `herd secrets rotate` again once it does — it goes on with the \
+                 same passwords",
+                CHANGE_WITHIN.as_secs()
+            )
+        })?
+        .with_context(|| format!("shard group {group}"))?;
+    eprintln!("shard group {group}: passwords changed");
+    Ok(())
 }
 
 /// Both roles' verifiers, in one transaction (both change or neither).
@@ -223,11 +259,11 @@ async fn set_passwords(client: &Client, superuser: &str, replication: &str) -> a
 }
 
 /// The user mappings Herd's global tables log in to the groups with (group 0's databases,
-/// servers `herd_group_N`), given the new superuser password; how many.
-async fn update_mappings(
-    group0: &Cluster,
+/// servers `herd_group_N`), given the new superuser password (`base`'s: group 0's primary,
+/// logged in to with the new password); how many. Shared by one host and hosts.
+pub(crate) async fn update_mappings(
     client: &Client,
-    rotation: &Rotation,
+    base: &herd_pg::ConnSpec,
 ) -> anyhow::Result<u64> {
     let databases: Vec<String> = client
         .query(
@@ -242,9 +278,8 @@ async fn update_mappings(
     let mut count = 0;
     for db in databases {
         let spec = herd_pg::ConnSpec {
-            password: rotation.next.superuser.clone(),
             dbname: db.clone(),
-            ..group0.conn_spec(&group0.state.primary)
+            ..base.clone()
         };
         let conn = herd_pg::connect(&spec)
             .await
@@ -266,7 +301,7 @@ async fn update_mappings(
                 "ALTER USER MAPPING FOR {} SERVER {} OPTIONS (SET password {})",
                 ident(SUPERUSER),
                 ident(&server),
-                literal(&rotation.next.superuser),
+                literal(&base.password),
             ))
             .await
             .with_context(|| format!("the user mapping of server {server} in database {db}"))?;

@@ -2,17 +2,17 @@
 //! load through the endpoint no transaction fails, the old passwords are refused afterwards
 //! and the new ones accepted, replication streams again after a replica restart (with the
 //! new replication password), the files stay 0600; a rotation cut short is finished by
-//! running it again; a stopped cluster is refused clearly.
+//! running it again; a stopped cluster is refused clearly. Across hosts (`--dcs`):
+//! `secrets_rotate_hosts.rs`.
 
 mod common;
 
 use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{connect, eventually, nodes_with_role, try_connect};
+use common::{connect, eventually, mode, nodes_with_role, try_connect};
 use herd_scram::Verifier;
 use herd_testkit::TestCluster;
 
@@ -21,14 +21,6 @@ fn secret(c: &TestCluster, name: &str) -> String {
         .unwrap_or_else(|e| panic!("reading secrets/{name}: {e}"))
         .trim()
         .to_string()
-}
-
-fn mode(path: &Path) -> u32 {
-    std::fs::metadata(path)
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-        .permissions()
-        .mode()
-        & 0o777
 }
 
 /// `herd secrets rotate`, bounded; its output.
@@ -521,7 +513,8 @@ fn no_cluster_is_a_clear_error() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("error:") && err.contains("herd up"), "{err}");
-    // A multi-host cluster: refused with the reason, before the store is asked.
+    // A multi-host cluster without a copy of its secrets: refused, naming the directory,
+    // before the store is asked (the command across hosts: secrets_rotate_hosts.rs).
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_herd"))
         .args([
             "secrets",
@@ -538,7 +531,8 @@ fn no_cluster_is_a_clear_error() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("not built yet") && err.contains("nothing was changed"),
+        err.contains("holding the cluster's secrets/")
+            && err.contains(&dir.path().display().to_string()),
         "{err}"
     );
 }

@@ -53,23 +53,50 @@ impl Rotation {
                 next: Secrets::load_named(layout, NEXT)?,
                 resumed: true,
             }),
-            Start::Fresh => {
-                let next = Secrets::generate();
-                replace_private(
-                    &dir.join(format!("{SUPERUSER_FILE}{NEXT}")),
-                    &format!("{}\n", next.superuser),
-                )?;
-                replace_private(
-                    &dir.join(format!("{REPLICATION_FILE}{NEXT}")),
-                    &format!("{}\n", next.replication),
-                )?;
-                Ok(Rotation {
-                    current,
-                    next,
-                    resumed: false,
-                })
+            Start::Fresh => Rotation::stage(layout, current, Secrets::generate()),
+        }
+    }
+
+    /// A rotation to `next`, given (across hosts: the passwords the store carries): they are
+    /// written to the `.next` files (0600) before this returns.
+    pub fn stage(
+        layout: &Layout,
+        current: Secrets,
+        next: Secrets,
+    ) -> Result<Rotation, ClusterError> {
+        let dir = layout.secrets();
+        replace_private(
+            &dir.join(format!("{SUPERUSER_FILE}{NEXT}")),
+            &format!("{}\n", next.superuser),
+        )?;
+        replace_private(
+            &dir.join(format!("{REPLICATION_FILE}{NEXT}")),
+            &format!("{}\n", next.replication),
+        )?;
+        Ok(Rotation {
+            current,
+            next,
+            resumed: false,
+        })
+    }
+
+    /// The passwords of both `.next` files, when both are there.
+    pub fn staged(layout: &Layout) -> Option<Secrets> {
+        Secrets::load_named(layout, NEXT).ok()
+    }
+
+    /// Removes the `.next` files left by a rotation this host has finished otherwise (missing
+    /// ones are fine).
+    pub fn forget_staged(layout: &Layout) -> Result<(), ClusterError> {
+        for name in [SUPERUSER_FILE, REPLICATION_FILE] {
+            let path = layout.secrets().join(format!("{name}{NEXT}"));
+            match std::fs::remove_file(&path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(ClusterError::io("removing", &path, e)),
             }
         }
+        Ok(())
     }
 
     /// The superuser passwords to log in with, in order: the current one, then the next one
@@ -86,11 +113,7 @@ impl Rotation {
     /// replaced atomically, the replication passfile included), then the `.next` files go.
     pub fn finish(&self, layout: &Layout, replication_user: &str) -> Result<(), ClusterError> {
         self.next.save(layout, replication_user)?;
-        for name in [SUPERUSER_FILE, REPLICATION_FILE] {
-            let path = layout.secrets().join(format!("{name}{NEXT}"));
-            std::fs::remove_file(&path).map_err(|e| ClusterError::io("removing", &path, e))?;
-        }
-        Ok(())
+        Rotation::forget_staged(layout)
     }
 }
 

@@ -238,6 +238,7 @@ mod tests {
             held_for: held.map(str::to_string),
             groups: None,
             api: None,
+            secrets_rotation: None,
         };
         let expected = ["p1".to_string(), "p2".to_string()];
         // (registrations read now, the ones named)

@@ -34,6 +34,16 @@ pub async fn connect(url: &str) -> Client {
     client
 }
 
+/// A file's permission bits (e.g. 0o600).
+pub fn mode(path: &std::path::Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .permissions()
+        .mode()
+        & 0o777
+}
+
 /// Connects, or `None` when the server does not accept the connection (within its
 /// `connect_timeout`).
 pub async fn try_connect(url: &str) -> Option<Client> {
