@@ -2,6 +2,7 @@
 
 mod admin;
 mod agent_backup;
+mod agent_dashboard;
 mod agent_slots;
 mod backup;
 mod backup_hosts;
@@ -14,6 +15,7 @@ mod certs;
 mod certs_rotate;
 mod cli;
 mod client_tls;
+mod cluster_scrape;
 mod commit_waits;
 mod config_cmd;
 mod coordinator_tasks;
@@ -49,6 +51,7 @@ mod secrets_cmd;
 mod shard_move;
 mod shards;
 mod status;
+mod store_view;
 mod up;
 mod up_agents;
 mod url;
