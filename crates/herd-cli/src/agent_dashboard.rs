@@ -65,10 +65,6 @@ pub async fn serve(
         bench_results: None,
         cluster_metrics: Some(cluster_metrics),
     };
-    let mut stop = shutdown;
-    tokio::spawn(herd_api::serve(listener, api, async move {
-        let _ = stop.changed().await;
-    }));
-    eprintln!("Dashboard and HTTP API on http://{listen}/");
+    crate::proxy_api::spawn(listener, listen, api, shutdown);
     Ok(())
 }

@@ -220,10 +220,19 @@ pub async fn serve(
         bench_results,
         cluster_metrics: Some(cluster_metrics),
     };
-    let mut stop = shutdown;
+    spawn(listener, listen, api, shutdown);
+    Ok(())
+}
+
+/// Serves `api` on `listener` (bound to `listen`) until `shutdown`, in the background.
+pub(crate) fn spawn(
+    listener: tokio::net::TcpListener,
+    listen: SocketAddr,
+    api: herd_api::Api,
+    mut shutdown: watch::Receiver<bool>,
+) {
     tokio::spawn(herd_api::serve(listener, api, async move {
-        let _ = stop.changed().await;
+        let _ = shutdown.changed().await;
     }));
     eprintln!("Dashboard and HTTP API on http://{listen}/");
-    Ok(())
 }

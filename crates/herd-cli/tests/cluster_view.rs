@@ -9,11 +9,9 @@
 
 mod common;
 
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::agent_groups::Groups;
-use common::hosts::copy_dir;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
@@ -45,21 +43,9 @@ fn up(page: &str, instance: &str) -> Option<u8> {
         .and_then(|v| v.parse().ok())
 }
 
-/// Runs `promtool check metrics` on `text`, failing with its complaints; bounded in time.
+/// `promtool check metrics` on `text`, kept in the test's directory.
 fn promtool_check(dir: &std::path::Path, text: &str) {
-    let file = dir.join("cluster-metrics.txt");
-    std::fs::write(&file, text).expect("writing the metrics");
-    let input = std::fs::File::open(&file).expect("reading the metrics back");
-    let mut cmd = Command::new("promtool");
-    cmd.args(["check", "metrics"]).stdin(Stdio::from(input));
-    let out = herd_testkit::output_within(&mut cmd, Duration::from_secs(30))
-        .expect("promtool check metrics finished within 30 s");
-    assert!(
-        out.status.success(),
-        "promtool check metrics: {}{}\n{text}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::promtool_check(&dir.join("cluster-metrics.txt"), text);
 }
 
 /// Polls `GET path` on `addr` until `ok` accepts the 200 body (`limit` at most); that body.
@@ -94,12 +80,7 @@ async fn any_process_shows_the_whole_cluster() {
     let dashboard = format!("127.0.0.2:{}", g.base + 2 * AGENTS.len() as u16 + 2);
     g.start_agent(0);
     g.wait_role(0, "primary", Duration::from_secs(60));
-    for i in 1..AGENTS.len() {
-        copy_dir(
-            &g.agent_dir(0).join("secrets"),
-            &g.agent_dir(i).join("secrets"),
-        );
-    }
+    // The others get a0's secrets (copied by `start_agent`).
     g.start_agent(1);
     g.start_agent_with(2, &["--dashboard-listen", &dashboard]);
     g.wait_role(1, "replica", Duration::from_secs(90));
