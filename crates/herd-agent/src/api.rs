@@ -346,6 +346,7 @@ mod tests {
             tls_issuer: None,
             tls_trusts: Vec::new(),
             archiving: None,
+            walsenders: Vec::new(),
         }
     }
 

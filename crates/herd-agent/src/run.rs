@@ -561,6 +561,10 @@ impl Agent {
                 .map(|t| t.trusts.clone())
                 .unwrap_or_default(),
             archiving: observed.archiving.clone(),
+            walsenders: match (&observed.local, &observed.primary) {
+                (Local::Primary, Some(p)) => p.replication.iter().map(Into::into).collect(),
+                _ => Vec::new(),
+            },
         }
     }
 

@@ -122,6 +122,25 @@ async fn any_process_shows_the_whole_cluster() {
         "every sample has its instance first:\n{page}"
     );
     promtool_check(g.dir.path(), &page);
+    // a1's lag in seconds and live sync_state, from a0's walsenders in its member record.
+    wait_page(
+        &g,
+        &proxy_api,
+        "/status",
+        None,
+        Duration::from_secs(30),
+        "a1's lag in seconds and live sync_state",
+        |body| {
+            let v: serde_json::Value = serde_json::from_str(body).unwrap_or_default();
+            v["nodes"].as_array().is_some_and(|nodes| {
+                nodes.iter().any(|n| {
+                    n["name"] == "a1"
+                        && n["lag"]["replay_seconds"].is_number()
+                        && n["sync_state"].is_string()
+                })
+            })
+        },
+    );
     let from_b0 = wait_page(
         &g,
         &dashboard,

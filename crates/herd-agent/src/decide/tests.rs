@@ -22,6 +22,7 @@ pub(crate) fn member(name: &str, role: &str, lsn: u64) -> Member {
         tls_issuer: None,
         tls_trusts: Vec::new(),
         archiving: None,
+        walsenders: Vec::new(),
     }
 }
 
