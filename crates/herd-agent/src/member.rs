@@ -71,62 +71,7 @@ pub struct Member {
     /// As primary: its walsenders as `pg_stat_replication` showed them this round (each
     /// replica's lag in seconds and live `sync_state` in the status document).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub walsenders: Vec<Walsender>,
-}
-
-/// One row of a primary's `pg_stat_replication`, as its member record carries it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Walsender {
-    /// The standby's `application_name` (its member name).
-    pub name: String,
-    /// `startup`, `catchup`, `streaming`, …
-    pub state: String,
-    /// Last position written by the standby.
-    pub write_lsn: Option<Lsn>,
-    /// Last position flushed by the standby.
-    pub flush_lsn: Option<Lsn>,
-    /// Last position replayed by the standby.
-    pub replay_lsn: Option<Lsn>,
-    /// `write_lag`, seconds (NULL once an idle standby caught up).
-    pub write_lag: Option<f64>,
-    /// `flush_lag`, seconds.
-    pub flush_lag: Option<f64>,
-    /// `replay_lag`, seconds.
-    pub replay_lag: Option<f64>,
-    /// `sync_state`.
-    pub sync_state: Option<herd_core::SyncState>,
-}
-
-impl From<&herd_pg::ReplicationRow> for Walsender {
-    fn from(r: &herd_pg::ReplicationRow) -> Self {
-        Walsender {
-            name: r.application_name.clone(),
-            state: r.state.clone(),
-            write_lsn: r.write_lsn,
-            flush_lsn: r.flush_lsn,
-            replay_lsn: r.replay_lsn,
-            write_lag: r.write_lag,
-            flush_lag: r.flush_lag,
-            replay_lag: r.replay_lag,
-            sync_state: r.sync_state,
-        }
-    }
-}
-
-impl From<&Walsender> for herd_pg::ReplicationRow {
-    fn from(w: &Walsender) -> Self {
-        herd_pg::ReplicationRow {
-            application_name: w.name.clone(),
-            state: w.state.clone(),
-            write_lsn: w.write_lsn,
-            flush_lsn: w.flush_lsn,
-            replay_lsn: w.replay_lsn,
-            write_lag: w.write_lag,
-            flush_lag: w.flush_lag,
-            replay_lag: w.replay_lag,
-            sync_state: w.sync_state,
-        }
-    }
+    pub walsenders: Vec<herd_pg::ReplicationRow>,
 }
 
 /// The cluster's PostgreSQL system identifier, fixed when it was created: a data directory of

@@ -562,7 +562,7 @@ impl Agent {
                 .unwrap_or_default(),
             archiving: observed.archiving.clone(),
             walsenders: match (&observed.local, &observed.primary) {
-                (Local::Primary, Some(p)) => p.replication.iter().map(Into::into).collect(),
+                (Local::Primary, Some(p)) => p.replication.clone(),
                 _ => Vec::new(),
             },
         }

@@ -14,7 +14,8 @@ use herd_core::{
 };
 
 use crate::decide::Store;
-use crate::member::{Member, Walsender};
+use crate::member::Member;
+use herd_pg::ReplicationRow;
 
 /// One group's status from its store; `endpoint` is the proxy's URL (no password).
 pub fn group_status(group: u32, store: &Store, endpoint: &str) -> ClusterStatus {
@@ -97,7 +98,7 @@ fn node(
     m: &Member,
     store: &Store,
     leader_lsn: Option<herd_core::Lsn>,
-    walsenders: &[Walsender],
+    walsenders: &[ReplicationRow],
 ) -> NodeStatus {
     let leads = store.leader.as_deref() == Some(m.name.as_str());
     let (role, state) = match (leads, m.role.as_str()) {
@@ -111,26 +112,24 @@ fn node(
         (false, _) => (Role::Replica, NodeState::Starting),
     };
     let replica = role == Role::Replica;
-    let row: Option<herd_pg::ReplicationRow> = walsenders
+    let row = walsenders
         .iter()
-        .find(|w| replica && w.name == m.name)
-        .map(Into::into);
-    let lag =
-        match (replica, leader_lsn, m.lsn, m.replayed) {
-            (true, Some(head), received, replayed) if row.is_some() => Some(
-                herd_cluster::replica_lag(head, row.as_ref(), received, replayed),
-            ),
-            (true, Some(head), Some(received), replayed) => Some(LagInfo {
-                write_bytes: head.bytes_after(received),
-                flush_bytes: head.bytes_after(received),
-                replay_bytes: head.bytes_after(replayed.unwrap_or(received)),
-                write_seconds: None,
-                flush_seconds: None,
-                replay_seconds: None,
-            }),
-            _ => None,
-        };
-    let live = row.as_ref().and_then(|r| r.sync_state);
+        .find(|w| replica && w.application_name == m.name);
+    let lag = match (replica, leader_lsn, m.lsn, m.replayed) {
+        (true, Some(head), received, replayed) if row.is_some() => {
+            Some(herd_cluster::replica_lag(head, row, received, replayed))
+        }
+        (true, Some(head), Some(received), replayed) => Some(LagInfo {
+            write_bytes: head.bytes_after(received),
+            flush_bytes: head.bytes_after(received),
+            replay_bytes: head.bytes_after(replayed.unwrap_or(received)),
+            write_seconds: None,
+            flush_seconds: None,
+            replay_seconds: None,
+        }),
+        _ => None,
+    };
+    let live = row.and_then(|r| r.sync_state);
     let sync_state = replica.then(|| {
         if let Some(live) = live {
             live
@@ -273,8 +272,8 @@ mod tests {
 
     #[test]
     fn the_primarys_walsenders_give_lag_in_seconds_and_live_sync_state() {
-        let w = |name: &str, replay: u64, lag: Option<f64>, sync: SyncState| Walsender {
-            name: name.into(),
+        let w = |name: &str, replay: u64, lag: Option<f64>, sync: SyncState| ReplicationRow {
+            application_name: name.into(),
             state: "streaming".into(),
             write_lsn: Some(Lsn(replay)),
             flush_lsn: Some(Lsn(replay)),
