@@ -228,6 +228,7 @@ mod tests {
             tls_trusts: Vec::new(),
             archiving: None,
             secrets_rotation: None,
+            walsenders: Vec::new(),
         }
     }
 

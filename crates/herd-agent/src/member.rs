@@ -73,6 +73,10 @@ pub struct Member {
     /// they are its current ones.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secrets_rotation: Option<String>,
+    /// As primary: its walsenders as `pg_stat_replication` showed them this round (each
+    /// replica's lag in seconds and live `sync_state` in the status document).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub walsenders: Vec<herd_pg::ReplicationRow>,
 }
 
 /// The cluster's PostgreSQL system identifier, fixed when it was created: a data directory of

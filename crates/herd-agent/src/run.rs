@@ -564,6 +564,10 @@ impl Agent {
                 .unwrap_or_default(),
             archiving: observed.archiving.clone(),
             secrets_rotation: self.rotation_ack.clone(),
+            walsenders: match (&observed.local, &observed.primary) {
+                (Local::Primary, Some(p)) => p.replication.clone(),
+                _ => Vec::new(),
+            },
         }
     }
 

@@ -2,9 +2,11 @@
 //! and the dashboard use) built from what the agents publish in the store: one [`Store`] per
 //! shard group, group 0 first. Pure, so every mapping is a table row.
 //!
-//! What a member record does not carry is left out rather than guessed: no postmaster pid, no
-//! lag in seconds, and the synchronous standing is the recorded sync set (who must confirm),
-//! not `pg_stat_replication`'s live `sync_state`.
+//! A replica's lag in seconds and live `sync_state` come from the primary's walsenders, which
+//! its record carries (`pg_stat_replication` of the primary's last round); a replica without a
+//! walsender there has its lag in bytes only, and the recorded sync set (who must confirm) as
+//! its synchronous standing. What a member record does not carry is left out rather than
+//! guessed: no postmaster pid.
 
 use herd_core::{
     ClusterStatus, LagInfo, NodeName, NodeState, NodeStatus, Role, SyncMethod, SyncState,
@@ -13,6 +15,7 @@ use herd_core::{
 
 use crate::decide::Store;
 use crate::member::Member;
+use herd_pg::ReplicationRow;
 
 /// One group's status from its store; `endpoint` is the proxy's URL (no password).
 pub fn group_status(group: u32, store: &Store, endpoint: &str) -> ClusterStatus {
@@ -20,11 +23,13 @@ pub fn group_status(group: u32, store: &Store, endpoint: &str) -> ClusterStatus 
         .leader
         .as_deref()
         .and_then(|l| store.members.iter().find(|m| m.name == l));
-    let leader_lsn = leader.filter(|m| m.role == "primary").and_then(|m| m.lsn);
+    let primary = leader.filter(|m| m.role == "primary");
+    let leader_lsn = primary.and_then(|m| m.lsn);
+    let walsenders = primary.map_or(&[][..], |m| &m.walsenders[..]);
     let mut nodes: Vec<NodeStatus> = store
         .members
         .iter()
-        .map(|m| node(m, store, leader_lsn))
+        .map(|m| node(m, store, leader_lsn, walsenders))
         .collect();
     // Primary first, then by name: the order every status reader expects.
     nodes.sort_by(|a, b| {
@@ -89,7 +94,12 @@ fn empty_store() -> Store {
     }
 }
 
-fn node(m: &Member, store: &Store, leader_lsn: Option<herd_core::Lsn>) -> NodeStatus {
+fn node(
+    m: &Member,
+    store: &Store,
+    leader_lsn: Option<herd_core::Lsn>,
+    walsenders: &[ReplicationRow],
+) -> NodeStatus {
     let leads = store.leader.as_deref() == Some(m.name.as_str());
     let (role, state) = match (leads, m.role.as_str()) {
         (true, "primary") => (Role::Primary, NodeState::Running),
@@ -102,7 +112,13 @@ fn node(m: &Member, store: &Store, leader_lsn: Option<herd_core::Lsn>) -> NodeSt
         (false, _) => (Role::Replica, NodeState::Starting),
     };
     let replica = role == Role::Replica;
+    let row = walsenders
+        .iter()
+        .find(|w| replica && w.application_name == m.name);
     let lag = match (replica, leader_lsn, m.lsn, m.replayed) {
+        (true, Some(head), received, replayed) if row.is_some() => {
+            Some(herd_cluster::replica_lag(head, row, received, replayed))
+        }
         (true, Some(head), Some(received), replayed) => Some(LagInfo {
             write_bytes: head.bytes_after(received),
             flush_bytes: head.bytes_after(received),
@@ -113,8 +129,11 @@ fn node(m: &Member, store: &Store, leader_lsn: Option<herd_core::Lsn>) -> NodeSt
         }),
         _ => None,
     };
+    let live = row.and_then(|r| r.sync_state);
     let sync_state = replica.then(|| {
-        if !store.sync_set.contains(&m.name) {
+        if let Some(live) = live {
+            live
+        } else if !store.sync_set.contains(&m.name) {
             SyncState::Async
         } else if store.settings.sync_standbys.method == SyncMethod::Any {
             SyncState::Quorum
@@ -204,6 +223,7 @@ mod tests {
             tls_trusts: Vec::new(),
             archiving: None,
             secrets_rotation: None,
+            walsenders: Vec::new(),
         }
     }
 
@@ -252,6 +272,67 @@ mod tests {
     }
 
     #[test]
+    fn the_primarys_walsenders_give_lag_in_seconds_and_live_sync_state() {
+        let w = |name: &str, replay: u64, lag: Option<f64>, sync: SyncState| ReplicationRow {
+            application_name: name.into(),
+            state: "streaming".into(),
+            write_lsn: Some(Lsn(replay)),
+            flush_lsn: Some(Lsn(replay)),
+            replay_lsn: Some(Lsn(replay)),
+            write_lag: lag,
+            flush_lag: lag,
+            replay_lag: lag,
+            sync_state: Some(sync),
+        };
+        let mut primary = m("a", "primary", 1000, false);
+        primary.walsenders = vec![
+            // Behind, measured: its seconds.
+            w("b", 900, Some(0.25), SyncState::Sync),
+            // Caught up, PostgreSQL's lag cleared: 0 s.
+            w("c", 1000, None, SyncState::Async),
+        ];
+        let s = store(
+            "a",
+            vec![
+                primary,
+                m("b", "replica", 900, true),
+                m("c", "replica", 1000, true),
+                // No walsender for d: bytes only, the recorded standing.
+                m("d", "replica", 500, false),
+            ],
+            &["b", "c"],
+        );
+        let st = group_status(0, &s, "");
+        let lag = |i: usize| st.nodes[i].lag.clone().expect("lag");
+        assert_eq!(st.nodes[1].name.as_str(), "b");
+        assert_eq!(
+            (lag(1).replay_bytes, lag(1).replay_seconds),
+            (100, Some(0.25))
+        );
+        assert_eq!(
+            st.nodes[1].sync_state,
+            Some(SyncState::Sync),
+            "live, not the recorded quorum"
+        );
+        assert_eq!((lag(2).replay_bytes, lag(2).replay_seconds), (0, Some(0.0)));
+        assert_eq!(st.nodes[2].sync_state, Some(SyncState::Async));
+        assert_eq!((lag(3).replay_bytes, lag(3).replay_seconds), (510, None));
+        assert_eq!(st.nodes[3].sync_state, Some(SyncState::Async));
+        // A primary's record without walsenders (an older agent): as before.
+        let old = store(
+            "a",
+            vec![m("a", "primary", 1000, false), m("b", "replica", 900, true)],
+            &["b"],
+        );
+        let st = group_status(0, &old, "");
+        assert_eq!(
+            st.nodes[1].lag.as_ref().and_then(|l| l.replay_seconds),
+            None
+        );
+        assert_eq!(st.nodes[1].sync_state, Some(SyncState::Quorum));
+    }
+
+    #[test]
     fn a_lease_holder_not_yet_promoted_is_no_primary() {
         let s = store(
             "b",
@@ -287,6 +368,7 @@ mod tests {
             tls_issuer: None,
             tls_trusts: Vec::new(),
             archiving: None,
+            walsenders: Vec::new(),
             ..m(name, "replica", 10, true)
         };
         assert!(

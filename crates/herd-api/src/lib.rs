@@ -13,6 +13,7 @@
 //! | `GET /replica/{node}` | 200 when `node` is a streaming replica, else 503 (404: no such node) |
 //!
 //! | `GET /metrics` | Prometheus text: the proxy's counters, and each group's WAL archiving when backups are on |
+//! | `GET /cluster/metrics` | every agent's and proxy's `/metrics` in one page, `instance`-labelled, with `herd_scrape_up` (see [`cluster_metrics`]; 404 where not offered) |
 //! | `POST /switchover?to=node` | planned change of primary; 200 with what happened, 409 when refused |
 //! | `POST /failover?to=node&allow_data_loss=true` | immediate promotion; 200 / 409 |
 //! | `POST /groups` | add a shard group while the cluster runs (`herd group add`); 200 / 409 |
@@ -28,6 +29,7 @@
 
 mod archive_metrics;
 pub mod auth;
+pub mod cluster_metrics;
 pub mod dashboard;
 mod health;
 pub mod origin;
@@ -41,6 +43,7 @@ use herd_core::ClusterStatus;
 use tokio::sync::watch;
 
 pub use archive_metrics::archive_metrics;
+pub use cluster_metrics::ClusterMetricsSource;
 pub use dashboard::Dashboard;
 pub use health::{check, Check, Health};
 
@@ -137,6 +140,8 @@ pub struct Api {
     pub token: Option<std::sync::Arc<str>>,
     /// A `herd bench` results directory whose reports the page shows.
     pub bench_results: Option<std::path::PathBuf>,
+    /// The scrapes of `/cluster/metrics`, where offered (processes following the store).
+    pub cluster_metrics: Option<ClusterMetricsSource>,
 }
 
 async fn admin_reply(admin: AdminSource, action: AdminAction) -> Response {
@@ -155,6 +160,7 @@ pub fn router(api: Api) -> Router {
         dashboard,
         token,
         bench_results,
+        cluster_metrics,
     } = api;
     let (a1, a2, a3, a4, a5, a6) = (
         admin.clone(),
@@ -243,6 +249,21 @@ pub fn router(api: Api) -> Router {
             "/replica/{node}",
             get(|s, Path(n): Path<String>, q| health_route(s, Some(n), q, false)),
         );
+    if let Some(source) = cluster_metrics {
+        let route = get(move || {
+            let scrapes = source();
+            async move {
+                (
+                    [(
+                        axum::http::header::CONTENT_TYPE,
+                        "text/plain; version=0.0.4",
+                    )],
+                    cluster_metrics::merge(&scrapes.await),
+                )
+            }
+        });
+        routes = routes.route("/cluster/metrics", route);
+    }
     for (path, route) in dashboard::asset_routes() {
         routes = routes.route(path, route);
     }

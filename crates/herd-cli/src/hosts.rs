@@ -162,6 +162,11 @@ pub struct AgentArgs {
     /// The address other agents reach the API on (default: --api-listen).
     #[arg(long)]
     pub api_advertise: Option<String>,
+    /// Serve the live dashboard and HTTP API of the whole cluster here (every group's status
+    /// and events from the store, /cluster/metrics, switchover/failover/config), e.g.
+    /// 127.0.0.1:8080; beyond 127.0.0.1 requests need the token in --data-dir's secrets.
+    #[arg(long, value_name = "ADDR")]
+    pub dashboard_listen: Option<SocketAddr>,
     /// The leader lease's time to live.
     #[arg(long, default_value_t = 10_000, value_name = "MS")]
     pub ttl_ms: u64,
@@ -266,7 +271,8 @@ pub async fn agent(args: AgentArgs) -> anyhow::Result<()> {
             .unwrap_or_default();
         crate::agent_backup::prepare(&cfg, &file_config.backup, &config_dir)?;
     }
-    let dcs = args.store.open().await?.dcs();
+    let root = args.store.open().await?;
+    let dcs = root.dcs();
     let mut watchdog = std::process::Command::new(
         std::env::current_exe().context("locating the herd binary for the watchdog")?,
     );
@@ -277,6 +283,10 @@ pub async fn agent(args: AgentArgs) -> anyhow::Result<()> {
         let _ = crate::up::wait_for_signal().await;
         let _ = shutdown_tx.send(true);
     });
+    if let Some(listen) = args.dashboard_listen {
+        let layout = Layout::new(cfg.data_dir.clone());
+        crate::agent_dashboard::serve(listen, &layout, root, shutdown_rx.clone()).await?;
+    }
     // Logical copies' slots carried to this member while it is a replica (failover-safe copies).
     crate::agent_slots::spawn(
         &cfg,

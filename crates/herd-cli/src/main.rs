@@ -2,6 +2,7 @@
 
 mod admin;
 mod agent_backup;
+mod agent_dashboard;
 mod agent_points;
 mod agent_slots;
 mod backup;
@@ -15,6 +16,7 @@ mod certs;
 mod certs_rotate;
 mod cli;
 mod client_tls;
+mod cluster_scrape;
 mod commit_waits;
 mod config_cmd;
 mod coordinator_tasks;
@@ -51,6 +53,7 @@ mod secrets_hosts;
 mod shard_move;
 mod shards;
 mod status;
+mod store_view;
 mod up;
 mod up_agents;
 mod url;

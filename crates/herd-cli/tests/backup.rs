@@ -337,18 +337,7 @@ fn new_primary_streaming(c: &herd_testkit::TestCluster, old: &str) -> String {
 /// Runs `promtool check metrics` on `text`, failing with its complaints; bounded in time.
 fn promtool_check(text: &str) {
     let dir = herd_testkit::scratch_dir();
-    let file = dir.path().join("metrics.txt");
-    std::fs::write(&file, text).expect("writing the metrics");
-    let input = std::fs::File::open(&file).expect("reading the metrics back");
-    let mut cmd = std::process::Command::new("promtool");
-    cmd.args(["check", "metrics"]).stdin(input);
-    let out = herd_testkit::output_within(&mut cmd, Duration::from_secs(30))
-        .expect("promtool check metrics finished within 30 s");
-    assert!(
-        out.status.success(),
-        "promtool check metrics: {}",
-        describe(&out)
-    );
+    common::promtool_check(&dir.path().join("metrics.txt"), text);
 }
 
 /// The current primary's name.

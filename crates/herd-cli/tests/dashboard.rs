@@ -7,7 +7,6 @@
 mod common;
 
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::webdriver::Browser;
@@ -354,19 +353,7 @@ fn dashboard_live_in_a_real_browser() {
 /// Runs `promtool check metrics` on `text` (kept beside the screenshots), failing with its
 /// complaints; bounded in time.
 fn promtool_check(text: &str) {
-    let file = output_dir().join("metrics.txt");
-    std::fs::write(&file, text).expect("writing the metrics");
-    let input = std::fs::File::open(&file).expect("reading the metrics back");
-    let mut cmd = Command::new("promtool");
-    cmd.args(["check", "metrics"]).stdin(Stdio::from(input));
-    let out = herd_testkit::output_within(&mut cmd, Duration::from_secs(30))
-        .expect("promtool check metrics finished within 30 s");
-    assert!(
-        out.status.success(),
-        "promtool check metrics: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::promtool_check(&output_dir().join("metrics.txt"), text);
 }
 
 /// Beyond 127.0.0.1 the API wants the token of `secrets/api-token` (mode 0600), except for the

@@ -29,4 +29,6 @@ pub use rotation::Rotation;
 pub use runfiles::{read_supervisor, supervisor_running, SupervisorLock};
 pub use secrets::Secrets;
 pub use state::ClusterState;
-pub use status::{archive_status_of, observe, observe_with, Observation, Probers};
+pub use status::{
+    archive_status_of, lag as replica_lag, observe, observe_with, Observation, Probers,
+};

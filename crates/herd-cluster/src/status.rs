@@ -220,7 +220,7 @@ fn node_status(
 
 /// Lag of one replica behind the primary's current position. Time lags come from the walsender's
 /// measurements; when PostgreSQL has cleared them because nothing is outstanding, the lag is 0.
-fn lag(
+pub fn lag(
     current: Lsn,
     row: Option<&ReplicationRow>,
     received: Option<Lsn>,

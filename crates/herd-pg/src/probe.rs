@@ -99,8 +99,9 @@ pub struct PrimaryProbe {
     pub replication: Vec<ReplicationRow>,
 }
 
-/// One row of `pg_stat_replication`.
-#[derive(Clone, Debug, PartialEq)]
+/// One row of `pg_stat_replication` (serialized: a primary's agent publishes its rows in its
+/// member record, for the status built from the store).
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ReplicationRow {
     /// The standby's `application_name` (Herd's node name).
     pub application_name: String,

@@ -23,6 +23,7 @@ pub(crate) fn member(name: &str, role: &str, lsn: u64) -> Member {
         tls_trusts: Vec::new(),
         archiving: None,
         secrets_rotation: None,
+        walsenders: Vec::new(),
     }
 }
 

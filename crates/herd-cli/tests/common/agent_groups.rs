@@ -185,6 +185,11 @@ impl Groups {
     }
 
     pub fn start_agent(&mut self, i: usize) {
+        self.start_agent_with(i, &[]);
+    }
+
+    /// [`Groups::start_agent`] with more arguments (`--dashboard-listen …`).
+    pub fn start_agent_with(&mut self, i: usize, extra: &[&str]) {
         let (name, group) = self.members[i];
         std::fs::create_dir_all(self.agent_dir(i)).expect("agent dir");
         // The first agent's passwords, as an operator's `scp` gives them to the others.
@@ -218,6 +223,7 @@ impl Groups {
             .args(["--safety-margin-ms", "2000", "--etcd-timeout-ms", "1000"])
             .arg("--config")
             .arg(&config)
+            .args(extra)
             .env("HERD_LOG", "info")
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log"))

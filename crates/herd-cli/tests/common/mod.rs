@@ -288,3 +288,20 @@ pub async fn end_load(
     let bad = bad.lock().expect("bad").clone();
     assert!(bad.is_empty(), "reads during {what}: {bad:?}");
 }
+
+/// Runs `promtool check metrics` on `text` (written to `file`, kept for a look after a
+/// failure), failing with its complaints; bounded in time.
+pub fn promtool_check(file: &std::path::Path, text: &str) {
+    std::fs::write(file, text).expect("writing the metrics");
+    let input = std::fs::File::open(file).expect("reading the metrics back");
+    let mut cmd = std::process::Command::new("promtool");
+    cmd.args(["check", "metrics"])
+        .stdin(std::process::Stdio::from(input));
+    let out = herd_testkit::output_within(&mut cmd, Duration::from_secs(30))
+        .expect("promtool check metrics finished within 30 s");
+    assert!(
+        out.status.success(),
+        "promtool check metrics: {}\n{text}",
+        herd_testkit::describe(&out)
+    );
+}
