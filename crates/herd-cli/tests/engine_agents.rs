@@ -252,20 +252,17 @@ async fn migrate_from_state_json() {
     let supervisor = c.status()["supervisor"]["pid"]
         .as_i64()
         .expect("supervisor pid") as i32;
-    // Kill the primary, then `herd up` as soon as state.json records the failover and before
-    // the former primary was rewound: state.json then names it in needs_rewind (and the
+    // Kill the primary, then `herd up` as soon as state.json records the failover, usually
+    // before the former primary was rewound: state.json then names it in needs_rewind (and the
     // recorded primary may not even be promoted yet: the next start promotes it, on a new
     // timeline).
     kill(Pid::from_raw(pid), Signal::SIGKILL).expect("kill -9 of the primary");
     let state_path = c.data_dir().join("state.json");
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    let state = loop {
+    let mut state = loop {
         let text = std::fs::read_to_string(&state_path).unwrap_or_default();
         if let Ok(state) = serde_json::from_str::<serde_json::Value>(&text) {
-            if state["needs_rewind"]
-                .as_array()
-                .is_some_and(|a| !a.is_empty())
-            {
+            if state["primary"].as_str().is_some_and(|p| p != first) {
                 kill(Pid::from_raw(supervisor), Signal::SIGKILL).expect("kill -9 of herd up");
                 break state;
             }
@@ -282,6 +279,22 @@ async fn migrate_from_state_json() {
     // store goes: what is left is the old engine's directory.
     c.herd_ok(&["down"]);
     std::fs::remove_file(c.data_dir().join("store.json")).expect("removing the store");
+    // The old engine recorded the former primary to rewind with the failover itself. The
+    // agents' projection is written on a leader or sync change, so on a loaded machine the
+    // former primary may have rejoined before the projection named the new leader (CI saw
+    // it): name it as the old engine would have (a rewind onto the same timeline then has
+    // nothing to do).
+    if state["needs_rewind"]
+        .as_array()
+        .is_none_or(|a| a.is_empty())
+    {
+        state["needs_rewind"] = serde_json::json!([first.clone()]);
+        std::fs::write(
+            &state_path,
+            serde_json::to_vec_pretty(&state).expect("json"),
+        )
+        .expect("state.json as the old engine wrote it");
+    }
 
     up(&c, &[]);
     let log =
